@@ -1,0 +1,414 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Phases of the order (SPEC section 4, key 1).
+const (
+	phaseAbsolute uint8 = iota
+	phaseDefault
+	phaseCatchAll
+)
+
+var phaseNames = []string{"Absolute", "Default", "CatchAll"}
+
+// Sides of a flow. A rule is a candidate on the sides in its mask.
+const (
+	sideOut uint8 = 1 << iota // outbound: decided at the source workload
+	sideIn                    // inbound: decided at the destination workload
+	sideBoth = sideOut | sideIn
+)
+
+// orderKey is a rule's place in the one ordered rule list of its mesh and type
+// (SPEC section 4). Smaller keys come first; keys are unique within a type.
+type orderKey struct {
+	phase    uint8
+	scope    int32 // Absolute: the scope's position; Default and catch-all: minus it
+	priority int32
+	total    int16 // specificity, greater first
+	exact    int16
+	tb1, tb2 int64 // tie-break, smaller first (newest first is stored negated)
+	name     string
+	item     int32 // item position (FirstWins) or minus it (LastWins); S&D pair index
+}
+
+func (a *orderKey) less(b *orderKey) bool {
+	if a.phase != b.phase {
+		return a.phase < b.phase
+	}
+	if a.scope != b.scope {
+		return a.scope < b.scope
+	}
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	if a.total != b.total {
+		return a.total > b.total
+	}
+	if a.exact != b.exact {
+		return a.exact > b.exact
+	}
+	if a.tb1 != b.tb1 {
+		return a.tb1 < b.tb1
+	}
+	if a.tb2 != b.tb2 {
+		return a.tb2 < b.tb2
+	}
+	if a.name != b.name {
+		return a.name < b.name
+	}
+	return a.item < b.item
+}
+
+// rule is one compiled entry of the order: a (source, destination) selector pair
+// of an S&D policy, a from or to item of a targetRef policy, or a scope's catch-all.
+type rule struct {
+	key    orderKey
+	policy *Policy // nil for a catch-all
+	src    *matcher
+	dst    *matcher
+	ports  []PortEntry
+	action Action
+	conf   Object
+	sides  uint8
+	scope  int32  // position of the rule's scope in the mesh's scope order; 0 = the mesh root
+	id     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
+	term   term   // the index term the rule is filed under
+}
+
+// matchesFlow reports whether the rule matches the flow, attachment aside.
+func (r *rule) matchesFlow(f *flow) bool {
+	return matchesPorts(r.ports, f.proto, f.port) && r.src.matches(f.src) && r.dst.matches(f.dst)
+}
+
+func (r *rule) policyName() string {
+	if r.policy == nil {
+		return ""
+	}
+	return r.policy.Name
+}
+
+// meshSettings are a mesh's settings with every default resolved.
+type meshSettings struct {
+	defaultAction    Action
+	unenforcedAction Action
+	tieBreak         TieBreak
+	itemOrder        ItemOrder
+	types            map[string]TypeSettings
+}
+
+func settingsOf(m *Mesh) meshSettings {
+	s := meshSettings{defaultAction: Deny, unenforcedAction: Allow}
+	if m == nil {
+		return s
+	}
+	s.defaultAction = m.DefaultAction.or(Deny)
+	s.unenforcedAction = m.UnenforcedAction.or(Allow)
+	s.tieBreak = m.TieBreak
+	s.itemOrder = m.ItemOrder
+	s.types = m.Types
+	return s
+}
+
+// typeSettings are the settings that apply to one policy type.
+type typeSettings struct {
+	combine          Combine
+	defaultAction    Action
+	unenforcedAction Action
+}
+
+func (s *meshSettings) forType(t string) typeSettings {
+	ts := typeSettings{defaultAction: s.defaultAction, unenforcedAction: s.unenforcedAction}
+	if o, ok := s.types[t]; ok {
+		ts.combine = o.Combine
+		ts.defaultAction = o.DefaultAction.or(ts.defaultAction)
+		ts.unenforcedAction = o.UnenforcedAction.or(ts.unenforcedAction)
+	}
+	return ts
+}
+
+// scopeInfo is a valid scope, compiled.
+type scopeInfo struct {
+	doc       *Scope
+	ord       int32 // position in the total scope order, from 1; the mesh root is 0
+	parent    int32 // ord of the parent, 0 for none
+	depth     int
+	selectors []*matcher
+	ancestors []int32 // ords of every ancestor, nearest first
+}
+
+// scopeTable is the compiled scope tree of a mesh: the total order (SPEC section 4,
+// key 2), the membership index and the catch-alls per type.
+type scopeTable struct {
+	list       []*scopeInfo // by ord-1
+	byName     map[string]*scopeInfo
+	index      *ruleIndex         // one pseudo-rule per scope selector, by membership term
+	catchAlls  map[string][]*rule // per type, in catch-all order (lowest priority scope first)
+	unenforced bool               // some scope has enforced: false
+	invalid    map[string]string  // scope name → why it is invalid
+}
+
+func (t *scopeTable) size() int { return len(t.list) }
+
+// buildScopes validates the scopes' parents and builds the scope order.
+// A scope whose parent is missing, invalid, or on a cycle is invalid.
+func buildScopes(docs []*Scope) *scopeTable {
+	t := &scopeTable{byName: map[string]*scopeInfo{}, catchAlls: map[string][]*rule{}, invalid: map[string]string{}}
+	byName := make(map[string]*Scope, len(docs))
+	for _, s := range docs {
+		byName[s.Name] = s
+	}
+	accepted := map[string]int{} // name → depth
+	for progress := true; progress; {
+		progress = false
+		for _, s := range docs {
+			if _, ok := accepted[s.Name]; ok {
+				continue
+			}
+			if s.Parent == "" {
+				accepted[s.Name] = 0
+				progress = true
+			} else if d, ok := accepted[s.Parent]; ok {
+				accepted[s.Name] = d + 1
+				progress = true
+			}
+		}
+	}
+	var valid []*Scope
+	for _, s := range docs {
+		if _, ok := accepted[s.Name]; ok {
+			valid = append(valid, s)
+			continue
+		}
+		t.invalid[s.Name] = scopeProblem(s, byName, accepted)
+	}
+	sort.Slice(valid, func(i, j int) bool {
+		a, b := valid[i], valid[j]
+		if a.Priority != b.Priority {
+			return a.Priority < b.Priority
+		}
+		if da, db := accepted[a.Name], accepted[b.Name]; da != db {
+			return da < db
+		}
+		return a.Name < b.Name
+	})
+	for i, s := range valid {
+		si := &scopeInfo{doc: s, ord: int32(i + 1), depth: accepted[s.Name]}
+		for _, sel := range s.Selectors {
+			si.selectors = append(si.selectors, compileSelector(sel))
+		}
+		t.list = append(t.list, si)
+		t.byName[s.Name] = si
+		if !s.Enforced {
+			t.unenforced = true
+		}
+	}
+	var members []*rule
+	for _, si := range t.list {
+		if si.doc.Parent != "" {
+			si.parent = t.byName[si.doc.Parent].ord
+		}
+		for p := si.parent; p != 0; p = t.list[p-1].parent {
+			si.ancestors = append(si.ancestors, p)
+		}
+		for i, m := range si.selectors {
+			members = append(members, &rule{
+				key: orderKey{scope: si.ord, item: int32(i)}, src: m, scope: si.ord, sides: sideBoth,
+			})
+		}
+	}
+	t.index = buildIndex(members, endSrc)
+	// Catch-alls follow the scope order backwards: the lowest-priority scope first.
+	for i := len(t.list) - 1; i >= 0; i-- {
+		si := t.list[i]
+		if si.doc.CatchAll == ActionUnset {
+			continue
+		}
+		types := si.doc.CatchAllTypes
+		if types == nil {
+			types = []string{DefaultType}
+		}
+		for _, typ := range types {
+			t.catchAlls[typ] = append(t.catchAlls[typ], &rule{
+				key:    orderKey{phase: phaseCatchAll, scope: -si.ord},
+				action: si.doc.CatchAll, scope: si.ord, sides: sideBoth, id: "catchAll",
+			})
+		}
+	}
+	return t
+}
+
+func scopeProblem(s *Scope, byName map[string]*Scope, accepted map[string]int) string {
+	seen := map[string]bool{s.Name: true}
+	chain := []string{s.Name}
+	for cur := s; ; {
+		p, ok := byName[cur.Parent]
+		if !ok {
+			if cur == s {
+				return fmt.Sprintf("parent scope %q does not exist", s.Parent)
+			}
+			return fmt.Sprintf("ancestor scope %q has a parent %q that does not exist", cur.Name, cur.Parent)
+		}
+		chain = append(chain, p.Name)
+		if seen[p.Name] {
+			return "the parent chain is a cycle: " + strings.Join(chain, " → ")
+		}
+		seen[p.Name] = true
+		if _, ok := accepted[p.Name]; ok {
+			return fmt.Sprintf("parent scope %q is invalid", s.Parent)
+		}
+		cur = p
+	}
+}
+
+// ruleTieBreak fills the tie-break fields of a key (SPEC section 4, key 5).
+func ruleTieBreak(k *orderKey, p *Policy, tb TieBreak) {
+	k.name = p.Name
+	switch tb {
+	case TieBreakNewestCreated:
+		k.tb1, k.tb2 = -p.Meta.CreateRevision, newestFirst(p.Meta.CreationTime.UnixNano(), p.Meta.CreationTime.IsZero())
+	case TieBreakNewestModified:
+		k.tb1, k.tb2 = -p.Meta.ModRevision, newestFirst(p.Meta.ModificationTime.UnixNano(), p.Meta.ModificationTime.IsZero())
+	}
+}
+
+// newestFirst orders times newest first; an absent time counts as the oldest.
+func newestFirst(ns int64, zero bool) int64 {
+	if zero {
+		return math.MaxInt64
+	}
+	return -ns
+}
+
+// compiledPolicy is a policy of a type partition with its rules.
+type compiledPolicy struct {
+	p      *Policy
+	err    string  // why the policy is invalid in its mesh; "" when valid
+	rules  []*rule // in the order of the policy's document
+	attach []*rule // targetRef attachment: one pseudo-rule per side the policy has items on
+	scope  *scopeInfo
+}
+
+// compilePolicy turns a valid policy into its rules (SPEC section 4).
+func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy {
+	cp := &compiledPolicy{p: p, scope: scope}
+	base := orderKey{priority: p.Priority}
+	var ord int32
+	if scope != nil {
+		ord = scope.ord
+	}
+	if p.Rank == RankAbsolute {
+		base.phase, base.scope = phaseAbsolute, ord
+	} else {
+		base.phase, base.scope = phaseDefault, -ord
+	}
+	ruleTieBreak(&base, p, s.tieBreak)
+	ports := p.Ports
+	for i := range ports {
+		if ports[i].Ports != "" && ports[i].ranges == nil {
+			ports = append([]PortEntry(nil), p.Ports...)
+			for j := range ports {
+				ports[j].ranges, _ = parsePortRanges(ports[j].Ports)
+			}
+			break
+		}
+	}
+	if p.TargetRef == nil {
+		srcs := make([]*matcher, len(p.Sources))
+		for i, sel := range p.Sources {
+			srcs[i] = compileSelector(sel)
+		}
+		dsts := make([]*matcher, len(p.Destinations))
+		for j, sel := range p.Destinations {
+			dsts[j] = compileSelector(sel)
+		}
+		cp.rules = make([]*rule, 0, len(srcs)*len(dsts))
+		for i, sm := range srcs {
+			for j, dm := range dsts {
+				k := base
+				r := sm.rank.add(dm.rank)
+				k.total, k.exact = r.total(), r.exact
+				k.item = int32(i*len(dsts) + j)
+				cp.rules = append(cp.rules, &rule{
+					key: k, policy: p, src: sm, dst: dm, ports: ports, action: p.Action.or(Allow),
+					conf: p.Conf, sides: sideBoth, scope: ord, id: pairID(i, j),
+				})
+			}
+		}
+		return cp
+	}
+	top := compileSelector(targetSelector(*p.TargetRef))
+	level := int16(p.TargetRef.Kind)
+	addItems := func(items []Item, list string, sides uint8) {
+		for i, it := range items {
+			k := base
+			k.total = level
+			k.item = int32(i)
+			if s.itemOrder == LastWins {
+				k.item = -int32(i)
+			}
+			peer := compileSelector(targetSelector(it.TargetRef))
+			r := &rule{key: k, policy: p, ports: ports, action: it.Action.or(Allow), conf: it.Conf, sides: sides, id: itemID(list, i)}
+			if sides == sideIn {
+				r.src, r.dst = peer, top
+			} else {
+				r.src, r.dst = top, peer
+			}
+			cp.rules = append(cp.rules, r)
+		}
+		if len(items) > 0 {
+			a := &rule{key: base, policy: p, sides: sides}
+			a.key.total = level
+			if sides == sideIn {
+				a.dst = top
+			} else {
+				a.src = top
+			}
+			cp.attach = append(cp.attach, a)
+		}
+	}
+	addItems(p.From, "from", sideIn)
+	addItems(p.To, "to", sideOut)
+	return cp
+}
+
+var smallPairIDs = func() [8][8]string {
+	var ids [8][8]string
+	for i := range ids {
+		for j := range ids[i] {
+			ids[i][j] = fmt.Sprintf("sources[%d]/destinations[%d]", i, j)
+		}
+	}
+	return ids
+}()
+
+func pairID(i, j int) string {
+	if i < 8 && j < 8 {
+		return smallPairIDs[i][j]
+	}
+	return fmt.Sprintf("sources[%d]/destinations[%d]", i, j)
+}
+
+var smallItemIDs = func() map[string][16]string {
+	ids := map[string][16]string{}
+	for _, list := range []string{"from", "to"} {
+		var a [16]string
+		for i := range a {
+			a[i] = list + "[" + strconv.Itoa(i) + "]"
+		}
+		ids[list] = a
+	}
+	return ids
+}()
+
+func itemID(list string, i int) string {
+	if i < 16 {
+		return smallItemIDs[list][i]
+	}
+	return list + "[" + strconv.Itoa(i) + "]"
+}

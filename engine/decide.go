@@ -1,0 +1,380 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Request asks for the decision on one flow (SPEC section 7, DecideRequest).
+type Request struct {
+	Mesh        string // "" = default
+	Type        string // "" = TrafficPermission
+	Source      Tags
+	Destination Tags
+	Protocol    Protocol // ProtocolAny: not given
+	Port        uint32   // 0: not given
+	Explain     bool
+}
+
+// Reason says how a side was decided (SPEC section 4).
+type Reason uint8
+
+// Reasons.
+const (
+	ReasonMatched Reason = iota + 1
+	ReasonCatchAll
+	ReasonDefaultAction
+	ReasonUnenforced
+	ReasonNotApplicable
+)
+
+var reasonNames = []string{"", "MATCHED", "CATCH_ALL", "DEFAULT_ACTION", "UNENFORCED", "NOT_APPLICABLE"}
+
+func (r Reason) String() string { return reasonNames[r] }
+
+// decidedByRule reports whether a rule (a catch-all counts) decided the side.
+func (r Reason) decidedByRule() bool { return r == ReasonMatched || r == ReasonCatchAll }
+
+// SideDecision is the answer of one side of a flow.
+type SideDecision struct {
+	Action Action
+	Policy string // the deciding policy; "" unless Reason is MATCHED
+	Scope  string // the deciding rule's scope; "" for the mesh root and targetRef rules
+	Rule   string // the deciding rule: "sources[0]/destinations[1]", "from[2]", "catchAll"
+	Reason Reason
+	Conf   Object // the deciding rule's conf (shared; do not modify)
+}
+
+// Decision is the answer for a flow.
+type Decision struct {
+	Action   Action
+	Policy   string // the policy that decided the final action
+	Conf     Object // its rule's conf (shared; do not modify)
+	Outbound SideDecision
+	Inbound  SideDecision
+	Revision int64
+	Explain  *Explanation // only when the request asked for it
+}
+
+// flow is a request's flow as the matchers see it.
+type flow struct {
+	src, dst Tags
+	proto    Protocol
+	port     uint32
+}
+
+// scratch is the per-call working memory of Decide, pooled so that a decision
+// allocates nothing.
+type scratch struct {
+	lists    []plist
+	gen      uint32
+	own      [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
+	mem      [2][]uint32 // per side, per scope ord: == gen when the workload is a member
+	owned    [2][]int32  // per side: ords whose own selectors match
+	members  [2][]int32  // per side: member ords
+	specific [2]int32    // per side: the most specific member scope (the greatest ord), 0 for none
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{lists: make([]plist, 0, 32)} }}
+
+func (sc *scratch) reset(nScopes int) {
+	sc.gen++
+	if sc.gen == 0 { // wrapped: old stamps could look current
+		for i := range sc.own {
+			clear(sc.own[i])
+			clear(sc.mem[i])
+		}
+		sc.gen = 1
+	}
+	for i := 0; i < 2; i++ {
+		if len(sc.own[i]) < nScopes+1 {
+			sc.own[i] = make([]uint32, nScopes+1)
+			sc.mem[i] = make([]uint32, nScopes+1)
+		}
+		sc.owned[i] = sc.owned[i][:0]
+		sc.members[i] = sc.members[i][:0]
+		sc.specific[i] = 0
+	}
+}
+
+// computeMembers finds the scopes a workload is a member of: its own selectors
+// match and so do every ancestor's.
+func (sc *scratch) computeMembers(t *scopeTable, side int, tags Tags) {
+	sc.lists = t.index.lists(tags, nil, sc.lists[:0])
+	own := sc.own[side]
+	for _, l := range sc.lists {
+		for _, r := range l {
+			if own[r.scope] != sc.gen && r.src.matches(tags) {
+				own[r.scope] = sc.gen
+				sc.owned[side] = append(sc.owned[side], r.scope)
+			}
+		}
+	}
+	mem := sc.mem[side]
+	for _, ord := range sc.owned[side] {
+		si := t.list[ord-1]
+		ok := true
+		for _, a := range si.ancestors {
+			if own[a] != sc.gen {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			mem[ord] = sc.gen
+			sc.members[side] = append(sc.members[side], ord)
+			if ord > sc.specific[side] {
+				sc.specific[side] = ord
+			}
+		}
+	}
+}
+
+func (sc *scratch) isMember(side int, ord int32) bool {
+	return ord == 0 || sc.mem[side][ord] == sc.gen
+}
+
+// sideBits maps a side index (0 outbound, 1 inbound) to its bit.
+var sideBits = [2]uint8{sideOut, sideIn}
+
+// Decide answers a flow (SPEC section 4): each side's first matching candidate
+// rule, then the final action. It takes no lock and, without Explain, allocates
+// nothing. It fails only with ErrMeshNotFound.
+func (s *Snapshot) Decide(req *Request) (Decision, error) {
+	meshName := req.Mesh
+	if meshName == "" {
+		meshName = DefaultMesh
+	}
+	ms, ok := s.meshes.Get(meshName)
+	if !ok {
+		return Decision{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
+	}
+	typ := req.Type
+	if typ == "" {
+		typ = DefaultType
+	}
+	sc := scratchPool.Get().(*scratch)
+	d := ms.decide(typ, &flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}, sc)
+	scratchPool.Put(sc)
+	d.Revision = s.revision
+	if req.Explain {
+		d.Explain = ms.explain(typ, req, &d)
+	}
+	return d, nil
+}
+
+func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {
+	ts, _ := ms.types.Get(typ)
+	set := ms.settings.forType(typ)
+	nScopes := ms.scopes.size()
+	sc.reset(nScopes)
+	if nScopes > 0 {
+		sc.computeMembers(ms.scopes, 0, f.src)
+		sc.computeMembers(ms.scopes, 1, f.dst)
+	}
+	var res [2]SideDecision
+	var need [2]bool
+	for side := 0; side < 2; side++ {
+		switch {
+		case ts.notApplicable(side):
+			res[side] = SideDecision{Action: Allow, Reason: ReasonNotApplicable}
+		case ms.unenforcedScope(sc, side):
+			res[side] = SideDecision{Action: set.unenforcedAction, Reason: ReasonUnenforced}
+		default:
+			need[side] = true
+		}
+	}
+	if need[0] || need[1] {
+		var first [2]*rule
+		if ts != nil && ts.rules.size > 0 {
+			if set.combine == DenyOverrides {
+				first = scanDenyOverrides(ts.rules, f, sc, need)
+			} else {
+				first = scanFirstMatch(ts.rules, f, sc, need)
+			}
+		}
+		for side := 0; side < 2; side++ {
+			if need[side] {
+				res[side] = ms.sideResult(ts, typ, set, f, sc, side, first[side])
+			}
+		}
+	}
+	return finalDecision(res[0], res[1])
+}
+
+// scanFirstMatch finds, per side, the first rule in order that matches the flow
+// and is a candidate on that side. Each posting list is sorted, so a list is
+// left as soon as it cannot improve on what was found.
+func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule {
+	var best [2]*rule
+	sc.lists = ix.lists(f.src, f.dst, sc.lists[:0])
+	for _, l := range sc.lists {
+		for _, r := range l {
+			if (!need[0] || best[0] != nil && !r.key.less(&best[0].key)) &&
+				(!need[1] || best[1] != nil && !r.key.less(&best[1].key)) {
+				break
+			}
+			if !r.matchesFlow(f) {
+				continue
+			}
+			for side := 0; side < 2; side++ {
+				if need[side] && r.sides&sideBits[side] != 0 && (best[side] == nil || r.key.less(&best[side].key)) &&
+					sc.isMember(side, r.scope) {
+					best[side] = r
+				}
+			}
+		}
+	}
+	return best
+}
+
+// scanDenyOverrides finds, per side, the first matching DENY rule, else the first
+// matching ALLOW rule (SPEC section 4.4).
+func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule {
+	var deny, allow [2]*rule
+	sc.lists = ix.lists(f.src, f.dst, sc.lists[:0])
+	for _, l := range sc.lists {
+		for _, r := range l {
+			if (!need[0] || deny[0] != nil && !r.key.less(&deny[0].key)) &&
+				(!need[1] || deny[1] != nil && !r.key.less(&deny[1].key)) {
+				break
+			}
+			if !r.matchesFlow(f) {
+				continue
+			}
+			for side := 0; side < 2; side++ {
+				if !need[side] || r.sides&sideBits[side] == 0 || !sc.isMember(side, r.scope) {
+					continue
+				}
+				if r.action == Deny {
+					if deny[side] == nil || r.key.less(&deny[side].key) {
+						deny[side] = r
+					}
+				} else if allow[side] == nil || r.key.less(&allow[side].key) {
+					allow[side] = r
+				}
+			}
+		}
+	}
+	for side := 0; side < 2; side++ {
+		if deny[side] == nil {
+			deny[side] = allow[side]
+		}
+	}
+	return deny
+}
+
+// notApplicable reports whether no policy of the type can ever be a candidate on
+// the side (SPEC section 4); catch-alls do not count.
+func (ts *typeState) notApplicable(side int) bool {
+	if ts == nil || ts.valid.policies == 0 || ts.valid.sd > 0 {
+		return false
+	}
+	if side == 0 {
+		return ts.valid.to == 0
+	}
+	return ts.valid.from == 0
+}
+
+// unenforcedScope reports whether the workload's most specific scope has
+// enforced: false.
+func (ms *meshState) unenforcedScope(sc *scratch, side int) bool {
+	if !ms.scopes.unenforced || sc.specific[side] == 0 {
+		return false
+	}
+	return !ms.scopes.list[sc.specific[side]-1].doc.Enforced
+}
+
+func (ms *meshState) scopeName(ord int32) string {
+	if ord == 0 {
+		return ""
+	}
+	return ms.scopes.list[ord-1].doc.Name
+}
+
+func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, side int, r *rule) SideDecision {
+	if r != nil {
+		return SideDecision{Action: r.action, Policy: r.policyName(), Scope: ms.scopeName(r.scope), Rule: r.id,
+			Reason: ReasonMatched, Conf: r.conf}
+	}
+	if c := ms.catchAll(typ, sc, side); c != nil {
+		return SideDecision{Action: c.action, Scope: ms.scopeName(c.scope), Rule: c.id, Reason: ReasonCatchAll}
+	}
+	if ms.hasCandidate(ts, f, sc, side) {
+		return SideDecision{Action: set.defaultAction, Reason: ReasonDefaultAction}
+	}
+	return SideDecision{Action: set.unenforcedAction, Reason: ReasonUnenforced}
+}
+
+// catchAll returns the catch-all that decides a side with no matching rule: the
+// one of the workload's lowest-priority member scope that has one for the type.
+func (ms *meshState) catchAll(typ string, sc *scratch, side int) *rule {
+	if len(sc.members[side]) == 0 {
+		return nil
+	}
+	for _, c := range ms.scopes.catchAlls[typ] {
+		if sc.isMember(side, c.scope) {
+			return c
+		}
+	}
+	return nil
+}
+
+// hasCandidate reports whether some policy rule of the type is a candidate on the
+// side, matching or not.
+func (ms *meshState) hasCandidate(ts *typeState, f *flow, sc *scratch, side int) bool {
+	if ts == nil || ts.valid.policies == 0 {
+		return false
+	}
+	if ts.scopeRules[0] > 0 {
+		return true
+	}
+	for _, ord := range sc.members[side] {
+		if ts.scopeRules[ord] > 0 {
+			return true
+		}
+	}
+	if side == 0 {
+		return anyMatch(ts.attachOut, f.src, nil, sc)
+	}
+	return anyMatch(ts.attachIn, nil, f.dst, sc)
+}
+
+func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
+	if ix.size == 0 {
+		return false
+	}
+	sc.lists = ix.lists(src, dst, sc.lists[:0])
+	for _, l := range sc.lists {
+		for _, r := range l {
+			if (r.src == nil || r.src.matches(src)) && (r.dst == nil || r.dst.matches(dst)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// finalDecision combines the sides (SPEC section 4): the flow passes iff every
+// applicable side allows; the deciding side is the denying one if exactly one
+// denies, otherwise the inbound side, or the outbound side when the inbound side
+// was decided by no rule.
+func finalDecision(out, in SideDecision) Decision {
+	d := Decision{Outbound: out, Inbound: in, Action: Allow}
+	denyOut := out.Reason != ReasonNotApplicable && out.Action == Deny
+	denyIn := in.Reason != ReasonNotApplicable && in.Action == Deny
+	if denyOut || denyIn {
+		d.Action = Deny
+	}
+	decider := &d.Inbound
+	switch {
+	case denyOut != denyIn:
+		if denyOut {
+			decider = &d.Outbound
+		}
+	case !in.Reason.decidedByRule():
+		decider = &d.Outbound
+	}
+	d.Policy, d.Conf = decider.Policy, decider.Conf
+	return d
+}

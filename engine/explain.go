@@ -1,0 +1,278 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// MaxExplainEntries bounds each list of an explanation.
+const MaxExplainEntries = 1000
+
+// Explanation is the trace of one decision (SPEC section 5): per side, the
+// candidate rules in order and the policies that were not candidates.
+type Explanation struct {
+	Outbound SideTrace
+	Inbound  SideTrace
+}
+
+// SideTrace explains one side.
+type SideTrace struct {
+	Members           []string // the workload's member scopes, in scope order
+	MostSpecificScope string
+	Reason            Reason
+	Candidates        []CandidateTrace
+	NotCandidates     []NonCandidate
+	Truncated         bool // a list was cut at MaxExplainEntries
+}
+
+// CandidateTrace is one candidate rule as the side examined it.
+type CandidateTrace struct {
+	Policy   string
+	Scope    string
+	Phase    string // Absolute, Default, CatchAll
+	Priority int32
+	Rank     string // "exact 2, wildcard 1" for S&D rules; the targetRef level otherwise
+	Rule     string // "sources[0]/destinations[0]", "from[1]", "catchAll"
+	Action   Action
+	Matched  bool
+	Decided  bool
+	Why      string // why it did not match, or why it was not reached
+}
+
+// NonCandidate is a policy of the type that has no candidate rule on the side.
+type NonCandidate struct {
+	Policy string
+	Why    string
+}
+
+func (ms *meshState) explain(typ string, req *Request, d *Decision) *Explanation {
+	f := &flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}
+	sc := &scratch{}
+	sc.reset(ms.scopes.size())
+	if ms.scopes.size() > 0 {
+		sc.computeMembers(ms.scopes, 0, f.src)
+		sc.computeMembers(ms.scopes, 1, f.dst)
+	}
+	ts, _ := ms.types.Get(typ)
+	return &Explanation{
+		Outbound: ms.traceSide(ts, typ, f, sc, 0, &d.Outbound),
+		Inbound:  ms.traceSide(ts, typ, f, sc, 1, &d.Inbound),
+	}
+}
+
+// candidates returns the rules of a type that are candidates on a side, in
+// order, and the policies that have none, with the reason.
+func (ms *meshState) candidates(ts *typeState, typ string, f *flow, sc *scratch, side int) ([]*rule, []NonCandidate) {
+	var out []*rule
+	var non []NonCandidate
+	workload, end := f.src, "source"
+	if side == 1 {
+		workload, end = f.dst, "destination"
+	}
+	if ts != nil {
+		var names []string
+		ts.policies.Range(func(name string, _ *compiledPolicy) bool {
+			names = append(names, name)
+			return true
+		})
+		sort.Strings(names)
+		for _, name := range names {
+			cp, _ := ts.policies.Get(name)
+			if cp.err != "" {
+				non = append(non, NonCandidate{Policy: name, Why: "invalid: " + cp.err})
+				continue
+			}
+			before := len(out)
+			for _, r := range cp.rules {
+				if r.sides&sideBits[side] == 0 || !sc.isMember(side, r.scope) {
+					continue
+				}
+				if cp.p.TargetRef != nil {
+					top := r.dst
+					if side == 0 {
+						top = r.src
+					}
+					if !top.matches(workload) {
+						continue
+					}
+				}
+				out = append(out, r)
+			}
+			if len(out) > before {
+				continue
+			}
+			non = append(non, NonCandidate{Policy: name, Why: ms.whyNotCandidate(cp, side, workload, end)})
+		}
+	}
+	for _, c := range ms.scopes.catchAlls[typ] {
+		if sc.isMember(side, c.scope) {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key.less(&out[j].key) })
+	return out, non
+}
+
+func (ms *meshState) whyNotCandidate(cp *compiledPolicy, side int, workload Tags, end string) string {
+	p := cp.p
+	if p.TargetRef == nil {
+		si := cp.scope
+		if si == nil {
+			return "no rule" // unreachable: unscoped S&D rules are candidates on both sides
+		}
+		return fmt.Sprintf("the %s is not a member of scope %s (%s)", end, si.doc.Name, ms.whyNotMember(si, workload))
+	}
+	items := p.From
+	if side == 0 {
+		items = p.To
+	}
+	if len(items) == 0 {
+		if side == 0 {
+			return "it has no to items: targetRef policies are candidates on the outbound side through to items only"
+		}
+		return "it has no from items: targetRef policies are candidates on the inbound side through from items only"
+	}
+	top := compileSelector(targetSelector(*p.TargetRef))
+	return fmt.Sprintf("its targetRef %s does not select the %s: %s", targetText(*p.TargetRef), end, top.whyNot(workload))
+}
+
+func (ms *meshState) whyNotMember(si *scopeInfo, tags Tags) string {
+	chain := append([]int32{si.ord}, si.ancestors...)
+	for _, ord := range chain {
+		s := ms.scopes.list[ord-1]
+		matched := false
+		var why []string
+		for _, m := range s.selectors {
+			if w := m.whyNot(tags); w == "" {
+				matched = true
+				break
+			} else {
+				why = append(why, w)
+			}
+		}
+		if !matched {
+			if ord == si.ord {
+				return "its selectors do not match: " + strings.Join(why, "; ")
+			}
+			return fmt.Sprintf("not a member of its ancestor %s: %s", s.doc.Name, strings.Join(why, "; "))
+		}
+	}
+	return "member"
+}
+
+func targetText(t TargetRef) string {
+	s := t.Kind.String()
+	if t.Name != "" {
+		s += " " + t.Name
+	}
+	if len(t.Tags) > 0 {
+		keys := make([]string, 0, len(t.Tags))
+		for k := range t.Tags {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, k+"="+t.Tags[k])
+		}
+		s += " {" + strings.Join(parts, ",") + "}"
+	}
+	return s
+}
+
+func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, side int, sd *SideDecision) SideTrace {
+	tr := SideTrace{Reason: sd.Reason}
+	for _, ord := range sortedOrds(sc.members[side]) {
+		tr.Members = append(tr.Members, ms.scopeName(ord))
+	}
+	tr.MostSpecificScope = ms.scopeName(sc.specific[side])
+	cands, non := ms.candidates(ts, typ, f, sc, side)
+	decided := false
+	for _, r := range cands {
+		ct := CandidateTrace{
+			Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
+			Priority: r.key.priority, Rule: r.id, Action: r.action,
+		}
+		switch {
+		case r.policy == nil:
+			ct.Rank = "catch-all"
+		case r.policy.TargetRef != nil:
+			ct.Rank = r.policy.TargetRef.Kind.String()
+		default:
+			ct.Rank = fmt.Sprintf("exact %d, wildcard %d", r.key.exact, r.key.total-r.key.exact)
+		}
+		ct.Why = whyRuleFails(r, f)
+		ct.Matched = ct.Why == ""
+		if !decided && sd.Reason.decidedByRule() && ct.Matched && ct.Policy == sd.Policy && ct.Rule == sd.Rule &&
+			ct.Scope == sd.Scope {
+			ct.Decided, decided = true, true
+		} else if ct.Matched {
+			switch {
+			case sd.Reason == ReasonNotApplicable:
+				ct.Why = "not examined: the side is not applicable"
+			case sd.Reason == ReasonUnenforced:
+				ct.Why = "not examined: the side is unenforced"
+			case decided:
+				ct.Why = "matches, but an earlier rule decided"
+			default:
+				ct.Why = fmt.Sprintf("matches, but the type combines with DenyOverrides and a %s rule decided", sd.Action)
+			}
+		}
+		if len(tr.Candidates) == MaxExplainEntries {
+			tr.Truncated = true
+			break
+		}
+		tr.Candidates = append(tr.Candidates, ct)
+	}
+	if len(non) > MaxExplainEntries {
+		non, tr.Truncated = non[:MaxExplainEntries], true
+	}
+	tr.NotCandidates = non
+	return tr
+}
+
+func whyRuleFails(r *rule, f *flow) string {
+	if r.policy == nil {
+		return ""
+	}
+	if !matchesPorts(r.ports, f.proto, f.port) {
+		return fmt.Sprintf("%s outside ports %s", flowPortText(f), portsText(r.ports))
+	}
+	if w := r.src.whyNot(f.src); w != "" {
+		return "source: " + w
+	}
+	if w := r.dst.whyNot(f.dst); w != "" {
+		return "destination: " + w
+	}
+	return ""
+}
+
+func flowPortText(f *flow) string {
+	p := f.proto.String()
+	if p == "" {
+		p = "no protocol"
+	}
+	if f.port == 0 {
+		return p + ", no port"
+	}
+	return fmt.Sprintf("%s/%d", p, f.port)
+}
+
+func portsText(entries []PortEntry) string {
+	var parts []string
+	for _, e := range entries {
+		s := protocolText(e.Protocol)
+		if e.Ports != "" {
+			s += "/" + e.Ports
+		}
+		parts = append(parts, s)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func sortedOrds(ords []int32) []int32 {
+	out := append([]int32(nil), ords...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Validate checks a request's fields; the error is a *ValidationError naming them.
+func (r *Request) Validate() error {
+	var errs errList
+	if r.Mesh != "" {
+		if err := checkName(r.Mesh); err != nil {
+			errs.add("mesh", err.Error())
+		}
+	}
+	if r.Type != "" {
+		if err := checkName(r.Type); err != nil {
+			errs.add("type", err.Error())
+		}
+	}
+	if err := CheckTags(r.Source); err != nil {
+		errs.add("source.tags", err.Error())
+	}
+	if err := CheckTags(r.Destination); err != nil {
+		errs.add("destination.tags", err.Error())
+	}
+	if r.Port > 65535 {
+		errs.add("port", fmt.Sprintf("%d is not a port (0 = not given, 1 to 65535)", r.Port))
+	}
+	if r.Protocol > ICMP {
+		errs.add("protocol", "must be TCP, UDP, ICMP or empty")
+	}
+	return errs.err()
+}
+
+// CheckApply validates a write against the snapshot as a dry run (SPEC sections 7
+// and 9): puts and deletes are applied to a copy at the next revision, and the
+// write is refused if two of its puts share a key, or if afterwards any resource
+// it writes, or any resource that was valid before, is invalid (mixed forms, a
+// scope cycle, an unknown parent or scope). Field paths name the put
+// ("resources[2]") or, for a resource the write would break, its key.
+func (s *Snapshot) CheckApply(puts []Resource, deletes []Key) error {
+	var errs errList
+	seen := make(map[string]int, len(puts)+len(deletes))
+	changes := make([]Change, 0, len(puts)+len(deletes))
+	rev := s.revision + 1
+	for i, r := range puts {
+		k := r.Key().String()
+		if j, dup := seen[k]; dup {
+			errs.add(fmt.Sprintf("resources[%d]", i), fmt.Sprintf("%s is also written by resources[%d]: one call writes a key once", k, j))
+			continue
+		}
+		seen[k] = i
+		m := r.Metadata()
+		if m.CreateRevision == 0 {
+			m.CreateRevision = rev
+			if old, ok := s.Get(r.Key()); ok {
+				m.CreateRevision = old.Resource.Metadata().CreateRevision
+			}
+		}
+		m.ModRevision = rev
+		changes = append(changes, Put(r.WithMeta(m)))
+	}
+	for _, k := range deletes {
+		if _, dup := seen[k.String()]; dup {
+			errs.add(k.String(), "is both written and deleted in one call")
+			continue
+		}
+		seen[k.String()] = -1
+		changes = append(changes, Delete(k))
+	}
+	if err := errs.err(); err != nil {
+		return err
+	}
+	before := map[string]bool{}
+	for _, inv := range s.Invalid() {
+		before[inv.Path] = true
+	}
+	after := s.Apply(rev, changes)
+	invalid := after.Invalid()
+	sort.Slice(invalid, func(i, j int) bool { return invalid[i].Path < invalid[j].Path })
+	for _, inv := range invalid {
+		idx, written := seen[inv.Path]
+		switch {
+		case written && idx >= 0:
+			errs.add(fmt.Sprintf("resources[%d]", idx), inv.Err.Error())
+		case !before[inv.Path]:
+			errs.add(inv.Path, "this write would make it invalid: "+inv.Err.Error())
+		}
+	}
+	return errs.err()
+}
+
+// Entry is a stored resource as the snapshot holds it.
+type Entry struct {
+	Resource Resource
+	Err      error // why the resource is invalid; nil when valid
+}
+
+// Get returns the resource at k, valid or not.
+func (s *Snapshot) Get(k Key) (Entry, bool) {
+	ms, ok := s.meshes.Get(k.Mesh)
+	if !ok {
+		return Entry{}, false
+	}
+	switch k.Kind {
+	case KindMesh:
+		if ms.doc == nil {
+			return Entry{}, false
+		}
+		return Entry{Resource: ms.doc}, true
+	case KindScope:
+		sd, ok := ms.scopeDocs.Get(k.Name)
+		if !ok {
+			return Entry{}, false
+		}
+		var err error
+		if why, bad := ms.scopes.invalid[k.Name]; bad {
+			err = invalid("parent", why)
+		}
+		return Entry{Resource: sd, Err: err}, true
+	case KindPolicy:
+		ts, ok := ms.types.Get(k.Type)
+		if !ok {
+			return Entry{}, false
+		}
+		cp, ok := ts.policies.Get(k.Name)
+		if !ok {
+			return Entry{}, false
+		}
+		var err error
+		if cp.err != "" {
+			err = invalid("", cp.err)
+		}
+		return Entry{Resource: cp.p, Err: err}, true
+	}
+	return Entry{}, false
+}
+
+// Invalid lists every stored resource verdict does not use, with the reason:
+// broken values and resources in conflict with earlier ones.
+func (s *Snapshot) Invalid() []InvalidResource {
+	var out []InvalidResource
+	s.broken.Range(func(_ string, b *InvalidResource) bool {
+		out = append(out, *b)
+		return true
+	})
+	s.meshes.Range(func(_ string, ms *meshState) bool {
+		for name, why := range ms.scopes.invalid {
+			sd, _ := ms.scopeDocs.Get(name)
+			out = append(out, InvalidResource{Path: sd.Key().String(), Key: sd.Key(), Resource: sd,
+				Err: invalid("parent", why), ModRevision: sd.Meta.ModRevision})
+		}
+		ms.types.Range(func(_ string, ts *typeState) bool {
+			if ts.invalid == 0 {
+				return true
+			}
+			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
+				if cp.err != "" {
+					out = append(out, InvalidResource{Path: cp.p.Key().String(), Key: cp.p.Key(), Resource: cp.p,
+						Err: invalid("", cp.err), ModRevision: cp.p.Meta.ModRevision})
+				}
+				return true
+			})
+			return true
+		})
+		return true
+	})
+	return out
+}
+
+// Resources calls f for every decoded resource (valid or in conflict), mesh by
+// mesh, until f returns false. Broken values are listed by Invalid.
+func (s *Snapshot) Resources(f func(Entry) bool) {
+	s.meshes.Range(func(_ string, ms *meshState) bool {
+		if ms.doc != nil && !f(Entry{Resource: ms.doc}) {
+			return false
+		}
+		cont := true
+		ms.scopeDocs.Range(func(name string, sd *Scope) bool {
+			var err error
+			if why, bad := ms.scopes.invalid[name]; bad {
+				err = invalid("parent", why)
+			}
+			cont = f(Entry{Resource: sd, Err: err})
+			return cont
+		})
+		if !cont {
+			return false
+		}
+		ms.types.Range(func(_ string, ts *typeState) bool {
+			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
+				var err error
+				if cp.err != "" {
+					err = invalid("", cp.err)
+				}
+				cont = f(Entry{Resource: cp.p, Err: err})
+				return cont
+			})
+			return cont
+		})
+		return cont
+	})
+}

@@ -1,0 +1,493 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ResolveRequest asks for the effective configuration of a type for a flow, or
+// for one workload (SPEC section 6).
+type ResolveRequest struct {
+	Mesh        string
+	Type        string
+	Source      Tags // the workload when no destination is given
+	Destination Tags
+	Protocol    Protocol
+	Port        uint32
+}
+
+// Validate checks the request's fields.
+func (r *ResolveRequest) Validate() error {
+	req := Request{Mesh: r.Mesh, Type: r.Type, Source: r.Source, Destination: r.Destination, Protocol: r.Protocol, Port: r.Port}
+	return req.Validate()
+}
+
+// PolicyState is a policy's status in a resolution.
+type PolicyState uint8
+
+// Policy states.
+const (
+	Enforced PolicyState = iota + 1
+	PartiallyEnforced
+	Overridden
+)
+
+func (s PolicyState) String() string {
+	switch s {
+	case Enforced:
+		return "Enforced"
+	case PartiallyEnforced:
+		return "PartiallyEnforced"
+	case Overridden:
+		return "Overridden"
+	}
+	return ""
+}
+
+// ResolvedRule is one effective rule and the policy it came from.
+type ResolvedRule struct {
+	Name   string
+	Value  any
+	Policy string
+}
+
+// MissingRule is a rule a policy declared that is not in the result, and why.
+type MissingRule struct {
+	Rule string
+	By   string // the policy whose value won, or that unset it; "" when Why says it all
+	Why  string // "overridden", "unset", "when is false", "when failed: ..."
+}
+
+// PolicyStatus is one policy's status in a resolution.
+type PolicyStatus struct {
+	Policy  string
+	State   PolicyState
+	Missing []MissingRule
+	Skipped []string // blocks skipped: "defaults: when is false", "overrides: when failed: ..."
+}
+
+// Resolution is the effective configuration of one side.
+type Resolution struct {
+	Side   string // "inbound" or "outbound"
+	Rules  []ResolvedRule
+	Status []PolicyStatus // in merge order
+}
+
+// RuleValues returns the effective rules as an object.
+func (r *Resolution) RuleValues() Object {
+	out := Object{}
+	for _, rr := range r.Rules {
+		out[rr.Name] = rr.Value
+	}
+	return out
+}
+
+// StatusMap returns each policy's state name.
+func (r *Resolution) StatusMap() Object {
+	out := Object{}
+	for _, s := range r.Status {
+		out[s.Policy] = s.State.String()
+	}
+	return out
+}
+
+// ResolveResult answers a ResolveRequest.
+type ResolveResult struct {
+	Main     *Resolution // the side the type applies to
+	Outbound *Resolution // the outbound side too, for a type with both from and to items
+	Revision int64
+}
+
+// Resolve computes the effective configuration (SPEC section 6). It fails with
+// ErrMeshNotFound, or ErrInvalid when the type needs a source and a destination
+// and the request lacks one.
+func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
+	meshName := req.Mesh
+	if meshName == "" {
+		meshName = DefaultMesh
+	}
+	ms, ok := s.meshes.Get(meshName)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
+	}
+	typ := req.Type
+	if typ == "" {
+		typ = DefaultType
+	}
+	res := &ResolveResult{Revision: s.revision}
+	ts, _ := ms.types.Get(typ)
+	f := &flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}
+	sc := &scratch{}
+	sc.reset(ms.scopes.size())
+	if ms.scopes.size() > 0 {
+		sc.computeMembers(ms.scopes, 0, f.src)
+		sc.computeMembers(ms.scopes, 1, f.dst)
+	}
+	hasDst := req.Destination != nil
+	if ts == nil || ts.valid.policies == 0 {
+		side := "inbound"
+		if !hasDst {
+			side = "outbound"
+		}
+		res.Main = &Resolution{Side: side}
+		return res, nil
+	}
+	needBoth := ts.valid.sd > 0 || ts.valid.items > 0
+	if needBoth && (req.Source == nil || !hasDst) {
+		return nil, invalid("destination", fmt.Sprintf("type %s needs a source and a destination to resolve", typ))
+	}
+	if ts.valid.items > 0 {
+		if ts.valid.from > 0 {
+			res.Main = ms.mergeItems(ts, typ, f, sc, 1)
+			if ts.valid.to > 0 {
+				res.Outbound = ms.mergeItems(ts, typ, f, sc, 0)
+			}
+		} else {
+			res.Main = ms.mergeItems(ts, typ, f, sc, 0)
+		}
+		return res, nil
+	}
+	side := 1
+	if !hasDst {
+		side = 0
+	}
+	res.Main = ms.fold(ts, f, sc, side)
+	return res, nil
+}
+
+// mergeItems merges the conf of every covering from (inbound) or to (outbound)
+// item in the order of SPEC section 4.3: the first item in order takes precedence.
+func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch, side int) *Resolution {
+	res := &Resolution{Side: [2]string{"outbound", "inbound"}[side]}
+	cands, _ := ms.candidates(ts, typ, f, sc, side)
+	var covering []*rule
+	for _, r := range cands {
+		if r.policy != nil && r.matchesFlow(f) {
+			covering = append(covering, r)
+		}
+	}
+	merged := Object{}
+	for i := len(covering) - 1; i >= 0; i-- {
+		merged = mergePatch(merged, covering[i].conf)
+	}
+	from := map[string]string{}
+	declared := map[string][]string{}
+	var order []string
+	for _, r := range covering {
+		name := r.policy.Name
+		if _, seen := declared[name]; !seen {
+			order = append(order, name)
+			declared[name] = nil
+		}
+		for _, k := range sortedKeys(r.conf) {
+			if _, ok := from[k]; !ok && r.conf[k] != nil {
+				from[k] = name
+			}
+			declared[name] = appendUnique(declared[name], k)
+		}
+	}
+	for _, k := range sortedKeys(merged) {
+		res.Rules = append(res.Rules, ResolvedRule{Name: k, Value: merged[k], Policy: from[k]})
+	}
+	for _, name := range order {
+		st := PolicyStatus{Policy: name}
+		kept := 0
+		for _, k := range declared[name] {
+			if from[k] == name {
+				kept++
+				continue
+			}
+			st.Missing = append(st.Missing, MissingRule{Rule: k, By: from[k], Why: "overridden"})
+		}
+		if len(declared[name]) == 0 {
+			continue
+		}
+		st.State = stateOf(kept, len(declared[name]))
+		res.Status = append(res.Status, st)
+	}
+	return res
+}
+
+// mergePatch applies patch to target as a JSON merge patch (RFC 7386): objects
+// merge key by key, null deletes, anything else replaces. target is not modified.
+func mergePatch(target Object, patch Object) Object {
+	out := make(Object, len(target)+len(patch))
+	for k, v := range target {
+		out[k] = v
+	}
+	for k, pv := range patch {
+		if pv == nil {
+			delete(out, k)
+			continue
+		}
+		po, pIsObj := pv.(map[string]any)
+		to, tIsObj := out[k].(map[string]any)
+		switch {
+		case pIsObj && tIsObj:
+			out[k] = mergePatch(to, po)
+		case pIsObj:
+			out[k] = mergePatch(Object{}, po)
+		default:
+			out[k] = pv
+		}
+	}
+	return out
+}
+
+// foldEntry is one policy in the fold, with its place in the order.
+type foldEntry struct {
+	p   *Policy
+	key orderKey
+}
+
+// fold computes the effective rules of a defaults/overrides type (SPEC section 6).
+func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolution {
+	res := &Resolution{Side: [2]string{"outbound", "inbound"}[side]}
+	workload := f.src
+	if side == 1 {
+		workload = f.dst
+	}
+	var entries []foldEntry
+	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
+		if cp.err != "" {
+			return true
+		}
+		p := cp.p
+		if p.TargetRef != nil {
+			if !compileSelector(targetSelector(*p.TargetRef)).matches(workload) {
+				return true
+			}
+			e := foldEntry{p: p, key: orderKey{priority: p.Priority, total: int16(p.TargetRef.Kind)}}
+			if p.Rank == RankAbsolute {
+				e.key.phase = phaseAbsolute
+			} else {
+				e.key.phase = phaseDefault
+			}
+			ruleTieBreak(&e.key, p, ms.settings.tieBreak)
+			entries = append(entries, e)
+			return true
+		}
+		var first *rule
+		for _, r := range cp.rules {
+			if sc.isMember(side, r.scope) && r.matchesFlow(f) && (first == nil || r.key.less(&first.key)) {
+				first = r
+			}
+		}
+		if first != nil {
+			entries = append(entries, foldEntry{p: p, key: first.key})
+		}
+		return true
+	})
+	sort.SliceStable(entries, func(i, j int) bool { return foldBefore(&entries[i], &entries[j]) })
+	// Default policies in order, then Absolute policies in reverse order.
+	var order []*Policy
+	var absolute []*Policy
+	for _, e := range entries {
+		if e.p.Rank == RankAbsolute {
+			absolute = append(absolute, e.p)
+		} else {
+			order = append(order, e.p)
+		}
+	}
+	for i := len(absolute) - 1; i >= 0; i-- {
+		order = append(order, absolute[i])
+	}
+	return runFold(res, order)
+}
+
+// foldBefore orders two policies of a fold as Decide orders their first matching
+// rules, except that policies with blocks that tie before the tie-break go newer
+// first (creation time; none counts as the oldest), then by name.
+func foldBefore(a, b *foldEntry) bool {
+	ka, kb := a.key, b.key
+	if ka.phase != kb.phase || ka.scope != kb.scope || ka.priority != kb.priority || ka.total != kb.total || ka.exact != kb.exact {
+		return ka.less(&kb)
+	}
+	if a.p.hasBlocks() && b.p.hasBlocks() {
+		ta, tb := newestFirst(a.p.Meta.CreationTime.UnixNano(), a.p.Meta.CreationTime.IsZero()),
+			newestFirst(b.p.Meta.CreationTime.UnixNano(), b.p.Meta.CreationTime.IsZero())
+		if ta != tb {
+			return ta < tb
+		}
+		return a.p.Name < b.p.Name
+	}
+	return ka.less(&kb)
+}
+
+type foldValue struct {
+	value  any
+	policy string
+}
+
+// runFold merges the policies in order (SPEC section 6, the fold).
+func runFold(res *Resolution, order []*Policy) *Resolution {
+	result := map[string]foldValue{}
+	unsetBy := map[string]string{} // rule → the policy that unset it
+	type declared struct {
+		names   []string
+		skipped []string
+		unset   map[string]string
+	}
+	decl := make([]declared, len(order))
+	for i, p := range order {
+		d := &decl[i]
+		defaults, overrides := p.Defaults, p.Overrides
+		if p.Conf != nil && !p.hasBlocks() {
+			b := &Block{Strategy: Atomic, Rules: p.Conf}
+			if p.Rank == RankAbsolute {
+				overrides = b
+			} else {
+				defaults = b
+			}
+		}
+		if defaults != nil {
+			d.names = appendUnique(d.names, sortedKeys(defaults.Rules)...)
+			if ok, why := whenHolds(defaults, result); !ok {
+				d.skipped = append(d.skipped, "defaults: "+why)
+			} else {
+				rules := map[string]any{}
+				for k, v := range defaults.Rules {
+					if by, gone := unsetBy[k]; gone {
+						if d.unset == nil {
+							d.unset = map[string]string{}
+						}
+						d.unset[k] = by
+						continue
+					}
+					rules[k] = v
+				}
+				switch {
+				case len(result) == 0:
+					for k, v := range rules {
+						result[k] = foldValue{v, p.Name}
+					}
+				case defaults.Strategy == Merge:
+					for k, v := range rules {
+						if _, ok := result[k]; !ok {
+							result[k] = foldValue{v, p.Name}
+						}
+					}
+				}
+			}
+		}
+		if overrides != nil {
+			d.names = appendUnique(d.names, sortedKeys(overrides.Rules)...)
+			if ok, why := whenHolds(overrides, result); !ok {
+				d.skipped = append(d.skipped, "overrides: "+why)
+			} else if overrides.Strategy == Atomic {
+				result = map[string]foldValue{}
+				for k, v := range overrides.Rules {
+					result[k] = foldValue{v, p.Name}
+				}
+			} else {
+				for k, v := range overrides.Rules {
+					result[k] = foldValue{v, p.Name}
+				}
+			}
+		}
+		for _, u := range p.Unset {
+			if _, ok := unsetBy[u]; !ok {
+				unsetBy[u] = p.Name
+			}
+		}
+	}
+	names := make([]string, 0, len(result))
+	for k := range result {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		res.Rules = append(res.Rules, ResolvedRule{Name: k, Value: result[k].value, Policy: result[k].policy})
+	}
+	for i, p := range order {
+		d := &decl[i]
+		if len(d.names) == 0 {
+			continue
+		}
+		st := PolicyStatus{Policy: p.Name, Skipped: d.skipped}
+		kept := 0
+		for _, k := range d.names {
+			v, ok := result[k]
+			switch {
+			case ok && v.policy == p.Name:
+				kept++
+			case ok:
+				st.Missing = append(st.Missing, MissingRule{Rule: k, By: v.policy, Why: "overridden"})
+			case d.unset[k] != "":
+				st.Missing = append(st.Missing, MissingRule{Rule: k, By: d.unset[k], Why: "unset"})
+			default:
+				st.Missing = append(st.Missing, MissingRule{Rule: k, Why: missingWhy(d.skipped)})
+			}
+		}
+		st.State = stateOf(kept, len(d.names))
+		res.Status = append(res.Status, st)
+	}
+	return res
+}
+
+func missingWhy(skipped []string) string {
+	if len(skipped) > 0 {
+		return "skipped: " + strings.Join(skipped, "; ")
+	}
+	return "replaced by an atomic block"
+}
+
+// whenHolds evaluates a block's when condition against the result so far; an
+// evaluation error skips the block and is reported.
+func whenHolds(b *Block, result map[string]foldValue) (bool, string) {
+	if b.When == "" {
+		return true, ""
+	}
+	p := b.when
+	if p == nil {
+		var err error
+		if p, err = compileWhen(b.When); err != nil {
+			return false, "when failed: " + err.Error()
+		}
+	}
+	rules := make(Object, len(result))
+	for k, v := range result {
+		rules[k] = v.value
+	}
+	ok, err := p.eval(rules)
+	if err != nil {
+		return false, "when failed: " + err.Error()
+	}
+	if !ok {
+		return false, "when is false"
+	}
+	return true, ""
+}
+
+func stateOf(kept, declared int) PolicyState {
+	switch {
+	case kept == declared:
+		return Enforced
+	case kept == 0:
+		return Overridden
+	}
+	return PartiallyEnforced
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func appendUnique(list []string, items ...string) []string {
+outer:
+	for _, it := range items {
+		for _, x := range list {
+			if x == it {
+				continue outer
+			}
+		}
+		list = append(list, it)
+	}
+	return list
+}

@@ -1,0 +1,446 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Action is what a rule, a catch-all or a mesh default does with a flow.
+type Action uint8
+
+// Actions. ActionUnset means "not given" in a document; every place that reads an
+// action resolves it to ALLOW or DENY with the documented default.
+const (
+	ActionUnset Action = iota
+	Allow
+	Deny
+)
+
+func (a Action) String() string {
+	switch a {
+	case Allow:
+		return "ALLOW"
+	case Deny:
+		return "DENY"
+	}
+	return ""
+}
+
+// or returns a, or def when a is unset.
+func (a Action) or(def Action) Action {
+	if a == ActionUnset {
+		return def
+	}
+	return a
+}
+
+// Rank places a policy in the Absolute or the Default phase of the order.
+type Rank uint8
+
+// Ranks.
+const (
+	RankDefault Rank = iota
+	RankAbsolute
+)
+
+func (r Rank) String() string {
+	if r == RankAbsolute {
+		return "Absolute"
+	}
+	return "Default"
+}
+
+// TieBreak orders equally specific rules of a mesh (SPEC section 4, key 5).
+type TieBreak uint8
+
+// Tie-breaks.
+const (
+	TieBreakName TieBreak = iota
+	TieBreakNewestCreated
+	TieBreakNewestModified
+)
+
+var tieBreakNames = []string{"Name", "NewestCreated", "NewestModified"}
+
+func (t TieBreak) String() string { return tieBreakNames[t] }
+
+// ItemOrder orders the from/to items of one targetRef policy (SPEC section 4, key 6).
+type ItemOrder uint8
+
+// Item orders.
+const (
+	FirstWins ItemOrder = iota
+	LastWins
+)
+
+var itemOrderNames = []string{"FirstWins", "LastWins"}
+
+func (o ItemOrder) String() string { return itemOrderNames[o] }
+
+// Combine is how the rules of one policy type decide a side (SPEC section 4.4).
+type Combine uint8
+
+// Combining algorithms.
+const (
+	FirstMatch Combine = iota
+	DenyOverrides
+)
+
+var combineNames = []string{"FirstMatch", "DenyOverrides"}
+
+func (c Combine) String() string { return combineNames[c] }
+
+// Protocol of a flow or of a port entry. ProtocolAny on a flow means "not given";
+// on a port entry it means "every protocol".
+type Protocol uint8
+
+// Protocols.
+const (
+	ProtocolAny Protocol = iota
+	TCP
+	UDP
+	ICMP
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case TCP:
+		return "TCP"
+	case UDP:
+		return "UDP"
+	case ICMP:
+		return "ICMP"
+	}
+	return ""
+}
+
+// ParseProtocol reads a flow's protocol: "", "TCP", "UDP" or "ICMP" (any case).
+func ParseProtocol(s string) (Protocol, error) {
+	switch strings.ToUpper(s) {
+	case "":
+		return ProtocolAny, nil
+	case "TCP":
+		return TCP, nil
+	case "UDP":
+		return UDP, nil
+	case "ICMP":
+		return ICMP, nil
+	}
+	return ProtocolAny, fmt.Errorf("protocol %q is not TCP, UDP, ICMP or empty", s)
+}
+
+// TargetKind is the level of a targetRef; a greater level is more specific.
+type TargetKind uint8
+
+// targetRef kinds, least specific first.
+const (
+	TargetMesh TargetKind = iota
+	TargetMeshSubset
+	TargetService
+	TargetServiceSubset
+	TargetProxy
+)
+
+var targetKindNames = []string{"Mesh", "MeshSubset", "Service", "ServiceSubset", "Proxy"}
+
+func (k TargetKind) String() string { return targetKindNames[k] }
+
+// Strategy of a defaults or overrides block (SPEC section 6).
+type Strategy uint8
+
+// Strategies.
+const (
+	Atomic Strategy = iota
+	Merge
+)
+
+func (s Strategy) String() string {
+	if s == Merge {
+		return "merge"
+	}
+	return "atomic"
+}
+
+// Operator of a selector expression (SPEC section 2).
+type Operator uint8
+
+// Operators.
+const (
+	OpIn Operator = iota
+	OpNotIn
+	OpExists
+	OpDoesNotExist
+	OpPrefix
+	OpCIDR
+)
+
+var operatorNames = []string{"In", "NotIn", "Exists", "DoesNotExist", "Prefix", "CIDR"}
+
+func (o Operator) String() string { return operatorNames[o] }
+
+// Object is an opaque JSON object: a policy's conf, a block's rules, a merged
+// configuration. Values are string, json.Number, bool, nil, []any and Object
+// (map[string]any). Objects held by a snapshot are shared and must not be modified.
+type Object = map[string]any
+
+// DefaultMesh is the mesh of a resource that names none.
+const DefaultMesh = "default"
+
+// DefaultType is the policy type of a policy that names none.
+const DefaultType = "TrafficPermission"
+
+// Meta is what the store knows of a resource beyond its document. The times are
+// part of the document (the server stamps them on write; test suites may set them);
+// the revisions are etcd's and are never part of the document.
+type Meta struct {
+	CreationTime     time.Time
+	ModificationTime time.Time
+	CreateRevision   int64
+	ModRevision      int64
+}
+
+// Resource is a Mesh, a Scope or a Policy. Resources are immutable once decoded.
+type Resource interface {
+	// Key identifies the resource; it is unique in a store.
+	Key() Key
+	// Metadata returns the resource's times and revisions.
+	Metadata() Meta
+	// WithMeta returns a copy of the resource with m as its metadata.
+	WithMeta(m Meta) Resource
+}
+
+// Mesh holds the settings of a policy domain. A mesh without a Mesh document has
+// the defaults shown in SPEC section 3.
+type Mesh struct {
+	Name             string
+	DefaultAction    Action // unset = DENY
+	UnenforcedAction Action // unset = ALLOW
+	TieBreak         TieBreak
+	ItemOrder        ItemOrder
+	Types            map[string]TypeSettings
+	Meta             Meta
+}
+
+// TypeSettings overrides a mesh's settings for one policy type.
+type TypeSettings struct {
+	Combine          Combine
+	DefaultAction    Action
+	UnenforcedAction Action
+}
+
+// Scope is a named set of workloads, nested under a parent (Secure Workload scopes).
+type Scope struct {
+	Mesh          string
+	Name          string
+	Parent        string
+	Priority      int32
+	Selectors     []Selector
+	CatchAll      Action
+	CatchAllTypes []string // nil means [TrafficPermission]
+	Enforced      bool
+	Meta          Meta
+}
+
+// Selector selects workloads by their tags (SPEC section 2).
+type Selector struct {
+	Match       map[string]string
+	Expressions []Expression
+}
+
+// Expression is one set-based requirement of a selector.
+type Expression struct {
+	Key      string
+	Operator Operator
+	Values   []string
+}
+
+// PortEntry restricts a policy to a protocol and, optionally, port ranges.
+type PortEntry struct {
+	Protocol Protocol // ProtocolAny: every protocol
+	Ports    string   // as written: "80,443,8000-8100"; empty: every port
+	ranges   []portRange
+}
+
+type portRange struct{ lo, hi uint16 }
+
+// TargetRef attaches a policy to workloads, or names the peer of an item (seed 002).
+type TargetRef struct {
+	Kind TargetKind
+	Name string
+	Tags map[string]string
+}
+
+// Item is one from or to entry of a targetRef policy.
+type Item struct {
+	TargetRef TargetRef
+	Action    Action // unset = ALLOW
+	Conf      Object
+}
+
+// Block is a defaults or overrides block (seed 003).
+type Block struct {
+	Strategy Strategy
+	When     string
+	Rules    Object
+	when     *celProgram
+}
+
+// Policy is a rule set of one type in one mesh, in source & destination form
+// (Sources, Destinations) or targetRef form (TargetRef with From, To, Defaults,
+// Overrides or Conf).
+type Policy struct {
+	Mesh         string
+	Name         string
+	Type         string
+	Scope        string
+	Rank         Rank
+	Priority     int32
+	Sources      []Selector
+	Destinations []Selector
+	Ports        []PortEntry
+	Action       Action // unset = ALLOW
+	Conf         Object
+	TargetRef    *TargetRef
+	From         []Item
+	To           []Item
+	Defaults     *Block
+	Overrides    *Block
+	Unset        []string
+	Meta         Meta
+}
+
+// IsTargetRef reports whether the policy is in targetRef form.
+func (p *Policy) IsTargetRef() bool { return p.TargetRef != nil }
+
+// hasItems reports whether the policy has from or to items.
+func (p *Policy) hasItems() bool { return len(p.From) > 0 || len(p.To) > 0 }
+
+// hasBlocks reports whether the policy has a defaults or an overrides block.
+func (p *Policy) hasBlocks() bool { return p.Defaults != nil || p.Overrides != nil }
+
+// Key implements Resource.
+func (m *Mesh) Key() Key { return Key{Kind: KindMesh, Mesh: m.Name} }
+
+// Key implements Resource.
+func (s *Scope) Key() Key { return Key{Kind: KindScope, Mesh: s.Mesh, Name: s.Name} }
+
+// Key implements Resource.
+func (p *Policy) Key() Key { return Key{Kind: KindPolicy, Mesh: p.Mesh, Type: p.Type, Name: p.Name} }
+
+// Metadata implements Resource.
+func (m *Mesh) Metadata() Meta { return m.Meta }
+
+// Metadata implements Resource.
+func (s *Scope) Metadata() Meta { return s.Meta }
+
+// Metadata implements Resource.
+func (p *Policy) Metadata() Meta { return p.Meta }
+
+// WithMeta implements Resource.
+func (m *Mesh) WithMeta(meta Meta) Resource { c := *m; c.Meta = meta; return &c }
+
+// WithMeta implements Resource.
+func (s *Scope) WithMeta(meta Meta) Resource { c := *s; c.Meta = meta; return &c }
+
+// WithMeta implements Resource.
+func (p *Policy) WithMeta(meta Meta) Resource { c := *p; c.Meta = meta; return &c }
+
+// Kind is the kind of a resource.
+type Kind uint8
+
+// Kinds.
+const (
+	KindMesh Kind = iota + 1
+	KindScope
+	KindPolicy
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindMesh:
+		return "Mesh"
+	case KindScope:
+		return "Scope"
+	case KindPolicy:
+		return "Policy"
+	}
+	return ""
+}
+
+// ParseKind reads "Mesh", "Scope" or "Policy".
+func ParseKind(s string) (Kind, bool) {
+	switch s {
+	case "Mesh":
+		return KindMesh, true
+	case "Scope":
+		return KindScope, true
+	case "Policy":
+		return KindPolicy, true
+	}
+	return 0, false
+}
+
+// Key identifies a resource: a mesh, a scope of a mesh, or a policy of a mesh and type.
+type Key struct {
+	Kind Kind
+	Mesh string
+	Type string // policies only
+	Name string // scopes and policies
+}
+
+// DefaultPrefix is the etcd key prefix of verdict's resources.
+const DefaultPrefix = "/verdict/v1"
+
+// Path is the storage key of the resource under prefix (SPEC section 8).
+func (k Key) Path(prefix string) string {
+	return prefix + "/" + k.String()
+}
+
+// String is the key without prefix: "default/mesh", "default/scopes/Apps",
+// "default/policies/TrafficPermission/web-to-api".
+func (k Key) String() string {
+	switch k.Kind {
+	case KindMesh:
+		return k.Mesh + "/mesh"
+	case KindScope:
+		return k.Mesh + "/scopes/" + k.Name
+	case KindPolicy:
+		return k.Mesh + "/policies/" + k.Type + "/" + k.Name
+	}
+	return ""
+}
+
+// ParseKey reads a storage key under prefix. It accepts exactly the three forms
+// Path produces, with valid names.
+func ParseKey(prefix, path string) (Key, error) {
+	rest, ok := strings.CutPrefix(path, prefix+"/")
+	if !ok {
+		return Key{}, fmt.Errorf("key %q is not under prefix %q", path, prefix)
+	}
+	parts := strings.Split(rest, "/")
+	var k Key
+	switch {
+	case len(parts) == 2 && parts[1] == "mesh":
+		k = Key{Kind: KindMesh, Mesh: parts[0]}
+	case len(parts) == 3 && parts[1] == "scopes":
+		k = Key{Kind: KindScope, Mesh: parts[0], Name: parts[2]}
+	case len(parts) == 4 && parts[1] == "policies":
+		k = Key{Kind: KindPolicy, Mesh: parts[0], Type: parts[2], Name: parts[3]}
+	default:
+		return Key{}, fmt.Errorf("key %q is not <mesh>/mesh, <mesh>/scopes/<name> or <mesh>/policies/<type>/<name>", rest)
+	}
+	names := []string{k.Mesh}
+	switch k.Kind {
+	case KindScope:
+		names = append(names, k.Name)
+	case KindPolicy:
+		names = append(names, k.Type, k.Name)
+	}
+	for _, s := range names {
+		if err := checkName(s); err != nil {
+			return Key{}, fmt.Errorf("key %q: %v", rest, err)
+		}
+	}
+	return k, nil
+}

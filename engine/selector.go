@@ -1,0 +1,245 @@
+package engine
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// Tags are a workload's tags.
+type Tags = map[string]string
+
+// ServiceTag and NameTag are the Kuma tags targetRef kinds compile to.
+const (
+	ServiceTag = "kuma.io/service"
+	NameTag    = "kuma.io/name"
+)
+
+// matcher is a compiled selector. Entries are kept in slices (not maps): they are
+// few, and a slice is smaller and faster to walk than a map.
+type matcher struct {
+	exact   []tagKV  // match entries with a concrete value, and In with one value
+	present []string // match entries with '*'
+	exprs   []cexpr  // every other expression
+	rank    rank
+}
+
+type tagKV struct{ k, v string }
+
+type cexpr struct {
+	key      string
+	op       Operator
+	values   []string
+	set      map[string]struct{} // In / NotIn with many values
+	prefixes []netip.Prefix
+}
+
+// rank is a selector's specificity (SPEC section 2): exact entries, other entries.
+type rank struct{ exact, wildcard int16 }
+
+func (r rank) total() int16 { return r.exact + r.wildcard }
+
+func (r rank) add(o rank) rank { return rank{r.exact + o.exact, r.wildcard + o.wildcard} }
+
+func compileSelector(s Selector) *matcher {
+	m := &matcher{}
+	keys := make([]string, 0, len(s.Match))
+	for k := range s.Match {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := s.Match[k]
+		if v == "*" {
+			m.present = append(m.present, k)
+			m.rank.wildcard++
+		} else {
+			m.exact = append(m.exact, tagKV{k, v})
+			m.rank.exact++
+		}
+	}
+	for _, e := range s.Expressions {
+		if e.Operator == OpIn && len(e.Values) == 1 {
+			m.exact = append(m.exact, tagKV{e.Key, e.Values[0]})
+			m.rank.exact++
+			continue
+		}
+		m.rank.wildcard++
+		ce := cexpr{key: e.Key, op: e.Operator, values: e.Values}
+		if (e.Operator == OpIn || e.Operator == OpNotIn) && len(e.Values) > 8 {
+			ce.set = make(map[string]struct{}, len(e.Values))
+			for _, v := range e.Values {
+				ce.set[v] = struct{}{}
+			}
+		}
+		if e.Operator == OpCIDR {
+			for _, v := range e.Values {
+				if p, err := parseCIDR(v); err == nil {
+					ce.prefixes = append(ce.prefixes, p)
+				}
+			}
+		}
+		m.exprs = append(m.exprs, ce)
+	}
+	return m
+}
+
+// targetSelector is the selector a targetRef compiles to (SPEC section 3).
+func targetSelector(t TargetRef) Selector {
+	match := map[string]string{}
+	switch t.Kind {
+	case TargetMeshSubset:
+		for k, v := range t.Tags {
+			match[k] = v
+		}
+	case TargetService:
+		match[ServiceTag] = t.Name
+	case TargetServiceSubset:
+		for k, v := range t.Tags {
+			match[k] = v
+		}
+		match[ServiceTag] = t.Name
+	case TargetProxy:
+		match[NameTag] = t.Name
+	}
+	return Selector{Match: match}
+}
+
+// matches reports whether the workload's tags satisfy every part of the selector.
+func (m *matcher) matches(tags Tags) bool {
+	for i := range m.exact {
+		if v, ok := tags[m.exact[i].k]; !ok || v != m.exact[i].v {
+			return false
+		}
+	}
+	for _, k := range m.present {
+		if _, ok := tags[k]; !ok {
+			return false
+		}
+	}
+	for i := range m.exprs {
+		if !m.exprs[i].holds(tags) {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *cexpr) holds(tags Tags) bool {
+	v, ok := tags[e.key]
+	switch e.op {
+	case OpExists:
+		return ok
+	case OpDoesNotExist:
+		return !ok
+	case OpNotIn:
+		return !ok || !e.contains(v)
+	}
+	if !ok {
+		return false
+	}
+	switch e.op {
+	case OpIn:
+		return e.contains(v)
+	case OpPrefix:
+		for _, p := range e.values {
+			if strings.HasPrefix(v, p) {
+				return true
+			}
+		}
+		return false
+	case OpCIDR:
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return false
+		}
+		a = a.Unmap()
+		for _, p := range e.prefixes {
+			if p.Contains(a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (e *cexpr) contains(v string) bool {
+	if e.set != nil {
+		_, ok := e.set[v]
+		return ok
+	}
+	for _, x := range e.values {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// whyNot explains the first part of the selector the workload fails; "" when it
+// matches.
+func (m *matcher) whyNot(tags Tags) string {
+	for _, kv := range m.exact {
+		v, ok := tags[kv.k]
+		if !ok {
+			return fmt.Sprintf("tag %s is missing (want %q)", kv.k, kv.v)
+		}
+		if v != kv.v {
+			return fmt.Sprintf("tag %s is %q, want %q", kv.k, v, kv.v)
+		}
+	}
+	for _, k := range m.present {
+		if _, ok := tags[k]; !ok {
+			return fmt.Sprintf("tag %s is missing (want any value)", k)
+		}
+	}
+	for i := range m.exprs {
+		e := &m.exprs[i]
+		if e.holds(tags) {
+			continue
+		}
+		v, ok := tags[e.key]
+		switch {
+		case e.op == OpDoesNotExist:
+			return fmt.Sprintf("tag %s is present (%q), want it absent", e.key, v)
+		case !ok:
+			return fmt.Sprintf("tag %s is missing (%s %v)", e.key, e.op, e.values)
+		default:
+			return fmt.Sprintf("tag %s is %q, not %s %v", e.key, v, e.op, e.values)
+		}
+	}
+	return ""
+}
+
+// matchesPorts reports whether a flow's protocol and port fall under the entries
+// (SPEC section 2). No entries: all traffic.
+func matchesPorts(entries []PortEntry, proto Protocol, port uint32) bool {
+	if len(entries) == 0 {
+		return true
+	}
+	for i := range entries {
+		if entryMatches(&entries[i], proto, port) {
+			return true
+		}
+	}
+	return false
+}
+
+func entryMatches(e *PortEntry, proto Protocol, port uint32) bool {
+	if e.Protocol != ProtocolAny && e.Protocol != proto {
+		return false
+	}
+	if len(e.ranges) == 0 || proto == ICMP {
+		return true
+	}
+	if port == 0 || port > 65535 {
+		return false
+	}
+	for _, r := range e.ranges {
+		if uint16(port) >= r.lo && uint16(port) <= r.hi {
+			return true
+		}
+	}
+	return false
+}

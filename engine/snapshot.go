@@ -1,0 +1,541 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/verdictpdp/verdict/engine/internal/pmap"
+)
+
+// Snapshot is an immutable, indexed view of every resource at one revision.
+// Readers share it freely without locks; a change makes a new snapshot (Apply)
+// that shares all untouched structure with this one.
+//
+// Structure: meshes (a persistent map) → per mesh its settings, its compiled scope
+// tree, and a persistent map of type partitions → per partition a persistent map
+// of policies and the rule index (see index.go). A policy change rebuilds only
+// the posting lists its rules are filed in and the map paths above them: O(change).
+// A Mesh or Scope change recompiles that one mesh, since a scope's place in the
+// order or its membership can affect every rule in it.
+type Snapshot struct {
+	revision int64
+	meshes   pmap.Map[string, *meshState]
+	broken   pmap.Map[string, *InvalidResource] // stored values that failed to decode
+	count    int                                // decoded resources, valid or not
+}
+
+// InvalidResource is a stored resource verdict does not use: a value that failed
+// to decode or validate, or a valid resource in conflict with an earlier one
+// (SPEC section 8).
+type InvalidResource struct {
+	Path        string // the key without prefix: "default/policies/TrafficLog/x"
+	Key         Key    // zero when the path itself is not a valid key
+	Resource    Resource
+	Err         error
+	ModRevision int64
+}
+
+// Change is one event: a put (Resource set), a delete (Resource nil, Err nil), or
+// a stored value that failed to decode (Err set; the key holds nothing usable).
+type Change struct {
+	Path     string // the key without prefix; Key.String() when Key is set
+	Key      Key
+	Resource Resource
+	Err      error
+	// ModRevision of a broken value (Err set).
+	ModRevision int64
+}
+
+// Put returns the change that stores r.
+func Put(r Resource) Change { return Change{Path: r.Key().String(), Key: r.Key(), Resource: r} }
+
+// Delete returns the change that removes the resource at k.
+func Delete(k Key) Change { return Change{Path: k.String(), Key: k} }
+
+func newSnapshot() *Snapshot {
+	return &Snapshot{
+		meshes: pmap.New[string, *meshState](pmap.StringHash),
+		broken: pmap.New[string, *InvalidResource](pmap.StringHash),
+	}
+}
+
+// Build compiles resources into a snapshot at revision.
+func Build(revision int64, resources []Resource) *Snapshot {
+	changes := make([]Change, len(resources))
+	for i, r := range resources {
+		changes[i] = Put(r)
+	}
+	return newSnapshot().Apply(revision, changes)
+}
+
+// Empty returns a snapshot with no resources.
+func Empty() *Snapshot { return newSnapshot() }
+
+// Revision returns the revision the snapshot reflects.
+func (s *Snapshot) Revision() int64 { return s.revision }
+
+// Len returns the number of resources, valid or not, broken values included.
+func (s *Snapshot) Len() int { return s.count + s.broken.Len() }
+
+// Apply returns the snapshot after changes, at revision. Later changes to one key
+// win over earlier ones. s is not modified.
+func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
+	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, count: s.count}
+	if len(changes) == 0 {
+		return out
+	}
+	// Last change per path wins; keep first-seen order for determinism.
+	last := make(map[string]int, len(changes))
+	for i, c := range changes {
+		if c.Path == "" && c.Resource != nil {
+			changes[i].Path = c.Resource.Key().String()
+			changes[i].Key = c.Resource.Key()
+		}
+		last[changes[i].Path] = i
+	}
+	bb := s.broken.Builder()
+	byMesh := map[string][]Change{}
+	var meshOrder []string
+	for i, c := range changes {
+		if last[c.Path] != i {
+			continue
+		}
+		if c.Err != nil {
+			bb.Set(c.Path, &InvalidResource{Path: c.Path, Key: c.Key, Err: c.Err, ModRevision: c.ModRevision})
+		} else {
+			bb.Delete(c.Path)
+		}
+		if c.Key.Kind == 0 {
+			continue // an unparseable key: nothing in any mesh
+		}
+		if _, ok := byMesh[c.Key.Mesh]; !ok {
+			meshOrder = append(meshOrder, c.Key.Mesh)
+		}
+		byMesh[c.Key.Mesh] = append(byMesh[c.Key.Mesh], c)
+	}
+	out.broken = bb.Map()
+	mb := s.meshes.Builder()
+	for _, name := range meshOrder {
+		old, _ := mb.Get(name)
+		nm := old.apply(name, byMesh[name])
+		if old != nil {
+			out.count -= old.count
+		}
+		if nm == nil {
+			mb.Delete(name)
+			continue
+		}
+		out.count += nm.count
+		mb.Set(name, nm)
+	}
+	out.meshes = mb.Map()
+	return out
+}
+
+// meshState is one mesh: its settings, scopes and type partitions.
+type meshState struct {
+	name      string
+	doc       *Mesh // nil: implicit, with defaults
+	settings  meshSettings
+	scopeDocs pmap.Map[string, *Scope]
+	scopes    *scopeTable
+	types     pmap.Map[string, *typeState]
+	count     int // resources of the mesh, valid or not
+}
+
+// apply returns the mesh after changes; nil when it holds no resource.
+func (m *meshState) apply(name string, changes []Change) *meshState {
+	rebuild := m == nil
+	for _, c := range changes {
+		if c.Key.Kind != KindPolicy {
+			rebuild = true
+		}
+	}
+	if rebuild {
+		return rebuildMesh(name, m, changes)
+	}
+	out := *m
+	byType := map[string][]Change{}
+	var typeOrder []string
+	for _, c := range changes {
+		if _, ok := byType[c.Key.Type]; !ok {
+			typeOrder = append(typeOrder, c.Key.Type)
+		}
+		byType[c.Key.Type] = append(byType[c.Key.Type], c)
+	}
+	tb := m.types.Builder()
+	for _, t := range typeOrder {
+		old, _ := tb.Get(t)
+		nt := old.apply(t, &out, byType[t])
+		if old != nil {
+			out.count -= old.policies.Len()
+		}
+		if nt == nil {
+			tb.Delete(t)
+			continue
+		}
+		out.count += nt.policies.Len()
+		tb.Set(t, nt)
+	}
+	out.types = tb.Map()
+	if out.count == 0 {
+		return nil
+	}
+	return &out
+}
+
+// rebuildMesh compiles a mesh from scratch: its resources in old plus changes.
+func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
+	var doc *Mesh
+	scopes := pmap.New[string, *Scope](pmap.StringHash)
+	policies := map[string][]*Policy{}
+	if old != nil {
+		doc = old.doc
+		scopes = old.scopeDocs
+		old.types.Range(func(t string, ts *typeState) bool {
+			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
+				policies[t] = append(policies[t], cp.p)
+				return true
+			})
+			return true
+		})
+	}
+	sb := scopes.Builder()
+	for _, c := range changes {
+		switch c.Key.Kind {
+		case KindMesh:
+			doc, _ = c.Resource.(*Mesh)
+		case KindScope:
+			if s, ok := c.Resource.(*Scope); ok {
+				sb.Set(c.Key.Name, s)
+			} else {
+				sb.Delete(c.Key.Name)
+			}
+		case KindPolicy:
+			list := policies[c.Key.Type]
+			for i, p := range list {
+				if p.Name == c.Key.Name {
+					list = append(list[:i:i], list[i+1:]...)
+					break
+				}
+			}
+			if p, ok := c.Resource.(*Policy); ok {
+				list = append(list, p)
+			}
+			policies[c.Key.Type] = list
+		}
+	}
+	m := &meshState{name: name, doc: doc, settings: settingsOf(doc), scopeDocs: sb.Map(),
+		types: pmap.New[string, *typeState](pmap.StringHash)}
+	var scopeList []*Scope
+	m.scopeDocs.Range(func(_ string, s *Scope) bool {
+		scopeList = append(scopeList, s)
+		return true
+	})
+	sort.Slice(scopeList, func(i, j int) bool { return scopeList[i].Name < scopeList[j].Name })
+	m.scopes = buildScopes(scopeList)
+	m.count = len(scopeList)
+	if doc != nil {
+		m.count++
+	}
+	tb := m.types.Builder()
+	for t, list := range policies {
+		if len(list) == 0 {
+			continue
+		}
+		ts := buildType(t, m, list)
+		m.count += ts.policies.Len()
+		tb.Set(t, ts)
+	}
+	m.types = tb.Map()
+	if m.count == 0 {
+		return nil
+	}
+	return m
+}
+
+// typeState is the partition of one mesh and type: its policies and rule index.
+type typeState struct {
+	name     string
+	policies pmap.Map[string, *compiledPolicy]
+	// counts over the policies whose scope reference is valid
+	counts formCounts
+	// counts over the valid policies
+	valid      formCounts
+	conflicted bool // some policies are invalid for mixing forms; every change re-checks all
+	invalid    int
+	rules      *ruleIndex
+	attachIn   *ruleIndex // targetRef policies with from items, by their targetRef
+	attachOut  *ruleIndex // targetRef policies with to items, by their targetRef
+	scopeRules []int32    // valid S&D rules per scope ord; [0] = the mesh root
+}
+
+type formCounts struct {
+	policies, sd, tr, from, to, items, blocks int
+}
+
+func (c *formCounts) add(p *Policy, d int) {
+	c.policies += d
+	if p.TargetRef == nil {
+		c.sd += d
+	} else {
+		c.tr += d
+	}
+	if len(p.From) > 0 {
+		c.from += d
+	}
+	if len(p.To) > 0 {
+		c.to += d
+	}
+	if p.hasItems() {
+		c.items += d
+	}
+	if p.hasBlocks() {
+		c.blocks += d
+	}
+}
+
+func (c *formCounts) mixed() bool {
+	return (c.sd > 0 && c.tr > 0) || (c.items > 0 && c.blocks > 0)
+}
+
+// scopeCheck returns the scope a policy names, or why it cannot be used.
+func (m *meshState) scopeCheck(p *Policy) (*scopeInfo, string) {
+	if p.Scope == "" {
+		return nil, ""
+	}
+	si, ok := m.scopes.byName[p.Scope]
+	if ok {
+		return si, ""
+	}
+	if why, bad := m.scopes.invalid[p.Scope]; bad {
+		return nil, fmt.Sprintf("scope %q is invalid (%s)", p.Scope, why)
+	}
+	return nil, fmt.Sprintf("scope %q does not exist in mesh %q", p.Scope, p.Mesh)
+}
+
+// buildType compiles a type partition from scratch.
+func buildType(name string, m *meshState, list []*Policy) *typeState {
+	ts := &typeState{name: name, policies: pmap.New[string, *compiledPolicy](pmap.StringHash)}
+	pb := ts.policies.Builder()
+	entries := make([]*compiledPolicy, 0, len(list))
+	for _, p := range list {
+		si, why := m.scopeCheck(p)
+		var cp *compiledPolicy
+		if why != "" {
+			cp = &compiledPolicy{p: p, err: why}
+		} else {
+			cp = compilePolicy(p, &m.settings, si)
+			ts.counts.add(p, 1)
+		}
+		entries = append(entries, cp)
+		pb.Set(p.Name, cp)
+	}
+	ts.policies = pb.Map()
+	if ts.counts.mixed() {
+		ts.conflicted = true
+		resolveConflicts(entries)
+	}
+	ts.index(m, entries)
+	return ts
+}
+
+// index fills a freshly built partition's counts and indexes from its entries.
+func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
+	ts.scopeRules = make([]int32, m.scopes.size()+1)
+	var rules, in, out []*rule
+	ts.valid = formCounts{}
+	ts.invalid = 0
+	for _, cp := range entries {
+		if cp.err != "" {
+			ts.invalid++
+			continue
+		}
+		ts.valid.add(cp.p, 1)
+		rules = append(rules, cp.rules...)
+		if cp.p.TargetRef == nil {
+			ts.scopeRules[cp.scopeOrd()] += int32(len(cp.rules))
+		}
+		for _, a := range cp.attach {
+			if a.sides == sideIn {
+				in = append(in, a)
+			} else {
+				out = append(out, a)
+			}
+		}
+	}
+	ts.rules = buildIndex(rules, endSrc|endDst)
+	ts.attachIn = buildIndex(in, endDst)
+	ts.attachOut = buildIndex(out, endSrc)
+}
+
+func (cp *compiledPolicy) scopeOrd() int32 {
+	if cp.scope == nil {
+		return 0
+	}
+	return cp.scope.ord
+}
+
+// resolveConflicts marks the later-written offenders of a partition whose
+// policies mix forms (SPEC section 8): the earliest-written policy's form stands.
+func resolveConflicts(entries []*compiledPolicy) {
+	var live []*compiledPolicy
+	for _, cp := range entries {
+		if cp.err == "" {
+			live = append(live, cp)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool { return writtenBefore(live[i].p, live[j].p) })
+	var first *compiledPolicy
+	for _, cp := range live {
+		if first == nil {
+			first = cp
+			continue
+		}
+		if cp.p.IsTargetRef() != first.p.IsTargetRef() {
+			cp.err = fmt.Sprintf("mixes forms in type %s: it uses %s, but the earlier policy %q uses %s",
+				cp.p.Type, formName(cp.p), first.p.Name, formName(first.p))
+		}
+	}
+	var firstKind *compiledPolicy
+	for _, cp := range live {
+		if cp.err != "" || !(cp.p.hasItems() || cp.p.hasBlocks()) {
+			continue
+		}
+		if firstKind == nil {
+			firstKind = cp
+			continue
+		}
+		if cp.p.hasItems() != firstKind.p.hasItems() {
+			cp.err = fmt.Sprintf("mixes from/to items and defaults/overrides blocks in type %s: it has %s, but the earlier policy %q has %s",
+				cp.p.Type, blockKind(cp.p), firstKind.p.Name, blockKind(firstKind.p))
+		}
+	}
+}
+
+func writtenBefore(a, b *Policy) bool {
+	if a.Meta.ModRevision != b.Meta.ModRevision {
+		return a.Meta.ModRevision < b.Meta.ModRevision
+	}
+	return a.Name < b.Name
+}
+
+func formName(p *Policy) string {
+	if p.IsTargetRef() {
+		return "targetRef"
+	}
+	return "sources/destinations"
+}
+
+func blockKind(p *Policy) string {
+	if p.hasItems() {
+		return "from/to items"
+	}
+	return "defaults/overrides blocks"
+}
+
+// apply returns the partition after policy changes; nil when it holds none.
+func (ts *typeState) apply(name string, m *meshState, changes []Change) *typeState {
+	if ts == nil {
+		var list []*Policy
+		for _, c := range changes {
+			if p, ok := c.Resource.(*Policy); ok {
+				list = append(list, p)
+			}
+		}
+		if len(list) == 0 {
+			return nil
+		}
+		return buildType(name, m, list)
+	}
+	out := *ts
+	pb := ts.policies.Builder()
+	var removed, added []*compiledPolicy
+	for _, c := range changes {
+		if old, ok := pb.Get(c.Key.Name); ok {
+			removed = append(removed, old)
+			if old.scopeValid(m) {
+				out.counts.add(old.p, -1)
+			}
+			pb.Delete(c.Key.Name)
+		}
+		p, ok := c.Resource.(*Policy)
+		if !ok {
+			continue
+		}
+		si, why := m.scopeCheck(p)
+		var cp *compiledPolicy
+		if why != "" {
+			cp = &compiledPolicy{p: p, err: why}
+		} else {
+			cp = compilePolicy(p, &m.settings, si)
+			out.counts.add(p, 1)
+		}
+		added = append(added, cp)
+		pb.Set(p.Name, cp)
+	}
+	out.policies = pb.Map()
+	if out.policies.Len() == 0 {
+		return nil
+	}
+	if ts.conflicted || out.counts.mixed() {
+		// The validity of other policies may change: recompile the partition.
+		// (Rules are never shared between two indexes: an index owns its rules' terms.)
+		var list []*Policy
+		out.policies.Range(func(_ string, cp *compiledPolicy) bool {
+			list = append(list, cp.p)
+			return true
+		})
+		return buildType(name, m, list)
+	}
+	var rulesGone, rulesNew, inGone, inNew, outGone, outNew []*rule
+	scopeRules := append([]int32(nil), ts.scopeRules...)
+	for _, cp := range removed {
+		if cp.err != "" {
+			out.invalid--
+			continue
+		}
+		out.valid.add(cp.p, -1)
+		rulesGone = append(rulesGone, cp.rules...)
+		if cp.p.TargetRef == nil {
+			scopeRules[cp.scopeOrd()] -= int32(len(cp.rules))
+		}
+		for _, a := range cp.attach {
+			if a.sides == sideIn {
+				inGone = append(inGone, a)
+			} else {
+				outGone = append(outGone, a)
+			}
+		}
+	}
+	for _, cp := range added {
+		if cp.err != "" {
+			out.invalid++
+			continue
+		}
+		out.valid.add(cp.p, 1)
+		rulesNew = append(rulesNew, cp.rules...)
+		if cp.p.TargetRef == nil {
+			scopeRules[cp.scopeOrd()] += int32(len(cp.rules))
+		}
+		for _, a := range cp.attach {
+			if a.sides == sideIn {
+				inNew = append(inNew, a)
+			} else {
+				outNew = append(outNew, a)
+			}
+		}
+	}
+	out.scopeRules = scopeRules
+	out.rules = ts.rules.update(rulesGone, rulesNew)
+	out.attachIn = ts.attachIn.update(inGone, inNew)
+	out.attachOut = ts.attachOut.update(outGone, outNew)
+	return &out
+}
+
+// scopeValid reports whether the policy's scope reference holds in m (an entry
+// can be invalid for its scope or for a form conflict).
+func (cp *compiledPolicy) scopeValid(m *meshState) bool {
+	_, why := m.scopeCheck(cp.p)
+	return why == ""
+}
