@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sort"
 
@@ -21,8 +23,13 @@ type Snapshot struct {
 	revision int64
 	meshes   pmap.Map[string, *meshState]
 	broken   pmap.Map[string, *InvalidResource] // stored values that failed to decode
+	hashes   pmap.Map[string, valueHash]        // per key, the SHA-256 of its stored value (for Digest)
 	count    int                                // decoded resources, valid or not
 }
+
+// valueHash is the SHA-256 of a stored value; zero when the change carried no
+// stored bytes (Digest then hashes the resource's canonical encoding).
+type valueHash [32]byte
 
 // InvalidResource is a stored resource verdict does not use: a value that failed
 // to decode or validate, or a valid resource in conflict with an earlier one
@@ -32,6 +39,7 @@ type InvalidResource struct {
 	Key         Key    // zero when the path itself is not a valid key
 	Resource    Resource
 	Err         error
+	Value       []byte // the stored bytes of a broken value
 	ModRevision int64
 }
 
@@ -42,6 +50,8 @@ type Change struct {
 	Key      Key
 	Resource Resource
 	Err      error
+	// Value is the stored bytes, when the change comes from a store; Digest uses them.
+	Value []byte
 	// ModRevision of a broken value (Err set).
 	ModRevision int64
 }
@@ -56,6 +66,7 @@ func newSnapshot() *Snapshot {
 	return &Snapshot{
 		meshes: pmap.New[string, *meshState](pmap.StringHash),
 		broken: pmap.New[string, *InvalidResource](pmap.StringHash),
+		hashes: pmap.New[string, valueHash](pmap.StringHash),
 	}
 }
 
@@ -80,7 +91,7 @@ func (s *Snapshot) Len() int { return s.count + s.broken.Len() }
 // Apply returns the snapshot after changes, at revision. Later changes to one key
 // win over earlier ones. s is not modified.
 func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
-	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, count: s.count}
+	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, hashes: s.hashes, count: s.count}
 	if len(changes) == 0 {
 		return out
 	}
@@ -94,6 +105,7 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 		last[changes[i].Path] = i
 	}
 	bb := s.broken.Builder()
+	hb := s.hashes.Builder()
 	byMesh := map[string][]Change{}
 	var meshOrder []string
 	for i, c := range changes {
@@ -101,9 +113,17 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 			continue
 		}
 		if c.Err != nil {
-			bb.Set(c.Path, &InvalidResource{Path: c.Path, Key: c.Key, Err: c.Err, ModRevision: c.ModRevision})
+			bb.Set(c.Path, &InvalidResource{Path: c.Path, Key: c.Key, Err: c.Err, Value: c.Value, ModRevision: c.ModRevision})
 		} else {
 			bb.Delete(c.Path)
+		}
+		switch {
+		case c.Err == nil && c.Resource == nil:
+			hb.Delete(c.Path)
+		case c.Value != nil:
+			hb.Set(c.Path, sha256.Sum256(c.Value))
+		default:
+			hb.Set(c.Path, valueHash{})
 		}
 		if c.Key.Kind == 0 {
 			continue // an unparseable key: nothing in any mesh
@@ -114,6 +134,7 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 		byMesh[c.Key.Mesh] = append(byMesh[c.Key.Mesh], c)
 	}
 	out.broken = bb.Map()
+	out.hashes = hb.Map()
 	mb := s.meshes.Builder()
 	for _, name := range meshOrder {
 		old, _ := mb.Get(name)
@@ -538,4 +559,41 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change) *typeSta
 func (cp *compiledPolicy) scopeValid(m *meshState) bool {
 	_, why := m.scopeCheck(cp.p)
 	return why == ""
+}
+
+// Digest is SHA-256 over every key and its stored value, sorted by key: the hex
+// SHA-256 of the concatenation, in key byte order, of
+// key + " " + hex(SHA-256(value)) + "\n", where key is the path without prefix.
+// Equal digests on two replicas mean equal contents (PolicyService.Status). A
+// resource that came without stored bytes (offline) counts with its canonical
+// encoding (EncodeJSON).
+func (s *Snapshot) Digest() string {
+	type kv struct {
+		path string
+		h    valueHash
+	}
+	entries := make([]kv, 0, s.hashes.Len())
+	s.hashes.Range(func(p string, h valueHash) bool {
+		entries = append(entries, kv{p, h})
+		return true
+	})
+	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
+	d := sha256.New()
+	for _, e := range entries {
+		h := e.h
+		if h == (valueHash{}) {
+			if k, err := ParseKey("", "/"+e.path); err == nil {
+				if entry, ok := s.Get(k); ok {
+					if b, err := EncodeJSON(entry.Resource); err == nil {
+						h = sha256.Sum256(b)
+					}
+				}
+			}
+		}
+		d.Write([]byte(e.path))
+		d.Write([]byte{' '})
+		d.Write([]byte(hex.EncodeToString(h[:])))
+		d.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(d.Sum(nil))
 }

@@ -1,0 +1,144 @@
+// Package store is verdict's source of truth: resources kept under one key each
+// (SPEC section 8), written in transactions and followed with a watch.
+//
+// The Store interface is implemented by store/etcd (the real one, on etcd) and
+// store/memory (for unit tests); store/storetest runs one contract suite against
+// both. Values are the resources' canonical JSON (engine.EncodeJSON), readable
+// with `etcdctl get`. A stored value that fails to decode or validate is never an
+// error of a read or of the watch: it comes back as an engine.Change with Err set
+// (and in List with its error), and everything else goes on.
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+// Errors of the store. Match them with errors.Is; server/errors.go maps them to
+// gRPC codes.
+var (
+	// ErrNotFound: Get of a key that holds nothing.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: an Op's ExpectedRevision did not hold (optimistic concurrency).
+	// The error names the key; nothing was written.
+	ErrConflict = errors.New("revision conflict")
+	// ErrTooLarge: the write needs more than one etcd transaction (more than
+	// MaxOps operations or MaxTxnBytes bytes). Nothing was written.
+	ErrTooLarge = errors.New("write too large for one transaction")
+	// ErrCompacted: a watch or a read at a revision the store no longer has.
+	ErrCompacted = errors.New("revision compacted")
+	// ErrUnavailable: the store cannot be reached now (after the call's deadline).
+	ErrUnavailable = errors.New("store unavailable")
+)
+
+// Limits of one transaction: etcd's defaults (--max-txn-ops, --max-request-bytes).
+const (
+	MaxOps      = 128
+	MaxTxnBytes = 1536 * 1024
+)
+
+// Expected revision values of an Op besides a real mod revision.
+const (
+	AnyRevision int64 = 0  // no check
+	MustNotExist int64 = -1 // create only
+)
+
+// Op is one write of an Apply: a put of Resource, or a delete of Key when
+// Resource is nil.
+type Op struct {
+	Key      engine.Key
+	Resource engine.Resource // nil: delete
+	// ExpectedRevision: AnyRevision, MustNotExist, or the mod revision the key
+	// must hold now (a delete with a revision deletes only that version).
+	ExpectedRevision int64
+}
+
+// Item is a stored resource as read back.
+type Item struct {
+	Key            engine.Key
+	Path           string          // the key without prefix
+	Resource       engine.Resource // nil when Err is set
+	Err            error           // why the stored value is unusable
+	Value          []byte          // the stored bytes
+	CreateRevision int64
+	ModRevision    int64
+}
+
+// ListOptions selects a page of a List.
+type ListOptions struct {
+	// Prefix restricts the list to keys starting with it (without the store's
+	// prefix): "default/", "default/policies/TrafficLog/".
+	Prefix string
+	// Limit is the page size; 0 means the store's default (1000).
+	Limit int
+	// PageToken continues a list; empty starts one.
+	PageToken string
+	// Revision pins the list; 0 means the current revision. Every page of one
+	// list is read at the revision of its first page.
+	Revision int64
+}
+
+// ListPage is one page of a List.
+type ListPage struct {
+	Items         []Item
+	Revision      int64  // the revision every page of this list is read at
+	NextPageToken string // empty on the last page
+}
+
+// Event is one step of a watch (see Store.Watch).
+type Event struct {
+	// Revision the store is at after this event.
+	Revision int64
+	// Reset: Changes hold the whole state at Revision (the first list, or a
+	// re-list after compaction or reconnection); keys not in it are deleted.
+	Reset bool
+	// Changes are puts, deletes and broken values, in revision order.
+	Changes []engine.Change
+	// Progress: no change; the store is known to be current at Revision.
+	Progress bool
+}
+
+// Store is verdict's persistence.
+type Store interface {
+	// Apply writes every op in one transaction, atomically, and returns the
+	// revision of the write. Puts are stamped: creationTime is kept from the
+	// stored value on update and set to now on create, modificationTime is now
+	// (both UTC, only where the resource does not carry them already for a
+	// create). It fails with ErrConflict when an expected revision does not hold,
+	// ErrTooLarge when the ops do not fit one transaction, and never writes
+	// partially. Resources are validated by the caller; Apply only encodes them.
+	Apply(ctx context.Context, ops []Op) (revision int64, err error)
+
+	// Get reads one key: ErrNotFound when it holds nothing. A value that does not
+	// decode is returned as an Item with Err set, not as an error.
+	Get(ctx context.Context, key engine.Key) (Item, error)
+
+	// List reads a page of keys in key order, all pages of one list at one
+	// revision. ErrCompacted when that revision is gone.
+	List(ctx context.Context, opts ListOptions) (ListPage, error)
+
+	// Watch follows the store from a revision. fromRevision 0 starts with a Reset
+	// event holding the whole state; otherwise the first events are the changes
+	// after fromRevision, or a Reset if fromRevision was compacted. Events arrive
+	// in revision order; none is lost or repeated: after any interruption
+	// (compaction, a lost connection, a silent watch) the store re-lists and sends
+	// a Reset. The channel is closed when ctx ends, and only then.
+	Watch(ctx context.Context, fromRevision int64) <-chan Event
+
+	// Health reports whether the store is reachable and current, as last seen.
+	Health() Health
+
+	// Close releases the store's connections; watches end.
+	Close() error
+}
+
+// Health is the store's view of its own freshness.
+type Health struct {
+	Connected bool
+	// Revision is the newest revision the store has seen.
+	Revision int64
+	// Err is the last error talking to the store, if it is not connected.
+	Err error
+}
