@@ -490,6 +490,9 @@ func decodeScope(o *obj) *Scope {
 	s.Selectors = decodeSelectors(o, "selectors", true)
 	s.CatchAll = o.action("catchAll")
 	if l, ok := o.list("catchAllTypes"); ok {
+		if len(l) == 0 {
+			o.errs.add(o.field("catchAllTypes"), "must name at least one type (leave it out for [TrafficPermission]; leave catchAll out for none)")
+		}
 		s.CatchAllTypes = make([]string, 0, len(l))
 		for i, v := range l {
 			t, ok := scalarText(v)
@@ -504,8 +507,6 @@ func decodeScope(o *obj) *Scope {
 			}
 			s.CatchAllTypes = append(s.CatchAllTypes, t)
 		}
-	} else if _, given := o.m["catchAllTypes"]; given && o.m["catchAllTypes"] == nil {
-		s.CatchAllTypes = nil
 	}
 	s.Enforced = o.boolean("enforced", true)
 	s.Meta = o.meta()

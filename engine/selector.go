@@ -19,6 +19,7 @@ const (
 // matcher is a compiled selector. Entries are kept in slices (not maps): they are
 // few, and a slice is smaller and faster to walk than a map.
 type matcher struct {
+	sel     Selector // as written
 	exact   []tagKV  // match entries with a concrete value, and In with one value
 	present []string // match entries with '*'
 	exprs   []cexpr  // every other expression
@@ -43,7 +44,7 @@ func (r rank) total() int16 { return r.exact + r.wildcard }
 func (r rank) add(o rank) rank { return rank{r.exact + o.exact, r.wildcard + o.wildcard} }
 
 func compileSelector(s Selector) *matcher {
-	m := &matcher{}
+	m := &matcher{sel: s}
 	keys := make([]string, 0, len(s.Match))
 	for k := range s.Match {
 		keys = append(keys, k)

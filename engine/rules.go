@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"fmt"
+	"reflect"
+)
+
+// RuleView is one rule of a workload's ordered rule list (WatchRules): what a
+// firewall agent needs to enforce it on its side.
+type RuleView struct {
+	Policy   string
+	Scope    string
+	Phase    string // Absolute, Default, CatchAll
+	Priority int32
+	Rule     string     // "sources[0]/destinations[1]", "from[2]", "catchAll"
+	Peer     []Selector // the other end's selector; empty: any workload
+	Ports    []PortEntry
+	Action   Action
+}
+
+// SideRules are the rules of one side of a workload, in decision order, and what
+// happens to a flow none of them matches.
+type SideRules struct {
+	Rules []RuleView
+	// Fallback is the action for a flow no rule matches, with its reason
+	// (DEFAULT_ACTION, UNENFORCED or NOT_APPLICABLE).
+	Fallback       Action
+	FallbackReason Reason
+	// Combine is the type's combining algorithm; under DenyOverrides any
+	// matching DENY wins whatever its position.
+	Combine Combine
+}
+
+// RuleSet is a workload's rules: inbound (flows to it) and outbound (flows from it).
+type RuleSet struct {
+	Inbound  SideRules
+	Outbound SideRules
+}
+
+// Equal reports whether two rule sets would make an agent enforce the same thing.
+func (a RuleSet) Equal(b RuleSet) bool { return reflect.DeepEqual(a, b) }
+
+// RulesFor returns the ordered rules that concern a workload (SPEC section 7,
+// WatchRules): on the outbound side, the candidate rules whose source selector
+// matches it; on the inbound side, those whose destination selector matches it;
+// catch-alls last. A side whose most specific scope is not enforced, or that is
+// not applicable, has no rules and says so in its fallback.
+func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	if typ == "" {
+		typ = DefaultType
+	}
+	ms, ok := s.meshes.Get(mesh)
+	if !ok {
+		return RuleSet{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
+	}
+	ts, _ := ms.types.Get(typ)
+	set := ms.settings.forType(typ)
+	f := &flow{src: workload, dst: workload}
+	sc := &scratch{}
+	sc.reset(ms.scopes.size())
+	if ms.scopes.size() > 0 {
+		sc.computeMembers(ms.scopes, 0, workload)
+		sc.computeMembers(ms.scopes, 1, workload)
+	}
+	var out RuleSet
+	for side := 0; side < 2; side++ {
+		sr := SideRules{Combine: set.combine}
+		switch {
+		case ts.notApplicable(side):
+			sr.Fallback, sr.FallbackReason = Allow, ReasonNotApplicable
+		case ms.unenforcedScope(sc, side):
+			sr.Fallback, sr.FallbackReason = set.unenforcedAction, ReasonUnenforced
+		default:
+			cands, _ := ms.candidates(ts, typ, f, sc, side)
+			for _, r := range cands {
+				own, peer := r.src, r.dst
+				if side == 1 {
+					own, peer = r.dst, r.src
+				}
+				if own != nil && !own.matches(workload) {
+					continue
+				}
+				v := RuleView{Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
+					Priority: r.key.priority, Rule: r.id, Ports: r.ports, Action: r.action}
+				if peer != nil && (len(peer.exact)+len(peer.present)+len(peer.exprs) > 0) {
+					v.Peer = []Selector{peer.sel}
+				}
+				sr.Rules = append(sr.Rules, v)
+			}
+			sr.Fallback, sr.FallbackReason = set.defaultAction, ReasonDefaultAction
+			if len(cands) == 0 {
+				sr.Fallback, sr.FallbackReason = set.unenforcedAction, ReasonUnenforced
+			}
+		}
+		if side == 0 {
+			out.Outbound = sr
+		} else {
+			out.Inbound = sr
+		}
+	}
+	return out, nil
+}
