@@ -208,11 +208,13 @@ func buildScopes(docs []*Scope) *scopeTable {
 			t.unenforced = true
 		}
 	}
-	var members []*rule
 	for _, si := range t.list {
 		if si.doc.Parent != "" {
 			si.parent = t.byName[si.doc.Parent].ord
 		}
+	}
+	var members []*rule
+	for _, si := range t.list {
 		for p := si.parent; p != 0; p = t.list[p-1].parent {
 			si.ancestors = append(si.ancestors, p)
 		}

@@ -1,0 +1,367 @@
+package engine_test
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+// choices feeds the generator: the fuzzer's bytes first, then a PRNG seeded from
+// them, so a short input still describes a whole policy set and every mutation
+// of it changes one.
+type choices struct {
+	data []byte
+	rng  *rand.Rand
+}
+
+func newChoices(data []byte) *choices {
+	h := fnv.New64a()
+	h.Write(data)
+	return &choices{data: data, rng: rand.New(rand.NewPCG(h.Sum64(), 7))}
+}
+
+func (c *choices) n(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	if len(c.data) > 0 {
+		b := c.data[0]
+		c.data = c.data[1:]
+		return int(b) % n
+	}
+	return c.rng.IntN(n)
+}
+
+func (c *choices) chance(percent int) bool { return c.n(100) < percent }
+
+var (
+	genKeys   = []string{"app", "env", "tier", "kuma.io/service", "version", "ip"}
+	genValues = map[string][]string{
+		"app": {"web", "api", "db"}, "env": {"prod", "dev", "stage"}, "tier": {"front", "back", "data"},
+		"kuma.io/service": {"web", "backend", "redis"}, "version": {"v1", "v2", "v3"},
+		"ip": {"10.0.0.1", "10.0.1.5", "192.168.1.1"},
+	}
+)
+
+func (c *choices) tags() engine.Tags {
+	t := engine.Tags{}
+	for _, k := range genKeys {
+		if c.chance(55) {
+			vals := genValues[k]
+			t[k] = vals[c.n(len(vals))]
+		}
+	}
+	return t
+}
+
+func (c *choices) selector() engine.Selector {
+	var s engine.Selector
+	if n := c.n(3); n > 0 {
+		s.Match = map[string]string{}
+		for i := 0; i < n; i++ {
+			k := genKeys[c.n(len(genKeys)-1)] // not ip
+			v := "*"
+			if c.chance(70) {
+				v = genValues[k][c.n(3)]
+			}
+			s.Match[k] = v
+		}
+	}
+	if c.chance(30) {
+		k := genKeys[c.n(len(genKeys))]
+		e := engine.Expression{Key: k}
+		switch c.n(6) {
+		case 0:
+			e.Operator = engine.OpIn
+			e.Values = []string{genValues[k][c.n(3)]}
+			if c.chance(50) {
+				e.Values = append(e.Values, genValues[k][c.n(3)])
+			}
+		case 1:
+			e.Operator = engine.OpNotIn
+			e.Values = []string{genValues[k][c.n(3)]}
+		case 2:
+			e.Operator = engine.OpExists
+		case 3:
+			e.Operator = engine.OpDoesNotExist
+		case 4:
+			e.Operator = engine.OpPrefix
+			e.Values = []string{genValues[k][c.n(3)][:1]}
+		case 5:
+			e.Key, e.Operator = "ip", engine.OpCIDR
+			e.Values = []string{[]string{"10.0.0.0/16", "10.0.1.0/24", "192.168.0.0/16"}[c.n(3)]}
+		}
+		s.Expressions = append(s.Expressions, e)
+	}
+	return s
+}
+
+func (c *choices) action() engine.Action {
+	return []engine.Action{engine.ActionUnset, engine.Allow, engine.Deny, engine.Deny}[c.n(4)]
+}
+
+func (c *choices) targetRef() engine.TargetRef {
+	switch c.n(5) {
+	case 0:
+		return engine.TargetRef{Kind: engine.TargetMesh}
+	case 1:
+		return engine.TargetRef{Kind: engine.TargetMeshSubset, Tags: map[string]string{"env": genValues["env"][c.n(3)]}}
+	case 2:
+		return engine.TargetRef{Kind: engine.TargetService, Name: genValues["kuma.io/service"][c.n(3)]}
+	case 3:
+		return engine.TargetRef{Kind: engine.TargetServiceSubset, Name: genValues["kuma.io/service"][c.n(3)],
+			Tags: map[string]string{"version": genValues["version"][c.n(3)]}}
+	}
+	return engine.TargetRef{Kind: engine.TargetProxy, Name: genValues["app"][c.n(3)]}
+}
+
+var genTimes = []time.Time{{}, time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2024, 6, 1, 0, 0, 0, 0, time.UTC)}
+
+// genWorld generates one mesh's resources: settings, a few scopes, S&D policies
+// of TrafficPermission and targetRef policies of MeshTrafficPermission.
+func genWorld(c *choices) []engine.Resource {
+	var out []engine.Resource
+	mesh := &engine.Mesh{Name: "m", TieBreak: engine.TieBreak(c.n(3)), ItemOrder: engine.ItemOrder(c.n(2)),
+		DefaultAction: c.action(), UnenforcedAction: c.action()}
+	if c.chance(30) {
+		mesh.Types = map[string]engine.TypeSettings{"TrafficPermission": {Combine: engine.DenyOverrides}}
+	}
+	if c.chance(80) {
+		out = append(out, mesh)
+	}
+	var scopes []string
+	for i, n := 0, c.n(5); i < n; i++ {
+		s := &engine.Scope{Mesh: "m", Name: fmt.Sprintf("s%d", i), Priority: int32(c.n(4)), Enforced: !c.chance(15)}
+		if len(scopes) > 0 && c.chance(40) {
+			s.Parent = scopes[c.n(len(scopes))]
+		}
+		for j, m := 0, 1+c.n(2); j < m; j++ {
+			s.Selectors = append(s.Selectors, c.selector())
+		}
+		if c.chance(50) {
+			s.CatchAll = []engine.Action{engine.Allow, engine.Deny}[c.n(2)]
+			if c.chance(30) {
+				s.CatchAllTypes = []string{"MeshTrafficPermission"}
+			}
+		}
+		scopes = append(scopes, s.Name)
+		out = append(out, s)
+	}
+	for i, n := 0, c.n(9); i < n; i++ {
+		p := &engine.Policy{Mesh: "m", Name: fmt.Sprintf("p%d", i), Type: "TrafficPermission",
+			Priority: int32(c.n(3)), Action: c.action()}
+		if c.chance(25) {
+			p.Rank = engine.RankAbsolute
+		}
+		if len(scopes) > 0 && c.chance(50) {
+			p.Scope = scopes[c.n(len(scopes))]
+		}
+		for j, m := 0, 1+c.n(2); j < m; j++ {
+			p.Sources = append(p.Sources, c.selector())
+		}
+		for j, m := 0, 1+c.n(2); j < m; j++ {
+			p.Destinations = append(p.Destinations, c.selector())
+		}
+		if c.chance(25) {
+			p.Ports = []engine.PortEntry{{Protocol: []engine.Protocol{engine.ProtocolAny, engine.TCP, engine.UDP, engine.ICMP}[c.n(4)],
+				Ports: []string{"", "80", "22,8000-8100"}[c.n(3)]}}
+		}
+		if c.chance(40) {
+			p.Conf = engine.Object{"log": json.Number(fmt.Sprint(i))}
+		}
+		p.Meta.CreationTime = genTimes[c.n(3)]
+		p.Meta.ModificationTime = genTimes[c.n(3)]
+		out = append(out, p)
+	}
+	for i, n := 0, c.n(6); i < n; i++ {
+		p := &engine.Policy{Mesh: "m", Name: fmt.Sprintf("t%d", i), Type: "MeshTrafficPermission", Priority: int32(c.n(2))}
+		tr := c.targetRef()
+		p.TargetRef = &tr
+		if c.chance(15) {
+			p.Rank = engine.RankAbsolute
+		}
+		for j, m := 0, c.n(3); j < m; j++ {
+			p.From = append(p.From, engine.Item{TargetRef: c.targetRef(), Action: c.action(),
+				Conf: engine.Object{"item": json.Number(fmt.Sprint(j))}})
+		}
+		for j, m := 0, c.n(3); j < m; j++ {
+			p.To = append(p.To, engine.Item{TargetRef: c.targetRef(), Action: c.action()})
+		}
+		p.Meta.CreationTime = genTimes[c.n(3)]
+		out = append(out, p)
+	}
+	return out
+}
+
+func genRequest(c *choices) engine.Request {
+	return engine.Request{
+		Mesh:        "m",
+		Type:        []string{"TrafficPermission", "MeshTrafficPermission", "Other"}[c.n(3)],
+		Source:      c.tags(),
+		Destination: c.tags(),
+		Protocol:    []engine.Protocol{engine.ProtocolAny, engine.TCP, engine.UDP, engine.ICMP}[c.n(4)],
+		Port:        []uint32{0, 22, 80, 8080}[c.n(4)],
+	}
+}
+
+// sameDecision compares every field Decide answers but the revision.
+func sameDecision(a, b engine.Decision) bool {
+	a.Revision, b.Revision, a.Explain, b.Explain = 0, 0, nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+func checkAgainstReference(t *testing.T, data []byte) {
+	c := newChoices(data)
+	resources := genWorld(c)
+	// Round-trip every resource through its document: what is generated must be
+	// what the decoder accepts.
+	for i, r := range resources {
+		b, err := engine.EncodeJSON(r)
+		if err != nil {
+			t.Fatalf("encode %v: %v", r.Key(), err)
+		}
+		back, err := engine.DecodeJSON(b)
+		if err != nil {
+			t.Fatalf("generated resource does not decode: %v\n%s", err, b)
+		}
+		resources[i] = back.WithMeta(r.Metadata())
+	}
+	snap := engine.Build(1, resources)
+	if inv := snap.Invalid(); len(inv) > 0 {
+		// Only parents can be invalid here (generated parents exist); nothing should be.
+		t.Fatalf("generated world has invalid resources: %v", inv[0].Err)
+	}
+	for i := 0; i < 40; i++ {
+		req := genRequest(c)
+		got, err := snap.Decide(&req)
+		want, found := refDecide(resources, req)
+		if !found {
+			if err == nil {
+				t.Fatalf("reference: mesh not found; engine answered %+v", got)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Decide(%+v): %v", req, err)
+		}
+		if !sameDecision(got, want) {
+			t.Fatalf("Decide differs from the reference\nrequest: %+v\nengine:    %+v\nreference: %+v\nresources: %s",
+				req, got, want, describe(resources))
+		}
+		req.Explain = true
+		if _, err := snap.Decide(&req); err != nil {
+			t.Fatalf("Decide with explain: %v", err)
+		}
+	}
+}
+
+func describe(rs []engine.Resource) string {
+	s := ""
+	for _, r := range rs {
+		b, _ := engine.EncodeJSON(r)
+		s += "\n  " + string(b)
+	}
+	return s
+}
+
+func TestDecideMatchesReference(t *testing.T) {
+	t.Parallel()
+	n := 3000
+	if testing.Short() {
+		n = 300
+	}
+	for i := 0; i < n; i++ {
+		checkAgainstReference(t, seedBytes(i))
+	}
+}
+
+// seedBytes returns 64 pseudo-random bytes for test world i (zero bytes would
+// generate empty worlds: every choice would take its first option).
+func seedBytes(i int) []byte {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], uint64(i))
+	b := make([]byte, 64)
+	_, _ = rand.NewChaCha8(key).Read(b)
+	return b
+}
+
+func FuzzDecideMatchesReference(f *testing.F) {
+	for i := 0; i < 20; i++ {
+		f.Add([]byte(fmt.Sprintf("seed-%d", i)))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkAgainstReference(t, data)
+	})
+}
+
+// TestIncrementalMatchesBuild applies a world change by change (with deletes
+// and rewrites) and checks that the result decides like a snapshot built from
+// scratch and like the reference.
+func TestIncrementalMatchesBuild(t *testing.T) {
+	t.Parallel()
+	n := 600
+	if testing.Short() {
+		n = 100
+	}
+	for i := 0; i < n; i++ {
+		c := newChoices(seedBytes(1_000_000 + i))
+		final := genWorld(c)
+		other := genWorld(c) // a second world whose resources come and go
+		snap := engine.Empty()
+		rev := int64(0)
+		var live []engine.Resource
+		apply := func(changes ...engine.Change) {
+			rev++
+			snap = snap.Apply(rev, changes)
+		}
+		// Interleave: put other-world resources, then the final ones, deleting
+		// other-world resources the final world lacks.
+		for _, r := range other {
+			apply(engine.Put(r))
+		}
+		batch := []engine.Change{}
+		for _, r := range final {
+			batch = append(batch, engine.Put(r))
+			if c.chance(50) {
+				apply(batch...)
+				batch = nil
+			}
+		}
+		apply(batch...)
+		finalKeys := map[string]bool{}
+		for _, r := range final {
+			finalKeys[r.Key().String()] = true
+		}
+		for _, r := range other {
+			if !finalKeys[r.Key().String()] {
+				apply(engine.Delete(r.Key()))
+			}
+		}
+		live = final
+		built := engine.Build(rev, live)
+		if got, want := snap.Len(), built.Len(); got != want {
+			t.Fatalf("world %d: incremental snapshot has %d resources, built %d", i, got, want)
+		}
+		if got, want := snap.Digest(), built.Digest(); got != want {
+			t.Fatalf("world %d: digests differ", i)
+		}
+		for j := 0; j < 30; j++ {
+			req := genRequest(c)
+			a, errA := snap.Decide(&req)
+			b, errB := built.Decide(&req)
+			if (errA == nil) != (errB == nil) || !sameDecision(a, b) {
+				t.Fatalf("world %d: incremental %+v (%v) != built %+v (%v) for %+v", i, a, errA, b, errB, req)
+			}
+			if want, ok := refDecide(live, req); ok && !sameDecision(a, want) {
+				t.Fatalf("world %d: incremental %+v != reference %+v for %+v%s", i, a, want, req, describe(live))
+			}
+		}
+	}
+}

@@ -1,0 +1,553 @@
+package engine_test
+
+// A naive reference implementation of SPEC section 4, written from the text and
+// nothing else: every rule of the type is compiled on each call, candidates are
+// found by a linear scan and sorted with a comparator that follows the order
+// keys one by one. It is slow and obviously right; the differential tests check
+// the indexed engine against it.
+
+import (
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+type refRule struct {
+	policy   *engine.Policy // nil for a catch-all
+	scope    *engine.Scope  // nil: the mesh root
+	phase    int            // 0 Absolute, 1 Default, 2 catch-all
+	priority int32
+	total    int
+	exact    int
+	item     int // item position or pair index
+	src, dst *engine.Selector
+	top      *engine.Selector // targetRef attachment
+	inbound  bool             // from item (candidate inbound only)
+	outbound bool             // to item (candidate outbound only)
+	action   engine.Action
+	conf     engine.Object
+	id       string
+}
+
+type refWorld struct {
+	mesh     *engine.Mesh
+	scopes   []*engine.Scope // valid scopes in the total order
+	byName   map[string]*engine.Scope
+	policies []*engine.Policy // of the request's type
+	anyRes   bool
+}
+
+func refLoad(resources []engine.Resource, mesh, typ string) refWorld {
+	w := refWorld{byName: map[string]*engine.Scope{}}
+	var scopes []*engine.Scope
+	for _, r := range resources {
+		switch t := r.(type) {
+		case *engine.Mesh:
+			if t.Name == mesh {
+				w.mesh, w.anyRes = t, true
+			}
+		case *engine.Scope:
+			if t.Mesh == mesh {
+				scopes = append(scopes, t)
+				w.anyRes = true
+			}
+		case *engine.Policy:
+			if t.Mesh == mesh {
+				w.anyRes = true
+				if t.Type == typ {
+					w.policies = append(w.policies, t)
+				}
+			}
+		}
+	}
+	all := map[string]*engine.Scope{}
+	for _, s := range scopes {
+		all[s.Name] = s
+	}
+	depth := func(s *engine.Scope) int {
+		d := 0
+		seen := map[string]bool{}
+		for cur := s; cur.Parent != ""; d++ {
+			if seen[cur.Name] {
+				return -1
+			}
+			seen[cur.Name] = true
+			p, ok := all[cur.Parent]
+			if !ok {
+				return -1
+			}
+			cur = p
+		}
+		return d
+	}
+	depths := map[string]int{}
+	for _, s := range scopes {
+		if d := depth(s); d >= 0 {
+			depths[s.Name] = d
+			w.scopes = append(w.scopes, s)
+			w.byName[s.Name] = s
+		}
+	}
+	sort.Slice(w.scopes, func(i, j int) bool {
+		a, b := w.scopes[i], w.scopes[j]
+		if a.Priority != b.Priority {
+			return a.Priority < b.Priority
+		}
+		if depths[a.Name] != depths[b.Name] {
+			return depths[a.Name] < depths[b.Name]
+		}
+		return a.Name < b.Name
+	})
+	var valid []*engine.Policy
+	for _, p := range w.policies {
+		if p.Scope == "" || w.byName[p.Scope] != nil {
+			valid = append(valid, p)
+		}
+	}
+	w.policies = valid
+	return w
+}
+
+// position of a scope in the total order, from 1; the mesh root is 0.
+func (w *refWorld) position(s *engine.Scope) int {
+	if s == nil {
+		return 0
+	}
+	for i, x := range w.scopes {
+		if x == s {
+			return i + 1
+		}
+	}
+	panic("unknown scope")
+}
+
+func (w *refWorld) member(s *engine.Scope, tags engine.Tags) bool {
+	for cur := s; cur != nil; cur = w.byName[cur.Parent] {
+		ok := false
+		for i := range cur.Selectors {
+			if refSelects(&cur.Selectors[i], tags) {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+		if cur.Parent == "" {
+			return true
+		}
+	}
+	return true
+}
+
+func refSelects(s *engine.Selector, tags engine.Tags) bool {
+	for k, v := range s.Match {
+		tv, ok := tags[k]
+		if !ok || (v != "*" && tv != v) {
+			return false
+		}
+	}
+	for _, e := range s.Expressions {
+		v, ok := tags[e.Key]
+		in := false
+		for _, x := range e.Values {
+			if v == x {
+				in = true
+			}
+		}
+		switch e.Operator {
+		case engine.OpIn:
+			if !ok || !in {
+				return false
+			}
+		case engine.OpNotIn:
+			if ok && in {
+				return false
+			}
+		case engine.OpExists:
+			if !ok {
+				return false
+			}
+		case engine.OpDoesNotExist:
+			if ok {
+				return false
+			}
+		case engine.OpPrefix:
+			hit := false
+			for _, x := range e.Values {
+				if ok && strings.HasPrefix(v, x) {
+					hit = true
+				}
+			}
+			if !hit {
+				return false
+			}
+		case engine.OpCIDR:
+			a, err := netip.ParseAddr(v)
+			hit := false
+			for _, x := range e.Values {
+				if !strings.Contains(x, "/") {
+					x += "/32"
+				}
+				p, perr := netip.ParsePrefix(x)
+				if ok && err == nil && perr == nil && p.Masked().Contains(a) {
+					hit = true
+				}
+			}
+			if !hit {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func refRank(s *engine.Selector) (exact, wildcard int) {
+	for _, v := range s.Match {
+		if v == "*" {
+			wildcard++
+		} else {
+			exact++
+		}
+	}
+	for _, e := range s.Expressions {
+		if e.Operator == engine.OpIn && len(e.Values) == 1 {
+			exact++
+		} else {
+			wildcard++
+		}
+	}
+	return
+}
+
+func refTarget(t engine.TargetRef) *engine.Selector {
+	m := map[string]string{}
+	switch t.Kind {
+	case engine.TargetMeshSubset:
+		for k, v := range t.Tags {
+			m[k] = v
+		}
+	case engine.TargetService:
+		m["kuma.io/service"] = t.Name
+	case engine.TargetServiceSubset:
+		for k, v := range t.Tags {
+			m[k] = v
+		}
+		m["kuma.io/service"] = t.Name
+	case engine.TargetProxy:
+		m["kuma.io/name"] = t.Name
+	}
+	return &engine.Selector{Match: m}
+}
+
+func refPorts(entries []engine.PortEntry, proto engine.Protocol, port uint32) bool {
+	if len(entries) == 0 {
+		return true
+	}
+	for _, e := range entries {
+		if e.Protocol != engine.ProtocolAny && e.Protocol != proto {
+			continue
+		}
+		if e.Ports == "" || proto == engine.ICMP {
+			return true
+		}
+		if port == 0 {
+			continue
+		}
+		for _, part := range strings.Split(e.Ports, ",") {
+			lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+			l, _ := strconv.Atoi(lo)
+			h := l
+			if isRange {
+				h, _ = strconv.Atoi(hi)
+			}
+			if int(port) >= l && int(port) <= h {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (w *refWorld) rules(typ string) []*refRule {
+	var out []*refRule
+	for _, p := range w.policies {
+		phase := 1
+		if p.Rank == engine.RankAbsolute {
+			phase = 0
+		}
+		act := func(a engine.Action) engine.Action {
+			if a == engine.ActionUnset {
+				return engine.Allow
+			}
+			return a
+		}
+		if p.TargetRef == nil {
+			for i := range p.Sources {
+				for j := range p.Destinations {
+					se, sw := refRank(&p.Sources[i])
+					de, dw := refRank(&p.Destinations[j])
+					out = append(out, &refRule{
+						policy: p, scope: w.byName[p.Scope], phase: phase, priority: p.Priority,
+						total: se + sw + de + dw, exact: se + de, item: i*len(p.Destinations) + j,
+						src: &p.Sources[i], dst: &p.Destinations[j], action: act(p.Action), conf: p.Conf,
+						id: "sources[" + strconv.Itoa(i) + "]/destinations[" + strconv.Itoa(j) + "]",
+					})
+				}
+			}
+			continue
+		}
+		top := refTarget(*p.TargetRef)
+		for i, it := range p.From {
+			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: int(p.TargetRef.Kind),
+				item: i, src: refTarget(it.TargetRef), dst: top, top: top, inbound: true, action: act(it.Action),
+				conf: it.Conf, id: "from[" + strconv.Itoa(i) + "]"})
+		}
+		for i, it := range p.To {
+			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: int(p.TargetRef.Kind),
+				item: i, src: top, dst: refTarget(it.TargetRef), top: top, outbound: true, action: act(it.Action),
+				conf: it.Conf, id: "to[" + strconv.Itoa(i) + "]"})
+		}
+	}
+	for _, s := range w.scopes {
+		if s.CatchAll == engine.ActionUnset {
+			continue
+		}
+		types := s.CatchAllTypes
+		if types == nil {
+			types = []string{"TrafficPermission"}
+		}
+		for _, t := range types {
+			if t == typ {
+				out = append(out, &refRule{scope: s, phase: 2, action: s.CatchAll, id: "catchAll"})
+			}
+		}
+	}
+	return out
+}
+
+func (w *refWorld) settings(typ string) (def, unenf engine.Action, tb engine.TieBreak, io engine.ItemOrder, comb engine.Combine) {
+	def, unenf = engine.Deny, engine.Allow
+	if w.mesh == nil {
+		return
+	}
+	if w.mesh.DefaultAction != engine.ActionUnset {
+		def = w.mesh.DefaultAction
+	}
+	if w.mesh.UnenforcedAction != engine.ActionUnset {
+		unenf = w.mesh.UnenforcedAction
+	}
+	tb, io = w.mesh.TieBreak, w.mesh.ItemOrder
+	if ts, ok := w.mesh.Types[typ]; ok {
+		comb = ts.Combine
+		if ts.DefaultAction != engine.ActionUnset {
+			def = ts.DefaultAction
+		}
+		if ts.UnenforcedAction != engine.ActionUnset {
+			unenf = ts.UnenforcedAction
+		}
+	}
+	return
+}
+
+// before is the order of SPEC section 4, key by key.
+func (w *refWorld) before(a, b *refRule, tb engine.TieBreak, io engine.ItemOrder) bool {
+	if a.phase != b.phase {
+		return a.phase < b.phase
+	}
+	pa, pb := w.position(a.scope), w.position(b.scope)
+	if pa != pb {
+		if a.phase == 0 {
+			return pa < pb // Absolute: forwards, the root first
+		}
+		return pa > pb // Default and catch-alls: backwards, the root last
+	}
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	if a.total != b.total {
+		return a.total > b.total
+	}
+	if a.exact != b.exact {
+		return a.exact > b.exact
+	}
+	if a.policy != b.policy {
+		an, bn := a.policy.Name, b.policy.Name
+		switch tb {
+		case engine.TieBreakNewestCreated:
+			if c := refNewer(a.policy.Meta.CreateRevision, b.policy.Meta.CreateRevision,
+				a.policy.Meta.CreationTime.UnixNano(), b.policy.Meta.CreationTime.UnixNano(),
+				a.policy.Meta.CreationTime.IsZero(), b.policy.Meta.CreationTime.IsZero()); c != 0 {
+				return c > 0
+			}
+		case engine.TieBreakNewestModified:
+			if c := refNewer(a.policy.Meta.ModRevision, b.policy.Meta.ModRevision,
+				a.policy.Meta.ModificationTime.UnixNano(), b.policy.Meta.ModificationTime.UnixNano(),
+				a.policy.Meta.ModificationTime.IsZero(), b.policy.Meta.ModificationTime.IsZero()); c != 0 {
+				return c > 0
+			}
+		}
+		return an < bn
+	}
+	if io == engine.LastWins && a.policy != nil && a.policy.TargetRef != nil {
+		return a.item > b.item
+	}
+	return a.item < b.item
+}
+
+// refNewer: > 0 when a is newer than b, < 0 when older, 0 when equal. Store
+// revisions first (in the server), then times; an absent time is the oldest.
+func refNewer(ra, rb, ta, tb int64, za, zb bool) int {
+	if ra != rb {
+		if ra > rb {
+			return 1
+		}
+		return -1
+	}
+	switch {
+	case za && zb:
+		return 0
+	case za:
+		return -1
+	case zb:
+		return 1
+	case ta > tb:
+		return 1
+	case ta < tb:
+		return -1
+	}
+	return 0
+}
+
+func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision, bool) {
+	mesh, typ := req.Mesh, req.Type
+	if mesh == "" {
+		mesh = "default"
+	}
+	if typ == "" {
+		typ = "TrafficPermission"
+	}
+	w := refLoad(resources, mesh, typ)
+	if !w.anyRes {
+		return engine.Decision{}, false
+	}
+	def, unenf, tb, io, comb := w.settings(typ)
+	rules := w.rules(typ)
+	var sides [2]engine.SideDecision
+	for side := 0; side < 2; side++ {
+		workload := req.Source
+		if side == 1 {
+			workload = req.Destination
+		}
+		// not applicable
+		applicable, hasPolicies := false, len(w.policies) > 0
+		for _, p := range w.policies {
+			if p.TargetRef == nil || (side == 0 && len(p.To) > 0) || (side == 1 && len(p.From) > 0) {
+				applicable = true
+			}
+		}
+		if hasPolicies && !applicable {
+			sides[side] = engine.SideDecision{Action: engine.Allow, Reason: engine.ReasonNotApplicable}
+			continue
+		}
+		// the most specific scope
+		var specific *engine.Scope
+		for _, s := range w.scopes {
+			if w.member(s, workload) {
+				specific = s
+			}
+		}
+		if specific != nil && !specific.Enforced {
+			sides[side] = engine.SideDecision{Action: unenf, Reason: engine.ReasonUnenforced}
+			continue
+		}
+		var cands []*refRule
+		for _, r := range rules {
+			if (side == 0 && r.inbound) || (side == 1 && r.outbound) {
+				continue
+			}
+			if r.scope != nil && !w.member(r.scope, workload) {
+				continue
+			}
+			if r.top != nil && !refSelects(r.top, workload) {
+				continue
+			}
+			cands = append(cands, r)
+		}
+		sort.SliceStable(cands, func(i, j int) bool { return w.before(cands[i], cands[j], tb, io) })
+		matches := func(r *refRule) bool {
+			if r.policy == nil {
+				return true
+			}
+			return refPorts(r.policy.Ports, req.Protocol, req.Port) && refSelects(r.src, req.Source) && refSelects(r.dst, req.Destination)
+		}
+		var decider *refRule
+		if comb == engine.DenyOverrides {
+			var firstAllow, firstCatch *refRule
+			for _, r := range cands {
+				if !matches(r) {
+					continue
+				}
+				if r.policy == nil {
+					if firstCatch == nil {
+						firstCatch = r
+					}
+					continue
+				}
+				if r.action == engine.Deny && decider == nil {
+					decider = r
+				}
+				if r.action == engine.Allow && firstAllow == nil {
+					firstAllow = r
+				}
+			}
+			if decider == nil {
+				decider = firstAllow
+			}
+			if decider == nil {
+				decider = firstCatch
+			}
+		} else {
+			for _, r := range cands {
+				if matches(r) {
+					decider = r
+					break
+				}
+			}
+		}
+		switch {
+		case decider != nil && decider.policy == nil:
+			sides[side] = engine.SideDecision{Action: decider.action, Scope: decider.scope.Name, Rule: "catchAll", Reason: engine.ReasonCatchAll}
+		case decider != nil:
+			sd := engine.SideDecision{Action: decider.action, Policy: decider.policy.Name, Rule: decider.id,
+				Reason: engine.ReasonMatched, Conf: decider.conf}
+			if decider.scope != nil {
+				sd.Scope = decider.scope.Name
+			}
+			sides[side] = sd
+		case len(cands) > 0:
+			sides[side] = engine.SideDecision{Action: def, Reason: engine.ReasonDefaultAction}
+		default:
+			sides[side] = engine.SideDecision{Action: unenf, Reason: engine.ReasonUnenforced}
+		}
+	}
+	out, in := sides[0], sides[1]
+	d := engine.Decision{Outbound: out, Inbound: in, Action: engine.Allow}
+	outDeny := out.Reason != engine.ReasonNotApplicable && out.Action == engine.Deny
+	inDeny := in.Reason != engine.ReasonNotApplicable && in.Action == engine.Deny
+	if outDeny || inDeny {
+		d.Action = engine.Deny
+	}
+	decider := in
+	if outDeny != inDeny {
+		if outDeny {
+			decider = out
+		}
+	} else if in.Reason != engine.ReasonMatched && in.Reason != engine.ReasonCatchAll {
+		decider = out
+	}
+	d.Policy, d.Conf = decider.Policy, decider.Conf
+	return d, true
+}
