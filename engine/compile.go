@@ -19,8 +19,8 @@ var phaseNames = []string{"Absolute", "Default", "CatchAll"}
 
 // Sides of a flow. A rule is a candidate on the sides in its mask.
 const (
-	sideOut uint8 = 1 << iota // outbound: decided at the source workload
-	sideIn                    // inbound: decided at the destination workload
+	sideOut  uint8 = 1 << iota // outbound: decided at the source workload
+	sideIn                     // inbound: decided at the destination workload
 	sideBoth = sideOut | sideIn
 )
 
