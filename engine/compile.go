@@ -78,7 +78,6 @@ type rule struct {
 	sides  uint8
 	scope  int32  // position of the rule's scope in the mesh's scope order; 0 = the mesh root
 	id     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
-	term   term   // the index term the rule is filed under
 }
 
 // matchesFlow reports whether the rule matches the flow, attachment aside.
@@ -199,8 +198,8 @@ func buildScopes(docs []*Scope) *scopeTable {
 	})
 	for i, s := range valid {
 		si := &scopeInfo{doc: s, ord: int32(i + 1), depth: accepted[s.Name]}
-		for _, sel := range s.Selectors {
-			si.selectors = append(si.selectors, compileSelector(sel))
+		for i := range s.Selectors {
+			si.selectors = append(si.selectors, compileSelector(&s.Selectors[i]))
 		}
 		t.list = append(t.list, si)
 		t.byName[s.Name] = si
@@ -322,12 +321,12 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 	}
 	if p.TargetRef == nil {
 		srcs := make([]*matcher, len(p.Sources))
-		for i, sel := range p.Sources {
-			srcs[i] = compileSelector(sel)
+		for i := range p.Sources {
+			srcs[i] = compileSelector(&p.Sources[i])
 		}
 		dsts := make([]*matcher, len(p.Destinations))
-		for j, sel := range p.Destinations {
-			dsts[j] = compileSelector(sel)
+		for j := range p.Destinations {
+			dsts[j] = compileSelector(&p.Destinations[j])
 		}
 		cp.rules = make([]*rule, 0, len(srcs)*len(dsts))
 		for i, sm := range srcs {

@@ -80,19 +80,18 @@ func listLen(t term, kb *pmap.Builder[termKey, *keyPostings], pending map[term]i
 	return n + len(l)
 }
 
-// chooseTerm picks the term a rule is filed under: an exact term if it has one,
-// else a presence term, else the always list; among several, the one whose list
-// is shortest now.
-func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings], pending map[term]int) term {
-	best, bestLen, bestExact := term{}, -1, false
-	consider := func(t term) {
-		exact := !t.presence
-		if bestLen >= 0 && bestExact && !exact {
-			return
+// terms lists the terms a rule could be filed under: exact terms, then presence
+// terms, of the ends the index covers.
+func (ix *ruleIndex) terms(r *rule, out []term) []term {
+	for _, side := range [2]struct {
+		end uint8
+		m   *matcher
+	}{{endSrc, r.src}, {endDst, r.dst}} {
+		if side.m == nil || ix.ends&side.end == 0 {
+			continue
 		}
-		n := listLen(t, kb, pending)
-		if bestLen < 0 || (exact && !bestExact) || n < bestLen {
-			best, bestLen, bestExact = t, n, exact
+		for _, kv := range side.m.exact {
+			out = append(out, term{end: side.end, key: kv.k, value: kv.v})
 		}
 	}
 	for _, side := range [2]struct {
@@ -102,24 +101,65 @@ func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings]
 		if side.m == nil || ix.ends&side.end == 0 {
 			continue
 		}
-		for _, kv := range side.m.exact {
-			consider(term{end: side.end, key: kv.k, value: kv.v})
-		}
 		for _, k := range side.m.present {
-			consider(term{end: side.end, key: k, presence: true})
+			out = append(out, term{end: side.end, key: k, presence: true})
 		}
 		for i := range side.m.exprs {
 			switch e := &side.m.exprs[i]; e.op {
 			case OpIn, OpExists, OpPrefix, OpCIDR:
-				consider(term{end: side.end, key: e.key, presence: true})
+				out = append(out, term{end: side.end, key: e.key, presence: true})
 			}
+		}
+	}
+	return out
+}
+
+// chooseTerm picks the term a rule is filed under: an exact term if it has one,
+// else a presence term, else the always list; among several, the one whose list
+// is shortest now.
+func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings], pending map[term]int) term {
+	var buf [8]term
+	best, bestLen, bestExact := term{}, -1, false
+	for _, t := range ix.terms(r, buf[:0]) {
+		exact := !t.presence
+		if bestLen >= 0 && bestExact && !exact {
+			break // exact terms come first
+		}
+		if n := listLen(t, kb, pending); bestLen < 0 || n < bestLen {
+			best, bestLen, bestExact = t, n, exact
 		}
 	}
 	return best
 }
 
+// locate finds the term a filed rule is under (rules do not store it: a rule has
+// few candidate terms and each list is sorted, so a binary search per term finds it).
+func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (term, bool) {
+	var buf [8]term
+	for _, t := range append(ix.terms(r, buf[:0]), term{}) {
+		var l plist
+		if t.end == 0 {
+			l = ix.always
+		} else if kp, ok := kb.Get(termKey{t.end, t.key}); ok {
+			if t.presence {
+				l = kp.presence
+			} else {
+				l, _ = kp.exact.Get(t.value)
+			}
+		}
+		// Keys are unique within a side; a from and a to item of one policy may
+		// share one, so look through the run of equal keys.
+		for i := sort.Search(len(l), func(i int) bool { return !l[i].key.less(&r.key) }); i < len(l) && !r.key.less(&l[i].key); i++ {
+			if l[i] == r {
+				return t, true
+			}
+		}
+	}
+	return term{}, false
+}
+
 // update returns an index without the removed rules and with the added ones.
-// The receiver is not changed. Removed rules are found by their term and key.
+// The receiver is not changed. Removed rules are located by their terms and key.
 func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	if len(removed) == 0 && len(added) == 0 {
 		return ix
@@ -147,7 +187,11 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		return c
 	}
 	for _, r := range removed {
-		c := get(r.term)
+		t, ok := ix.locate(r, kb)
+		if !ok {
+			continue // not filed here: nothing to remove
+		}
+		c := get(t)
 		c.del = append(c.del, r)
 		out.size--
 	}
@@ -155,9 +199,9 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	// far, so a bulk load spreads rules instead of piling them on one term.
 	pending := map[term]int{}
 	for _, r := range added {
-		r.term = ix.chooseTerm(r, kb, pending)
-		pending[r.term]++
-		c := get(r.term)
+		t := ix.chooseTerm(r, kb, pending)
+		pending[t]++
+		c := get(t)
 		c.add = append(c.add, r)
 		out.size++
 	}

@@ -192,12 +192,15 @@ const DefaultType = "TrafficPermission"
 
 // Meta is what the store knows of a resource beyond its document. The times are
 // part of the document (the server stamps them on write; test suites may set them);
-// the revisions are etcd's and are never part of the document.
+// the revisions and the value hash are the store's and never part of the document.
 type Meta struct {
 	CreationTime     time.Time
 	ModificationTime time.Time
 	CreateRevision   int64
 	ModRevision      int64
+	// ValueHash is the SHA-256 of the stored bytes the resource was decoded from
+	// (Snapshot.Digest); zero when it did not come from a store.
+	ValueHash [32]byte
 }
 
 // Resource is a Mesh, a Scope or a Policy. Resources are immutable once decoded.

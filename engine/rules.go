@@ -86,7 +86,7 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 				v := RuleView{Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
 					Priority: r.key.priority, Rule: r.id, Ports: r.ports, Action: r.action}
 				if peer != nil && (len(peer.exact)+len(peer.present)+len(peer.exprs) > 0) {
-					v.Peer = []Selector{peer.sel}
+					v.Peer = []Selector{*peer.sel}
 				}
 				sr.Rules = append(sr.Rules, v)
 			}

@@ -19,11 +19,12 @@ const (
 // matcher is a compiled selector. Entries are kept in slices (not maps): they are
 // few, and a slice is smaller and faster to walk than a map.
 type matcher struct {
-	sel     Selector // as written
+	sel     *Selector // as written
 	exact   []tagKV  // match entries with a concrete value, and In with one value
 	present []string // match entries with '*'
 	exprs   []cexpr  // every other expression
 	rank    rank
+	buf     [2]tagKV // backing store of exact for the common case, in the same allocation
 }
 
 type tagKV struct{ k, v string }
@@ -43,8 +44,9 @@ func (r rank) total() int16 { return r.exact + r.wildcard }
 
 func (r rank) add(o rank) rank { return rank{r.exact + o.exact, r.wildcard + o.wildcard} }
 
-func compileSelector(s Selector) *matcher {
+func compileSelector(s *Selector) *matcher {
 	m := &matcher{sel: s}
+	m.exact = m.buf[:0]
 	keys := make([]string, 0, len(s.Match))
 	for k := range s.Match {
 		keys = append(keys, k)
@@ -87,7 +89,7 @@ func compileSelector(s Selector) *matcher {
 }
 
 // targetSelector is the selector a targetRef compiles to (SPEC section 3).
-func targetSelector(t TargetRef) Selector {
+func targetSelector(t TargetRef) *Selector {
 	match := map[string]string{}
 	switch t.Kind {
 	case TargetMeshSubset:
@@ -104,7 +106,7 @@ func targetSelector(t TargetRef) Selector {
 	case TargetProxy:
 		match[NameTag] = t.Name
 	}
-	return Selector{Match: match}
+	return &Selector{Match: match}
 }
 
 // matches reports whether the workload's tags satisfy every part of the selector.

@@ -23,13 +23,9 @@ type Snapshot struct {
 	revision int64
 	meshes   pmap.Map[string, *meshState]
 	broken   pmap.Map[string, *InvalidResource] // stored values that failed to decode
-	hashes   pmap.Map[string, valueHash]        // per key, the SHA-256 of its stored value (for Digest)
 	count    int                                // decoded resources, valid or not
 }
 
-// valueHash is the SHA-256 of a stored value; zero when the change carried no
-// stored bytes (Digest then hashes the resource's canonical encoding).
-type valueHash [32]byte
 
 // InvalidResource is a stored resource verdict does not use: a value that failed
 // to decode or validate, or a valid resource in conflict with an earlier one
@@ -50,7 +46,7 @@ type Change struct {
 	Key      Key
 	Resource Resource
 	Err      error
-	// Value is the stored bytes, when the change comes from a store; Digest uses them.
+	// Value is the stored bytes of a broken value (Err set); Digest hashes them.
 	Value []byte
 	// ModRevision of a broken value (Err set).
 	ModRevision int64
@@ -66,7 +62,6 @@ func newSnapshot() *Snapshot {
 	return &Snapshot{
 		meshes: pmap.New[string, *meshState](pmap.StringHash),
 		broken: pmap.New[string, *InvalidResource](pmap.StringHash),
-		hashes: pmap.New[string, valueHash](pmap.StringHash),
 	}
 }
 
@@ -91,7 +86,7 @@ func (s *Snapshot) Len() int { return s.count + s.broken.Len() }
 // Apply returns the snapshot after changes, at revision. Later changes to one key
 // win over earlier ones. s is not modified.
 func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
-	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, hashes: s.hashes, count: s.count}
+	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, count: s.count}
 	if len(changes) == 0 {
 		return out
 	}
@@ -105,7 +100,6 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 		last[changes[i].Path] = i
 	}
 	bb := s.broken.Builder()
-	hb := s.hashes.Builder()
 	byMesh := map[string][]Change{}
 	var meshOrder []string
 	for i, c := range changes {
@@ -117,14 +111,6 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 		} else {
 			bb.Delete(c.Path)
 		}
-		switch {
-		case c.Err == nil && c.Resource == nil:
-			hb.Delete(c.Path)
-		case c.Value != nil:
-			hb.Set(c.Path, sha256.Sum256(c.Value))
-		default:
-			hb.Set(c.Path, valueHash{})
-		}
 		if c.Key.Kind == 0 {
 			continue // an unparseable key: nothing in any mesh
 		}
@@ -134,7 +120,6 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 		byMesh[c.Key.Mesh] = append(byMesh[c.Key.Mesh], c)
 	}
 	out.broken = bb.Map()
-	out.hashes = hb.Map()
 	mb := s.meshes.Builder()
 	for _, name := range meshOrder {
 		old, _ := mb.Get(name)
@@ -209,13 +194,21 @@ func (m *meshState) apply(name string, changes []Change) *meshState {
 func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 	var doc *Mesh
 	scopes := pmap.New[string, *Scope](pmap.StringHash)
-	policies := map[string][]*Policy{}
+	policies := map[string]map[string]*Policy{} // type → name → policy
+	put := func(p *Policy) {
+		m := policies[p.Type]
+		if m == nil {
+			m = map[string]*Policy{}
+			policies[p.Type] = m
+		}
+		m[p.Name] = p
+	}
 	if old != nil {
 		doc = old.doc
 		scopes = old.scopeDocs
 		old.types.Range(func(t string, ts *typeState) bool {
 			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-				policies[t] = append(policies[t], cp.p)
+				put(cp.p)
 				return true
 			})
 			return true
@@ -233,17 +226,11 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 				sb.Delete(c.Key.Name)
 			}
 		case KindPolicy:
-			list := policies[c.Key.Type]
-			for i, p := range list {
-				if p.Name == c.Key.Name {
-					list = append(list[:i:i], list[i+1:]...)
-					break
-				}
-			}
 			if p, ok := c.Resource.(*Policy); ok {
-				list = append(list, p)
+				put(p)
+			} else {
+				delete(policies[c.Key.Type], c.Key.Name)
 			}
-			policies[c.Key.Type] = list
 		}
 	}
 	m := &meshState{name: name, doc: doc, settings: settingsOf(doc), scopeDocs: sb.Map(),
@@ -260,10 +247,15 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 		m.count++
 	}
 	tb := m.types.Builder()
-	for t, list := range policies {
-		if len(list) == 0 {
+	for t, byName := range policies {
+		if len(byName) == 0 {
 			continue
 		}
+		list := make([]*Policy, 0, len(byName))
+		for _, p := range byName {
+			list = append(list, p)
+		}
+		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 		ts := buildType(t, m, list)
 		m.count += ts.policies.Len()
 		tb.Set(t, ts)
@@ -564,35 +556,36 @@ func (cp *compiledPolicy) scopeValid(m *meshState) bool {
 // Digest is SHA-256 over every key and its stored value, sorted by key: the hex
 // SHA-256 of the concatenation, in key byte order, of
 // key + " " + hex(SHA-256(value)) + "\n", where key is the path without prefix.
-// Equal digests on two replicas mean equal contents (PolicyService.Status). A
-// resource that came without stored bytes (offline) counts with its canonical
-// encoding (EncodeJSON).
+// Equal digests on two replicas mean equal contents (PolicyService.Status). The
+// value hash is Meta.ValueHash, set by the store from the stored bytes; a
+// resource without one (offline) counts with its canonical encoding, and a
+// broken value with its bytes.
 func (s *Snapshot) Digest() string {
 	type kv struct {
 		path string
-		h    valueHash
+		h    [32]byte
 	}
-	entries := make([]kv, 0, s.hashes.Len())
-	s.hashes.Range(func(p string, h valueHash) bool {
-		entries = append(entries, kv{p, h})
+	entries := make([]kv, 0, s.Len())
+	s.Resources(func(e Entry) bool {
+		h := e.Resource.Metadata().ValueHash
+		if h == ([32]byte{}) {
+			if b, err := EncodeJSON(e.Resource); err == nil {
+				h = sha256.Sum256(b)
+			}
+		}
+		entries = append(entries, kv{e.Resource.Key().String(), h})
+		return true
+	})
+	s.broken.Range(func(p string, b *InvalidResource) bool {
+		entries = append(entries, kv{p, sha256.Sum256(b.Value)})
 		return true
 	})
 	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
 	d := sha256.New()
 	for _, e := range entries {
-		h := e.h
-		if h == (valueHash{}) {
-			if k, err := ParseKey("", "/"+e.path); err == nil {
-				if entry, ok := s.Get(k); ok {
-					if b, err := EncodeJSON(entry.Resource); err == nil {
-						h = sha256.Sum256(b)
-					}
-				}
-			}
-		}
 		d.Write([]byte(e.path))
 		d.Write([]byte{' '})
-		d.Write([]byte(hex.EncodeToString(h[:])))
+		d.Write([]byte(hex.EncodeToString(e.h[:])))
 		d.Write([]byte{'\n'})
 	}
 	return hex.EncodeToString(d.Sum(nil))

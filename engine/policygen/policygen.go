@@ -1,0 +1,195 @@
+// Package policygen generates realistic policy sets and flows, deterministically
+// from a seed. The engine's benchmarks, the store's figures, the load tester and
+// the peer comparison all measure on the same sets.
+//
+// The model: a mesh of services (kuma.io/service: svc-N), each running in
+// several environments, regions and versions. Policies are mostly
+// service-to-service permissions ("svc-12 may call svc-40 on TCP 8080"), some
+// narrowed by env or version, a tenth with wildcards ("every prod service may
+// call svc-7"), a few denies, a few port-restricted; with scopes, a share of the
+// policies sit in per-team scopes. Flows pick a source and a destination instance;
+// most follow a generated permission (real traffic is mostly allowed traffic),
+// the rest are random pairs.
+package policygen
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+// Config describes a policy set. Zero values take the documented defaults.
+type Config struct {
+	Seed     uint64
+	Policies int    // number of policies (default 1000)
+	Mesh     string // default "default"
+	Type     string // default "TrafficPermission"
+	// Services in the mesh (default Policies/5, at least 50).
+	Services int
+	// Scopes: how many per-team scopes (default 0: every policy at the mesh root).
+	Scopes int
+	// WildcardPercent of policies use '*' values or set-based expressions (default 10).
+	WildcardPercent int
+	// DenyPercent of policies deny (default 5).
+	DenyPercent int
+	// Combine of the type (FirstMatch by default).
+	Combine engine.Combine
+}
+
+func (c Config) withDefaults() Config {
+	if c.Policies <= 0 {
+		c.Policies = 1000
+	}
+	if c.Mesh == "" {
+		c.Mesh = engine.DefaultMesh
+	}
+	if c.Type == "" {
+		c.Type = engine.DefaultType
+	}
+	if c.Services <= 0 {
+		c.Services = max(50, c.Policies/5)
+	}
+	if c.WildcardPercent == 0 {
+		c.WildcardPercent = 10
+	}
+	if c.DenyPercent == 0 {
+		c.DenyPercent = 5
+	}
+	return c
+}
+
+var (
+	envs     = []string{"prod", "staging", "dev"}
+	regions  = []string{"us-east", "us-west", "eu-central", "ap-south"}
+	versions = []string{"v1", "v2", "v3"}
+	ports    = []string{"80", "443", "8080", "5432", "9000-9100"}
+)
+
+// Set is a generated policy set with what flows need to know about it.
+type Set struct {
+	Config    Config
+	Resources []engine.Resource // the Mesh, the scopes, then the policies
+	pairs     [][2]int          // (source service, destination service) of each S&D permission
+}
+
+// Policies returns only the policies of the set.
+func (s *Set) Policies() []*engine.Policy {
+	var out []*engine.Policy
+	for _, r := range s.Resources {
+		if p, ok := r.(*engine.Policy); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Generate builds a policy set.
+func Generate(cfg Config) *Set {
+	cfg = cfg.withDefaults()
+	r := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	s := &Set{Config: cfg}
+	mesh := &engine.Mesh{Name: cfg.Mesh}
+	if cfg.Combine != engine.FirstMatch {
+		mesh.Types = map[string]engine.TypeSettings{cfg.Type: {Combine: cfg.Combine}}
+	}
+	s.Resources = append(s.Resources, mesh)
+	for i := 0; i < cfg.Scopes; i++ {
+		s.Resources = append(s.Resources, &engine.Scope{
+			Mesh: cfg.Mesh, Name: fmt.Sprintf("team-%d", i), Priority: int32(i % 4), Enforced: true,
+			Selectors: []engine.Selector{{Match: map[string]string{"team": fmt.Sprintf("team-%d", i)}}},
+		})
+	}
+	for i := 0; i < cfg.Policies; i++ {
+		src, dst := r.IntN(cfg.Services), r.IntN(cfg.Services)
+		p := &engine.Policy{Mesh: cfg.Mesh, Type: cfg.Type, Name: fmt.Sprintf("p-%06d-svc-%d-to-svc-%d", i, src, dst),
+			Priority: int32(r.IntN(4)), Action: engine.Allow}
+		srcSel := engine.Selector{Match: map[string]string{engine.ServiceTag: svc(src)}}
+		dstSel := engine.Selector{Match: map[string]string{engine.ServiceTag: svc(dst)}}
+		switch x := r.IntN(100); {
+		case x < cfg.WildcardPercent/2:
+			// every service of one environment may call dst
+			srcSel = engine.Selector{Match: map[string]string{engine.ServiceTag: "*", "env": envs[r.IntN(len(envs))]}}
+		case x < cfg.WildcardPercent:
+			// set-based: a few named callers
+			srcSel = engine.Selector{Expressions: []engine.Expression{{Key: engine.ServiceTag, Operator: engine.OpIn,
+				Values: []string{svc(src), svc(r.IntN(cfg.Services)), svc(r.IntN(cfg.Services))}}}}
+		default:
+			s.pairs = append(s.pairs, [2]int{src, dst})
+		}
+		if r.IntN(100) < 20 {
+			srcSel.Match = withTag(srcSel.Match, "env", envs[r.IntN(len(envs))])
+		}
+		if r.IntN(100) < 10 {
+			dstSel.Match["version"] = versions[r.IntN(len(versions))]
+		}
+		p.Sources, p.Destinations = []engine.Selector{srcSel}, []engine.Selector{dstSel}
+		if r.IntN(100) < cfg.DenyPercent {
+			p.Action = engine.Deny
+		}
+		if r.IntN(100) < 30 {
+			p.Ports = []engine.PortEntry{{Protocol: engine.TCP, Ports: ports[r.IntN(len(ports))]}}
+		}
+		if r.IntN(100) < 15 {
+			p.Conf = engine.Object{"log": map[string]any{"sample": json.Number(fmt.Sprint(r.IntN(100)))}}
+		}
+		if cfg.Scopes > 0 && r.IntN(100) < 30 {
+			p.Scope = fmt.Sprintf("team-%d", teamOf(dst, cfg.Scopes))
+		}
+		s.Resources = append(s.Resources, p)
+	}
+	return s
+}
+
+func svc(i int) string { return fmt.Sprintf("svc-%d", i) }
+
+func teamOf(service, scopes int) int { return service % scopes }
+
+func withTag(m map[string]string, k, v string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	return m
+}
+
+// workload returns the tags of one instance of a service.
+func (s *Set) workload(r *rand.Rand, service int) engine.Tags {
+	t := engine.Tags{
+		engine.ServiceTag: svc(service),
+		"env":             envs[r.IntN(len(envs))],
+		"region":          regions[r.IntN(len(regions))],
+		"version":         versions[r.IntN(len(versions))],
+		"zone":            fmt.Sprintf("zone-%d", r.IntN(6)),
+		engine.NameTag:    fmt.Sprintf("%s-%d", svc(service), r.IntN(20)),
+	}
+	if s.Config.Scopes > 0 {
+		t["team"] = fmt.Sprintf("team-%d", teamOf(service, s.Config.Scopes))
+	}
+	return t
+}
+
+// Flows returns n requests against the set: 80% follow a generated permission,
+// 20% are random service pairs; protocols and ports vary.
+func (s *Set) Flows(seed uint64, n int) []engine.Request {
+	r := rand.New(rand.NewPCG(seed, 0xf10))
+	out := make([]engine.Request, n)
+	for i := range out {
+		var src, dst int
+		if len(s.pairs) > 0 && r.IntN(100) < 80 {
+			p := s.pairs[r.IntN(len(s.pairs))]
+			src, dst = p[0], p[1]
+		} else {
+			src, dst = r.IntN(s.Config.Services), r.IntN(s.Config.Services)
+		}
+		req := engine.Request{Mesh: s.Config.Mesh, Type: s.Config.Type,
+			Source: s.workload(r, src), Destination: s.workload(r, dst)}
+		if r.IntN(100) < 70 {
+			req.Protocol = engine.TCP
+			req.Port = []uint32{80, 443, 8080, 5432, 9050}[r.IntN(5)]
+		}
+		out[i] = req
+	}
+	return out
+}
