@@ -20,9 +20,9 @@ const (
 // few, and a slice is smaller and faster to walk than a map.
 type matcher struct {
 	sel     *Selector // as written
-	exact   []tagKV  // match entries with a concrete value, and In with one value
-	present []string // match entries with '*'
-	exprs   []cexpr  // every other expression
+	exact   []tagKV   // match entries with a concrete value, and In with one value
+	present []string  // match entries with '*'
+	exprs   []cexpr   // every other expression
 	rank    rank
 	buf     [2]tagKV // backing store of exact for the common case, in the same allocation
 }

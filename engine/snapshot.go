@@ -26,7 +26,6 @@ type Snapshot struct {
 	count    int                                // decoded resources, valid or not
 }
 
-
 // InvalidResource is a stored resource verdict does not use: a value that failed
 // to decode or validate, or a valid resource in conflict with an earlier one
 // (SPEC section 8).
