@@ -1,0 +1,173 @@
+package peers
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/policygen"
+)
+
+var sizesFlag = flag.String("sizes", "1000,10000", "policy-set sizes of TestAgreement and the benchmarks, comma-separated")
+
+func testSizes(t testing.TB) []int {
+	if testing.Short() {
+		return []int{1000}
+	}
+	var out []int
+	for s := range strings.SplitSeq(*sizesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			t.Fatalf("-sizes: %q is not a positive number", s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// handSet is a small set that uses every translated feature in ways the
+// generator rarely does: NotIn, Exists, DoesNotExist, one-value In, several
+// port entries, port ranges without protocol, ICMP, several selectors.
+func handSet(combine engine.Combine) *policygen.Set {
+	mesh := &engine.Mesh{Name: engine.DefaultMesh}
+	if combine != engine.FirstMatch {
+		mesh.Types = map[string]engine.TypeSettings{engine.DefaultType: {Combine: combine}}
+	}
+	svc := func(s string) engine.Selector { return engine.Selector{Match: map[string]string{engine.ServiceTag: s}} }
+	pol := func(name string, prio int32, action engine.Action, src, dst []engine.Selector, ports ...engine.PortEntry) *engine.Policy {
+		return &engine.Policy{Mesh: engine.DefaultMesh, Type: engine.DefaultType, Name: name, Priority: prio,
+			Action: action, Sources: src, Destinations: dst, Ports: ports}
+	}
+	all := []engine.Selector{{}}
+	return &policygen.Set{Config: policygen.Config{Mesh: engine.DefaultMesh, Type: engine.DefaultType}, Resources: []engine.Resource{
+		mesh,
+		pol("web-to-api", 1, engine.Allow, []engine.Selector{svc("web")}, []engine.Selector{svc("api")}),
+		pol("web-prod-deny", 1, engine.Deny, []engine.Selector{{Match: map[string]string{engine.ServiceTag: "web", "env": "prod"}}},
+			[]engine.Selector{svc("api")}, engine.PortEntry{Protocol: engine.TCP, Ports: "8000-8100,9000"}),
+		pol("any-env-to-db", 2, engine.Allow, []engine.Selector{{Match: map[string]string{"env": "*"}}},
+			[]engine.Selector{svc("db")}, engine.PortEntry{Ports: "5432"}, engine.PortEntry{Protocol: engine.UDP}),
+		pol("not-dev-to-db", 0, engine.Deny, []engine.Selector{{Expressions: []engine.Expression{
+			{Key: "env", Operator: engine.OpNotIn, Values: []string{"dev", "staging"}}}}},
+			[]engine.Selector{svc("db")}, engine.PortEntry{Protocol: engine.ICMP}),
+		pol("one-value-in", 2, engine.Allow, []engine.Selector{{Expressions: []engine.Expression{
+			{Key: engine.ServiceTag, Operator: engine.OpIn, Values: []string{"web"}}}}}, []engine.Selector{svc("db")}),
+		pol("unlabelled", 3, engine.Deny, []engine.Selector{{Expressions: []engine.Expression{
+			{Key: "env", Operator: engine.OpDoesNotExist}, {Key: engine.ServiceTag, Operator: engine.OpExists}}}}, all),
+		pol("two-by-two", 3, engine.Allow, []engine.Selector{svc("web"), svc("db")}, []engine.Selector{svc("api"), {Match: map[string]string{"env": "*"}}},
+			engine.PortEntry{Protocol: engine.TCP, Ports: "80,443"}),
+		pol("catch-everything", 4, engine.Allow, all, all, engine.PortEntry{Protocol: engine.UDP, Ports: "53"}),
+	}}
+}
+
+// handFlows crosses a few workloads with a few protocols and ports.
+func handFlows() []engine.Request {
+	workloads := []engine.Tags{
+		{},
+		{engine.ServiceTag: "web"},
+		{engine.ServiceTag: "web", "env": "prod"},
+		{engine.ServiceTag: "web", "env": "dev"},
+		{engine.ServiceTag: "api", "env": "staging"},
+		{engine.ServiceTag: "db", "env": "prod"},
+		{engine.ServiceTag: "db"},
+		{"env": "prod"},
+	}
+	traffic := []struct {
+		proto engine.Protocol
+		port  uint32
+	}{{engine.ProtocolAny, 0}, {engine.TCP, 0}, {engine.TCP, 80}, {engine.TCP, 8050}, {engine.TCP, 9000}, {engine.TCP, 5432},
+		{engine.UDP, 53}, {engine.UDP, 5432}, {engine.ICMP, 0}, {engine.ICMP, 8}, {engine.ProtocolAny, 5432}}
+	var out []engine.Request
+	for _, src := range workloads {
+		for _, dst := range workloads {
+			for _, tr := range traffic {
+				out = append(out, engine.Request{Source: src, Destination: dst, Protocol: tr.proto, Port: tr.port})
+			}
+		}
+	}
+	return out
+}
+
+func TestHandWrittenCasesAgree(t *testing.T) {
+	ctx := context.Background()
+	flows := handFlows()
+	want := map[string][]Outcome{}
+	for _, p := range Peers() {
+		t.Run(p.Name, func(t *testing.T) {
+			d, err := p.Build(ctx, handSet(p.Combine))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := DecideAll(d, flows, len(flows), time.Hour, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Reference == "" {
+				want[p.Name] = got
+				return
+			}
+			a := Agree(want[p.Reference], got)
+			t.Logf("%s vs %s: %s", p.Name, p.Reference, a)
+			if a.Compared != len(flows) || a.Matched == 0 || a.Allow == 0 || a.Deny == 0 {
+				t.Errorf("vacuous comparison: %s", a)
+			}
+			reportMismatches(t, a, flows)
+		})
+	}
+}
+
+// TestAgreement decides the same generated flows in every peer and requires the
+// decisions of its reference (verdict): same action, same deciding policy. Run
+// with -sizes 1000,10000,100000 for the largest set (minutes: OPA's data
+// formulation takes about a second per decision there).
+func TestAgreement(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range testSizes(t) {
+		t.Run(fmt.Sprintf("policies=%d", n), func(t *testing.T) {
+			flows := Flows(n, 2000)
+			minFlows := map[bool]int{true: 2000, false: 100}[n <= 1000]
+			want := map[string][]Outcome{}
+			for _, p := range Peers() {
+				t.Run(p.Name, func(t *testing.T) {
+					l, err := Load(ctx, p, n, 5*time.Minute)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := DecideAll(l.Decider, flows, minFlows, 20*time.Second, 10*time.Second)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if p.Reference == "" {
+						want[p.Name] = got
+						return
+					}
+					if want[p.Reference] == nil {
+						t.Fatalf("reference %s did not run", p.Reference)
+					}
+					a := Agree(want[p.Reference], got)
+					t.Logf("%s vs %s: %s", p.Name, p.Reference, a)
+					if a.Compared < minFlows || 10*a.Matched < 3*a.Compared || a.Allow == 0 || a.Deny == 0 {
+						t.Errorf("vacuous comparison: %s", a)
+					}
+					reportMismatches(t, a, flows)
+				})
+			}
+		})
+	}
+}
+
+func reportMismatches(t *testing.T, a Agreement, flows []engine.Request) {
+	t.Helper()
+	for i, m := range a.Mismatches {
+		if i == 5 {
+			t.Errorf("... and %d more", len(a.Mismatches)-i)
+			break
+		}
+		f := flows[m.Flow]
+		t.Errorf("flow %d %v -> %v %s %d: reference %s, peer %s", m.Flow, f.Source, f.Destination, f.Protocol, f.Port, m.Want, m.Got)
+	}
+}

@@ -1,0 +1,102 @@
+package peers
+
+import "github.com/verdictpdp/verdict/engine"
+
+// Linear is the obvious implementation: the rules in order in one slice, and a
+// loop that checks each until one matches (under DenyOverrides: until a DENY
+// matches, remembering the first matching ALLOW).
+type Linear struct {
+	rules   []Rule
+	combine engine.Combine
+	def     engine.Action
+}
+
+// NewLinear holds the program's rules in order.
+func NewLinear(p *Program) *Linear {
+	return &Linear{rules: p.Rules, combine: p.Combine, def: p.DefaultAction}
+}
+
+// Decide implements Decider.
+func (l *Linear) Decide(req *engine.Request) (Outcome, error) {
+	var allow *Rule
+	for i := range l.rules {
+		r := &l.rules[i]
+		if !portsMatch(r.Ports, req.Protocol, req.Port) || !selects(&r.Src, req.Source) || !selects(&r.Dst, req.Destination) {
+			continue
+		}
+		if l.combine == engine.FirstMatch || r.Action == engine.Deny {
+			return Outcome{Action: r.Action, Policy: r.Policy}, nil
+		}
+		if allow == nil {
+			allow = r
+		}
+	}
+	if allow != nil {
+		return Outcome{Action: allow.Action, Policy: allow.Policy}, nil
+	}
+	return Outcome{Action: l.def}, nil
+}
+
+// selects reports whether a workload's tags satisfy the selector (SPEC section 2).
+func selects(s *engine.Selector, tags engine.Tags) bool {
+	for k, want := range s.Match {
+		got, ok := tags[k]
+		if !ok || want != "*" && got != want {
+			return false
+		}
+	}
+	for _, e := range s.Expressions {
+		got, ok := tags[e.Key]
+		switch e.Operator {
+		case engine.OpIn:
+			if !ok || !contains(e.Values, got) {
+				return false
+			}
+		case engine.OpNotIn:
+			if ok && contains(e.Values, got) {
+				return false
+			}
+		case engine.OpExists:
+			if !ok {
+				return false
+			}
+		case engine.OpDoesNotExist:
+			if ok {
+				return false
+			}
+		default: // Translate refuses the other operators
+			return false
+		}
+	}
+	return true
+}
+
+func contains(values []string, v string) bool {
+	for _, x := range values {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// portsMatch reports whether a flow falls under the port entries (SPEC section 2).
+func portsMatch(entries []Ports, proto engine.Protocol, port uint32) bool {
+	if len(entries) == 0 {
+		return true
+	}
+	for _, e := range entries {
+		if e.Protocol != engine.ProtocolAny && e.Protocol != proto {
+			continue
+		}
+		if len(e.Ranges) == 0 || proto == engine.ICMP {
+			return true
+		}
+		for _, r := range e.Ranges {
+			if port >= r[0] && port <= r[1] {
+				return true
+			}
+		}
+	}
+	return false
+}
