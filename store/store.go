@@ -31,6 +31,12 @@ var (
 	ErrCompacted = errors.New("revision compacted")
 	// ErrUnavailable: the store cannot be reached now (after the call's deadline).
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrInvalidArgument: a call the store refuses as written (two ops on one
+	// key, an op whose Key is not its Resource's key, a bad page token, a future
+	// revision). Nothing was written.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrClosed: a call on a closed store.
+	ErrClosed = errors.New("store closed")
 )
 
 // Limits of one transaction: etcd's defaults (--max-txn-ops, --max-request-bytes).
@@ -41,17 +47,19 @@ const (
 
 // Expected revision values of an Op besides a real mod revision.
 const (
-	AnyRevision int64 = 0  // no check
+	AnyRevision  int64 = 0  // no check
 	MustNotExist int64 = -1 // create only
 )
 
 // Op is one write of an Apply: a put of Resource, or a delete of Key when
-// Resource is nil.
+// Resource is nil. A put's Key may be left zero (it is Resource.Key()); when
+// given it must equal it.
 type Op struct {
 	Key      engine.Key
 	Resource engine.Resource // nil: delete
 	// ExpectedRevision: AnyRevision, MustNotExist, or the mod revision the key
-	// must hold now (a delete with a revision deletes only that version).
+	// must hold now (a delete with a revision deletes only that version). A
+	// delete with AnyRevision of a key that holds nothing is not an error.
 	ExpectedRevision int64
 }
 
@@ -89,12 +97,16 @@ type ListPage struct {
 
 // Event is one step of a watch (see Store.Watch).
 type Event struct {
-	// Revision the store is at after this event.
+	// Revision the store is at after this event: every change up to it has
+	// been delivered. Revisions of successive events never decrease.
 	Revision int64
 	// Reset: Changes hold the whole state at Revision (the first list, or a
 	// re-list after compaction or reconnection); keys not in it are deleted.
 	Reset bool
-	// Changes are puts, deletes and broken values, in revision order.
+	// Changes are puts, deletes and broken values, in revision order; one
+	// event may carry the changes of several revisions (a store coalesces what
+	// its reader has not taken yet). Each change's ModRevision is the revision
+	// that made it (for a put, also Resource.Metadata().ModRevision).
 	Changes []engine.Change
 	// Progress: no change; the store is known to be current at Revision.
 	Progress bool
@@ -106,9 +118,13 @@ type Store interface {
 	// revision of the write. Puts are stamped: creationTime is kept from the
 	// stored value on update and set to now on create, modificationTime is now
 	// (both UTC, only where the resource does not carry them already for a
-	// create). It fails with ErrConflict when an expected revision does not hold,
-	// ErrTooLarge when the ops do not fit one transaction, and never writes
-	// partially. Resources are validated by the caller; Apply only encodes them.
+	// create). It fails with ErrConflict when an expected revision does not hold
+	// (the error names the key), ErrTooLarge when the ops do not fit one
+	// transaction (checked before anything is sent), ErrInvalidArgument for ops
+	// it refuses as written, ErrUnavailable when the backend does not answer in
+	// time, and never writes partially. Resources are validated by the caller;
+	// Apply only encodes them. With no ops it writes nothing and returns the
+	// current revision.
 	Apply(ctx context.Context, ops []Op) (revision int64, err error)
 
 	// Get reads one key: ErrNotFound when it holds nothing. A value that does not
@@ -116,29 +132,43 @@ type Store interface {
 	Get(ctx context.Context, key engine.Key) (Item, error)
 
 	// List reads a page of keys in key order, all pages of one list at one
-	// revision. ErrCompacted when that revision is gone.
+	// revision. ErrCompacted when that revision is gone, ErrInvalidArgument for
+	// a page token that is not one of this list's or a future revision.
 	List(ctx context.Context, opts ListOptions) (ListPage, error)
 
 	// Watch follows the store from a revision. fromRevision 0 starts with a Reset
 	// event holding the whole state; otherwise the first events are the changes
 	// after fromRevision, or a Reset if fromRevision was compacted. Events arrive
-	// in revision order; none is lost or repeated: after any interruption
-	// (compaction, a lost connection, a silent watch) the store re-lists and sends
-	// a Reset. The channel is closed when ctx ends, and only then.
+	// in revision order; none is lost or repeated: after an interruption the
+	// watch cannot resume exactly (compaction, a failed or closed watch, a
+	// watch gone silent), the store re-lists and sends a Reset. While it is
+	// current and idle the store sends a Progress event at least every progress
+	// interval of its configuration, so that a reader can tell silence from
+	// calm. Failures are never sent as events: the watch retries on its own
+	// and Health reports them. The channel is unbuffered (the store coalesces
+	// while its reader is busy) and is closed when ctx ends or the store is
+	// closed, and only then.
 	Watch(ctx context.Context, fromRevision int64) <-chan Event
 
 	// Health reports whether the store is reachable and current, as last seen.
 	Health() Health
 
-	// Close releases the store's connections; watches end.
+	// Close releases the store's connections; watches end (their channels are
+	// closed) and Close waits for them. Calls after Close fail with ErrClosed.
 	Close() error
 }
 
 // Health is the store's view of its own freshness.
 type Health struct {
+	// Connected: the store's last exchange with its backend succeeded (for
+	// etcd: a watch response, a list, or any call that reached etcd; a call the
+	// caller gave up on counts for nothing).
 	Connected bool
 	// Revision is the newest revision the store has seen.
 	Revision int64
 	// Err is the last error talking to the store, if it is not connected.
 	Err error
+	// Skipped counts the stored values that failed to decode or validate, each
+	// time one was read (a counter for metrics; Snapshot.Invalid lists them).
+	Skipped int64
 }

@@ -16,6 +16,8 @@
 //     set), never allowed to block the syncer.
 //   - Bursts are coalesced: events already queued are applied as one change set,
 //     so a 10k-policy bulk write builds a few snapshots, not 10k.
+//   - A Reset (a store's full list) is applied as its difference from what is
+//     applied (path → mod revision), so the snapshot update stays O(changes).
 package syncer
 
 import (
@@ -31,10 +33,13 @@ import (
 type Config struct {
 	Store  store.Store
 	Logger *slog.Logger
-	// MaxBatch bounds the events coalesced into one snapshot (default 10000).
+	// MaxBatch bounds the changes coalesced into one snapshot (default 10000;
+	// one event is never split).
 	MaxBatch int
 	// StaleAfter: with no event (not even progress) for this long, the syncer
-	// reports itself stale and the store re-lists (default 10s).
+	// reports itself stale and restarts the watch from its snapshot's
+	// revision: the store resumes, or re-lists if that revision is compacted
+	// (default 10s). Stores send progress more often than this when idle.
 	StaleAfter time.Duration
 }
 

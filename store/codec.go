@@ -1,0 +1,191 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+// The helpers below are shared by the implementations, so that both read,
+// stamp and check exactly alike.
+
+// DecodeItem reads a stored value found at path (the key without the store's
+// prefix). A value that does not decode or validate, or whose resource is not
+// the one its key names, comes back with Err set and Resource nil; a decoded
+// resource carries the revisions and the SHA-256 of value in its Meta (the
+// snapshot's Digest hashes the stored bytes, not a re-encoding).
+func DecodeItem(path string, value []byte, createRevision, modRevision int64) Item {
+	it := Item{Path: path, Value: value, CreateRevision: createRevision, ModRevision: modRevision}
+	key, err := engine.ParseKey("", "/"+path)
+	if err != nil {
+		it.Err = fmt.Errorf("%w: %v", engine.ErrInvalid, err)
+		return it
+	}
+	it.Key = key
+	r, err := engine.DecodeJSON(value)
+	if err != nil {
+		it.Err = err
+		return it
+	}
+	if r.Key() != key {
+		it.Err = fmt.Errorf("%w: the value is %s %q, not the resource its key names", engine.ErrInvalid, r.Key().Kind, r.Key().String())
+		return it
+	}
+	m := r.Metadata()
+	m.CreateRevision, m.ModRevision = createRevision, modRevision
+	m.ValueHash = sha256.Sum256(value)
+	it.Resource = r.WithMeta(m)
+	return it
+}
+
+// Change is the item as a change for engine.Snapshot.Apply: a put, or a broken
+// value when Err is set (then with its stored bytes, which Digest hashes; a
+// decoded resource carries their hash in its Meta instead).
+func (it Item) Change() engine.Change {
+	c := engine.Change{Path: it.Path, Key: it.Key, Resource: it.Resource, Err: it.Err, ModRevision: it.ModRevision}
+	if it.Err != nil {
+		c.Value = it.Value
+	}
+	return c
+}
+
+// DeleteChange is the change that removes what path held, deleted at revision.
+func DeleteChange(path string, revision int64) engine.Change {
+	c := engine.Change{Path: path, ModRevision: revision}
+	if k, err := engine.ParseKey("", "/"+path); err == nil {
+		c.Key = k
+	}
+	return c
+}
+
+// CheckOps refuses ops that cannot be one transaction: more than MaxOps
+// (ErrTooLarge), two ops on one key, a put whose Key is not its resource's, a
+// delete without a key, an expected revision below MustNotExist
+// (ErrInvalidArgument). It returns the key of each op.
+func CheckOps(ops []Op) ([]engine.Key, error) {
+	if len(ops) > MaxOps {
+		return nil, fmt.Errorf("%w: %d operations, over the limit of %d per transaction", ErrTooLarge, len(ops), MaxOps)
+	}
+	keys := make([]engine.Key, len(ops))
+	seen := make(map[engine.Key]int, len(ops))
+	for i, op := range ops {
+		k := op.Key
+		if op.Resource != nil {
+			rk := op.Resource.Key()
+			if k != (engine.Key{}) && k != rk {
+				return nil, fmt.Errorf("%w: ops[%d]: key %q is not the resource's key %q", ErrInvalidArgument, i, k.String(), rk.String())
+			}
+			k = rk
+		}
+		if k.Kind == 0 {
+			return nil, fmt.Errorf("%w: ops[%d]: a delete needs a key", ErrInvalidArgument, i)
+		}
+		if op.ExpectedRevision < MustNotExist {
+			return nil, fmt.Errorf("%w: ops[%d]: expected revision %d", ErrInvalidArgument, i, op.ExpectedRevision)
+		}
+		if j, dup := seen[k]; dup {
+			return nil, fmt.Errorf("%w: ops[%d] and ops[%d] both write %q: one transaction writes a key once", ErrInvalidArgument, j, i, k.String())
+		}
+		seen[k] = i
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// Conflict is the error of an expected revision that does not hold.
+func Conflict(key engine.Key, expected, actual int64) error {
+	switch {
+	case expected == MustNotExist:
+		return fmt.Errorf("%w: %s exists (mod revision %d)", ErrConflict, key.String(), actual)
+	case actual == 0:
+		return fmt.Errorf("%w: %s does not exist (expected mod revision %d)", ErrConflict, key.String(), expected)
+	}
+	return fmt.Errorf("%w: %s is at mod revision %d, not %d", ErrConflict, key.String(), actual, expected)
+}
+
+// ExpectationHolds reports whether a key whose current mod revision is actual
+// (0: absent) satisfies expected.
+func ExpectationHolds(expected, actual int64) bool {
+	switch expected {
+	case AnyRevision:
+		return true
+	case MustNotExist:
+		return actual == 0
+	}
+	return expected == actual
+}
+
+// Stamp sets a put's times (SPEC section 3): on update (stored is the current
+// value) creationTime is the stored one and modificationTime is now; on create
+// (stored nil) the times the resource carries are kept and missing ones are
+// now. Times are UTC.
+func Stamp(r engine.Resource, stored []byte, now time.Time) engine.Resource {
+	now = now.UTC()
+	m := r.Metadata()
+	if stored == nil {
+		if m.CreationTime.IsZero() {
+			m.CreationTime = now
+		}
+		if m.ModificationTime.IsZero() {
+			m.ModificationTime = now
+		}
+	} else {
+		if t, ok := storedCreationTime(stored); ok {
+			m.CreationTime = t
+		} else if m.CreationTime.IsZero() {
+			m.CreationTime = now
+		}
+		m.ModificationTime = now
+	}
+	m.CreationTime, m.ModificationTime = m.CreationTime.UTC(), m.ModificationTime.UTC()
+	m.CreateRevision, m.ModRevision = 0, 0
+	return r.WithMeta(m)
+}
+
+// storedCreationTime reads creationTime from a stored value, even a broken one.
+func storedCreationTime(stored []byte) (time.Time, bool) {
+	var doc struct {
+		CreationTime string `json:"creationTime"`
+	}
+	if json.Unmarshal(stored, &doc) != nil || doc.CreationTime == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, doc.CreationTime)
+	return t, err == nil
+}
+
+// DefaultPageSize is a List page's size when ListOptions.Limit is 0.
+const DefaultPageSize = 1000
+
+// pageToken continues a list: its revision and the last key returned.
+type pageToken struct {
+	Revision int64  `json:"r"`
+	After    string `json:"a"`
+	Prefix   string `json:"p"`
+}
+
+// EncodePageToken returns the token of the page after the key after, in a list
+// of prefix at revision.
+func EncodePageToken(prefix string, revision int64, after string) string {
+	b, _ := json.Marshal(pageToken{Revision: revision, After: after, Prefix: prefix})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodePageToken reads a token of a list of prefix: its revision and the key
+// the page starts after. ErrInvalidArgument when it is not such a token.
+func DecodePageToken(prefix, token string) (revision int64, after string, err error) {
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	var t pageToken
+	if err == nil {
+		err = json.Unmarshal(b, &t)
+	}
+	if err != nil || t.Revision <= 0 || t.Prefix != prefix || !strings.HasPrefix(t.After, prefix) {
+		return 0, "", fmt.Errorf("%w: page token %q is not one of a list of %q", ErrInvalidArgument, token, prefix)
+	}
+	return t.Revision, t.After, nil
+}

@@ -1,0 +1,195 @@
+package store_test
+
+import (
+	"crypto/sha256"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/store"
+)
+
+const goodDoc = `{"kind":"Policy","mesh":"default","name":"a","sources":[{}],"destinations":[{}],"creationTime":"2020-01-02T03:04:05Z"}`
+
+func TestDecodeItem(t *testing.T) {
+	tests := []struct {
+		name, path, value string
+		err               string // "" = decodes
+	}{
+		{"a valid policy", "default/policies/TrafficPermission/a", goodDoc, ""},
+		{"not JSON", "default/policies/TrafficPermission/a", `{`, "JSON"},
+		{"an invalid document", "default/policies/TrafficPermission/a", `{"kind":"Policy","name":"a","action":"MAYBE"}`, "action"},
+		{"another resource than the key's", "default/policies/TrafficPermission/b", goodDoc, "not the resource its key names"},
+		{"a key that is no resource key", "default/things/a", goodDoc, "is not"},
+		{"an empty path", "", goodDoc, "is not"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			it := store.DecodeItem(tt.path, []byte(tt.value), 3, 7)
+			if it.Path != tt.path || string(it.Value) != tt.value || it.CreateRevision != 3 || it.ModRevision != 7 {
+				t.Fatalf("item %+v does not carry its path, value and revisions", it)
+			}
+			c := it.Change()
+			if tt.err != "" {
+				if it.Err == nil || it.Resource != nil || !errors.Is(it.Err, engine.ErrInvalid) || !strings.Contains(it.Err.Error(), tt.err) {
+					t.Fatalf("Err = %v, Resource = %v; want an ErrInvalid mentioning %q", it.Err, it.Resource, tt.err)
+				}
+				if c.Err == nil || string(c.Value) != tt.value || c.ModRevision != 7 {
+					t.Fatalf("broken change %+v", c)
+				}
+				return
+			}
+			m := it.Resource.Metadata()
+			if it.Err != nil || m.CreateRevision != 3 || m.ModRevision != 7 || m.ValueHash != sha256.Sum256([]byte(tt.value)) {
+				t.Fatalf("item %+v, meta %+v", it, m)
+			}
+			if c.Resource == nil || c.Value != nil || c.Key != it.Key {
+				t.Fatalf("change %+v", c)
+			}
+		})
+	}
+}
+
+func TestDeleteChange(t *testing.T) {
+	c := store.DeleteChange("default/scopes/s", 9)
+	if c.Key != (engine.Key{Kind: engine.KindScope, Mesh: "default", Name: "s"}) || c.Resource != nil || c.Err != nil || c.ModRevision != 9 {
+		t.Fatalf("DeleteChange = %+v", c)
+	}
+	if c := store.DeleteChange("junk", 9); c.Key.Kind != 0 || c.Path != "junk" {
+		t.Fatalf("DeleteChange of an unparseable path = %+v", c)
+	}
+}
+
+func TestCheckOps(t *testing.T) {
+	a, _ := engine.DecodeJSON([]byte(goodDoc))
+	b := a.(*engine.Policy).WithMeta(engine.Meta{})
+	bp := *b.(*engine.Policy)
+	bp.Name = "b"
+	many := make([]store.Op, store.MaxOps+1)
+	tests := []struct {
+		name string
+		ops  []store.Op
+		want error
+	}{
+		{"no ops", nil, nil},
+		{"a put without key", []store.Op{{Resource: a}}, nil},
+		{"a put with its key", []store.Op{{Key: a.Key(), Resource: a}}, nil},
+		{"a put and a delete", []store.Op{{Resource: a}, {Key: bp.Key(), ExpectedRevision: 4}}, nil},
+		{"too many", many, store.ErrTooLarge},
+		{"a put under another key", []store.Op{{Key: bp.Key(), Resource: a}}, store.ErrInvalidArgument},
+		{"a delete without key", []store.Op{{}}, store.ErrInvalidArgument},
+		{"one key twice", []store.Op{{Resource: a}, {Key: a.Key()}}, store.ErrInvalidArgument},
+		{"a bad expected revision", []store.Op{{Resource: a, ExpectedRevision: -2}}, store.ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys, err := store.CheckOps(tt.ops)
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("CheckOps = %v, want %v", err, tt.want)
+			}
+			if err == nil && len(keys) != len(tt.ops) {
+				t.Fatalf("%d keys for %d ops", len(keys), len(tt.ops))
+			}
+		})
+	}
+}
+
+func TestExpectations(t *testing.T) {
+	tests := []struct {
+		expected, actual int64
+		holds            bool
+	}{
+		{store.AnyRevision, 0, true},
+		{store.AnyRevision, 5, true},
+		{store.MustNotExist, 0, true},
+		{store.MustNotExist, 5, false},
+		{5, 5, true},
+		{5, 6, false},
+		{5, 0, false},
+	}
+	k := engine.Key{Kind: engine.KindMesh, Mesh: "m"}
+	for _, tt := range tests {
+		if got := store.ExpectationHolds(tt.expected, tt.actual); got != tt.holds {
+			t.Errorf("ExpectationHolds(%d, %d) = %v", tt.expected, tt.actual, got)
+		}
+		if !tt.holds {
+			err := store.Conflict(k, tt.expected, tt.actual)
+			if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "m/mesh") {
+				t.Errorf("Conflict(%d, %d) = %v", tt.expected, tt.actual, err)
+			}
+		}
+	}
+}
+
+func TestStamp(t *testing.T) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.FixedZone("x", 3600))
+	t2020 := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	t2021 := time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC)
+	r, _ := engine.DecodeJSON([]byte(goodDoc)) // carries creationTime 2020
+	bare := r.WithMeta(engine.Meta{})
+	tests := []struct {
+		name           string
+		r              engine.Resource
+		stored         string
+		create, modify time.Time
+	}{
+		{"a create gets now", bare, "", now, now},
+		{"a create keeps the times it carries", r, "", t2020, now},
+		{"an update keeps the stored creationTime", bare.WithMeta(engine.Meta{CreationTime: t2021}), goodDoc, t2020, now},
+		{"an update over a value without times", r, `{"kind":"Policy"}`, t2020, now},
+		{"an update over a broken value", bare, `{`, now, now},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stored []byte
+			if tt.stored != "" {
+				stored = []byte(tt.stored)
+			}
+			m := store.Stamp(tt.r, stored, now).Metadata()
+			if !m.CreationTime.Equal(tt.create) || !m.ModificationTime.Equal(tt.modify) {
+				t.Fatalf("times %v / %v, want %v / %v", m.CreationTime, m.ModificationTime, tt.create, tt.modify)
+			}
+			if m.CreationTime.Location() != time.UTC || m.ModificationTime.Location() != time.UTC {
+				t.Fatal("times not in UTC")
+			}
+		})
+	}
+}
+
+func TestPageTokens(t *testing.T) {
+	tok := store.EncodePageToken("m1/", 42, "m1/policies/T/x")
+	rev, after, err := store.DecodePageToken("m1/", tok)
+	if err != nil || rev != 42 || after != "m1/policies/T/x" {
+		t.Fatalf("round trip: %d %q %v", rev, after, err)
+	}
+	for _, bad := range []struct{ prefix, token string }{
+		{"m2/", tok},
+		{"m1/", "garbage!"},
+		{"m1/", store.EncodePageToken("m1/", 0, "m1/x")},
+		{"m1/", store.EncodePageToken("m1/", 3, "m2/x")},
+	} {
+		if _, _, err := store.DecodePageToken(bad.prefix, bad.token); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("DecodePageToken(%q, %q) = %v", bad.prefix, bad.token, err)
+		}
+	}
+}
+
+func FuzzDecodePageToken(f *testing.F) {
+	f.Add("m1/", store.EncodePageToken("m1/", 42, "m1/policies/T/x"))
+	f.Add("", "e30")
+	f.Add("", "")
+	f.Fuzz(func(t *testing.T, prefix, token string) {
+		rev, after, err := store.DecodePageToken(prefix, token)
+		if err != nil {
+			if !errors.Is(err, store.ErrInvalidArgument) {
+				t.Fatalf("error %v is not ErrInvalidArgument", err)
+			}
+			return
+		}
+		if rev <= 0 || !strings.HasPrefix(after, prefix) {
+			t.Fatalf("accepted revision %d, after %q for prefix %q", rev, after, prefix)
+		}
+	})
+}

@@ -1,0 +1,199 @@
+package embedetcd_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/verdictpdp/verdict/store/embedetcd"
+)
+
+func TestMain(m *testing.M) {
+	var opts []goleak.Option
+	for _, f := range embedetcd.Lingering() {
+		opts = append(opts, goleak.IgnoreAnyFunction(f))
+	}
+	goleak.VerifyTestMain(m, opts...)
+}
+
+func client(t *testing.T, endpoints []string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// put retries with short deadlines: a proposal in flight when a leader dies is
+// lost, and its request waits for its deadline.
+func put(t *testing.T, c *clientv3.Client, k, v string) {
+	t.Helper()
+	var err error
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = c.Put(ctx, k, v)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	t.Fatalf("put %s: %v", k, err)
+}
+
+func get(t *testing.T, c *clientv3.Client, k string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := c.Get(ctx, k)
+	if err != nil {
+		t.Fatalf("get %s: %v", k, err)
+	}
+	if len(r.Kvs) == 0 {
+		return ""
+	}
+	return string(r.Kvs[0].Value)
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  embedetcd.Config
+		ok   bool
+	}{
+		{"a data dir is enough", embedetcd.Config{Dir: "x"}, true},
+		{"no data dir", embedetcd.Config{}, false},
+		{"a non-loopback client URL", embedetcd.Config{Dir: "x", ClientURL: "http://10.0.0.1:2379"}, false},
+		{"a URL without port", embedetcd.Config{Dir: "x", PeerURL: "http://127.0.0.1"}, false},
+		{"https is not supported", embedetcd.Config{Dir: "x", ClientURL: "https://127.0.0.1:2379"}, false},
+		{"a cluster member needs both URLs", embedetcd.Config{Dir: "x", InitialCluster: "a=http://127.0.0.1:1"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if (err == nil) != tt.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, embedetcd.ErrInvalidConfig) {
+				t.Fatalf("error %v is not ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+func TestStopRestartKeepsData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), Fast: true, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	c := client(t, e.Endpoints())
+	put(t, c, "/k", "v1")
+
+	// An open watch must not delay Stop (a graceful stop would wait for it).
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wch := c.Watch(wctx, "/k")
+	put(t, c, "/k", "v2")
+	<-wch
+
+	start := time.Now()
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if e.Running() {
+		t.Fatal("Running after Stop")
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Logf("Stop took %v with an open watch", d) // informational: no timing asserts
+	}
+	if err := e.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, c, "/k"); got != "v2" {
+		t.Fatalf("after restart /k = %q, want v2", got)
+	}
+	if !e.IsLeader() {
+		t.Fatal("a single member is its own leader")
+	}
+}
+
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-member cluster: skipped under -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := embedetcd.StartCluster(ctx, 3, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	c := client(t, cl.Endpoints())
+	put(t, c, "/a", "1")
+	leader := cl.Leader()
+	if leader < 0 {
+		t.Fatal("no leader")
+	}
+	if err := cl.Members[leader].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, "/a", "2") // the two others elect a leader and go on
+	if err := cl.Members[leader].Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	one := client(t, cl.Members[leader].Endpoints())
+	if got := get(t, one, "/a"); got != "2" {
+		t.Fatalf("restarted member reads /a = %q, want 2", got)
+	}
+}
+
+func TestProxy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), Fast: true, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p, err := embedetcd.NewProxy(e.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := client(t, []string{p.Endpoint()})
+	put(t, c, "/k", "1")
+
+	t.Run("blackhole: calls hang until their deadline", func(t *testing.T) {
+		p.Blackhole()
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := c.Get(short, "/k"); err == nil {
+			t.Fatal("Get through a blackhole succeeded")
+		}
+		p.Restore()
+		if got := get(t, c, "/k"); got != "1" {
+			t.Fatalf("after Restore /k = %q", got)
+		}
+	})
+	t.Run("cut: calls fail until restored", func(t *testing.T) {
+		p.Cut()
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := c.Get(short, "/k"); err == nil {
+			t.Fatal("Get through a cut proxy succeeded")
+		}
+		p.Restore()
+		if got := get(t, c, "/k"); got != "1" {
+			t.Fatalf("after Restore /k = %q", got)
+		}
+	})
+}

@@ -1,0 +1,315 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/store"
+	"github.com/verdictpdp/verdict/store/embedetcd"
+	"github.com/verdictpdp/verdict/store/etcd"
+	"github.com/verdictpdp/verdict/store/storetest"
+	"github.com/verdictpdp/verdict/syncer"
+)
+
+func TestMain(m *testing.M) {
+	var opts []goleak.Option
+	for _, f := range embedetcd.Lingering() {
+		opts = append(opts, goleak.IgnoreAnyFunction(f))
+	}
+	goleak.VerifyTestMain(m, opts...)
+}
+
+// logger shows the store's warnings with -v when VERDICT_TEST_LOG is set.
+func logger() *slog.Logger {
+	if os.Getenv("VERDICT_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func startEtcd(t testing.TB) *embedetcd.Etcd {
+	t.Helper()
+	e, err := embedetcd.Start(storetest.Context(t), embedetcd.Config{Dir: t.TempDir(), Fast: true, NoFsync: true, Logger: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// newStore is a store with quick liveness checks, closed with the test.
+func newStore(t testing.TB, endpoints []string) *etcd.Store {
+	t.Helper()
+	st, err := etcd.New(storetest.Context(t), etcd.Config{
+		Endpoints:        endpoints,
+		DialTimeout:      2 * time.Second,
+		RequestTimeout:   2 * time.Second,
+		ProgressInterval: 100 * time.Millisecond,
+		LivenessTimeout:  time.Second,
+		Logger:           logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// harness: the store under test reaches etcd through a proxy that Interrupt
+// cuts; the writer and the raw client go direct.
+func harness(t *testing.T) storetest.Harness {
+	e := startEtcd(t)
+	p, err := embedetcd.NewProxy(e.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	st := newStore(t, []string{p.Endpoint()})
+	writer := newStore(t, e.Endpoints())
+	raw := writer.Client()
+	return storetest.Harness{
+		Store:  st,
+		Writer: writer,
+		RawPut: func(ctx context.Context, path string, value []byte) (int64, error) {
+			resp, err := raw.Put(ctx, engine.DefaultPrefix+"/"+path, string(value))
+			if err != nil {
+				return 0, err
+			}
+			return resp.Header.Revision, nil
+		},
+		Compact: func(ctx context.Context, rev int64) error {
+			_, err := raw.Compact(ctx, rev, clientv3.WithCompactPhysical())
+			return err
+		},
+		Interrupt: func() func() {
+			p.Cut()
+			return p.Restore
+		},
+	}
+}
+
+func TestContract(t *testing.T) { storetest.Run(t, harness) }
+
+func TestConfigValidate(t *testing.T) {
+	ok := etcd.Config{Endpoints: []string{"http://127.0.0.1:2379"}}
+	tests := []struct {
+		name string
+		edit func(*etcd.Config)
+		ok   bool
+	}{
+		{"endpoints are enough", func(*etcd.Config) {}, true},
+		{"host:port endpoints", func(c *etcd.Config) { c.Endpoints = []string{"etcd-0:2379", "etcd-1:2379"} }, true},
+		{"no endpoint", func(c *etcd.Config) { c.Endpoints = nil }, false},
+		{"an endpoint without port", func(c *etcd.Config) { c.Endpoints = []string{"etcd"} }, false},
+		{"an unknown scheme", func(c *etcd.Config) { c.Endpoints = []string{"ftp://x:1"} }, false},
+		{"a prefix without leading slash", func(c *etcd.Config) { c.Prefix = "verdict" }, false},
+		{"a prefix with a trailing slash", func(c *etcd.Config) { c.Prefix = "/verdict/" }, false},
+		{"a negative timeout", func(c *etcd.Config) { c.RequestTimeout = -time.Second }, false},
+		{"liveness within the progress interval", func(c *etcd.Config) {
+			c.ProgressInterval, c.LivenessTimeout = time.Second, time.Second
+		}, false},
+		{"a username without password", func(c *etcd.Config) { c.Username = "verdict" }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ok
+			tt.edit(&c)
+			err := c.Validate()
+			if (err == nil) != tt.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, etcd.ErrInvalidConfig) {
+				t.Fatalf("%v is not ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+func TestNewFailsWhenEtcdDoesNotAnswer(t *testing.T) {
+	ports, err := embedetcd.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = etcd.New(context.Background(), etcd.Config{Endpoints: []string{embedetcd.LoopbackURL(ports[0])}, DialTimeout: 300 * time.Millisecond})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("New without etcd: %v, want ErrUnavailable", err)
+	}
+}
+
+// A watch that goes silent without an error (a partition, a hung member) is
+// noticed by the liveness check: the store says it is disconnected, and
+// re-lists once etcd answers again.
+func TestSilentWatchIsNoticed(t *testing.T) {
+	e := startEtcd(t)
+	p, err := embedetcd.NewProxy(e.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	st := newStore(t, []string{p.Endpoint()})
+	writer := newStore(t, e.Endpoints())
+	storetest.ApplyMany(t, writer, storetest.Policies(t, "default", "p", 100))
+	sy := storetest.StartSyncer(t, st, syncer.Config{StaleAfter: 5 * time.Second})
+
+	p.Blackhole()
+	storetest.Eventually(t, "the store to notice the silence", func() bool { return !st.Health().Connected })
+	if !sy.Stale() {
+		t.Fatal("the syncer is not stale while the store is disconnected")
+	}
+	last := storetest.ApplyMany(t, writer, storetest.Policies(t, "default", "q", 100))
+	p.Restore()
+	snap := storetest.WaitFor(t, sy, last)
+	if snap.Digest() != storetest.Digest(t, writer) {
+		t.Fatal("after the silence the snapshot differs from etcd")
+	}
+	storetest.Eventually(t, "the store to be connected again", func() bool { return st.Health().Connected })
+}
+
+// etcd confirms a watch before the client returns it: a member that hangs
+// then must not hang the watch for good.
+func TestWatchCreatedOnASilentEtcd(t *testing.T) {
+	e := startEtcd(t)
+	p, err := embedetcd.NewProxy(e.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	st := newStore(t, []string{p.Endpoint()})
+	writer := newStore(t, e.Endpoints())
+	rev := storetest.Apply(t, writer, storetest.Put(storetest.Policy(t, "default", "a", 0)))
+
+	p.Blackhole()
+	f := storetest.Follow(t, st, rev) // straight to a watch, no list first
+	storetest.Eventually(t, "the store to notice the silence", func() bool { return !st.Health().Connected })
+	last := storetest.Apply(t, writer, storetest.Put(storetest.Policy(t, "default", "b", 0)))
+	p.Restore()
+	f.WaitRevision(t, last)
+	if f.Snapshot().Digest() != storetest.Digest(t, writer) {
+		t.Fatal("the watch differs from etcd")
+	}
+}
+
+// etcd stopped for several seconds, then restarted: the last snapshot keeps
+// serving, the store and the syncer report it stale, and after the restart
+// everything is caught up, including writes the watch had not delivered yet.
+func TestEtcdStoppedAndRestarted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops etcd for seconds: skipped under -short")
+	}
+	ctx := storetest.Context(t)
+	e := startEtcd(t)
+	st := newStore(t, e.Endpoints())
+	sy := storetest.StartSyncer(t, st, syncer.Config{StaleAfter: 2 * time.Second})
+	storetest.ApplyMany(t, st, storetest.Policies(t, "default", "p", 500))
+
+	// Stop right after a burst: some of it may not have reached the watch.
+	storetest.ApplyMany(t, st, storetest.Policies(t, "default", "burst", 300))
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Eventually(t, "the store to report itself disconnected", func() bool { return !st.Health().Connected })
+	storetest.Eventually(t, "the syncer to report itself stale", sy.Stale)
+	served := sy.Snapshot()
+	time.Sleep(3 * time.Second)
+	if sy.Snapshot() != served {
+		t.Fatal("the snapshot changed while etcd was down")
+	}
+	if !sy.Stale() || !sy.Synced() {
+		t.Fatalf("while etcd is down: status %+v", sy.Status())
+	}
+	if _, err := st.Apply(ctx, []store.Op{storetest.Put(storetest.Policy(t, "default", "lost", 0))}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Apply while etcd is down: %v, want ErrUnavailable", err)
+	}
+
+	if err := e.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The client reconnects within its backoff (at most about 2 s).
+	storetest.Eventually(t, "the store to reconnect", func() bool { return st.Health().Connected })
+	var last int64
+	for _, r := range storetest.Policies(t, "default", "after", 100) {
+		last = applyRetrying(t, st, storetest.Put(r))
+	}
+	snap := storetest.WaitFor(t, sy, last)
+	if snap.Len() != 900 {
+		t.Fatalf("after the restart the snapshot holds %d resources, want 900", snap.Len())
+	}
+	if snap.Digest() != storetest.Digest(t, st) {
+		t.Fatal("after the restart the snapshot differs from etcd")
+	}
+	storetest.Eventually(t, "the syncer to be current again", func() bool { return !sy.Stale() })
+}
+
+// In a 3-member cluster, members are stopped one at a time, the leader first:
+// the watch goes on through another member and no update is lost.
+func TestClusterMemberLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-member cluster: skipped under -short")
+	}
+	ctx := storetest.Context(t)
+	cl, err := embedetcd.StartCluster(ctx, 3, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	st := newStore(t, cl.Endpoints())
+	writer := newStore(t, cl.Endpoints())
+	sy := storetest.StartSyncer(t, st, syncer.Config{StaleAfter: 5 * time.Second})
+	storetest.ApplyMany(t, writer, storetest.Policies(t, "default", "p", 200))
+
+	order := []int{cl.Leader()}
+	for i := range cl.Members {
+		if i != order[0] {
+			order = append(order, i)
+		}
+	}
+	for round, i := range order {
+		if err := cl.Members[i].Stop(); err != nil {
+			t.Fatal(err)
+		}
+		var last int64
+		for j := range 100 {
+			last = applyRetrying(t, writer, storetest.Put(storetest.Policy(t, "default", fmt.Sprintf("r%d-%03d", round, j), j)))
+		}
+		snap := storetest.WaitFor(t, sy, last)
+		if snap.Digest() != storetest.Digest(t, writer) {
+			t.Fatalf("round %d (member %d stopped): the snapshot differs from etcd", round, i)
+		}
+		if err := cl.Members[i].Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := sy.Snapshot().Len(); n != 500 {
+		t.Fatalf("the snapshot holds %d resources, want 500", n)
+	}
+}
+
+// applyRetrying retries an Apply that found no leader (a proposal in flight
+// when a leader dies is lost and times out).
+func applyRetrying(t testing.TB, st store.Store, ops ...store.Op) int64 {
+	t.Helper()
+	var err error
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var rev int64
+		rev, err = st.Apply(ctx, ops)
+		cancel()
+		if err == nil {
+			return rev
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatalf("apply: %v", err)
+	return 0
+}

@@ -1,0 +1,201 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/store"
+)
+
+func runWrites(t *testing.T, newHarness Factory) {
+	t.Run("apply creates, updates and deletes", func(t *testing.T) {
+		st := newHarness(t).Store
+		ctx := Context(t)
+		p := Policy(t, "default", "a", 1)
+		rev1 := Apply(t, st, Put(p))
+		it, err := st.Get(ctx, p.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Err != nil || it.Resource == nil {
+			t.Fatalf("Get = %+v", it)
+		}
+		if it.Path != "default/policies/TrafficPermission/a" || it.Key != p.Key() {
+			t.Fatalf("Get path %q key %v", it.Path, it.Key)
+		}
+		m := it.Resource.Metadata()
+		if it.CreateRevision != rev1 || it.ModRevision != rev1 || m.CreateRevision != rev1 || m.ModRevision != rev1 {
+			t.Fatalf("revisions %d/%d, meta %d/%d, want %d", it.CreateRevision, it.ModRevision, m.CreateRevision, m.ModRevision, rev1)
+		}
+		if m.CreationTime.IsZero() || !m.ModificationTime.Equal(m.CreationTime) || m.CreationTime.Location() != time.UTC {
+			t.Fatalf("times on create: %v / %v", m.CreationTime, m.ModificationTime)
+		}
+		if r, err := engine.DecodeJSON(it.Value); err != nil || r.Key() != p.Key() {
+			t.Fatalf("stored value %s does not decode to the resource: %v", it.Value, err)
+		}
+
+		rev2 := Apply(t, st, Put(Policy(t, "default", "a", 2)))
+		it2, err := st.Get(ctx, p.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2 := it2.Resource.Metadata()
+		if rev2 <= rev1 || it2.CreateRevision != rev1 || it2.ModRevision != rev2 {
+			t.Fatalf("after update: revisions %d/%d, want %d/%d", it2.CreateRevision, it2.ModRevision, rev1, rev2)
+		}
+		if !m2.CreationTime.Equal(m.CreationTime) || m2.ModificationTime.Before(m.CreationTime) {
+			t.Fatalf("after update: times %v / %v, created %v", m2.CreationTime, m2.ModificationTime, m.CreationTime)
+		}
+		if it2.Resource.(*engine.Policy).Priority != 2 {
+			t.Fatal("update not stored")
+		}
+
+		rev3 := Apply(t, st, store.Op{Key: p.Key()})
+		if _, err := st.Get(ctx, p.Key()); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Get after delete: %v, want ErrNotFound", err)
+		}
+		if rev3 <= rev2 {
+			t.Fatalf("delete revision %d after %d", rev3, rev2)
+		}
+		if _, err := st.Apply(ctx, []store.Op{{Key: p.Key()}}); err != nil {
+			t.Fatalf("deleting a missing key: %v", err)
+		}
+		if rev, err := st.Apply(ctx, nil); err != nil || rev < rev3 {
+			t.Fatalf("empty Apply = %d, %v; want the current revision", rev, err)
+		}
+	})
+
+	t.Run("a create keeps the times it carries, an update the stored creationTime", func(t *testing.T) {
+		st := newHarness(t).Store
+		ctx := Context(t)
+		t2020 := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+		p := Policy(t, "default", "timed", 0)
+		Apply(t, st, Put(p.WithMeta(engine.Meta{CreationTime: t2020, ModificationTime: t2020})))
+		it, _ := st.Get(ctx, p.Key())
+		if m := it.Resource.Metadata(); !m.CreationTime.Equal(t2020) || !m.ModificationTime.Equal(t2020) {
+			t.Fatalf("create: times %v / %v, want 2020", m.CreationTime, m.ModificationTime)
+		}
+		Apply(t, st, Put(p.WithMeta(engine.Meta{CreationTime: t2020.AddDate(1, 0, 0)})))
+		it, _ = st.Get(ctx, p.Key())
+		if m := it.Resource.Metadata(); !m.CreationTime.Equal(t2020) || !m.ModificationTime.After(t2020) {
+			t.Fatalf("update: times %v / %v, want creation 2020, modification now", m.CreationTime, m.ModificationTime)
+		}
+	})
+
+	t.Run("expected revisions", func(t *testing.T) {
+		st := newHarness(t).Store
+		ctx := Context(t)
+		a := Policy(t, "default", "a", 0)
+		ra := Apply(t, st, Put(a))
+		rb := Apply(t, st, Put(Policy(t, "default", "b", 0)))
+		tests := []struct {
+			name     string
+			ops      []store.Op
+			conflict string // the key the conflict names; "" = success
+		}{
+			{"a create of an existing key conflicts", []store.Op{{Resource: a, ExpectedRevision: store.MustNotExist}}, "default/policies/TrafficPermission/a"},
+			{"a create of a new key succeeds", []store.Op{{Resource: Policy(t, "default", "c", 0), ExpectedRevision: store.MustNotExist}}, ""},
+			{"an update at a stale revision conflicts", []store.Op{{Resource: a, ExpectedRevision: ra - 1}}, "default/policies/TrafficPermission/a"},
+			{"an update at the current revision succeeds", []store.Op{{Resource: a, ExpectedRevision: ra}}, ""},
+			{"an update at the old revision now conflicts", []store.Op{{Resource: a, ExpectedRevision: ra}}, "default/policies/TrafficPermission/a"},
+			{"an update of a missing key at a revision conflicts", []store.Op{{Resource: Policy(t, "default", "nope", 0), ExpectedRevision: ra}}, "default/policies/TrafficPermission/nope"},
+			{"a delete at a stale revision conflicts", []store.Op{{Key: a.Key(), ExpectedRevision: ra}}, "default/policies/TrafficPermission/a"},
+			{"a conflict anywhere writes nothing", []store.Op{Put(Policy(t, "default", "d", 0)), {Key: engine.Key{Kind: engine.KindPolicy, Mesh: "default", Type: "TrafficPermission", Name: "b"}, ExpectedRevision: rb + 1000}}, "default/policies/TrafficPermission/b"},
+			{"a delete at the current revision succeeds", []store.Op{{Key: Policy(t, "default", "b", 0).Key(), ExpectedRevision: rb}}, ""},
+		}
+		for _, tt := range tests {
+			_, err := st.Apply(ctx, tt.ops)
+			if tt.conflict == "" {
+				if err != nil {
+					t.Fatalf("%s: %v", tt.name, err)
+				}
+				continue
+			}
+			if !errors.Is(err, store.ErrConflict) {
+				t.Fatalf("%s: %v, want ErrConflict", tt.name, err)
+			}
+			mustContain(t, err, tt.conflict)
+		}
+		if _, err := st.Get(ctx, Policy(t, "default", "d", 0).Key()); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a put of a conflicting transaction was written: %v", err)
+		}
+	})
+
+	t.Run("concurrent writers keep creationTime", func(t *testing.T) {
+		st := newHarness(t).Store
+		ctx := Context(t)
+		p := Policy(t, "default", "hot", 0)
+		rev0 := Apply(t, st, Put(p))
+		first, _ := st.Get(ctx, p.Key())
+		var wg sync.WaitGroup
+		errs := make(chan error, 40)
+		for w := range 4 {
+			updates := make([]engine.Resource, 10)
+			for i := range updates {
+				updates[i] = Policy(t, "default", "hot", w*100+i)
+			}
+			wg.Go(func() {
+				for _, u := range updates {
+					if _, err := st.Apply(ctx, []store.Op{Put(u)}); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("concurrent update: %v", err)
+		}
+		it, _ := st.Get(ctx, p.Key())
+		if it.CreateRevision != rev0 || !it.Resource.Metadata().CreationTime.Equal(first.Resource.Metadata().CreationTime) {
+			t.Fatalf("after concurrent updates: create revision %d (want %d), creationTime %v (want %v)",
+				it.CreateRevision, rev0, it.Resource.Metadata().CreationTime, first.Resource.Metadata().CreationTime)
+		}
+	})
+
+	t.Run("limits and invalid ops are refused before anything is written", func(t *testing.T) {
+		st := newHarness(t).Store
+		ctx := Context(t)
+		big := func(name string) engine.Resource {
+			return Decode(t, fmt.Sprintf(`{"kind":"Policy","mesh":"default","name":%q,"sources":[{}],"destinations":[{}],"conf":{"blob":%q}}`,
+				name, strings.Repeat("x", 600*1024)))
+		}
+		many := make([]store.Op, store.MaxOps+1)
+		for i := range many {
+			many[i] = Put(Policy(t, "default", fmt.Sprintf("p%d", i), 0))
+		}
+		a := Policy(t, "default", "a", 0)
+		tests := []struct {
+			name string
+			ops  []store.Op
+			want error
+		}{
+			{"129 operations", many, store.ErrTooLarge},
+			{"1.8 MiB of values", []store.Op{Put(big("big1")), Put(big("big2")), Put(big("big3"))}, store.ErrTooLarge},
+			{"two ops on one key", []store.Op{Put(a), {Key: a.Key()}}, store.ErrInvalidArgument},
+			{"a key that is not the resource's", []store.Op{{Key: Policy(t, "default", "b", 0).Key(), Resource: a}}, store.ErrInvalidArgument},
+			{"a delete without a key", []store.Op{{}}, store.ErrInvalidArgument},
+		}
+		for _, tt := range tests {
+			if _, err := st.Apply(ctx, tt.ops); !errors.Is(err, tt.want) {
+				t.Fatalf("%s: %v, want %v", tt.name, err, tt.want)
+			}
+		}
+		if items, _ := ListAll(t, st, ""); len(items) != 0 {
+			t.Fatalf("refused writes stored %d items", len(items))
+		}
+		// Just under the limits goes through.
+		if _, err := st.Apply(ctx, many[:store.MaxOps]); err != nil {
+			t.Fatalf("128 operations: %v", err)
+		}
+		if _, err := st.Apply(ctx, []store.Op{Put(big("big1")), Put(big("big2"))}); err != nil {
+			t.Fatalf("1.2 MiB of values: %v", err)
+		}
+	})
+}

@@ -1,0 +1,377 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/store"
+)
+
+// Errors of the syncer.
+var (
+	// ErrInvalidConfig: New refused its Config.
+	ErrInvalidConfig = errors.New("invalid syncer config")
+	// ErrTooSlow: a subscriber's buffer was full; it was dropped.
+	ErrTooSlow = errors.New("subscriber too slow: dropped")
+	// ErrRunning: Run was called twice.
+	ErrRunning = errors.New("syncer already running")
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBatch   = 10000
+	DefaultStaleAfter = 10 * time.Second
+)
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	switch {
+	case c.Store == nil:
+		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	case c.MaxBatch < 0:
+		return fmt.Errorf("%w: MaxBatch %d is negative", ErrInvalidConfig, c.MaxBatch)
+	case c.StaleAfter < 0:
+		return fmt.Errorf("%w: StaleAfter %v is negative", ErrInvalidConfig, c.StaleAfter)
+	}
+	return nil
+}
+
+// ProgressRequester is implemented by stores whose watches can be asked to
+// confirm their revision now (store/etcd). The syncer asks when a WaitFor
+// waits for a revision its snapshot has not reached, so that a revision with
+// no change under the prefix (a delete of nothing, another prefix's write)
+// is confirmed in a round trip rather than at the next progress interval.
+type ProgressRequester interface {
+	RequestProgress()
+}
+
+// Syncer keeps a snapshot in step with a store; see the package comment.
+type Syncer struct {
+	cfg     Config
+	log     *slog.Logger
+	snap    atomic.Pointer[engine.Snapshot]
+	synced  atomic.Bool
+	epoch   time.Time    // monotonic base of last
+	last    atomic.Int64 // nanoseconds after epoch of the last event or progress; 0: none
+	running atomic.Bool
+	built   atomic.Int64 // snapshots built
+
+	mu   sync.Mutex
+	wake chan struct{} // closed and replaced on each new snapshot
+	subs map[*subscription]struct{}
+
+	// owned by the Run goroutine
+	applied map[string]appliedEntry
+}
+
+type appliedEntry struct {
+	key engine.Key
+	mod int64
+}
+
+var _ API = (*Syncer)(nil)
+
+// New returns a syncer serving an empty snapshot until Run has synced it.
+func New(cfg Config) (*Syncer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = DefaultStaleAfter
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Syncer{cfg: cfg, log: log, epoch: time.Now(), wake: make(chan struct{}), subs: map[*subscription]struct{}{}, applied: map[string]appliedEntry{}}
+	s.snap.Store(engine.Empty())
+	return s, nil
+}
+
+// Run follows the store until ctx ends, then returns nil. It returns an error
+// only when called twice. A watch silent for StaleAfter (no event, not even
+// progress) is restarted from the snapshot's revision: the store resumes, or
+// re-lists if that revision was compacted.
+func (s *Syncer) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	pause := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		started := time.Now()
+		wctx, cancel := context.WithCancel(ctx)
+		events := s.cfg.Store.Watch(wctx, s.snap.Load().Revision())
+		silent := s.follow(wctx, events)
+		cancel()
+		for range events { // the store closes the channel once the watch is gone
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if silent {
+			s.log.WarnContext(ctx, "watch silent: restarting it", "revision", s.snap.Load().Revision(), "stale_after", s.cfg.StaleAfter)
+		} else {
+			s.log.WarnContext(ctx, "watch ended: restarting it", "revision", s.snap.Load().Revision())
+		}
+		// A watch that ends at once (a closed store) is not retried in a spin.
+		if time.Since(started) > time.Second {
+			pause = 10 * time.Millisecond
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		pause = min(2*pause, time.Second)
+	}
+	return nil
+}
+
+// follow applies events until the channel closes, ctx ends, or nothing comes
+// for StaleAfter (then it returns true).
+func (s *Syncer) follow(ctx context.Context, events <-chan store.Event) (silent bool) {
+	timer := time.NewTimer(s.cfg.StaleAfter)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case ev, ok := <-events:
+			if !ok {
+				return false
+			}
+			batch := []store.Event{ev}
+			n := len(ev.Changes)
+		drain:
+			for n < s.cfg.MaxBatch {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						break drain
+					}
+					batch = append(batch, ev)
+					n += len(ev.Changes)
+				default:
+					break drain
+				}
+			}
+			s.apply(batch)
+			timer.Reset(s.cfg.StaleAfter)
+		}
+	}
+}
+
+// apply folds a batch of events into one new snapshot.
+func (s *Syncer) apply(batch []store.Event) {
+	s.last.Store(int64(time.Since(s.epoch)) + 1)
+	prev := s.snap.Load()
+	rev := prev.Revision()
+	var changes []engine.Change
+	reset := false
+	for _, ev := range batch {
+		if ev.Reset {
+			changes = s.diff(changes, ev.Changes)
+			reset = true
+		} else {
+			for _, c := range ev.Changes {
+				s.record(c)
+			}
+			changes = append(changes, ev.Changes...)
+		}
+		rev = max(rev, ev.Revision)
+	}
+	if rev == prev.Revision() && len(changes) == 0 {
+		if reset {
+			s.markSynced(prev)
+		}
+		return
+	}
+	next := prev.Apply(rev, changes)
+	s.snap.Store(next)
+	s.built.Add(1)
+	s.publish(Update{Snapshot: next, Previous: prev, Changes: changes})
+	if reset {
+		s.markSynced(next)
+	}
+}
+
+func (s *Syncer) markSynced(snap *engine.Snapshot) {
+	if !s.synced.Swap(true) {
+		s.log.Info("synced", "revision", snap.Revision(), "resources", snap.Len())
+	}
+}
+
+// record notes what a change leaves applied at its path.
+func (s *Syncer) record(c engine.Change) {
+	if c.Resource == nil && c.Err == nil {
+		delete(s.applied, c.Path)
+		return
+	}
+	s.applied[c.Path] = appliedEntry{key: c.Key, mod: modRevision(c)}
+}
+
+func modRevision(c engine.Change) int64 {
+	if c.Resource != nil {
+		if m := c.Resource.Metadata().ModRevision; m != 0 {
+			return m
+		}
+	}
+	return c.ModRevision
+}
+
+// diff appends to changes what turns the applied state into the full state
+// of a Reset: the puts and broken values whose mod revision differs, and a
+// delete for every path the Reset does not hold. O(state) to compare, but
+// the snapshot update stays O(difference).
+func (s *Syncer) diff(changes, full []engine.Change) []engine.Change {
+	if len(s.applied) == 0 { // the first list: everything is new
+		s.applied = make(map[string]appliedEntry, len(full))
+		for _, c := range full {
+			s.record(c)
+		}
+		return append(changes, full...)
+	}
+	present := make(map[string]struct{}, len(full))
+	for _, c := range full {
+		present[c.Path] = struct{}{}
+		old, ok := s.applied[c.Path]
+		if ok && old.mod == modRevision(c) && old.mod != 0 {
+			continue
+		}
+		s.record(c)
+		changes = append(changes, c)
+	}
+	for path, e := range s.applied {
+		if _, ok := present[path]; ok {
+			continue
+		}
+		delete(s.applied, path)
+		changes = append(changes, engine.Change{Path: path, Key: e.key})
+	}
+	return changes
+}
+
+// publish wakes the waiters and delivers the update to the subscribers.
+func (s *Syncer) publish(u Update) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.wake)
+	s.wake = make(chan struct{})
+	if len(u.Changes) == 0 {
+		return
+	}
+	for sub := range s.subs {
+		select {
+		case sub.ch <- u:
+		default:
+			sub.err = fmt.Errorf("%w: %d updates unread at revision %d", ErrTooSlow, cap(sub.ch), u.Snapshot.Revision())
+			delete(s.subs, sub)
+			close(sub.ch)
+		}
+	}
+}
+
+// Snapshot returns the current snapshot; never nil, never blocks.
+func (s *Syncer) Snapshot() *engine.Snapshot { return s.snap.Load() }
+
+// Synced reports whether the first full list has been applied.
+func (s *Syncer) Synced() bool { return s.synced.Load() }
+
+// Stale reports whether the snapshot is not known current: not synced yet,
+// nothing heard from the store for StaleAfter (a restarted watch is stale
+// until it speaks), or the store reporting itself disconnected (which covers
+// its re-lists after a failure).
+func (s *Syncer) Stale() bool {
+	if !s.synced.Load() {
+		return true
+	}
+	if time.Since(s.epoch)-time.Duration(s.last.Load()) > s.cfg.StaleAfter {
+		return true
+	}
+	return !s.cfg.Store.Health().Connected
+}
+
+// Status reports the syncer's freshness.
+func (s *Syncer) Status() Status {
+	snap := s.snap.Load()
+	st := Status{Revision: snap.Revision(), Synced: s.synced.Load(), Stale: s.Stale(), Invalid: len(snap.Invalid())}
+	if n := s.last.Load(); n != 0 {
+		st.LastEventAt = s.epoch.Add(time.Duration(n))
+	}
+	return st
+}
+
+// Snapshots returns how many snapshots the syncer has built (for metrics, and
+// to see bursts coalesced).
+func (s *Syncer) Snapshots() int64 { return s.built.Load() }
+
+// WaitFor returns a snapshot at or after revision, waiting until ctx ends
+// (then ctx's error, unwrapped, and no snapshot).
+func (s *Syncer) WaitFor(ctx context.Context, revision int64) (*engine.Snapshot, error) {
+	asked := false
+	for {
+		s.mu.Lock()
+		wake := s.wake
+		s.mu.Unlock()
+		if snap := s.snap.Load(); snap.Revision() >= revision {
+			return snap, nil
+		}
+		if pr, ok := s.cfg.Store.(ProgressRequester); ok && !asked {
+			pr.RequestProgress()
+			asked = true
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Subscribe returns a subscription to every snapshot built from now on that
+// carries changes (a progress that only moves the revision is not delivered).
+// Subscribe first, then read Snapshot: nothing after that snapshot is missed,
+// and updates at or before its revision may be skipped. A subscriber whose
+// buffer is full is dropped: its channel is closed and Err says so.
+func (s *Syncer) Subscribe(buffer int) Subscription {
+	sub := &subscription{s: s, ch: make(chan Update, max(buffer, 1))}
+	s.mu.Lock()
+	s.subs[sub] = struct{}{}
+	s.mu.Unlock()
+	return sub
+}
+
+type subscription struct {
+	s   *Syncer
+	ch  chan Update
+	err error // set under s.mu
+}
+
+func (sub *subscription) Updates() <-chan Update { return sub.ch }
+
+func (sub *subscription) Err() error {
+	sub.s.mu.Lock()
+	defer sub.s.mu.Unlock()
+	return sub.err
+}
+
+func (sub *subscription) Close() {
+	sub.s.mu.Lock()
+	defer sub.s.mu.Unlock()
+	if _, ok := sub.s.subs[sub]; ok {
+		delete(sub.s.subs, sub)
+		close(sub.ch)
+	}
+}
