@@ -3,13 +3,25 @@ SHELL := /bin/bash
 GO    ?= go
 SHARED_SUITES := $(wildcard ../shared/conformance/*.yaml)
 FUZZTIME ?= 10s
+# Pinned tools (tools/*/go.mod): buf and grpcurl, and the protoc plugins.
+BUF := $(GO) tool -modfile=tools/buf/go.mod buf
+RUN_FLAGS ?=
 
 .PHONY: help
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+.PHONY: run
+run: ## run verdictd on an embedded etcd (.data/), bootstrapped with examples/policies.yaml
+	$(GO) run ./cmd/verdictd --data-dir .data/etcd --bootstrap examples/policies.yaml $(RUN_FLAGS)
+
+.PHONY: build
+build: ## build bin/verdictd, bin/verdictctl and the pinned grpcurl into bin/
+	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdictctl
+	$(GO) build -modfile=tools/buf/go.mod -o bin/ github.com/fullstorydev/grpcurl/cmd/grpcurl
+
 .PHONY: test
-test: ## unit, integration and conformance tests, brief fuzzing (what CI runs)
+test: ## unit, integration, end-to-end and conformance tests, brief fuzzing (what CI runs)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	$(GO) run ./cmd/verdictctl test testdata/conformance/*.yaml $(wildcard testdata/*.yaml)
@@ -28,10 +40,22 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	done
 
 .PHONY: bench
-bench: ## engine benchmarks (Decide, build, change, memory)
+bench: ## engine benchmarks (Decide, build, change, memory) and the server's Decide vs an empty handler
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./engine/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./server/
+
+.PHONY: proto
+proto: ## format, lint and generate the protos (generated Go is checked in beside them)
+	$(BUF) format -w
+	$(BUF) lint
+	$(BUF) generate
 
 .PHONY: lint
-lint: ## go vet, gofmt
+lint: ## go vet, gofmt, buf lint, buf format, generated code current
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))" || { gofmt -l $$(git ls-files -co --exclude-standard '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(BUF) lint
+	$(BUF) format -d --exit-code
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	  $(BUF) generate -o $$tmp && \
+	  diff -r --exclude='*.proto' --exclude=doc.go $$tmp/proto proto >/dev/null || { echo "generated code is stale: run make proto"; diff -r --exclude='*.proto' --exclude=doc.go $$tmp/proto proto | head -20; exit 1; }

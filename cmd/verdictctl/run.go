@@ -2,41 +2,83 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/policytest"
 )
 
 // Exit codes a shell user can rely on.
 const (
 	exitOK     = 0
-	exitFailed = 1 // the command ran and the answer is "no": a failed test, a denied flow
+	exitFailed = 1 // the command ran and the answer is "no": a denied flow, a failed test
 	exitUsage  = 2 // bad flags or arguments
-	exitError  = 3 // the command could not do its job: server unreachable, invalid input
+	exitError  = 3 // the command could not do its job: server unreachable, invalid input, not found
 )
 
 const usage = `verdictctl — verdict's command-line client
 
 Usage:
-  verdictctl test FILE...      run policy test suites offline (SPEC section 9)
+  verdictctl apply -f FILE|DIR|- [--dry-run]     write resources (native or Kuma YAML/JSON)
+  verdictctl get KEY | KIND NAME                 show one resource (KIND: mesh, scope, policy)
+  verdictctl list [PREFIX]                       list resources, valid or not
+  verdictctl delete KEY... | KIND NAME | -f FILE remove resources
+  verdictctl status                              the server's revision, sync state, invalid resources
+  verdictctl decide --src k=v,.. --dst k=v,.. [--proto TCP --port 443]
+                                                 decide a flow (exit 0 ALLOW, 1 DENY)
+  verdictctl explain --src k=v,.. --dst k=v,..   decide and show the candidates of each side
+  verdictctl resolve --dst k=v,.. [--src k=v,..] effective configuration of a type
+  verdictctl watch [resources|rules]             follow changes (rules: of one --workload)
+  verdictctl test FILE...                        run policy test suites offline (SPEC section 9)
 
+Keys are "<mesh>/mesh", "<mesh>/scopes/<name>" or "<mesh>/policies/<type>/<name>".
+Connection flags (every command but test): --server (VERDICT_SERVER, default 127.0.0.1:7070),
+--token-file (VERDICT_TOKEN_FILE, or the token itself in VERDICT_TOKEN), --tls-ca, --tls-cert,
+--tls-key, --tls-server-name, --timeout.
+Exit codes: 0 success, 1 the answer is no (DENY, failed tests), 2 usage, 3 error.
 Run 'verdictctl COMMAND -h' for a command's flags.
 `
 
+// env lets tests replace the environment.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runEnv(ctx, args, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv})
+}
+
+func runEnv(ctx context.Context, args []string, e *env) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(e.stderr, usage)
 		return exitUsage
+	}
+	cmds := map[string]func(context.Context, []string, *env) int{
+		"apply": runApply, "get": runGet, "list": runList, "delete": runDelete, "status": runStatus,
+		"decide": runDecide, "explain": runExplain, "resolve": runResolve, "watch": runWatch,
 	}
 	switch args[0] {
 	case "test":
-		return runTest(args[1:], stdout, stderr)
+		return runTest(args[1:], e.stdout, e.stderr)
 	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(e.stdout, usage)
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "verdictctl: unknown command %q\n\n%s", args[0], usage)
+	if f, ok := cmds[args[0]]; ok {
+		return f(ctx, args[1:], e)
+	}
+	fmt.Fprintf(e.stderr, "verdictctl: unknown command %q\n\n%s", args[0], usage)
 	return exitUsage
 }
 
@@ -49,4 +91,95 @@ func runTest(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// parse parses flags anywhere among the arguments and returns the others;
+// the exit code is non-zero when the command must stop.
+func parse(fs *flag.FlagSet, args []string) ([]string, int) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK + 100 // help printed: stop with 0
+			}
+			return nil, exitUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return rest, 0
+		}
+		if args[0] == "--" {
+			return append(rest, args[1:]...), 0
+		}
+		rest = append(rest, args[0])
+		args = args[1:]
+	}
+}
+
+// stopCode turns parse's code into the command's exit code.
+func stopCode(code int) int {
+	if code == exitOK+100 {
+		return exitOK
+	}
+	return code
+}
+
+// fail prints an error (a gRPC status with its field violations) and returns
+// exitError. fields maps "resources[i]" prefixes to where they came from.
+func fail(e *env, cmd string, err error, origin func(field string) string) int {
+	st, ok := status.FromError(err)
+	if !ok {
+		var ve *engine.ValidationError
+		if errors.As(err, &ve) {
+			fmt.Fprintf(e.stderr, "verdictctl %s: invalid:\n", cmd)
+			for _, fe := range ve.Errors {
+				fmt.Fprintf(e.stderr, "  %s\n", fe.Error())
+			}
+			return exitError
+		}
+		fmt.Fprintf(e.stderr, "verdictctl %s: %v\n", cmd, err)
+		return exitError
+	}
+	msg := st.Message()
+	switch st.Code() {
+	case codes.Unavailable:
+		msg += " (is verdictd running at the --server address?)"
+	case codes.Unauthenticated:
+		msg += " (give a token with --token-file or VERDICT_TOKEN, or a client certificate)"
+	}
+	var violations []*errdetails.BadRequest_FieldViolation
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			violations = append(violations, br.GetFieldViolations()...)
+		}
+	}
+	if len(violations) == 0 {
+		fmt.Fprintf(e.stderr, "verdictctl %s: %s: %s\n", cmd, st.Code(), msg)
+		return exitError
+	}
+	fmt.Fprintf(e.stderr, "verdictctl %s: %s:\n", cmd, st.Code())
+	for _, v := range violations {
+		field := v.GetField()
+		if origin != nil {
+			field = origin(field)
+		}
+		fmt.Fprintf(e.stderr, "  %s: %s\n", field, v.GetDescription())
+	}
+	return exitError
+}
+
+// parseTags reads "k=v,k2=v2".
+func parseTags(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key=value", part)
+		}
+		out[k] = v
+	}
+	return out, nil
 }

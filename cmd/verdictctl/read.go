@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/verdictpdp/verdict/engine"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// keyOf reads KEY or KIND NAME (with --mesh and --type).
+func keyOf(args []string, mesh, typ string) (string, error) {
+	switch len(args) {
+	case 1:
+		if strings.Contains(args[0], "/") {
+			return args[0], nil
+		}
+		if strings.EqualFold(args[0], "mesh") {
+			return mesh + "/mesh", nil
+		}
+	case 2:
+		switch strings.ToLower(args[0]) {
+		case "mesh":
+			return args[1] + "/mesh", nil
+		case "scope":
+			return mesh + "/scopes/" + args[1], nil
+		case "policy":
+			return mesh + "/policies/" + typ + "/" + args[1], nil
+		}
+	}
+	return "", fmt.Errorf("name a resource as KEY (default/policies/TrafficPermission/x) or KIND NAME (mesh, scope, policy)")
+}
+
+func runGet(ctx context.Context, args []string, e *env) int {
+	fs := newFlags("get", "KEY | KIND NAME", "Shows one resource from the server's snapshot, valid or not, as YAML\n"+
+		"(re-appliable; the key, revisions and any error as comments) or JSON.", e.stderr)
+	mesh := fs.String("mesh", engine.DefaultMesh, "mesh, for KIND NAME")
+	typ := fs.String("type", engine.DefaultType, "policy type, for policy NAME")
+	output := fs.String("o", "yaml", "yaml or json")
+	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
+	var cf connFlags
+	cf.register(fs, e.getenv)
+	rest, code := parse(fs, args)
+	if code != 0 {
+		return stopCode(code)
+	}
+	key, err := keyOf(rest, *mesh, *typ)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "verdictctl get: %v\n", err)
+		return exitUsage
+	}
+	conn, err := cf.dial()
+	if err != nil {
+		return fail(e, "get", err, nil)
+	}
+	defer conn.Close()
+	cctx, cancel := cf.ctx(ctx)
+	defer cancel()
+	resp, err := verdictv1.NewPolicyServiceClient(conn).Get(cctx, &verdictv1.GetRequest{Key: key, MinRevision: *minRev})
+	if err != nil {
+		return fail(e, "get", err, nil)
+	}
+	if *output == "json" {
+		err = printJSON(e.stdout, resp.GetResource())
+	} else {
+		err = printStored(e.stdout, resp.GetResource())
+	}
+	if err != nil {
+		return fail(e, "get", err, nil)
+	}
+	return exitOK
+}
+
+func runList(ctx context.Context, args []string, e *env) int {
+	fs := newFlags("list", "[PREFIX]", "Lists resources in key order, valid or not (PREFIX: \"default/\",\n"+
+		"\"default/policies/TrafficLog/\"). -o yaml prints every document, re-appliable.", e.stderr)
+	mesh := fs.String("mesh", "", "only this mesh")
+	typ := fs.String("type", "", "only policies of this type (with --mesh, default mesh \"default\")")
+	output := fs.String("o", "table", "table, yaml or json")
+	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
+	var cf connFlags
+	cf.register(fs, e.getenv)
+	rest, code := parse(fs, args)
+	if code != 0 {
+		return stopCode(code)
+	}
+	prefix := ""
+	switch {
+	case len(rest) == 1:
+		prefix = rest[0]
+	case len(rest) > 1:
+		fmt.Fprintln(e.stderr, "verdictctl list: at most one PREFIX")
+		return exitUsage
+	case *typ != "":
+		m := *mesh
+		if m == "" {
+			m = engine.DefaultMesh
+		}
+		prefix = m + "/policies/" + *typ + "/"
+	case *mesh != "":
+		prefix = *mesh + "/"
+	}
+	conn, err := cf.dial()
+	if err != nil {
+		return fail(e, "list", err, nil)
+	}
+	defer conn.Close()
+	client := verdictv1.NewPolicyServiceClient(conn)
+	var all []*verdictv1.StoredResource
+	token := ""
+	for {
+		cctx, cancel := cf.ctx(ctx)
+		resp, err := client.List(cctx, &verdictv1.ListRequest{Prefix: prefix, PageSize: 500, PageToken: token, MinRevision: *minRev})
+		cancel()
+		if err != nil {
+			return fail(e, "list", err, nil)
+		}
+		all = append(all, resp.GetResources()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	switch *output {
+	case "json":
+		err = printJSON(e.stdout, &verdictv1.ListResponse{Resources: all})
+	case "yaml":
+		for i, sr := range all {
+			if i > 0 {
+				fmt.Fprintln(e.stdout, "---")
+			}
+			if err = printStored(e.stdout, sr); err != nil {
+				break
+			}
+		}
+	default:
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tREVISION\tSTATUS")
+		for _, sr := range all {
+			st := "ok"
+			if sr.GetError() != "" {
+				st = "INVALID: " + sr.GetError()
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", sr.GetKey(), sr.GetModRevision(), st)
+		}
+		err = tw.Flush()
+	}
+	if err != nil {
+		return fail(e, "list", err, nil)
+	}
+	return exitOK
+}
+
+func runDelete(ctx context.Context, args []string, e *env) int {
+	fs := newFlags("delete", "KEY... | KIND NAME | -f FILE", "Removes resources in one transaction; a key that holds nothing is an error.", e.stderr)
+	mesh := fs.String("mesh", engine.DefaultMesh, "mesh, for KIND NAME")
+	typ := fs.String("type", engine.DefaultType, "policy type, for policy NAME")
+	var files fileList
+	fs.Var(&files, "f", "delete the resources of this file (or directory, or -)")
+	dryRun := fs.Bool("dry-run", false, "validate only")
+	var cf connFlags
+	cf.register(fs, e.getenv)
+	rest, code := parse(fs, args)
+	if code != 0 {
+		return stopCode(code)
+	}
+	var keys []string
+	switch {
+	case len(files) > 0:
+		items, err := readResources(files, e.stdin)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "verdictctl delete: invalid input:\n%v\n", err)
+			return exitError
+		}
+		for _, it := range items {
+			keys = append(keys, it.res.Key().String())
+		}
+	case len(rest) == 2 && !strings.Contains(rest[0], "/"):
+		k, err := keyOf(rest, *mesh, *typ)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "verdictctl delete: %v\n", err)
+			return exitUsage
+		}
+		keys = []string{k}
+	default:
+		keys = rest
+	}
+	if len(keys) == 0 {
+		fmt.Fprintln(e.stderr, "verdictctl delete: name the resources (KEY..., KIND NAME or -f FILE)")
+		return exitUsage
+	}
+	conn, err := cf.dial()
+	if err != nil {
+		return fail(e, "delete", err, nil)
+	}
+	defer conn.Close()
+	cctx, cancel := cf.ctx(ctx)
+	defer cancel()
+	resp, err := verdictv1.NewPolicyServiceClient(conn).Delete(cctx, &verdictv1.DeleteRequest{Keys: keys, DryRun: *dryRun})
+	if err != nil {
+		return fail(e, "delete", err, nil)
+	}
+	verb := "deleted"
+	if *dryRun {
+		verb = "can be deleted (dry run)"
+	}
+	for _, k := range keys {
+		fmt.Fprintf(e.stdout, "%s %s\n", k, verb)
+	}
+	fmt.Fprintf(e.stdout, "revision %d\n", resp.GetRevision())
+	return exitOK
+}
+
+func runStatus(ctx context.Context, args []string, e *env) int {
+	fs := newFlags("status", "", "Shows the server's snapshot revision, sync state, digest and invalid resources.", e.stderr)
+	output := fs.String("o", "text", "text or json")
+	var cf connFlags
+	cf.register(fs, e.getenv)
+	if _, code := parse(fs, args); code != 0 {
+		return stopCode(code)
+	}
+	conn, err := cf.dial()
+	if err != nil {
+		return fail(e, "status", err, nil)
+	}
+	defer conn.Close()
+	cctx, cancel := cf.ctx(ctx)
+	defer cancel()
+	st, err := verdictv1.NewPolicyServiceClient(conn).Status(cctx, &verdictv1.StatusRequest{})
+	if err != nil {
+		return fail(e, "status", err, nil)
+	}
+	if *output == "json" {
+		if err := printJSON(e.stdout, st); err != nil {
+			return fail(e, "status", err, nil)
+		}
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "revision:       %d (store at %d)\nsynced:         %v\nstale:          %v\nresources:      %d\ndigest:         %s\ninvalid:        %d\n",
+		st.GetRevision(), st.GetStoreRevision(), st.GetSynced(), st.GetStale(), st.GetResources(), st.GetDigest(), len(st.GetInvalid()))
+	for _, inv := range st.GetInvalid() {
+		fmt.Fprintf(e.stdout, "  %s: %s\n", inv.GetKey(), inv.GetError())
+	}
+	return exitOK
+}

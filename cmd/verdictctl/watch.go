@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+func runWatch(ctx context.Context, args []string, e *env) int {
+	fs := newFlags("watch", "[resources|rules] [flags]",
+		"resources (default): prints the store's snapshot, a SYNCED line, then every change with its\n"+
+			"revision (--from-revision resumes). rules: prints the ordered rules of one --workload,\n"+
+			"again whenever they change. Stops on Ctrl-C.", e.stderr)
+	prefix := fs.String("prefix", "", "resources: only keys with this prefix")
+	from := fs.Int64("from-revision", 0, "resources: resume after this revision")
+	mesh := fs.String("mesh", "", "rules: mesh (default \"default\")")
+	typ := fs.String("type", "", "rules: policy type (default TrafficPermission)")
+	workload := fs.String("workload", "", "rules: the workload's tags k=v,k2=v2")
+	output := fs.String("o", "text", "text or json (one JSON message per line)")
+	var cf connFlags
+	cf.register(fs, e.getenv)
+	rest, code := parse(fs, args)
+	if code != 0 {
+		return stopCode(code)
+	}
+	what := "resources"
+	if len(rest) > 0 {
+		what = rest[0]
+	}
+	if len(rest) > 1 || (what != "resources" && what != "rules") {
+		fmt.Fprintln(e.stderr, "verdictctl watch: watch resources or rules")
+		return exitUsage
+	}
+	conn, err := cf.dial()
+	if err != nil {
+		return fail(e, "watch", err, nil)
+	}
+	defer conn.Close()
+	client := verdictv1.NewWatchServiceClient(conn)
+	if what == "rules" {
+		tags, err := parseTags(*workload)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "verdictctl watch: --workload: %v\n", err)
+			return exitUsage
+		}
+		s, err := client.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: &verdictv1.Workload{Tags: tags}})
+		if err != nil {
+			return watchEnd(ctx, e, err)
+		}
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return watchEnd(ctx, e, err)
+			}
+			if *output == "json" {
+				fmt.Fprintln(e.stdout, compactJSON(m))
+				continue
+			}
+			printRules(e.stdout, m)
+		}
+	}
+	s, err := client.WatchResources(ctx, &verdictv1.WatchResourcesRequest{FromRevision: *from, Prefix: *prefix})
+	if err != nil {
+		return watchEnd(ctx, e, err)
+	}
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			return watchEnd(ctx, e, err)
+		}
+		if *output == "json" {
+			fmt.Fprintln(e.stdout, compactJSON(m))
+			continue
+		}
+		printWatchEvent(e.stdout, m)
+	}
+}
+
+// watchEnd turns the end of a watch into an exit code: Ctrl-C is a normal end.
+func watchEnd(ctx context.Context, e *env, err error) int {
+	if ctx.Err() != nil || status.Code(err) == codes.Canceled || errors.Is(err, io.EOF) {
+		return exitOK
+	}
+	return fail(e, "watch", err, nil)
+}
+
+func printWatchEvent(w io.Writer, m *verdictv1.WatchResourcesResponse) {
+	switch m.GetType() {
+	case verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED:
+		fmt.Fprintf(w, "%d SYNCED\n", m.GetRevision())
+		return
+	case verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
+		if m.GetFresh() {
+			fmt.Fprintf(w, "%d SNAPSHOT (forget what came before)\n", m.GetRevision())
+		}
+	}
+	for _, c := range m.GetChanges() {
+		op := "PUT"
+		switch {
+		case c.GetDeleted():
+			op = "DELETE"
+		case m.GetType() == verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
+			op = "HAS"
+		}
+		line := fmt.Sprintf("%d %s %s", m.GetRevision(), op, c.GetKey())
+		if e := c.GetResource().GetError(); e != "" {
+			line += "  INVALID: " + e
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func printRules(w io.Writer, m *verdictv1.WatchRulesResponse) {
+	fmt.Fprintf(w, "revision %d\n", m.GetRevision())
+	for _, s := range []struct {
+		name string
+		r    *verdictv1.SideRules
+	}{{"inbound (flows to the workload)", m.GetInbound()}, {"outbound (flows from the workload)", m.GetOutbound()}} {
+		fmt.Fprintf(w, "  %s, %s:\n", s.name, s.r.GetCombine())
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "    #\tPHASE\tSCOPE\tPOLICY\tRULE\tPEER\tPORTS\tACTION")
+		for i, r := range s.r.GetRules() {
+			var peers []string
+			for _, p := range r.GetPeer() {
+				peers = append(peers, compactJSON(p))
+			}
+			var ports []string
+			for _, p := range r.GetPorts() {
+				ports = append(ports, strings.TrimSuffix(p.GetProtocol()+"/"+p.GetPorts(), "/"))
+			}
+			fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.GetPhase(), orDash(r.GetScope()), orDash(r.GetPolicy()),
+				r.GetRule(), orDash(strings.Join(peers, " | ")), orDash(strings.Join(ports, " ")), actionText(r.GetAction()))
+		}
+		fmt.Fprintf(tw, "    *\tfallback\t\t\t\t\t\t%s (%s)\n", actionText(s.r.GetFallback()), reasonText(s.r.GetFallbackReason()))
+		tw.Flush()
+	}
+}

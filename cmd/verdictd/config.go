@@ -1,0 +1,237 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is the daemon's configuration: flags and their VERDICT_* mirrors
+// (main.go), checked by Validate before anything starts.
+type Config struct {
+	// Listen is the gRPC address (default 127.0.0.1:7070). Beyond loopback it
+	// needs authorization (a token or an identity allow-list) and TLS (or
+	// InsecureListen).
+	Listen string
+	// MetricsListen serves Prometheus /metrics over HTTP (default
+	// 127.0.0.1:7071; empty disables it).
+	MetricsListen string
+
+	// EtcdEndpoints of an etcd cluster; empty runs an embedded single-member
+	// etcd in DataDir.
+	EtcdEndpoints []string
+	// EtcdPrefix is the key prefix of verdict's resources (default /verdict/v1).
+	EtcdPrefix string
+	// TLS to etcd: a CA to verify it, and a client certificate and key.
+	EtcdCA, EtcdCert, EtcdKey string
+	// DataDir holds the embedded etcd's data (default .data/etcd).
+	DataDir string
+	// Bootstrap is a policy file (YAML, native or Kuma) applied at start when
+	// the store holds no resource.
+	Bootstrap string
+
+	// TLS on the gRPC listener: certificate and key, and a CA to verify client
+	// certificates (mutual TLS). RequireClientCert refuses clients without
+	// one; otherwise they may still call the open RPCs.
+	TLSCert, TLSKey, TLSClientCA string
+	RequireClientCert            bool
+	// AuthTokenFile holds the bearer token that authorizes writes and
+	// WatchResources (the file's content, trimmed; never logged).
+	AuthTokenFile string
+	// AllowIdentities authorize mTLS clients by URI or DNS SAN.
+	AllowIdentities []string
+	// InsecureListen allows plaintext beyond loopback (behind a TLS proxy, say).
+	InsecureListen bool
+
+	// LogLevel: debug, info, warn or error (default info). LogFormat: text or json.
+	LogLevel  string
+	LogFormat string
+	// ShutdownTimeout bounds the graceful stop (default 10s).
+	ShutdownTimeout time.Duration
+}
+
+// Defaults.
+const (
+	defaultListen        = "127.0.0.1:7070"
+	defaultMetricsListen = "127.0.0.1:7071"
+	defaultDataDir       = ".data/etcd"
+	defaultPrefix        = "/verdict/v1"
+)
+
+// Validate checks the configuration; the errors name the flags.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	loopback, err := isLoopback(c.Listen)
+	if err != nil {
+		add("--listen: %v", err)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			add("--metrics-listen: %v", err)
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		add("--tls-cert and --tls-key go together")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		add("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
+	}
+	if c.RequireClientCert && c.TLSClientCA == "" {
+		add("--tls-require-client-cert needs --tls-client-ca")
+	}
+	if len(c.AllowIdentities) > 0 && c.TLSClientCA == "" {
+		add("--allow-identity needs --tls-client-ca: identities come from verified client certificates")
+	}
+	for _, id := range c.AllowIdentities {
+		if id == "" {
+			add("--allow-identity: an empty identity")
+		}
+	}
+	devMode := c.AuthTokenFile == "" && len(c.AllowIdentities) == 0
+	if err == nil && !loopback {
+		if devMode {
+			add("--listen %s is beyond loopback: configure authorization first (--auth-token-file or --allow-identity); "+
+				"without it the daemon admits every caller and listens on loopback only", c.Listen)
+		}
+		if c.TLSCert == "" && !c.InsecureListen {
+			add("--listen %s is beyond loopback without TLS: set --tls-cert/--tls-key, or --insecure-listen when a proxy terminates TLS", c.Listen)
+		}
+	}
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		add("--etcd-cert and --etcd-key go together")
+	}
+	if len(c.EtcdEndpoints) == 0 && (c.EtcdCA != "" || c.EtcdCert != "") {
+		add("--etcd-ca/--etcd-cert are for --etcd-endpoints; the embedded etcd listens on loopback")
+	}
+	if len(c.EtcdEndpoints) == 0 && c.DataDir == "" {
+		add("--data-dir is required for the embedded etcd")
+	}
+	if c.EtcdPrefix == "" || !strings.HasPrefix(c.EtcdPrefix, "/") || strings.HasSuffix(c.EtcdPrefix, "/") {
+		add("--etcd-prefix %q: must start with / and not end with one", c.EtcdPrefix)
+	}
+	for _, f := range []struct{ flag, path string }{{"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey},
+		{"--tls-client-ca", c.TLSClientCA}, {"--auth-token-file", c.AuthTokenFile}, {"--bootstrap", c.Bootstrap},
+		{"--etcd-ca", c.EtcdCA}, {"--etcd-cert", c.EtcdCert}, {"--etcd-key", c.EtcdKey}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			add("%s: %v", f.flag, err)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("--log-level %q: debug, info, warn or error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		add("--log-format %q: text or json", c.LogFormat)
+	}
+	if c.ShutdownTimeout <= 0 {
+		add("--shutdown-timeout must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// isLoopback reports whether a listen address binds loopback only.
+func isLoopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	switch host {
+	case "localhost":
+		return true, nil
+	case "":
+		return false, nil // every interface
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false, fmt.Errorf("host %q: use an IP address or localhost", host)
+	}
+	return ip.IsLoopback(), nil
+}
+
+// serverTLS loads the listener's TLS configuration; nil without --tls-cert.
+func (c *Config) serverTLS() (*tls.Config, error) {
+	if c.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.TLSClientCA != "" {
+		pool, err := loadPool(c.TLSClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-client-ca: %w", err)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		if c.RequireClientCert {
+			cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+	}
+	return cfg, nil
+}
+
+// etcdTLS loads the TLS configuration to etcd; nil when none is set.
+func (c *Config) etcdTLS() (*tls.Config, error) {
+	if c.EtcdCA == "" && c.EtcdCert == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.EtcdCA != "" {
+		pool, err := loadPool(c.EtcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-ca: %w", err)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.EtcdCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.EtcdCert, c.EtcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// token reads the bearer token; "" without --auth-token-file.
+func (c *Config) token() (string, error) {
+	if c.AuthTokenFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(c.AuthTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--auth-token-file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", errors.New("--auth-token-file: the file is empty")
+	}
+	return t, nil
+}
+
+func loadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlagsEnvMirrors(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"VERDICT_LISTEN":           "127.0.0.1:9000",
+		"VERDICT_ETCD_ENDPOINTS":   "http://a:2379, http://b:2379",
+		"VERDICT_SHUTDOWN_TIMEOUT": "3s",
+		"VERDICT_INSECURE_LISTEN":  "true",
+		"VERDICT_ALLOW_IDENTITY":   "spiffe://x/a",
+	}
+	c, err := parseFlags([]string{"--listen", "127.0.0.1:9001", "--allow-identity", "dns.example", "--allow-identity", "spiffe://x/b"},
+		func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:9001" {
+		t.Errorf("the flag must win over the environment: %q", c.Listen)
+	}
+	if len(c.EtcdEndpoints) != 2 || c.EtcdEndpoints[1] != "http://b:2379" || c.ShutdownTimeout != 3*time.Second || !c.InsecureListen {
+		t.Errorf("environment not read: %+v", c)
+	}
+	if strings.Join(c.AllowIdentities, ",") != "dns.example,spiffe://x/b" {
+		t.Errorf("identities %v: the command line replaces the environment's list", c.AllowIdentities)
+	}
+	if c.MetricsListen != defaultMetricsListen || c.EtcdPrefix != defaultPrefix || c.DataDir != defaultDataDir {
+		t.Errorf("defaults: %+v", c)
+	}
+	if _, err := parseFlags(nil, func(k string) string { return map[string]string{"VERDICT_INSECURE_LISTEN": "maybe"}[k] }, io.Discard); err == nil {
+		t.Error("a bad boolean in the environment was accepted")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := func() Config {
+		return Config{Listen: defaultListen, MetricsListen: defaultMetricsListen, EtcdPrefix: defaultPrefix, DataDir: dir,
+			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second}
+	}
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string // "" = valid
+	}{
+		{"development mode on loopback", func(*Config) {}, ""},
+		{"localhost", func(c *Config) { c.Listen = "localhost:7070" }, ""},
+		{"IPv6 loopback", func(c *Config) { c.Listen = "[::1]:7070" }, ""},
+		{"beyond loopback without authorization", func(c *Config) { c.Listen = "0.0.0.0:7070" }, "configure authorization first"},
+		{"all interfaces without authorization", func(c *Config) { c.Listen = ":7070" }, "configure authorization first"},
+		{"beyond loopback with a token but no TLS", func(c *Config) { c.Listen = "0.0.0.0:7070"; c.AuthTokenFile = file }, "without TLS"},
+		{"beyond loopback, token, insecure", func(c *Config) { c.Listen = "0.0.0.0:7070"; c.AuthTokenFile = file; c.InsecureListen = true }, ""},
+		{"beyond loopback, mTLS allow-list", func(c *Config) {
+			c.Listen, c.TLSCert, c.TLSKey, c.TLSClientCA, c.AllowIdentities = "10.0.0.1:7443", file, file, file, []string{"spiffe://a/b"}
+		}, ""},
+		{"allow-list without client CA", func(c *Config) { c.AllowIdentities = []string{"x"} }, "--allow-identity needs --tls-client-ca"},
+		{"cert without key", func(c *Config) { c.TLSCert = file }, "go together"},
+		{"missing file", func(c *Config) { c.Bootstrap = filepath.Join(dir, "nope") }, "--bootstrap"},
+		{"etcd TLS without endpoints", func(c *Config) { c.EtcdCA = file }, "--etcd-endpoints"},
+		{"bad prefix", func(c *Config) { c.EtcdPrefix = "verdict/" }, "--etcd-prefix"},
+		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "--log-level"},
+		{"host name", func(c *Config) { c.Listen = "example.com:7070" }, "--listen"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			tc.mod(&c)
+			err := c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTracesWanted(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4317"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, false},
+		{map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, false},
+	}
+	for _, tc := range tests {
+		if got := tracesWanted(func(k string) string { return tc.env[k] }); got != tc.want {
+			t.Errorf("%v: %v, want %v", tc.env, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+// Command verdictd is verdict's daemon: the gRPC API (SPEC section 7) over
+// the policies of an etcd cluster, or of an embedded etcd when no endpoints
+// are given. Every flag has a VERDICT_* environment mirror (--listen and
+// VERDICT_LISTEN); a flag given on the command line wins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run parses the configuration, validates it and runs the daemon until ctx
+// ends. Exit codes: 0 after a clean stop, 1 when the daemon failed, 2 for a
+// configuration it refuses.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := parseFlags(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "verdictd: %v\n", err)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "verdictd: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+	if err := Run(ctx, cfg, log); err != nil {
+		log.Error("verdictd failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// parseFlags reads the flags; each defaults to its VERDICT_* variable, then to
+// the documented default.
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("verdictd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c Config
+	var envErrs []error
+	str := func(p *string, name, def, usage string) {
+		env := envName(name)
+		if v := getenv(env); v != "" {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" ("+env+")")
+	}
+	list := func(p *[]string, name, usage string) {
+		env := envName(name)
+		*p = splitList(getenv(env))
+		given := false
+		fs.Func(name, usage+"; comma-separated, repeatable ("+env+")", func(s string) error {
+			if !given { // the command line replaces the environment
+				*p, given = nil, true
+			}
+			*p = append(*p, splitList(s)...)
+			return nil
+		})
+	}
+	boolean := func(p *bool, name, usage string) {
+		env := envName(name)
+		def := false
+		if v := getenv(env); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: not a boolean", env, v))
+			}
+			def = b
+		}
+		fs.BoolVar(p, name, def, usage+" ("+env+")")
+	}
+	duration := func(p *time.Duration, name string, def time.Duration, usage string) {
+		env := envName(name)
+		if v := getenv(env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: not a duration", env, v))
+			}
+			def = d
+		}
+		fs.DurationVar(p, name, def, usage+" ("+env+")")
+	}
+	str(&c.Listen, "listen", defaultListen, "gRPC listen address; beyond loopback it needs authorization and TLS")
+	str(&c.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of Prometheus /metrics; empty disables it")
+	list(&c.EtcdEndpoints, "etcd-endpoints", "etcd client URLs; empty runs an embedded etcd in --data-dir")
+	str(&c.EtcdPrefix, "etcd-prefix", defaultPrefix, "etcd key prefix of verdict's resources")
+	str(&c.EtcdCA, "etcd-ca", "", "CA certificate (PEM) that verifies etcd")
+	str(&c.EtcdCert, "etcd-cert", "", "client certificate (PEM) for etcd")
+	str(&c.EtcdKey, "etcd-key", "", "client key (PEM) for etcd")
+	str(&c.DataDir, "data-dir", defaultDataDir, "data directory of the embedded etcd")
+	str(&c.Bootstrap, "bootstrap", "", "policy file applied at start when the store holds no resource")
+	str(&c.TLSCert, "tls-cert", "", "server certificate (PEM) of the gRPC listener")
+	str(&c.TLSKey, "tls-key", "", "server key (PEM) of the gRPC listener")
+	str(&c.TLSClientCA, "tls-client-ca", "", "CA (PEM) that verifies client certificates (mutual TLS)")
+	boolean(&c.RequireClientCert, "tls-require-client-cert", "refuse TLS clients without a verified certificate")
+	str(&c.AuthTokenFile, "auth-token-file", "", "file holding the bearer token that authorizes writes and WatchResources")
+	list(&c.AllowIdentities, "allow-identity", "mTLS client identity (URI or DNS SAN) authorized for writes and WatchResources")
+	boolean(&c.InsecureListen, "insecure-listen", "allow plaintext gRPC beyond loopback (TLS terminated by a proxy)")
+	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	str(&c.LogFormat, "log-format", "text", "text or json")
+	duration(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound of the graceful stop")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "verdictd — verdict's policy decision daemon\n\nUsage: verdictd [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (verdictd takes flags only)", fs.Arg(0))
+	}
+	return c, errors.Join(envErrs...)
+}
+
+func envName(flagName string) string {
+	return "VERDICT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newLogger(c Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/server"
+	"github.com/verdictpdp/verdict/store"
+	"github.com/verdictpdp/verdict/store/embedetcd"
+)
+
+// Run runs the daemon until ctx ends: the embedded etcd when no endpoints are
+// given, the store, the syncer, the gRPC server and the metrics endpoint, as
+// one errgroup. The first to fail stops the others; shutdown is graceful
+// (ShutdownTimeout), streams included.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	var seed []engine.Resource
+	if cfg.Bootstrap != "" {
+		var err error
+		if seed, err = loadBootstrap(cfg.Bootstrap); err != nil {
+			return err
+		}
+	}
+	tel, err := newTelemetry(ctx, log)
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
+
+	endpoints := cfg.EtcdEndpoints
+	if len(endpoints) == 0 {
+		dir, err := filepath.Abs(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		e, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir, Logger: log.With("component", "etcd"),
+			ProgressNotifyInterval: 5 * time.Second})
+		if err != nil {
+			return fmt.Errorf("embedded etcd: %w", err)
+		}
+		defer e.Close()
+		endpoints = e.Endpoints()
+		log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints)
+	}
+	etcdTLS, err := cfg.etcdTLS()
+	if err != nil {
+		return err
+	}
+	st := openStore(ctx, endpoints, cfg.EtcdPrefix, etcdTLS, log.With("component", "store"))
+	defer st.Close()
+	sy, err := newSyncer(st, log.With("component", "syncer"))
+	if err != nil {
+		return fmt.Errorf("syncer: %w", err)
+	}
+
+	serverTLS, err := cfg.serverTLS()
+	if err != nil {
+		return err
+	}
+	token, err := cfg.token()
+	if err != nil {
+		return err
+	}
+	// With --bootstrap, health turns SERVING only once the file is in the
+	// snapshot: a client that waits for SERVING sees the policies.
+	var ready chan struct{}
+	if cfg.Bootstrap != "" {
+		ready = make(chan struct{})
+	}
+	srv, err := server.New(server.Config{
+		Ready:  readyOrNil(ready),
+		Syncer: sy, Store: st, Logger: log.With("component", "server"),
+		TLS: serverTLS, Token: token, AllowedIdentities: cfg.AllowIdentities,
+		MeterProvider: tel.meters, TracerProvider: tel.tracer, ShutdownTimeout: cfg.ShutdownTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", serverTLS != nil,
+		"mtls", serverTLS != nil && serverTLS.ClientCAs != nil, "token", token != "", "allowed_identities", len(cfg.AllowIdentities))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return sy.Run(gctx) })
+	g.Go(func() error { return srv.Serve(gctx, lis) })
+	if cfg.MetricsListen != "" {
+		mlis, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Info("serving metrics", "addr", "http://"+mlis.Addr().String()+"/metrics")
+		hs := &http.Server{Handler: tel.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := hs.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			defer cancel()
+			return hs.Shutdown(sctx)
+		})
+	}
+	if cfg.Bootstrap != "" {
+		g.Go(func() error {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-st.ready:
+			}
+			rev, err := bootstrap(gctx, cfg.Bootstrap, seed, st, log)
+			if err != nil {
+				return err
+			}
+			if _, err := sy.WaitFor(gctx, rev); err != nil {
+				return nil // stopping
+			}
+			close(ready)
+			return nil
+		})
+	}
+	err = g.Wait()
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		log.Info("stopped")
+		return nil
+	}
+	return err
+}
+
+// readyOrNil keeps a nil channel nil through the receive-only conversion.
+func readyOrNil(c chan struct{}) <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	return c
+}
+
+// storeLister is what bootstrap needs of a store.
+type storeLister interface {
+	Apply(ctx context.Context, ops []store.Op) (int64, error)
+	List(ctx context.Context, opts store.ListOptions) (store.ListPage, error)
+}

@@ -1,0 +1,45 @@
+package writeplan
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+func TestSplit(t *testing.T) {
+	var docs []string
+	for i := range 300 {
+		docs = append(docs, fmt.Sprintf("kind: Policy\nname: p%d\nscope: s\nsources: [{}]\ndestinations: [{}]", i))
+	}
+	docs = append(docs, "kind: Scope\nname: s\nselectors: [{}]", "kind: Mesh\nname: default")
+	rs, err := engine.DecodeYAML([]byte(strings.Join(docs, "\n---\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := Split(rs, 0)
+	if len(parts) != 3 || len(parts[0]) != 128 || len(parts[2]) != 302-256 {
+		t.Fatalf("parts of %d, %d, ...", len(parts[0]), len(parts[1]))
+	}
+	if parts[0][0].Key().Kind != engine.KindMesh || parts[0][1].Key().Kind != engine.KindScope {
+		t.Errorf("meshes and scopes do not come first: %v, %v", parts[0][0].Key(), parts[0][1].Key())
+	}
+	if got := Split(rs[:5], 10); len(got) != 1 || len(got[0]) != 5 {
+		t.Errorf("a small write was split: %d parts", len(got))
+	}
+	big := strings.Repeat("x", 200_000)
+	var bigDocs []string
+	for i := range 10 {
+		bigDocs = append(bigDocs, fmt.Sprintf("kind: Policy\nname: b%d\nsources: [{}]\ndestinations: [{}]\nconf: {blob: %s}", i, big))
+	}
+	brs, err := engine.DecodeYAML([]byte(strings.Join(bigDocs, "\n---\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range Split(brs, 0) {
+		if len(p)*200_000 > MaxBytes {
+			t.Errorf("a part of %d large resources exceeds %d bytes", len(p), MaxBytes)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// needsAuthorization reports whether a method needs an authorized caller
+// (SPEC section 7): every PolicyService call and WatchResources. Decisions and
+// WatchRules are open to any client that reaches the listener.
+func needsAuthorization(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/"+verdictv1.PolicyService_ServiceDesc.ServiceName+"/") ||
+		fullMethod == verdictv1.WatchService_WatchResources_FullMethodName
+}
+
+// authorize admits a caller with the bearer token, or with a verified client
+// certificate whose URI or DNS SAN is on the allow-list; in development mode
+// (neither configured) every caller. The token is compared in constant time
+// and never logged.
+func (s *Server) authorize(ctx context.Context) (context.Context, error) {
+	if s.cfg.DevMode() {
+		return ctx, nil
+	}
+	if vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) > 0 {
+		scheme, token, ok := strings.Cut(vals[0], " ")
+		if !ok || !strings.EqualFold(scheme, "bearer") {
+			return nil, toStatus(ctx, s.log, fmt.Errorf("%w: the authorization header is not \"Bearer <token>\"", errUnauthenticated))
+		}
+		if s.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.cfg.Token)) != 1 {
+			return nil, toStatus(ctx, s.log, fmt.Errorf("%w: the bearer token is not valid", errUnauthenticated))
+		}
+		return ctx, nil
+	}
+	cert := verifiedClientCert(ctx)
+	if cert == nil {
+		return nil, toStatus(ctx, s.log, fmt.Errorf("%w: this call needs a bearer token or an authorized client certificate", errUnauthenticated))
+	}
+	for _, id := range certIdentities(cert) {
+		if slices.Contains(s.cfg.AllowedIdentities, id) {
+			return ctx, nil
+		}
+	}
+	return nil, toStatus(ctx, s.log, fmt.Errorf("%w: client certificate %v is not on the allow-list", errPermissionDenied, certIdentities(cert)))
+}
+
+// verifiedClientCert returns the caller's client certificate when TLS verified it.
+func verifiedClientCert(ctx context.Context) *x509.Certificate {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return info.State.VerifiedChains[0][0]
+}
+
+// certIdentities lists the URI and DNS SANs of a certificate.
+func certIdentities(c *x509.Certificate) []string {
+	out := make([]string, 0, len(c.URIs)+len(c.DNSNames))
+	for _, u := range c.URIs {
+		out = append(out, u.String())
+	}
+	return append(out, c.DNSNames...)
+}

@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/verdictpdp/verdict/internal/testpki"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+func TestAuthorizationToken(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), func(c *Config) { c.Token = "s3cret" })
+	with := func(v string) context.Context {
+		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", v)
+	}
+	tests := []struct {
+		name string
+		ctx  context.Context
+		code codes.Code
+	}{
+		{"no credentials", ctxT(t), codes.Unauthenticated},
+		{"wrong token", with("Bearer nope"), codes.Unauthenticated},
+		{"not bearer", with("Basic s3cret"), codes.Unauthenticated},
+		{"token", with("Bearer s3cret"), codes.OK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.pol.Status(tc.ctx, &verdictv1.StatusRequest{})
+			wantCode(t, err, tc.code)
+			_, err = h.pol.Apply(tc.ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy("x", "a", "b", "")}, DryRun: true})
+			wantCode(t, err, tc.code)
+			s, err := h.wat.WatchResources(tc.ctx, &verdictv1.WatchResourcesRequest{})
+			if err == nil {
+				_, err = s.Recv()
+			}
+			wantCode(t, err, tc.code)
+		})
+	}
+	// Decisions and WatchRules stay open.
+	if _, err := h.dec.Decide(ctxT(t), &verdictv1.DecideRequest{}); err != nil {
+		t.Errorf("Decide without credentials: %v", err)
+	}
+	s, err := h.wat.WatchRules(ctxT(t), &verdictv1.WatchRulesRequest{})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if err != nil {
+		t.Errorf("WatchRules without credentials: %v", err)
+	}
+}
+
+func TestAuthorizationMutualTLS(t *testing.T) {
+	t.Parallel()
+	ca := testpki.NewCA(t, "verdict test CA")
+	srvCert := ca.Server(t)
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{srvCert.TLS}, ClientCAs: ca.Pool(),
+		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
+	admin := ca.Client(t, nil, "spiffe://verdict.test/admin")
+	ops := ca.Client(t, []string{"ops.verdict.test"})
+	other := ca.Client(t, []string{"intruder.example"}, "spiffe://verdict.test/intruder")
+	stranger := testpki.NewCA(t, "another CA").Client(t, nil, "spiffe://verdict.test/admin")
+	b := newBackend(decodeYAML(t, testPolicies)...)
+	tests := []struct {
+		name string
+		cert *testpki.Pair
+		code codes.Code
+	}{
+		{"URI SAN on the list", admin, codes.OK},
+		{"DNS SAN on the list", ops, codes.OK},
+		{"not on the list", other, codes.PermissionDenied},
+		{"no client certificate", nil, codes.Unauthenticated},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clientTLS := &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12}
+			if tc.cert != nil {
+				clientTLS.Certificates = []tls.Certificate{tc.cert.TLS}
+			}
+			h := start(t, b, func(c *Config) {
+				c.TLS = serverTLS
+				c.AllowedIdentities = []string{"spiffe://verdict.test/admin", "ops.verdict.test"}
+			}, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+			_, err := h.pol.Status(ctxT(t), &verdictv1.StatusRequest{})
+			wantCode(t, err, tc.code)
+			if _, err := h.dec.Decide(ctxT(t), &verdictv1.DecideRequest{}); err != nil {
+				t.Errorf("Decide over TLS: %v", err)
+			}
+		})
+	}
+	t.Run("certificate of another CA", func(t *testing.T) {
+		clientTLS := &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", Certificates: []tls.Certificate{stranger.TLS},
+			MinVersion: tls.VersionTLS12}
+		h := start(t, b, func(c *Config) {
+			c.TLS = serverTLS
+			c.AllowedIdentities = []string{"spiffe://verdict.test/admin"}
+		}, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+		if _, err := h.pol.Status(ctxT(t), &verdictv1.StatusRequest{}); err == nil {
+			t.Error("a certificate of another CA was admitted")
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	b := newBackend()
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"minimal", Config{Syncer: b, Store: b}, true},
+		{"no syncer", Config{Store: b}, false},
+		{"allow-list without mTLS", Config{Syncer: b, Store: b, AllowedIdentities: []string{"x"}}, false},
+		{"negative timeout", Config{Syncer: b, Store: b, WaitTimeout: -1}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if (err == nil) != tc.ok {
+				t.Errorf("Validate() = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}

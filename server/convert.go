@@ -1,0 +1,339 @@
+package server
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/verdictpdp/verdict/engine"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// Resources cross the API as messages whose protobuf JSON is the engine's
+// canonical document: proto → protojson → engine.DecodeJSON (the one decoder
+// validates everything), and engine.EncodeJSON → protojson → proto.
+
+// ResourceFromProto decodes an API resource; field paths of its errors start
+// with path ("resources[2]") and name the oneof member (".policy.sources[0]").
+func ResourceFromProto(path string, r *verdictv1.Resource) (engine.Resource, error) {
+	var (
+		msg  proto.Message
+		kind string
+		name string
+	)
+	switch t := r.GetResource().(type) {
+	case *verdictv1.Resource_Mesh:
+		msg, kind, name = t.Mesh, "Mesh", "mesh"
+		if t.Mesh != nil && t.Mesh.Kind == "" {
+			m := proto.CloneOf(t.Mesh)
+			m.Kind = kind
+			msg = m
+		}
+	case *verdictv1.Resource_Scope:
+		msg, kind, name = t.Scope, "Scope", "scope"
+		if t.Scope != nil && t.Scope.Kind == "" {
+			m := proto.CloneOf(t.Scope)
+			m.Kind = kind
+			msg = m
+		}
+	case *verdictv1.Resource_Policy:
+		msg, kind, name = t.Policy, "Policy", "policy"
+		if t.Policy != nil && t.Policy.Kind == "" {
+			m := proto.CloneOf(t.Policy)
+			m.Kind = kind
+			msg = m
+		}
+	default:
+		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path, Reason: "a resource is one of mesh, scope or policy"}}}
+	}
+	b, err := protojson.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: encoding a %s: %w", path, kind, err)
+	}
+	res, err := engine.DecodeJSON(b)
+	if err != nil {
+		if ve, ok := err.(*engine.ValidationError); ok {
+			return nil, ve.Prefixed(path + "." + name)
+		}
+		return nil, err
+	}
+	if k := res.Key().Kind.String(); k != kind {
+		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path + "." + name + ".kind",
+			Reason: fmt.Sprintf("%q in the %s member of a resource", k, name)}}}
+	}
+	return res, nil
+}
+
+// ResourceToProto encodes an engine resource as an API resource.
+func ResourceToProto(r engine.Resource) (*verdictv1.Resource, error) {
+	b, err := engine.EncodeJSON(r)
+	if err != nil {
+		return nil, err
+	}
+	out := &verdictv1.Resource{}
+	switch r.(type) {
+	case *engine.Mesh:
+		m := &verdictv1.Mesh{}
+		err = protojson.Unmarshal(b, m)
+		out.Resource = &verdictv1.Resource_Mesh{Mesh: m}
+	case *engine.Scope:
+		m := &verdictv1.Scope{}
+		err = protojson.Unmarshal(b, m)
+		out.Resource = &verdictv1.Resource_Scope{Scope: m}
+	case *engine.Policy:
+		m := &verdictv1.Policy{}
+		err = protojson.Unmarshal(b, m)
+		out.Resource = &verdictv1.Resource_Policy{Policy: m}
+	default:
+		return nil, fmt.Errorf("unknown resource type %T", r)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Key(), err)
+	}
+	return out, nil
+}
+
+// storedResource is an entry of the snapshot as the API shows it.
+func storedResource(key string, r engine.Resource, rerr error) (*verdictv1.StoredResource, error) {
+	out := &verdictv1.StoredResource{Key: key}
+	if rerr != nil {
+		out.Error = rerr.Error()
+	}
+	if r == nil {
+		return out, nil
+	}
+	m := r.Metadata()
+	out.CreateRevision, out.ModRevision = m.CreateRevision, m.ModRevision
+	pr, err := ResourceToProto(r)
+	if err != nil {
+		return nil, err
+	}
+	out.Resource = pr
+	return out, nil
+}
+
+// decideRequest translates a DecideRequest; its fields are validated by
+// validateDecide.
+func decideRequest(r *verdictv1.DecideRequest) engine.Request {
+	p, _ := engine.ParseProtocol(r.GetProtocol())
+	return engine.Request{
+		Mesh: r.GetMesh(), Type: r.GetType(),
+		Source: r.GetSource().GetTags(), Destination: r.GetDestination().GetTags(),
+		Protocol: p, Port: r.GetPort(), Explain: r.GetExplain(),
+	}
+}
+
+func actionOf(a engine.Action) verdictv1.Action {
+	switch a {
+	case engine.Allow:
+		return verdictv1.Action_ACTION_ALLOW
+	case engine.Deny:
+		return verdictv1.Action_ACTION_DENY
+	}
+	return verdictv1.Action_ACTION_UNSPECIFIED
+}
+
+func reasonOf(r engine.Reason) verdictv1.Reason {
+	switch r {
+	case engine.ReasonMatched:
+		return verdictv1.Reason_REASON_MATCHED
+	case engine.ReasonCatchAll:
+		return verdictv1.Reason_REASON_CATCH_ALL
+	case engine.ReasonDefaultAction:
+		return verdictv1.Reason_REASON_DEFAULT_ACTION
+	case engine.ReasonUnenforced:
+		return verdictv1.Reason_REASON_UNENFORCED
+	case engine.ReasonNotApplicable:
+		return verdictv1.Reason_REASON_NOT_APPLICABLE
+	}
+	return verdictv1.Reason_REASON_UNSPECIFIED
+}
+
+func sideOf(s *engine.SideDecision) *verdictv1.SideDecision {
+	return &verdictv1.SideDecision{Action: actionOf(s.Action), Policy: s.Policy, Scope: s.Scope, Rule: s.Rule,
+		Reason: reasonOf(s.Reason)}
+}
+
+// decideResponse translates a decision; confs come from the cache.
+func (c *confCache) decideResponse(d *engine.Decision) *verdictv1.DecideResponse {
+	out := &verdictv1.DecideResponse{
+		Action: actionOf(d.Action), Outbound: sideOf(&d.Outbound), Inbound: sideOf(&d.Inbound),
+		Policy: d.Policy, Conf: c.get(d.Conf), Revision: d.Revision,
+	}
+	if d.Explain != nil {
+		out.Explanation = &verdictv1.Explanation{Outbound: traceOf(&d.Explain.Outbound), Inbound: traceOf(&d.Explain.Inbound)}
+	}
+	return out
+}
+
+func traceOf(t *engine.SideTrace) *verdictv1.SideTrace {
+	out := &verdictv1.SideTrace{Members: t.Members, MostSpecificScope: t.MostSpecificScope, Reason: reasonOf(t.Reason),
+		Truncated: t.Truncated}
+	for _, c := range t.Candidates {
+		out.Candidates = append(out.Candidates, &verdictv1.CandidateTrace{
+			Policy: c.Policy, Scope: c.Scope, Phase: c.Phase, Priority: c.Priority, Rank: c.Rank, Rule: c.Rule,
+			Action: actionOf(c.Action), Matched: c.Matched, Decided: c.Decided, Why: c.Why,
+		})
+	}
+	for _, n := range t.NotCandidates {
+		out.NotCandidates = append(out.NotCandidates, &verdictv1.NonCandidate{Policy: n.Policy, Why: n.Why})
+	}
+	return out
+}
+
+func resolveRequest(r *verdictv1.ResolveRequest) engine.ResolveRequest {
+	p, _ := engine.ParseProtocol(r.GetProtocol())
+	return engine.ResolveRequest{
+		Mesh: r.GetMesh(), Type: r.GetType(),
+		Source: r.GetSource().GetTags(), Destination: r.GetDestination().GetTags(),
+		Protocol: p, Port: r.GetPort(),
+	}
+}
+
+func stateOf(s engine.PolicyState) verdictv1.PolicyState {
+	switch s {
+	case engine.Enforced:
+		return verdictv1.PolicyState_POLICY_STATE_ENFORCED
+	case engine.PartiallyEnforced:
+		return verdictv1.PolicyState_POLICY_STATE_PARTIALLY_ENFORCED
+	case engine.Overridden:
+		return verdictv1.PolicyState_POLICY_STATE_OVERRIDDEN
+	}
+	return verdictv1.PolicyState_POLICY_STATE_UNSPECIFIED
+}
+
+func resolutionOf(r *engine.Resolution) (*verdictv1.Resolution, error) {
+	out := &verdictv1.Resolution{Side: r.Side}
+	for _, rr := range r.Rules {
+		v, err := structpb.NewValue(rr.Value)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", rr.Name, err)
+		}
+		out.Rules = append(out.Rules, &verdictv1.ResolvedRule{Name: rr.Name, Value: v, Policy: rr.Policy})
+	}
+	for _, ps := range r.Status {
+		st := &verdictv1.PolicyStatus{Policy: ps.Policy, State: stateOf(ps.State), Skipped: ps.Skipped}
+		for _, m := range ps.Missing {
+			st.Missing = append(st.Missing, &verdictv1.MissingRule{Rule: m.Rule, By: m.By, Why: m.Why})
+		}
+		out.Status = append(out.Status, st)
+	}
+	return out, nil
+}
+
+func resolveResponse(res *engine.ResolveResult) (*verdictv1.ResolveResponse, error) {
+	out := &verdictv1.ResolveResponse{Revision: res.Revision}
+	if res.Main != nil {
+		m, err := resolutionOf(res.Main)
+		if err != nil {
+			return nil, err
+		}
+		out.Side, out.Rules, out.Status = m.Side, m.Rules, m.Status
+	}
+	if res.Outbound != nil {
+		o, err := resolutionOf(res.Outbound)
+		if err != nil {
+			return nil, err
+		}
+		out.Outbound = o
+	}
+	return out, nil
+}
+
+func selectorsOf(sels []engine.Selector) []*verdictv1.Selector {
+	if len(sels) == 0 {
+		return nil
+	}
+	out := make([]*verdictv1.Selector, len(sels))
+	for i, s := range sels {
+		ps := &verdictv1.Selector{Match: s.Match}
+		for _, e := range s.Expressions {
+			ps.Expressions = append(ps.Expressions, &verdictv1.Expression{Key: e.Key, Operator: e.Operator.String(), Values: e.Values})
+		}
+		out[i] = ps
+	}
+	return out
+}
+
+func portsOf(ports []engine.PortEntry) []*verdictv1.PortEntry {
+	if len(ports) == 0 {
+		return nil
+	}
+	out := make([]*verdictv1.PortEntry, len(ports))
+	for i, p := range ports {
+		proto := p.Protocol.String()
+		if proto == "" {
+			proto = "ANY"
+		}
+		out[i] = &verdictv1.PortEntry{Protocol: proto, Ports: p.Ports}
+	}
+	return out
+}
+
+func sideRulesOf(s *engine.SideRules) *verdictv1.SideRules {
+	out := &verdictv1.SideRules{Fallback: actionOf(s.Fallback), FallbackReason: reasonOf(s.FallbackReason),
+		Combine: s.Combine.String()}
+	for _, r := range s.Rules {
+		out.Rules = append(out.Rules, &verdictv1.Rule{
+			Policy: r.Policy, Scope: r.Scope, Phase: r.Phase, Priority: r.Priority, Rule: r.Rule,
+			Peer: selectorsOf(r.Peer), Ports: portsOf(r.Ports), Action: actionOf(r.Action),
+		})
+	}
+	return out
+}
+
+func rulesResponse(rev int64, rs *engine.RuleSet) *verdictv1.WatchRulesResponse {
+	return &verdictv1.WatchRulesResponse{Revision: rev, Inbound: sideRulesOf(&rs.Inbound), Outbound: sideRulesOf(&rs.Outbound)}
+}
+
+// confCache converts confs to structpb once per conf object: Decide is the hot
+// path, and a snapshot's conf objects are immutable and shared by every
+// decision their rule makes. An entry is keyed by the map's identity and holds
+// the map itself, so the address cannot be reused by another map while the
+// entry lives. The cache is dropped whole when it grows past its bound.
+type confCache struct {
+	m     atomic.Pointer[sync.Map] // uintptr → *confEntry
+	n     atomic.Int64
+	limit int64
+}
+
+type confEntry struct {
+	conf engine.Object // keeps the key's map alive
+	pb   *structpb.Struct
+}
+
+func newConfCache(limit int) *confCache {
+	c := &confCache{limit: int64(limit)}
+	c.m.Store(&sync.Map{})
+	return c
+}
+
+// get returns conf as a Struct, shared (callers must not modify it); nil for
+// no conf.
+func (c *confCache) get(conf engine.Object) *structpb.Struct {
+	if conf == nil {
+		return nil
+	}
+	id := reflect.ValueOf(conf).Pointer()
+	m := c.m.Load()
+	if e, ok := m.Load(id); ok {
+		return e.(*confEntry).pb
+	}
+	pb, err := structpb.NewStruct(conf)
+	if err != nil {
+		// Decoded JSON always converts; keep the answer rather than fail it.
+		pb = &structpb.Struct{Fields: map[string]*structpb.Value{"error": structpb.NewStringValue(err.Error())}}
+	}
+	if c.n.Add(1) > c.limit {
+		c.n.Store(0)
+		c.m.Store(&sync.Map{})
+		m = c.m.Load()
+	}
+	m.Store(id, &confEntry{conf: conf, pb: pb})
+	return pb
+}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"bytes"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/verdictpdp/verdict/engine"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// conformanceResources decodes the resources of every suite of
+// testdata/conformance.
+func conformanceResources(t testing.TB) []engine.Resource {
+	t.Helper()
+	files, err := filepath.Glob("../testdata/conformance/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no conformance suites: %v", err)
+	}
+	var out []engine.Resource
+	for _, f := range files {
+		data := readFile(t, f)
+		docs, err := engine.ParseYAML(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		top, _ := docs[0].Value.(map[string]any)
+		list, _ := top["resources"].([]any)
+		for i, v := range list {
+			r, err := engine.DecodeValue(v)
+			if err != nil {
+				t.Fatalf("%s: resources[%d]: %v", f, i, err)
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func TestResourceRoundTrip(t *testing.T) {
+	t.Parallel()
+	resources := conformanceResources(t)
+	// Times as the server stamps them, with every precision protojson writes.
+	stamp := time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.UTC)
+	for i, r := range resources {
+		if i%3 == 0 {
+			resources[i] = r.WithMeta(engine.Meta{CreationTime: stamp, ModificationTime: stamp.Add(time.Duration(i) * time.Millisecond)})
+		}
+	}
+	for i, r := range resources {
+		want, err := engine.EncodeJSON(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := ResourceToProto(r)
+		if err != nil {
+			t.Fatalf("%s: to proto: %v\n%s", r.Key(), err, want)
+		}
+		back, err := ResourceFromProto("resources[0]", pr)
+		if err != nil {
+			pj, _ := protojson.Marshal(pr)
+			t.Fatalf("%s: from proto: %v\n%s", r.Key(), err, pj)
+		}
+		got, err := engine.EncodeJSON(back)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("resource %d %s: engine → proto → engine changed it:\n got %s\nwant %s", i, r.Key(), got, want)
+		}
+		if back.Metadata().CreationTime != r.Metadata().CreationTime {
+			t.Errorf("%s: creation time %v, want %v", r.Key(), back.Metadata().CreationTime, r.Metadata().CreationTime)
+		}
+	}
+	if len(resources) < 50 {
+		t.Fatalf("only %d resources: the suites did not load", len(resources))
+	}
+}
+
+func TestResourceFromProtoErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		in    *verdictv1.Resource
+		field string
+	}{
+		{"no member", &verdictv1.Resource{}, "resources[3]"},
+		{"bad action", &verdictv1.Resource{Resource: &verdictv1.Resource_Policy{Policy: &verdictv1.Policy{
+			Name: "p", Sources: []*verdictv1.Selector{{}}, Destinations: []*verdictv1.Selector{{}}, Action: "MAYBE"}}},
+			"resources[3].policy.action"},
+		{"kind of another member", &verdictv1.Resource{Resource: &verdictv1.Resource_Scope{Scope: &verdictv1.Scope{
+			Kind: "Mesh", Name: "m"}}}, "resources[3].scope.kind"},
+		{"bad selector key", &verdictv1.Resource{Resource: &verdictv1.Resource_Policy{Policy: &verdictv1.Policy{
+			Name: "p", Sources: []*verdictv1.Selector{{Match: map[string]string{"": "x"}}}, Destinations: []*verdictv1.Selector{{}}}}},
+			"resources[3].policy.sources[0].match"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ResourceFromProto("resources[3]", tc.in)
+			ve, ok := err.(*engine.ValidationError)
+			if !ok {
+				t.Fatalf("error %v (%T), want a validation error", err, err)
+			}
+			found := false
+			for _, fe := range ve.Errors {
+				found = found || fe.Field == tc.field
+			}
+			if !found {
+				t.Errorf("fields %v, want %q among them", ve.Errors, tc.field)
+			}
+		})
+	}
+}
+
+func TestConfCacheSharesConversions(t *testing.T) {
+	t.Parallel()
+	c := newConfCache(2)
+	a := engine.Object{"backend": "splunk", "n": jsonNum("3")}
+	b := engine.Object{"x": []any{jsonNum("1.5"), true, nil}}
+	pa := c.get(a)
+	if pa != c.get(a) {
+		t.Error("a second get of one conf converted it again")
+	}
+	if got := pa.Fields["n"].GetNumberValue(); got != 3 {
+		t.Errorf("n = %v, want 3", got)
+	}
+	if c.get(b).Fields["x"].GetListValue().Values[0].GetNumberValue() != 1.5 {
+		t.Error("list value not converted")
+	}
+	c.get(engine.Object{"y": "z"}) // past the bound: the cache starts over
+	if c.get(a).Fields["backend"].GetStringValue() != "splunk" {
+		t.Error("conf changed after a reset")
+	}
+	if c.get(nil) != nil {
+		t.Error("no conf must stay nil")
+	}
+}

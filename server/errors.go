@@ -1,0 +1,138 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/verdictpdp/verdict/engine"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
+)
+
+// Errors of the server itself. Like every other error, they become gRPC codes
+// in codeOf alone.
+var (
+	// errUnauthenticated: a call that needs an authorized caller came with no
+	// credentials, or with a wrong bearer token.
+	errUnauthenticated = errors.New("unauthenticated")
+	// errPermissionDenied: the caller's identity is not on the allow-list.
+	errPermissionDenied = errors.New("permission denied")
+	// errNotCurrent: min_revision was not reached before the deadline.
+	errNotCurrent = errors.New("the server's snapshot has not reached min_revision")
+	// errShuttingDown ends streams when the server stops.
+	errShuttingDown = errors.New("server shutting down")
+)
+
+// codeOf maps an error to its gRPC code: the one table of the server (SPEC
+// section 7, STYLE "Errors"). Choices:
+//   - store.ErrConflict is Aborted: an expected_revision did not hold, the
+//     client should re-read and retry its read-modify-write (gRPC's guidance for
+//     a failed test-and-set);
+//   - store.ErrTooLarge is InvalidArgument: the request itself must change (be
+//     split into several calls); retrying it as is can never succeed;
+//   - errNotCurrent is Unavailable: another replica, or a retry, may answer;
+//   - store.ErrClosed is Unavailable: the daemon is stopping.
+func codeOf(err error) codes.Code {
+	c, _ := classify(err)
+	return c
+}
+
+// classify is codeOf's table; known is false for an error this module does not
+// know: a status error of gRPC itself (passed through) or an unexpected one.
+func classify(err error) (code codes.Code, known bool) {
+	switch {
+	case err == nil:
+		return codes.OK, true
+	case errors.Is(err, engine.ErrInvalid), errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrInvalidArgument):
+		return codes.InvalidArgument, true
+	case errors.Is(err, engine.ErrMeshNotFound), errors.Is(err, store.ErrNotFound):
+		return codes.NotFound, true
+	case errors.Is(err, store.ErrConflict):
+		return codes.Aborted, true
+	case errors.Is(err, store.ErrCompacted):
+		return codes.OutOfRange, true
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed), errors.Is(err, errNotCurrent),
+		errors.Is(err, errShuttingDown):
+		return codes.Unavailable, true
+	case errors.Is(err, errUnauthenticated):
+		return codes.Unauthenticated, true
+	case errors.Is(err, errPermissionDenied):
+		return codes.PermissionDenied, true
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded, true
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled, true
+	}
+	if se, ok := status.FromError(err); ok {
+		// Already a status: gRPC's own errors (a stream's Send or Recv).
+		return se.Code(), false
+	}
+	return codes.Internal, false
+}
+
+// internalMessage is all a client learns of an unexpected error.
+const internalMessage = "internal error (logged by the server)"
+
+// toStatus turns err into the status error a handler returns: the code of
+// codeOf, BadRequest field violations for validation errors, gRPC's own status
+// errors unchanged, and for an unexpected error only a generic message (the
+// text is logged, never sent).
+func toStatus(ctx context.Context, log *slog.Logger, err error) error {
+	if err == nil {
+		return nil
+	}
+	code, known := classify(err)
+	switch {
+	case !known && code != codes.Internal:
+		se, _ := status.FromError(err)
+		return se.Err()
+	case code == codes.Internal:
+		log.ErrorContext(ctx, "internal error", "err", err)
+		return status.Error(codes.Internal, internalMessage)
+	case code == codes.InvalidArgument:
+		st := status.New(code, err.Error())
+		if br := badRequest(err); br != nil {
+			if d, derr := st.WithDetails(br); derr == nil {
+				st = d
+			}
+		}
+		return st.Err()
+	}
+	return status.Error(code, err.Error())
+}
+
+// badRequest lists the field violations of a validation error.
+func badRequest(err error) *errdetails.BadRequest {
+	var ve *engine.ValidationError
+	if !errors.As(err, &ve) || len(ve.Errors) == 0 {
+		return nil
+	}
+	br := &errdetails.BadRequest{FieldViolations: make([]*errdetails.BadRequest_FieldViolation, len(ve.Errors))}
+	for i, fe := range ve.Errors {
+		br.FieldViolations[i] = &errdetails.BadRequest_FieldViolation{Field: fe.Field, Description: fe.Reason}
+	}
+	return br
+}
+
+// errorEntry is the error of one flow of a batch or a stream, mapped like a
+// call's error.
+func errorEntry(ctx context.Context, log *slog.Logger, err error) *verdictv1.Error {
+	code := codeOf(err)
+	e := &verdictv1.Error{Code: code.String(), Message: err.Error()}
+	if code == codes.Internal {
+		log.ErrorContext(ctx, "internal error", "err", err)
+		e.Message = internalMessage
+	}
+	var ve *engine.ValidationError
+	if code == codes.InvalidArgument && errors.As(err, &ve) {
+		for _, fe := range ve.Errors {
+			e.FieldViolations = append(e.FieldViolations, &verdictv1.FieldViolation{Field: fe.Field, Description: fe.Reason})
+		}
+	}
+	return e
+}

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/policytest"
+	"github.com/verdictpdp/verdict/store"
+)
+
+func TestCodeOf(t *testing.T) {
+	t.Parallel()
+	invalid := &engine.ValidationError{Errors: []engine.FieldError{{Field: "resources[0].policy.action", Reason: "bad"}}}
+	tests := []struct {
+		name string
+		err  error
+		code codes.Code
+	}{
+		{"nil", nil, codes.OK},
+		{"validation", invalid, codes.InvalidArgument},
+		{"wrapped validation", fmt.Errorf("apply: %w", invalid), codes.InvalidArgument},
+		{"mesh not found", fmt.Errorf("%w: x", engine.ErrMeshNotFound), codes.NotFound},
+		{"key not found", fmt.Errorf("%w: k", store.ErrNotFound), codes.NotFound},
+		{"conflict", fmt.Errorf("%w: k", store.ErrConflict), codes.Aborted},
+		{"too large", store.ErrTooLarge, codes.InvalidArgument},
+		{"compacted", store.ErrCompacted, codes.OutOfRange},
+		{"store refuses the ops", fmt.Errorf("%w: two ops on k", store.ErrInvalidArgument), codes.InvalidArgument},
+		{"store closed", store.ErrClosed, codes.Unavailable},
+		{"store unavailable", fmt.Errorf("%w: dial", store.ErrUnavailable), codes.Unavailable},
+		{"min_revision not reached", errNotCurrent, codes.Unavailable},
+		{"shutting down", errShuttingDown, codes.Unavailable},
+		{"unauthenticated", errUnauthenticated, codes.Unauthenticated},
+		{"permission denied", errPermissionDenied, codes.PermissionDenied},
+		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},
+		{"canceled", fmt.Errorf("x: %w", context.Canceled), codes.Canceled},
+		{"grpc status passes", status.Error(codes.ResourceExhausted, "too big"), codes.ResourceExhausted},
+		{"anything else", errors.New("disk on fire"), codes.Internal},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := codeOf(tc.err); got != tc.code {
+				t.Errorf("codeOf(%v) = %s, want %s", tc.err, got, tc.code)
+			}
+			if got := status.Code(toStatus(context.Background(), slog.New(slog.DiscardHandler), tc.err)); got != tc.code {
+				t.Errorf("toStatus(%v) has code %s, want %s", tc.err, got, tc.code)
+			}
+		})
+	}
+}
+
+func TestToStatusDetails(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.DiscardHandler)
+	err := toStatus(context.Background(), log, &engine.ValidationError{Errors: []engine.FieldError{
+		{Field: "resources[1].policy.sources[0].match", Reason: "key \"\" is empty"}, {Field: "deletes[0]", Reason: "bad"}}})
+	st, _ := status.FromError(err)
+	v := violations(st)
+	if len(v) != 2 || v["resources[1].policy.sources[0].match"] != "key \"\" is empty" {
+		t.Errorf("violations %v", v)
+	}
+	st, _ = status.FromError(toStatus(context.Background(), log, errors.New("secret path /etc/x")))
+	if st.Message() != internalMessage {
+		t.Errorf("internal error text sent to the client: %q", st.Message())
+	}
+	e := errorEntry(context.Background(), log, errors.New("secret"))
+	if e.GetCode() != "Internal" || e.GetMessage() != internalMessage {
+		t.Errorf("error entry %v", e)
+	}
+}
+
+// TestCodeNamesAgreeWithPolicyTest: verdictctl test expects the codes the
+// server answers with for the engine's errors.
+func TestCodeNamesAgreeWithPolicyTest(t *testing.T) {
+	t.Parallel()
+	snap := engine.Build(1, nil)
+	_, meshErr := snap.Decide(&engine.Request{Mesh: "none"})
+	badReq := (&engine.Request{Mesh: "a/b"}).Validate()
+	_, decodeErr := engine.DecodeJSON([]byte(`{"kind":"Policy"}`))
+	for _, err := range []error{nil, meshErr, badReq, decodeErr, engine.ErrInvalid, engine.ErrMeshNotFound,
+		fmt.Errorf("w: %w", engine.ErrInvalid), errors.New("other")} {
+		if got, want := codeOf(err).String(), policytest.CodeName(err); got != want {
+			t.Errorf("%v: server answers %s, policytest expects %s", err, got, want)
+		}
+	}
+}

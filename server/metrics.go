@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/syncer"
+)
+
+// metrics are the server's own instruments (gRPC's come from otelgrpc). With
+// the Prometheus exporter they read verdict_decisions_total{action},
+// verdict_decide_duration_seconds, verdict_snapshot_revision,
+// verdict_store_revision, verdict_watch_lag_seconds, verdict_resources_invalid,
+// verdict_synced and verdict_stale.
+type metrics struct {
+	decisions metric.Int64Counter
+	duration  metric.Float64Histogram
+	allow     metric.AddOption
+	deny      metric.AddOption
+}
+
+func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, error) {
+	meter := mp.Meter("github.com/verdictpdp/verdict/server")
+	m := &metrics{
+		allow: metric.WithAttributeSet(attribute.NewSet(attribute.String("action", "ALLOW"))),
+		deny:  metric.WithAttributeSet(attribute.NewSet(attribute.String("action", "DENY"))),
+	}
+	var err error
+	if m.decisions, err = meter.Int64Counter("verdict.decisions",
+		metric.WithDescription("Flows decided (Decide, DecideBatch, DecideStream), by final action.")); err != nil {
+		return nil, err
+	}
+	if m.duration, err = meter.Float64Histogram("verdict.decide.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time the engine took to decide a flow."),
+		metric.WithExplicitBucketBoundaries(1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2, 0.1)); err != nil {
+		return nil, err
+	}
+	revision, err := meter.Int64ObservableGauge("verdict.snapshot.revision",
+		metric.WithDescription("The store revision the serving snapshot reflects."))
+	if err != nil {
+		return nil, err
+	}
+	storeRev, err := meter.Int64ObservableGauge("verdict.store.revision",
+		metric.WithDescription("The newest store revision seen."))
+	if err != nil {
+		return nil, err
+	}
+	lag, err := meter.Float64ObservableGauge("verdict.watch.lag", metric.WithUnit("s"),
+		metric.WithDescription("Time since the store's watch last said anything (event or progress)."))
+	if err != nil {
+		return nil, err
+	}
+	invalid, err := meter.Int64ObservableGauge("verdict.resources.invalid",
+		metric.WithDescription("Stored resources not in use: broken values and conflicts."))
+	if err != nil {
+		return nil, err
+	}
+	synced, err := meter.Int64ObservableGauge("verdict.synced",
+		metric.WithDescription("1 once the first full list of the store has been applied."))
+	if err != nil {
+		return nil, err
+	}
+	stale, err := meter.Int64ObservableGauge("verdict.stale",
+		metric.WithDescription("1 while the watch is not known current (the last snapshot keeps serving)."))
+	if err != nil {
+		return nil, err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := sy.Status()
+		o.ObserveInt64(revision, s.Revision)
+		o.ObserveInt64(storeRev, st.Health().Revision)
+		if !s.LastEventAt.IsZero() {
+			o.ObserveFloat64(lag, time.Since(s.LastEventAt).Seconds())
+		}
+		o.ObserveInt64(invalid, int64(s.Invalid))
+		o.ObserveInt64(synced, b2i(s.Synced))
+		o.ObserveInt64(stale, b2i(s.Stale))
+		return nil
+	}, revision, storeRev, lag, invalid, synced, stale)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// decided records one decision.
+func (m *metrics) decided(ctx context.Context, a engine.Action, took time.Duration) {
+	opt := m.allow
+	if a == engine.Deny {
+		opt = m.deny
+	}
+	m.decisions.Add(ctx, 1, opt)
+	m.duration.Record(ctx, took.Seconds())
+}

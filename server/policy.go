@@ -1,0 +1,303 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/verdictpdp/verdict/engine"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
+)
+
+// policyService implements verdict.v1.PolicyService. Every call passed the
+// authorization interceptor; requests were validated by the validation one.
+type policyService struct {
+	*Server
+	verdictv1.UnimplementedPolicyServiceServer
+}
+
+var _ verdictv1.PolicyServiceServer = policyService{}
+
+// Apply validates the write against the current snapshot (a dry run of the
+// result), then writes it in one transaction.
+func (s policyService) Apply(ctx context.Context, req *verdictv1.ApplyRequest) (*verdictv1.ApplyResponse, error) {
+	w, err := decodeWrite(req.GetResources(), req.GetDeletes(), req.GetExpectedRevisions())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	rev, err := s.write(ctx, w, req.GetDryRun())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return &verdictv1.ApplyResponse{Revision: rev, Keys: w.putKeys, Deleted: w.deleteKeys}, nil
+}
+
+// Delete removes keys in one transaction; a key that holds nothing is NotFound.
+func (s policyService) Delete(ctx context.Context, req *verdictv1.DeleteRequest) (*verdictv1.DeleteResponse, error) {
+	w, err := decodeWrite(nil, req.GetKeys(), req.GetExpectedRevisions())
+	if err == nil {
+		err = s.mustExist(ctx, w.deletes)
+	}
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	rev, err := s.write(ctx, w, req.GetDryRun())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return &verdictv1.DeleteResponse{Revision: rev}, nil
+}
+
+// Get reads one resource from the snapshot, valid or not.
+func (s policyService) Get(ctx context.Context, req *verdictv1.GetRequest) (*verdictv1.GetResponse, error) {
+	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	sr, err := getStored(snap, req.GetKey())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return &verdictv1.GetResponse{Resource: sr, Revision: snap.Revision()}, nil
+}
+
+// List reads a page of the snapshot, in key order.
+func (s policyService) List(ctx context.Context, req *verdictv1.ListRequest) (*verdictv1.ListResponse, error) {
+	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	page, next, err := s.lists.page(snap, req.GetPrefix(), req.GetPageToken(), int(req.GetPageSize()))
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return &verdictv1.ListResponse{Resources: page, NextPageToken: next, Revision: snap.Revision()}, nil
+}
+
+// Status tells how current the snapshot is and what is invalid in it.
+func (s policyService) Status(ctx context.Context, req *verdictv1.StatusRequest) (*verdictv1.StatusResponse, error) {
+	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	st := s.syncer.Status()
+	out := &verdictv1.StatusResponse{Revision: snap.Revision(), Synced: st.Synced, Stale: st.Stale,
+		Resources: int64(snap.Len()), Digest: snap.Digest(), StoreRevision: s.store.Health().Revision}
+	if out.Invalid, err = invalidResources(snap); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return out, nil
+}
+
+// write is a decoded Apply or Delete.
+type write struct {
+	puts       []engine.Resource
+	deletes    []engine.Key
+	ops        []store.Op
+	putKeys    []string
+	deleteKeys []string
+}
+
+// decodeWrite decodes resources (the engine's decoder validates them) and
+// delete keys, and attaches expected revisions.
+func decodeWrite(resources []*verdictv1.Resource, deletes []string, expected map[string]int64) (*write, error) {
+	w := &write{}
+	var errs fieldErrors
+	for i, r := range resources {
+		res, err := ResourceFromProto(fmt.Sprintf("resources[%d]", i), r)
+		if err != nil {
+			var ve *engine.ValidationError
+			if !errors.As(err, &ve) {
+				return nil, err
+			}
+			errs.list = append(errs.list, ve.Errors...)
+			continue
+		}
+		w.puts = append(w.puts, res)
+	}
+	field := "deletes"
+	if resources == nil {
+		field = "keys"
+	}
+	for i, k := range deletes {
+		w.deletes = append(w.deletes, errs.key(fmt.Sprintf("%s[%d]", field, i), k))
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	written := map[string]bool{}
+	for _, r := range w.puts {
+		k := r.Key()
+		w.putKeys = append(w.putKeys, k.String())
+		written[k.String()] = true
+		w.ops = append(w.ops, store.Op{Key: k, Resource: r, ExpectedRevision: expectedOf(expected, k.String())})
+	}
+	for _, k := range w.deletes {
+		w.deleteKeys = append(w.deleteKeys, k.String())
+		written[k.String()] = true
+		w.ops = append(w.ops, store.Op{Key: k, ExpectedRevision: expectedOf(expected, k.String())})
+	}
+	errs.expected(expected, written)
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func expectedOf(expected map[string]int64, key string) int64 {
+	if rev, ok := expected[key]; ok {
+		return rev
+	}
+	return store.AnyRevision
+}
+
+// write checks w against the current snapshot, then stores it unless dryRun.
+// It returns the revision of the write, or for a dry run the snapshot's.
+func (s *Server) write(ctx context.Context, w *write, dryRun bool) (int64, error) {
+	snap := s.syncer.Snapshot()
+	if err := snap.CheckApply(w.puts, w.deletes); err != nil {
+		return 0, err
+	}
+	if dryRun {
+		return snap.Revision(), nil
+	}
+	return s.store.Apply(ctx, w.ops)
+}
+
+// mustExist fails with NotFound for the first key that holds nothing. The
+// snapshot may lag a write the caller just made, so a miss there is checked in
+// the store.
+func (s *Server) mustExist(ctx context.Context, keys []engine.Key) error {
+	snap := s.syncer.Snapshot()
+	for _, k := range keys {
+		if _, ok := snap.Get(k); ok {
+			continue
+		}
+		if _, err := s.store.Get(ctx, k); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("%w: %s holds nothing", store.ErrNotFound, k)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// getStored reads one key of the snapshot: a resource, valid or not, or a
+// stored value that does not decode.
+func getStored(snap *engine.Snapshot, key string) (*verdictv1.StoredResource, error) {
+	k, err := parseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := snap.Get(k); ok {
+		return storedResource(k.String(), e.Resource, e.Err)
+	}
+	for _, inv := range snap.Invalid() {
+		if inv.Resource == nil && inv.Path == k.String() {
+			sr, err := storedResource(inv.Path, nil, inv.Err)
+			if sr != nil {
+				sr.ModRevision = inv.ModRevision
+			}
+			return sr, err
+		}
+	}
+	return nil, fmt.Errorf("%w: %s holds nothing", store.ErrNotFound, k)
+}
+
+// invalidResources lists the snapshot's invalid resources in key order.
+func invalidResources(snap *engine.Snapshot) ([]*verdictv1.StoredResource, error) {
+	inv := snap.Invalid()
+	sort.Slice(inv, func(i, j int) bool { return inv[i].Path < inv[j].Path })
+	out := make([]*verdictv1.StoredResource, 0, len(inv))
+	for _, r := range inv {
+		sr, err := storedResource(r.Path, r.Resource, r.Err)
+		if err != nil {
+			return nil, err
+		}
+		if r.Resource == nil {
+			sr.ModRevision = r.ModRevision
+		}
+		out = append(out, sr)
+	}
+	return out, nil
+}
+
+// listCache keeps the sorted entries of the last listed snapshot, so that the
+// pages of one list cost O(page), not O(n log n) each.
+type listCache struct {
+	mu      sync.Mutex
+	snap    *engine.Snapshot
+	entries []listEntry
+}
+
+type listEntry struct {
+	path string
+	res  engine.Resource
+	err  error
+	rev  int64 // mod revision of a broken value
+}
+
+func (c *listCache) sorted(snap *engine.Snapshot) []listEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.snap == snap {
+		return c.entries
+	}
+	entries := make([]listEntry, 0, snap.Len())
+	snap.Resources(func(e engine.Entry) bool {
+		entries = append(entries, listEntry{path: e.Resource.Key().String(), res: e.Resource, err: e.Err})
+		return true
+	})
+	for _, inv := range snap.Invalid() {
+		if inv.Resource == nil {
+			entries = append(entries, listEntry{path: inv.Path, err: inv.Err, rev: inv.ModRevision})
+		}
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
+	c.snap, c.entries = snap, entries
+	return entries
+}
+
+// page returns the entries with prefix after the page token's key.
+func (c *listCache) page(snap *engine.Snapshot, prefix, token string, size int) ([]*verdictv1.StoredResource, string, error) {
+	if size <= 0 {
+		size = DefaultPageSize
+	}
+	after := ""
+	if token != "" {
+		b, err := base64.RawURLEncoding.DecodeString(token)
+		if err != nil {
+			return nil, "", &engine.ValidationError{Errors: []engine.FieldError{{Field: "pageToken", Reason: "is not a token of this API"}}}
+		}
+		after = string(b)
+	}
+	entries := c.sorted(snap)
+	i := sort.Search(len(entries), func(i int) bool {
+		p := entries[i].path
+		return p >= prefix && (after == "" || p > after)
+	})
+	var out []*verdictv1.StoredResource
+	next := ""
+	for ; i < len(entries) && strings.HasPrefix(entries[i].path, prefix); i++ {
+		if len(out) == size {
+			next = base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key))
+			break
+		}
+		e := entries[i]
+		sr, err := storedResource(e.path, e.res, e.err)
+		if err != nil {
+			return nil, "", err
+		}
+		if e.res == nil {
+			sr.ModRevision = e.rev
+		}
+		out = append(out, sr)
+	}
+	return out, next, nil
+}

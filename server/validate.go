@@ -1,0 +1,205 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/verdictpdp/verdict/engine"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
+)
+
+// Limits of requests beyond the engine's (engine.MaxTagsPerWorkload and the
+// tag key and value lengths apply to every workload).
+const (
+	MaxBatch        = 1000 // flows in one DecideBatch
+	MaxPageSize     = 1000 // resources in one List page
+	DefaultPageSize = 100
+	MaxStreamIDLen  = 256 // bytes of a DecideStream id
+)
+
+// Plain Go validation: protovalidate is not available, so every request type
+// has a check here, run by the validation interceptor for unary calls and by
+// the handlers for stream messages. Errors are *engine.ValidationError with
+// field paths in the request's JSON names; errors.go turns them into
+// InvalidArgument with BadRequest details.
+
+// validationInterceptor validates unary requests before their handler runs.
+func (s *Server) validationInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := validateRequest(req); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return handler(ctx, req)
+}
+
+// validateRequest checks a unary request (or a stream's first message).
+func validateRequest(req any) error {
+	var errs fieldErrors
+	switch r := req.(type) {
+	case *verdictv1.DecideRequest:
+		errs.decide("", r)
+	case *verdictv1.DecideBatchRequest:
+		if n := len(r.GetRequests()); n > MaxBatch {
+			errs.add("requests", fmt.Sprintf("%d flows, over the limit of %d per batch", n, MaxBatch))
+		}
+		errs.minRevision("minRevision", r.GetMinRevision())
+	case *verdictv1.ResolveRequest:
+		errs.flow("", r.GetMesh(), r.GetType(), r.GetSource(), r.GetDestination(), r.GetProtocol(), r.GetPort())
+		errs.minRevision("minRevision", r.GetMinRevision())
+	case *verdictv1.ApplyRequest:
+		errs.apply(r)
+	case *verdictv1.GetRequest:
+		errs.key("key", r.GetKey())
+		errs.minRevision("minRevision", r.GetMinRevision())
+	case *verdictv1.ListRequest:
+		if ps := r.GetPageSize(); ps < 0 || ps > MaxPageSize {
+			errs.add("pageSize", fmt.Sprintf("%d is not from 0 (default %d) to %d", ps, DefaultPageSize, MaxPageSize))
+		}
+		errs.minRevision("minRevision", r.GetMinRevision())
+	case *verdictv1.DeleteRequest:
+		if len(r.GetKeys()) == 0 {
+			errs.add("keys", "name at least one key")
+		}
+		if len(r.GetKeys()) > store.MaxOps {
+			errs.add("keys", fmt.Sprintf("%d keys, over the limit of %d per call (one etcd transaction)", len(r.GetKeys()), store.MaxOps))
+		}
+		seen := map[string]bool{}
+		for i, k := range r.GetKeys() {
+			errs.key(fmt.Sprintf("keys[%d]", i), k)
+			seen[k] = true
+		}
+		errs.expected(r.GetExpectedRevisions(), seen)
+	case *verdictv1.StatusRequest:
+		errs.minRevision("minRevision", r.GetMinRevision())
+	case *verdictv1.WatchResourcesRequest:
+		errs.minRevision("fromRevision", r.GetFromRevision())
+	case *verdictv1.WatchRulesRequest:
+		errs.names(r.GetMesh(), r.GetType())
+		if err := engine.CheckTags(r.GetWorkload().GetTags()); err != nil {
+			errs.add("workload.tags", err.Error())
+		}
+	}
+	return errs.err()
+}
+
+// validateStreamRequest checks the envelope of one message of a DecideStream.
+func validateStreamRequest(m *verdictv1.DecideStreamRequest) error {
+	var errs fieldErrors
+	if len(m.GetId()) > MaxStreamIDLen {
+		errs.add("id", fmt.Sprintf("%d bytes, over the limit of %d", len(m.GetId()), MaxStreamIDLen))
+	}
+	if m.GetRequest() == nil {
+		errs.add("request", "is required")
+	}
+	return errs.err() // the request's own fields are checked as a batch's flows are
+
+}
+
+type fieldErrors struct{ list []engine.FieldError }
+
+func (e *fieldErrors) add(field, reason string) {
+	e.list = append(e.list, engine.FieldError{Field: field, Reason: reason})
+}
+
+func (e *fieldErrors) err() error {
+	if len(e.list) == 0 {
+		return nil
+	}
+	return &engine.ValidationError{Errors: e.list}
+}
+
+func (e *fieldErrors) decide(prefix string, r *verdictv1.DecideRequest) {
+	e.flow(prefix, r.GetMesh(), r.GetType(), r.GetSource(), r.GetDestination(), r.GetProtocol(), r.GetPort())
+	e.minRevision(prefix+"minRevision", r.GetMinRevision())
+}
+
+func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Workload, protocol string, port uint32) {
+	p, err := engine.ParseProtocol(protocol)
+	if err != nil {
+		e.add(prefix+"protocol", err.Error())
+	}
+	req := engine.Request{Mesh: mesh, Type: typ, Source: src.GetTags(), Destination: dst.GetTags(), Protocol: p, Port: port}
+	if err := req.Validate(); err != nil {
+		if ve, ok := err.(*engine.ValidationError); ok {
+			for _, fe := range ve.Errors {
+				e.add(prefix+fe.Field, fe.Reason)
+			}
+		} else {
+			e.add(strings.TrimSuffix(prefix, "."), err.Error())
+		}
+	}
+}
+
+func (e *fieldErrors) names(mesh, typ string) {
+	req := engine.Request{Mesh: mesh, Type: typ}
+	if err := req.Validate(); err != nil {
+		if ve, ok := err.(*engine.ValidationError); ok {
+			e.list = append(e.list, ve.Errors...)
+		}
+	}
+}
+
+func (e *fieldErrors) minRevision(field string, rev int64) {
+	if rev < 0 {
+		e.add(field, fmt.Sprintf("%d is negative", rev))
+	}
+}
+
+// key checks a storage key without prefix ("default/policies/TrafficLog/x").
+func (e *fieldErrors) key(field, key string) engine.Key {
+	k, err := parseKey(key)
+	if err != nil {
+		e.add(field, err.Error())
+	}
+	return k
+}
+
+func parseKey(key string) (engine.Key, error) {
+	if key == "" {
+		return engine.Key{}, fmt.Errorf("is required: <mesh>/mesh, <mesh>/scopes/<name> or <mesh>/policies/<type>/<name>")
+	}
+	return engine.ParseKey("", "/"+key)
+}
+
+func (e *fieldErrors) apply(r *verdictv1.ApplyRequest) {
+	n := len(r.GetResources()) + len(r.GetDeletes())
+	if n == 0 {
+		e.add("resources", "name at least one resource or delete")
+	}
+	if n > store.MaxOps {
+		e.add("resources", fmt.Sprintf("%d resources and deletes, over the limit of %d per call (one etcd transaction): split the write into several calls", n, store.MaxOps))
+	} else if size := proto.Size(r); size > store.MaxTxnBytes {
+		e.add("resources", fmt.Sprintf("%d bytes, over the limit of %d per call (one etcd transaction): split the write into several calls", size, store.MaxTxnBytes))
+	}
+	seen := map[string]bool{}
+	for i, k := range r.GetDeletes() {
+		e.key(fmt.Sprintf("deletes[%d]", i), k)
+		seen[k] = true
+	}
+	// Resource keys are known only once decoded (in the handler); expected
+	// revisions naming a key that is not written are refused there.
+	for k, rev := range r.GetExpectedRevisions() {
+		if _, err := parseKey(k); err != nil {
+			e.add(fmt.Sprintf("expectedRevisions[%q]", k), err.Error())
+		}
+		if rev < store.MustNotExist {
+			e.add(fmt.Sprintf("expectedRevisions[%q]", k), fmt.Sprintf("%d is not a revision (-1: must not exist)", rev))
+		}
+	}
+}
+
+// expected checks expected revisions against the keys a call writes.
+func (e *fieldErrors) expected(revs map[string]int64, keys map[string]bool) {
+	for k, rev := range revs {
+		if !keys[k] {
+			e.add(fmt.Sprintf("expectedRevisions[%q]", k), "names a key this call does not write")
+		}
+		if rev < store.MustNotExist {
+			e.add(fmt.Sprintf("expectedRevisions[%q]", k), fmt.Sprintf("%d is not a revision (-1: must not exist)", rev))
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+func recvN[T any](t *testing.T, s grpc.ServerStreamingClient[T], n int) []*T {
+	t.Helper()
+	var out []*T
+	for range n {
+		m, err := s.Recv()
+		if err != nil {
+			t.Fatalf("after %d messages: %v", len(out), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestWatchResources(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	s, err := h.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{Prefix: "default/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := recvN(t, s, 2)
+	if first[0].GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT || !first[0].GetFresh() ||
+		len(first[0].GetChanges()) != 4 || first[0].GetRevision() != 1 {
+		t.Fatalf("snapshot %v", first[0])
+	}
+	if first[1].GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED || first[1].GetRevision() != 1 {
+		t.Fatalf("synced %v", first[1])
+	}
+	if _, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy("x", "a", "b", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pol.Delete(ctx, &verdictv1.DeleteRequest{Keys: []string{"default/policies/TrafficPermission/x"}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := recvN(t, s, 2)
+	if ch[0].GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES || ch[0].GetRevision() != 2 ||
+		ch[0].GetChanges()[0].GetResource().GetResource().GetPolicy().GetName() != "x" {
+		t.Errorf("put %v", ch[0])
+	}
+	if ch[1].GetRevision() != 3 || !ch[1].GetChanges()[0].GetDeleted() {
+		t.Errorf("delete %v", ch[1])
+	}
+	cancel()
+
+	// Resuming after revision 2 replays the delete alone.
+	r, err := h.wat.WatchResources(ctxT(t), &verdictv1.WatchResourcesRequest{FromRevision: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := recvN(t, r, 1)[0]; m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES || m.GetRevision() != 3 {
+		t.Errorf("resume: %v", m)
+	}
+
+	// After a compaction, a resume gets a fresh snapshot.
+	h.b.compact()
+	c, err := h.wat.WatchResources(ctxT(t), &verdictv1.WatchResourcesRequest{FromRevision: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := recvN(t, c, 2)
+	if m[0].GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT || !m[0].GetFresh() || m[0].GetRevision() != 3 ||
+		m[1].GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED {
+		t.Errorf("after compaction: %v", m)
+	}
+}
+
+func TestWatchResourcesEndsOnShutdown(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	s, err := h.wat.WatchResources(ctxT(t), &verdictv1.WatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvN(t, s, 2)
+	go h.stop()
+	_, err = s.Recv()
+	wantCode(t, err, codes.Unavailable)
+}
+
+func TestWatchRules(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	ctx := ctxT(t)
+	req := &verdictv1.WatchRulesRequest{Workload: tags("app", "backend")}
+	s1, err := h.wat.WatchRules(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := h.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: "default", Type: "TrafficPermission", Workload: tags("app", "backend")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := recvN(t, s1, 1)[0], recvN(t, s2, 1)[0]
+	in := a.GetInbound().GetRules()
+	if len(in) != 1 || in[0].GetPolicy() != "web-to-backend" || in[0].GetPeer()[0].GetMatch()["app"] != "web" ||
+		in[0].GetPorts()[0].GetPorts() != "8080" || a.GetInbound().GetFallback() != verdictv1.Action_ACTION_DENY {
+		t.Errorf("inbound %v", a.GetInbound())
+	}
+	if b.GetRevision() != a.GetRevision() || len(b.GetInbound().GetRules()) != 1 {
+		t.Errorf("second stream %v", b)
+	}
+	if n := h.srv.hub.groupCount(); n != 1 {
+		t.Errorf("%d groups for one workload", n)
+	}
+
+	// A change that does not concern the workload sends nothing; one that does, sends.
+	if _, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy("other", "x", "y", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy("deny-api", "api", "backend", "DENY")}}); err != nil {
+		t.Fatal(err)
+	}
+	c := recvN(t, s1, 1)[0]
+	if c.GetRevision() != 3 || len(c.GetInbound().GetRules()) != 2 {
+		t.Errorf("after the change: %v", c)
+	}
+	_, err = h.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: "nope"})
+	if err == nil {
+		var s grpc.ServerStreamingClient[verdictv1.WatchRulesResponse]
+		s, err = h.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: "nope"})
+		if err == nil {
+			_, err = s.Recv()
+		}
+	}
+	wantCode(t, err, codes.NotFound)
+}
+
+func TestWatchRulesGroupsAreShared(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	var streams []grpc.ServerStreamingClient[verdictv1.WatchRulesResponse]
+	for i := range 6 {
+		app := []string{"web", "backend"}[i%2]
+		s, err := h.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: tags("app", app, "env", "x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recvN(t, s, 1)
+		streams = append(streams, s)
+	}
+	if n := h.srv.hub.groupCount(); n != 2 {
+		t.Errorf("%d groups, want 2", n)
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.srv.hub.groupCount() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := h.srv.hub.groupCount(); n != 0 {
+		t.Errorf("%d groups left after every stream ended", n)
+	}
+}
