@@ -1,0 +1,167 @@
+// Command verdict-loadtest measures verdictd: it starts one on an embedded etcd
+// (or uses --addr), loads a generated policy set, and runs the scenarios —
+// unary (closed and open loop), batch, stream, churn, fanout — each next to the
+// same harness against an empty handler served with verdictd's gRPC options,
+// in the same run. Every run is bounded and stops by itself.
+//
+//	verdict-loadtest [flags] [scenario...]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Config is the load test's configuration; flags only in main.
+type Config struct {
+	Addr        string        // an existing verdictd; empty: start one
+	Verdictd    string        // the verdictd binary to start
+	Policies    int           // generated policies to load
+	Scopes      int           // generated scopes
+	Seed        uint64        // generator seed
+	Duration    time.Duration // per scenario and target
+	Warmup      time.Duration
+	Requests    int64 // per scenario and target; 0: the duration bounds it
+	Concurrency int
+	Connections int
+	Rate        float64 // open-loop unary rate; 0: skip the open-loop run
+	BatchSize   int
+	Streams     int
+	Window      int
+	WriteRate   float64
+	Fanout      int // WatchRules streams
+	Workloads   int // distinct workloads the fan-out streams watch
+	JSON        bool
+	Scenarios   []string
+	Timeout     time.Duration // the whole run
+}
+
+var allScenarios = []string{"unary", "open", "batch", "stream", "churn", "fanout"}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if c.Addr == "" && c.Verdictd == "" {
+		return fmt.Errorf("--verdictd: the binary to start is required without --addr")
+	}
+	if c.Policies < 0 || c.Concurrency < 1 || c.Connections < 1 || c.BatchSize < 1 || c.BatchSize > 1000 ||
+		c.Streams < 1 || c.Window < 1 || c.Fanout < 1 || c.Workloads < 1 {
+		return fmt.Errorf("counts must be positive (batch size at most 1000)")
+	}
+	if c.Duration <= 0 || c.Duration > 10*time.Minute || c.Timeout <= 0 {
+		return fmt.Errorf("--duration must be in (0, 10m] and --timeout positive: runs are bounded")
+	}
+	if c.WriteRate <= 0 || c.WriteRate > 10000 {
+		return fmt.Errorf("--write-rate must be in (0, 10000]")
+	}
+	for _, s := range c.Scenarios {
+		if !contains(allScenarios, s) {
+			return fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "serve-baseline" {
+		return serveBaseline(ctx, args[1:], stderr)
+	}
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		fmt.Fprintln(stderr, "verdict-loadtest:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	ok, err := Run(ctx, cfg, stdout, stderr, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "verdict-loadtest:", err)
+		return 3
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("verdict-loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c Config
+	fs.StringVar(&c.Addr, "addr", "", "target an existing verdictd at host:port (default: start one)")
+	fs.StringVar(&c.Verdictd, "verdictd", defaultVerdictd(), "the verdictd binary to start")
+	fs.IntVar(&c.Policies, "policies", 10000, "generated policies to load (engine/policygen)")
+	fs.IntVar(&c.Scopes, "scopes", 0, "generated scopes")
+	fs.Uint64Var(&c.Seed, "seed", 1, "generator seed")
+	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measured time per scenario and target")
+	fs.DurationVar(&c.Warmup, "warmup", time.Second, "unmeasured time before each closed-loop measurement")
+	fs.Int64Var(&c.Requests, "requests", 0, "stop a scenario after this many calls (0: the duration decides)")
+	fs.IntVar(&c.Concurrency, "concurrency", 32, "closed-loop workers (and open-loop maximum in flight: 0 picks)")
+	fs.IntVar(&c.Connections, "connections", 4, "client connections")
+	fs.Float64Var(&c.Rate, "rate", 10000, "open-loop unary rate, calls/s")
+	fs.IntVar(&c.BatchSize, "batch-size", 100, "flows per DecideBatch call (≤ 1000)")
+	fs.IntVar(&c.Streams, "streams", 4, "DecideStream streams")
+	fs.IntVar(&c.Window, "window", 128, "requests in flight per stream")
+	fs.Float64Var(&c.WriteRate, "write-rate", 100, "churn: policy writes per second")
+	fs.IntVar(&c.Fanout, "fanout-streams", 2000, "fanout: WatchRules streams")
+	fs.IntVar(&c.Workloads, "fanout-workloads", 50, "fanout: distinct workloads the streams watch")
+	fs.BoolVar(&c.JSON, "json", false, "print the reports as JSON")
+	fs.DurationVar(&c.Timeout, "timeout", 15*time.Minute, "bound on the whole run")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n\n", strings.Join(allScenarios, "|"))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.Scenarios = fs.Args()
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = allScenarios
+	}
+	return c, c.Validate()
+}
+
+// defaultVerdictd is bin/verdictd beside this binary (make build puts both there).
+func defaultVerdictd() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	cand := strings.TrimSuffix(exe, "verdict-loadtest") + "verdictd"
+	if _, err := os.Stat(cand); err == nil {
+		return cand
+	}
+	return ""
+}
+
+// signalContext ends ctx on SIGTERM too (the load tester stops its children so).
+func signalContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+}

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/internal/writeplan"
+	"github.com/verdictpdp/verdict/loadtest"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/server"
+)
+
+// Run runs the configured scenarios and prints the reports. ok is false when a
+// scenario saw errors or a fan-out did not reach every stream.
+func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Logger) (ok bool, err error) {
+	addr := cfg.Addr
+	if addr == "" {
+		d, err := startProcess(ctx, cfg.Verdictd, stderr, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+			"--data-dir", "", "--log-level", "warn")
+		if err != nil {
+			return false, fmt.Errorf("start verdictd: %w", err)
+		}
+		defer d.stop()
+		addr = d.addr
+	}
+	conns, err := dial(addr, cfg.Connections)
+	if err != nil {
+		return false, err
+	}
+	defer closeAll(conns)
+	if err := waitServing(ctx, conns[0]); err != nil {
+		return false, fmt.Errorf("verdictd at %s: %w", addr, err)
+	}
+	set := policygen.Generate(policygen.Config{Seed: cfg.Seed, Policies: cfg.Policies, Scopes: cfg.Scopes})
+	loadStart := time.Now()
+	rev, err := load(ctx, conns[0], set.Resources)
+	if err != nil {
+		return false, fmt.Errorf("load %d policies: %w", cfg.Policies, err)
+	}
+	fmt.Fprintf(stderr, "loaded %d policies in %v (revision %d)\n", cfg.Policies, time.Since(loadStart).Round(time.Millisecond), rev)
+	flows := loadtest.Flows(set.Flows(cfg.Seed+1, 8192))
+	warm := flows[0]
+	warm.MinRevision = rev
+	if _, err := verdictv1.NewDecisionServiceClient(conns[0]).Decide(ctx, warm); err != nil {
+		return false, fmt.Errorf("wait for revision %d: %w", rev, err)
+	}
+	warm.MinRevision = 0
+
+	var base loadtest.Conns
+	if needsBaseline(cfg.Scenarios) {
+		self, err := os.Executable()
+		if err != nil {
+			return false, err
+		}
+		b, err := startProcess(ctx, self, stderr, "serve-baseline", "--listen", "127.0.0.1:0")
+		if err != nil {
+			return false, fmt.Errorf("start the baseline server: %w", err)
+		}
+		defer b.stop()
+		if base, err = dial(b.addr, cfg.Connections); err != nil {
+			return false, err
+		}
+		defer closeAll(base)
+	}
+	lim := loadtest.Limits{Duration: cfg.Duration, Requests: cfg.Requests, Warmup: cfg.Warmup}
+	var reports []*loadtest.Report
+	ok = true
+	pair := func(run func(loadtest.Conns) *loadtest.Report) {
+		b := run(base)
+		b.Target = "baseline"
+		v := run(conns)
+		v.Target = "verdict"
+		if b.DecisionsPerSec > 0 {
+			v.BaselineDecisionsPerSec, v.Ratio = b.DecisionsPerSec, v.DecisionsPerSec/b.DecisionsPerSec
+		}
+		reports = append(reports, b, v)
+	}
+	for _, sc := range cfg.Scenarios {
+		if ctx.Err() != nil {
+			break
+		}
+		switch sc {
+		case "unary":
+			pair(func(c loadtest.Conns) *loadtest.Report {
+				return loadtest.Unary(ctx, c, flows, cfg.Concurrency, 0, lim)
+			})
+		case "open":
+			pair(func(c loadtest.Conns) *loadtest.Report {
+				return loadtest.Unary(ctx, c, flows, 0, cfg.Rate, lim)
+			})
+		case "batch":
+			pair(func(c loadtest.Conns) *loadtest.Report {
+				return loadtest.Batch(ctx, c, flows, max(2, cfg.Concurrency/8), cfg.BatchSize, lim)
+			})
+		case "stream":
+			pair(func(c loadtest.Conns) *loadtest.Report {
+				return loadtest.Stream(ctx, c, flows, cfg.Streams, cfg.Window, lim)
+			})
+		case "churn":
+			r := loadtest.Churn(ctx, conns, flows, cfg.Concurrency, cfg.WriteRate, engine.DefaultMesh, engine.DefaultType, lim)
+			r.Target = "verdict"
+			reports = append(reports, r)
+		case "fanout":
+			workloads := make([]engine.Tags, cfg.Workloads)
+			for i, f := range set.Flows(cfg.Seed+2, cfg.Workloads) {
+				workloads[i] = f.Destination
+			}
+			r := loadtest.Fanout(ctx, conns, workloads, cfg.Fanout, engine.DefaultMesh, engine.DefaultType,
+				cfg.Duration+30*time.Second)
+			if r.Count < int64(cfg.Fanout) {
+				ok = false
+			}
+			reports = append(reports, r)
+		}
+	}
+	for _, r := range reports {
+		if r.Target == "verdict" && r.ErrorCount() > 0 {
+			ok = false
+		}
+	}
+	if cfg.JSON {
+		return ok, loadtest.WriteJSON(stdout, reports)
+	}
+	fmt.Fprintf(stdout, "verdict-loadtest: %d policies, %d connections\n", cfg.Policies, cfg.Connections)
+	for _, r := range reports {
+		r.WriteText(stdout)
+	}
+	return ok, ctx.Err()
+}
+
+func needsBaseline(scenarios []string) bool {
+	for _, s := range scenarios {
+		if s == "unary" || s == "open" || s == "batch" || s == "stream" {
+			return true
+		}
+	}
+	return false
+}
+
+// load writes the resources with Apply, each call one etcd transaction, meshes
+// and scopes first; it returns the revision of the last write.
+func load(ctx context.Context, conn *grpc.ClientConn, resources []engine.Resource) (int64, error) {
+	client := verdictv1.NewPolicyServiceClient(conn)
+	var rev int64
+	for _, batch := range writeplan.Split(resources, 0) {
+		req := &verdictv1.ApplyRequest{}
+		for _, r := range batch {
+			pr, err := server.ResourceToProto(r)
+			if err != nil {
+				return 0, err
+			}
+			req.Resources = append(req.Resources, pr)
+		}
+		resp, err := client.Apply(ctx, req)
+		if err != nil {
+			return 0, err
+		}
+		rev = resp.Revision
+	}
+	return rev, nil
+}
+
+func dial(addr string, n int) (loadtest.Conns, error) {
+	conns := make(loadtest.Conns, n)
+	for i := range conns {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeAll(conns[:i])
+			return nil, err
+		}
+		conns[i] = c
+	}
+	return conns, nil
+}
+
+func closeAll(conns loadtest.Conns) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+func waitServing(ctx context.Context, c *grpc.ClientConn) error {
+	h := healthpb.NewHealthClient(c)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		r, err := h.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not SERVING (%v, %v)", r.GetStatus(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// process is a child process serving gRPC on a loopback port.
+type process struct {
+	cmd  *exec.Cmd
+	addr string
+	dir  string
+	done chan error
+}
+
+// startProcess runs bin with args; "--listen 127.0.0.1:0" is replaced by a free
+// port, an empty "--data-dir" by a temporary directory.
+func startProcess(ctx context.Context, bin string, stderr io.Writer, args ...string) (*process, error) {
+	p := &process{done: make(chan error, 1)}
+	for i := 0; i+1 < len(args); i++ {
+		switch {
+		case args[i] == "--listen" && args[i+1] == "127.0.0.1:0":
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			p.addr = fmt.Sprintf("127.0.0.1:%d", port)
+			args[i+1] = p.addr
+		case args[i] == "--data-dir" && args[i+1] == "":
+			dir, err := os.MkdirTemp("", "verdict-loadtest")
+			if err != nil {
+				return nil, err
+			}
+			p.dir = dir
+			args[i+1] = filepath.Join(dir, "etcd")
+		}
+	}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = stderr, stderr
+	if err := p.cmd.Start(); err != nil {
+		p.cleanup()
+		return nil, err
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", p.addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return p, nil
+		}
+		select {
+		case err := <-p.done:
+			p.cleanup()
+			return nil, fmt.Errorf("%s exited: %v", bin, err)
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			p.stop()
+			return nil, fmt.Errorf("%s does not listen on %s", bin, p.addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *process) stop() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	p.cleanup()
+}
+
+func (p *process) cleanup() {
+	if p.dir != "" {
+		os.RemoveAll(p.dir)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// serveBaseline is the hidden subcommand the load tester starts as its ceiling:
+// an empty DecisionService with verdictd's gRPC options.
+func serveBaseline(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve-baseline", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:0", "loopback address")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signalContext(ctx)
+	defer stop()
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "serve-baseline:", err)
+		return 3
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := loadtest.ServeBaseline(ctx, lis, log); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "serve-baseline:", err)
+		return 3
+	}
+	return 0
+}
