@@ -64,19 +64,40 @@ func refResolve(resources []engine.Resource, req engine.ResolveRequest) (rules e
 		return &refRule{policy: e.p, phase: phase, priority: e.p.Priority, total: e.level}
 	}
 	hasBlocks := func(p *engine.Policy) bool { return p.Defaults != nil || p.Overrides != nil }
-	sort.SliceStable(entries, func(i, j int) bool {
-		a, b := key(entries[i]), key(entries[j])
-		samePrefix := a.phase == b.phase && w.position(a.scope) == w.position(b.scope) && a.priority == b.priority &&
+	// Decide's order first.
+	sort.SliceStable(entries, func(i, j int) bool { return w.before(key(entries[i]), key(entries[j]), tb, io) })
+	// Then, among policies that tie before the tie-break, the ones with blocks
+	// take the places of the ones with blocks, newer first, then by name.
+	tied := func(a, b *refRule) bool {
+		return a.phase == b.phase && w.position(a.scope) == w.position(b.scope) && a.priority == b.priority &&
 			a.total == b.total && a.exact == b.exact
-		if samePrefix && hasBlocks(a.policy) && hasBlocks(b.policy) {
-			if c := refNewer(0, 0, a.policy.Meta.CreationTime.UnixNano(), b.policy.Meta.CreationTime.UnixNano(),
-				a.policy.Meta.CreationTime.IsZero(), b.policy.Meta.CreationTime.IsZero()); c != 0 {
+	}
+	for i := 0; i < len(entries); {
+		j := i + 1
+		for j < len(entries) && tied(key(entries[i]), key(entries[j])) {
+			j++
+		}
+		var places []int
+		var withBlocks []refEntry
+		for k := i; k < j; k++ {
+			if hasBlocks(entries[k].p) {
+				places = append(places, k)
+				withBlocks = append(withBlocks, entries[k])
+			}
+		}
+		sort.SliceStable(withBlocks, func(x, y int) bool {
+			a, b := withBlocks[x].p, withBlocks[y].p
+			if c := refNewer(0, 0, a.Meta.CreationTime.UnixNano(), b.Meta.CreationTime.UnixNano(),
+				a.Meta.CreationTime.IsZero(), b.Meta.CreationTime.IsZero()); c != 0 {
 				return c > 0
 			}
-			return a.policy.Name < b.policy.Name
+			return a.Name < b.Name
+		})
+		for k, place := range places {
+			entries[place] = withBlocks[k]
 		}
-		return w.before(a, b, tb, io)
-	})
+		i = j
+	}
 	var order []*engine.Policy
 	for _, e := range entries {
 		if e.p.Rank != engine.RankAbsolute {

@@ -279,7 +279,7 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 		}
 		return true
 	})
-	sort.SliceStable(entries, func(i, j int) bool { return foldBefore(&entries[i], &entries[j]) })
+	orderFold(entries)
 	// Default policies in order, then Absolute policies in reverse order.
 	var order []*Policy
 	var absolute []*Policy
@@ -296,23 +296,45 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 	return runFold(res, order)
 }
 
-// foldBefore orders two policies of a fold as Decide orders their first matching
-// rules, except that policies with blocks that tie before the tie-break go newer
-// first (creation time; none counts as the oldest), then by name.
-func foldBefore(a, b *foldEntry) bool {
-	ka, kb := a.key, b.key
-	if ka.phase != kb.phase || ka.scope != kb.scope || ka.priority != kb.priority || ka.total != kb.total || ka.exact != kb.exact {
-		return ka.less(&kb)
-	}
-	if a.p.hasBlocks() && b.p.hasBlocks() {
-		ta, tb := newestFirst(a.p.Meta.CreationTime.UnixNano(), a.p.Meta.CreationTime.IsZero()),
-			newestFirst(b.p.Meta.CreationTime.UnixNano(), b.p.Meta.CreationTime.IsZero())
-		if ta != tb {
-			return ta < tb
+// orderFold orders the policies of a fold as Decide orders their first
+// matching rules; then, within each group that ties on every key before the
+// tie-break, the policies with defaults/overrides blocks are reordered among the
+// places they hold, newer first (creation time; none counts as the oldest),
+// then by name (SPEC section 6). Policies without blocks keep their places, so
+// the order is total and deterministic.
+func orderFold(entries []foldEntry) {
+	sort.Slice(entries, func(i, j int) bool { return entries[i].key.less(&entries[j].key) })
+	for start := 0; start < len(entries); {
+		end := start + 1
+		for end < len(entries) && sameBeforeTieBreak(&entries[start].key, &entries[end].key) {
+			end++
 		}
-		return a.p.Name < b.p.Name
+		var slots []int
+		var blocks []foldEntry
+		for i := start; i < end; i++ {
+			if entries[i].p.hasBlocks() {
+				slots = append(slots, i)
+				blocks = append(blocks, entries[i])
+			}
+		}
+		sort.Slice(blocks, func(i, j int) bool {
+			a, b := blocks[i].p, blocks[j].p
+			ta := newestFirst(a.Meta.CreationTime.UnixNano(), a.Meta.CreationTime.IsZero())
+			tb := newestFirst(b.Meta.CreationTime.UnixNano(), b.Meta.CreationTime.IsZero())
+			if ta != tb {
+				return ta < tb
+			}
+			return a.Name < b.Name
+		})
+		for k, i := range slots {
+			entries[i] = blocks[k]
+		}
+		start = end
 	}
-	return ka.less(&kb)
+}
+
+func sameBeforeTieBreak(a, b *orderKey) bool {
+	return a.phase == b.phase && a.scope == b.scope && a.priority == b.priority && a.total == b.total && a.exact == b.exact
 }
 
 type foldValue struct {
