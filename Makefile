@@ -42,9 +42,15 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	done
 
 .PHONY: bench
-bench: ## engine benchmarks (Decide, build, change, memory) and the server's Decide vs an empty handler
+bench: ## engine benchmarks (Decide, build, change, memory), the server vs an empty handler, and the peers (OPA, cedar-go, scan)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./engine/...
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./server/
+	cd loadtest/peers && $(GO) run ./cmd/compare -sizes 1000,10000,100000 -flows 4096
+
+.PHONY: loadtest
+loadtest: ## every load-test scenario against a fresh verdictd with 10k policies, about a minute
+	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdict-loadtest
+	bin/verdict-loadtest --policies 10000 --duration 3s --warmup 1s $(LOADTEST_FLAGS)
 
 .PHONY: proto
 proto: ## format, lint and generate the protos (generated Go is checked in beside them)
