@@ -3,8 +3,9 @@ SHELL := /bin/bash
 GO    ?= go
 SHARED_SUITES := $(wildcard ../shared/conformance/*.yaml)
 FUZZTIME ?= 10s
-# Pinned tools (tools/*/go.mod): buf and grpcurl, and the protoc plugins.
+# Pinned tools (tools/*/go.mod): buf and grpcurl, the protoc plugins, golangci-lint.
 BUF := $(GO) tool -modfile=tools/buf/go.mod buf
+GOLANGCI := $(GO) tool -modfile=tools/golangci/go.mod golangci-lint
 RUN_FLAGS ?=
 
 .PHONY: help
@@ -59,8 +60,9 @@ proto: ## format, lint and generate the protos (generated Go is checked in besid
 	$(BUF) generate
 
 .PHONY: lint
-lint: ## go vet, gofmt, buf lint, buf format, generated code current
+lint: ## go vet, gofmt, golangci-lint (depguard keeps the engine free of gRPC and etcd), buf lint and format, generated code current
 	$(GO) vet ./...
+	$(GOLANGCI) run ./...
 	@test -z "$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))" || { gofmt -l $$(git ls-files -co --exclude-standard '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(BUF) lint
 	$(BUF) format -d --exit-code
