@@ -76,13 +76,22 @@ type rule struct {
 	action Action
 	conf   Object
 	sides  uint8
+	filed  uint8  // the end of the term the rule is filed under (endSrc, endDst; 0: the always list)
 	scope  int32  // position of the rule's scope in the mesh's scope order; 0 = the mesh root
 	id     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
 }
 
-// matchesFlow reports whether the rule matches the flow, attachment aside.
+// matchesFlow reports whether the rule matches the flow, attachment aside. The
+// end the rule was found through mostly matches already, so the other end is
+// checked first.
 func (r *rule) matchesFlow(f *flow) bool {
-	return matchesPorts(r.ports, f.proto, f.port) && r.src.matches(f.src) && r.dst.matches(f.dst)
+	if !matchesPorts(r.ports, f.proto, f.port) {
+		return false
+	}
+	if r.filed == endSrc {
+		return r.dst.matches(f.dst) && r.src.matches(f.src)
+	}
+	return r.src.matches(f.src) && r.dst.matches(f.dst)
 }
 
 func (r *rule) policyName() string {

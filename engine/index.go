@@ -200,6 +200,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	pending := map[term]int{}
 	for _, r := range added {
 		t := ix.chooseTerm(r, kb, pending)
+		r.filed = t.end // rules are fresh here: filed in this index only
 		pending[t]++
 		c := get(t)
 		c.add = append(c.add, r)
