@@ -18,12 +18,26 @@ func benchSet(n int, scopes int) *policygen.Set {
 	return policygen.Generate(policygen.Config{Seed: 1, Policies: n, Scopes: scopes})
 }
 
+// BenchmarkDecide: the scan itself (NoCache), over 4096 generated flows; and
+// the same flows with the snapshot's decision cache, where they repeat.
 func BenchmarkDecide(b *testing.B) {
 	for _, n := range benchSizes {
 		for _, scopes := range []int{0, 50} {
 			set := benchSet(n, scopes)
 			snap := engine.Build(1, set.Resources)
 			flows := set.Flows(2, 4096)
+			cached := append([]engine.Request(nil), flows...)
+			for i := range flows {
+				flows[i].NoCache = true
+			}
+			b.Run(fmt.Sprintf("policies=%d/scopes=%d/cached", n, scopes), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if _, err := snap.Decide(&cached[i&4095]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 			b.Run(fmt.Sprintf("policies=%d/scopes=%d", n, scopes), func(b *testing.B) {
 				b.ReportAllocs()
 				matched := 0

@@ -14,6 +14,9 @@ type Request struct {
 	Protocol    Protocol // ProtocolAny: not given
 	Port        uint32   // 0: not given
 	Explain     bool
+	// NoCache decides without the snapshot's decision cache (benchmarks of the
+	// scan itself; debugging). Explain never uses the cache.
+	NoCache bool
 }
 
 // Reason says how a side was decided (SPEC section 4).
@@ -138,8 +141,10 @@ func (sc *scratch) isMember(side int, ord int32) bool {
 var sideBits = [2]uint8{sideOut, sideIn}
 
 // Decide answers a flow (SPEC section 4): each side's first matching candidate
-// rule, then the final action. It takes no lock and, without Explain, allocates
-// nothing. It fails only with ErrMeshNotFound.
+// rule, then the final action. It takes no lock. Answers are cached in the
+// snapshot (cache.go); without Explain, a decision allocates nothing, except
+// once per distinct flow seen twice (the cache entry). It fails only with
+// ErrMeshNotFound.
 func (s *Snapshot) Decide(req *Request) (Decision, error) {
 	meshName := req.Mesh
 	if meshName == "" {
@@ -153,14 +158,30 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 	if typ == "" {
 		typ = DefaultType
 	}
+	f := flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}
+	if req.Explain || req.NoCache {
+		d := s.decideUncached(ms, typ, &f)
+		if req.Explain {
+			d.Explain = ms.explain(typ, req, &d)
+		}
+		return d, nil
+	}
+	c := s.cache()
+	h := flowHash(meshName, typ, &f)
+	if d, ok := c.lookup(h, meshName, typ, &f); ok {
+		return d, nil
+	}
+	d := s.decideUncached(ms, typ, &f)
+	c.store(h, meshName, typ, &f, d)
+	return d, nil
+}
+
+func (s *Snapshot) decideUncached(ms *meshState, typ string, f *flow) Decision {
 	sc := scratchPool.Get().(*scratch)
-	d := ms.decide(typ, &flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}, sc)
+	d := ms.decide(typ, f, sc)
 	scratchPool.Put(sc)
 	d.Revision = s.revision
-	if req.Explain {
-		d.Explain = ms.explain(typ, req, &d)
-	}
-	return d, nil
+	return d
 }
 
 func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {

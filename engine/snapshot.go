@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 )
@@ -24,6 +25,8 @@ type Snapshot struct {
 	meshes   pmap.Map[string, *meshState]
 	broken   pmap.Map[string, *InvalidResource] // stored values that failed to decode
 	count    int                                // decoded resources, valid or not
+	// decisions caches this snapshot's answers (cache.go); created on first use.
+	decisions atomic.Pointer[decisionCache]
 }
 
 // InvalidResource is a stored resource verdict does not use: a value that failed
