@@ -236,6 +236,11 @@ func printTargets(out io.Writer, rows []*row) {
 	target("vs OPA, faster formulation", fastest, v, 250)
 	target("vs cedar-go", ns(peers.CedarName), vd, 1000)
 	target("vs linear scan", ns(peers.LinearName), v, 250)
+	if vn := ns(peers.VerdictNoCacheName); vn > 0 {
+		fmt.Fprintln(out, "the same, against verdict without its decision cache (every decision scans):")
+		target("vs OPA, faster formulation", fastest, vn, 250)
+		target("vs linear scan", ns(peers.LinearName), vn, 250)
+	}
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
