@@ -29,10 +29,10 @@ const (
 	VerdictName        = "verdict"
 	VerdictNoCacheName = "verdict/no-cache"
 	VerdictDenyName    = "verdict/deny-overrides"
-	LinearName      = "linear-scan"
-	OPARulesName    = "opa-rules"
-	OPADataName     = "opa-data"
-	CedarName       = "cedar-go"
+	LinearName         = "linear-scan"
+	OPARulesName       = "opa-rules"
+	OPADataName        = "opa-data"
+	CedarName          = "cedar-go"
 )
 
 // The seeds of the compared sets and flows (the engine's benchmarks use the same).
@@ -44,11 +44,15 @@ const (
 // Peers returns the implementations compared, each reference before the peers
 // compared with it.
 func Peers() []Peer {
-	verdict := func(_ context.Context, set *policygen.Set, _ *Program) (Decider, error) { return NewVerdict(set, false), nil }
+	verdict := func(_ context.Context, set *policygen.Set, _ *Program) (Decider, error) {
+		return NewVerdict(set, false), nil
+	}
 	return []Peer{
 		{Name: VerdictName, Combine: engine.FirstMatch, build: verdict},
 		{Name: VerdictNoCacheName, Combine: engine.FirstMatch, Reference: VerdictName,
-			build: func(_ context.Context, set *policygen.Set, _ *Program) (Decider, error) { return NewVerdict(set, true), nil }},
+			build: func(_ context.Context, set *policygen.Set, _ *Program) (Decider, error) {
+				return NewVerdict(set, true), nil
+			}},
 		{Name: LinearName, Combine: engine.FirstMatch, Reference: VerdictName,
 			build: func(_ context.Context, _ *policygen.Set, p *Program) (Decider, error) { return NewLinear(p), nil }},
 		{Name: OPARulesName, Combine: engine.FirstMatch, Reference: VerdictName,
