@@ -37,10 +37,30 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
 	    echo "fuzz $$pkg $$f"; \
 	    log=$$(mktemp); \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >$$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; \
+	    for try in 1 2 3; do \
+	      if $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >$$log 2>&1; then break; fi; \
+	      if [ $$try -lt 3 ] && grep -q 'context deadline exceeded' $$log && ! grep -q 'Failing input written' $$log; then \
+	        echo "  no crasher: go1.26's fuzz coordinator races -fuzztime (golang/go#75804, fixed in go1.27); again"; continue; \
+	      fi; \
+	      cat $$log; rm -f $$log; exit 1; \
+	    done; \
 	    rm -f $$log; \
 	  done; \
 	done
+
+CHAOS_FLAGS ?=
+SOAK ?= 10m
+SOAK_FLAGS ?=
+
+.PHONY: chaos
+chaos: ## faults with real processes (3-member etcd, 2 verdictd, steady load): prints the figures (CHAOS_FLAGS=--json ...)
+	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdict-chaos
+	bin/verdict-chaos --verdictd bin/verdictd $(CHAOS_FLAGS)
+
+.PHONY: soak
+soak: ## SOAK (default 10m) of mixed load: goroutines and heap of each verdictd every minute, and their growth
+	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdict-chaos
+	bin/verdict-chaos soak --verdictd bin/verdictd --duration $(SOAK) $(SOAK_FLAGS)
 
 .PHONY: bench
 bench: ## engine benchmarks (Decide, build, change, memory), the server vs an empty handler, and the peers (OPA, cedar-go, scan)

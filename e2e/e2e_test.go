@@ -261,7 +261,15 @@ func TestLargeApply(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, "300 resources do not fit one transaction: applying them in 3 calls, each atomic") {
 		t.Fatalf("exit %d\n%s", r.code, r.out)
 	}
-	st := runTool(t, []string{"VERDICT_SERVER=" + d.addr}, nil, "verdictctl", "list", "--mesh", "big")
+	// List reads the snapshot, which may lag the write: ask for the last
+	// call's revision (read-your-writes).
+	var rev string
+	for _, line := range strings.Split(r.out, "\n") {
+		if v, ok := strings.CutPrefix(line, "revision "); ok {
+			rev = strings.TrimSpace(v)
+		}
+	}
+	st := runTool(t, []string{"VERDICT_SERVER=" + d.addr}, nil, "verdictctl", "list", "--mesh", "big", "--min-revision", rev)
 	if n := strings.Count(st.out, "big/policies/"); n != 300 {
 		t.Errorf("%d policies listed, want 300", n)
 	}

@@ -80,6 +80,7 @@ func Batch(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, c
 // flight. Latency is per flow, from its send to its answer.
 func Stream(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, streams, window int, lim Limits) *Report {
 	lim = lim.withDefaults()
+	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, lim.Warmup+lim.Duration)
 	defer cancel()
 	workers := make([]*worker, streams)
@@ -94,8 +95,15 @@ func Stream(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, 
 		go func(s int) {
 			defer wg.Done()
 			client := verdictv1.NewDecisionServiceClient(conns.pick(s))
-			sctx, scancel := context.WithCancel(ctx)
+			// The stream carries no deadline: the run's time limit is the
+			// client's to enforce (stop sending, close, drain). With the
+			// deadline on the stream the server could end it with
+			// DEADLINE_EXCEEDED a moment before the client notices its own
+			// limit, and that would count as a failure of the target.
+			sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 			defer scancel()
+			stopOnCancel := context.AfterFunc(outer, scancel) // the caller giving up still ends it
+			defer stopOnCancel()
 			st, err := client.DecideStream(sctx)
 			if err != nil {
 				w.done(time.Now(), time.Now(), 0, err, true)

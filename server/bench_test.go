@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/verdictpdp/verdict/engine/policygen"
-	"github.com/verdictpdp/verdict/store"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
 )
 
 // emptyDecision answers Decide with a fixed response: the baseline of

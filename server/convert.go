@@ -53,7 +53,10 @@ func ResourceFromProto(path string, r *verdictv1.Resource) (engine.Resource, err
 	}
 	b, err := protojson.Marshal(msg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: encoding a %s: %w", path, kind, err)
+		// A value JSON cannot hold (a NaN or infinite number in a conf): the
+		// client's mistake, not the server's.
+		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path + "." + name,
+			Reason: fmt.Sprintf("does not encode as JSON: %s", cleanProtoErr(err))}}}
 	}
 	res, err := engine.DecodeJSON(b)
 	if err != nil {

@@ -1,10 +1,16 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -43,6 +49,90 @@ func FuzzRequests(f *testing.F) {
 			if _, err := snap.Decide(&req); err != nil && !errors.Is(err, engine.ErrMeshNotFound) {
 				t.Fatalf("decide %s: %v", data, err)
 			}
+		}
+	})
+}
+
+// FuzzRequestMessages feeds arbitrary bytes to the server as each request
+// message: the codec's decoding (requestCodec), validation, and the handler on
+// an in-memory backend. Nothing may panic, the codec never refuses a verdict.v1
+// message (it marks it for validation instead), and no request answers
+// INTERNAL: a request is either served or refused with a client error.
+func FuzzRequestMessages(f *testing.F) {
+	seeds := []proto.Message{
+		&verdictv1.DecideRequest{Source: tags("app", "web"), Destination: tags("app", "backend"), Protocol: "TCP", Port: 8080, Explain: true},
+		&verdictv1.DecideBatchRequest{Requests: []*verdictv1.DecideRequest{{Mesh: "prod", Source: tags("env", "prod", "app", "web")}, {Protocol: "SCTP"}}},
+		&verdictv1.ResolveRequest{Type: "TrafficLog", Source: tags("app", "a"), Destination: tags("app", "db")},
+		&verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy("x", "a", "b", "DENY")}, ExpectedRevisions: map[string]int64{"default/policies/TrafficPermission/x": -1}},
+		&verdictv1.GetRequest{Key: "default/policies/TrafficPermission/web-to-backend"},
+		&verdictv1.ListRequest{Prefix: "default/", PageSize: 2},
+		&verdictv1.DeleteRequest{Keys: []string{"default/policies/TrafficPermission/deny-db"}},
+		&verdictv1.StatusRequest{},
+		&verdictv1.DecideStreamRequest{Id: "1", Request: &verdictv1.DecideRequest{Source: tags("app", "web")}},
+		&verdictv1.WatchRulesRequest{Workload: tags("app", "db")},
+		&verdictv1.WatchResourcesRequest{Prefix: "default/", FromRevision: 3},
+	}
+	for i, m := range seeds {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(i), b)
+		f.Add(uint8(i), b[:len(b)/2])
+	}
+	b := newBackend(decodeYAML(f, testPolicies)...)
+	srv, err := New(Config{Syncer: b, Store: b, WaitTimeout: time.Millisecond})
+	if err != nil {
+		f.Fatal(err)
+	}
+	codec := newRequestCodec()
+	dec, pol := decisionService{Server: srv}, policyService{Server: srv}
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
+		m := seeds[int(kind)%len(seeds)].ProtoReflect().New().Interface()
+		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, m); err != nil {
+			t.Fatalf("the codec refused a %T: %v", m, err)
+		}
+		var err error
+		switch r := m.(type) {
+		case *verdictv1.DecideStreamRequest:
+			ans := srv.streamAnswer(ctx, r)
+			if ans.GetId() != r.GetId() {
+				t.Fatalf("answer id %q, want %q", ans.GetId(), r.GetId())
+			}
+			if e := ans.GetResult().GetError(); e != nil && e.GetCode() == codes.Internal.String() {
+				t.Fatalf("stream answer: %v", e)
+			}
+			return
+		}
+		if err = validateRequest(m); err != nil {
+			if codeOf(err) != codes.InvalidArgument {
+				t.Fatalf("validation error that is not InvalidArgument: %v", err)
+			}
+			return
+		}
+		switch r := m.(type) {
+		case *verdictv1.DecideRequest:
+			_, err = dec.Decide(ctx, r)
+		case *verdictv1.DecideBatchRequest:
+			_, err = dec.DecideBatch(ctx, r)
+		case *verdictv1.ResolveRequest:
+			_, err = dec.Resolve(ctx, r)
+		case *verdictv1.ApplyRequest:
+			r.DryRun = true // keep the backend as it is
+			_, err = pol.Apply(ctx, r)
+		case *verdictv1.GetRequest:
+			_, err = pol.Get(ctx, r)
+		case *verdictv1.ListRequest:
+			_, err = pol.List(ctx, r)
+		case *verdictv1.DeleteRequest:
+			r.DryRun = true
+			_, err = pol.Delete(ctx, r)
+		case *verdictv1.StatusRequest:
+			_, err = pol.Status(ctx, r)
+		}
+		if status.Code(err) == codes.Internal || status.Code(err) == codes.Unknown {
+			t.Fatalf("%T %v: %v", m, m, err)
 		}
 	})
 }

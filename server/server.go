@@ -232,6 +232,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(s.authorize), authz),
 		),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgBytes),
+		grpc.ForceServerCodecV2(newRequestCodec()), // undecodable requests: INVALID_ARGUMENT, not INTERNAL
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 	}

@@ -38,6 +38,9 @@ func (s *Server) validationInterceptor(ctx context.Context, req any, _ *grpc.Una
 
 // validateRequest checks a unary request (or a stream's first message).
 func validateRequest(req any) error {
+	if fe, ok := undecodable(req); ok {
+		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
+	}
 	var errs fieldErrors
 	switch r := req.(type) {
 	case *verdictv1.DecideRequest:
@@ -88,6 +91,9 @@ func validateRequest(req any) error {
 
 // validateStreamRequest checks the envelope of one message of a DecideStream.
 func validateStreamRequest(m *verdictv1.DecideStreamRequest) error {
+	if fe, ok := undecodable(m); ok {
+		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
+	}
 	var errs fieldErrors
 	if len(m.GetId()) > MaxStreamIDLen {
 		errs.add("id", fmt.Sprintf("%d bytes, over the limit of %d", len(m.GetId()), MaxStreamIDLen))

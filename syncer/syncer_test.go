@@ -39,9 +39,11 @@ func (s *scripted) Watch(ctx context.Context, from int64) <-chan store.Event {
 	s.watches = append(s.watches, from)
 	s.mu.Unlock()
 	// Events queued now are queued on the watch's channel at once, as a store
-	// with a backlog would present them.
+	// with a backlog would present them — as many as it holds: a test sending
+	// meanwhile must not block Watch itself (the syncer reads the channel only
+	// once Watch has returned).
 	out := make(chan store.Event, cap(s.events)+1)
-	for queued := true; queued; {
+	for queued := true; queued && len(out) < cap(out); {
 		select {
 		case ev := <-s.events:
 			out <- ev
@@ -240,7 +242,10 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 	slow := sy.Subscribe(1)
 	fast := sy.Subscribe(8)
 	defer fast.Close()
+	// One event at a time, each applied before the next is sent: events
+	// already queued would be coalesced into one snapshot.
 	st.events <- store.Event{Revision: 1, Reset: true, Changes: []engine.Change{put(t, "a", 1)}}
+	waitFor(t, sy, 1)
 	for i := int64(2); i <= 4; i++ {
 		st.events <- store.Event{Revision: i, Changes: []engine.Change{put(t, "a", i)}}
 		waitFor(t, sy, i)

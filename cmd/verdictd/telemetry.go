@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -37,6 +39,14 @@ func newTelemetry(ctx context.Context, log *slog.Logger) (*telemetry, error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
+	// The Go runtime and the process, as every Prometheus target exposes them:
+	// go_goroutines, go_memstats_*, go_gc_heap_live_bytes (the heap marked live
+	// by the last GC: what a leak grows), process_resident_memory_bytes, ...
+	reg.MustRegister(
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, err

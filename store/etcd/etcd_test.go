@@ -313,3 +313,56 @@ func applyRetrying(t testing.TB, st store.Store, ops ...store.Op) int64 {
 	t.Fatalf("apply: %v", err)
 	return 0
 }
+
+// A watch that stops hearing from etcd — a blackholed connection, or a
+// member that refuses connections, which the client quietly keeps
+// redialling — makes the store report itself disconnected (so Status says
+// stale) after one and a half progress intervals, long before the liveness
+// timeout replaces the watch; it is connected again when the watch hears from
+// etcd again. (Found by the chaos run: a replica cut off for 3 s served a
+// stale snapshot while Status said it was current.)
+func TestQuietWatchReportsDisconnected(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cut  func(e *embedetcd.Etcd, p *embedetcd.Proxy) (heal func())
+	}{
+		{"blackholed", func(_ *embedetcd.Etcd, p *embedetcd.Proxy) func() { p.Blackhole(); return p.Restore }},
+		// As a stopped member looks from the client: connections reset and
+		// refused, which the etcd client redials without a word.
+		{"connections refused", func(_ *embedetcd.Etcd, p *embedetcd.Proxy) func() { p.Cut(); return p.Restore }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEtcd(t)
+			p, err := embedetcd.NewProxy(e.Endpoints()[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			// A liveness timeout of an hour: only the quiet watch can say it.
+			st, err := etcd.New(storetest.Context(t), etcd.Config{Endpoints: []string{p.Endpoint()}, DialTimeout: 2 * time.Second,
+				RequestTimeout: 2 * time.Second, ProgressInterval: 100 * time.Millisecond, LivenessTimeout: time.Hour, Logger: logger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			rev := storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "a", 0)))
+			f := storetest.Follow(t, st, 0)
+			f.WaitRevision(t, rev)
+			storetest.Eventually(t, "the store to be connected", func() bool { return st.Health().Connected })
+
+			heal := tc.cut(e, p)
+			storetest.Eventually(t, "the store to report the quiet watch", func() bool { return !st.Health().Connected })
+			heal()
+			// The etcd client resumes the watch after the last revision it
+			// saw, and etcd sends no progress to a watch that starts beyond
+			// its revision: on an idle etcd the resumed watch hears nothing
+			// until the next write (or until the liveness timeout replaces
+			// it). A write by another client, then: the store's own calls
+			// would count as hearing from etcd.
+			writer := newStore(t, e.Endpoints())
+			last := storetest.Apply(t, writer, storetest.Put(storetest.Policy(t, "default", "b", 0)))
+			f.WaitRevision(t, last)
+			storetest.Eventually(t, "the store to be connected again", func() bool { return st.Health().Connected })
+		})
+	}
+}

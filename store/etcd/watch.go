@@ -156,16 +156,47 @@ func (w *watcher) follow(ctx context.Context) error {
 	defer progress.Stop()
 	alive := time.NewTimer(s.cfg.LivenessTimeout)
 	defer alive.Stop()
+	// A watch that asks for progress every ProgressInterval and hears nothing
+	// for one and a half of them is not known current: Health says
+	// disconnected (Status: stale) until it hears again, well before the
+	// liveness timeout replaces it. A stopped member leaves the client
+	// redialling with no error, a partition leaves it silent: either way,
+	// this is what notices first.
+	quietAfter := s.cfg.ProgressInterval + s.cfg.ProgressInterval/2
+	quiet := time.NewTimer(quietAfter)
+	defer quiet.Stop()
+	heard := func() {
+		alive.Reset(s.cfg.LivenessTimeout)
+		quiet.Reset(quietAfter)
+	}
+	// Progress requests run beside the loop, one at a time: while etcd is
+	// away a request blocks until its timeout, and the loop must go on
+	// noticing the silence meanwhile.
+	var asking sync.WaitGroup
+	defer asking.Wait()
+	defer cancel() // ends a request in flight before the wait above
+	askingNow := false
+	asked := make(chan struct{}, 1)
+	ask := func() {
+		if askingNow {
+			return
+		}
+		askingNow = true
+		asking.Go(func() {
+			w.requestProgress(wctx)
+			asked <- struct{}{}
+		})
+	}
 	for {
 		var out chan<- store.Event
 		var next store.Event
 		if w.pending != nil {
 			out, next = w.out, *w.pending
 		}
-		in, silent := wch, alive.C
+		in, silent, hushed := wch, alive.C, quiet.C
 		if w.pending != nil && len(w.pending.Changes) >= maxPending {
 			// The reader is behind: stop reading; silence does not count.
-			in, silent = nil, nil
+			in, silent, hushed = nil, nil, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -173,7 +204,7 @@ func (w *watcher) follow(ctx context.Context) error {
 		case out <- next:
 			w.pending = nil
 			if in == nil {
-				alive.Reset(s.cfg.LivenessTimeout)
+				heard()
 			}
 		case resp, ok := <-in:
 			if !ok {
@@ -184,13 +215,20 @@ func (w *watcher) follow(ctx context.Context) error {
 				w.pending = nil
 				return mapErr("watch", err)
 			}
-			alive.Reset(s.cfg.LivenessTimeout)
+			heard()
 			w.take(resp)
 			s.seen(w.rev)
 		case <-progress.C:
-			w.requestProgress(wctx)
+			ask()
 		case <-w.kick:
-			w.requestProgress(wctx)
+			ask()
+		case <-asked:
+			askingNow = false
+		case <-hushed:
+			// Again each time: a write that reached etcd by another endpoint
+			// does not make this watch current.
+			s.lost(fmt.Errorf("%w for %v (still waiting: the watch is replaced after %v)", errSilent, quietAfter, s.cfg.LivenessTimeout))
+			quiet.Reset(quietAfter)
 		case <-silent:
 			return errSilent
 		}

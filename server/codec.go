@@ -1,0 +1,178 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+// requestCodec is gRPC's proto codec with one difference, for verdict.v1
+// messages: a message that does not decode (invalid UTF-8 in a string, a
+// truncated field, nesting beyond protobuf's recursion limit) is not refused
+// by gRPC itself, which would answer INTERNAL ("failed to unmarshal") before
+// any interceptor or handler sees the call. The message is decoded as an empty
+// one (plus its singular scalar fields that decode, such as a DecideStream
+// message's id) and marked with the path of the field that failed; validation
+// (validateRequest, validateStreamRequest) then answers INVALID_ARGUMENT
+// naming that field, and a DecideStream answers that one message and goes on.
+// Other messages (health, reflection) keep gRPC's behaviour.
+type requestCodec struct{ encoding.CodecV2 }
+
+func newRequestCodec() requestCodec { return requestCodec{encoding.GetCodecV2(grpcproto.Name)} }
+
+// undecodableField is the unknown field that marks an undecodable message:
+// the highest valid field number, bytes "path\x00reason".
+const undecodableField protowire.Number = protowire.MaxValidNumber
+
+// maxLocateDepth bounds the search for the failing field in nested messages:
+// each level decodes the bytes again, so a hostile nesting costs at most this
+// many passes.
+const maxLocateDepth = 8
+
+// Unmarshal implements encoding.CodecV2.
+func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	m, ok := v.(proto.Message)
+	if !ok || !strings.HasPrefix(string(m.ProtoReflect().Descriptor().FullName()), "verdict.v1.") {
+		return err
+	}
+	b := data.Materialize()
+	field, reason := locate(b, m.ProtoReflect(), "", 0)
+	proto.Reset(m)
+	salvageScalars(b, m)
+	raw := protowire.AppendTag(nil, undecodableField, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, []byte(field+"\x00"+reason))
+	m.ProtoReflect().SetUnknown(raw)
+	return nil
+}
+
+// undecodable returns the field error of a message requestCodec could not
+// decode; ok is false for a message that decoded.
+func undecodable(req any) (fe engine.FieldError, ok bool) {
+	m, isMsg := req.(proto.Message)
+	if !isMsg || m == nil || !m.ProtoReflect().IsValid() {
+		return fe, false
+	}
+	b := m.ProtoReflect().GetUnknown()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fe, false
+		}
+		b = b[n:]
+		if num == undecodableField && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return fe, false
+			}
+			field, reason, _ := strings.Cut(string(v), "\x00")
+			return engine.FieldError{Field: field, Reason: reason}, true
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return fe, false
+		}
+		b = b[n:]
+	}
+	return fe, false
+}
+
+// locate finds the field of b (a message of m's type) that does not decode,
+// descending into nested messages up to maxLocateDepth, and says why.
+func locate(b []byte, m protoreflect.Message, path string, depth int) (field, reason string) {
+	md := m.Descriptor()
+	seen := map[protowire.Number]int{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return path, "does not decode: " + cleanProtoErr(protowire.ParseError(n))
+		}
+		vlen := protowire.ConsumeFieldValue(num, typ, b[n:])
+		fd := md.Fields().ByNumber(num)
+		name := fieldName(path, fd, num, seen)
+		if vlen < 0 {
+			return name, "does not decode: " + cleanProtoErr(protowire.ParseError(vlen))
+		}
+		whole, value := b[:n+vlen], b[n:n+vlen]
+		b = b[n+vlen:]
+		if fd == nil {
+			continue // an unknown field decodes (and is ignored)
+		}
+		err := proto.Unmarshal(whole, m.New().Interface())
+		if err == nil {
+			continue
+		}
+		if fd.Kind() == protoreflect.MessageKind && !fd.IsMap() && typ == protowire.BytesType && depth < maxLocateDepth &&
+			strings.HasPrefix(string(fd.Message().FullName()), "verdict.v1.") { // not into a conf's google.protobuf.Struct
+			inner, _ := protowire.ConsumeBytes(value)
+			var sub protoreflect.Message
+			if fd.IsList() {
+				sub = m.NewField(fd).List().NewElement().Message()
+			} else {
+				sub = m.NewField(fd).Message()
+			}
+			return locate(inner, sub, name, depth+1)
+		}
+		return name, "does not decode: " + cleanProtoErr(err)
+	}
+	// Every field decodes alone: the message as a whole is too deep.
+	return path, "does not decode: nested too deeply"
+}
+
+// fieldName is the JSON path of a field ("requests[3]", "source.tags").
+func fieldName(path string, fd protoreflect.FieldDescriptor, num protowire.Number, seen map[protowire.Number]int) string {
+	name := fmt.Sprintf("field %d", num)
+	if fd != nil {
+		name = fd.JSONName()
+		if fd.IsList() {
+			name = fmt.Sprintf("%s[%d]", name, seen[num])
+		}
+	}
+	seen[num]++
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// salvageScalars decodes the singular scalar fields of b that decode on
+// their own into m (a DecideStream message's id, so that its error answer
+// carries it).
+func salvageScalars(b []byte, m proto.Message) {
+	md := m.ProtoReflect().Descriptor()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return
+		}
+		vlen := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if vlen < 0 {
+			return
+		}
+		whole := b[:n+vlen]
+		b = b[n+vlen:]
+		fd := md.Fields().ByNumber(num)
+		if fd == nil || fd.IsList() || fd.IsMap() || fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind {
+			continue
+		}
+		_ = proto.UnmarshalOptions{Merge: true}.Unmarshal(whole, m)
+	}
+}
+
+func cleanProtoErr(err error) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "proto: ")
+	s = strings.TrimPrefix(s, "proto:\u00a0") // protobuf-go's non-breaking space
+	return s
+}
