@@ -406,3 +406,62 @@ func TestCachedDecisionsUnderConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesForAgreesWithDecide: a firewall agent that walks a workload's
+// RulesFor list in order and takes the first rule whose peer selector and ports
+// match a flow reaches the side's answer of Decide (FirstMatch types).
+func TestRulesForAgreesWithDecide(t *testing.T) {
+	t.Parallel()
+	n := 400
+	if testing.Short() {
+		n = 50
+	}
+	for i := 0; i < n; i++ {
+		c := newChoices(seedBytes(5_000_000 + i))
+		resources := genWorld(c)
+		snap := engine.Build(1, resources)
+		for j := 0; j < 20; j++ {
+			req := genRequest(c)
+			if m, ok := resources[0].(*engine.Mesh); ok && req.Type == "TrafficPermission" && m.Types["TrafficPermission"].Combine == engine.DenyOverrides {
+				continue
+			}
+			d, err := snap.Decide(&req)
+			if err != nil {
+				continue // mesh not found
+			}
+			for side, w := range []engine.Tags{req.Source, req.Destination} {
+				rs, err := snap.RulesFor(req.Mesh, req.Type, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				list, peer, want := rs.Outbound, req.Destination, d.Outbound
+				if side == 1 {
+					list, peer, want = rs.Inbound, req.Source, d.Inbound
+				}
+				got := engine.SideDecision{Action: list.Fallback, Reason: list.FallbackReason}
+				for _, r := range list.Rules {
+					if !refPorts(r.Ports, req.Protocol, req.Port) {
+						continue
+					}
+					hit := len(r.Peer) == 0
+					for k := range r.Peer {
+						if refSelects(&r.Peer[k], peer) {
+							hit = true
+						}
+					}
+					if hit {
+						got = engine.SideDecision{Action: r.Action, Policy: r.Policy, Scope: r.Scope, Rule: r.Rule, Reason: engine.ReasonMatched}
+						if r.Phase == "CatchAll" {
+							got.Reason = engine.ReasonCatchAll
+						}
+						break
+					}
+				}
+				want.Conf = nil
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("world %d, side %d: walking RulesFor gives %+v, Decide %+v\nrequest %+v%s", i, side, got, want, req, describe(resources))
+				}
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"reflect"
+	"sort"
 )
 
 // RuleView is one rule of a workload's ordered rule list (WatchRules): what a
@@ -74,14 +75,11 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 		case ms.unenforcedScope(sc, side):
 			sr.Fallback, sr.FallbackReason = set.unenforcedAction, ReasonUnenforced
 		default:
-			cands, _ := ms.candidates(ts, typ, f, sc, side)
+			cands := ms.rulesOf(ts, typ, workload, sc, side)
 			for _, r := range cands {
-				own, peer := r.src, r.dst
+				peer := r.dst
 				if side == 1 {
-					own, peer = r.dst, r.src
-				}
-				if own != nil && !own.matches(workload) {
-					continue
+					peer = r.src
 				}
 				v := RuleView{Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
 					Priority: r.key.priority, Rule: r.id, Ports: r.ports, Action: r.action}
@@ -91,7 +89,7 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 				sr.Rules = append(sr.Rules, v)
 			}
 			sr.Fallback, sr.FallbackReason = set.defaultAction, ReasonDefaultAction
-			if len(cands) == 0 {
+			if !ms.hasCandidate(ts, f, sc, side) && ms.catchAll(typ, sc, side) == nil {
 				sr.Fallback, sr.FallbackReason = set.unenforcedAction, ReasonUnenforced
 			}
 		}
@@ -102,4 +100,31 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 		}
 	}
 	return out, nil
+}
+
+// rulesOf returns, in order, the rules that are candidates on a side of a
+// workload and whose own end (the source for outbound, the destination for
+// inbound) selects it, catch-alls included: one pass over the type's rules,
+// rejecting on the workload's own selector first, then a sort of the few kept.
+func (ms *meshState) rulesOf(ts *typeState, typ string, workload Tags, sc *scratch, side int) []*rule {
+	var out []*rule
+	if ts != nil {
+		ts.rules.each(func(r *rule) {
+			own := r.src
+			if side == 1 {
+				own = r.dst
+			}
+			if r.sides&sideBits[side] == 0 || !own.matches(workload) || !sc.isMember(side, r.scope) {
+				return
+			}
+			out = append(out, r)
+		})
+	}
+	for _, c := range ms.scopes.catchAlls[typ] {
+		if sc.isMember(side, c.scope) {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key.less(&out[j].key) })
+	return out
 }
