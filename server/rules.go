@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/syncer"
 )
 
@@ -29,6 +30,9 @@ type rulesState struct {
 	rev int64
 	set engine.RuleSet
 	err error
+	// resp is the answer every stream of the group sends: converted once,
+	// never modified (marshaling it from many streams at once is safe).
+	resp *verdictv1.WatchRulesResponse
 }
 
 type ruleGroup struct {
@@ -103,6 +107,11 @@ func (h *rulesHub) refresh(snap *engine.Snapshot) {
 		h.mu.Lock()
 		if g.state.rev < st.rev {
 			changed := (st.err == nil) != (g.state.err == nil) || (st.err == nil && !st.set.Equal(g.state.set))
+			if changed {
+				st = st.withResponse()
+			} else {
+				st.resp = g.state.resp // same rules: the streams have them already
+			}
 			g.state = st
 			if changed {
 				for w := range g.watchers {
@@ -117,6 +126,14 @@ func (h *rulesHub) refresh(snap *engine.Snapshot) {
 func compute(snap *engine.Snapshot, mesh, typ string, tags engine.Tags) rulesState {
 	set, err := snap.RulesFor(mesh, typ, tags)
 	return rulesState{rev: snap.Revision(), set: set, err: err}
+}
+
+// withResponse converts the state's rules for the streams, once.
+func (st rulesState) withResponse() rulesState {
+	if st.err == nil && st.resp == nil {
+		st.resp = rulesResponse(st.rev, &st.set)
+	}
+	return st
 }
 
 // watch registers a stream for a workload; its first state is ready at once.
@@ -135,7 +152,7 @@ func (h *rulesHub) watch(mesh, typ string, tags engine.Tags) (*rulesWatcher, err
 	if !ok {
 		// The syncer's current snapshot is at least as new as any the hub has
 		// seen, so the new group is never behind the others.
-		st := compute(h.syncer.Snapshot(), mesh, typ, tags)
+		st := compute(h.syncer.Snapshot(), mesh, typ, tags).withResponse()
 		if st.err != nil {
 			return nil, st.err
 		}
@@ -144,6 +161,13 @@ func (h *rulesHub) watch(mesh, typ string, tags engine.Tags) (*rulesWatcher, err
 	}
 	if g.state.err != nil {
 		return nil, g.state.err
+	}
+	if g.state.resp.GetRevision() != g.state.rev {
+		// The rules are unchanged since resp was made: a new stream gets them
+		// at the current revision.
+		st := g.state
+		st.resp = nil
+		g.state = st.withResponse()
 	}
 	w := &rulesWatcher{hub: h, group: g, notify: make(chan struct{}, 1)}
 	g.watchers[w] = struct{}{}

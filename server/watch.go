@@ -114,7 +114,7 @@ func (s watchService) WatchRules(req *verdictv1.WatchRulesRequest, stream verdic
 			if st.err != nil {
 				return toStatus(ctx, s.log, st.err)
 			}
-			if err := stream.Send(rulesResponse(st.rev, &st.set)); err != nil {
+			if err := stream.Send(st.resp); err != nil {
 				return toStatus(ctx, s.log, err)
 			}
 		}
