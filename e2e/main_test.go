@@ -6,6 +6,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -219,7 +220,7 @@ func runTool(t testing.TB, env []string, stdin io.Reader, name string, args ...s
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("%s %v: %v", name, args, err)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -908,9 +909,5 @@ func indexOf(list []string, s string) int {
 }
 
 func asValidation(err error, target **ValidationError) bool {
-	ve, ok := err.(*ValidationError)
-	if ok {
-		*target = ve
-	}
-	return ok
+	return errors.As(err, target)
 }

@@ -73,7 +73,7 @@ func ServeBaseline(ctx context.Context, lis net.Listener, log *slog.Logger) erro
 		return err
 	}
 	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
-	defer meters.Shutdown(context.Background())
+	defer func() { _ = meters.Shutdown(context.Background()) }() // nothing is exported
 	srv, err := server.New(server.Config{Syncer: staticSyncer{snap: engine.Empty()}, Store: memory.New(memory.Config{}),
 		Logger: log, MeterProvider: meters})
 	if err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -60,7 +61,7 @@ func ResourceFromProto(path string, r *verdictv1.Resource) (engine.Resource, err
 	}
 	res, err := engine.DecodeJSON(b)
 	if err != nil {
-		if ve, ok := err.(*engine.ValidationError); ok {
+		if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
 			return nil, ve.Prefixed(path + "." + name)
 		}
 		return nil, err

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -101,8 +102,8 @@ func TestResourceFromProtoErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := ResourceFromProto("resources[3]", tc.in)
-			ve, ok := err.(*engine.ValidationError)
-			if !ok {
+			var ve *engine.ValidationError
+			if !errors.As(err, &ve) {
 				t.Fatalf("error %v (%T), want a validation error", err, err)
 			}
 			found := false

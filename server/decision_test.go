@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -182,7 +183,7 @@ func TestDecideStream(t *testing.T) {
 	var got []*verdictv1.DecideStreamResponse
 	for {
 		r, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

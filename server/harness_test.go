@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net"
 	"testing"
 	"time"
@@ -168,8 +167,6 @@ func sdPolicy(name, src, dst, action string) *verdictv1.Resource {
 		Destinations: []*verdictv1.Selector{{Match: map[string]string{"app": dst}}},
 		Action:       action})
 }
-
-var errTimeout = errors.New("timed out")
 
 // serveRaw serves a bare grpc.Server over bufconn (for baselines).
 func serveRaw(t testing.TB, srv *grpc.Server) *grpc.ClientConn {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -130,7 +131,7 @@ func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Workloa
 	}
 	req := engine.Request{Mesh: mesh, Type: typ, Source: src.GetTags(), Destination: dst.GetTags(), Protocol: p, Port: port}
 	if err := req.Validate(); err != nil {
-		if ve, ok := err.(*engine.ValidationError); ok {
+		if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
 			for _, fe := range ve.Errors {
 				e.add(prefix+fe.Field, fe.Reason)
 			}
@@ -143,7 +144,7 @@ func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Workloa
 func (e *fieldErrors) names(mesh, typ string) {
 	req := engine.Request{Mesh: mesh, Type: typ}
 	if err := req.Validate(); err != nil {
-		if ve, ok := err.(*engine.ValidationError); ok {
+		if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
 			e.list = append(e.list, ve.Errors...)
 		}
 	}

@@ -23,7 +23,7 @@ func DecodeItem(path string, value []byte, createRevision, modRevision int64) It
 	it := Item{Path: path, Value: value, CreateRevision: createRevision, ModRevision: modRevision}
 	key, err := engine.ParseKey("", "/"+path)
 	if err != nil {
-		it.Err = fmt.Errorf("%w: %v", engine.ErrInvalid, err)
+		it.Err = fmt.Errorf("%w: %w", engine.ErrInvalid, err)
 		return it
 	}
 	it.Key = key

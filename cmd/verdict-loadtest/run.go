@@ -276,10 +276,11 @@ func (p *process) stop() {
 	if p.cmd.ProcessState == nil {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-p.done:
+		case err := <-p.done:
+			_ = err // the child's exit status: it was asked to stop
 		case <-time.After(20 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			<-p.done //nolint:errcheck // killed: its exit status says nothing more
 		}
 	}
 	p.cleanup()

@@ -52,7 +52,7 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 // dial connects to verdictd. TLS is on when any TLS flag is given; a token
 // is sent in plaintext only to a loopback address.
 func (c *connFlags) dial() (*grpc.ClientConn, error) {
-	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	creds := insecure.NewCredentials()
 	secure := c.caFile != "" || c.certFile != "" || c.serverName != ""
 	if secure {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.serverName}

@@ -53,7 +53,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
 		}
-		defer e.Close()
+		defer func() {
+			if err := e.Close(); err != nil {
+				log.Warn("embedded etcd close", "err", err)
+			}
+		}()
 		endpoints = e.Endpoints()
 		log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints)
 	}
@@ -62,7 +66,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	st := openStore(ctx, endpoints, cfg.EtcdPrefix, etcdTLS, log.With("component", "store"))
-	defer st.Close()
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Warn("store close", "err", err)
+		}
+	}()
 	sy, err := newSyncer(st, log.With("component", "syncer"))
 	if err != nil {
 		return fmt.Errorf("syncer: %w", err)

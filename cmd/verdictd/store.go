@@ -49,7 +49,7 @@ func (l *lazyStore) connect(ctx context.Context, cfg etcd.Config, log *slog.Logg
 			l.mu.Lock()
 			if l.closed {
 				l.mu.Unlock()
-				s.Close()
+				_ = s.Close() // the daemon stopped while connecting: nothing to report to
 				return
 			}
 			l.s = s

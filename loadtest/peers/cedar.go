@@ -160,7 +160,7 @@ func (c *Cedar) Decide(req *engine.Request) (Outcome, error) {
 		sourceUID:     {UID: sourceUID, Attributes: tagsRecord(req.Source)},
 		destinationID: {UID: destinationID, Attributes: tagsRecord(req.Destination)},
 	}
-	dec, diag := c.ps.IsAuthorized(entities, cedar.Request{
+	dec, diag := cedar.Authorize(c.ps, entities, cedar.Request{
 		Principal: sourceUID, Action: connect, Resource: destinationID,
 		Context: cedar.NewRecord(cedar.RecordMap{
 			"protocol": cedar.String(req.Protocol.String()),

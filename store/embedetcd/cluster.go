@@ -35,7 +35,7 @@ func StartCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
 func startCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
 	ports, err := FreePorts(2 * n)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	cfgs := make([]Config, n)
 	var initial []string
@@ -57,8 +57,7 @@ func startCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
 		m := &Etcd{cfg: cfgs[i]}
 		// Members wait for each other: start all, then wait.
 		if err := m.start(ctx, false); err != nil {
-			c.Close()
-			return nil, err
+			return nil, errors.Join(err, c.Close())
 		}
 		c.Members = append(c.Members, m)
 	}
@@ -69,8 +68,7 @@ func startCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		c.Close()
-		return nil, err
+		return nil, errors.Join(err, c.Close())
 	}
 	return c, nil
 }
@@ -97,11 +95,12 @@ func (c *Cluster) Leader() int {
 // Close stops every member.
 func (c *Cluster) Close() error {
 	var wg sync.WaitGroup
-	for _, m := range c.Members {
-		wg.Go(func() { m.Close() })
+	errs := make([]error, len(c.Members))
+	for i, m := range c.Members {
+		wg.Go(func() { errs[i] = m.Close() })
 	}
 	wg.Wait()
-	return nil
+	return errors.Join(errs...)
 }
 
 // Lingering names the functions of goroutines that can outlive a stopped

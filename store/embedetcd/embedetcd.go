@@ -81,7 +81,7 @@ func (c Config) Validate() error {
 			continue
 		}
 		if err := checkLoopbackURL(u); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 	if c.InitialCluster != "" && (c.ClientURL == "" || c.PeerURL == "") {
@@ -93,7 +93,7 @@ func (c Config) Validate() error {
 func checkLoopbackURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("URL %q: %v", s, err)
+		return fmt.Errorf("URL %q: %w", s, err)
 	}
 	if u.Scheme != "http" {
 		return fmt.Errorf("URL %q: only http (loopback) is supported", s)
@@ -130,7 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 		if m.cfg.ClientURL == "" || m.cfg.PeerURL == "" {
 			ports, err := FreePorts(2)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %v", ErrStart, err)
+				return nil, fmt.Errorf("%w: %w", ErrStart, err)
 			}
 			if m.cfg.ClientURL == "" {
 				m.cfg.ClientURL = LoopbackURL(ports[0])
@@ -193,8 +193,7 @@ func (m *Etcd) start(ctx context.Context, wait bool) error {
 		return nil
 	}
 	if err := m.waitReady(ctx); err != nil {
-		m.Stop()
-		return err
+		return errors.Join(err, m.Stop())
 	}
 	return nil
 }

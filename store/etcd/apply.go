@@ -78,7 +78,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 			}
 			value, err := engine.EncodeJSON(store.Stamp(op.Resource, cur[i].value, now))
 			if err != nil {
-				return 0, fmt.Errorf("%w: ops[%d]: %v", store.ErrInvalidArgument, i, err)
+				return 0, fmt.Errorf("%w: ops[%d]: %w", store.ErrInvalidArgument, i, err)
 			}
 			then = append(then, clientv3.OpPut(paths[i], string(value)))
 			size.Success = append(size.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{

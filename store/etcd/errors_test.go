@@ -38,11 +38,11 @@ func TestMapErr(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := mapErr("op", tt.err)
 			for _, e := range all {
-				if errors.Is(got, e) != (e == tt.want) {
+				if errors.Is(got, e) != (e == tt.want) { //nolint:errorlint // the table names sentinels: identity is meant
 					t.Fatalf("mapErr(%v) = %v; want %v", tt.err, got, tt.want)
 				}
 			}
-			if !errors.Is(got, tt.err) && tt.want == store.ErrUnavailable {
+			if !errors.Is(got, tt.err) && tt.want == store.ErrUnavailable { //nolint:errorlint // a sentinel from the table
 				t.Fatalf("mapErr(%v) = %v lost the cause", tt.err, got)
 			}
 		})

@@ -87,7 +87,7 @@ func (c Config) Validate() error {
 	}
 	for _, e := range c.Endpoints {
 		if err := checkEndpoint(e); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 	if c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/")) {
@@ -213,7 +213,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	resp, err := cli.Get(cctx, s.prefix, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
 	if err != nil {
 		s.cancel()
-		cli.Close()
+		_ = cli.Close() // the connection is being given up: its close error adds nothing
 		return nil, fmt.Errorf("%w: etcd at %v does not answer: %w", store.ErrUnavailable, cfg.Endpoints, err)
 	}
 	s.health = store.Health{Connected: true, Revision: resp.Header.Revision}

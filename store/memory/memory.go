@@ -138,7 +138,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		}
 		b, err := engine.EncodeJSON(store.Stamp(op.Resource, stored, now))
 		if err != nil {
-			return 0, fmt.Errorf("%w: ops[%d]: %v", store.ErrInvalidArgument, i, err)
+			return 0, fmt.Errorf("%w: ops[%d]: %w", store.ErrInvalidArgument, i, err)
 		}
 		values[i] = b
 		size += len(b)
