@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -163,6 +164,9 @@ type Server struct {
 
 	stop     chan struct{} // closed when the server stops: streams end
 	stopOnce sync.Once
+	// endedByStop counts the calls that ended with a warning-level code while
+	// the server stopped: logged at debug, then summed up in one line.
+	endedByStop atomic.Int64
 }
 
 // New builds a server; Serve runs it.
@@ -211,6 +215,12 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		}),
 	}
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		if lvl == logging.LevelWarn && s.stopping() {
+			// Streams ended by the stop (UNAVAILABLE) are expected: one
+			// line per stream would bury the stop under thousands.
+			s.endedByStop.Add(1)
+			lvl = logging.LevelDebug
+		}
 		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
 	recoveryOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
@@ -316,7 +326,20 @@ func (s *Server) shutdown() {
 			s.grpc.Stop()
 			<-done
 		}
+		if n := s.endedByStop.Load(); n > 0 {
+			s.log.Info("stopped", "calls_ended_by_stop", n)
+		}
 	})
+}
+
+// stopping tells whether the server has begun to stop.
+func (s *Server) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // snapshotAt returns the current snapshot, or for rev > 0 one at or after rev,

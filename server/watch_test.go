@@ -1,7 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,4 +168,67 @@ func TestWatchRulesGroupsAreShared(t *testing.T) {
 	if n := h.srv.hub.groupCount(); n != 0 {
 		t.Errorf("%d groups left after every stream ended", n)
 	}
+}
+
+// TestStopSumsUpEndedStreams: streams the stop ends (UNAVAILABLE) are logged at
+// debug and counted in one "stopped" line, not as a warning each.
+func TestStopSumsUpEndedStreams(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), func(c *Config) { c.Logger = log })
+	const streams = 5
+	var open []verdictv1.WatchService_WatchResourcesClient
+	for range streams {
+		s, err := h.wat.WatchResources(ctxT(t), &verdictv1.WatchResourcesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recvN(t, s, 2)
+		open = append(open, s)
+	}
+	stopped := make(chan struct{})
+	go func() { h.stop(); close(stopped) }()
+	for _, s := range open {
+		_, err := s.Recv()
+		wantCode(t, err, codes.Unavailable)
+	}
+	<-stopped
+	var lines int
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == "finished call" && rec["level"] != "DEBUG" {
+			t.Errorf("logged at %s: %s", rec["level"], line)
+		}
+		if rec["msg"] == "stopped" {
+			lines++
+			if rec["calls_ended_by_stop"] != float64(streams) {
+				t.Errorf("stopped line %s, want calls_ended_by_stop %d", line, streams)
+			}
+		}
+	}
+	if lines != 1 {
+		t.Errorf("%d stopped lines in\n%s", stopped, logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the server's goroutines to log into.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -114,6 +115,9 @@ type Etcd struct {
 	e       *embed.Etcd
 	streams map[int]context.CancelFunc // open client streams, for a hard Stop
 	next    int
+	// stopping mutes etcd's log while Stop runs: its listeners closing are
+	// logged as errors ("use of closed network connection") on every stop.
+	stopping atomic.Bool
 }
 
 // Start starts a member and waits until it serves clients or ctx ends.
@@ -178,6 +182,7 @@ func isBindConflict(err error) bool {
 
 // start launches the member on m.cfg; wait: block until it is ready.
 func (m *Etcd) start(ctx context.Context, wait bool) error {
+	m.stopping.Store(false)
 	ec, err := m.embedConfig()
 	if err != nil {
 		return err
@@ -246,7 +251,7 @@ func (m *Etcd) embedConfig() (*embed.Config, error) {
 	}
 	ec.EnableGRPCGateway = false
 	ec.Logger = "zap"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapslog.New(c.Logger, "etcd-server", zapcore.ErrorLevel))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapslog.NewMuted(c.Logger, "etcd-server", zapcore.ErrorLevel, &m.stopping))
 	ec.GRPCAdditionalServerOptions = []grpc.ServerOption{grpc.ChainStreamInterceptor(m.trackStream)}
 	return ec, nil
 }
@@ -322,6 +327,7 @@ func (m *Etcd) Stop() error {
 	if e == nil {
 		return nil
 	}
+	m.stopping.Store(true)
 	e.Server.HardStop() // no leadership transfer: a crash, as the cluster sees it
 	e.Close()
 	return nil

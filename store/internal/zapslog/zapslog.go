@@ -7,6 +7,7 @@ package zapslog
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -15,19 +16,29 @@ import (
 // New returns a zap logger writing the records at or above min to l, tagged
 // with component. A nil l gives a logger that discards everything.
 func New(l *slog.Logger, component string, min zapcore.Level) *zap.Logger {
+	return NewMuted(l, component, min, nil)
+}
+
+// NewMuted is New with a switch: while mute is true, every record is dropped.
+// An embedded etcd being stopped reports its own listeners closing as errors;
+// they are expected then, and only then.
+func NewMuted(l *slog.Logger, component string, min zapcore.Level, mute *atomic.Bool) *zap.Logger {
 	if l == nil {
 		return zap.NewNop()
 	}
-	return zap.New(&core{l: l.With("component", component), min: min})
+	return zap.New(&core{l: l.With("component", component), min: min, mute: mute})
 }
 
 type core struct {
 	l      *slog.Logger
 	min    zapcore.Level
+	mute   *atomic.Bool
 	fields []zapcore.Field
 }
 
-func (c *core) Enabled(lv zapcore.Level) bool { return lv >= c.min }
+func (c *core) Enabled(lv zapcore.Level) bool {
+	return lv >= c.min && (c.mute == nil || !c.mute.Load())
+}
 
 func (c *core) With(fields []zapcore.Field) zapcore.Core {
 	out := *c
