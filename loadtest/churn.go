@@ -14,12 +14,14 @@ import (
 	"github.com/verdictpdp/verdict/server"
 )
 
-// Churn writes policies at writeRate per second while concurrency workers decide
-// in closed loop. Each write is followed by a Decide with min_revision set to the
+// Churn writes policies at writeRate per second while Decide runs: open loop at
+// rate calls per second (at most concurrency in flight, 0 picks), or, with rate
+// 0, closed loop with concurrency workers — which saturates the machine, so the
+// lags then include the queueing of a saturated server. Each write is followed by a Decide with min_revision set to the
 // write's revision, which returns once the write is visible to Decide; the
 // report's lags are write → acknowledged, acknowledged → visible, and
 // write → visible (p50/p99/max). The main latency is Decide's during the churn.
-func Churn(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, concurrency int, writeRate float64,
+func Churn(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, concurrency int, rate, writeRate float64,
 	mesh, typ string, lim Limits) *Report {
 	lim = lim.withDefaults()
 	stopAt := time.Now().Add(lim.Warmup + lim.Duration)
@@ -82,7 +84,7 @@ func Churn(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, c
 			total.Record(t2.Sub(t0))
 		}
 	}()
-	r := Unary(ctx, conns, flows, concurrency, 0, lim)
+	r := Unary(ctx, conns, flows, concurrency, rate, lim)
 	wg.Wait()
 	r.Scenario = "churn"
 	r.Mode += fmt.Sprintf(", %.0f writes/s", writeRate)

@@ -45,8 +45,10 @@ type Config struct {
 	Streams     int
 	Window      int
 	WriteRate   float64
-	Fanout      int // WatchRules streams
-	Workloads   int // distinct workloads the fan-out streams watch
+	ChurnRate   float64 // Decide calls/s during churn; 0: closed loop
+	EtcdParent  string  // where the started verdictd's etcd data directory is made
+	Fanout      int     // WatchRules streams
+	Workloads   int     // distinct workloads the fan-out streams watch
 	JSON        bool
 	Scenarios   []string
 	Timeout     time.Duration // the whole run
@@ -68,6 +70,9 @@ func (c *Config) Validate() error {
 	}
 	if c.WriteRate <= 0 || c.WriteRate > 10000 {
 		return fmt.Errorf("--write-rate must be in (0, 10000]")
+	}
+	if c.ChurnRate < 0 || c.Rate < 0 {
+		return fmt.Errorf("--rate and --churn-rate must not be negative")
 	}
 	for _, s := range c.Scenarios {
 		if !contains(allScenarios, s) {
@@ -131,6 +136,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Streams, "streams", 4, "DecideStream streams")
 	fs.IntVar(&c.Window, "window", 128, "requests in flight per stream")
 	fs.Float64Var(&c.WriteRate, "write-rate", 100, "churn: policy writes per second")
+	fs.Float64Var(&c.ChurnRate, "churn-rate", 10000,
+		"churn: Decide calls/s (open loop) during the writes; 0: closed loop at --concurrency, saturating the machine")
+	fs.StringVar(&c.EtcdParent, "etcd-tmpdir", "",
+		"directory for the started verdictd's etcd data (default: the system's; /dev/shm takes the disk's fsync out of the write lag)")
 	fs.IntVar(&c.Fanout, "fanout-streams", 2000, "fanout: WatchRules streams")
 	fs.IntVar(&c.Workloads, "fanout-workloads", 50, "fanout: distinct workloads the streams watch")
 	fs.BoolVar(&c.JSON, "json", false, "print the reports as JSON")

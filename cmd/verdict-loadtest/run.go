@@ -31,7 +31,7 @@ import (
 func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Logger) (ok bool, err error) {
 	addr := cfg.Addr
 	if addr == "" {
-		d, err := startProcess(ctx, cfg.Verdictd, stderr, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+		d, err := startProcess(ctx, cfg.Verdictd, cfg.EtcdParent, stderr, "--listen", "127.0.0.1:0", "--metrics-listen", "",
 			"--data-dir", "", "--log-level", "warn")
 		if err != nil {
 			return false, fmt.Errorf("start verdictd: %w", err)
@@ -68,7 +68,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 		if err != nil {
 			return false, err
 		}
-		b, err := startProcess(ctx, self, stderr, "serve-baseline", "--listen", "127.0.0.1:0")
+		b, err := startProcess(ctx, self, "", stderr, "serve-baseline", "--listen", "127.0.0.1:0")
 		if err != nil {
 			return false, fmt.Errorf("start the baseline server: %w", err)
 		}
@@ -113,7 +113,12 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 				return loadtest.Stream(ctx, c, flows, cfg.Streams, cfg.Window, lim)
 			})
 		case "churn":
-			r := loadtest.Churn(ctx, conns, flows, cfg.Concurrency, cfg.WriteRate, engine.DefaultMesh, engine.DefaultType, lim)
+			concurrency := cfg.Concurrency
+			if cfg.ChurnRate > 0 {
+				concurrency = 0 // open loop: the same in-flight bound as the open scenario
+			}
+			r := loadtest.Churn(ctx, conns, flows, concurrency, cfg.ChurnRate, cfg.WriteRate,
+				engine.DefaultMesh, engine.DefaultType, lim)
 			r.Target = "verdict"
 			reports = append(reports, r)
 		case "fanout":
@@ -223,8 +228,9 @@ type process struct {
 }
 
 // startProcess runs bin with args; "--listen 127.0.0.1:0" is replaced by a free
-// port, an empty "--data-dir" by a temporary directory.
-func startProcess(ctx context.Context, bin string, stderr io.Writer, args ...string) (*process, error) {
+// port, an empty "--data-dir" by a new temporary directory under tmpParent (the
+// system's temporary directory when empty), removed when the process stops.
+func startProcess(ctx context.Context, bin, tmpParent string, stderr io.Writer, args ...string) (*process, error) {
 	p := &process{done: make(chan error, 1)}
 	for i := 0; i+1 < len(args); i++ {
 		switch {
@@ -236,7 +242,7 @@ func startProcess(ctx context.Context, bin string, stderr io.Writer, args ...str
 			p.addr = fmt.Sprintf("127.0.0.1:%d", port)
 			args[i+1] = p.addr
 		case args[i] == "--data-dir" && args[i+1] == "":
-			dir, err := os.MkdirTemp("", "verdict-loadtest")
+			dir, err := os.MkdirTemp(tmpParent, "verdict-loadtest")
 			if err != nil {
 				return nil, err
 			}
