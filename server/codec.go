@@ -39,6 +39,9 @@ const maxLocateDepth = 8
 
 // Unmarshal implements encoding.CodecV2.
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if decodeFlows(data, v) {
+		return nil
+	}
 	err := c.CodecV2.Unmarshal(data, v)
 	if err == nil {
 		return nil

@@ -1,0 +1,296 @@
+package server
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// The flow decoder: DecideRequest, DecideBatchRequest and DecideStreamRequest
+// decoded without protobuf-go's reflection, tag strings interned. Decoding the
+// tag maps was the largest cost of a batch (a third of the CPU of client and
+// server together, BENCHMARKS.md): protobuf-go allocates every key and value
+// of every flow, though a sidecar sends the same few hundred strings again and
+// again.
+//
+// It takes only what it fully understands: the fields of the schema, with
+// their wire types, valid UTF-8. Anything else — an unknown field, a wrong
+// wire type, a truncated value, invalid UTF-8 — makes it decline, and
+// requestCodec decodes the message with protobuf-go, which reports the error
+// precisely (or keeps the unknown field). So the result is always the message
+// protobuf-go would give: FuzzFlowDecoderMatchesProto checks that on any
+// input, and TestFlowDecoderKnowsTheSchema fails when the protos gain a field
+// the decoder does not know.
+
+// flowFields lists, per message, the fields decodeFlows handles and their wire
+// types; TestFlowDecoderKnowsTheSchema compares it with the descriptors.
+var flowFields = map[string]map[protowire.Number]protowire.Type{
+	"verdict.v1.DecideRequest": {
+		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType, 4: protowire.BytesType,
+		5: protowire.BytesType, 6: protowire.VarintType, 7: protowire.VarintType, 8: protowire.VarintType,
+	},
+	"verdict.v1.Workload":            {1: protowire.BytesType},
+	"verdict.v1.DecideBatchRequest":  {1: protowire.BytesType, 2: protowire.VarintType},
+	"verdict.v1.DecideStreamRequest": {1: protowire.BytesType, 2: protowire.BytesType},
+}
+
+// decodeFlows decodes data into v when v is one of the flow requests and the
+// bytes hold nothing unexpected; false leaves v to protobuf-go (v may then be
+// partly filled: protobuf-go resets it first).
+func decodeFlows(data mem.BufferSlice, v any) bool {
+	switch v.(type) {
+	case *verdictv1.DecideRequest, *verdictv1.DecideBatchRequest, *verdictv1.DecideStreamRequest:
+	default:
+		return false
+	}
+	var b []byte
+	if len(data) == 1 {
+		b = data[0].ReadOnlyData() // only read: every string kept is copied or interned
+	} else {
+		b = data.Materialize()
+	}
+	switch m := v.(type) {
+	case *verdictv1.DecideRequest:
+		return decodeDecide(b, m)
+	case *verdictv1.DecideBatchRequest:
+		return decodeBatch(b, m)
+	case *verdictv1.DecideStreamRequest:
+		return decodeStreamRequest(b, m)
+	}
+	return false
+}
+
+func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			r := &verdictv1.DecideRequest{}
+			if !decodeDecide(v, r) {
+				return false
+			}
+			m.Requests = append(m.Requests, r)
+			b = b[n:]
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			m.MinRevision = int64(v)
+			b = b[n:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func decodeStreamRequest(b []byte, m *verdictv1.DecideStreamRequest) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.BytesType {
+			return false
+		}
+		b = b[n:]
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch num {
+		case 1:
+			if !utf8.Valid(v) {
+				return false
+			}
+			m.Id = string(v) // ids differ per message: not interned
+		case 2:
+			if m.Request == nil {
+				m.Request = &verdictv1.DecideRequest{}
+			}
+			if !decodeDecide(v, m.Request) { // a repeated message field merges
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func decodeDecide(b []byte, m *verdictv1.DecideRequest) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType && num >= 6 && num <= 8:
+		case typ == protowire.BytesType && num >= 1 && num <= 5:
+		default:
+			return false
+		}
+		if typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			switch num {
+			case 6:
+				m.Port = uint32(v)
+			case 7:
+				m.Explain = v != 0
+			case 8:
+				m.MinRevision = int64(v)
+			}
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		var ok bool
+		switch num {
+		case 1:
+			m.Mesh, ok = internString(v)
+		case 2:
+			m.Type, ok = internString(v)
+		case 5:
+			m.Protocol, ok = internString(v)
+		case 3:
+			if m.Source == nil {
+				m.Source = &verdictv1.Workload{}
+			}
+			ok = decodeWorkload(v, m.Source)
+		case 4:
+			if m.Destination == nil {
+				m.Destination = &verdictv1.Workload{}
+			}
+			ok = decodeWorkload(v, m.Destination)
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeWorkload adds the tags of b to w (a repeated message field merges).
+func decodeWorkload(b []byte, w *verdictv1.Workload) bool {
+	if w.Tags == nil {
+		w.Tags = make(map[string]string, countEntries(b))
+	}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num != 1 || typ != protowire.BytesType {
+			return false
+		}
+		b = b[n:]
+		entry, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		var key, value string // an entry without a key or value has it empty
+		for len(entry) > 0 {
+			num, typ, n := protowire.ConsumeTag(entry)
+			if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
+				return false
+			}
+			entry = entry[n:]
+			v, n := protowire.ConsumeBytes(entry)
+			if n < 0 {
+				return false
+			}
+			entry = entry[n:]
+			s, ok := internString(v)
+			if !ok {
+				return false
+			}
+			if num == 1 {
+				key = s
+			} else {
+				value = s
+			}
+		}
+		w.Tags[key] = value // a repeated key: the last wins, as in protobuf-go
+	}
+	return true
+}
+
+// countEntries counts the top-level fields of b, to size a tag map once; it
+// stops at the first malformed field (decodeWorkload then declines).
+func countEntries(b []byte) int {
+	n := 0
+	for len(b) > 0 && n < 1<<10 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			break
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(num, typ, b)
+		if l < 0 {
+			break
+		}
+		b = b[l:]
+		n++
+	}
+	return n
+}
+
+// The intern table: a fixed number of slots, each holding the last string
+// stored there; a hit costs a hash and a comparison, a miss one allocation (as
+// protobuf-go would make anyway). Hostile input can only evict: the table
+// never grows.
+const (
+	internSlots  = 1 << 13
+	internMaxLen = 64 // longer strings are copied, not kept
+)
+
+var (
+	internSeed  = maphash.MakeSeed()
+	internTable [internSlots]atomic.Pointer[string]
+)
+
+// internString returns b as a string, shared with earlier calls for the same
+// bytes when it can; ok is false when b is not valid UTF-8 (protobuf-go refuses
+// such a string field in a proto3 message).
+func internString(b []byte) (s string, ok bool) {
+	if len(b) == 0 {
+		return "", true
+	}
+	var slot *atomic.Pointer[string]
+	if len(b) <= internMaxLen {
+		slot = &internTable[maphash.Bytes(internSeed, b)&(internSlots-1)]
+		// Only valid UTF-8 is ever stored, so a hit needs no check. The
+		// conversion in the comparison does not allocate.
+		if p := slot.Load(); p != nil && *p == string(b) {
+			return *p, true
+		}
+	}
+	if !utf8.Valid(b) {
+		return "", false
+	}
+	if slot == nil {
+		return string(b), true // long: copied, not kept
+	}
+	fresh := new(string) // only here: a pointer to s itself would put s on the heap on every call
+	*fresh = string(b)
+	slot.Store(fresh)
+	return *fresh, true
+}
