@@ -53,15 +53,18 @@ func (s decisionService) DecideBatch(ctx context.Context, req *verdictv1.DecideB
 	}
 	out := &verdictv1.DecideBatchResponse{Results: make([]*verdictv1.DecideResult, len(req.GetRequests())), Revision: snap.Revision()}
 	for i, r := range req.GetRequests() {
-		out.Results[i] = s.result(ctx, snap, fmt.Sprintf("requests[%d].", i), r)
+		out.Results[i] = s.result(ctx, snap, func() string { return fmt.Sprintf("requests[%d].", i) }, r)
 	}
 	return out, nil
 }
 
-// result answers one flow of a batch or a stream, or says why it cannot.
-func (s *Server) result(ctx context.Context, snap *engine.Snapshot, prefix string, r *verdictv1.DecideRequest) *verdictv1.DecideResult {
+// result answers one flow of a batch or a stream, or says why it cannot; the
+// fields of its errors start with prefix() ("requests[3]."), computed only for
+// a flow that has errors.
+func (s *Server) result(ctx context.Context, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest) *verdictv1.DecideResult {
 	var errs fieldErrors
-	errs.decide(prefix, r)
+	errs.decide("", r)
+	errs.prefix(prefix)
 	err := errs.err()
 	if err == nil {
 		var resp *verdictv1.DecideResponse
@@ -121,7 +124,7 @@ func (s *Server) streamAnswer(ctx context.Context, m *verdictv1.DecideStreamRequ
 		out.Result = &verdictv1.DecideResult{Result: &verdictv1.DecideResult_Error{Error: errorEntry(ctx, s.log, err)}}
 		return out
 	}
-	out.Result = s.result(ctx, snap, "request.", m.GetRequest())
+	out.Result = s.result(ctx, snap, func() string { return "request." }, m.GetRequest())
 	return out
 }
 

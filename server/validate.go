@@ -112,6 +112,22 @@ func (e *fieldErrors) add(field, reason string) {
 	e.list = append(e.list, engine.FieldError{Field: field, Reason: reason})
 }
 
+// prefix puts prefix() before every field (a field "" names the whole flow:
+// it becomes the prefix without its final dot).
+func (e *fieldErrors) prefix(prefix func() string) {
+	if len(e.list) == 0 {
+		return
+	}
+	p := prefix()
+	for i := range e.list {
+		if e.list[i].Field == "" {
+			e.list[i].Field = strings.TrimSuffix(p, ".")
+		} else {
+			e.list[i].Field = p + e.list[i].Field
+		}
+	}
+}
+
 func (e *fieldErrors) err() error {
 	if len(e.list) == 0 {
 		return nil
