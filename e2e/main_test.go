@@ -130,9 +130,20 @@ func startDaemon(t testing.TB, args ...string) *daemon {
 	}
 	go func() { d.done <- d.cmd.Wait() }()
 	t.Cleanup(func() { d.stop(t) })
+	network, addr := "tcp", d.addr
+	for i := 0; i+1 < len(args); i++ { // a later --listen wins, as flags do
+		if args[i] == "--listen" {
+			d.addr = args[i+1]
+			if path, ok := strings.CutPrefix(d.addr, "unix:"); ok {
+				network, addr = "unix", path
+			} else {
+				network, addr = "tcp", d.addr
+			}
+		}
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", d.addr, 200*time.Millisecond)
+		c, err := net.DialTimeout(network, addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
 			return d

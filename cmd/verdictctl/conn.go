@@ -108,7 +108,12 @@ func (c *connFlags) ctx(parent context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(parent, c.timeout)
 }
 
+// loopback reports whether addr stays on this host: a loopback address or a
+// Unix socket ("unix:PATH").
 func loopback(addr string) bool {
+	if strings.HasPrefix(addr, "unix:") {
+		return true
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		host = addr

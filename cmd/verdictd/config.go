@@ -10,13 +10,16 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/verdictpdp/verdict/internal/listen"
 )
 
 // Config is the daemon's configuration: flags and their VERDICT_* mirrors
 // (main.go), checked by Validate before anything starts.
 type Config struct {
-	// Listen is the gRPC address (default 127.0.0.1:7070). Beyond loopback it
-	// needs authorization (a token or an identity allow-list) and TLS (or
+	// Listen is the gRPC address (default 127.0.0.1:7070), or "unix:PATH"
+	// for a Unix socket (local, like loopback). Beyond loopback it needs
+	// authorization (a token or an identity allow-list) and TLS (or
 	// InsecureListen).
 	Listen string
 	// MetricsListen serves Prometheus /metrics over HTTP (default
@@ -142,8 +145,15 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// isLoopback reports whether a listen address binds loopback only.
+// isLoopback reports whether a listen address is reachable from this host
+// only: loopback, or a Unix socket.
 func isLoopback(addr string) (bool, error) {
+	if err := listen.Check(addr); err != nil {
+		return false, err
+	}
+	if _, unix := listen.SocketPath(addr); unix {
+		return true, nil
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false, err

@@ -73,6 +73,8 @@ func TestConfigValidate(t *testing.T) {
 		{"bad prefix", func(c *Config) { c.EtcdPrefix = "verdict/" }, "--etcd-prefix"},
 		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "--log-level"},
 		{"host name", func(c *Config) { c.Listen = "example.com:7070" }, "--listen"},
+		{"unix socket, development mode", func(c *Config) { c.Listen = "unix:" + filepath.Join(dir, "v.sock") }, ""},
+		{"unix socket, empty path", func(c *Config) { c.Listen = "unix:" }, "--listen: unix: the socket path is empty"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,7 +99,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		fs.DurationVar(p, name, def, usage+" ("+env+")")
 	}
-	str(&c.Listen, "listen", defaultListen, "gRPC listen address; beyond loopback it needs authorization and TLS")
+	str(&c.Listen, "listen", defaultListen, "gRPC listen address: host:port, or unix:PATH for a Unix socket; beyond loopback it needs authorization and TLS")
 	str(&c.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of Prometheus /metrics; empty disables it")
 	list(&c.EtcdEndpoints, "etcd-endpoints", "etcd client URLs; empty runs an embedded etcd in --data-dir")
 	str(&c.EtcdPrefix, "etcd-prefix", defaultPrefix, "etcd key prefix of verdict's resources")

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/server"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
@@ -99,7 +100,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", cfg.Listen)
+	lis, err := listen.Listen(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
