@@ -47,6 +47,7 @@ type Config struct {
 	WriteRate   float64
 	ChurnRate   float64 // Decide calls/s during churn; 0: closed loop
 	EtcdParent  string  // where the started verdictd's etcd data directory is made
+	Unix        bool    // serve on Unix sockets instead of loopback TCP
 	Fanout      int     // WatchRules streams
 	Workloads   int     // distinct workloads the fan-out streams watch
 	JSON        bool
@@ -138,6 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&c.WriteRate, "write-rate", 100, "churn: policy writes per second")
 	fs.Float64Var(&c.ChurnRate, "churn-rate", 10000,
 		"churn: Decide calls/s (open loop) during the writes; 0: closed loop at --concurrency, saturating the machine")
+	fs.BoolVar(&c.Unix, "unix", false, "serve the started verdictd and the baseline on Unix sockets instead of loopback TCP")
 	fs.StringVar(&c.EtcdParent, "etcd-tmpdir", "",
 		"directory for the started verdictd's etcd data (default: the system's; /dev/shm takes the disk's fsync out of the write lag)")
 	fs.IntVar(&c.Fanout, "fanout-streams", 2000, "fanout: WatchRules streams")

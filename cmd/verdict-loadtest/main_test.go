@@ -24,10 +24,23 @@ func TestSmokeEveryScenario(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(dir, "verdict-loadtest"), "--verdictd", filepath.Join(dir, "verdictd"),
+	common := []string{"--verdictd", filepath.Join(dir, "verdictd"),
 		"--policies", "500", "--duration", "1s", "--warmup", "200ms", "--rate", "500", "--concurrency", "8",
-		"--fanout-streams", "100", "--fanout-workloads", "10", "--write-rate", "20", "--timeout", "3m", "--json")
+		"--fanout-streams", "100", "--fanout-workloads", "10", "--write-rate", "20", "--churn-rate", "500",
+		"--timeout", "3m", "--json"}
+	t.Run("loopback", func(t *testing.T) {
+		smoke(t, dir, common, "unary/baseline", "unary/verdict", "open/verdict", "batch/verdict", "stream/verdict",
+			"churn/verdict", "fanout/verdict")
+	})
+	t.Run("unix", func(t *testing.T) {
+		smoke(t, dir, append(common, "--unix", "unary", "stream"), "unary/baseline", "unary/verdict", "stream/verdict")
+	})
+}
+
+// smoke runs the load tester with args and checks its reports.
+func smoke(t *testing.T, dir string, args []string, want ...string) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(dir, "verdict-loadtest"), args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("verdict-loadtest: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
@@ -49,9 +62,9 @@ func TestSmokeEveryScenario(t *testing.T) {
 			t.Errorf("%s: no ratio to the baseline", r.Scenario)
 		}
 	}
-	for _, want := range []string{"unary/baseline", "unary/verdict", "open/verdict", "batch/verdict", "stream/verdict", "churn/verdict", "fanout/verdict"} {
-		if !seen[want] {
-			t.Errorf("no %s report", want)
+	for _, w := range want {
+		if !seen[w] {
+			t.Errorf("no %s report", w)
 		}
 	}
 	if t.Failed() {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/internal/writeplan"
 	"github.com/verdictpdp/verdict/loadtest"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -31,7 +32,7 @@ import (
 func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Logger) (ok bool, err error) {
 	addr := cfg.Addr
 	if addr == "" {
-		d, err := startProcess(ctx, cfg.Verdictd, cfg.EtcdParent, stderr, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+		d, err := startProcess(ctx, cfg.Verdictd, cfg.EtcdParent, stderr, "--listen", listenArg(cfg), "--metrics-listen", "",
 			"--data-dir", "", "--log-level", "warn")
 		if err != nil {
 			return false, fmt.Errorf("start verdictd: %w", err)
@@ -68,7 +69,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 		if err != nil {
 			return false, err
 		}
-		b, err := startProcess(ctx, self, "", stderr, "serve-baseline", "--listen", "127.0.0.1:0")
+		b, err := startProcess(ctx, self, "", stderr, "serve-baseline", "--listen", listenArg(cfg))
 		if err != nil {
 			return false, fmt.Errorf("start the baseline server: %w", err)
 		}
@@ -223,13 +224,23 @@ func waitServing(ctx context.Context, c *grpc.ClientConn) error {
 type process struct {
 	cmd  *exec.Cmd
 	addr string
-	dir  string
+	dirs []string
 	done chan error
 }
 
+// listenArg is where the started servers listen: a free loopback port, or
+// with --unix a Unix socket in a temporary directory.
+func listenArg(cfg Config) string {
+	if cfg.Unix {
+		return "unix:"
+	}
+	return "127.0.0.1:0"
+}
+
 // startProcess runs bin with args; "--listen 127.0.0.1:0" is replaced by a free
-// port, an empty "--data-dir" by a new temporary directory under tmpParent (the
-// system's temporary directory when empty), removed when the process stops.
+// port and "--listen unix:" by a socket in a new temporary directory, an empty
+// "--data-dir" by a new temporary directory under tmpParent (the system's
+// temporary directory when empty); the directories go when the process stops.
 func startProcess(ctx context.Context, bin, tmpParent string, stderr io.Writer, args ...string) (*process, error) {
 	p := &process{done: make(chan error, 1)}
 	for i := 0; i+1 < len(args); i++ {
@@ -241,12 +252,20 @@ func startProcess(ctx context.Context, bin, tmpParent string, stderr io.Writer, 
 			}
 			p.addr = fmt.Sprintf("127.0.0.1:%d", port)
 			args[i+1] = p.addr
+		case args[i] == "--listen" && args[i+1] == "unix:":
+			dir, err := os.MkdirTemp("", "verdict-loadtest-sock")
+			if err != nil {
+				return nil, err
+			}
+			p.dirs = append(p.dirs, dir)
+			p.addr = "unix:" + filepath.Join(dir, "grpc.sock")
+			args[i+1] = p.addr
 		case args[i] == "--data-dir" && args[i+1] == "":
 			dir, err := os.MkdirTemp(tmpParent, "verdict-loadtest")
 			if err != nil {
 				return nil, err
 			}
-			p.dir = dir
+			p.dirs = append(p.dirs, dir)
 			args[i+1] = filepath.Join(dir, "etcd")
 		}
 	}
@@ -259,7 +278,11 @@ func startProcess(ctx context.Context, bin, tmpParent string, stderr io.Writer, 
 	go func() { p.done <- p.cmd.Wait() }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", p.addr, 200*time.Millisecond)
+		network, addr := "tcp", p.addr
+		if path, ok := listen.SocketPath(p.addr); ok {
+			network, addr = "unix", path
+		}
+		c, err := net.DialTimeout(network, addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
 			return p, nil
@@ -293,8 +316,8 @@ func (p *process) stop() {
 }
 
 func (p *process) cleanup() {
-	if p.dir != "" {
-		os.RemoveAll(p.dir)
+	for _, dir := range p.dirs {
+		os.RemoveAll(dir)
 	}
 }
 
@@ -312,13 +335,13 @@ func freePort() (int, error) {
 func serveBaseline(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve-baseline", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:0", "loopback address")
+	addr := fs.String("listen", "127.0.0.1:0", "loopback address, or unix:PATH")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	ctx, stop := signalContext(ctx)
 	defer stop()
-	lis, err := net.Listen("tcp", *listen)
+	lis, err := listen.Listen(*addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "serve-baseline:", err)
 		return 3
