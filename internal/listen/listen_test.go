@@ -47,7 +47,7 @@ func TestListenSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
+	go func(l net.Listener) {
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -55,7 +55,7 @@ func TestListenSocket(t *testing.T) {
 			}
 			c.Close()
 		}
-	}()
+	}(l)
 	if _, err := Listen(addr); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("second listener on a served socket: %v", err)
 	}
@@ -71,10 +71,11 @@ func TestListenSocket(t *testing.T) {
 	}
 	stale.SetUnlinkOnClose(false)
 	stale.Close()
-	if l, err = Listen(addr); err != nil {
+	l2, err := Listen(addr)
+	if err != nil {
 		t.Fatalf("over a stale socket: %v", err)
 	}
-	l.Close()
+	l2.Close()
 
 	// Any other file is left alone.
 	if err := os.WriteFile(path, []byte("data"), 0o600); err != nil {
