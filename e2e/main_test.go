@@ -111,8 +111,30 @@ func freePort(t testing.TB) int {
 
 // startDaemon runs verdictd with args on free loopback ports and an embedded
 // etcd in a temporary directory (unless args name endpoints), and waits until
-// it accepts connections. It is stopped with SIGTERM at the end of the test.
+// it accepts connections on its gRPC and metrics ports. It is stopped with
+// SIGTERM at the end of the test. A port taken between freePort and verdictd's
+// bind (another test's process can get it from the kernel meanwhile) makes it
+// start again on new ports.
 func startDaemon(t testing.TB, args ...string) *daemon {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		d, err := tryDaemon(t, args)
+		if err == nil {
+			t.Cleanup(func() { d.stop(t) })
+			return d
+		}
+		if attempt < 3 && strings.Contains(d.log.String(), "address already in use") {
+			t.Logf("verdictd: a port was taken meanwhile, again on new ports (attempt %d)", attempt+1)
+			continue
+		}
+		_ = d.cmd.Process.Kill() // an error only says it has exited already
+		t.Fatalf("%v\n%s", err, d.log.String())
+	}
+}
+
+// tryDaemon starts verdictd once; on error the process has exited or is
+// still running (the caller kills it).
+func tryDaemon(t testing.TB, args []string) (*daemon, error) {
 	t.Helper()
 	d := &daemon{
 		addr:    fmt.Sprintf("127.0.0.1:%d", freePort(t)),
@@ -129,36 +151,46 @@ func startDaemon(t testing.TB, args ...string) *daemon {
 		t.Fatal(err)
 	}
 	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() { d.stop(t) })
-	network, addr := "tcp", d.addr
-	for i := 0; i+1 < len(args); i++ { // a later --listen wins, as flags do
-		if args[i] == "--listen" {
+	type endpoint struct{ network, addr string }
+	grpcEnd, metricsEnd := endpoint{"tcp", d.addr}, endpoint{"tcp", d.metrics}
+	for i := 0; i+1 < len(args); i++ { // a later flag wins, as flags do
+		switch args[i] {
+		case "--listen":
 			d.addr = args[i+1]
 			if path, ok := strings.CutPrefix(d.addr, "unix:"); ok {
-				network, addr = "unix", path
+				grpcEnd = endpoint{"unix", path}
 			} else {
-				network, addr = "tcp", d.addr
+				grpcEnd = endpoint{"tcp", d.addr}
 			}
+		case "--metrics-listen":
+			d.metrics = args[i+1]
+			metricsEnd = endpoint{"tcp", d.metrics}
 		}
 	}
+	waitFor := []endpoint{grpcEnd}
+	if d.metrics != "" {
+		waitFor = append(waitFor, metricsEnd)
+	}
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout(network, addr, 200*time.Millisecond)
+	for len(waitFor) > 0 {
+		c, err := net.DialTimeout(waitFor[0].network, waitFor[0].addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return d
+			waitFor = waitFor[1:]
+			continue
 		}
 		select {
 		case err := <-d.done:
 			d.done <- err
-			t.Fatalf("verdictd exited: %v\n%s", err, d.log.String())
+			return d, fmt.Errorf("verdictd exited: %v", err)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("verdictd does not listen on %s:\n%s", d.addr, d.log.String())
+			return d, fmt.Errorf("verdictd does not listen on %s", waitFor[0].addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return d, nil
 }
 
 // stop sends SIGTERM and waits for a clean exit.
