@@ -241,7 +241,22 @@ func listenArg(cfg Config) string {
 // port and "--listen unix:" by a socket in a new temporary directory, an empty
 // "--data-dir" by a new temporary directory under tmpParent (the system's
 // temporary directory when empty); the directories go when the process stops.
+// A child that exits before it listens is started again, twice at most: the
+// free port may have been taken between freePort and the child's bind.
 func startProcess(ctx context.Context, bin, tmpParent string, stderr io.Writer, args ...string) (*process, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := startOnce(ctx, bin, tmpParent, stderr, append([]string(nil), args...))
+		if err == nil || !errors.Is(err, errExitedEarly) || attempt == 3 || ctx.Err() != nil {
+			return p, err
+		}
+		fmt.Fprintf(stderr, "verdict-loadtest: %v; starting it again\n", err)
+	}
+}
+
+// errExitedEarly marks a child that exited before it listened.
+var errExitedEarly = errors.New("exited before it listened")
+
+func startOnce(ctx context.Context, bin, tmpParent string, stderr io.Writer, args []string) (*process, error) {
 	p := &process{done: make(chan error, 1)}
 	for i := 0; i+1 < len(args); i++ {
 		switch {
@@ -290,7 +305,7 @@ func startProcess(ctx context.Context, bin, tmpParent string, stderr io.Writer, 
 		select {
 		case err := <-p.done:
 			p.cleanup()
-			return nil, fmt.Errorf("%s exited: %v", bin, err)
+			return nil, fmt.Errorf("%s %w: %v", bin, errExitedEarly, err)
 		default:
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
