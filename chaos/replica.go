@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/verdictpdp/verdict/internal/listen"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -55,7 +55,7 @@ type clients struct {
 type interval struct{ from, to time.Time } // to zero: ongoing
 
 func newReplica(name, bin, dir string, endpoints []string) (*replica, error) {
-	ports, err := freePorts(2)
+	ports, err := listen.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -63,25 +63,6 @@ func newReplica(name, bin, dir string, endpoints []string) (*replica, error) {
 		addr:    fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		metrics: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		logPath: filepath.Join(dir, name+".log")}, nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func dialClients(addr string) (*clients, error) {

@@ -261,11 +261,11 @@ func startOnce(ctx context.Context, bin, tmpParent string, stderr io.Writer, arg
 	for i := 0; i+1 < len(args); i++ {
 		switch {
 		case args[i] == "--listen" && args[i+1] == "127.0.0.1:0":
-			port, err := freePort()
+			ports, err := listen.FreePorts(1)
 			if err != nil {
 				return nil, err
 			}
-			p.addr = fmt.Sprintf("127.0.0.1:%d", port)
+			p.addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 			args[i+1] = p.addr
 		case args[i] == "--listen" && args[i+1] == "unix:":
 			dir, err := os.MkdirTemp("", "verdict-loadtest-sock")
@@ -334,15 +334,6 @@ func (p *process) cleanup() {
 	for _, dir := range p.dirs {
 		os.RemoveAll(dir)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // serveBaseline is the hidden subcommand the load tester starts as its ceiling:

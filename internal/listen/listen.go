@@ -70,3 +70,25 @@ func Listen(addr string) (net.Listener, error) {
 	}
 	return net.Listen("unix", path) // the socket file is removed when the listener closes
 }
+
+// FreePorts returns n distinct loopback ports that were free a moment ago
+// (held together, so they differ). Another process may take one before the
+// caller binds it: callers that start servers on them retry on a bind error.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close() // only held to keep the ports apart
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

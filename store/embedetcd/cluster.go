@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/verdictpdp/verdict/internal/listen"
 )
 
 // Cluster is an n-member etcd cluster on loopback, for tests: fast elections,
@@ -33,7 +35,7 @@ func StartCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
 }
 
 func startCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
-	ports, err := FreePorts(2 * n)
+	ports, err := listen.FreePorts(2 * n)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}

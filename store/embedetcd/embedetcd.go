@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/store/internal/zapslog"
 )
 
@@ -132,7 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	for attempt := 0; ; attempt++ {
 		m := &Etcd{cfg: cfg, auto: auto}
 		if m.cfg.ClientURL == "" || m.cfg.PeerURL == "" {
-			ports, err := FreePorts(2)
+			ports, err := listen.FreePorts(2)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrStart, err)
 			}
@@ -151,26 +152,6 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 			return nil, err
 		}
 	}
-}
-
-// FreePorts returns n distinct loopback ports that were free a moment ago.
-func FreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // LoopbackURL is http://127.0.0.1:port.

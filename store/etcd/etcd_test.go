@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
 	"github.com/verdictpdp/verdict/store/etcd"
@@ -135,7 +136,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNewFailsWhenEtcdDoesNotAnswer(t *testing.T) {
-	ports, err := embedetcd.FreePorts(1)
+	ports, err := listen.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
