@@ -296,10 +296,8 @@ func (s *Server) watchSynced(ctx context.Context) {
 		case <-s.cfg.Ready:
 		}
 	}
-	select {
-	case <-s.stop:
+	if s.stopping() {
 		return
-	default:
 	}
 	for _, svc := range []string{"", verdictv1.DecisionService_ServiceDesc.ServiceName,
 		verdictv1.PolicyService_ServiceDesc.ServiceName, verdictv1.WatchService_ServiceDesc.ServiceName} {
