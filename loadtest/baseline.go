@@ -16,7 +16,7 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/server"
 	"github.com/verdictpdp/verdict/store/memory"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // emptyDecisions answers every DecisionService call at once with a fixed answer

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/verdictpdp/verdict/engine"
-	"github.com/verdictpdp/verdict/policytest"
+	"github.com/verdictpdp/verdict/engine/policytest"
 	"github.com/verdictpdp/verdict/store"
 )
 

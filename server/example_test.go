@@ -11,7 +11,7 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/server"
 	"github.com/verdictpdp/verdict/store/memory"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // A server over an in-memory store: write a policy, then decide a flow with

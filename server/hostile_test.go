@@ -21,7 +21,7 @@ import (
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store/memory"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // rawCodec sends a request's bytes as they are, so that a test can send what

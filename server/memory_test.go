@@ -6,7 +6,7 @@ import (
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store/memory"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // TestOverMemoryStore runs the server on store/memory and the real syncer:

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/verdictpdp/verdict/engine"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // metrics are the server's own instruments (gRPC's come from otelgrpc). With

@@ -11,7 +11,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // rulesHub computes WatchRules answers: one group per distinct (mesh, type,

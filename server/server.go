@@ -41,7 +41,7 @@ import (
 	"github.com/verdictpdp/verdict/engine"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // Store is what the server uses of a store.Store: writes, reads of one key,

@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/verdictpdp/verdict/chaos"
+	"github.com/verdictpdp/verdict/loadtest/chaos"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/verdictpdp/verdict/engine"
-	"github.com/verdictpdp/verdict/policytest"
+	"github.com/verdictpdp/verdict/engine/policytest"
 )
 
 // Exit codes a shell user can rely on.

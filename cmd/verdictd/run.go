@@ -17,6 +17,7 @@ import (
 	"github.com/verdictpdp/verdict/server"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
+	"github.com/verdictpdp/verdict/store/etcd"
 )
 
 // Run runs the daemon until ctx ends: the embedded etcd when no endpoints are
@@ -66,7 +67,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	st := openStore(ctx, endpoints, cfg.EtcdPrefix, etcdTLS, log.With("component", "store"))
+	st := etcd.Connect(ctx, etcd.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, TLS: etcdTLS, Logger: log.With("component", "store")})
 	defer func() {
 		if err := st.Close(); err != nil {
 			log.Warn("store close", "err", err)
@@ -136,7 +137,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			select {
 			case <-gctx.Done():
 				return nil
-			case <-st.ready:
+			case <-st.Ready():
 			}
 			rev, err := bootstrap(gctx, cfg.Bootstrap, seed, st, log)
 			if err != nil {

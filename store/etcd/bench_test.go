@@ -12,7 +12,7 @@ import (
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
 	"github.com/verdictpdp/verdict/store/etcd"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // The store's figures (store/README.md):

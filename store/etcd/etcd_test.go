@@ -18,7 +18,8 @@ import (
 	"github.com/verdictpdp/verdict/store/embedetcd"
 	"github.com/verdictpdp/verdict/store/etcd"
 	"github.com/verdictpdp/verdict/store/storetest"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
+	"github.com/verdictpdp/verdict/store/syncer/syncertest"
 )
 
 func TestMain(m *testing.M) {
@@ -68,13 +69,18 @@ func newStore(t testing.TB, endpoints []string) *etcd.Store {
 // harness: the store under test reaches etcd through a proxy that Interrupt
 // cuts; the writer and the raw client go direct.
 func harness(t *testing.T) storetest.Harness {
+	return harnessWith(t, func(endpoints []string) store.Store { return newStore(t, endpoints) })
+}
+
+// harnessWith is harness with the store under test made by open.
+func harnessWith(t *testing.T, open func(endpoints []string) store.Store) storetest.Harness {
 	e := startEtcd(t)
 	p, err := embedetcd.NewProxy(e.Endpoints()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	st := newStore(t, []string{p.Endpoint()})
+	st := open([]string{p.Endpoint()})
 	writer := newStore(t, e.Endpoints())
 	raw := writer.Client()
 	return storetest.Harness{
@@ -99,6 +105,30 @@ func harness(t *testing.T) storetest.Harness {
 }
 
 func TestContract(t *testing.T) { storetest.Run(t, harness) }
+
+// lazyHarness is harness with the store under test reached through Connect.
+func lazyHarness(t *testing.T) storetest.Harness {
+	return harnessWith(t, func(endpoints []string) store.Store {
+		l := etcd.Connect(storetest.Context(t), etcd.Config{
+			Endpoints:        endpoints,
+			DialTimeout:      2 * time.Second,
+			RequestTimeout:   2 * time.Second,
+			ProgressInterval: 100 * time.Millisecond,
+			Logger:           logger(),
+		})
+		t.Cleanup(func() { l.Close() })
+		select {
+		case <-l.Ready():
+		case <-time.After(30 * time.Second):
+			t.Fatal("Connect: not ready after 30s")
+		}
+		return l
+	})
+}
+
+func TestLazyContract(t *testing.T) { storetest.Run(t, lazyHarness) }
+
+func TestSyncerContract(t *testing.T) { syncertest.Run(t, harness) }
 
 func TestConfigValidate(t *testing.T) {
 	ok := etcd.Config{Endpoints: []string{"http://127.0.0.1:2379"}}
@@ -159,7 +189,7 @@ func TestSilentWatchIsNoticed(t *testing.T) {
 	st := newStore(t, []string{p.Endpoint()})
 	writer := newStore(t, e.Endpoints())
 	storetest.ApplyMany(t, writer, storetest.Policies(t, "default", "p", 100))
-	sy := storetest.StartSyncer(t, st, syncer.Config{StaleAfter: 5 * time.Second})
+	sy := syncertest.StartSyncer(t, st, syncer.Config{StaleAfter: 5 * time.Second})
 
 	p.Blackhole()
 	storetest.Eventually(t, "the store to notice the silence", func() bool { return !st.Health().Connected })
@@ -168,7 +198,7 @@ func TestSilentWatchIsNoticed(t *testing.T) {
 	}
 	last := storetest.ApplyMany(t, writer, storetest.Policies(t, "default", "q", 100))
 	p.Restore()
-	snap := storetest.WaitFor(t, sy, last)
+	snap := syncertest.WaitFor(t, sy, last)
 	if snap.Digest() != storetest.Digest(t, writer) {
 		t.Fatal("after the silence the snapshot differs from etcd")
 	}
@@ -209,7 +239,7 @@ func TestEtcdStoppedAndRestarted(t *testing.T) {
 	ctx := storetest.Context(t)
 	e := startEtcd(t)
 	st := newStore(t, e.Endpoints())
-	sy := storetest.StartSyncer(t, st, syncer.Config{StaleAfter: 2 * time.Second})
+	sy := syncertest.StartSyncer(t, st, syncer.Config{StaleAfter: 2 * time.Second})
 	storetest.ApplyMany(t, st, storetest.Policies(t, "default", "p", 500))
 
 	// Stop right after a burst: some of it may not have reached the watch.
@@ -240,7 +270,7 @@ func TestEtcdStoppedAndRestarted(t *testing.T) {
 	for _, r := range storetest.Policies(t, "default", "after", 100) {
 		last = applyRetrying(t, st, storetest.Put(r))
 	}
-	snap := storetest.WaitFor(t, sy, last)
+	snap := syncertest.WaitFor(t, sy, last)
 	if snap.Len() != 900 {
 		t.Fatalf("after the restart the snapshot holds %d resources, want 900", snap.Len())
 	}
@@ -264,7 +294,7 @@ func TestClusterMemberLoss(t *testing.T) {
 	t.Cleanup(func() { cl.Close() })
 	st := newStore(t, cl.Endpoints())
 	writer := newStore(t, cl.Endpoints())
-	sy := storetest.StartSyncer(t, st, syncer.Config{StaleAfter: 5 * time.Second})
+	sy := syncertest.StartSyncer(t, st, syncer.Config{StaleAfter: 5 * time.Second})
 	storetest.ApplyMany(t, writer, storetest.Policies(t, "default", "p", 200))
 
 	order := []int{cl.Leader()}
@@ -281,7 +311,7 @@ func TestClusterMemberLoss(t *testing.T) {
 		for j := range 100 {
 			last = applyRetrying(t, writer, storetest.Put(storetest.Policy(t, "default", fmt.Sprintf("r%d-%03d", round, j), j)))
 		}
-		snap := storetest.WaitFor(t, sy, last)
+		snap := syncertest.WaitFor(t, sy, last)
 		if snap.Digest() != storetest.Digest(t, writer) {
 			t.Fatalf("round %d (member %d stopped): the snapshot differs from etcd", round, i)
 		}

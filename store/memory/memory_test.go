@@ -10,6 +10,7 @@ import (
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/memory"
 	"github.com/verdictpdp/verdict/store/storetest"
+	"github.com/verdictpdp/verdict/store/syncer/syncertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,6 +33,8 @@ func harness(t *testing.T) storetest.Harness {
 }
 
 func TestContract(t *testing.T) { storetest.Run(t, harness) }
+
+func TestSyncerContract(t *testing.T) { syncertest.Run(t, harness) }
 
 func TestCompact(t *testing.T) {
 	st := memory.New(memory.Config{})

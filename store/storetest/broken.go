@@ -20,6 +20,9 @@ var brokenValues = []struct {
 	{"a key that is not a resource key", "default/junk", `{}`},
 }
 
+// BrokenCount is the number of broken values WriteBroken writes.
+func BrokenCount() int { return len(brokenValues) }
+
 // WriteBroken writes the suite's broken values with h.RawPut and returns the
 // last revision.
 func WriteBroken(t testing.TB, h Harness) int64 {

@@ -44,7 +44,6 @@ func Run(t *testing.T, newHarness Factory) {
 	t.Run("list", func(t *testing.T) { runList(t, newHarness) })
 	t.Run("watch", func(t *testing.T) { runWatch(t, newHarness) })
 	t.Run("broken values", func(t *testing.T) { runBroken(t, newHarness) })
-	t.Run("syncer", func(t *testing.T) { runSyncer(t, newHarness) })
 }
 
 // Context returns a context that ends with the test, or after a minute.

@@ -1,4 +1,5 @@
-package storetest
+// Package syncertest runs a syncer over any store.Store in tests.
+package syncertest
 
 import (
 	"context"
@@ -8,7 +9,8 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/store"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/storetest"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // StartSyncer runs a syncer on st until the test ends and waits until it has
@@ -29,7 +31,7 @@ func StartSyncer(t testing.TB, st store.Store, cfg syncer.Config) *syncer.Syncer
 			t.Errorf("Run: %v", err)
 		}
 	})
-	Eventually(t, "the syncer to sync", sy.Synced)
+	storetest.Eventually(t, "the syncer to sync", sy.Synced)
 	return sy
 }
 
@@ -45,24 +47,26 @@ func WaitFor(t testing.TB, sy *syncer.Syncer, rev int64) *engine.Snapshot {
 	return snap
 }
 
-func runSyncer(t *testing.T, newHarness Factory) {
+// Run runs the syncer's part of the store contract: a syncer over each
+// harness's store turns its writes into snapshots and change sets.
+func Run(t *testing.T, newHarness storetest.Factory) {
 	t.Run("writes are visible in the next snapshot, and delivered to subscribers", func(t *testing.T) {
 		st := newHarness(t).Store
 		sy := StartSyncer(t, st, syncer.Config{})
 		sub := sy.Subscribe(16)
 		defer sub.Close()
-		p := Policy(t, "default", "a", 1)
+		p := storetest.Policy(t, "default", "a", 1)
 
-		rev := Apply(t, st, Put(p))
+		rev := storetest.Apply(t, st, storetest.Put(p))
 		e, ok := WaitFor(t, sy, rev).Get(p.Key())
 		if !ok || e.Err != nil || e.Resource.Metadata().ModRevision != rev {
 			t.Fatalf("after create: %+v, %v", e, ok)
 		}
-		rev = Apply(t, st, Put(Policy(t, "default", "a", 2)))
+		rev = storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "a", 2)))
 		if e, _ := WaitFor(t, sy, rev).Get(p.Key()); e.Resource.(*engine.Policy).Priority != 2 {
 			t.Fatal("update not visible")
 		}
-		rev = Apply(t, st, store.Op{Key: p.Key()})
+		rev = storetest.Apply(t, st, store.Op{Key: p.Key()})
 		if _, ok := WaitFor(t, sy, rev).Get(p.Key()); ok {
 			t.Fatal("delete not visible")
 		}
@@ -91,7 +95,7 @@ func runSyncer(t *testing.T, newHarness Factory) {
 		if testing.Short() {
 			n = 2000
 		}
-		rev := ApplyMany(t, st, Policies(t, "default", "bulk", n))
+		rev := storetest.ApplyMany(t, st, storetest.Policies(t, "default", "bulk", n))
 		snap := WaitFor(t, sy, rev)
 		if snap.Len() != n {
 			t.Fatalf("snapshot holds %d resources, want %d", snap.Len(), n)
@@ -100,7 +104,7 @@ func runSyncer(t *testing.T, newHarness Factory) {
 		if built := sy.Snapshots() - before; built > txns {
 			t.Fatalf("%d snapshots for %d transactions", built, txns)
 		}
-		if snap.Digest() != Digest(t, st) {
+		if snap.Digest() != storetest.Digest(t, st) {
 			t.Fatal("snapshot differs from the store")
 		}
 	})
@@ -108,49 +112,49 @@ func runSyncer(t *testing.T, newHarness Factory) {
 	t.Run("an interruption with a compaction: stale meanwhile, then equal to the store", func(t *testing.T) {
 		h := newHarness(t)
 		st := h.Store
-		ApplyMany(t, st, Policies(t, "default", "p", 200))
+		storetest.ApplyMany(t, st, storetest.Policies(t, "default", "p", 200))
 		sy := StartSyncer(t, st, syncer.Config{StaleAfter: 2 * time.Second})
 		served := sy.Snapshot()
 
 		resume := h.Interrupt()
-		Eventually(t, "the syncer to report itself stale", sy.Stale)
+		storetest.Eventually(t, "the syncer to report itself stale", sy.Stale)
 		if sy.Snapshot() != served && sy.Snapshot().Revision() < served.Revision() {
 			t.Fatal("the served snapshot went back")
 		}
-		ApplyMany(t, h.Writer, Policies(t, "default", "more", 200))
+		storetest.ApplyMany(t, h.Writer, storetest.Policies(t, "default", "more", 200))
 		for i := range 20 {
-			Apply(t, h.Writer, store.Op{Key: Policy(t, "default", pname(i), 0).Key()})
+			storetest.Apply(t, h.Writer, store.Op{Key: storetest.Policy(t, "default", pname(i), 0).Key()})
 		}
-		last := Apply(t, h.Writer, Put(Policy(t, "other", "o", 0)))
-		if err := h.Compact(Context(t), last); err != nil {
+		last := storetest.Apply(t, h.Writer, storetest.Put(storetest.Policy(t, "other", "o", 0)))
+		if err := h.Compact(storetest.Context(t), last); err != nil {
 			t.Fatal(err)
 		}
 		resume()
 		snap := WaitFor(t, sy, last)
-		if snap.Digest() != Digest(t, st) {
+		if snap.Digest() != storetest.Digest(t, st) {
 			t.Fatal("after the interruption the snapshot differs from the store")
 		}
-		Eventually(t, "the syncer to be current again", func() bool { return !sy.Stale() })
+		storetest.Eventually(t, "the syncer to be current again", func() bool { return !sy.Stale() })
 	})
 
 	t.Run("broken values are skipped and listed; other resources and meshes unaffected", func(t *testing.T) {
 		h := newHarness(t)
 		st := h.Store
-		good := Policy(t, "default", "good", 0)
-		other := Policy(t, "other", "fine", 0)
-		Apply(t, st, Put(good), Put(other))
+		good := storetest.Policy(t, "default", "good", 0)
+		other := storetest.Policy(t, "other", "fine", 0)
+		storetest.Apply(t, st, storetest.Put(good), storetest.Put(other))
 		sy := StartSyncer(t, st, syncer.Config{})
-		WriteBroken(t, h)
+		storetest.WriteBroken(t, h)
 		// A valid value written by hand, not in canonical form: the digest
 		// hashes the stored bytes.
-		last, err := h.RawPut(Context(t), "other/policies/TrafficPermission/by-hand",
+		last, err := h.RawPut(storetest.Context(t), "other/policies/TrafficPermission/by-hand",
 			[]byte(`{ "name": "by-hand", "kind": "Policy", "mesh": "other", "sources": [{}], "destinations": [{}] }`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		snap := WaitFor(t, sy, last)
-		if len(snap.Invalid()) != len(brokenValues) || sy.Status().Invalid != len(brokenValues) {
-			t.Fatalf("%d invalid resources listed, want %d: %+v", len(snap.Invalid()), len(brokenValues), snap.Invalid())
+		if len(snap.Invalid()) != storetest.BrokenCount() || sy.Status().Invalid != storetest.BrokenCount() {
+			t.Fatalf("%d invalid resources listed, want %d: %+v", len(snap.Invalid()), storetest.BrokenCount(), snap.Invalid())
 		}
 		for _, inv := range snap.Invalid() {
 			if inv.Err == nil || inv.Value == nil {
@@ -166,7 +170,7 @@ func runSyncer(t *testing.T, newHarness Factory) {
 		if d, err := snap.Decide(req); err != nil || d.Action != engine.Allow {
 			t.Fatalf("decide in mesh other: %+v, %v", d, err)
 		}
-		if snap.Digest() != Digest(t, st) {
+		if snap.Digest() != storetest.Digest(t, st) {
 			t.Fatal("snapshot differs from the store")
 		}
 	})

@@ -227,7 +227,7 @@ func FuzzWhen(f *testing.F) {
 // documents' own tags. Errors must be validation errors (or an unknown mesh);
 // nothing may panic or hang.
 func FuzzKumaYAML(f *testing.F) {
-	files, _ := filepath.Glob("../../examples/*.yaml")
+	files, _ := filepath.Glob("../../../examples/*.yaml")
 	for _, file := range files {
 		if b, err := os.ReadFile(file); err == nil {
 			f.Add(b)

@@ -14,7 +14,7 @@ import (
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/memory"
 	"github.com/verdictpdp/verdict/store/storetest"
-	"github.com/verdictpdp/verdict/syncer"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -46,7 +46,7 @@ func testMain(m *testing.M) int {
 		return m.Run() // listing the tests (make fuzz does) needs no binaries
 	}
 	var err error
-	if repoRoot, err = filepath.Abs(".."); err != nil {
+	if repoRoot, err = filepath.Abs("../.."); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

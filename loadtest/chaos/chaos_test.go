@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/verdictd")
-		cmd.Dir = ".."
+		cmd.Dir = "../.."
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "chaos: go build ./cmd/verdictd: %v\n%s", err, out)
