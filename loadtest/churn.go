@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 // Churn writes policies at writeRate per second while Decide runs: open loop at
@@ -53,7 +53,7 @@ func Churn(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, c
 			if i%2 == 1 {
 				p.Action = engine.Deny
 			}
-			res, err := server.ResourceToProto(p)
+			res, err := apiconv.ResourceToProto(p)
 			if err != nil {
 				panic(err) // a generated policy that does not convert is a bug here
 			}

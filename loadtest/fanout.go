@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 // arrival is one list a WatchRules stream received after its first.
@@ -82,7 +82,7 @@ func Fanout(ctx context.Context, conns Conns, workloads []engine.Tags, streams i
 	probe := &engine.Policy{Mesh: mesh, Type: typ, Name: fmt.Sprintf("fanout-probe-%d", time.Now().UnixNano()),
 		Sources: []engine.Selector{{Match: map[string]string{"fanout": "probe"}}}, Destinations: []engine.Selector{{}},
 		Action: engine.Allow}
-	res, err := server.ResourceToProto(probe)
+	res, err := apiconv.ResourceToProto(probe)
 	if err != nil {
 		panic(err) // a constant policy that does not convert is a bug here
 	}

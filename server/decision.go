@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -34,14 +35,14 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 
 // decide answers a validated request from snap.
 func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, req *verdictv1.DecideRequest) (*verdictv1.DecideResponse, error) {
-	er := decideRequest(req)
+	er := apiconv.DecideRequest(req)
 	start := time.Now()
 	d, err := snap.Decide(&er)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics.decided(ctx, d.Action, time.Since(start))
-	return s.confs.decideResponse(&d), nil
+	return s.confs.DecideResponse(&d), nil
 }
 
 // DecideBatch answers every flow from one snapshot; an invalid flow gets an
@@ -134,11 +135,11 @@ func (s decisionService) Resolve(ctx context.Context, req *verdictv1.ResolveRequ
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	rr := resolveRequest(req)
+	rr := apiconv.ResolveRequest(req)
 	res, err := snap.Resolve(&rr)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	resp, err := resolveResponse(res)
+	resp, err := apiconv.ResolveResponse(res)
 	return resp, toStatus(ctx, s.log, err)
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -42,7 +43,7 @@ func FuzzRequests(f *testing.F) {
 		}
 		var dr verdictv1.DecideRequest
 		if protojson.Unmarshal(data, &dr) == nil && validateRequest(&dr) == nil {
-			req := decideRequest(&dr)
+			req := apiconv.DecideRequest(&dr)
 			if err := req.Validate(); err != nil {
 				t.Fatalf("validated request %s refused by the engine: %v", data, err)
 			}

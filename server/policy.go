@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -109,7 +110,7 @@ func decodeWrite(resources []*verdictv1.Resource, deletes []string, expected map
 	w := &write{}
 	var errs fieldErrors
 	for i, r := range resources {
-		res, err := ResourceFromProto(fmt.Sprintf("resources[%d]", i), r)
+		res, err := apiconv.ResourceFromProto(fmt.Sprintf("resources[%d]", i), r)
 		if err != nil {
 			var ve *engine.ValidationError
 			if !errors.As(err, &ve) {
@@ -196,11 +197,11 @@ func getStored(snap *engine.Snapshot, key string) (*verdictv1.StoredResource, er
 		return nil, err
 	}
 	if e, ok := snap.Get(k); ok {
-		return storedResource(k.String(), e.Resource, e.Err)
+		return apiconv.StoredResource(k.String(), e.Resource, e.Err)
 	}
 	for _, inv := range snap.Invalid() {
 		if inv.Resource == nil && inv.Path == k.String() {
-			sr, err := storedResource(inv.Path, nil, inv.Err)
+			sr, err := apiconv.StoredResource(inv.Path, nil, inv.Err)
 			if sr != nil {
 				sr.ModRevision = inv.ModRevision
 			}
@@ -216,7 +217,7 @@ func invalidResources(snap *engine.Snapshot) ([]*verdictv1.StoredResource, error
 	sort.Slice(inv, func(i, j int) bool { return inv[i].Path < inv[j].Path })
 	out := make([]*verdictv1.StoredResource, 0, len(inv))
 	for _, r := range inv {
-		sr, err := storedResource(r.Path, r.Resource, r.Err)
+		sr, err := apiconv.StoredResource(r.Path, r.Resource, r.Err)
 		if err != nil {
 			return nil, err
 		}
@@ -290,7 +291,7 @@ func (c *listCache) page(snap *engine.Snapshot, prefix, token string, size int) 
 			break
 		}
 		e := entries[i]
-		sr, err := storedResource(e.path, e.res, e.err)
+		sr, err := apiconv.StoredResource(e.path, e.res, e.err)
 		if err != nil {
 			return nil, "", err
 		}

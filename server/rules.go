@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
@@ -131,7 +132,7 @@ func compute(snap *engine.Snapshot, mesh, typ string, tags engine.Tags) rulesSta
 // withResponse converts the state's rules for the streams, once.
 func (st rulesState) withResponse() rulesState {
 	if st.err == nil && st.resp == nil {
-		st.resp = rulesResponse(st.rev, &st.set)
+		st.resp = apiconv.RulesResponse(st.rev, &st.set)
 	}
 	return st
 }

@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -155,7 +156,7 @@ type Server struct {
 	log     *slog.Logger
 	syncer  syncer.API
 	store   Store
-	confs   *confCache
+	confs   *apiconv.ConfCache
 	lists   listCache
 	metrics *metrics
 	hub     *rulesHub
@@ -176,7 +177,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, store: cfg.Store,
-		confs: newConfCache(100_000), health: health.NewServer(), stop: make(chan struct{}),
+		confs: apiconv.NewConfCache(100_000), health: health.NewServer(), stop: make(chan struct{}),
 	}
 	m, err := newMetrics(cfg.MeterProvider, cfg.Syncer, cfg.Store)
 	if err != nil {

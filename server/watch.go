@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -78,10 +79,10 @@ func sendEvent(stream verdictv1.WatchService_WatchResourcesServer, prefix string
 func resourceChange(c engine.Change) (*verdictv1.ResourceChange, error) {
 	switch {
 	case c.Resource != nil:
-		sr, err := storedResource(c.Path, c.Resource, nil)
+		sr, err := apiconv.StoredResource(c.Path, c.Resource, nil)
 		return &verdictv1.ResourceChange{Key: c.Path, Resource: sr}, err
 	case c.Err != nil:
-		sr, err := storedResource(c.Path, nil, c.Err)
+		sr, err := apiconv.StoredResource(c.Path, nil, c.Err)
 		if sr != nil {
 			sr.ModRevision = c.ModRevision
 		}

@@ -20,11 +20,11 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/internal/writeplan"
 	"github.com/verdictpdp/verdict/loadtest"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 // Run runs the configured scenarios and prints the reports. ok is false when a
@@ -167,7 +167,7 @@ func load(ctx context.Context, conn *grpc.ClientConn, resources []engine.Resourc
 	for _, batch := range writeplan.Split(resources, 0) {
 		req := &verdictv1.ApplyRequest{}
 		for _, r := range batch {
-			pr, err := server.ResourceToProto(r)
+			pr, err := apiconv.ResourceToProto(r)
 			if err != nil {
 				return 0, err
 			}

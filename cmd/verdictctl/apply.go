@@ -13,9 +13,9 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/writeplan"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 type fileList []string
@@ -141,7 +141,7 @@ func runApply(ctx context.Context, args []string, e *env) int {
 	for n, part := range parts {
 		req := &verdictv1.ApplyRequest{DryRun: *dryRun}
 		for _, r := range part {
-			pr, err := server.ResourceToProto(r)
+			pr, err := apiconv.ResourceToProto(r)
 			if err != nil {
 				return fail(e, "apply", err, nil)
 			}

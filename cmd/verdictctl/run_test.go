@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 func TestParseTags(t *testing.T) {
@@ -60,7 +60,7 @@ conf: {backend: splunk, sampling: 0.25, n: 3, tags: [a, b], nested: {x: true}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, err := server.ResourceToProto(rs[0])
+	pr, err := apiconv.ResourceToProto(rs[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 // Config configures a chaos run. Zero values take the defaults.
@@ -215,7 +215,7 @@ func seed(ctx context.Context, e *env) (int64, error) {
 	}
 	req := &verdictv1.ApplyRequest{}
 	for _, r := range rs {
-		p, err := server.ResourceToProto(r)
+		p, err := apiconv.ResourceToProto(r)
 		if err != nil {
 			return 0, err
 		}

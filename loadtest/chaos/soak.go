@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 // SoakConfig configures a soak run. Zero values take the defaults.
@@ -360,7 +360,7 @@ func (s *soak) write(ctx context.Context) {
 			p := &engine.Policy{Mesh: engine.DefaultMesh, Type: writeType, Name: name, Action: engine.Allow,
 				Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200))}}},
 				Destinations: []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200)), "v": strconv.Itoa(n)}}}}
-			res, perr := server.ResourceToProto(p)
+			res, perr := apiconv.ResourceToProto(p)
 			if perr != nil {
 				panic(perr) // a constant policy that does not convert is a bug here
 			}

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 // The writer's policies: w-<n> lets cw-<n> reach chaos-dst (created, and some
@@ -121,7 +121,7 @@ func (w *writer) put(ctx context.Context, name, src string) bool {
 	p := &engine.Policy{Mesh: engine.DefaultMesh, Type: writeType, Name: name, Action: engine.Allow,
 		Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: src}}},
 		Destinations: []engine.Selector{{Match: map[string]string{engine.ServiceTag: chaosDst}}}}
-	res, err := server.ResourceToProto(p)
+	res, err := apiconv.ResourceToProto(p)
 	if err != nil {
 		panic(err) // a constant policy that does not convert is a bug here
 	}

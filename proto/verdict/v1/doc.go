@@ -3,6 +3,6 @@
 // DecideStream, Resolve), PolicyService (Apply, Get, List, Delete, Status) and
 // WatchService (WatchResources, WatchRules). The resource messages' protobuf
 // JSON is the canonical document of SPEC section 3, the form stored in etcd;
-// server.ResourceFromProto and server.ResourceToProto convert them to and from
+// apiconv.ResourceFromProto and apiconv.ResourceToProto (internal/apiconv) convert them to and from
 // the engine's types.
 package verdictv1

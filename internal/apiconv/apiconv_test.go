@@ -1,8 +1,10 @@
-package server
+package apiconv
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,7 +19,7 @@ import (
 // testdata/conformance.
 func conformanceResources(t testing.TB) []engine.Resource {
 	t.Helper()
-	files, err := filepath.Glob("../testdata/conformance/*.yaml")
+	files, err := filepath.Glob("../../testdata/conformance/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no conformance suites: %v", err)
 	}
@@ -119,24 +121,34 @@ func TestResourceFromProtoErrors(t *testing.T) {
 
 func TestConfCacheSharesConversions(t *testing.T) {
 	t.Parallel()
-	c := newConfCache(2)
+	c := NewConfCache(2)
 	a := engine.Object{"backend": "splunk", "n": jsonNum("3")}
 	b := engine.Object{"x": []any{jsonNum("1.5"), true, nil}}
-	pa := c.get(a)
-	if pa != c.get(a) {
+	pa := c.Get(a)
+	if pa != c.Get(a) {
 		t.Error("a second get of one conf converted it again")
 	}
 	if got := pa.Fields["n"].GetNumberValue(); got != 3 {
 		t.Errorf("n = %v, want 3", got)
 	}
-	if c.get(b).Fields["x"].GetListValue().Values[0].GetNumberValue() != 1.5 {
+	if c.Get(b).Fields["x"].GetListValue().Values[0].GetNumberValue() != 1.5 {
 		t.Error("list value not converted")
 	}
-	c.get(engine.Object{"y": "z"}) // past the bound: the cache starts over
-	if c.get(a).Fields["backend"].GetStringValue() != "splunk" {
+	c.Get(engine.Object{"y": "z"}) // past the bound: the cache starts over
+	if c.Get(a).Fields["backend"].GetStringValue() != "splunk" {
 		t.Error("conf changed after a reset")
 	}
-	if c.get(nil) != nil {
+	if c.Get(nil) != nil {
 		t.Error("no conf must stay nil")
 	}
 }
+
+func readFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+func jsonNum(s string) json.Number { return json.Number(s) }

@@ -1,9 +1,14 @@
-package server
+// Package apiconv converts between the API's messages (proto/verdict/v1) and
+// the engine's types: resources both ways, decide and resolve requests in,
+// decisions, resolutions and rule lists out. The server, verdictctl, the load
+// tester and the harnesses share it; it imports neither the server nor gRPC.
+package apiconv
 
 import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -102,8 +107,8 @@ func ResourceToProto(r engine.Resource) (*verdictv1.Resource, error) {
 	return out, nil
 }
 
-// storedResource is an entry of the snapshot as the API shows it.
-func storedResource(key string, r engine.Resource, rerr error) (*verdictv1.StoredResource, error) {
+// StoredResource is an entry of the snapshot as the API shows it.
+func StoredResource(key string, r engine.Resource, rerr error) (*verdictv1.StoredResource, error) {
 	out := &verdictv1.StoredResource{Key: key}
 	if rerr != nil {
 		out.Error = rerr.Error()
@@ -121,9 +126,9 @@ func storedResource(key string, r engine.Resource, rerr error) (*verdictv1.Store
 	return out, nil
 }
 
-// decideRequest translates a DecideRequest; its fields are validated by
+// DecideRequest translates a DecideRequest; its fields are validated by
 // validateDecide.
-func decideRequest(r *verdictv1.DecideRequest) engine.Request {
+func DecideRequest(r *verdictv1.DecideRequest) engine.Request {
 	p, _ := engine.ParseProtocol(r.GetProtocol())
 	return engine.Request{
 		Mesh: r.GetMesh(), Type: r.GetType(),
@@ -132,7 +137,7 @@ func decideRequest(r *verdictv1.DecideRequest) engine.Request {
 	}
 }
 
-func actionOf(a engine.Action) verdictv1.Action {
+func Action(a engine.Action) verdictv1.Action {
 	switch a {
 	case engine.Allow:
 		return verdictv1.Action_ACTION_ALLOW
@@ -142,7 +147,7 @@ func actionOf(a engine.Action) verdictv1.Action {
 	return verdictv1.Action_ACTION_UNSPECIFIED
 }
 
-func reasonOf(r engine.Reason) verdictv1.Reason {
+func Reason(r engine.Reason) verdictv1.Reason {
 	switch r {
 	case engine.ReasonMatched:
 		return verdictv1.Reason_REASON_MATCHED
@@ -158,30 +163,30 @@ func reasonOf(r engine.Reason) verdictv1.Reason {
 	return verdictv1.Reason_REASON_UNSPECIFIED
 }
 
-func sideOf(s *engine.SideDecision) *verdictv1.SideDecision {
-	return &verdictv1.SideDecision{Action: actionOf(s.Action), Policy: s.Policy, Scope: s.Scope, Rule: s.Rule,
-		Reason: reasonOf(s.Reason)}
+func Side(s *engine.SideDecision) *verdictv1.SideDecision {
+	return &verdictv1.SideDecision{Action: Action(s.Action), Policy: s.Policy, Scope: s.Scope, Rule: s.Rule,
+		Reason: Reason(s.Reason)}
 }
 
-// decideResponse translates a decision; confs come from the cache.
-func (c *confCache) decideResponse(d *engine.Decision) *verdictv1.DecideResponse {
+// DecideResponse translates a decision; confs come from the cache.
+func (c *ConfCache) DecideResponse(d *engine.Decision) *verdictv1.DecideResponse {
 	out := &verdictv1.DecideResponse{
-		Action: actionOf(d.Action), Outbound: sideOf(&d.Outbound), Inbound: sideOf(&d.Inbound),
-		Policy: d.Policy, Conf: c.get(d.Conf), Revision: d.Revision,
+		Action: Action(d.Action), Outbound: Side(&d.Outbound), Inbound: Side(&d.Inbound),
+		Policy: d.Policy, Conf: c.Get(d.Conf), Revision: d.Revision,
 	}
 	if d.Explain != nil {
-		out.Explanation = &verdictv1.Explanation{Outbound: traceOf(&d.Explain.Outbound), Inbound: traceOf(&d.Explain.Inbound)}
+		out.Explanation = &verdictv1.Explanation{Outbound: Trace(&d.Explain.Outbound), Inbound: Trace(&d.Explain.Inbound)}
 	}
 	return out
 }
 
-func traceOf(t *engine.SideTrace) *verdictv1.SideTrace {
-	out := &verdictv1.SideTrace{Members: t.Members, MostSpecificScope: t.MostSpecificScope, Reason: reasonOf(t.Reason),
+func Trace(t *engine.SideTrace) *verdictv1.SideTrace {
+	out := &verdictv1.SideTrace{Members: t.Members, MostSpecificScope: t.MostSpecificScope, Reason: Reason(t.Reason),
 		Truncated: t.Truncated}
 	for _, c := range t.Candidates {
 		out.Candidates = append(out.Candidates, &verdictv1.CandidateTrace{
 			Policy: c.Policy, Scope: c.Scope, Phase: c.Phase, Priority: c.Priority, Rank: c.Rank, Rule: c.Rule,
-			Action: actionOf(c.Action), Matched: c.Matched, Decided: c.Decided, Why: c.Why,
+			Action: Action(c.Action), Matched: c.Matched, Decided: c.Decided, Why: c.Why,
 		})
 	}
 	for _, n := range t.NotCandidates {
@@ -190,7 +195,7 @@ func traceOf(t *engine.SideTrace) *verdictv1.SideTrace {
 	return out
 }
 
-func resolveRequest(r *verdictv1.ResolveRequest) engine.ResolveRequest {
+func ResolveRequest(r *verdictv1.ResolveRequest) engine.ResolveRequest {
 	p, _ := engine.ParseProtocol(r.GetProtocol())
 	return engine.ResolveRequest{
 		Mesh: r.GetMesh(), Type: r.GetType(),
@@ -199,7 +204,7 @@ func resolveRequest(r *verdictv1.ResolveRequest) engine.ResolveRequest {
 	}
 }
 
-func stateOf(s engine.PolicyState) verdictv1.PolicyState {
+func PolicyState(s engine.PolicyState) verdictv1.PolicyState {
 	switch s {
 	case engine.Enforced:
 		return verdictv1.PolicyState_POLICY_STATE_ENFORCED
@@ -211,7 +216,7 @@ func stateOf(s engine.PolicyState) verdictv1.PolicyState {
 	return verdictv1.PolicyState_POLICY_STATE_UNSPECIFIED
 }
 
-func resolutionOf(r *engine.Resolution) (*verdictv1.Resolution, error) {
+func Resolution(r *engine.Resolution) (*verdictv1.Resolution, error) {
 	out := &verdictv1.Resolution{Side: r.Side}
 	for _, rr := range r.Rules {
 		v, err := structpb.NewValue(rr.Value)
@@ -221,7 +226,7 @@ func resolutionOf(r *engine.Resolution) (*verdictv1.Resolution, error) {
 		out.Rules = append(out.Rules, &verdictv1.ResolvedRule{Name: rr.Name, Value: v, Policy: rr.Policy})
 	}
 	for _, ps := range r.Status {
-		st := &verdictv1.PolicyStatus{Policy: ps.Policy, State: stateOf(ps.State), Skipped: ps.Skipped}
+		st := &verdictv1.PolicyStatus{Policy: ps.Policy, State: PolicyState(ps.State), Skipped: ps.Skipped}
 		for _, m := range ps.Missing {
 			st.Missing = append(st.Missing, &verdictv1.MissingRule{Rule: m.Rule, By: m.By, Why: m.Why})
 		}
@@ -230,17 +235,17 @@ func resolutionOf(r *engine.Resolution) (*verdictv1.Resolution, error) {
 	return out, nil
 }
 
-func resolveResponse(res *engine.ResolveResult) (*verdictv1.ResolveResponse, error) {
+func ResolveResponse(res *engine.ResolveResult) (*verdictv1.ResolveResponse, error) {
 	out := &verdictv1.ResolveResponse{Revision: res.Revision}
 	if res.Main != nil {
-		m, err := resolutionOf(res.Main)
+		m, err := Resolution(res.Main)
 		if err != nil {
 			return nil, err
 		}
 		out.Side, out.Rules, out.Status = m.Side, m.Rules, m.Status
 	}
 	if res.Outbound != nil {
-		o, err := resolutionOf(res.Outbound)
+		o, err := Resolution(res.Outbound)
 		if err != nil {
 			return nil, err
 		}
@@ -249,7 +254,7 @@ func resolveResponse(res *engine.ResolveResult) (*verdictv1.ResolveResponse, err
 	return out, nil
 }
 
-func selectorsOf(sels []engine.Selector) []*verdictv1.Selector {
+func Selectors(sels []engine.Selector) []*verdictv1.Selector {
 	if len(sels) == 0 {
 		return nil
 	}
@@ -264,7 +269,7 @@ func selectorsOf(sels []engine.Selector) []*verdictv1.Selector {
 	return out
 }
 
-func portsOf(ports []engine.PortEntry) []*verdictv1.PortEntry {
+func Ports(ports []engine.PortEntry) []*verdictv1.PortEntry {
 	if len(ports) == 0 {
 		return nil
 	}
@@ -279,28 +284,28 @@ func portsOf(ports []engine.PortEntry) []*verdictv1.PortEntry {
 	return out
 }
 
-func sideRulesOf(s *engine.SideRules) *verdictv1.SideRules {
-	out := &verdictv1.SideRules{Fallback: actionOf(s.Fallback), FallbackReason: reasonOf(s.FallbackReason),
+func SideRules(s *engine.SideRules) *verdictv1.SideRules {
+	out := &verdictv1.SideRules{Fallback: Action(s.Fallback), FallbackReason: Reason(s.FallbackReason),
 		Combine: s.Combine.String()}
 	for _, r := range s.Rules {
 		out.Rules = append(out.Rules, &verdictv1.Rule{
 			Policy: r.Policy, Scope: r.Scope, Phase: r.Phase, Priority: r.Priority, Rule: r.Rule,
-			Peer: selectorsOf(r.Peer), Ports: portsOf(r.Ports), Action: actionOf(r.Action),
+			Peer: Selectors(r.Peer), Ports: Ports(r.Ports), Action: Action(r.Action),
 		})
 	}
 	return out
 }
 
-func rulesResponse(rev int64, rs *engine.RuleSet) *verdictv1.WatchRulesResponse {
-	return &verdictv1.WatchRulesResponse{Revision: rev, Inbound: sideRulesOf(&rs.Inbound), Outbound: sideRulesOf(&rs.Outbound)}
+func RulesResponse(rev int64, rs *engine.RuleSet) *verdictv1.WatchRulesResponse {
+	return &verdictv1.WatchRulesResponse{Revision: rev, Inbound: SideRules(&rs.Inbound), Outbound: SideRules(&rs.Outbound)}
 }
 
-// confCache converts confs to structpb once per conf object: Decide is the hot
+// ConfCache converts confs to structpb once per conf object: Decide is the hot
 // path, and a snapshot's conf objects are immutable and shared by every
 // decision their rule makes. An entry is keyed by the map's identity and holds
 // the map itself, so the address cannot be reused by another map while the
 // entry lives. The cache is dropped whole when it grows past its bound.
-type confCache struct {
+type ConfCache struct {
 	m     atomic.Pointer[sync.Map] // uintptr → *confEntry
 	n     atomic.Int64
 	limit int64
@@ -311,15 +316,15 @@ type confEntry struct {
 	pb   *structpb.Struct
 }
 
-func newConfCache(limit int) *confCache {
-	c := &confCache{limit: int64(limit)}
+func NewConfCache(limit int) *ConfCache {
+	c := &ConfCache{limit: int64(limit)}
 	c.m.Store(&sync.Map{})
 	return c
 }
 
-// get returns conf as a Struct, shared (callers must not modify it); nil for
+// Get returns conf as a Struct, shared (callers must not modify it); nil for
 // no conf.
-func (c *confCache) get(conf engine.Object) *structpb.Struct {
+func (c *ConfCache) Get(conf engine.Object) *structpb.Struct {
 	if conf == nil {
 		return nil
 	}
@@ -340,4 +345,11 @@ func (c *confCache) get(conf engine.Object) *structpb.Struct {
 	}
 	m.Store(id, &confEntry{conf: conf, pb: pb})
 	return pb
+}
+
+func cleanProtoErr(err error) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "proto: ")
+	s = strings.TrimPrefix(s, "proto:\u00a0") // protobuf-go's non-breaking space
+	return s
 }

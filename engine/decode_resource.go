@@ -1,0 +1,290 @@
+package engine
+
+// The per-kind decoders: Mesh, Scope and Policy with its targetRef, items and
+// defaults/overrides blocks.
+
+import (
+	"fmt"
+	"strconv"
+)
+
+func decodeMesh(o *obj) *Mesh {
+	m := &Mesh{Name: o.name("name", true)}
+	m.DefaultAction = o.action("defaultAction")
+	m.UnenforcedAction = o.action("unenforcedAction")
+	if s := o.str("tieBreak"); s != "" {
+		i := indexOf(tieBreakNames, s)
+		if i < 0 {
+			o.errs.add(o.field("tieBreak"), fmt.Sprintf("%q is not Name, NewestCreated or NewestModified", s))
+		} else {
+			m.TieBreak = TieBreak(i)
+		}
+	}
+	if s := o.str("itemOrder"); s != "" {
+		i := indexOf(itemOrderNames, s)
+		if i < 0 {
+			o.errs.add(o.field("itemOrder"), fmt.Sprintf("%q is not FirstWins or LastWins", s))
+		} else {
+			m.ItemOrder = ItemOrder(i)
+		}
+	}
+	if types, ok := o.object("types"); ok {
+		m.Types = make(map[string]TypeSettings, len(types))
+		for t, v := range types {
+			path := o.field("types") + "[" + strconv.Quote(t) + "]"
+			if err := checkName(t); err != nil {
+				o.errs.add(path, "type name: "+err.Error())
+				continue
+			}
+			tm, ok := v.(map[string]any)
+			if !ok {
+				o.errs.add(path, "must be an object")
+				continue
+			}
+			to := newObj(o.errs, path, tm)
+			var ts TypeSettings
+			if s := to.str("combine"); s != "" {
+				i := indexOf(combineNames, s)
+				if i < 0 {
+					o.errs.add(to.field("combine"), fmt.Sprintf("%q is not FirstMatch or DenyOverrides", s))
+				} else {
+					ts.Combine = Combine(i)
+				}
+			}
+			ts.DefaultAction = to.action("defaultAction")
+			ts.UnenforcedAction = to.action("unenforcedAction")
+			to.finish()
+			m.Types[t] = ts
+		}
+	}
+	m.Meta = o.meta()
+	return m
+}
+
+func decodeScope(o *obj) *Scope {
+	s := &Scope{Mesh: o.meshName(), Name: o.name("name", true), Enforced: true}
+	s.Parent = o.name("parent", false)
+	if s.Parent != "" && s.Parent == s.Name {
+		o.errs.add(o.field("parent"), "a scope cannot be its own parent")
+	}
+	s.Priority = o.int32("priority")
+	s.Selectors = decodeSelectors(o, "selectors", true)
+	s.CatchAll = o.action("catchAll")
+	if l, ok := o.list("catchAllTypes"); ok {
+		if len(l) == 0 {
+			o.errs.add(o.field("catchAllTypes"), "must name at least one type (leave it out for [TrafficPermission]; leave catchAll out for none)")
+		}
+		s.CatchAllTypes = make([]string, 0, len(l))
+		for i, v := range l {
+			t, ok := scalarText(v)
+			path := fmt.Sprintf("%s[%d]", o.field("catchAllTypes"), i)
+			if !ok {
+				o.errs.add(path, "must be a string")
+				continue
+			}
+			if err := checkName(t); err != nil {
+				o.errs.add(path, err.Error())
+				continue
+			}
+			s.CatchAllTypes = append(s.CatchAllTypes, t)
+		}
+	}
+	s.Enforced = o.boolean("enforced", true)
+	s.Meta = o.meta()
+	return s
+}
+
+func decodeTargetRef(o *obj) TargetRef {
+	var t TargetRef
+	kind := o.str("kind")
+	switch kind {
+	case "Mesh":
+		t.Kind = TargetMesh
+	case "MeshSubset":
+		t.Kind = TargetMeshSubset
+	case "Service", "MeshService":
+		t.Kind = TargetService
+	case "ServiceSubset", "MeshServiceSubset":
+		t.Kind = TargetServiceSubset
+	case "Proxy", "Dataplane":
+		t.Kind = TargetProxy
+	case "":
+		o.errs.add(o.field("kind"), "is required: Mesh, MeshSubset, Service, ServiceSubset or Proxy")
+	default:
+		o.errs.add(o.field("kind"), fmt.Sprintf("%q is not Mesh, MeshSubset, Service, ServiceSubset or Proxy", kind))
+	}
+	t.Name = o.str("name")
+	t.Tags = o.stringMap("tags", false)
+	o.finish()
+	if kind == "" {
+		return t
+	}
+	switch t.Kind {
+	case TargetMesh, TargetMeshSubset:
+		if t.Name != "" {
+			o.errs.add(o.field("name"), fmt.Sprintf("must be empty for kind %s", t.Kind))
+		}
+	default:
+		if t.Name == "" {
+			o.errs.add(o.field("name"), fmt.Sprintf("is required for kind %s", t.Kind))
+		} else if err := checkTagValue(t.Name, false); err != nil {
+			o.errs.add(o.field("name"), err.Error())
+		}
+	}
+	switch t.Kind {
+	case TargetMesh, TargetService, TargetProxy:
+		if len(t.Tags) > 0 {
+			o.errs.add(o.field("tags"), fmt.Sprintf("must be empty for kind %s", t.Kind))
+		}
+	}
+	return t
+}
+
+func decodeItems(o *obj, key string) []Item {
+	l, ok := o.list(key)
+	if !ok {
+		return nil
+	}
+	if len(l) > MaxItems {
+		o.errs.add(o.field(key), fmt.Sprintf("has %d items, over the limit of %d", len(l), MaxItems))
+		return nil
+	}
+	out := make([]Item, 0, len(l))
+	for i, v := range l {
+		path := fmt.Sprintf("%s[%d]", o.field(key), i)
+		m, ok := v.(map[string]any)
+		if !ok {
+			o.errs.add(path, "must be an object")
+			continue
+		}
+		io := newObj(o.errs, path, m)
+		var it Item
+		if tr, ok := io.sub("targetRef"); ok {
+			it.TargetRef = decodeTargetRef(tr)
+		} else {
+			o.errs.add(io.field("targetRef"), "is required")
+		}
+		it.Action = io.action("action")
+		it.Conf = io.conf("conf")
+		io.finish()
+		out = append(out, it)
+	}
+	return out
+}
+
+func decodeBlock(o *obj, key string) *Block {
+	bo, ok := o.sub(key)
+	if !ok {
+		return nil
+	}
+	b := &Block{}
+	switch s := bo.str("strategy"); s {
+	case "", "atomic":
+	case "merge":
+		b.Strategy = Merge
+	default:
+		o.errs.add(bo.field("strategy"), fmt.Sprintf("%q is not atomic or merge", s))
+	}
+	b.When = bo.str("when")
+	if b.When != "" {
+		p, err := compileWhen(b.When)
+		if err != nil {
+			o.errs.add(bo.field("when"), err.Error())
+		}
+		b.when = p
+	}
+	b.Rules = bo.conf("rules")
+	if b.Rules == nil {
+		o.errs.add(bo.field("rules"), "is required: an object of named rules")
+	}
+	bo.finish()
+	return b
+}
+
+func decodePolicy(o *obj) *Policy {
+	p := &Policy{Mesh: o.meshName(), Name: o.name("name", true)}
+	_, typeGiven := o.m["type"]
+	p.Type = o.name("type", false)
+	if p.Type == "" {
+		if typeGiven {
+			o.errs.add(o.field("type"), "must not be empty")
+		}
+		p.Type = DefaultType
+	}
+	p.Scope = o.name("scope", false)
+	switch r := o.str("rank"); r {
+	case "", "Default":
+	case "Absolute":
+		p.Rank = RankAbsolute
+	default:
+		o.errs.add(o.field("rank"), fmt.Sprintf("%q is not Default or Absolute", r))
+	}
+	p.Priority = o.int32("priority")
+	_, hasSources := o.m["sources"]
+	_, hasDestinations := o.m["destinations"]
+	if hasSources || hasDestinations {
+		p.Sources = decodeSelectors(o, "sources", true)
+		p.Destinations = decodeSelectors(o, "destinations", true)
+	}
+	p.Ports = decodePorts(o)
+	p.Action = o.action("action")
+	p.Conf = o.conf("conf")
+	if tr, ok := o.sub("targetRef"); ok {
+		t := decodeTargetRef(tr)
+		p.TargetRef = &t
+	}
+	p.From = decodeItems(o, "from")
+	p.To = decodeItems(o, "to")
+	p.Defaults = decodeBlock(o, "defaults")
+	p.Overrides = decodeBlock(o, "overrides")
+	if l, ok := o.list("unset"); ok {
+		for i, v := range l {
+			s, ok := scalarText(v)
+			path := fmt.Sprintf("%s[%d]", o.field("unset"), i)
+			if !ok || s == "" {
+				o.errs.add(path, "must be a rule name")
+				continue
+			}
+			p.Unset = append(p.Unset, s)
+		}
+	}
+	p.Meta = o.meta()
+	checkPolicyForm(o, p, hasSources || hasDestinations)
+	return p
+}
+
+// checkPolicyForm validates what a policy's fields mean together.
+func checkPolicyForm(o *obj, p *Policy, sd bool) {
+	tr := p.TargetRef != nil
+	switch {
+	case sd && tr:
+		o.errs.add(o.field("targetRef"), "a policy uses sources/destinations or targetRef, not both")
+	case !sd && !tr:
+		o.errs.add("", "a policy needs sources and destinations, or a targetRef")
+	}
+	if sd {
+		if len(p.From) > 0 || len(p.To) > 0 {
+			o.errs.add(o.field("from"), "from/to items need a targetRef policy, not sources/destinations")
+		}
+	}
+	if tr {
+		if p.Scope != "" {
+			o.errs.add(o.field("scope"), "a targetRef policy names no scope: its targetRef is its attachment")
+		}
+		if p.Action != ActionUnset {
+			o.errs.add(o.field("action"), "a targetRef policy sets the action on each from/to item")
+		}
+		if len(p.Ports) > 0 && !p.hasItems() {
+			o.errs.add(o.field("ports"), "ports restrict rules; a targetRef policy without from/to items has none")
+		}
+	}
+	if p.hasItems() && p.hasBlocks() {
+		o.errs.add(o.field("defaults"), "from/to items and defaults/overrides blocks cannot be mixed")
+	}
+	if p.hasItems() && p.Conf != nil {
+		o.errs.add(o.field("conf"), "a policy with from/to items carries its conf on each item")
+	}
+	if p.Conf != nil && p.hasBlocks() {
+		o.errs.add(o.field("conf"), "conf is an atomic defaults block; use conf or defaults/overrides, not both")
+	}
+}
