@@ -20,13 +20,17 @@ type decisionService struct {
 
 var _ verdictv1.DecisionServiceServer = decisionService{}
 
-// Decide answers one flow (validated by the interceptor).
+// Decide answers one flow (validated here, as the engine's request is built).
 func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideRequest) (*verdictv1.DecideResponse, error) {
+	er, err := decideRequest(req)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
 	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	resp, err := s.decide(ctx, snap, req)
+	resp, err := s.decide(ctx, snap, &er)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -34,10 +38,9 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 }
 
 // decide answers a validated request from snap.
-func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, req *verdictv1.DecideRequest) (*verdictv1.DecideResponse, error) {
-	er := apiconv.DecideRequest(req)
+func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, er *engine.Request) (*verdictv1.DecideResponse, error) {
 	start := time.Now()
-	d, err := snap.Decide(&er)
+	d, err := snap.Decide(er)
 	if err != nil {
 		return nil, err
 	}
@@ -64,12 +67,12 @@ func (s decisionService) DecideBatch(ctx context.Context, req *verdictv1.DecideB
 // a flow that has errors.
 func (s *Server) result(ctx context.Context, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest) *verdictv1.DecideResult {
 	var errs fieldErrors
-	errs.decide("", r)
+	er := errs.decide("", r)
 	errs.prefix(prefix)
 	err := errs.err()
 	if err == nil {
 		var resp *verdictv1.DecideResponse
-		if resp, err = s.decide(ctx, snap, r); err == nil {
+		if resp, err = s.decide(ctx, snap, &er); err == nil {
 			return &verdictv1.DecideResult{Result: &verdictv1.DecideResult_Response{Response: resp}}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -30,7 +31,12 @@ const (
 // InvalidArgument with BadRequest details.
 
 // validationInterceptor validates unary requests before their handler runs.
+// Decide is left to its handler, which validates the request as it builds
+// the engine's (decideRequest): once per call.
 func (s *Server) validationInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if _, ok := req.(*verdictv1.DecideRequest); ok {
+		return handler(ctx, req)
+	}
 	if err := validateRequest(req); err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -90,6 +96,17 @@ func validateRequest(req any) error {
 	return errs.err()
 }
 
+// decideRequest validates a Decide's request and returns the engine's request
+// built from it: the one place a Decide's engine.Request is built.
+func decideRequest(r *verdictv1.DecideRequest) (engine.Request, error) {
+	if fe, ok := undecodable(r); ok {
+		return engine.Request{}, &engine.ValidationError{Errors: []engine.FieldError{fe}}
+	}
+	var errs fieldErrors
+	req := errs.decide("", r)
+	return req, errs.err()
+}
+
 // validateStreamRequest checks the envelope of one message of a DecideStream.
 func validateStreamRequest(m *verdictv1.DecideStreamRequest) error {
 	if fe, ok := undecodable(m); ok {
@@ -135,17 +152,27 @@ func (e *fieldErrors) err() error {
 	return &engine.ValidationError{Errors: e.list}
 }
 
-func (e *fieldErrors) decide(prefix string, r *verdictv1.DecideRequest) {
-	e.flow(prefix, r.GetMesh(), r.GetType(), r.GetSource(), r.GetDestination(), r.GetProtocol(), r.GetPort())
+// decide checks a flow to decide and returns the engine's request for it
+// (apiconv builds it; valid when e gained no error).
+func (e *fieldErrors) decide(prefix string, r *verdictv1.DecideRequest) engine.Request {
+	req := apiconv.DecideRequest(r)
+	e.request(prefix, r.GetProtocol(), &req)
 	e.minRevision(prefix+"minRevision", r.GetMinRevision())
+	return req
 }
 
 func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Workload, protocol string, port uint32) {
-	p, err := engine.ParseProtocol(protocol)
-	if err != nil {
+	p, _ := engine.ParseProtocol(protocol)
+	req := engine.Request{Mesh: mesh, Type: typ, Source: src.GetTags(), Destination: dst.GetTags(), Protocol: p, Port: port}
+	e.request(prefix, protocol, &req)
+}
+
+// request checks a flow's fields; protocol is the text req.Protocol was
+// parsed from.
+func (e *fieldErrors) request(prefix, protocol string, req *engine.Request) {
+	if _, err := engine.ParseProtocol(protocol); err != nil {
 		e.add(prefix+"protocol", err.Error())
 	}
-	req := engine.Request{Mesh: mesh, Type: typ, Source: src.GetTags(), Destination: dst.GetTags(), Protocol: p, Port: port}
 	if err := req.Validate(); err != nil {
 		if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
 			for _, fe := range ve.Errors {
