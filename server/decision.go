@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -79,11 +81,26 @@ func (s *Server) result(ctx context.Context, snap *engine.Snapshot, prefix func(
 	return &verdictv1.DecideResult{Result: &verdictv1.DecideResult_Error{Error: errorEntry(ctx, s.log, err)}}
 }
 
+// MaxStreamWaiting bounds the messages of one DecideStream that wait for their
+// min_revision at once; a message beyond it is answered at once with
+// UNAVAILABLE.
+const MaxStreamWaiting = 64
+
 // DecideStream answers each message with its id. An invalid message gets an
-// error answer and the stream goes on; the stream ends when the client closes
-// it, or with UNAVAILABLE when the server stops.
+// error answer and the stream goes on. A message whose min_revision is ahead of
+// the snapshot waits for it (WaitTimeout, then an UNAVAILABLE answer) without
+// holding the messages behind it: those are answered meanwhile, so answers
+// may come out of order — match them by id. The stream ends when the client
+// closes it (once every waiting message is answered), when the client cancels
+// it (in any state: reading, sending, waiting), or with UNAVAILABLE when the
+// server stops.
 func (s decisionService) DecideStream(stream verdictv1.DecisionService_DecideStreamServer) error {
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancel(stream.Context())
+	var waiters sync.WaitGroup
+	defer func() {
+		cancel()
+		waiters.Wait()
+	}()
 	msgs := make(chan *verdictv1.DecideStreamRequest)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -100,36 +117,79 @@ func (s decisionService) DecideStream(stream verdictv1.DecisionService_DecideStr
 			}
 		}
 	}()
-	for {
+	late := make(chan *verdictv1.DecideStreamResponse) // answers of messages that waited
+	waiting := 0
+	closed := false
+	for !closed || waiting > 0 {
+		var out *verdictv1.DecideStreamResponse
 		select {
 		case <-s.stop:
 			return toStatus(ctx, s.log, errShuttingDown)
+		case <-ctx.Done():
+			return toStatus(ctx, s.log, ctx.Err())
 		case err := <-recvErr:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return toStatus(ctx, s.log, err)
-		case m := <-msgs:
-			if err := stream.Send(s.streamAnswer(ctx, m)); err != nil {
+			if !errors.Is(err, io.EOF) {
 				return toStatus(ctx, s.log, err)
 			}
+			closed, recvErr = true, nil
+			continue
+		case out = <-late:
+			waiting--
+		case m := <-msgs:
+			if out = s.streamAnswer(ctx, m, false); out != nil {
+				break
+			}
+			if waiting >= MaxStreamWaiting {
+				out = streamError(ctx, s.log, m, fmt.Errorf("%w: %d messages of this stream already wait for their min_revision",
+					errNotCurrent, waiting))
+				break
+			}
+			waiting++
+			waiters.Add(1)
+			go func() {
+				defer waiters.Done()
+				select {
+				case late <- s.streamAnswer(ctx, m, true):
+				case <-ctx.Done():
+				}
+			}()
+			continue
+		}
+		if err := stream.Send(out); err != nil {
+			return toStatus(ctx, s.log, err)
 		}
 	}
+	return nil
 }
 
-func (s *Server) streamAnswer(ctx context.Context, m *verdictv1.DecideStreamRequest) *verdictv1.DecideStreamResponse {
-	out := &verdictv1.DecideStreamResponse{Id: m.GetId()}
+// streamAnswer answers one message of a DecideStream. Without wait, a message
+// whose min_revision is ahead of the snapshot gets nil (it must wait); with
+// wait, it waits up to WaitTimeout: a stream message has no deadline of its
+// own.
+func (s *Server) streamAnswer(ctx context.Context, m *verdictv1.DecideStreamRequest, wait bool) *verdictv1.DecideStreamResponse {
 	if err := validateStreamRequest(m); err != nil {
-		out.Result = &verdictv1.DecideResult{Result: &verdictv1.DecideResult_Error{Error: errorEntry(ctx, s.log, err)}}
-		return out
+		return streamError(ctx, s.log, m, err)
 	}
-	snap, err := s.snapshotAt(ctx, m.GetRequest().GetMinRevision())
-	if err != nil {
-		out.Result = &verdictv1.DecideResult{Result: &verdictv1.DecideResult_Error{Error: errorEntry(ctx, s.log, err)}}
-		return out
+	rev := m.GetRequest().GetMinRevision()
+	snap := s.syncer.Snapshot()
+	if rev > snap.Revision() {
+		if !wait {
+			return nil
+		}
+		wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer wcancel()
+		defer context.AfterFunc(ctx, wcancel)()
+		var err error
+		if snap, err = s.snapshotAt(wctx, rev); err != nil {
+			return streamError(ctx, s.log, m, err)
+		}
 	}
-	out.Result = s.result(ctx, snap, func() string { return "request." }, m.GetRequest())
-	return out
+	return &verdictv1.DecideStreamResponse{Id: m.GetId(), Result: s.result(ctx, snap, func() string { return "request." }, m.GetRequest())}
+}
+
+func streamError(ctx context.Context, log *slog.Logger, m *verdictv1.DecideStreamRequest, err error) *verdictv1.DecideStreamResponse {
+	return &verdictv1.DecideStreamResponse{Id: m.GetId(),
+		Result: &verdictv1.DecideResult{Result: &verdictv1.DecideResult_Error{Error: errorEntry(ctx, log, err)}}}
 }
 
 // Resolve returns the effective configuration (validated by the interceptor).

@@ -97,7 +97,7 @@ func FuzzRequestMessages(f *testing.F) {
 		var err error
 		switch r := m.(type) {
 		case *verdictv1.DecideStreamRequest:
-			ans := srv.streamAnswer(ctx, r)
+			ans := srv.streamAnswer(ctx, r, true)
 			if ans.GetId() != r.GetId() {
 				t.Fatalf("answer id %q, want %q", ans.GetId(), r.GetId())
 			}
