@@ -15,6 +15,30 @@ var (
 	ErrMeshNotFound = errors.New("mesh not found")
 )
 
+// codeNames is the API status code of each of the engine's errors, by its gRPC
+// code name (as google.golang.org/grpc/codes.Code.String spells it: the engine
+// imports no gRPC). The first row whose error matches wins.
+var codeNames = [...]struct {
+	err  error
+	name string
+}{
+	{ErrInvalid, "InvalidArgument"},
+	{ErrMeshNotFound, "NotFound"},
+}
+
+// CodeName returns the status code name the API answers err with when err is
+// one of the engine's errors (ok false otherwise). The server's error table
+// (server/errors.go) and the suite runner (engine/policytest) both read it, so
+// a suite expects exactly the codes the server answers with.
+func CodeName(err error) (name string, ok bool) {
+	for _, row := range codeNames {
+		if errors.Is(err, row.err) {
+			return row.name, true
+		}
+	}
+	return "", false
+}
+
 // FieldError is one validation failure: the path of the field and the reason.
 type FieldError struct {
 	Field  string // "sources[0].match", "policies[3].ports[1].ports"

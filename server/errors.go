@@ -44,13 +44,19 @@ func codeOf(err error) codes.Code {
 
 // classify is codeOf's table; known is false for an error this module does not
 // know: a status error of gRPC itself (passed through) or an unexpected one.
+// The engine's errors map by the engine's own table of code names
+// (engine.CodeName), which the suite runner reads too.
 func classify(err error) (code codes.Code, known bool) {
-	switch {
-	case err == nil:
+	if err == nil {
 		return codes.OK, true
-	case errors.Is(err, engine.ErrInvalid), errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrInvalidArgument):
+	}
+	if name, ok := engine.CodeName(err); ok {
+		return codeNamed(name), true
+	}
+	switch {
+	case errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrInvalidArgument):
 		return codes.InvalidArgument, true
-	case errors.Is(err, engine.ErrMeshNotFound), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return codes.NotFound, true
 	case errors.Is(err, store.ErrConflict):
 		return codes.Aborted, true
@@ -73,6 +79,17 @@ func classify(err error) (code codes.Code, known bool) {
 		return se.Code(), false
 	}
 	return codes.Internal, false
+}
+
+// codeNamed is the gRPC code of a code name ("InvalidArgument"); Internal
+// for a name that is none.
+func codeNamed(name string) codes.Code {
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		if c.String() == name {
+			return c
+		}
+	}
+	return codes.Internal
 }
 
 // internalMessage is all a client learns of an unexpected error.

@@ -89,5 +89,8 @@ func TestCodeNamesAgreeWithPolicyTest(t *testing.T) {
 		if got, want := codeOf(err).String(), policytest.CodeName(err); got != want {
 			t.Errorf("%v: server answers %s, policytest expects %s", err, got, want)
 		}
+		if name, ok := engine.CodeName(err); ok && codeNamed(name).String() != name {
+			t.Errorf("%v: engine.CodeName %q is not a gRPC code name", err, name)
+		}
 	}
 }

@@ -305,17 +305,15 @@ func (s *Suite) Run() []CaseResult {
 	return out
 }
 
-// CodeName maps an engine error to the gRPC code name the server answers with.
-// (server/errors.go holds the table for every package; the engine's errors map
-// the same way there.)
+// CodeName maps an error of the engine to the code name the server answers
+// with: engine.CodeName's table, which server/errors.go reads too; OK for no
+// error and Internal for any other.
 func CodeName(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return "OK"
-	case errors.Is(err, engine.ErrInvalid):
-		return "InvalidArgument"
-	case errors.Is(err, engine.ErrMeshNotFound):
-		return "NotFound"
+	}
+	if name, ok := engine.CodeName(err); ok {
+		return name
 	}
 	return "Internal"
 }
