@@ -58,10 +58,12 @@ func TestMain(m *testing.M) {
 }
 
 // TestChaosSmoke is `make chaos` in short: every fault once (the blackhole
-// aside), briefly. It asserts what must hold whatever the timings: no Decide
-// call to a live replica failed, every replica's digest equals etcd's, no
-// acknowledged write is lost, no replica went back to an older snapshot. The
-// timings are logged, never judged.
+// aside), briefly. It asserts only what must hold whatever the machine's load
+// (Report.Problems): every replica's digest equals etcd's, no acknowledged
+// write is lost, no replica went back to an older snapshot, no Decide to a live
+// replica failed with an error. Decide calls that ran out of their 100 ms
+// deadline (Report.Misses) depend on the load — CI may share its two cores —
+// and are logged with their counts; `make chaos` judges them.
 func TestChaosSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes and a 3-member etcd for ~40 s: skipped under -short")
@@ -75,8 +77,11 @@ func TestChaosSmoke(t *testing.T) {
 	var out bytes.Buffer
 	rep.WriteText(&out)
 	t.Log("\n" + out.String())
-	if rep.FailedLive != 0 {
-		t.Errorf("%d Decide calls with a %v deadline to live replicas failed", rep.FailedLive, rep.DecideTimeout)
+	if n := rep.FailedLive - rep.TimedOutLive; n != 0 {
+		t.Errorf("%d Decide calls to live replicas failed with an error", n)
+	}
+	if len(rep.Misses) > 0 {
+		t.Logf("latency target missed (not judged here): %v", rep.Misses)
 	}
 	if !rep.DigestsEqual {
 		t.Error("a replica's digest differs from etcd's")
@@ -90,7 +95,7 @@ func TestChaosSmoke(t *testing.T) {
 				f.Name, f.Unseen, f.ProbeErrors, f.Invalid)
 		}
 	}
-	if !rep.Pass {
+	if len(rep.Problems) > 0 {
 		t.Errorf("problems: %v", rep.Problems)
 	}
 	for _, r := range rep.Replicas {
@@ -117,8 +122,11 @@ func TestSoakSmoke(t *testing.T) {
 	var out bytes.Buffer
 	rep.WriteText(&out)
 	t.Log("\n" + out.String())
-	if !rep.Pass {
+	if len(rep.Problems) > 0 {
 		t.Errorf("problems: %v", rep.Problems)
+	}
+	if len(rep.Misses) > 0 {
+		t.Logf("latency target missed (not judged here): %v", rep.Misses)
 	}
 	for _, r := range rep.Replicas {
 		if len(r.Samples) < 3 || r.IdleBefore.Goroutines == 0 || r.IdleAfter.Goroutines == 0 {

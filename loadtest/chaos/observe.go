@@ -2,11 +2,14 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/verdictpdp/verdict/loadtest"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -41,6 +44,8 @@ type seen struct {
 
 	healthChecks int64
 	notServing   int64 // health answers other than SERVING from a live replica
+	// health checks of a live replica that ran out of their deadline
+	healthTimedOut int64
 }
 
 type pendingWrite struct {
@@ -145,7 +150,10 @@ func (o *observer) pollOnce(ctx context.Context, r *replica) {
 		o.mu.Lock()
 		if ctx.Err() == nil && r.deaths.Load() == deaths {
 			s.healthChecks++
-			if herr != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			switch {
+			case herr != nil && (status.Code(herr) == codes.DeadlineExceeded || errors.Is(herr, context.DeadlineExceeded)):
+				s.healthTimedOut++
+			case herr != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING:
 				s.notServing++
 			}
 		}
