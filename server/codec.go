@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/store"
 )
 
 // requestCodec is gRPC's proto codec with one difference, for verdict.v1
@@ -39,6 +40,12 @@ const maxLocateDepth = 8
 
 // Unmarshal implements encoding.CodecV2.
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if m, ok := v.(proto.Message); ok {
+		if field, reason, over := overWireLimit(data, m); over {
+			markUndecodable(m, field, reason)
+			return nil
+		}
+	}
 	if decodeFlows(data, v) {
 		return nil
 	}
@@ -54,10 +61,84 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	field, reason := locate(b, m.ProtoReflect(), "", 0)
 	proto.Reset(m)
 	salvageScalars(b, m)
+	markUndecodable(m, field, reason)
+	return nil
+}
+
+// markUndecodable marks m (reset or empty) as refused: validation answers
+// INVALID_ARGUMENT naming field.
+func markUndecodable(m proto.Message, field, reason string) {
 	raw := protowire.AppendTag(nil, undecodableField, protowire.BytesType)
 	raw = protowire.AppendBytes(raw, []byte(field+"\x00"+reason))
 	m.ProtoReflect().SetUnknown(raw)
-	return nil
+}
+
+// wireLimit bounds the entries of repeated fields of a request, counted on the
+// wire before anything is decoded: a 4 MiB DecideBatch of two million empty
+// flows is refused after one pass over its bytes, without allocating a flow.
+type wireLimit struct {
+	fields []protowire.Number // counted together
+	name   string             // the field named in the error
+	max    int
+	what   string // "flows, over the limit of 1000 per batch"
+}
+
+var wireLimits = map[protoreflect.FullName][]wireLimit{
+	"verdict.v1.DecideBatchRequest": {{fields: []protowire.Number{1}, name: "requests", max: MaxBatch,
+		what: fmt.Sprintf("flows, over the limit of %d per batch", MaxBatch)}},
+	"verdict.v1.ApplyRequest": {
+		{fields: []protowire.Number{1, 2}, name: "resources", max: store.MaxOps,
+			what: fmt.Sprintf("resources and deletes, over the limit of %d per call (one etcd transaction): split the write into several calls", store.MaxOps)},
+		{fields: []protowire.Number{4}, name: "expectedRevisions", max: store.MaxOps,
+			what: fmt.Sprintf("expected revisions, over the limit of %d per call (one per key written)", store.MaxOps)},
+	},
+	"verdict.v1.DeleteRequest": {
+		{fields: []protowire.Number{1}, name: "keys", max: store.MaxOps,
+			what: fmt.Sprintf("keys, over the limit of %d per call (one etcd transaction)", store.MaxOps)},
+		{fields: []protowire.Number{2}, name: "expectedRevisions", max: store.MaxOps,
+			what: fmt.Sprintf("expected revisions, over the limit of %d per call (one per key written)", store.MaxOps)},
+	},
+}
+
+// overWireLimit counts the entries of m's limited repeated fields in data (a
+// walk over the top-level fields, nothing decoded) and names the first field
+// over its limit. Malformed bytes end the count; decoding reports them.
+func overWireLimit(data mem.BufferSlice, m proto.Message) (field, reason string, over bool) {
+	limits := wireLimits[m.ProtoReflect().Descriptor().FullName()]
+	if len(limits) == 0 {
+		return "", "", false
+	}
+	var b []byte
+	if len(data) == 1 {
+		b = data[0].ReadOnlyData()
+	} else {
+		b = data.Materialize()
+	}
+	var counts [8]int // the limited fields are numbered below 8
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			break
+		}
+		l := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if l < 0 {
+			break
+		}
+		b = b[n+l:]
+		if num < protowire.Number(len(counts)) {
+			counts[num]++
+		}
+	}
+	for _, lim := range limits {
+		total := 0
+		for _, f := range lim.fields {
+			total += counts[f]
+		}
+		if total > lim.max {
+			return lim.name, fmt.Sprintf("%d %s", total, lim.what), true
+		}
+	}
+	return "", "", false
 }
 
 // undecodable returns the field error of a message requestCodec could not

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -112,6 +114,7 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		log.ErrorContext(ctx, "internal error", "err", err)
 		return status.Error(codes.Internal, internalMessage)
 	case code == codes.InvalidArgument:
+		err = capViolations(err)
 		st := status.New(code, err.Error())
 		if br := badRequest(err); br != nil {
 			if d, derr := st.WithDetails(br); derr == nil {
@@ -121,6 +124,53 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return st.Err()
 	}
 	return status.Error(code, err.Error())
+}
+
+// MaxFieldViolations bounds the field violations an error lists (in its
+// message and its BadRequest details): a request with 10,000 bad entries
+// gets the first ones and a count of the rest, not a megabyte of trailer.
+const MaxFieldViolations = 20
+
+// maxViolationText bounds the field path and the description of one violation.
+const maxViolationText = 512
+
+// capViolations returns err with at most MaxFieldViolations violations, each
+// of bounded text, the last saying how many more were not listed; other
+// errors are returned as they are.
+func capViolations(err error) error {
+	var ve *engine.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	long := len(ve.Errors) > MaxFieldViolations
+	for _, fe := range ve.Errors {
+		long = long || len(fe.Field) > maxViolationText || len(fe.Reason) > maxViolationText
+	}
+	if !long {
+		return err
+	}
+	out := &engine.ValidationError{Errors: make([]engine.FieldError, 0, MaxFieldViolations+1)}
+	for i, fe := range ve.Errors {
+		if i == MaxFieldViolations {
+			out.Errors = append(out.Errors, engine.FieldError{Field: out.Errors[i-1].Field,
+				Reason: fmt.Sprintf("and %d more violations, not listed", len(ve.Errors)-i)})
+			break
+		}
+		out.Errors = append(out.Errors, engine.FieldError{Field: clip(fe.Field), Reason: clip(fe.Reason)})
+	}
+	return out
+}
+
+// clip cuts s to maxViolationText bytes (on a rune boundary), marking the cut.
+func clip(s string) string {
+	if len(s) <= maxViolationText {
+		return s
+	}
+	cut := maxViolationText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // badRequest lists the field violations of a validation error.
@@ -140,6 +190,9 @@ func badRequest(err error) *errdetails.BadRequest {
 // call's error.
 func errorEntry(ctx context.Context, log *slog.Logger, err error) *verdictv1.Error {
 	code := codeOf(err)
+	if code == codes.InvalidArgument {
+		err = capViolations(err)
+	}
 	e := &verdictv1.Error{Code: code.String(), Message: err.Error()}
 	if code == codes.Internal {
 		log.ErrorContext(ctx, "internal error", "err", err)
