@@ -29,9 +29,10 @@ const (
 	ReasonDefaultAction
 	ReasonUnenforced
 	ReasonNotApplicable
+	ReasonInvalidResource // an invalid stored resource closes the mesh and type (invalid.go)
 )
 
-var reasonNames = []string{"", "MATCHED", "CATCH_ALL", "DEFAULT_ACTION", "UNENFORCED", "NOT_APPLICABLE"}
+var reasonNames = []string{"", "MATCHED", "CATCH_ALL", "DEFAULT_ACTION", "UNENFORCED", "NOT_APPLICABLE", "INVALID_RESOURCE"}
 
 func (r Reason) String() string { return reasonNames[r] }
 
@@ -151,12 +152,15 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 		meshName = DefaultMesh
 	}
 	ms, ok := s.meshes.Get(meshName)
-	if !ok {
-		return Decision{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
-	}
 	typ := req.Type
 	if typ == "" {
 		typ = DefaultType
+	}
+	if s.closedByType(meshName, ms, typ) != nil {
+		return closedDecision(s.revision, req.Explain), nil
+	}
+	if !ok {
+		return Decision{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
 	}
 	f := flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}
 	if req.Explain || req.NoCache {

@@ -28,6 +28,14 @@ func decodeMesh(o *obj) *Mesh {
 			m.ItemOrder = ItemOrder(i)
 		}
 	}
+	if s := o.str("invalidResources"); s != "" {
+		i := indexOf(invalidResourcesNames, s)
+		if i < 0 {
+			o.errs.add(o.field("invalidResources"), fmt.Sprintf("%q is not Deny or Skip", s))
+		} else {
+			m.InvalidResources = InvalidResources(i)
+		}
+	}
 	if types, ok := o.object("types"); ok {
 		m.Types = make(map[string]TypeSettings, len(types))
 		for t, v := range types {

@@ -42,6 +42,7 @@ type jsonMesh struct {
 	UnenforcedAction string                      `json:"unenforcedAction,omitempty"`
 	TieBreak         string                      `json:"tieBreak,omitempty"`
 	ItemOrder        string                      `json:"itemOrder,omitempty"`
+	InvalidResources string                      `json:"invalidResources,omitempty"`
 	Types            map[string]jsonTypeSettings `json:"types,omitempty"`
 	CreationTime     string                      `json:"creationTime,omitempty"`
 	ModificationTime string                      `json:"modificationTime,omitempty"`
@@ -137,6 +138,9 @@ func document(r Resource) any {
 		}
 		if t.ItemOrder != FirstWins {
 			m.ItemOrder = t.ItemOrder.String()
+		}
+		if t.InvalidResources != InvalidDeny {
+			m.InvalidResources = t.InvalidResources.String()
 		}
 		if len(t.Types) > 0 {
 			m.Types = make(map[string]jsonTypeSettings, len(t.Types))

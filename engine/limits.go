@@ -29,6 +29,9 @@ func checkName(s string) error {
 	if s == "" {
 		return errors.New("must not be empty")
 	}
+	if s == "." || s == ".." {
+		return fmt.Errorf("%q is not a name: '.' and '..' are path steps", s)
+	}
 	if len(s) > MaxNameLength {
 		return fmt.Errorf("is %d characters, over the limit of %d", len(s), MaxNameLength)
 	}

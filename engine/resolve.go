@@ -108,12 +108,15 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 		meshName = DefaultMesh
 	}
 	ms, ok := s.meshes.Get(meshName)
-	if !ok {
-		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
-	}
 	typ := req.Type
 	if typ == "" {
 		typ = DefaultType
+	}
+	if paths := s.closedByType(meshName, ms, typ); paths != nil {
+		return nil, closedError(meshName, typ, paths)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
 	}
 	res := &ResolveResult{Revision: s.revision}
 	ts, _ := ms.types.Get(typ)

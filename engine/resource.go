@@ -222,6 +222,9 @@ type Mesh struct {
 	TieBreak         TieBreak
 	ItemOrder        ItemOrder
 	Types            map[string]TypeSettings
+	// InvalidResources: what the mesh does with stored resources that do not
+	// validate (invalid.go); the zero value fails closed.
+	InvalidResources InvalidResources
 	Meta             Meta
 }
 

@@ -54,6 +54,13 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 		typ = DefaultType
 	}
 	ms, ok := s.meshes.Get(mesh)
+	if s.closedByType(mesh, ms, typ) != nil {
+		set := settingsOf(nil)
+		if ok {
+			set = ms.settings
+		}
+		return closedRules(set.forType(typ)), nil
+	}
 	if !ok {
 		return RuleSet{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
 	}

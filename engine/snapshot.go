@@ -24,6 +24,7 @@ type Snapshot struct {
 	revision int64
 	meshes   pmap.Map[string, *meshState]
 	broken   pmap.Map[string, *InvalidResource] // stored values that failed to decode
+	taints   map[string]*taint                  // what the broken values close, by mesh (invalid.go); nil: nothing
 	count    int                                // decoded resources, valid or not
 	// decisions caches this snapshot's answers (cache.go); created on first use.
 	decisions atomic.Pointer[decisionCache]
@@ -88,7 +89,7 @@ func (s *Snapshot) Len() int { return s.count + s.broken.Len() }
 // Apply returns the snapshot after changes, at revision. Later changes to one key
 // win over earlier ones. s is not modified.
 func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
-	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, count: s.count}
+	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count}
 	if len(changes) == 0 {
 		return out
 	}
@@ -104,9 +105,14 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 	bb := s.broken.Builder()
 	byMesh := map[string][]Change{}
 	var meshOrder []string
+	brokenChanged := false
 	for i, c := range changes {
 		if last[c.Path] != i {
 			continue
+		}
+		if c.Err != nil || s.broken.Len() > 0 && !brokenChanged {
+			_, was := bb.Get(c.Path)
+			brokenChanged = was || c.Err != nil
 		}
 		if c.Err != nil {
 			bb.Set(c.Path, &InvalidResource{Path: c.Path, Key: c.Key, Err: c.Err, Value: c.Value, ModRevision: c.ModRevision})
@@ -122,6 +128,9 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 		byMesh[c.Key.Mesh] = append(byMesh[c.Key.Mesh], c)
 	}
 	out.broken = bb.Map()
+	if brokenChanged {
+		out.taints = brokenTaints(out.broken.Range)
+	}
 	mb := s.meshes.Builder()
 	for _, name := range meshOrder {
 		old, _ := mb.Get(name)
@@ -149,6 +158,7 @@ type meshState struct {
 	scopes    *scopeTable
 	types     pmap.Map[string, *typeState]
 	count     int // resources of the mesh, valid or not
+	invalid   int // policies invalid in their mesh (typeState.invalid summed)
 }
 
 // apply returns the mesh after changes; nil when it holds no resource.
@@ -177,12 +187,14 @@ func (m *meshState) apply(name string, changes []Change) *meshState {
 		nt := old.apply(t, &out, byType[t])
 		if old != nil {
 			out.count -= old.policies.Len()
+			out.invalid -= old.invalid
 		}
 		if nt == nil {
 			tb.Delete(t)
 			continue
 		}
 		out.count += nt.policies.Len()
+		out.invalid += nt.invalid
 		tb.Set(t, nt)
 	}
 	out.types = tb.Map()
@@ -260,6 +272,7 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 		ts := buildType(t, m, list)
 		m.count += ts.policies.Len()
+		m.invalid += ts.invalid
 		tb.Set(t, ts)
 	}
 	m.types = tb.Map()

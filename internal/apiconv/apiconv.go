@@ -159,6 +159,8 @@ func Reason(r engine.Reason) verdictv1.Reason {
 		return verdictv1.Reason_REASON_UNENFORCED
 	case engine.ReasonNotApplicable:
 		return verdictv1.Reason_REASON_NOT_APPLICABLE
+	case engine.ReasonInvalidResource:
+		return verdictv1.Reason_REASON_INVALID_RESOURCE
 	}
 	return verdictv1.Reason_REASON_UNSPECIFIED
 }

@@ -82,6 +82,9 @@ const (
 	Reason_REASON_DEFAULT_ACTION Reason = 3
 	Reason_REASON_UNENFORCED     Reason = 4
 	Reason_REASON_NOT_APPLICABLE Reason = 5
+	// An invalid stored resource closes the mesh and type: DENY until it is
+	// fixed or deleted, unless the Mesh sets invalidResources: Skip.
+	Reason_REASON_INVALID_RESOURCE Reason = 6
 )
 
 // Enum value maps for Reason.
@@ -93,14 +96,16 @@ var (
 		3: "REASON_DEFAULT_ACTION",
 		4: "REASON_UNENFORCED",
 		5: "REASON_NOT_APPLICABLE",
+		6: "REASON_INVALID_RESOURCE",
 	}
 	Reason_value = map[string]int32{
-		"REASON_UNSPECIFIED":    0,
-		"REASON_MATCHED":        1,
-		"REASON_CATCH_ALL":      2,
-		"REASON_DEFAULT_ACTION": 3,
-		"REASON_UNENFORCED":     4,
-		"REASON_NOT_APPLICABLE": 5,
+		"REASON_UNSPECIFIED":      0,
+		"REASON_MATCHED":          1,
+		"REASON_CATCH_ALL":        2,
+		"REASON_DEFAULT_ACTION":   3,
+		"REASON_UNENFORCED":       4,
+		"REASON_NOT_APPLICABLE":   5,
+		"REASON_INVALID_RESOURCE": 6,
 	}
 )
 
@@ -1796,14 +1801,15 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ALLOW\x10\x01\x12\x0f\n" +
-	"\vACTION_DENY\x10\x02*\x97\x01\n" +
+	"\vACTION_DENY\x10\x02*\xb4\x01\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eREASON_MATCHED\x10\x01\x12\x14\n" +
 	"\x10REASON_CATCH_ALL\x10\x02\x12\x19\n" +
 	"\x15REASON_DEFAULT_ACTION\x10\x03\x12\x15\n" +
 	"\x11REASON_UNENFORCED\x10\x04\x12\x19\n" +
-	"\x15REASON_NOT_APPLICABLE\x10\x05*\x88\x01\n" +
+	"\x15REASON_NOT_APPLICABLE\x10\x05\x12\x1b\n" +
+	"\x17REASON_INVALID_RESOURCE\x10\x06*\x88\x01\n" +
 	"\vPolicyState\x12\x1c\n" +
 	"\x18POLICY_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15POLICY_STATE_ENFORCED\x10\x01\x12#\n" +

@@ -140,6 +140,10 @@ type Mesh struct {
 	Types            map[string]*TypeSettings `protobuf:"bytes,7,rep,name=types,proto3" json:"types,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	CreationTime     *timestamppb.Timestamp   `protobuf:"bytes,8,opt,name=creation_time,json=creationTime,proto3" json:"creation_time,omitempty"`
 	ModificationTime *timestamppb.Timestamp   `protobuf:"bytes,9,opt,name=modification_time,json=modificationTime,proto3" json:"modification_time,omitempty"`
+	// Deny or Skip; empty = Deny: a stored resource of the mesh that does not
+	// validate makes its type (a policy) or the whole mesh (a scope, the mesh)
+	// answer DENY with reason INVALID_RESOURCE; Skip leaves it out instead.
+	InvalidResources string `protobuf:"bytes,10,opt,name=invalid_resources,json=invalidResources,proto3" json:"invalid_resources,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -235,6 +239,13 @@ func (x *Mesh) GetModificationTime() *timestamppb.Timestamp {
 		return x.ModificationTime
 	}
 	return nil
+}
+
+func (x *Mesh) GetInvalidResources() string {
+	if x != nil {
+		return x.InvalidResources
+	}
+	return ""
 }
 
 // TypeSettings overrides a mesh's settings for one policy type.
@@ -1080,7 +1091,7 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x05scope\x18\x02 \x01(\v2\x11.verdict.v1.ScopeH\x00R\x05scope\x12,\n" +
 	"\x06policy\x18\x03 \x01(\v2\x12.verdict.v1.PolicyH\x00R\x06policyB\n" +
 	"\n" +
-	"\bresource\"\xcf\x03\n" +
+	"\bresource\"\xfc\x03\n" +
 	"\x04Mesh\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -1091,7 +1102,9 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"item_order\x18\x06 \x01(\tR\titemOrder\x121\n" +
 	"\x05types\x18\a \x03(\v2\x1b.verdict.v1.Mesh.TypesEntryR\x05types\x12?\n" +
 	"\rcreation_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fcreationTime\x12G\n" +
-	"\x11modification_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x1aR\n" +
+	"\x11modification_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x12+\n" +
+	"\x11invalid_resources\x18\n" +
+	" \x01(\tR\x10invalidResources\x1aR\n" +
 	"\n" +
 	"TypesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
