@@ -24,6 +24,7 @@ var codeNames = [...]struct {
 }{
 	{ErrInvalid, "InvalidArgument"},
 	{ErrMeshNotFound, "NotFound"},
+	{ErrInvalidStored, "FailedPrecondition"},
 }
 
 // CodeName returns the status code name the API answers err with when err is

@@ -27,6 +27,7 @@ func TestCodeOf(t *testing.T) {
 		{"validation", invalid, codes.InvalidArgument},
 		{"wrapped validation", fmt.Errorf("apply: %w", invalid), codes.InvalidArgument},
 		{"mesh not found", fmt.Errorf("%w: x", engine.ErrMeshNotFound), codes.NotFound},
+		{"closed by an invalid stored resource", fmt.Errorf("%w: x", engine.ErrInvalidStored), codes.FailedPrecondition},
 		{"key not found", fmt.Errorf("%w: k", store.ErrNotFound), codes.NotFound},
 		{"conflict", fmt.Errorf("%w: k", store.ErrConflict), codes.Aborted},
 		{"too large", store.ErrTooLarge, codes.InvalidArgument},
