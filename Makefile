@@ -49,13 +49,16 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s)
 	done
 
 CHAOS_FLAGS ?=
+HOSTILE_FLAGS ?=
 SOAK ?= 10m
 SOAK_FLAGS ?=
 
 .PHONY: chaos
-chaos: ## faults with real processes (3-member etcd, 2 verdictd, steady load): prints the figures (CHAOS_FLAGS=--json ...)
+chaos: ## faults with real processes (3-member etcd, 2 verdictd, steady load), then hostile clients: prints the figures (CHAOS_FLAGS=--json ...)
 	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdict-chaos
-	bin/verdict-chaos --verdictd bin/verdictd $(CHAOS_FLAGS)
+	bin/verdict-chaos --verdictd bin/verdictd $(CHAOS_FLAGS); a=$$?; \
+	  bin/verdict-chaos hostile --verdictd bin/verdictd $(HOSTILE_FLAGS); b=$$?; \
+	  exit $$(( a > b ? a : b ))
 
 .PHONY: soak
 soak: ## SOAK (default 10m) of mixed load: goroutines and heap of each verdictd every minute, and their growth

@@ -3,7 +3,8 @@
 // figures: see package chaos. Every run is bounded and stops by itself;
 // processes and temporary directories are removed at the end.
 //
-//	verdict-chaos [flags]          # make chaos
+//	verdict-chaos [flags]          # make chaos (the faults)
+//	verdict-chaos hostile [flags]  # make chaos (hostile clients)
 //	verdict-chaos soak [flags]     # make soak
 //
 // Exit codes: 0 the run passed, 1 it ran but a target was missed (failed
@@ -38,6 +39,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "soak" {
 		return runSoak(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "hostile" {
+		return runHostile(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("verdict-chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg chaos.Config
@@ -53,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "log each step as it starts (stderr)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: verdict-chaos [flags]\n       verdict-chaos soak [flags]\n\n")
+		fmt.Fprintf(stderr, "usage: verdict-chaos [flags]\n       verdict-chaos hostile [flags]\n       verdict-chaos soak [flags]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -166,4 +170,54 @@ func defaultVerdictd() string {
 		return cand
 	}
 	return ""
+}
+
+func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("verdict-chaos hostile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg chaos.HostileConfig
+	fs.StringVar(&cfg.Verdictd, "verdictd", defaultVerdictd(), "the verdictd binary")
+	fs.StringVar(&cfg.Dir, "dir", "", "directory for etcd's data and verdictd's log (default: a temporary one, removed)")
+	fs.IntVar(&cfg.StormStreams, "storm-streams", 1000, "streams opened and cancelled per stream RPC")
+	fs.IntVar(&cfg.SilentStreams, "silent-streams", 2000, "WatchRules streams that never read")
+	fs.DurationVar(&cfg.SilentFor, "silent-for", 15*time.Second, "how long the silent streams are held under writes")
+	fs.Float64Var(&cfg.WriteRate, "write-rate", 20, "policy writes per second while the silent streams are held")
+	fs.IntVar(&cfg.Concurrent, "concurrent", 4, "oversized batches and explain floods sent at once")
+	fs.IntVar(&cfg.Rounds, "rounds", 3, "rounds of oversized batches and of explain floods")
+	fs.Float64Var(&cfg.ProbeRate, "rate", 100, "probe Decide calls per second")
+	fs.DurationVar(&cfg.ProbeTimeout, "decide-timeout", 100*time.Millisecond, "deadline of each probe Decide")
+	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long goroutines and heap may take to come back after each scenario")
+	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	verbose := fs.Bool("v", false, "log each scenario as it starts (stderr)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "verdict-chaos hostile: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg.Logger = logger(stderr, *verbose)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	rep, err := chaos.Hostile(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "verdict-chaos hostile:", err)
+		return 3
+	}
+	if *jsonOut {
+		if err := rep.WriteJSON(stdout); err != nil {
+			fmt.Fprintln(stderr, "verdict-chaos hostile:", err)
+			return 3
+		}
+	} else {
+		rep.WriteText(stdout)
+	}
+	if !rep.Pass {
+		return 1
+	}
+	return 0
 }

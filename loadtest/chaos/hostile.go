@@ -1,0 +1,663 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// HostileConfig sizes a hostile run: what an attacker with its own gRPC
+// clients on loopback can do to one verdictd, while probe Decides measure
+// whether honest callers are still served. Zero values take the full sizes
+// (`make chaos`); the smoke test in `make test` scales them down.
+type HostileConfig struct {
+	Verdictd string // the verdictd binary (required)
+	Dir      string // as Config.Dir
+	// StormStreams: streams opened and cancelled at once, per stream RPC
+	// (default 1,000).
+	StormStreams int
+	// SilentStreams: WatchRules streams that never read, held for SilentFor
+	// (default 2,000 for 15 s) while policies change at WriteRate (20/s).
+	SilentStreams int
+	SilentFor     time.Duration
+	WriteRate     float64
+	// Oversized DecideBatch bodies (2,097,000 empty flows, ~4 MB) and explain
+	// floods (DecideBatch of 1,000 flows with explain on a mesh where 201
+	// policies match), each sent Concurrent at a time, Rounds times (default 4 and 3).
+	Concurrent, Rounds int
+	// ProbeRate Decides per second, each with ProbeTimeout (default 100/s, 100 ms).
+	ProbeRate    float64
+	ProbeTimeout time.Duration
+	// Settle: how long after each scenario the goroutines and heap may take
+	// to come back to the baseline (default 30 s).
+	Settle time.Duration
+	Logger *slog.Logger
+}
+
+func (c HostileConfig) withDefaults() HostileConfig {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.StormStreams, 1000)
+	def(&c.SilentStreams, 2000)
+	def(&c.Concurrent, 4)
+	def(&c.Rounds, 3)
+	if c.SilentFor <= 0 {
+		c.SilentFor = 15 * time.Second
+	}
+	if c.WriteRate <= 0 {
+		c.WriteRate = 20
+	}
+	if c.ProbeRate <= 0 {
+		c.ProbeRate = 100
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = 100 * time.Millisecond
+	}
+	if c.Settle <= 0 {
+		c.Settle = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// HostileReport is a hostile run's result. Problems break a promise whatever
+// the load (a goroutine leak, a scenario answered with the wrong code, an
+// honest watcher that lost an update); Misses are the targets that depend on
+// the machine's load (probe Decides past their deadline, the honest watcher's
+// lag over 1 s, the heap not back within ±10% in time).
+type HostileReport struct {
+	Baseline  Sample            `json:"baseline"`
+	Scenarios []HostileScenario `json:"scenarios"`
+	Probes    ReplicaReport     `json:"probes"`
+	Pass      bool              `json:"pass"`
+	Problems  []string          `json:"problems,omitempty"`
+	Misses    []string          `json:"misses,omitempty"`
+	config    HostileConfig     // for the text report
+}
+
+// HostileScenario is one scenario's outcome.
+type HostileScenario struct {
+	Name     string           `json:"name"`
+	Duration time.Duration    `json:"duration"`
+	Codes    map[string]int64 `json:"codes"`  // how the attacker's calls and streams ended
+	Before   Sample           `json:"before"` // the server before the attack
+	Peak     Sample           `json:"peak"`   // the server at the end of the attack
+	After    Sample           `json:"after"`  // once settled (or at the end of Settle)
+	Settled  time.Duration    `json:"settled"`
+	// the honest watcher (silent-streams scenario only)
+	Updates    int           `json:"updates,omitempty"`
+	Missed     int           `json:"missedUpdates,omitempty"`
+	LagP99     time.Duration `json:"lagP99,omitempty"`
+	LagMax     time.Duration `json:"lagMax,omitempty"`
+	AnswerSize int           `json:"largestAnswerBytes,omitempty"`
+}
+
+// hostileMesh holds the policies of the explain flood: 201 of them match
+// every flow of the flood.
+const hostileMesh = "hostile"
+
+// Hostile starts one etcd member and one verdictd, then runs each scenario in
+// turn with probe Decides going all along.
+func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
+	if cfg.Verdictd == "" {
+		return nil, errors.New("chaos: Verdictd (the binary) is required")
+	}
+	cfg = cfg.withDefaults()
+	dir, cleanup, err := makeDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	cfg.Logger.Info("starting etcd and verdictd", "dir", dir)
+	e, err := newEnv(ctx, dir, cfg.Verdictd, 1, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	if _, err := seed(ctx, e); err != nil {
+		return nil, err
+	}
+	r := e.replicas[0]
+	if err := seedHostile(ctx, r.current()); err != nil {
+		return nil, err
+	}
+	rep := &HostileReport{config: cfg}
+	sleepCtx(ctx, 2*time.Second)
+	if rep.Baseline, err = scrape(ctx, r.metrics); err != nil {
+		return nil, err
+	}
+
+	phase := atomic.Pointer[string]{}
+	setPhase := func(s string) { phase.Store(&s) }
+	setPhase("probes")
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	obs := newObserver(e.replicas, func() string { return *phase.Load() })
+	dec := newDeciders(e.replicas, flows(), cfg.ProbeRate, cfg.ProbeTimeout, obs, func() string { return *phase.Load() })
+	var wg sync.WaitGroup
+	wg.Go(func() { dec.run(probeCtx, time.Now()) })
+
+	h := &hostile{cfg: cfg, env: e, r: r}
+	for _, sc := range []struct {
+		name string
+		run  func(context.Context, *HostileScenario) error
+	}{
+		{"DecideStream cancel storm", h.stormDecideStream},
+		{"WatchRules cancel storm", h.stormWatchRules},
+		{"WatchResources cancel storm", h.stormWatchResources},
+		{"non-reading WatchRules streams under writes", h.silentStreams},
+		{"oversized DecideBatch bodies", h.oversized},
+		{"explain floods", h.explainFlood},
+	} {
+		if ctx.Err() != nil {
+			break
+		}
+		setPhase(sc.name)
+		cfg.Logger.Info("scenario", "name", sc.name)
+		s := HostileScenario{Name: sc.name, Codes: map[string]int64{}}
+		s.Before, _ = scrape(ctx, r.metrics)
+		start := time.Now()
+		if err := sc.run(ctx, &s); err != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %v", sc.name, err))
+		}
+		s.Duration = time.Since(start).Round(time.Millisecond)
+		s.Peak, _ = scrape(ctx, r.metrics)
+		h.settle(ctx, s.Before, &s)
+		rep.Scenarios = append(rep.Scenarios, s)
+	}
+	stopProbes()
+	wg.Wait()
+	st := dec.stats[0]
+	st.mu.Lock()
+	rep.Probes = ReplicaReport{Name: r.name, Sent: st.sent, OK: st.ok, FailedLiveBy: st.liveFailed, Latency: summarize(&st.latency),
+		Failures: st.failures, Skipped: st.skipped}
+	st.mu.Unlock()
+	for _, n := range rep.Probes.FailedLiveBy {
+		rep.Probes.FailedLive += n
+	}
+	rep.judge()
+	return rep, nil
+}
+
+type hostile struct {
+	cfg HostileConfig
+	env *env
+	r   *replica
+}
+
+// seedHostile writes the explain flood's mesh: 201 ALLOW policies that all
+// match its flows.
+func seedHostile(ctx context.Context, c *clients) error {
+	var res []*verdictv1.Resource
+	for i := range 201 {
+		p := &engine.Policy{Mesh: hostileMesh, Type: engine.DefaultType, Name: fmt.Sprintf("p-%03d", i), Action: engine.Allow,
+			Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: "*"}}},
+			Destinations: []engine.Selector{{Match: map[string]string{engine.ServiceTag: "*"}}}}
+		pr, err := apiconv.ResourceToProto(p)
+		if err != nil {
+			return err
+		}
+		res = append(res, pr)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for len(res) > 0 {
+		n := min(len(res), 100) // under the 128 writes of one call
+		if _, err := c.pol.Apply(cctx, &verdictv1.ApplyRequest{Resources: res[:n]}); err != nil {
+			return err
+		}
+		res = res[n:]
+	}
+	return nil
+}
+
+// settle waits until the server's goroutines are back within 10% (+10) of
+// what they were before the scenario and its live heap within 10% (+4 MiB: one GC cycle's noise),
+// at most Settle.
+func (h *hostile) settle(ctx context.Context, base Sample, s *HostileScenario) {
+	start := time.Now()
+	for {
+		smp, err := scrape(ctx, h.r.metrics)
+		if err == nil {
+			s.After = smp
+			if smp.Goroutines <= base.Goroutines*11/10+idleSlack && smp.HeapLive <= base.HeapLive*11/10+4<<20 {
+				s.Settled = time.Since(start).Round(100 * time.Millisecond)
+				return
+			}
+		}
+		if time.Since(start) > h.cfg.Settle || ctx.Err() != nil {
+			s.Settled = -1
+			return
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+}
+
+func (h *hostile) dial() (*clients, error) { return dialClients(h.r.addr) }
+
+func count(mu *sync.Mutex, m map[string]int64, err error) {
+	k := "OK"
+	if err != nil {
+		k = status.Code(err).String()
+		if errors.Is(err, context.Canceled) {
+			k = codes.Canceled.String()
+		}
+	}
+	mu.Lock()
+	m[k]++
+	mu.Unlock()
+}
+
+// storm opens n streams at most 64 at a time on one connection of its own;
+// each runs open with a context it then cancels.
+func (h *hostile) storm(ctx context.Context, s *HostileScenario, open func(context.Context, *clients, int) error) error {
+	c, err := h.dial()
+	if err != nil {
+		return err
+	}
+	defer c.conn.Close()
+	var mu sync.Mutex
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for i := range h.cfg.StormStreams {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := open(sctx, c, i)
+			cancel()
+			count(&mu, s.Codes, err)
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// stormDecideStream: send one message, cancel without reading.
+func (h *hostile) stormDecideStream(ctx context.Context, s *HostileScenario) error {
+	fl := flows()
+	return h.storm(ctx, s, func(ctx context.Context, c *clients, i int) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		st, err := c.dec.DecideStream(ctx)
+		if err != nil {
+			return err
+		}
+		f := fl[i%len(fl)]
+		if err := st.Send(&verdictv1.DecideStreamRequest{Id: fmt.Sprint(i), Request: f}); err != nil {
+			return err
+		}
+		return context.Canceled
+	})
+}
+
+// stormWatchRules: open, read the first message on every other stream, cancel.
+func (h *hostile) stormWatchRules(ctx context.Context, s *HostileScenario) error {
+	return h.storm(ctx, s, func(ctx context.Context, c *clients, i int) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		st, err := c.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: &verdictv1.Workload{
+			Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", i%50)}}})
+		if err != nil {
+			return err
+		}
+		if i%2 == 0 {
+			if _, err := st.Recv(); err != nil {
+				return err
+			}
+		}
+		return context.Canceled
+	})
+}
+
+// stormWatchResources: open (snapshot requested), cancel at once or after the
+// first message.
+func (h *hostile) stormWatchResources(ctx context.Context, s *HostileScenario) error {
+	return h.storm(ctx, s, func(ctx context.Context, c *clients, i int) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		st, err := c.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{})
+		if err != nil {
+			return err
+		}
+		if i%2 == 0 {
+			if _, err := st.Recv(); err != nil {
+				return err
+			}
+		}
+		return context.Canceled
+	})
+}
+
+// hostileWorkload is the workload every silent stream watches; the writes
+// of the scenario all change its inbound rules.
+var hostileWorkload = map[string]string{engine.ServiceTag: "hostile-target"}
+
+// silentStreams holds SilentStreams WatchRules streams that never read while
+// policies concerning their workload change at WriteRate; an honest watcher
+// on its own connection measures how late it learns of each write. At the
+// end the silent streams are read to see how the server ended them.
+func (h *hostile) silentStreams(ctx context.Context, s *HostileScenario) error {
+	silent, err := h.dial()
+	if err != nil {
+		return err
+	}
+	defer silent.conn.Close()
+	honest, err := h.dial()
+	if err != nil {
+		return err
+	}
+	defer honest.conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := &verdictv1.WatchRulesRequest{Workload: &verdictv1.Workload{Tags: hostileWorkload}}
+	streams := make([]grpc.ServerStreamingClient[verdictv1.WatchRulesResponse], 0, h.cfg.SilentStreams)
+	for range h.cfg.SilentStreams {
+		st, err := silent.wat.WatchRules(sctx, req)
+		if err != nil {
+			return fmt.Errorf("open a silent stream: %w", err)
+		}
+		streams = append(streams, st)
+	}
+	watch, err := honest.wat.WatchRules(sctx, req)
+	if err != nil {
+		return err
+	}
+	// The honest watcher: the revision of every message it gets, and when.
+	type seen struct {
+		rev int64
+		at  time.Time
+	}
+	var (
+		mu    sync.Mutex
+		got   []seen
+		wdone = make(chan error, 1)
+	)
+	go func() {
+		for {
+			m, err := watch.Recv()
+			if err != nil {
+				wdone <- err
+				return
+			}
+			mu.Lock()
+			got = append(got, seen{m.GetRevision(), time.Now()})
+			if n := proto.Size(m); n > s.AnswerSize {
+				s.AnswerSize = n
+			}
+			mu.Unlock()
+		}
+	}()
+	// The writes: each flips one of 20 policies whose destination is the
+	// watched workload, so every write changes its inbound rules.
+	type write struct {
+		rev int64
+		at  time.Time
+	}
+	var writes []write
+	tick := time.NewTicker(time.Duration(float64(time.Second) / h.cfg.WriteRate))
+	end := time.After(h.cfg.SilentFor)
+	c := h.r.current()
+writing:
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			break writing
+		case <-end:
+			break writing
+		case <-tick.C:
+		}
+		p := &engine.Policy{Mesh: engine.DefaultMesh, Type: engine.DefaultType, Name: fmt.Sprintf("hostile-%d", n%20),
+			Action:       []engine.Action{engine.Allow, engine.Deny}[(n/20)%2],
+			Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("peer-%d", n%20)}}},
+			Destinations: []engine.Selector{{Match: hostileWorkload}}}
+		pr, err := apiconv.ResourceToProto(p)
+		if err != nil {
+			return err
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := c.pol.Apply(wctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{pr}})
+		wcancel()
+		if err != nil {
+			s.Codes["write "+status.Code(err).String()]++
+			continue
+		}
+		writes = append(writes, write{resp.GetRevision(), time.Now()})
+	}
+	tick.Stop()
+	// Give the honest watcher a last second, then read what it saw.
+	sleepCtx(ctx, time.Second)
+	mu.Lock()
+	var lags []time.Duration
+	for _, w := range writes {
+		i := sort.Search(len(got), func(i int) bool { return got[i].rev >= w.rev })
+		if i == len(got) {
+			s.Missed++
+			continue
+		}
+		lags = append(lags, max(0, got[i].at.Sub(w.at)))
+	}
+	s.Updates = len(got)
+	mu.Unlock()
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		s.LagP99 = lags[(len(lags)*99)/100-min(1, (len(lags)*99)/100)]
+		s.LagMax = lags[len(lags)-1]
+	}
+	// How the server ended the silent streams: read each until its end or
+	// until 2 s pass for all of them together.
+	var cmu sync.Mutex
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	var wg sync.WaitGroup
+	for _, st := range streams {
+		wg.Go(func() {
+			for {
+				if _, err := st.Recv(); err != nil {
+					if rctx.Err() != nil && status.Code(err) == codes.Canceled {
+						err = errors.New("still open")
+					}
+					k := status.Code(err).String()
+					if err.Error() == "still open" {
+						k = "still open"
+					}
+					cmu.Lock()
+					s.Codes["silent "+k]++
+					cmu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	go func() { <-rctx.Done(); cancel() }()
+	wg.Wait()
+	rcancel()
+	<-wdone
+	return nil
+}
+
+// oversized sends DecideBatch bodies of 2,097,000 empty flows (~4 MB, just
+// under the message limit), Concurrent at a time, Rounds times.
+func (h *hostile) oversized(ctx context.Context, s *HostileScenario) error {
+	// Field 1 (requests), length 0, 2,097,000 times: what proto.Marshal makes
+	// of that many empty DecideRequests, without building them.
+	body := bytes.Repeat([]byte{0x0a, 0x00}, 2_097_000)
+	return h.flood(ctx, s, func(ctx context.Context, c *clients) error {
+		return c.conn.Invoke(ctx, verdictv1.DecisionService_DecideBatch_FullMethodName, rawMessage(body),
+			new(verdictv1.DecideBatchResponse), grpc.ForceCodecV2(rawCodec{}))
+	})
+}
+
+// explainFlood sends DecideBatch calls of 1,000 flows with explain on the
+// mesh where 201 policies match every flow.
+func (h *hostile) explainFlood(ctx context.Context, s *HostileScenario) error {
+	req := &verdictv1.DecideBatchRequest{}
+	for i := range 1000 {
+		req.Requests = append(req.Requests, &verdictv1.DecideRequest{Mesh: hostileMesh, Explain: true,
+			Source:      &verdictv1.Workload{Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("src-%d", i)}},
+			Destination: &verdictv1.Workload{Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("dst-%d", i%10)}}})
+	}
+	var mu sync.Mutex
+	return h.flood(ctx, s, func(ctx context.Context, c *clients) error {
+		resp, err := c.dec.DecideBatch(ctx, req, grpc.MaxCallRecvMsgSize(256<<20))
+		if err == nil {
+			n := proto.Size(resp)
+			mu.Lock()
+			s.AnswerSize = max(s.AnswerSize, n)
+			mu.Unlock()
+		}
+		return err
+	})
+}
+
+// flood runs call Concurrent at a time, Rounds times, each on a connection
+// of its own, with a 30 s deadline each.
+func (h *hostile) flood(ctx context.Context, s *HostileScenario, call func(context.Context, *clients) error) error {
+	var mu sync.Mutex
+	for range h.cfg.Rounds {
+		var wg sync.WaitGroup
+		for range h.cfg.Concurrent {
+			c, err := h.dial()
+			if err != nil {
+				return err
+			}
+			wg.Go(func() {
+				defer c.conn.Close()
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				count(&mu, s.Codes, call(cctx, c))
+			})
+		}
+		wg.Wait()
+	}
+	return nil
+}
+
+// rawMessage is a request body already encoded: rawCodec sends its bytes as
+// they are (marshalling 2M messages once, not once per call).
+type rawMessage []byte
+
+// rawCodec is gRPC's proto codec, but for rawMessage requests.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(rawMessage); ok {
+		return mem.BufferSlice{mem.SliceBuffer(m)}, nil
+	}
+	return encoding.GetCodecV2("proto").Marshal(v)
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return encoding.GetCodecV2("proto").Unmarshal(data, v)
+}
+
+// judge sorts the findings into problems and misses.
+func (rep *HostileReport) judge() {
+	for _, s := range rep.Scenarios {
+		if s.Settled < 0 {
+			if s.After.Goroutines > s.Before.Goroutines*11/10+idleSlack {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d goroutines %v after, %d before: a leak", s.Name,
+					s.After.Goroutines, rep.config.Settle, s.Before.Goroutines))
+			} else {
+				rep.Misses = append(rep.Misses, fmt.Sprintf("%s: live heap %s %v after, %s before", s.Name, mib(s.After.HeapLive),
+					rep.config.Settle, mib(s.Before.HeapLive)))
+			}
+		}
+		if s.Missed > 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the honest watcher never saw %d writes", s.Name, s.Missed))
+		}
+		if s.LagP99 > time.Second {
+			rep.Misses = append(rep.Misses, fmt.Sprintf("%s: the honest watcher's lag p99 %s (target ≤ 1 s)", s.Name, ms(s.LagP99)))
+		}
+		for k, n := range s.Codes {
+			if strings.HasPrefix(k, "write ") {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d writes failed: %s", s.Name, n, k))
+			}
+			if k == codes.Internal.String() || k == codes.Unknown.String() {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d calls answered %s", s.Name, n, k))
+			}
+		}
+	}
+	timedOut := rep.Probes.FailedLiveBy[codes.DeadlineExceeded.String()]
+	if n := rep.Probes.FailedLive - timedOut; n > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d probe Decides failed with an error", n))
+	}
+	if timedOut > 0 {
+		rep.Misses = append(rep.Misses, fmt.Sprintf("%d probe Decides ran out of their %v deadline (target 0)", timedOut, rep.config.ProbeTimeout))
+	}
+	rep.Pass = len(rep.Problems) == 0 && len(rep.Misses) == 0
+}
+
+// WriteJSON writes the report as indented JSON.
+func (rep *HostileReport) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteText prints the report for people.
+func (rep *HostileReport) WriteText(w io.Writer) {
+	c := rep.config
+	fmt.Fprintf(w, "verdict-chaos hostile: one verdictd; probe Decides %.0f/s with a %v deadline all along\n", c.ProbeRate, c.ProbeTimeout)
+	fmt.Fprintf(w, "  baseline: %d goroutines, heap live %s, RSS %s\n\n", rep.Baseline.Goroutines, mib(rep.Baseline.HeapLive), mib(rep.Baseline.RSS))
+	for _, s := range rep.Scenarios {
+		fmt.Fprintf(w, "%s (%s)\n", s.Name, ms(s.Duration))
+		fmt.Fprintf(w, "  attacker's calls and streams ended: %s\n", fmtCodes(s.Codes))
+		fmt.Fprintf(w, "  at the end of the attack: %d goroutines, heap live %s, RSS %s\n", s.Peak.Goroutines, mib(s.Peak.HeapLive), mib(s.Peak.RSS))
+		settled := "not within " + c.Settle.String()
+		if s.Settled >= 0 {
+			settled = "after " + s.Settled.String()
+		}
+		fmt.Fprintf(w, "  back to where it was before (%d goroutines, heap live %s; ±10%%): %s — %d goroutines, heap live %s\n",
+			s.Before.Goroutines, mib(s.Before.HeapLive), settled, s.After.Goroutines, mib(s.After.HeapLive))
+		if s.Updates > 0 || s.Missed > 0 {
+			fmt.Fprintf(w, "  honest watcher: %d messages, %d writes never seen, lag p99 %s max %s (target p99 ≤ 1 s)\n", s.Updates, s.Missed, ms(s.LagP99), ms(s.LagMax))
+		}
+		if s.AnswerSize > 0 {
+			fmt.Fprintf(w, "  largest answer: %d bytes\n", s.AnswerSize)
+		}
+	}
+	p := rep.Probes
+	fmt.Fprintf(w, "\nprobe Decides: %d sent, %d answered, %d failed (target 0), %d skipped at the in-flight cap; p50 %s p99 %s max %s\n",
+		p.Sent, p.OK, p.FailedLive, p.Skipped, ms(p.Latency.P50), ms(p.Latency.P99), ms(p.Latency.Max))
+	if rep.Pass {
+		fmt.Fprintf(w, "\nPASS\n")
+		return
+	}
+	fmt.Fprintf(w, "\nFAIL\n")
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+	for _, p := range rep.Misses {
+		fmt.Fprintf(w, "  - missed: %s\n", p)
+	}
+}
