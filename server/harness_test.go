@@ -122,7 +122,7 @@ func start(t testing.TB, b *backend, mod func(*Config), dialOpts ...grpc.DialOpt
 }
 
 func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
