@@ -14,46 +14,93 @@ import (
 
 var benchSizes = []int{1_000, 10_000, 100_000}
 
+// sizes returns the benchmarked set sizes: 100k only without -short (make bench
+// runs it; building the 100k sets takes seconds each).
+func sizes(tb testing.TB) []int {
+	if testing.Short() {
+		return benchSizes[:2]
+	}
+	return benchSizes
+}
+
 func benchSet(n int, scopes int) *policygen.Set {
 	return policygen.Generate(policygen.Config{Seed: 1, Policies: n, Scopes: scopes})
 }
 
-// BenchmarkDecide: the scan itself (NoCache), over 4096 generated flows; and
-// the same flows with the snapshot's decision cache, where they repeat.
+var profiles = []struct {
+	name    string
+	profile policygen.Profile
+}{{"sparse", policygen.Sparse}, {"dense", policygen.Dense}}
+
+// BenchmarkDecide: on both profiles (policygen), both combining algorithms and
+// every size, over 4096 generated flows: "nocache" is the decision procedure
+// itself (Request.NoCache); "cached" the same flows with the snapshot's
+// decision cache, where they repeat; "quick-index" is policygen.QuickIndex, the
+// honest baseline (posting lists per tag, verify, best rank), on the same flows
+// in the same run. Sparse sets also run with 50 scopes.
 func BenchmarkDecide(b *testing.B) {
-	for _, n := range benchSizes {
-		for _, scopes := range []int{0, 50} {
-			set := benchSet(n, scopes)
-			snap := engine.Build(1, set.Resources)
-			flows := set.Flows(2, 4096)
-			cached := append([]engine.Request(nil), flows...)
-			for i := range flows {
-				flows[i].NoCache = true
+	for _, pr := range profiles {
+		for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
+			for _, n := range sizes(b) {
+				scopeCounts := []int{0}
+				if pr.profile == policygen.Sparse && combine == engine.FirstMatch {
+					scopeCounts = []int{0, 50}
+				}
+				for _, scopes := range scopeCounts {
+					benchDecide(b, fmt.Sprintf("%s/%s/policies=%d/scopes=%d", pr.name, combine, n, scopes),
+						policygen.Config{Seed: 1, Policies: n, Scopes: scopes, Combine: combine, Profile: pr.profile})
+				}
 			}
-			b.Run(fmt.Sprintf("policies=%d/scopes=%d/cached", n, scopes), func(b *testing.B) {
-				b.ReportAllocs()
-				for i := 0; b.Loop(); i++ {
-					if _, err := snap.Decide(&cached[i&4095]); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.Run(fmt.Sprintf("policies=%d/scopes=%d", n, scopes), func(b *testing.B) {
-				b.ReportAllocs()
-				matched := 0
-				for i := 0; b.Loop(); i++ {
-					d, err := snap.Decide(&flows[i&4095])
-					if err != nil {
-						b.Fatal(err)
-					}
-					if d.Inbound.Reason == engine.ReasonMatched {
-						matched++
-					}
-				}
-				b.ReportMetric(float64(matched)/float64(b.N), "matched/op")
-			})
 		}
 	}
+}
+
+func benchDecide(b *testing.B, name string, cfg policygen.Config) {
+	set := policygen.Generate(cfg)
+	snap := engine.Build(1, set.Resources)
+	flows := set.Flows(2, 4096)
+	cached := append([]engine.Request(nil), flows...)
+	for i := range flows {
+		flows[i].NoCache = true
+	}
+	b.Run(name+"/nocache", func(b *testing.B) {
+		b.ReportAllocs()
+		matched := 0
+		for i := 0; b.Loop(); i++ {
+			d, err := snap.Decide(&flows[i&4095])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if d.Inbound.Reason == engine.ReasonMatched {
+				matched++
+			}
+		}
+		b.ReportMetric(float64(matched)/float64(b.N), "matched/op")
+	})
+	b.Run(name+"/cached", func(b *testing.B) {
+		for i := 0; i < 3*len(cached); i++ { // seen, stored, hit: warm
+			_, _ = snap.Decide(&cached[i&4095])
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := snap.Decide(&cached[i&4095]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	if cfg.Scopes > 0 {
+		return // the quick index covers unscoped sets
+	}
+	q, err := policygen.NewQuickIndex(set)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run(name+"/quick-index", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			q.Decide(&flows[i&4095])
+		}
+	})
 }
 
 func BenchmarkBuild(b *testing.B) {

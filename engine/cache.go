@@ -11,24 +11,47 @@ import (
 // a scan. The cache belongs to the snapshot: a change makes a new snapshot with
 // an empty cache, so it can never answer from an older revision.
 //
-// It is lock-free: fixed arrays of atomic pointers, direct-mapped by hash. A
-// hit is verified against the request field by field, so a hash collision
-// costs a miss, never a wrong answer. An entry is stored only for a flow seen
-// twice (a "doorkeeper" array remembers hashes seen once), so traffic that never
-// repeats allocates nothing; repeated traffic allocates once per flow.
+// It is lock-free: fixed arrays of atomic words. A flow's hash picks two
+// buckets of 8 slots each (two choices: the cache fills to ~100% before flows
+// are lost to crowded buckets); a bucket's hashes sit in one cache line, so a
+// lookup reads one or two lines and follows a pointer only on a hash match. A hit is verified against the request field by field, so a hash
+// collision costs a miss, never a wrong answer. An entry is stored only for a
+// flow seen twice (a "doorkeeper" Bloom filter remembers flows seen once, and
+// starts over after 64k of them), so traffic
+// that never repeats allocates nothing; repeated traffic allocates once per flow.
+//
+// Eviction is least-frequently-used within the bucket, with aging: every entry
+// counts its hits (saturating at 15); a new flow replaces the entry with the
+// fewest hits of its two buckets, and every 8th replacement in a bucket halves its counts, so a flow
+// that stops coming leaves. Flows that keep coming stay: cycling over more flows
+// than the cache holds, the resident ones keep hitting and the others take turns
+// in a few slots, instead of every flow evicting another (which gives an LRU
+// cache no hits at all on a cycle larger than itself).
 
 const (
-	cacheSlots = 1 << 14 // entries
-	cacheSeen  = 1 << 15 // doorkeeper hashes
+	cacheWays     = 8
+	cacheBuckets  = 1 << 11
+	cacheSlots    = cacheWays * cacheBuckets // entries
+	cacheSeenBits = 1 << 18                  // doorkeeper bits
+	cacheSeenMax  = 1 << 16                  // flows the doorkeeper remembers before it starts over
+	cacheMaxHits  = 15
 )
 
 type decisionCache struct {
-	seen  [cacheSeen]atomic.Uint64
-	slots [cacheSlots]atomic.Pointer[cacheEntry]
+	seen    [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
+	seenN   atomic.Uint32
+	buckets [cacheBuckets]cacheBucket
+}
+
+type cacheBucket struct {
+	hashes  [cacheWays]atomic.Uint64 // 0: empty
+	slots   [cacheWays]atomic.Pointer[cacheEntry]
+	evicted atomic.Uint32
 }
 
 type cacheEntry struct {
 	hash     uint64
+	hits     atomic.Uint32
 	mesh     string
 	typ      string
 	proto    Protocol
@@ -62,7 +85,7 @@ func flowHash(mesh, typ string, f *flow) uint64 {
 	h ^= mix64(tagsHash(f.src) + 0x632BE59BD9B4E019)
 	h ^= mix64(tagsHash(f.dst)*3 + 0x8CB92BA72F3D8DD7)
 	h ^= mix64(uint64(f.proto)<<32 | uint64(f.port))
-	return h
+	return h | 1<<63 // never 0: 0 marks an empty slot
 }
 
 // sameTags reports whether a request's tags are exactly the entry's.
@@ -78,34 +101,50 @@ func sameTags(want []tagKV, tags Tags) bool {
 	return true
 }
 
-// Two slots per hash (2-way associative): flows whose first slots collide
-// still both stay cached.
-func slotsOf(h uint64) (uint64, uint64) { return h & (cacheSlots - 1), (h >> 32) & (cacheSlots - 1) }
+// buckets returns the two buckets a flow may sit in.
+func (c *decisionCache) bucketsOf(h uint64) [2]*cacheBucket {
+	return [2]*cacheBucket{&c.buckets[h&(cacheBuckets-1)], &c.buckets[(h>>22)&(cacheBuckets-1)]}
+}
 
 func (c *decisionCache) lookup(h uint64, mesh, typ string, f *flow) (Decision, bool) {
-	i1, i2 := slotsOf(h)
-	e := c.slots[i1].Load()
-	if e == nil || e.hash != h {
-		if e = c.slots[i2].Load(); e == nil || e.hash != h {
-			return Decision{}, false
+	bs := c.bucketsOf(h)
+	if d, ok := bs[0].lookup(h, mesh, typ, f); ok {
+		return d, true
+	}
+	return bs[1].lookup(h, mesh, typ, f)
+}
+
+func (b *cacheBucket) lookup(h uint64, mesh, typ string, f *flow) (Decision, bool) {
+	for i := range b.hashes {
+		if b.hashes[i].Load() != h {
+			continue
 		}
+		e := b.slots[i].Load()
+		if e == nil || e.hash != h || e.mesh != mesh || e.typ != typ || e.proto != f.proto || e.port != f.port ||
+			!sameTags(e.src, f.src) || !sameTags(e.dst, f.dst) {
+			continue
+		}
+		if n := e.hits.Load(); n < cacheMaxHits {
+			e.hits.Store(n + 1) // a lost increment only ages the entry a little sooner
+		}
+		return e.d, true
 	}
-	if e.mesh != mesh || e.typ != typ || e.proto != f.proto || e.port != f.port ||
-		!sameTags(e.src, f.src) || !sameTags(e.dst, f.dst) {
-		return Decision{}, false
-	}
-	return e.d, true
+	return Decision{}, false
 }
 
 // store remembers d for the flow if the flow was seen before.
 func (c *decisionCache) store(h uint64, mesh, typ string, f *flow, d Decision) {
-	d1, d2 := &c.seen[h&(cacheSeen-1)], &c.seen[(h>>40)&(cacheSeen-1)]
-	if d1.Load() != h && d2.Load() != h {
-		if d1.Load() == 0 || h&(1<<30) != 0 {
-			d1.Store(h)
-		} else {
-			d2.Store(h)
+	b1, b2 := (h>>11)&(cacheSeenBits-1), (h>>37)&(cacheSeenBits-1)
+	w1, w2 := &c.seen[b1/64], &c.seen[b2/64]
+	m1, m2 := uint64(1)<<(b1%64), uint64(1)<<(b2%64)
+	if w1.Load()&m1 == 0 || w2.Load()&m2 == 0 {
+		if c.seenN.Add(1)%cacheSeenMax == 0 {
+			for i := range c.seen {
+				c.seen[i].Store(0)
+			}
 		}
+		w1.Or(m1)
+		w2.Or(m2)
 		return
 	}
 	e := &cacheEntry{hash: h, mesh: mesh, typ: typ, proto: f.proto, port: f.port, d: d,
@@ -116,17 +155,33 @@ func (c *decisionCache) store(h uint64, mesh, typ string, f *flow, d Decision) {
 	for k, v := range f.dst {
 		e.dst = append(e.dst, tagKV{k, v})
 	}
-	i1, i2 := slotsOf(h)
-	switch {
-	case c.slots[i1].Load() == nil:
-		c.slots[i1].Store(e)
-	case c.slots[i2].Load() == nil:
-		c.slots[i2].Store(e)
-	case h&(1<<31) != 0:
-		c.slots[i1].Store(e)
-	default:
-		c.slots[i2].Store(e)
+	var b *cacheBucket
+	victim, fewest := -1, uint32(cacheMaxHits+1)
+pick:
+	for _, cb := range c.bucketsOf(h) {
+		for i := range cb.slots {
+			old := cb.slots[i].Load()
+			if old == nil {
+				b, victim = cb, i
+				break pick
+			}
+			if n := old.hits.Load(); n < fewest {
+				b, victim, fewest = cb, i, n
+			}
+		}
 	}
+	if b.slots[victim].Load() != nil && b.evicted.Add(1)%cacheWays == 0 {
+		for i := range b.slots {
+			if old := b.slots[i].Load(); old != nil {
+				old.hits.Store(old.hits.Load() / 2)
+			}
+		}
+	}
+	// The slot's hash is cleared while its entry changes, so a reader that sees
+	// the new hash finds the new entry (and verifies it in any case).
+	b.hashes[victim].Store(0)
+	b.slots[victim].Store(e)
+	b.hashes[victim].Store(h)
 }
 
 // cache returns the snapshot's decision cache, creating it on first use.

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 
 	"github.com/verdictpdp/verdict/engine"
 )
@@ -36,7 +37,26 @@ type Config struct {
 	DenyPercent int
 	// Combine of the type (FirstMatch by default).
 	Combine engine.Combine
+	// Profile chooses the model (Sparse by default; see Dense).
+	Profile Profile
 }
+
+// Profile is the shape of a generated set.
+type Profile uint8
+
+// Profiles.
+const (
+	// Sparse: mostly service-to-service permissions; a flow meets few
+	// candidate rules (the package comment's model).
+	Sparse Profile = iota
+	// Dense: 200 services; selectors of 1–3 tags drawn from service, env,
+	// region, zone and version, so many selectors name no service; ~9% of the
+	// selectors hold a '*'; 25% DENY among service-to-service policies (10%
+	// among the others); 30% of the policies have two source selectors; 20%
+	// are port-restricted. About 65 policies match a flow at 10k policies and
+	// about 600 at 100k: a decision meets many matching rules.
+	Dense
+)
 
 func (c Config) withDefaults() Config {
 	if c.Policies <= 0 {
@@ -50,6 +70,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Services <= 0 {
 		c.Services = max(50, c.Policies/5)
+		if c.Profile == Dense {
+			c.Services = 200
+		}
 	}
 	if c.WildcardPercent == 0 {
 		c.WildcardPercent = 10
@@ -63,6 +86,7 @@ func (c Config) withDefaults() Config {
 var (
 	envs     = []string{"prod", "staging", "dev"}
 	regions  = []string{"us-east", "us-west", "eu-central", "ap-south"}
+	zones    = []string{"zone-0", "zone-1", "zone-2", "zone-3", "zone-4", "zone-5"}
 	versions = []string{"v1", "v2", "v3"}
 	ports    = []string{"80", "443", "8080", "5432", "9000-9100"}
 )
@@ -100,6 +124,10 @@ func Generate(cfg Config) *Set {
 			Mesh: cfg.Mesh, Name: fmt.Sprintf("team-%d", i), Priority: int32(i % 4), Enforced: true,
 			Selectors: []engine.Selector{{Match: map[string]string{"team": fmt.Sprintf("team-%d", i)}}},
 		})
+	}
+	if cfg.Profile == Dense {
+		s.generateDense(r)
+		return s
 	}
 	for i := 0; i < cfg.Policies; i++ {
 		src, dst := r.IntN(cfg.Services), r.IntN(cfg.Services)
@@ -161,7 +189,7 @@ func (s *Set) workload(r *rand.Rand, service int) engine.Tags {
 		"env":             envs[r.IntN(len(envs))],
 		"region":          regions[r.IntN(len(regions))],
 		"version":         versions[r.IntN(len(versions))],
-		"zone":            fmt.Sprintf("zone-%d", r.IntN(6)),
+		"zone":            zones[r.IntN(len(zones))],
 		engine.NameTag:    fmt.Sprintf("%s-%d", svc(service), r.IntN(20)),
 	}
 	if s.Config.Scopes > 0 {
@@ -192,4 +220,79 @@ func (s *Set) Flows(seed uint64, n int) []engine.Request {
 		out[i] = req
 	}
 	return out
+}
+
+// The dense profile's selector keys besides the service, with their values.
+var denseKeys = []struct {
+	key    string
+	values []string
+}{{"env", envs}, {"region", regions}, {"zone", zones}, {"version", versions}}
+
+// Shares of the dense profile, in percent.
+const (
+	denseServiceEnd = 60 // an end's selector names a service
+	denseWildcard   = 9  // a selector holds a '*'
+	denseTwoSources = 30
+	denseS2SDeny    = 25 // DENY among service-to-service policies
+	denseOtherDeny  = 10
+	densePorts      = 20
+)
+
+// denseSelector returns a selector of 1–3 tags; with service >= 0 the first is
+// the service.
+func denseSelector(r *rand.Rand, service int) engine.Selector {
+	m := map[string]string{}
+	n := 1 + r.IntN(3)
+	if service >= 0 {
+		m[engine.ServiceTag] = svc(service)
+		n--
+	}
+	for _, i := range r.Perm(len(denseKeys))[:n] {
+		k := denseKeys[i]
+		m[k.key] = k.values[r.IntN(len(k.values))]
+	}
+	if r.IntN(100) < denseWildcard {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		m[keys[r.IntN(len(keys))]] = "*"
+	}
+	return engine.Selector{Match: m}
+}
+
+func (s *Set) generateDense(r *rand.Rand) {
+	cfg := s.Config
+	end := func() int {
+		if r.IntN(100) < denseServiceEnd {
+			return r.IntN(cfg.Services)
+		}
+		return -1
+	}
+	for i := 0; i < cfg.Policies; i++ {
+		src, dst := end(), end()
+		p := &engine.Policy{Mesh: cfg.Mesh, Type: cfg.Type, Name: fmt.Sprintf("d-%06d", i),
+			Priority: int32(r.IntN(4)), Action: engine.Allow}
+		p.Sources = []engine.Selector{denseSelector(r, src)}
+		if r.IntN(100) < denseTwoSources {
+			p.Sources = append(p.Sources, denseSelector(r, end()))
+		}
+		p.Destinations = []engine.Selector{denseSelector(r, dst)}
+		deny := denseOtherDeny
+		if src >= 0 && dst >= 0 {
+			s.pairs = append(s.pairs, [2]int{src, dst})
+			deny = denseS2SDeny
+		}
+		if r.IntN(100) < deny {
+			p.Action = engine.Deny
+		}
+		if r.IntN(100) < densePorts {
+			p.Ports = []engine.PortEntry{{Protocol: engine.TCP, Ports: ports[r.IntN(len(ports))]}}
+		}
+		if r.IntN(100) < 15 {
+			p.Conf = engine.Object{"log": map[string]any{"sample": json.Number(fmt.Sprint(r.IntN(100)))}}
+		}
+		s.Resources = append(s.Resources, p)
+	}
 }

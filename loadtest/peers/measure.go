@@ -33,6 +33,8 @@ const (
 	OPARulesName       = "opa-rules"
 	OPADataName        = "opa-data"
 	CedarName          = "cedar-go"
+	QuickName          = "quick-index"
+	QuickDenyName      = "quick-index/deny-overrides"
 )
 
 // The seeds of the compared sets and flows (the engine's benchmarks use the same).
@@ -47,6 +49,13 @@ func Peers() []Peer {
 	verdict := func(_ context.Context, set *policygen.Set, _ *Program) (Decider, error) {
 		return NewVerdict(set, false), nil
 	}
+	quick := func(_ context.Context, set *policygen.Set, _ *Program) (Decider, error) {
+		q, err := policygen.NewQuickIndex(set)
+		if err != nil {
+			return nil, err
+		}
+		return quickIndex{q}, nil
+	}
 	return []Peer{
 		{Name: VerdictName, Combine: engine.FirstMatch, build: verdict},
 		{Name: VerdictNoCacheName, Combine: engine.FirstMatch, Reference: VerdictName,
@@ -59,7 +68,9 @@ func Peers() []Peer {
 			build: func(ctx context.Context, _ *policygen.Set, p *Program) (Decider, error) { return NewOPARules(ctx, p) }},
 		{Name: OPADataName, Combine: engine.FirstMatch, Reference: VerdictName,
 			build: func(ctx context.Context, _ *policygen.Set, p *Program) (Decider, error) { return NewOPAData(ctx, p) }},
+		{Name: QuickName, Combine: engine.FirstMatch, Reference: VerdictName, build: quick},
 		{Name: VerdictDenyName, Combine: engine.DenyOverrides, build: verdict},
+		{Name: QuickDenyName, Combine: engine.DenyOverrides, Reference: VerdictDenyName, build: quick},
 		{Name: CedarName, Combine: engine.DenyOverrides, Reference: VerdictDenyName,
 			build: func(_ context.Context, _ *policygen.Set, p *Program) (Decider, error) { return NewCedar(p) }},
 	}
@@ -256,4 +267,14 @@ func Time(d Decider, flows []engine.Request, maxOps int, budget, limit time.Dura
 	t.AllocsPerOp = float64(after.Mallocs-before.Mallocs) / float64(t.Ops)
 	t.BytesPerOp = float64(after.TotalAlloc-before.TotalAlloc) / float64(t.Ops)
 	return t, nil
+}
+
+// quickIndex is policygen.QuickIndex, the engine benchmarks' honest baseline: an
+// inverted index written in two hours (posting lists per tag, verify, best rank).
+type quickIndex struct{ q *policygen.QuickIndex }
+
+// Decide implements Decider.
+func (q quickIndex) Decide(req *engine.Request) (Outcome, error) {
+	o := q.q.Decide(req)
+	return Outcome{Action: o.Action, Policy: o.Policy}, nil
 }
