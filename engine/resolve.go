@@ -175,19 +175,19 @@ func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch,
 		merged = mergePatch(merged, covering[i].conf)
 	}
 	from := map[string]string{}
-	declared := map[string][]string{}
+	declared := map[string]*nameList{}
 	var order []string
 	for _, r := range covering {
 		name := r.policy.Name
 		if _, seen := declared[name]; !seen {
 			order = append(order, name)
-			declared[name] = nil
+			declared[name] = &nameList{}
 		}
 		for _, k := range sortedKeys(r.conf) {
 			if _, ok := from[k]; !ok && r.conf[k] != nil {
 				from[k] = name
 			}
-			declared[name] = appendUnique(declared[name], k)
+			declared[name].add(k)
 		}
 	}
 	for _, k := range sortedKeys(merged) {
@@ -196,17 +196,17 @@ func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch,
 	for _, name := range order {
 		st := PolicyStatus{Policy: name}
 		kept := 0
-		for _, k := range declared[name] {
+		for _, k := range declared[name].names {
 			if from[k] == name {
 				kept++
 				continue
 			}
 			st.Missing = append(st.Missing, MissingRule{Rule: k, By: from[k], Why: "overridden"})
 		}
-		if len(declared[name]) == 0 {
+		if len(declared[name].names) == 0 {
 			continue
 		}
-		st.State = stateOf(kept, len(declared[name]))
+		st.State = stateOf(kept, len(declared[name].names))
 		res.Status = append(res.Status, st)
 	}
 	return res
@@ -350,7 +350,7 @@ func runFold(res *Resolution, order []*Policy) *Resolution {
 	result := map[string]foldValue{}
 	unsetBy := map[string]string{} // rule → the policy that unset it
 	type declared struct {
-		names   []string
+		names   nameList
 		skipped []string
 		unset   map[string]string
 	}
@@ -367,7 +367,7 @@ func runFold(res *Resolution, order []*Policy) *Resolution {
 			}
 		}
 		if defaults != nil {
-			d.names = appendUnique(d.names, sortedKeys(defaults.Rules)...)
+			d.names.add(sortedKeys(defaults.Rules)...)
 			if ok, why := whenHolds(defaults, result); !ok {
 				d.skipped = append(d.skipped, "defaults: "+why)
 			} else {
@@ -397,7 +397,7 @@ func runFold(res *Resolution, order []*Policy) *Resolution {
 			}
 		}
 		if overrides != nil {
-			d.names = appendUnique(d.names, sortedKeys(overrides.Rules)...)
+			d.names.add(sortedKeys(overrides.Rules)...)
 			if ok, why := whenHolds(overrides, result); !ok {
 				d.skipped = append(d.skipped, "overrides: "+why)
 			} else if overrides.Strategy == Atomic {
@@ -427,12 +427,12 @@ func runFold(res *Resolution, order []*Policy) *Resolution {
 	}
 	for i, p := range order {
 		d := &decl[i]
-		if len(d.names) == 0 {
+		if len(d.names.names) == 0 {
 			continue
 		}
 		st := PolicyStatus{Policy: p.Name, Skipped: d.skipped}
 		kept := 0
-		for _, k := range d.names {
+		for _, k := range d.names.names {
 			v, ok := result[k]
 			switch {
 			case ok && v.policy == p.Name:
@@ -445,7 +445,7 @@ func runFold(res *Resolution, order []*Policy) *Resolution {
 				st.Missing = append(st.Missing, MissingRule{Rule: k, Why: missingWhy(d.skipped)})
 			}
 		}
-		st.State = stateOf(kept, len(d.names))
+		st.State = stateOf(kept, len(d.names.names))
 		res.Status = append(res.Status, st)
 	}
 	return res
@@ -504,15 +504,23 @@ func sortedKeys(m map[string]any) []string {
 	return keys
 }
 
-func appendUnique(list []string, items ...string) []string {
-outer:
-	for _, it := range items {
-		for _, x := range list {
-			if x == it {
-				continue outer
-			}
+// nameList holds names in the order first added, each once; adding is O(1),
+// so a policy with N rule names costs O(N), not O(N²) (issue 12 F7: 40k
+// rules took 7.9 s per Resolve).
+type nameList struct {
+	names []string
+	seen  map[string]struct{}
+}
+
+func (l *nameList) add(names ...string) {
+	for _, n := range names {
+		if _, dup := l.seen[n]; dup {
+			continue
 		}
-		list = append(list, it)
+		if l.seen == nil {
+			l.seen = make(map[string]struct{}, len(names))
+		}
+		l.seen[n] = struct{}{}
+		l.names = append(l.names, n)
 	}
-	return list
 }
