@@ -23,7 +23,8 @@ type Config struct {
 	// InsecureListen).
 	Listen string
 	// MetricsListen serves Prometheus /metrics over HTTP (default
-	// 127.0.0.1:7071; empty disables it).
+	// 127.0.0.1:7071; empty disables it). In development mode it must be
+	// loopback, as Listen.
 	MetricsListen string
 
 	// EtcdEndpoints of an etcd cluster; empty runs an embedded single-member
@@ -98,6 +99,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	devMode := c.AuthTokenFile == "" && len(c.AllowIdentities) == 0
+	if devMode && c.MetricsListen != "" {
+		// The metrics say what the daemon serves (revisions, invalid keys):
+		// development mode keeps them on this host too.
+		if ml, err := isLoopback(c.MetricsListen); err == nil && !ml {
+			add("--metrics-listen %s is beyond loopback: configure authorization first (--auth-token-file or --allow-identity); "+
+				"without it the daemon listens on loopback only", c.MetricsListen)
+		}
+	}
 	if err == nil && !loopback {
 		if devMode {
 			add("--listen %s is beyond loopback: configure authorization first (--auth-token-file or --allow-identity); "+

@@ -74,6 +74,13 @@ func TestConfigValidate(t *testing.T) {
 		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "--log-level"},
 		{"host name", func(c *Config) { c.Listen = "example.com:7070" }, "--listen"},
 		{"unix socket, development mode", func(c *Config) { c.Listen = "unix:" + filepath.Join(dir, "v.sock") }, ""},
+		{"metrics beyond loopback in development mode", func(c *Config) { c.MetricsListen = "0.0.0.0:7071" }, "--metrics-listen 0.0.0.0:7071 is beyond loopback"},
+		{"metrics on every interface in development mode", func(c *Config) { c.MetricsListen = ":7071" }, "--metrics-listen :7071 is beyond loopback"},
+		{"metrics on IPv6 loopback", func(c *Config) { c.MetricsListen = "[::1]:7071" }, ""},
+		{"metrics disabled", func(c *Config) { c.MetricsListen = "" }, ""},
+		{"metrics beyond loopback with a token", func(c *Config) {
+			c.Listen, c.MetricsListen, c.AuthTokenFile, c.InsecureListen = "0.0.0.0:7070", "0.0.0.0:7071", file, true
+		}, ""},
 		{"unix socket, empty path", func(c *Config) { c.Listen = "unix:" }, "--listen: unix: the socket path is empty"},
 	}
 	for _, tc := range tests {
