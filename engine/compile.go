@@ -353,7 +353,7 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 		return cp
 	}
 	top := compileSelector(targetSelector(*p.TargetRef))
-	level := int16(p.TargetRef.Kind)
+	level := p.TargetRef.level()
 	addItems := func(items []Item, list string, sides uint8) {
 		for i, it := range items {
 			k := base

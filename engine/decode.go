@@ -46,19 +46,35 @@ func DecodeJSON(data []byte) (Resource, error) {
 }
 
 // DecodeValue decodes and validates one resource from a generic tree (see
-// ParseYAML). Kuma universal-format documents are normalized first: a document
-// with type and no kind is a Policy, spec is unwrapped, an item's default is read
-// as its action and conf, labels are ignored.
+// ParseYAML). Kuma universal-format documents are normalized first
+// (normalizeKuma, docs/kuma.md); errors name the fields as the document wrote
+// them.
 func DecodeValue(v any) (Resource, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return nil, invalid("", "a resource must be an object")
 	}
 	var errs errList
-	m = normalizeKuma(m, &errs)
+	m, paths, outOfScope := normalizeKuma(m, &errs)
+	if outOfScope {
+		return nil, errs.err()
+	}
+	r, derrs := decodeResource(m)
+	rewriteErrors(derrs, paths)
+	errs.errs = append(errs.errs, derrs...)
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
+	if n := encodedSize(r); n > MaxResourceBytes {
+		return nil, invalid("", fmt.Sprintf("the resource is %d bytes encoded, over the limit of %d", n, MaxResourceBytes))
+	}
+	return r, nil
+}
+
+// decodeResource decodes a document in verdict's form; error paths are the
+// document's.
+func decodeResource(m map[string]any) (Resource, []FieldError) {
+	var errs errList
 	o := newObj(&errs, "", m)
 	kindText := o.str("kind")
 	kind, ok := ParseKind(kindText)
@@ -68,7 +84,7 @@ func DecodeValue(v any) (Resource, error) {
 		} else {
 			errs.add("kind", fmt.Sprintf("%q is not Mesh, Scope or Policy", kindText))
 		}
-		return nil, errs.err()
+		return nil, errs.errs
 	}
 	var r Resource
 	switch kind {
@@ -80,13 +96,7 @@ func DecodeValue(v any) (Resource, error) {
 		r = decodePolicy(o)
 	}
 	o.finish()
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
-	if n := encodedSize(r); n > MaxResourceBytes {
-		return nil, invalid("", fmt.Sprintf("the resource is %d bytes encoded, over the limit of %d", n, MaxResourceBytes))
-	}
-	return r, nil
+	return r, errs.errs
 }
 
 func indexOf(list []string, s string) int {

@@ -105,6 +105,7 @@ func decodeScope(o *obj) *Scope {
 func decodeTargetRef(o *obj) TargetRef {
 	var t TargetRef
 	kind := o.str("kind")
+	known := true
 	switch kind {
 	case "Mesh":
 		t.Kind = TargetMesh
@@ -117,20 +118,38 @@ func decodeTargetRef(o *obj) TargetRef {
 	case "Proxy", "Dataplane":
 		t.Kind = TargetProxy
 	case "":
-		o.errs.add(o.field("kind"), "is required: Mesh, MeshSubset, Service, ServiceSubset or Proxy")
+		known = false
+		o.errs.add(o.field("kind"), "is required: Mesh, MeshSubset, Service, ServiceSubset or Proxy (Kuma: MeshService, MeshServiceSubset, Dataplane)")
 	default:
-		o.errs.add(o.field("kind"), fmt.Sprintf("%q is not Mesh, MeshSubset, Service, ServiceSubset or Proxy", kind))
+		known = false
+		o.errs.add(o.field("kind"), fmt.Sprintf("%q is not Mesh, MeshSubset, Service, ServiceSubset or Proxy (Kuma: MeshService, MeshServiceSubset, Dataplane)", kind))
 	}
 	t.Name = o.str("name")
 	t.Tags = o.stringMap("tags", false)
+	if _, ok := o.m["expressions"]; ok {
+		sel := decodeSelector(newObj(o.errs, o.path, map[string]any{"expressions": o.m["expressions"]}))
+		o.used["expressions"] = struct{}{}
+		t.Expressions = sel.Expressions
+	}
 	o.finish()
-	if kind == "" {
+	if !known {
+		// One error for a typo'd kind: what else the targetRef holds is
+		// judged against the kind the user meant, which is unknown.
 		return t
 	}
 	switch t.Kind {
 	case TargetMesh, TargetMeshSubset:
 		if t.Name != "" {
 			o.errs.add(o.field("name"), fmt.Sprintf("must be empty for kind %s", t.Kind))
+		}
+	case TargetProxy:
+		// Kuma >= 2.10: a Dataplane by name, by labels (read as tags), or every one.
+		if t.Name != "" && len(t.Tags) > 0 {
+			o.errs.add(o.field("tags"), "kind Proxy selects by name or by tags (Kuma: labels), not both")
+		} else if t.Name != "" {
+			if err := checkTagValue(t.Name, false); err != nil {
+				o.errs.add(o.field("name"), err.Error())
+			}
 		}
 	default:
 		if t.Name == "" {
@@ -140,10 +159,13 @@ func decodeTargetRef(o *obj) TargetRef {
 		}
 	}
 	switch t.Kind {
-	case TargetMesh, TargetService, TargetProxy:
+	case TargetMesh, TargetService:
 		if len(t.Tags) > 0 {
 			o.errs.add(o.field("tags"), fmt.Sprintf("must be empty for kind %s", t.Kind))
 		}
+	}
+	if len(t.Expressions) > 0 && t.Kind != TargetMeshSubset {
+		o.errs.add(o.field("expressions"), fmt.Sprintf("must be empty for kind %s (expressions belong to MeshSubset)", t.Kind))
 	}
 	return t
 }

@@ -65,7 +65,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad time", `{kind: Policy, name: x, sources: [{}], destinations: [{}], creationTime: yesterday}`, "creationTime", "RFC 3339"},
 		{"conf not object", `{kind: Policy, name: x, sources: [{}], destinations: [{}], conf: [1, 2]}`, "conf", "must be an object"},
 		{"kuma spec and top-level", `{type: TrafficLog, name: x, sources: [{}], spec: {sources: [{}]}}`, "spec.sources", "also given outside spec"},
-		{"kuma default and action", `{type: MeshTrafficPermission, name: x, spec: {targetRef: {kind: Mesh}, from: [{targetRef: {kind: Mesh}, action: Deny, default: {action: Allow}}]}}`, "from[0].default", "given with action"},
+		{"kuma default and action", `{type: MeshTrafficPermission, name: x, spec: {targetRef: {kind: Mesh}, from: [{targetRef: {kind: Mesh}, action: Deny, default: {action: Allow}}]}}`, "spec.from[0].default", "given with action"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,6 +219,9 @@ func FuzzDecodeYAML(f *testing.F) {
 		}
 	}
 	f.Add([]byte("type: TrafficLog\nname: x\nspec: {sources: [{}], destinations: [{}]}\n"))
+	f.Add([]byte("type: MeshTrafficPermission\nname: r\nspec:\n  rules: [{default: {allow: [{spiffeID: {type: Prefix, value: 'spiffe://m/'}}]}}]\n"))
+	f.Add([]byte("type: MeshTrace\nname: t\nspec: {targetRef: {kind: Dataplane, labels: {app: a}}, default: {sampling: {overall: 1}}}\n"))
+	f.Add([]byte("type: TrafficTrace\nname: t\nselectors: []\nconf: {backend: b}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rs, err := engine.DecodeYAML(data)
 		if err != nil && !errors.Is(err, engine.ErrInvalid) {

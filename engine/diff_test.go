@@ -46,7 +46,8 @@ var (
 	genValues = map[string][]string{
 		"app": {"web", "api", "db"}, "env": {"prod", "dev", "stage"}, "tier": {"front", "back", "data"},
 		"kuma.io/service": {"web", "backend", "redis"}, "version": {"v1", "v2", "v3"},
-		"ip": {"10.0.0.1", "10.0.1.5", "192.168.1.1"},
+		"ip":        {"10.0.0.1", "10.0.1.5", "192.168.1.1"},
+		"principal": {"spiffe://m/web", "spiffe://m/backend", "spiffe://m/redis"},
 	}
 )
 
@@ -57,6 +58,9 @@ func (c *choices) tags() engine.Tags {
 			vals := genValues[k]
 			t[k] = vals[c.n(len(vals))]
 		}
+	}
+	if c.chance(30) {
+		t["principal"] = genValues["principal"][c.n(3)] // a peer known by its SPIFFE ID
 	}
 	return t
 }
@@ -108,7 +112,19 @@ func (c *choices) action() engine.Action {
 }
 
 func (c *choices) targetRef() engine.TargetRef {
-	switch c.n(5) {
+	switch c.n(8) {
+	case 5:
+		// Kuma's Dataplane by labels
+		return engine.TargetRef{Kind: engine.TargetProxy, Tags: map[string]string{"env": genValues["env"][c.n(3)]}}
+	case 6:
+		return engine.TargetRef{Kind: engine.TargetProxy} // every Dataplane
+	case 7:
+		// a spiffeID match: Exact or Prefix on the principal
+		if c.chance(50) {
+			return engine.TargetRef{Kind: engine.TargetMeshSubset, Tags: map[string]string{"principal": genValues["principal"][c.n(3)]}}
+		}
+		return engine.TargetRef{Kind: engine.TargetMeshSubset, Expressions: []engine.Expression{
+			{Key: "principal", Operator: engine.OpPrefix, Values: []string{genValues["principal"][c.n(3)][:len("spiffe://m/")+c.n(2)]}}}}
 	case 0:
 		return engine.TargetRef{Kind: engine.TargetMesh}
 	case 1:

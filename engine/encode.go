@@ -85,9 +85,10 @@ type jsonPort struct {
 }
 
 type jsonTargetRef struct {
-	Kind string            `json:"kind"`
-	Name string            `json:"name,omitempty"`
-	Tags map[string]string `json:"tags,omitempty"`
+	Kind        string            `json:"kind"`
+	Name        string            `json:"name,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	Expressions []jsonExpression  `json:"expressions,omitempty"`
 }
 
 type jsonItem struct {
@@ -216,7 +217,11 @@ func jsonSelectors(sels []Selector) []jsonSelector {
 }
 
 func jsonTarget(t TargetRef) jsonTargetRef {
-	return jsonTargetRef{Kind: t.Kind.String(), Name: t.Name, Tags: t.Tags}
+	j := jsonTargetRef{Kind: t.Kind.String(), Name: t.Name, Tags: t.Tags}
+	for _, e := range t.Expressions {
+		j.Expressions = append(j.Expressions, jsonExpression{Key: e.Key, Operator: e.Operator.String(), Values: e.Values})
+	}
+	return j
 }
 
 func jsonItems(items []Item) []jsonItem {

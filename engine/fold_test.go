@@ -33,7 +33,7 @@ func refResolve(resources []engine.Resource, req engine.ResolveRequest) (rules e
 	for _, p := range w.policies {
 		if p.TargetRef != nil {
 			if refSelects(refTarget(*p.TargetRef), workload) {
-				entries = append(entries, refEntry{p: p, level: int(p.TargetRef.Kind)})
+				entries = append(entries, refEntry{p: p, level: refLevel(*p.TargetRef)})
 			}
 			continue
 		}

@@ -237,9 +237,36 @@ func refTarget(t engine.TargetRef) *engine.Selector {
 		}
 		m["kuma.io/service"] = t.Name
 	case engine.TargetProxy:
-		m["kuma.io/name"] = t.Name
+		// Kuma's Dataplane: one by name, by labels (tags), or every one.
+		if t.Name != "" {
+			m["kuma.io/name"] = t.Name
+		}
+		for k, v := range t.Tags {
+			m[k] = v
+		}
 	}
-	return &engine.Selector{Match: m}
+	return &engine.Selector{Match: m, Expressions: t.Expressions}
+}
+
+// refLevel is a targetRef's specificity (SPEC section 4, key 4): seed 002's
+// Mesh < MeshSubset < Service < ServiceSubset < Proxy, with Kuma's Dataplane by
+// labels (or every Dataplane) above Mesh and below MeshSubset, as Kuma orders
+// its kinds (docs/kuma.md).
+func refLevel(t engine.TargetRef) int {
+	switch t.Kind {
+	case engine.TargetMesh:
+		return 0
+	case engine.TargetMeshSubset:
+		return 2
+	case engine.TargetService:
+		return 3
+	case engine.TargetServiceSubset:
+		return 4
+	}
+	if t.Name == "" {
+		return 1
+	}
+	return 5
 }
 
 func refPorts(entries []engine.PortEntry, proto engine.Protocol, port uint32) bool {
@@ -301,12 +328,12 @@ func (w *refWorld) rules(typ string) []*refRule {
 		}
 		top := refTarget(*p.TargetRef)
 		for i, it := range p.From {
-			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: int(p.TargetRef.Kind),
+			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: refLevel(*p.TargetRef),
 				item: i, src: refTarget(it.TargetRef), dst: top, top: top, inbound: true, action: act(it.Action),
 				conf: it.Conf, id: "from[" + strconv.Itoa(i) + "]"})
 		}
 		for i, it := range p.To {
-			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: int(p.TargetRef.Kind),
+			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: refLevel(*p.TargetRef),
 				item: i, src: top, dst: refTarget(it.TargetRef), top: top, outbound: true, action: act(it.Action),
 				conf: it.Conf, id: "to[" + strconv.Itoa(i) + "]"})
 		}

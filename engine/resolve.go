@@ -261,7 +261,7 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 			if !compileSelector(targetSelector(*p.TargetRef)).matches(workload) {
 				return true
 			}
-			e := foldEntry{p: p, key: orderKey{priority: p.Priority, total: int16(p.TargetRef.Kind)}}
+			e := foldEntry{p: p, key: orderKey{priority: p.Priority, total: p.TargetRef.level()}}
 			if p.Rank == RankAbsolute {
 				e.key.phase = phaseAbsolute
 			} else {

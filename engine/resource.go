@@ -271,10 +271,25 @@ type PortEntry struct {
 type portRange struct{ lo, hi uint16 }
 
 // TargetRef attaches a policy to workloads, or names the peer of an item (seed 002).
+// Kind Proxy selects one proxy by Name, proxies by Tags (Kuma's Dataplane
+// labels), or with neither every proxy. Expressions (MeshSubset only) hold
+// what tags cannot: Kuma's spiffeID Prefix matches.
 type TargetRef struct {
-	Kind TargetKind
-	Name string
-	Tags map[string]string
+	Kind        TargetKind
+	Name        string
+	Tags        map[string]string
+	Expressions []Expression
+}
+
+// level is the targetRef's specificity (SPEC section 4, key 4): seed 002's
+// Proxy > ServiceSubset > Service > MeshSubset > Mesh, with Kuma's Dataplane
+// by labels (or every Dataplane) above Mesh and below MeshSubset, as Kuma
+// orders its kinds.
+func (t TargetRef) level() int16 {
+	if t.Kind == TargetProxy && t.Name == "" {
+		return 1
+	}
+	return 2 * int16(t.Kind)
 }
 
 // Item is one from or to entry of a targetRef policy.

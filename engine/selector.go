@@ -104,9 +104,14 @@ func targetSelector(t TargetRef) *Selector {
 		}
 		match[ServiceTag] = t.Name
 	case TargetProxy:
-		match[NameTag] = t.Name
+		if t.Name != "" {
+			match[NameTag] = t.Name
+		}
+		for k, v := range t.Tags {
+			match[k] = v
+		}
 	}
-	return &Selector{Match: match}
+	return &Selector{Match: match, Expressions: t.Expressions}
 }
 
 // matches reports whether the workload's tags satisfy every part of the selector.

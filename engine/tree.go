@@ -70,6 +70,7 @@ func yamlTree(n *yaml.Node, depth int) (any, error) {
 		return nil, fmt.Errorf("line %d: YAML aliases are not supported", n.Line)
 	case yaml.MappingNode:
 		m := make(Object, len(n.Content)/2)
+		lines := make(map[string]int, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
@@ -78,9 +79,11 @@ func yamlTree(n *yaml.Node, depth int) (any, error) {
 			if k.Tag == "!!merge" {
 				return nil, fmt.Errorf("line %d: YAML merge keys are not supported", k.Line)
 			}
-			if _, dup := m[k.Value]; dup {
-				return nil, fmt.Errorf("line %d: key %q is given twice", k.Line, k.Value)
+			if first, dup := lines[k.Value]; dup {
+				// Kuma keeps the last value; verdict refuses, naming both lines.
+				return nil, fmt.Errorf("line %d: key %q is given twice, on lines %d and %d", k.Line, k.Value, first, k.Line)
 			}
+			lines[k.Value] = k.Line
 			val, err := yamlTree(v, depth+1)
 			if err != nil {
 				return nil, err

@@ -240,6 +240,12 @@ func FuzzKumaYAML(f *testing.F) {
 		"type: MeshTimeout\nname: mt\nspec:\n  targetRef: {kind: Mesh}\n  to:\n    - targetRef: {kind: MeshService, name: db}\n      default: {connectTimeout: 2s}\n",
 		"kind: Scope\nname: Apps\nselectors: [{match: {tier: app}}]\ncatchAll: DENY\n---\nkind: Policy\nname: p\nscope: Apps\nsources: [{expressions: [{key: ip, operator: CIDR, values: [10.0.0.0/8]}]}]\ndestinations: [{}]\n",
 		"type: Dataplane\nname: dp\n",
+		// Kuma >= 2.10 forms: no top-level targetRef, Dataplane labels, rules with spiffeID matches,
+		// a top-level default, a dataplane policy's selectors
+		"type: MeshTrafficPermission\nname: r\nspec:\n  targetRef: {kind: Dataplane, labels: {app: api}}\n  rules:\n    - default:\n        deny: [{spiffeID: {type: Exact, value: 'spiffe://default/legacy'}}]\n        allow: [{spiffeID: {type: Prefix, value: 'spiffe://default/'}}]\n",
+		"type: MeshTimeout\nname: mt\nspec:\n  rules:\n    - matches: [{spiffeID: {type: Prefix, value: 'spiffe://x/'}}]\n      default: {idleTimeout: 1s}\n",
+		"type: MeshTrace\nname: tr\nspec:\n  targetRef: {kind: Dataplane}\n  default: {sampling: {overall: 80}}\n",
+		"type: ProxyTemplate\nname: pt\nselectors: [{match: {kuma.io/service: web}}]\nconf: {imports: [default-proxy]}\n",
 	} {
 		f.Add([]byte(s))
 	}

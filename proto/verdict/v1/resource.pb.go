@@ -614,9 +614,13 @@ func (x *PortEntry) GetPorts() string {
 type TargetRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Mesh, MeshSubset, Service, ServiceSubset or Proxy.
-	Kind          string            `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Name          string            `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Tags          map[string]string `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Required for Service and ServiceSubset; for Proxy, one proxy by name
+	// (else tags select proxies, and neither selects every proxy).
+	Name string            `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Tags map[string]string `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// MeshSubset only: set-based requirements (Kuma's spiffeID Prefix matches).
+	Expressions   []*Expression `protobuf:"bytes,4,rep,name=expressions,proto3" json:"expressions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -668,6 +672,13 @@ func (x *TargetRef) GetName() string {
 func (x *TargetRef) GetTags() map[string]string {
 	if x != nil {
 		return x.Tags
+	}
+	return nil
+}
+
+func (x *TargetRef) GetExpressions() []*Expression {
+	if x != nil {
+		return x.Expressions
 	}
 	return nil
 }
@@ -1141,11 +1152,12 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x06values\x18\x03 \x03(\tR\x06values\"=\n" +
 	"\tPortEntry\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\tR\bprotocol\x12\x14\n" +
-	"\x05ports\x18\x02 \x01(\tR\x05ports\"\xa1\x01\n" +
+	"\x05ports\x18\x02 \x01(\tR\x05ports\"\xdb\x01\n" +
 	"\tTargetRef\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x123\n" +
-	"\x04tags\x18\x03 \x03(\v2\x1f.verdict.v1.TargetRef.TagsEntryR\x04tags\x1a7\n" +
+	"\x04tags\x18\x03 \x03(\v2\x1f.verdict.v1.TargetRef.TagsEntryR\x04tags\x128\n" +
+	"\vexpressions\x18\x04 \x03(\v2\x16.verdict.v1.ExpressionR\vexpressions\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x81\x01\n" +
@@ -1233,27 +1245,28 @@ var file_verdict_v1_resource_proto_depIdxs = []int32{
 	13, // 9: verdict.v1.Selector.match:type_name -> verdict.v1.Selector.MatchEntry
 	5,  // 10: verdict.v1.Selector.expressions:type_name -> verdict.v1.Expression
 	14, // 11: verdict.v1.TargetRef.tags:type_name -> verdict.v1.TargetRef.TagsEntry
-	7,  // 12: verdict.v1.Item.target_ref:type_name -> verdict.v1.TargetRef
-	16, // 13: verdict.v1.Item.conf:type_name -> google.protobuf.Struct
-	16, // 14: verdict.v1.Block.rules:type_name -> google.protobuf.Struct
-	4,  // 15: verdict.v1.Policy.sources:type_name -> verdict.v1.Selector
-	4,  // 16: verdict.v1.Policy.destinations:type_name -> verdict.v1.Selector
-	6,  // 17: verdict.v1.Policy.ports:type_name -> verdict.v1.PortEntry
-	16, // 18: verdict.v1.Policy.conf:type_name -> google.protobuf.Struct
-	7,  // 19: verdict.v1.Policy.target_ref:type_name -> verdict.v1.TargetRef
-	8,  // 20: verdict.v1.Policy.from:type_name -> verdict.v1.Item
-	8,  // 21: verdict.v1.Policy.to:type_name -> verdict.v1.Item
-	9,  // 22: verdict.v1.Policy.defaults:type_name -> verdict.v1.Block
-	9,  // 23: verdict.v1.Policy.overrides:type_name -> verdict.v1.Block
-	15, // 24: verdict.v1.Policy.creation_time:type_name -> google.protobuf.Timestamp
-	15, // 25: verdict.v1.Policy.modification_time:type_name -> google.protobuf.Timestamp
-	0,  // 26: verdict.v1.StoredResource.resource:type_name -> verdict.v1.Resource
-	2,  // 27: verdict.v1.Mesh.TypesEntry.value:type_name -> verdict.v1.TypeSettings
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	5,  // 12: verdict.v1.TargetRef.expressions:type_name -> verdict.v1.Expression
+	7,  // 13: verdict.v1.Item.target_ref:type_name -> verdict.v1.TargetRef
+	16, // 14: verdict.v1.Item.conf:type_name -> google.protobuf.Struct
+	16, // 15: verdict.v1.Block.rules:type_name -> google.protobuf.Struct
+	4,  // 16: verdict.v1.Policy.sources:type_name -> verdict.v1.Selector
+	4,  // 17: verdict.v1.Policy.destinations:type_name -> verdict.v1.Selector
+	6,  // 18: verdict.v1.Policy.ports:type_name -> verdict.v1.PortEntry
+	16, // 19: verdict.v1.Policy.conf:type_name -> google.protobuf.Struct
+	7,  // 20: verdict.v1.Policy.target_ref:type_name -> verdict.v1.TargetRef
+	8,  // 21: verdict.v1.Policy.from:type_name -> verdict.v1.Item
+	8,  // 22: verdict.v1.Policy.to:type_name -> verdict.v1.Item
+	9,  // 23: verdict.v1.Policy.defaults:type_name -> verdict.v1.Block
+	9,  // 24: verdict.v1.Policy.overrides:type_name -> verdict.v1.Block
+	15, // 25: verdict.v1.Policy.creation_time:type_name -> google.protobuf.Timestamp
+	15, // 26: verdict.v1.Policy.modification_time:type_name -> google.protobuf.Timestamp
+	0,  // 27: verdict.v1.StoredResource.resource:type_name -> verdict.v1.Resource
+	2,  // 28: verdict.v1.Mesh.TypesEntry.value:type_name -> verdict.v1.TypeSettings
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_resource_proto_init() }
