@@ -28,6 +28,9 @@ var (
 	errNotCurrent = errors.New("the server's snapshot has not reached min_revision")
 	// errShuttingDown ends streams when the server stops.
 	errShuttingDown = errors.New("server shutting down")
+	// errFellBehind ends a watch stream that fell behind the server's bounded
+	// history: the client resumes from the revision the error names.
+	errFellBehind = errors.New("watch stream too slow")
 )
 
 // codeOf maps an error to its gRPC code: the one table of the server (SPEC
@@ -38,7 +41,9 @@ var (
 //   - store.ErrTooLarge is InvalidArgument: the request itself must change (be
 //     split into several calls); retrying it as is can never succeed;
 //   - errNotCurrent is Unavailable: another replica, or a retry, may answer;
-//   - store.ErrClosed is Unavailable: the daemon is stopping.
+//   - store.ErrClosed is Unavailable: the daemon is stopping;
+//   - errFellBehind is ResourceExhausted: the stream's client read too slowly
+//     for the server's bounded history; it resumes (from the revision named).
 func codeOf(err error) codes.Code {
 	c, _ := classify(err)
 	return c
@@ -67,6 +72,8 @@ func classify(err error) (code codes.Code, known bool) {
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed), errors.Is(err, errNotCurrent),
 		errors.Is(err, errShuttingDown):
 		return codes.Unavailable, true
+	case errors.Is(err, errFellBehind):
+		return codes.ResourceExhausted, true
 	case errors.Is(err, errUnauthenticated):
 		return codes.Unauthenticated, true
 	case errors.Is(err, errPermissionDenied):

@@ -10,8 +10,9 @@ import (
 )
 
 // TestOverMemoryStore runs the server on store/memory and the real syncer:
-// broken values are listed with their error, and a watch resumed from a
-// compacted revision gets a fresh snapshot.
+// broken values are listed with their error; a watch resumed after the store
+// compacted is served from the server's own history, and one from before that
+// history gets a fresh snapshot.
 func TestOverMemoryStore(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -25,8 +26,13 @@ func TestOverMemoryStore(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = sy.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	h := start(t, nil, func(c *Config) { c.Syncer, c.Store = sy, st })
+	h := start(t, nil, func(c *Config) { c.Syncer, c.Store = sy, st; c.WatchHistory = 1 })
 	c := ctxT(t)
+	first, err := h.wat.WatchResources(c, &verdictv1.WatchResourcesRequest{}) // the feed follows the store from now on
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvN(t, first, 2)
 
 	var last int64
 	for _, name := range []string{"a", "b", "c"} {
@@ -57,6 +63,15 @@ func TestOverMemoryStore(t *testing.T) {
 	}
 	m, err := w.Recv()
 	if err != nil || m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT || !m.GetFresh() || len(m.GetChanges()) != 4 {
-		t.Fatalf("after compaction: %v %v", m, err)
+		t.Fatalf("from before the history: %v %v", m, err)
+	}
+	w, err = h.wat.WatchResources(c, &verdictv1.WatchResourcesRequest{FromRevision: last})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err = w.Recv()
+	if err != nil || m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES || m.GetRevision() != broken ||
+		len(m.GetChanges()) != 1 || m.GetChanges()[0].GetResource().GetError() == "" {
+		t.Fatalf("after compaction, from the history: %v %v", m, err)
 	}
 }

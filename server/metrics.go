@@ -15,10 +15,11 @@ import (
 // the Prometheus exporter they read verdict_decisions_total{action},
 // verdict_decide_duration_seconds, verdict_snapshot_revision,
 // verdict_store_revision, verdict_watch_lag_seconds, verdict_resources_invalid,
-// verdict_synced and verdict_stale.
+// verdict_synced, verdict_stale and verdict_watch_dropped_total{rpc}.
 type metrics struct {
 	decisions metric.Int64Counter
 	duration  metric.Float64Histogram
+	dropped   metric.Int64Counter
 	allow     metric.AddOption
 	deny      metric.AddOption
 }
@@ -37,6 +38,10 @@ func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, err
 	if m.duration, err = meter.Float64Histogram("verdict.decide.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time the engine took to decide a flow."),
 		metric.WithExplicitBucketBoundaries(1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2, 0.1)); err != nil {
+		return nil, err
+	}
+	if m.dropped, err = meter.Int64Counter("verdict.watch.dropped",
+		metric.WithDescription("Watch streams ended for falling behind (RESOURCE_EXHAUSTED), by RPC.")); err != nil {
 		return nil, err
 	}
 	revision, err := meter.Int64ObservableGauge("verdict.snapshot.revision",
@@ -102,4 +107,11 @@ func (m *metrics) decided(ctx context.Context, a engine.Action, took time.Durati
 	}
 	m.decisions.Add(ctx, 1, opt)
 	m.duration.Record(ctx, took.Seconds())
+}
+
+var watchResourcesRPC = metric.WithAttributeSet(attribute.NewSet(attribute.String("rpc", "WatchResources")))
+
+// watchDropped counts a WatchResources stream ended for falling behind.
+func (m *metrics) watchDropped(ctx context.Context) {
+	m.dropped.Add(ctx, 1, watchResourcesRPC)
 }

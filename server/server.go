@@ -46,18 +46,18 @@ import (
 )
 
 // Store is what the server uses of a store.Store: writes, reads of one key,
-// and watches.
+// and its health. Watches are the syncer's: WatchResources streams are
+// served from its updates, never from a watch of their own.
 type Store interface {
 	Apply(ctx context.Context, ops []store.Op) (int64, error)
 	Get(ctx context.Context, key engine.Key) (store.Item, error)
-	Watch(ctx context.Context, fromRevision int64) <-chan store.Event
 	Health() store.Health
 }
 
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
-	Syncer syncer.API // required: the snapshots every read answers from
-	Store  Store      // required: writes and WatchResources
+	Syncer syncer.API // required: the snapshots every read and watch answers from
+	Store  Store      // required: writes
 	Logger *slog.Logger
 
 	// TLS secures the listener; nil serves plaintext. With ClientCAs set,
@@ -88,6 +88,13 @@ type Config struct {
 	MaxRecvMsgBytes int
 	// KeepaliveMinTime: clients pinging more often are disconnected (default 10s).
 	KeepaliveMinTime time.Duration
+	// WatchHistory bounds the change sets WatchResources keeps for resumes and
+	// slow streams (default 1024); WatchHistoryChanges bounds the changes they
+	// hold (default 16384; the newest set is kept whatever its size). A resume
+	// from an older revision gets a fresh snapshot; a stream that falls further
+	// behind ends with RESOURCE_EXHAUSTED.
+	WatchHistory        int
+	WatchHistoryChanges int
 	// Ready, when set, holds health NOT_SERVING until it is closed, on top of
 	// the first sync (the daemon closes it once its --bootstrap file is in the
 	// snapshot).
@@ -111,7 +118,8 @@ func (c *Config) Validate() error {
 	if c.Store == nil {
 		errs = append(errs, errors.New("server: Store is required"))
 	}
-	if c.ShutdownTimeout < 0 || c.WaitTimeout < 0 || c.MaxRecvMsgBytes < 0 || c.KeepaliveMinTime < 0 {
+	if c.ShutdownTimeout < 0 || c.WaitTimeout < 0 || c.MaxRecvMsgBytes < 0 || c.KeepaliveMinTime < 0 ||
+		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
 	if len(c.AllowedIdentities) > 0 && (c.TLS == nil || c.TLS.ClientCAs == nil) {
@@ -137,6 +145,12 @@ func (c *Config) Validate() error {
 	if c.KeepaliveMinTime == 0 {
 		c.KeepaliveMinTime = DefaultKeepaliveMinTime
 	}
+	if c.WatchHistory == 0 {
+		c.WatchHistory = DefaultWatchHistory
+	}
+	if c.WatchHistoryChanges == 0 {
+		c.WatchHistoryChanges = DefaultWatchHistoryChanges
+	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = metricnoop.NewMeterProvider()
 	}
@@ -160,6 +174,7 @@ type Server struct {
 	lists   listCache
 	metrics *metrics
 	hub     *rulesHub
+	feed    *resourceFeed
 	health  *health.Server
 	grpc    *grpc.Server
 
@@ -185,6 +200,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = m
 	s.hub = newRulesHub(cfg.Syncer, cfg.Logger)
+	s.feed = newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges)
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(s.grpc, decisionService{Server: s})
 	verdictv1.RegisterPolicyServiceServer(s.grpc, policyService{Server: s})
@@ -268,6 +284,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		return nil
 	})
 	g.Go(func() error { s.hub.run(gctx); return nil })
+	g.Go(func() error { s.feed.run(gctx); return nil })
 	g.Go(func() error { s.watchSynced(gctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done()

@@ -1,13 +1,9 @@
 package server
 
 import (
-	"context"
-	"strings"
+	"fmt"
 
-	"github.com/verdictpdp/verdict/engine"
-	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/store"
 )
 
 // watchService implements verdict.v1.WatchService.
@@ -21,74 +17,72 @@ var _ verdictv1.WatchServiceServer = watchService{}
 // snapshotChunk bounds the resources of one SNAPSHOT message.
 const snapshotChunk = 500
 
-// WatchResources streams the store from its Watch: a Reset becomes a snapshot
-// and a SYNCED marker, changes become CHANGES. Resuming from a revision is the
-// store's (a compacted revision comes back as a Reset: a fresh snapshot).
+// WatchResources streams the store from the replica's change feed (feed.go):
+// a snapshot from memory and a SYNCED marker (from_revision 0, or older than
+// the feed's history), then every change set after it, each as one CHANGES
+// message. A stream that falls behind the history ends with
+// RESOURCE_EXHAUSTED and the revision to resume from.
 func (s watchService) WatchResources(req *verdictv1.WatchResourcesRequest, stream verdictv1.WatchService_WatchResourcesServer) error {
+	ctx := stream.Context()
 	if err := validateRequest(req); err != nil {
-		return toStatus(stream.Context(), s.log, err)
+		return toStatus(ctx, s.log, err)
 	}
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-	events := s.store.Watch(ctx, req.GetFromRevision())
+	select { // the feed holds the state once the syncer has synced
+	case <-s.stop:
+		return toStatus(ctx, s.log, errShuttingDown)
+	case <-ctx.Done():
+		return toStatus(ctx, s.log, ctx.Err())
+	case <-s.feed.ready:
+	}
+	prefix := req.GetPrefix()
+	snapshot, rev, seq := s.feed.start(req.GetFromRevision())
+	if snapshot != nil {
+		if err := sendSnapshot(stream, rev, underPrefix(snapshot, prefix)); err != nil {
+			return toStatus(ctx, s.log, err)
+		}
+	}
 	for {
-		select {
-		case <-s.stop:
-			return toStatus(ctx, s.log, errShuttingDown)
-		case ev, ok := <-events:
-			if !ok {
-				return toStatus(ctx, s.log, stream.Context().Err())
+		set, behind, wake := s.feed.next(seq)
+		switch {
+		case behind:
+			s.feed.dropped.Add(1)
+			s.metrics.watchDropped(ctx)
+			return toStatus(ctx, s.log, fmt.Errorf("%w: fell behind; resume from revision %d", errFellBehind, rev))
+		case set == nil:
+			select {
+			case <-s.stop:
+				return toStatus(ctx, s.log, errShuttingDown)
+			case <-ctx.Done():
+				return toStatus(ctx, s.log, ctx.Err())
+			case <-wake:
 			}
-			if err := sendEvent(stream, req.GetPrefix(), ev); err != nil {
+			continue
+		}
+		seq++
+		if set.rev <= rev {
+			continue // a resume from a revision ahead of the history
+		}
+		if resp := set.response(prefix); resp != nil {
+			if err := stream.Send(resp); err != nil {
 				return toStatus(ctx, s.log, err)
 			}
 		}
+		rev = set.rev
 	}
 }
 
-func sendEvent(stream verdictv1.WatchService_WatchResourcesServer, prefix string, ev store.Event) error {
-	var changes []*verdictv1.ResourceChange
-	for _, c := range ev.Changes {
-		if !strings.HasPrefix(c.Path, prefix) {
-			continue
-		}
-		rc, err := resourceChange(c)
-		if err != nil {
-			return err
-		}
-		changes = append(changes, rc)
-	}
-	if !ev.Reset {
-		if len(changes) == 0 {
-			return nil // progress, or nothing under the prefix
-		}
-		return stream.Send(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES,
-			Revision: ev.Revision, Changes: changes})
-	}
+// sendSnapshot sends a snapshot in parts of at most snapshotChunk resources
+// (at least one part, the first fresh), then the SYNCED marker.
+func sendSnapshot(stream verdictv1.WatchService_WatchResourcesServer, rev int64, changes []*verdictv1.ResourceChange) error {
 	for first := true; first || len(changes) > 0; first = false {
 		n := min(len(changes), snapshotChunk)
 		if err := stream.Send(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT,
-			Revision: ev.Revision, Fresh: first, Changes: changes[:n]}); err != nil {
+			Revision: rev, Fresh: first, Changes: changes[:n:n]}); err != nil {
 			return err
 		}
 		changes = changes[n:]
 	}
-	return stream.Send(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED, Revision: ev.Revision})
-}
-
-func resourceChange(c engine.Change) (*verdictv1.ResourceChange, error) {
-	switch {
-	case c.Resource != nil:
-		sr, err := apiconv.StoredResource(c.Path, c.Resource, nil)
-		return &verdictv1.ResourceChange{Key: c.Path, Resource: sr}, err
-	case c.Err != nil:
-		sr, err := apiconv.StoredResource(c.Path, nil, c.Err)
-		if sr != nil {
-			sr.ModRevision = c.ModRevision
-		}
-		return &verdictv1.ResourceChange{Key: c.Path, Resource: sr}, err
-	}
-	return &verdictv1.ResourceChange{Key: c.Path, Deleted: true}, nil
+	return stream.Send(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED, Revision: rev})
 }
 
 // WatchRules streams a workload's rules: in full first, then whenever they

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -31,7 +33,8 @@ func recvN[T any](t *testing.T, s grpc.ServerStreamingClient[T], n int) []*T {
 
 func TestWatchResources(t *testing.T) {
 	t.Parallel()
-	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	// A history of one change set: a resume from before it gets a snapshot.
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), func(c *Config) { c.WatchHistory = 1 })
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
 	s, err := h.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{Prefix: "default/"})
@@ -62,25 +65,89 @@ func TestWatchResources(t *testing.T) {
 	}
 	cancel()
 
-	// Resuming after revision 2 replays the delete alone.
+	// The store's own history is gone: resumes are served from the server's.
+	h.b.compact()
+
+	// Resuming after revision 2 replays the delete alone, from the history.
 	r, err := h.wat.WatchResources(ctxT(t), &verdictv1.WatchResourcesRequest{FromRevision: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := recvN(t, r, 1)[0]; m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES || m.GetRevision() != 3 {
+	if m := recvN(t, r, 1)[0]; m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES || m.GetRevision() != 3 ||
+		m.GetChanges()[0].GetKey() != "default/policies/TrafficPermission/x" || !m.GetChanges()[0].GetDeleted() {
 		t.Errorf("resume: %v", m)
 	}
 
-	// After a compaction, a resume gets a fresh snapshot.
-	h.b.compact()
-	c, err := h.wat.WatchResources(ctxT(t), &verdictv1.WatchResourcesRequest{FromRevision: 2})
+	// Revision 1 is older than the history (one change set, revision 3): a
+	// fresh snapshot of the state at 3, the prefix's part only.
+	c, err := h.wat.WatchResources(ctxT(t), &verdictv1.WatchResourcesRequest{FromRevision: 1, Prefix: "prod/"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := recvN(t, c, 2)
 	if m[0].GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT || !m[0].GetFresh() || m[0].GetRevision() != 3 ||
-		m[1].GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED {
-		t.Errorf("after compaction: %v", m)
+		len(m[0].GetChanges()) != 2 || m[0].GetChanges()[0].GetKey() != "prod/policies/TrafficPermission/web-in-apps" ||
+		m[1].GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED || m[1].GetRevision() != 3 {
+		t.Errorf("resume from before the history: %v", m)
+	}
+}
+
+// TestWatchResourcesDropsASlowStream: a stream that reads nothing while the
+// history moves past it ends with RESOURCE_EXHAUSTED naming the revision to
+// resume from, and is counted; the resume gets a fresh snapshot.
+func TestWatchResourcesDropsASlowStream(t *testing.T) {
+	t.Parallel()
+	// A fixed 64 KiB stream window (no dynamic window): unread messages block
+	// the server's Send once it is full.
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), func(c *Config) { c.WatchHistory = 4 },
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	ctx := ctxT(t)
+	slow, err := h.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvN(t, slow, 2) // snapshot and SYNCED; nothing more is read until the writes are done
+	conf, _ := structpb.NewStruct(map[string]any{"blob": strings.Repeat("x", 16<<10)})
+	const writes = 40 // 640 KiB of changes, ten times the window
+	var last int64
+	for i := range writes {
+		p := sdPolicy(fmt.Sprintf("big-%d", i), "a", "b", "")
+		p.GetPolicy().Conf = conf
+		resp, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{p}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = resp.GetRevision()
+	}
+	var resume int64 = 1
+	for {
+		m, err := slow.Recv()
+		if err != nil {
+			st := wantCode(t, err, codes.ResourceExhausted)
+			want := fmt.Sprintf("fell behind; resume from revision %d", resume)
+			if !strings.Contains(st.Message(), want) {
+				t.Errorf("message %q, want %q", st.Message(), want)
+			}
+			break
+		}
+		if m.GetRevision() != resume+1 {
+			t.Fatalf("change at %d after %d: a change set was skipped", m.GetRevision(), resume)
+		}
+		resume = m.GetRevision()
+	}
+	if resume >= last {
+		t.Fatalf("the stream got every change (to %d): it never fell behind", resume)
+	}
+	if n := h.srv.feed.dropped.Load(); n != 1 {
+		t.Errorf("%d streams counted as dropped, want 1", n)
+	}
+	r, err := h.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{FromRevision: resume})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := recvN(t, r, 1)[0]
+	if m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT || !m.GetFresh() || m.GetRevision() != last {
+		t.Errorf("resume from %d: %v", resume, m.GetType())
 	}
 }
 

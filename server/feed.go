@@ -1,0 +1,325 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store/syncer"
+)
+
+// Defaults of the resource feed (Config.WatchHistory, Config.WatchHistoryChanges).
+const (
+	DefaultWatchHistory        = 1024
+	DefaultWatchHistoryChanges = 16384
+)
+
+// resourceFeed serves WatchResources from the replica's own change feed (the
+// syncer's updates), so that the number of streams costs etcd nothing: one
+// etcd watch per replica (the syncer's), no etcd read per stream.
+//
+// It keeps the store's state at its revision (path → the change that put it,
+// converted to the API's message once) and a bounded history of the recent
+// change sets, each converted once and shared, never modified, by every
+// stream. A stream is a cursor into that history:
+//   - from_revision 0, or one older than the history: a snapshot of the state
+//     from memory (sorted once per revision, shared), then the change sets
+//     after it;
+//   - from_revision within the history (or ahead of it): the change sets
+//     after it, replayed from the history, then live.
+//
+// The history holds at most WatchHistory change sets and WatchHistoryChanges
+// changes (the newest set is always kept). A stream whose next change set has
+// left the history has fallen behind: it ends with RESOURCE_EXHAUSTED naming
+// the revision to resume from (which then gets a fresh snapshot). A stream
+// holds no buffer of its own, so a slow stream costs memory only for the
+// history every stream shares.
+type resourceFeed struct {
+	syncer     syncer.API
+	log        *slog.Logger
+	maxSets    int
+	maxChanges int
+	dropped    atomic.Int64 // streams ended for falling behind
+
+	ready   chan struct{} // closed once the state holds a synced snapshot
+	started bool          // ready is closed (owned by run)
+
+	mu      sync.Mutex
+	rev     int64                // the revision of state
+	state   map[string]feedEntry // every stored key at rev
+	sorted  []*verdictv1.ResourceChange
+	sets    []*changeSet // the history, oldest first
+	held    int          // changes in sets
+	base    int64        // the history holds every change after base
+	nextSeq uint64       // seq of the next change set
+	wake    chan struct{}
+}
+
+// feedEntry is a stored key as the feed holds it.
+type feedEntry struct {
+	mod int64 // the revision that wrote it (0: unknown, never equal)
+	rc  *verdictv1.ResourceChange
+}
+
+// changeSet is the changes that brought the store to rev, converted once.
+type changeSet struct {
+	seq     uint64
+	rev     int64
+	changes []*verdictv1.ResourceChange
+	// all is the CHANGES message of a stream with no prefix, shared.
+	all *verdictv1.WatchResourcesResponse
+}
+
+func newResourceFeed(sy syncer.API, log *slog.Logger, maxSets, maxChanges int) *resourceFeed {
+	return &resourceFeed{syncer: sy, log: log, maxSets: maxSets, maxChanges: maxChanges,
+		ready: make(chan struct{}), state: map[string]feedEntry{}, wake: make(chan struct{})}
+}
+
+// run follows the syncer until ctx ends, from its first synced snapshot. A
+// dropped subscription (the feed fell behind the syncer) is renewed, and the
+// difference between the feed's state and the syncer's snapshot becomes one
+// change set: streams go on without a gap.
+func (f *resourceFeed) run(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !f.syncer.Synced() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	for ctx.Err() == nil {
+		sub := f.syncer.Subscribe(1024)
+		f.reset(f.syncer.Snapshot())
+		f.follow(ctx, sub)
+		sub.Close()
+		if err := sub.Err(); err != nil && ctx.Err() == nil {
+			f.log.WarnContext(ctx, "watch feed resubscribes", "err", err)
+		}
+		select { // never spin on a subscription that keeps ending
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (f *resourceFeed) follow(ctx context.Context, sub syncer.Subscription) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u, ok := <-sub.Updates():
+			if !ok {
+				return
+			}
+			f.apply(u.Snapshot.Revision(), u.Changes)
+		}
+	}
+}
+
+// reset brings the state to snap: the first time, the state itself (the
+// history starts after it); later, the difference as one change set.
+func (f *resourceFeed) reset(snap *engine.Snapshot) {
+	f.mu.Lock()
+	old := f.state // only run writes it
+	f.mu.Unlock()
+	first := !f.started
+	f.started = true
+	next := make(map[string]feedEntry, snap.Len())
+	var changes []*verdictv1.ResourceChange
+	put := func(path string, mod int64, c engine.Change) {
+		if e, ok := old[path]; ok && e.mod == mod && mod != 0 {
+			next[path] = e
+			return
+		}
+		rc := encodeChange(f.log, c)
+		next[path] = feedEntry{mod: mod, rc: rc}
+		changes = append(changes, rc)
+	}
+	snap.Resources(func(e engine.Entry) bool {
+		path := e.Resource.Key().String()
+		put(path, e.Resource.Metadata().ModRevision, engine.Change{Path: path, Key: e.Resource.Key(), Resource: e.Resource})
+		return true
+	})
+	for _, inv := range snap.Invalid() {
+		if inv.Resource == nil {
+			put(inv.Path, inv.ModRevision, engine.Change{Path: inv.Path, Key: inv.Key, Err: inv.Err, ModRevision: inv.ModRevision})
+		}
+	}
+	for path := range old {
+		if _, ok := next[path]; !ok {
+			changes = append(changes, &verdictv1.ResourceChange{Key: path, Deleted: true})
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if first {
+		f.rev, f.base, f.state, f.sorted = snap.Revision(), snap.Revision(), next, nil
+		close(f.ready)
+		return
+	}
+	if snap.Revision() <= f.rev && len(changes) == 0 {
+		return
+	}
+	sort.Slice(changes, func(i, j int) bool { return changes[i].GetKey() < changes[j].GetKey() })
+	f.state = next
+	f.pushLocked(max(snap.Revision(), f.rev), changes)
+}
+
+// apply records one update of the syncer.
+func (f *resourceFeed) apply(rev int64, cs []engine.Change) {
+	f.mu.Lock()
+	if rev <= f.rev || len(cs) == 0 {
+		f.mu.Unlock() // already in the state (an update before the snapshot reset read)
+		return
+	}
+	f.mu.Unlock()
+	changes := make([]*verdictv1.ResourceChange, len(cs))
+	for i, c := range cs {
+		if c.Path == "" && c.Resource != nil { // cs is shared: c is a copy
+			c.Path = c.Resource.Key().String()
+		}
+		changes[i] = encodeChange(f.log, c)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, c := range cs {
+		path := changes[i].GetKey()
+		if c.Resource == nil && c.Err == nil {
+			delete(f.state, path)
+			continue
+		}
+		mod := c.ModRevision
+		if c.Resource != nil {
+			mod = c.Resource.Metadata().ModRevision
+		}
+		f.state[path] = feedEntry{mod: mod, rc: changes[i]}
+	}
+	f.pushLocked(rev, changes)
+}
+
+// pushLocked appends a change set at rev, trims the history and wakes the
+// streams.
+func (f *resourceFeed) pushLocked(rev int64, changes []*verdictv1.ResourceChange) {
+	f.rev, f.sorted = rev, nil
+	set := &changeSet{seq: f.nextSeq, rev: rev, changes: changes,
+		all: &verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES, Revision: rev, Changes: changes}}
+	f.nextSeq++
+	f.sets = append(f.sets, set)
+	f.held += len(changes)
+	drop := 0
+	for len(f.sets)-drop > 1 && (len(f.sets)-drop > f.maxSets || f.held > f.maxChanges) {
+		f.held -= len(f.sets[drop].changes)
+		f.base = f.sets[drop].rev
+		drop++
+	}
+	if drop > 0 {
+		clear(f.sets[:drop]) // let the dropped sets go
+		f.sets = f.sets[drop:]
+	}
+	close(f.wake)
+	f.wake = make(chan struct{})
+}
+
+// encodeChange converts one change of the store for the API. A resource the
+// API cannot show (never expected: every decoded resource converts) is shown
+// as a broken value with the reason, rather than lost.
+func encodeChange(log *slog.Logger, c engine.Change) *verdictv1.ResourceChange {
+	rc, err := resourceChange(c)
+	if err != nil {
+		log.Error("watch: a change does not convert", "key", c.Path, "err", err)
+		return &verdictv1.ResourceChange{Key: c.Path, Resource: &verdictv1.StoredResource{Key: c.Path,
+			ModRevision: c.ModRevision, Error: "does not convert: " + err.Error()}}
+	}
+	return rc
+}
+
+// start places a new stream: the snapshot it begins with (nil for a resume
+// served from the history), the snapshot's revision, and the seq of the
+// first change set it reads. Call once the feed is ready.
+func (f *resourceFeed) start(from int64) (snapshot []*verdictv1.ResourceChange, rev int64, seq uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if from > 0 && from >= f.base {
+		i := sort.Search(len(f.sets), func(i int) bool { return f.sets[i].rev > from })
+		if i < len(f.sets) {
+			return nil, from, f.sets[i].seq
+		}
+		return nil, from, f.nextSeq
+	}
+	if f.sorted == nil {
+		f.sorted = make([]*verdictv1.ResourceChange, 0, len(f.state))
+		for _, e := range f.state {
+			f.sorted = append(f.sorted, e.rc)
+		}
+		sort.Slice(f.sorted, func(i, j int) bool { return f.sorted[i].GetKey() < f.sorted[j].GetKey() })
+	}
+	return f.sorted, f.rev, f.nextSeq
+}
+
+// next returns the change set seq, or (nil, false, wake) when it is not made
+// yet (wake is closed when one is), or behind true when it has left the
+// history.
+func (f *resourceFeed) next(seq uint64) (set *changeSet, behind bool, wake <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if seq >= f.nextSeq {
+		return nil, false, f.wake
+	}
+	if len(f.sets) == 0 || seq < f.sets[0].seq {
+		return nil, true, nil
+	}
+	return f.sets[seq-f.sets[0].seq], false, nil
+}
+
+// underPrefix returns the part of sorted (in key order) under prefix.
+func underPrefix(sorted []*verdictv1.ResourceChange, prefix string) []*verdictv1.ResourceChange {
+	if prefix == "" {
+		return sorted
+	}
+	lo := sort.Search(len(sorted), func(i int) bool { return sorted[i].GetKey() >= prefix })
+	hi := lo + sort.Search(len(sorted)-lo, func(i int) bool { return !strings.HasPrefix(sorted[lo+i].GetKey(), prefix) })
+	return sorted[lo:hi]
+}
+
+// response is the CHANGES message of set for a stream watching prefix; nil
+// when nothing in it is under the prefix.
+func (set *changeSet) response(prefix string) *verdictv1.WatchResourcesResponse {
+	if prefix == "" {
+		return set.all
+	}
+	var changes []*verdictv1.ResourceChange
+	for _, c := range set.changes {
+		if strings.HasPrefix(c.GetKey(), prefix) {
+			changes = append(changes, c)
+		}
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	return &verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES, Revision: set.rev, Changes: changes}
+}
+
+// resourceChange is one change of the store as the API shows it.
+func resourceChange(c engine.Change) (*verdictv1.ResourceChange, error) {
+	switch {
+	case c.Resource != nil:
+		sr, err := apiconv.StoredResource(c.Path, c.Resource, nil)
+		return &verdictv1.ResourceChange{Key: c.Path, Resource: sr}, err
+	case c.Err != nil:
+		sr, err := apiconv.StoredResource(c.Path, nil, c.Err)
+		if sr != nil {
+			sr.ModRevision = c.ModRevision
+		}
+		return &verdictv1.ResourceChange{Key: c.Path, Resource: sr}, err
+	}
+	return &verdictv1.ResourceChange{Key: c.Path, Deleted: true}, nil
+}
