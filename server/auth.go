@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -26,11 +29,59 @@ func needsAuthorization(fullMethod string) bool {
 // authorize admits a caller with the bearer token, or with a verified client
 // certificate whose URI or DNS SAN is on the allow-list; in development mode
 // (neither configured) every caller. The token is compared in constant time
-// and never logged.
+// and never logged. Refusals are logged at WARN at most once per
+// AuthLogInterval, with the count of the refusals not logged since (a client
+// retrying a wrong token in a loop must not flood the log); each one is
+// logged at debug.
 func (s *Server) authorize(ctx context.Context) (context.Context, error) {
 	if s.cfg.DevMode() {
 		return ctx, nil
 	}
+	out, err := s.checkCaller(ctx)
+	if err != nil {
+		s.refused(ctx, err)
+		return nil, err
+	}
+	return out, nil
+}
+
+// refused logs a refused call, rate-limited.
+func (s *Server) refused(ctx context.Context, err error) {
+	method, _ := grpc.Method(ctx)
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	if logIt, suppressed := s.authLog.note(time.Now()); logIt {
+		s.log.WarnContext(ctx, "call refused", "method", method, "peer", addr, "err", err,
+			"refused_not_logged", suppressed)
+	}
+}
+
+// rateLimit lets one event through per interval and counts the others.
+type rateLimit struct {
+	interval time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// note records an event at now: through (true) when interval has passed
+// since the last event let through, with the count of the events held back
+// since; else held back (false).
+func (r *rateLimit) note(now time.Time) (through bool, suppressed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.last.IsZero() && now.Sub(r.last) < r.interval {
+		r.suppressed++
+		return false, 0
+	}
+	r.last, suppressed, r.suppressed = now, r.suppressed, 0
+	return true, suppressed
+}
+
+func (s *Server) checkCaller(ctx context.Context) (context.Context, error) {
 	if vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) > 0 {
 		scheme, token, ok := strings.Cut(vals[0], " ")
 		if !ok || !strings.EqualFold(scheme, "bearer") {

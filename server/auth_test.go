@@ -3,7 +3,11 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -127,5 +131,62 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want ok %v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestRefusedCallsLogRateLimited: a client retrying a wrong token in a loop
+// gets one WARN per interval, not one per call (issue 12: log flooding).
+func TestRefusedCallsLogRateLimited(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), func(c *Config) {
+		c.Token, c.Logger, c.AuthLogInterval = "s3cret", log, time.Hour
+	})
+	wrong := metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer nope")
+	for range 100 {
+		_, err := h.pol.Status(wrong, &verdictv1.StatusRequest{})
+		wantCode(t, err, codes.Unauthenticated)
+	}
+	warns := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["level"] == "WARN" {
+			warns++
+			if rec["msg"] != "call refused" || rec["method"] != verdictv1.PolicyService_Status_FullMethodName {
+				t.Errorf("warning %v", rec)
+			}
+		}
+	}
+	if warns != 1 {
+		t.Errorf("%d warnings for 100 refused calls, want 1:\n%s", warns, logs.String())
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	r := &rateLimit{interval: 10 * time.Second}
+	t0 := time.Unix(1_000_000, 0)
+	steps := []struct {
+		at         time.Duration
+		through    bool
+		suppressed int
+	}{
+		{0, true, 0},
+		{time.Second, false, 0},
+		{9 * time.Second, false, 0},
+		{10 * time.Second, true, 2},
+		{11 * time.Second, false, 0},
+		{time.Minute, true, 1},
+		{2 * time.Minute, true, 0},
+	}
+	for _, st := range steps {
+		through, suppressed := r.note(t0.Add(st.at))
+		if through != st.through || suppressed != st.suppressed {
+			t.Errorf("at %v: %v, %d; want %v, %d", st.at, through, suppressed, st.through, st.suppressed)
+		}
 	}
 }

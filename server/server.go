@@ -95,6 +95,9 @@ type Config struct {
 	// behind ends with RESOURCE_EXHAUSTED.
 	WatchHistory        int
 	WatchHistoryChanges int
+	// AuthLogInterval: refused calls (no or wrong credentials) are logged at
+	// WARN at most once per interval, with a count of the others (default 10s).
+	AuthLogInterval time.Duration
 	// Ready, when set, holds health NOT_SERVING until it is closed, on top of
 	// the first sync (the daemon closes it once its --bootstrap file is in the
 	// snapshot).
@@ -107,6 +110,7 @@ const (
 	DefaultWaitTimeout      = 5 * time.Second
 	DefaultMaxRecvMsgBytes  = 4 << 20
 	DefaultKeepaliveMinTime = 10 * time.Second
+	DefaultAuthLogInterval  = 10 * time.Second
 )
 
 // Validate checks the configuration and fills in defaults.
@@ -119,7 +123,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("server: Store is required"))
 	}
 	if c.ShutdownTimeout < 0 || c.WaitTimeout < 0 || c.MaxRecvMsgBytes < 0 || c.KeepaliveMinTime < 0 ||
-		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 {
+		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
 	if len(c.AllowedIdentities) > 0 && (c.TLS == nil || c.TLS.ClientCAs == nil) {
@@ -151,6 +155,9 @@ func (c *Config) Validate() error {
 	if c.WatchHistoryChanges == 0 {
 		c.WatchHistoryChanges = DefaultWatchHistoryChanges
 	}
+	if c.AuthLogInterval == 0 {
+		c.AuthLogInterval = DefaultAuthLogInterval
+	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = metricnoop.NewMeterProvider()
 	}
@@ -173,6 +180,7 @@ type Server struct {
 	confs   *apiconv.ConfCache
 	lists   listCache
 	metrics *metrics
+	authLog *rateLimit // WARNs of refused calls
 	hub     *rulesHub
 	feed    *resourceFeed
 	health  *health.Server
@@ -193,6 +201,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, store: cfg.Store,
 		confs: apiconv.NewConfCache(100_000), health: health.NewServer(), stop: make(chan struct{}),
+		authLog: &rateLimit{interval: cfg.AuthLogInterval},
 	}
 	m, err := newMetrics(cfg.MeterProvider, cfg.Syncer, cfg.Store)
 	if err != nil {
@@ -223,7 +232,8 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(func(c codes.Code) logging.Level {
 			switch c {
-			case codes.OK, codes.Canceled, codes.NotFound, codes.InvalidArgument, codes.Aborted, codes.AlreadyExists, codes.OutOfRange:
+			case codes.OK, codes.Canceled, codes.NotFound, codes.InvalidArgument, codes.Aborted, codes.AlreadyExists, codes.OutOfRange,
+				codes.Unauthenticated, codes.PermissionDenied: // refusals: authorize warns, rate-limited
 				return logging.LevelDebug
 			case codes.Internal, codes.Unknown, codes.DataLoss:
 				return logging.LevelError
