@@ -19,11 +19,13 @@ import (
 )
 
 // needsAuthorization reports whether a method needs an authorized caller
-// (SPEC section 7): every PolicyService call and WatchResources. Decisions and
-// WatchRules are open to any client that reaches the listener.
+// (docs/api.md): every PolicyService call, WatchResources and
+// DecisionLogService.Follow (records name workloads and callers). Decisions
+// and WatchRules are open to any client that reaches the listener.
 func needsAuthorization(fullMethod string) bool {
 	return strings.HasPrefix(fullMethod, "/"+verdictv1.PolicyService_ServiceDesc.ServiceName+"/") ||
-		fullMethod == verdictv1.WatchService_WatchResources_FullMethodName
+		fullMethod == verdictv1.WatchService_WatchResources_FullMethodName ||
+		fullMethod == verdictv1.DecisionLogService_Follow_FullMethodName
 }
 
 // authorize admits a caller with the bearer token, or with a verified client

@@ -46,7 +46,9 @@ func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, er *engine.R
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.decided(ctx, d.Action, time.Since(start))
+	took := time.Since(start)
+	s.metrics.decided(ctx, d.Action, took)
+	s.recordDecision(ctx, er, &d, took)
 	return s.confs.DecideResponse(&d), nil
 }
 

@@ -28,6 +28,9 @@ var (
 	errNotCurrent = errors.New("the server's snapshot has not reached min_revision")
 	// errShuttingDown ends streams when the server stops.
 	errShuttingDown = errors.New("server shutting down")
+	// errDecisionLogOff: DecisionLogService.Follow on a daemon whose
+	// decision log is off.
+	errDecisionLogOff = errors.New("the decision log is off (verdictd --decision-log)")
 	// errFellBehind ends a watch stream that fell behind the server's bounded
 	// history: the client resumes from the revision the error names.
 	errFellBehind = errors.New("watch stream too slow")
@@ -72,6 +75,8 @@ func classify(err error) (code codes.Code, known bool) {
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed), errors.Is(err, errNotCurrent),
 		errors.Is(err, errShuttingDown):
 		return codes.Unavailable, true
+	case errors.Is(err, errDecisionLogOff):
+		return codes.FailedPrecondition, true
 	case errors.Is(err, errFellBehind):
 		return codes.ResourceExhausted, true
 	case errors.Is(err, errUnauthenticated):

@@ -40,6 +40,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/apiconv"
+	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -98,6 +99,9 @@ type Config struct {
 	// AuthLogInterval: refused calls (no or wrong credentials) are logged at
 	// WARN at most once per interval, with a count of the others (default 10s).
 	AuthLogInterval time.Duration
+	// DecisionLog, when set, receives a record of every decision its filter
+	// wants (never blocking a decision), and serves DecisionLogService.Follow.
+	DecisionLog *decisionlog.Logger
 	// Ready, when set, holds health NOT_SERVING until it is closed, on top of
 	// the first sync (the daemon closes it once its --bootstrap file is in the
 	// snapshot).
@@ -180,11 +184,13 @@ type Server struct {
 	confs   *apiconv.ConfCache
 	lists   listCache
 	metrics *metrics
-	authLog *rateLimit // WARNs of refused calls
-	hub     *rulesHub
-	feed    *resourceFeed
-	health  *health.Server
-	grpc    *grpc.Server
+	// byPolicy counts decisions by deciding policy (decisionlog.go).
+	byPolicy *policyCounts
+	authLog  *rateLimit // WARNs of refused calls
+	hub      *rulesHub
+	feed     *resourceFeed
+	health   *health.Server
+	grpc     *grpc.Server
 
 	stop     chan struct{} // closed when the server stops: streams end
 	stopOnce sync.Once
@@ -208,12 +214,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	s.metrics = m
+	meter := cfg.MeterProvider.Meter("github.com/verdictpdp/verdict/server")
+	if s.byPolicy, err = newPolicyCounts(meter); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	if cfg.DecisionLog != nil {
+		if err := registerDecisionLogMetrics(meter, cfg.DecisionLog); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
+	}
 	s.hub = newRulesHub(cfg.Syncer, cfg.Logger)
 	s.feed = newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges)
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(s.grpc, decisionService{Server: s})
 	verdictv1.RegisterPolicyServiceServer(s.grpc, policyService{Server: s})
 	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{Server: s})
+	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{Server: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	for _, svc := range []string{"", verdictv1.DecisionService_ServiceDesc.ServiceName,

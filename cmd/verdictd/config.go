@@ -58,6 +58,15 @@ type Config struct {
 	LogFormat string
 	// ShutdownTimeout bounds the graceful stop (default 10s).
 	ShutdownTimeout time.Duration
+
+	// DecisionLog lists the decision log's sinks: stdout, file:PATH, otlp
+	// (empty: off, unless OTEL_LOGS_EXPORTER=otlp). DecisionLogFilter: all,
+	// denies or audit; DecisionLogSample: the share kept, in (0, 1];
+	// DecisionLogQueue bounds the records waiting (full: dropped, counted).
+	DecisionLog       string
+	DecisionLogFilter string
+	DecisionLogSample float64
+	DecisionLogQueue  int
 }
 
 // Defaults.
@@ -150,6 +159,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("--shutdown-timeout must be positive")
+	}
+	if c.DecisionLogSample <= 0 || c.DecisionLogSample > 1 {
+		add("--decision-log-sample: %v: in (0, 1]", c.DecisionLogSample)
+	}
+	if c.DecisionLogQueue <= 0 {
+		add("--decision-log-queue: %d: at least 1", c.DecisionLogQueue)
 	}
 	return errors.Join(errs...)
 }

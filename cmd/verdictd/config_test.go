@@ -49,7 +49,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	base := func() Config {
 		return Config{Listen: defaultListen, MetricsListen: defaultMetricsListen, EtcdPrefix: defaultPrefix, DataDir: dir,
-			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second}
+			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10}
 	}
 	tests := []struct {
 		name string
@@ -58,6 +58,9 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"development mode on loopback", func(*Config) {}, ""},
 		{"localhost", func(c *Config) { c.Listen = "localhost:7070" }, ""},
+		{"decision log sample 0", func(c *Config) { c.DecisionLogSample = 0 }, "--decision-log-sample"},
+		{"decision log sample over 1", func(c *Config) { c.DecisionLogSample = 1.5 }, "--decision-log-sample"},
+		{"decision log queue 0", func(c *Config) { c.DecisionLogQueue = 0 }, "--decision-log-queue"},
 		{"IPv6 loopback", func(c *Config) { c.Listen = "[::1]:7070" }, ""},
 		{"beyond loopback without authorization", func(c *Config) { c.Listen = "0.0.0.0:7070" }, "configure authorization first"},
 		{"all interfaces without authorization", func(c *Config) { c.Listen = ":7070" }, "configure authorization first"},

@@ -99,6 +99,28 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		fs.DurationVar(p, name, def, usage+" ("+env+")")
 	}
+	float := func(p *float64, name string, def float64, usage string) {
+		env := envName(name)
+		if v := getenv(env); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: not a number", env, v))
+			}
+			def = f
+		}
+		fs.Float64Var(p, name, def, usage+" ("+env+")")
+	}
+	integer := func(p *int, name string, def int, usage string) {
+		env := envName(name)
+		if v := getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: not an integer", env, v))
+			}
+			def = n
+		}
+		fs.IntVar(p, name, def, usage+" ("+env+")")
+	}
 	str(&c.Listen, "listen", defaultListen, "gRPC listen address: host:port, or unix:PATH for a Unix socket; beyond loopback it needs authorization and TLS")
 	str(&c.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of Prometheus /metrics; empty disables it")
 	list(&c.EtcdEndpoints, "etcd-endpoints", "etcd client URLs; empty runs an embedded etcd in --data-dir")
@@ -118,6 +140,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
 	duration(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound of the graceful stop")
+	str(&c.DecisionLog, "decision-log", "", "decision log sinks, comma-separated: stdout, file:PATH, otlp (OTEL_EXPORTER_OTLP_*); empty: off")
+	str(&c.DecisionLogFilter, "decision-log-filter", "all", "which decisions are logged: all, denies or audit (shadow result differs)")
+	float(&c.DecisionLogSample, "decision-log-sample", 1, "share of the filtered decisions logged, in (0, 1]")
+	integer(&c.DecisionLogQueue, "decision-log-queue", 10000, "decision records waiting to be written; beyond, records are dropped and counted")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "verdictd — verdict's policy decision daemon\n\nUsage: verdictd [flags]\n\nFlags:\n")
 		fs.PrintDefaults()

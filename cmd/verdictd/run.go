@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -92,9 +93,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Bootstrap != "" {
 		ready = make(chan struct{})
 	}
+	dlog, err := newDecisionLog(ctx, cfg, os.Getenv, log.With("component", "decisionlog"))
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
-		Ready:  readyOrNil(ready),
-		Syncer: sy, Store: st, Logger: log.With("component", "server"),
+		DecisionLog: dlog,
+		Ready:       readyOrNil(ready),
+		Syncer:      sy, Store: st, Logger: log.With("component", "server"),
 		TLS: serverTLS, Token: token, AllowedIdentities: cfg.AllowIdentities,
 		MeterProvider: tel.meters, TracerProvider: tel.tracer, ShutdownTimeout: cfg.ShutdownTimeout,
 	})
@@ -111,6 +117,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return sy.Run(gctx) })
 	g.Go(func() error { return srv.Serve(gctx, lis) })
+	if dlog != nil {
+		g.Go(func() error { return dlog.Run(gctx) })
+	}
 	if cfg.MetricsListen != "" {
 		mlis, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {

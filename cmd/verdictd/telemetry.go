@@ -34,7 +34,7 @@ type telemetry struct {
 
 func newTelemetry(ctx context.Context, log *slog.Logger) (*telemetry, error) {
 	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK(),
-		resource.WithAttributes(attribute.String("service.name", serviceName())))
+		resource.WithAttributes(serviceNameAttr()))
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +84,8 @@ func tracesWanted(getenv func(string) string) bool {
 	}
 	return false
 }
+
+func serviceNameAttr() attribute.KeyValue { return attribute.String("service.name", serviceName()) }
 
 func serviceName() string {
 	if s := os.Getenv("OTEL_SERVICE_NAME"); s != "" {

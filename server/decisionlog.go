@@ -1,0 +1,226 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/decisionlog"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// recordDecision counts one decision by policy and offers it to the
+// decision log, if the log wants it (the record is built only then). It never
+// blocks.
+func (s *Server) recordDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
+	s.byPolicy.add(ctx, d)
+	l := s.cfg.DecisionLog
+	if !l.Wants(d.Action == engine.Deny, false) {
+		return
+	}
+	r := &decisionlog.Record{Time: time.Now(), RPC: rpcName(ctx), Revision: d.Revision, Mesh: er.Mesh, Type: er.Type,
+		Source: decisionlog.Endpoint{Tags: maps.Clone(er.Source)}, Destination: decisionlog.Endpoint{Tags: maps.Clone(er.Destination)},
+		Protocol: er.Protocol.String(), Port: er.Port, Action: d.Action.String(), Policy: d.Policy,
+		Outbound: logSide(&d.Outbound), Inbound: logSide(&d.Inbound), LatencyNs: took.Nanoseconds()}
+	if r.Mesh == "" {
+		r.Mesh = engine.DefaultMesh
+	}
+	if r.Type == "" {
+		r.Type = engine.DefaultType
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		r.Caller.Address = p.Addr.String()
+	}
+	if c := verifiedClientCert(ctx); c != nil {
+		if ids := certIdentities(c); len(ids) > 0 {
+			r.Caller.Identity = ids[0]
+		}
+	}
+	l.Log(r)
+}
+
+func logSide(s *engine.SideDecision) decisionlog.Side {
+	return decisionlog.Side{Action: s.Action.String(), Policy: s.Policy, Scope: s.Scope, Rule: s.Rule, Reason: s.Reason.String()}
+}
+
+// rpcName is the method's last element: Decide, DecideBatch, DecideStream, Check.
+func rpcName(ctx context.Context) string {
+	m, _ := grpc.Method(ctx)
+	return m[strings.LastIndexByte(m, '/')+1:]
+}
+
+// decisionLogService implements verdict.v1.DecisionLogService.
+type decisionLogService struct {
+	*Server
+	verdictv1.UnimplementedDecisionLogServiceServer
+}
+
+// followBuffer is how many records a follower may hold unsent before it is
+// dropped.
+const followBuffer = 1024
+
+// Follow streams the records that match the request until the client goes,
+// the server stops, or the follower falls behind (RESOURCE_EXHAUSTED).
+func (s decisionLogService) Follow(req *verdictv1.FollowRequest, stream grpc.ServerStreamingServer[verdictv1.FollowResponse]) error {
+	ctx := stream.Context()
+	l := s.cfg.DecisionLog
+	if l == nil {
+		return toStatus(ctx, s.log, errDecisionLogOff)
+	}
+	f := l.Follow(followMatch(req), followBuffer)
+	defer l.Close(f)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stop:
+			return toStatus(ctx, s.log, errShuttingDown)
+		case <-f.Done():
+			if err := f.Err(); err != nil {
+				return toStatus(ctx, s.log, fmt.Errorf("%w: %w", errFellBehind, err))
+			}
+			return nil
+		case r := <-f.Records():
+			if err := stream.Send(&verdictv1.FollowResponse{Record: recordProto(r)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// followMatch: every filter given must hold.
+func followMatch(req *verdictv1.FollowRequest) decisionlog.Match {
+	return func(r *decisionlog.Record) bool {
+		if req.GetAction() != "" && !strings.EqualFold(req.GetAction(), r.Action) {
+			return false
+		}
+		if p := req.GetPolicy(); p != "" && p != r.Policy && p != r.Outbound.Policy && p != r.Inbound.Policy {
+			return false
+		}
+		if req.GetMesh() != "" && req.GetMesh() != r.Mesh || req.GetType() != "" && req.GetType() != r.Type {
+			return false
+		}
+		if req.GetAuditOnly() && r.Audit == nil {
+			return false
+		}
+		if w := req.GetWorkload(); w != "" && !endpointIs(r.Source, w) && !endpointIs(r.Destination, w) {
+			return false
+		}
+		return true
+	}
+}
+
+func endpointIs(e decisionlog.Endpoint, w string) bool {
+	if e.Workload == w || e.Address == w || e.Principal == w {
+		return true
+	}
+	for _, v := range e.Tags {
+		if v == w {
+			return true
+		}
+	}
+	return false
+}
+
+func recordProto(r *decisionlog.Record) *verdictv1.DecisionRecord {
+	ep := func(e decisionlog.Endpoint) *verdictv1.RecordEndpoint {
+		return &verdictv1.RecordEndpoint{Tags: e.Tags, Workload: e.Workload, Address: e.Address, Principal: e.Principal, Identity: e.Identity}
+	}
+	side := func(s decisionlog.Side) *verdictv1.RecordSide {
+		return &verdictv1.RecordSide{Action: s.Action, Policy: s.Policy, Scope: s.Scope, Rule: s.Rule, Reason: s.Reason}
+	}
+	out := &verdictv1.DecisionRecord{Time: timestamppb.New(r.Time), Rpc: r.RPC, Revision: r.Revision, Mesh: r.Mesh, Type: r.Type,
+		Source: ep(r.Source), Destination: ep(r.Destination), Protocol: r.Protocol, Port: r.Port, Action: r.Action,
+		Policy: r.Policy, Outbound: side(r.Outbound), Inbound: side(r.Inbound), CallerAddress: r.Caller.Address,
+		CallerIdentity: r.Caller.Identity, LatencyNs: r.LatencyNs}
+	if a := r.Audit; a != nil {
+		out.Audit = &verdictv1.RecordAudit{Action: a.Action, Policy: a.Policy, Scope: a.Scope, Rule: a.Rule, Side: a.Side}
+	}
+	return out
+}
+
+// maxPolicyLabels bounds the distinct policy labels of
+// verdict_decisions_by_policy_total: the policies beyond it count as "other",
+// so that no number of policies can grow the metrics without bound.
+const maxPolicyLabels = 256
+
+// policyCounts counts decisions by deciding policy and action.
+type policyCounts struct {
+	counter metric.Int64Counter
+	mu      sync.Mutex
+	sets    map[policyAction]metric.AddOption // at most maxPolicyLabels policies
+	other   [2]metric.AddOption               // ALLOW, DENY
+}
+
+type policyAction struct {
+	policy string
+	deny   bool
+}
+
+func newPolicyCounts(meter metric.Meter) (*policyCounts, error) {
+	c, err := meter.Int64Counter("verdict.decisions.by_policy",
+		metric.WithDescription("Flows decided, by the policy that decided the final action (\"\" none; \"other\" beyond the first 256 policies) and action."))
+	if err != nil {
+		return nil, err
+	}
+	opt := func(p, a string) metric.AddOption {
+		return metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", p), attribute.String("action", a)))
+	}
+	return &policyCounts{counter: c, sets: map[policyAction]metric.AddOption{},
+		other: [2]metric.AddOption{opt("other", "ALLOW"), opt("other", "DENY")}}, nil
+}
+
+func (p *policyCounts) add(ctx context.Context, d *engine.Decision) {
+	k := policyAction{d.Policy, d.Action == engine.Deny}
+	p.mu.Lock()
+	opt, ok := p.sets[k]
+	if !ok {
+		if len(p.sets) < 2*maxPolicyLabels {
+			opt = metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", d.Policy), attribute.String("action", d.Action.String())))
+			p.sets[k] = opt
+		} else {
+			opt = p.other[b2i(k.deny)]
+		}
+	}
+	p.mu.Unlock()
+	p.counter.Add(ctx, 1, opt)
+}
+
+// registerDecisionLogMetrics: records offered, written and dropped, sink
+// errors, followers dropped, and the queue's depth.
+func registerDecisionLogMetrics(meter metric.Meter, l *decisionlog.Logger) error {
+	counter := func(name, desc string) (metric.Int64ObservableCounter, error) {
+		return meter.Int64ObservableCounter(name, metric.WithDescription(desc))
+	}
+	offered, err1 := counter("verdict.decision_log.offered", "Decision records offered to the decision log.")
+	written, err2 := counter("verdict.decision_log.written", "Decision records written to the sinks.")
+	dropped, err3 := counter("verdict.decision_log.dropped", "Decision records dropped because the queue was full.")
+	sinkErrs, err4 := counter("verdict.decision_log.sink_errors", "Batches a sink failed to write.")
+	followers, err5 := counter("verdict.decision_log.followers_dropped", "Followers (verdictctl logs) dropped for falling behind.")
+	depth, err6 := meter.Int64ObservableGauge("verdict.decision_log.queue_depth", metric.WithDescription("Decision records waiting to be written."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		return err
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := l.Stats()
+		o.ObserveInt64(offered, st.Offered)
+		o.ObserveInt64(written, st.Written)
+		o.ObserveInt64(dropped, st.Dropped)
+		o.ObserveInt64(sinkErrs, st.SinkErrors)
+		o.ObserveInt64(followers, st.FollowersDropped)
+		o.ObserveInt64(depth, int64(st.QueueDepth))
+		return nil
+	}, offered, written, dropped, sinkErrs, followers, depth)
+	return err
+}

@@ -1,0 +1,159 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/verdictpdp/verdict/internal/decisionlog"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutine and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := strings.TrimSpace(b.buf.String())
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// startLogged serves testPolicies with a decision log whose JSON lines go to
+// the returned buffer.
+func startLogged(t *testing.T, filter decisionlog.Filter, token string) (*harness, *syncBuffer) {
+	t.Helper()
+	buf := &syncBuffer{}
+	l, err := decisionlog.New(decisionlog.Config{Filter: filter, FlushInterval: 10 * time.Millisecond,
+		Sinks: []decisionlog.Sink{decisionlog.NewJSONLines(buf, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), func(c *Config) {
+		c.DecisionLog = l
+		c.Token = token
+	})
+	return h, buf
+}
+
+func TestDecisionLogRecordsDecisions(t *testing.T) {
+	h, buf := startLogged(t, decisionlog.Denies, "")
+	c := ctxT(t)
+	allow := &verdictv1.DecideRequest{Source: tags("app", "web"), Destination: tags("app", "backend"), Protocol: "TCP", Port: 8080}
+	deny := &verdictv1.DecideRequest{Source: tags("app", "web"), Destination: tags("app", "db"), Protocol: "TCP", Port: 5432}
+	for _, r := range []*verdictv1.DecideRequest{allow, deny} {
+		if _, err := h.dec.Decide(c, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.dec.DecideBatch(c, &verdictv1.DecideBatchRequest{Requests: []*verdictv1.DecideRequest{allow, deny, deny}}); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for deadline := time.Now().Add(time.Minute); len(lines) < 3 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		lines = buf.lines()
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d records, want the 3 denies only:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	var r decisionlog.Record
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.RPC != "Decide" || r.Action != "DENY" || r.Policy != "deny-db" || r.Mesh != "default" || r.Type != "TrafficPermission" ||
+		r.Destination.Tags["app"] != "db" || r.Inbound.Reason != "MATCHED" || r.Caller.Address == "" || r.Revision == 0 || r.Port != 5432 {
+		t.Errorf("record %+v", r)
+	}
+	if err := json.Unmarshal([]byte(lines[2]), &r); err != nil || r.RPC != "DecideBatch" {
+		t.Errorf("third record from %q (%v)", r.RPC, err)
+	}
+}
+
+func TestFollowDecisions(t *testing.T) {
+	h, _ := startLogged(t, decisionlog.All, "s3cret")
+	c := ctxT(t)
+	lc := verdictv1.NewDecisionLogServiceClient(h.conn)
+	_, err := recvFirst(lc.Follow(c, &verdictv1.FollowRequest{}))
+	wantCode(t, err, codes.Unauthenticated)
+
+	authed := metadata.AppendToOutgoingContext(c, "authorization", "Bearer s3cret")
+	stream, err := lc.Follow(authed, &verdictv1.FollowRequest{Action: "DENY", Workload: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The follower starts on the server when the stream does: decide until
+	// the first matching record arrives.
+	got := make(chan *verdictv1.DecisionRecord, 1)
+	go func() {
+		m, err := stream.Recv()
+		if err == nil {
+			got <- m.GetRecord()
+		}
+		close(got)
+	}()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, dst := range []string{"backend", "db"} {
+			if _, err := h.dec.Decide(c, &verdictv1.DecideRequest{Source: tags("app", "web"), Destination: tags("app", dst),
+				Protocol: "TCP", Port: 8080}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case r, ok := <-got:
+			if !ok {
+				t.Fatal("the follow stream ended")
+			}
+			if r.GetAction() != "DENY" || r.GetDestination().GetTags()["app"] != "db" || r.GetPolicy() != "deny-db" {
+				t.Fatalf("followed %v", r)
+			}
+			return
+		case <-tick.C:
+		case <-c.Done():
+			t.Fatal("no record followed")
+		}
+	}
+}
+
+func TestFollowWithTheLogOff(t *testing.T) {
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	_, err := recvFirst(verdictv1.NewDecisionLogServiceClient(h.conn).Follow(ctxT(t), &verdictv1.FollowRequest{}))
+	wantCode(t, err, codes.FailedPrecondition)
+}
+
+func recvFirst(s interface {
+	Recv() (*verdictv1.FollowResponse, error)
+}, err error) (*verdictv1.FollowResponse, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s.Recv()
+}
