@@ -70,7 +70,8 @@ type flow struct {
 // scratch is the per-call working memory of Decide, pooled so that a decision
 // allocates nothing.
 type scratch struct {
-	lists    []plist
+	lists    [2][]plist // per action class (index.go)
+	vals     flowVals   // the flow's tags as ids of the type's rule index
 	gen      uint32
 	own      [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
 	mem      [2][]uint32 // per side, per scope ord: == gen when the workload is a member
@@ -79,7 +80,9 @@ type scratch struct {
 	specific [2]int32    // per side: the most specific member scope (the greatest ord), 0 for none
 }
 
-var scratchPool = sync.Pool{New: func() any { return &scratch{lists: make([]plist, 0, 32)} }}
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{lists: [2][]plist{make([]plist, 0, 32), make([]plist, 0, 16)}}
+}}
 
 func (sc *scratch) reset(nScopes int) {
 	sc.gen++
@@ -104,13 +107,15 @@ func (sc *scratch) reset(nScopes int) {
 // computeMembers finds the scopes a workload is a member of: its own selectors
 // match and so do every ancestor's.
 func (sc *scratch) computeMembers(t *scopeTable, side int, tags Tags) {
-	sc.lists = t.index.lists(tags, nil, sc.lists[:0])
+	t.index.lists(tags, nil, &sc.lists, nil)
 	own := sc.own[side]
-	for _, l := range sc.lists {
-		for _, r := range l {
-			if own[r.scope] != sc.gen && r.src.matches(tags) {
-				own[r.scope] = sc.gen
-				sc.owned[side] = append(sc.owned[side], r.scope)
+	for _, ls := range sc.lists {
+		for _, l := range ls {
+			for _, r := range l {
+				if own[r.scope] != sc.gen && r.src.matches(tags) {
+					own[r.scope] = sc.gen
+					sc.owned[side] = append(sc.owned[side], r.scope)
+				}
 			}
 		}
 	}
@@ -227,19 +232,36 @@ func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {
 	return finalDecision(res[0], res[1])
 }
 
+// The decision procedure. A flow's tags are resolved once to ids (the posting
+// lists of its terms and a (key id → value id) table), so a candidate costs a
+// few integer compares (flowVals.matchIDs) and the string checks only of the
+// expressions it has. Every posting list is sorted by the rule order and split
+// by action, and a list is left as soon as its next rule cannot improve on the
+// best found for every side still open, so a scan stops at the first match of
+// each list rather than visiting every matching rule.
+
 // scanFirstMatch finds, per side, the first rule in order that matches the flow
-// and is a candidate on that side. Each posting list is sorted, so a list is
-// left as soon as it cannot improve on what was found.
+// and is a candidate on that side.
 func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule {
 	var best [2]*rule
-	sc.lists = ix.lists(f.src, f.dst, sc.lists[:0])
-	for _, l := range sc.lists {
+	sc.vals.reset(ix.nextID)
+	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
+	for _, ls := range sc.lists {
+		scanLists(ls, f, sc, need, &best)
+	}
+	return best
+}
+
+// scanLists improves best[side], for each side in need, with the first matching
+// candidate of each list.
+func scanLists(ls []plist, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
+	for _, l := range ls {
 		for _, r := range l {
 			if (!need[0] || best[0] != nil && !r.key.less(&best[0].key)) &&
 				(!need[1] || best[1] != nil && !r.key.less(&best[1].key)) {
 				break
 			}
-			if !r.matchesFlow(f) {
+			if !sc.vals.matchIDs(r.ids) || !r.matchesRest(f) {
 				continue
 			}
 			for side := 0; side < 2; side++ {
@@ -250,36 +272,37 @@ func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule 
 			}
 		}
 	}
-	return best
+}
+
+// matchesRest checks what ids do not cover: ports and expressions.
+func (r *rule) matchesRest(f *flow) bool {
+	return matchesPorts(r.ports, f.proto, f.port) &&
+		(len(r.src.exprs) == 0 || r.src.exprsHold(f.src)) && (len(r.dst.exprs) == 0 || r.dst.exprsHold(f.dst))
+}
+
+// exprsHold reports whether the workload satisfies the selector's expressions.
+func (m *matcher) exprsHold(tags Tags) bool {
+	for i := range m.exprs {
+		if !m.exprs[i].holds(tags) {
+			return false
+		}
+	}
+	return true
 }
 
 // scanDenyOverrides finds, per side, the first matching DENY rule, else the first
-// matching ALLOW rule (SPEC section 4.4).
+// matching ALLOW rule (SPEC section 4.4): the DENY lists first, then the ALLOW
+// lists only for a side no DENY decided.
 func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule {
 	var deny, allow [2]*rule
-	sc.lists = ix.lists(f.src, f.dst, sc.lists[:0])
-	for _, l := range sc.lists {
-		for _, r := range l {
-			if (!need[0] || deny[0] != nil && !r.key.less(&deny[0].key)) &&
-				(!need[1] || deny[1] != nil && !r.key.less(&deny[1].key)) {
-				break
-			}
-			if !r.matchesFlow(f) {
-				continue
-			}
-			for side := 0; side < 2; side++ {
-				if !need[side] || r.sides&sideBits[side] == 0 || !sc.isMember(side, r.scope) {
-					continue
-				}
-				if r.action == Deny {
-					if deny[side] == nil || r.key.less(&deny[side].key) {
-						deny[side] = r
-					}
-				} else if allow[side] == nil || r.key.less(&allow[side].key) {
-					allow[side] = r
-				}
-			}
-		}
+	sc.vals.reset(ix.nextID)
+	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
+	scanLists(sc.lists[classDeny], f, sc, need, &deny)
+	for side := 0; side < 2; side++ {
+		need[side] = need[side] && deny[side] == nil
+	}
+	if need[0] || need[1] {
+		scanLists(sc.lists[classAllow], f, sc, need, &allow)
 	}
 	for side := 0; side < 2; side++ {
 		if deny[side] == nil {
@@ -369,11 +392,13 @@ func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
 	if ix.size == 0 {
 		return false
 	}
-	sc.lists = ix.lists(src, dst, sc.lists[:0])
-	for _, l := range sc.lists {
-		for _, r := range l {
-			if (r.src == nil || r.src.matches(src)) && (r.dst == nil || r.dst.matches(dst)) {
-				return true
+	ix.lists(src, dst, &sc.lists, nil)
+	for _, ls := range sc.lists {
+		for _, l := range ls {
+			for _, r := range l {
+				if (r.src == nil || r.src.matches(src)) && (r.dst == nil || r.dst.matches(dst)) {
+					return true
+				}
 			}
 		}
 	}

@@ -39,20 +39,62 @@ type term struct {
 
 type plist []*rule
 
-type keyPostings struct {
-	presence plist
-	exact    pmap.Map[string, plist]
+// postings is one term's posting lists, one per action class (ALLOW and DENY):
+// DenyOverrides scans the DENY lists alone first, so a decision never walks the
+// ALLOW rules ordered above the best DENY. df counts the rules that carry the
+// term, filed here or elsewhere; it chooses where new rules are filed, and it
+// keeps the term's entry (and its ids) alive while any rule needs it.
+type postings struct {
+	lists [2]plist
+	df    int32
+	vid   uint32 // the value id of an exact term (valueUnknown for presence)
 }
+
+func (p *postings) empty() bool { return len(p.lists[0]) == 0 && len(p.lists[1]) == 0 }
+
+// Action classes of the posting lists.
+const (
+	classAllow = 0
+	classDeny  = 1
+)
+
+func classOf(r *rule) int {
+	if r.action == Deny {
+		return classDeny
+	}
+	return classAllow
+}
+
+type keyPostings struct {
+	kid      uint32 // the key id of this (end, key): ids are per index, never reused
+	presence postings
+	exact    pmap.Map[string, *postings]
+}
+
+// Ids. A flow's tags are resolved once per decision to (key id, value id) pairs
+// (scratch.vals), so a candidate is verified by comparing integers, not by map
+// lookups on strings. Ids come from the index's counter and are bounded by the
+// terms its rules carry (a term's entry lives while its df > 0; ids of dead
+// terms are not reused until the partition is rebuilt); nothing a request
+// brings gets an id.
+const (
+	valueUnknown uint32 = 1 // the flow has the key with a value no rule names
+	firstID      uint32 = 2
+)
+
+// idTerm is one exact (val != 0) or presence (val == 0) term of a rule.
+type idTerm struct{ kid, vid uint32 }
 
 type ruleIndex struct {
 	keys   pmap.Map[termKey, *keyPostings]
-	always plist
+	always [2]plist
 	size   int
 	ends   uint8
+	nextID uint32
 }
 
 func newIndex(ends uint8) *ruleIndex {
-	return &ruleIndex{keys: pmap.New[termKey, *keyPostings](termKeyHash), ends: ends}
+	return &ruleIndex{keys: pmap.New[termKey, *keyPostings](termKeyHash), ends: ends, nextID: firstID}
 }
 
 func sortPlist(l plist) {
@@ -65,23 +107,10 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 	return ix.update(nil, rules)
 }
 
-// listLen returns the length of the list a term names, counting additions
-// pending in the current update.
-func listLen(t term, kb *pmap.Builder[termKey, *keyPostings], pending map[term]int) int {
-	n := pending[t]
-	kp, ok := kb.Get(termKey{t.end, t.key})
-	if !ok {
-		return n
-	}
-	if t.presence {
-		return n + len(kp.presence)
-	}
-	l, _ := kp.exact.Get(t.value)
-	return n + len(l)
-}
-
-// terms lists the terms a rule could be filed under: exact terms, then presence
-// terms, of the ends the index covers.
+// terms lists the terms a rule carries and could be filed under: exact terms,
+// then presence terms, of the ends the index covers. Presence terms of
+// expressions (In with several values, Exists, Prefix, CIDR) come last, after
+// the '*' ones.
 func (ix *ruleIndex) terms(r *rule, out []term) []term {
 	for _, side := range [2]struct {
 		end uint8
@@ -114,19 +143,41 @@ func (ix *ruleIndex) terms(r *rule, out []term) []term {
 	return out
 }
 
+// postingsOf returns a term's postings as the builder holds them (nil: none).
+func postingsOf(t term, kb *pmap.Builder[termKey, *keyPostings]) *postings {
+	kp, ok := kb.Get(termKey{t.end, t.key})
+	if !ok {
+		return nil
+	}
+	if t.presence {
+		return &kp.presence
+	}
+	p, _ := kp.exact.Get(t.value)
+	return p
+}
+
 // chooseTerm picks the term a rule is filed under: an exact term if it has one,
-// else a presence term, else the always list; among several, the one whose list
-// is shortest now.
-func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings], pending map[term]int) term {
+// else a presence term, else the always list; among several, the globally
+// rarest — the one the fewest rules carry (df, the pending changes included) —
+// so that rules leave the lists of common terms (env, region, zone) that most
+// flows probe.
+func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings], pending map[term]*termChange) term {
 	var buf [8]term
-	best, bestLen, bestExact := term{}, -1, false
+	best, bestDF, bestExact := term{}, int32(-1), false
 	for _, t := range ix.terms(r, buf[:0]) {
 		exact := !t.presence
-		if bestLen >= 0 && bestExact && !exact {
+		if bestDF >= 0 && bestExact && !exact {
 			break // exact terms come first
 		}
-		if n := listLen(t, kb, pending); bestLen < 0 || n < bestLen {
-			best, bestLen, bestExact = t, n, exact
+		var n int32
+		if p := postingsOf(t, kb); p != nil {
+			n = p.df
+		}
+		if c := pending[t]; c != nil {
+			n += c.df
+		}
+		if bestDF < 0 || n < bestDF {
+			best, bestDF, bestExact = t, n, exact
 		}
 	}
 	return best
@@ -136,16 +187,13 @@ func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings]
 // few candidate terms and each list is sorted, so a binary search per term finds it).
 func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (term, bool) {
 	var buf [8]term
+	class := classOf(r)
 	for _, t := range append(ix.terms(r, buf[:0]), term{}) {
 		var l plist
 		if t.end == 0 {
-			l = ix.always
-		} else if kp, ok := kb.Get(termKey{t.end, t.key}); ok {
-			if t.presence {
-				l = kp.presence
-			} else {
-				l, _ = kp.exact.Get(t.value)
-			}
+			l = ix.always[class]
+		} else if p := postingsOf(t, kb); p != nil {
+			l = p.lists[class]
 		}
 		// Keys are unique within a side; a from and a to item of one policy may
 		// share one, so look through the run of equal keys.
@@ -158,83 +206,153 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 	return term{}, false
 }
 
+// termChange is what an update does to one term: rules filed and unfiled per
+// class, and the change of its df.
+type termChange struct {
+	add, del [2][]*rule
+	df       int32
+}
+
 // update returns an index without the removed rules and with the added ones.
 // The receiver is not changed. Removed rules are located by their terms and key.
 func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	if len(removed) == 0 && len(added) == 0 {
 		return ix
 	}
-	out := &ruleIndex{ends: ix.ends, size: ix.size, always: ix.always}
+	out := &ruleIndex{ends: ix.ends, size: ix.size, always: ix.always, nextID: ix.nextID}
 	kb := ix.keys.Builder()
-	type change struct{ add, del []*rule }
-	byKey := map[termKey]map[term]*change{}
-	var always change
-	get := func(t term) *change {
+	changes := map[term]*termChange{}
+	var always termChange
+	get := func(t term) *termChange {
 		if t.end == 0 {
 			return &always
 		}
-		tk := termKey{t.end, t.key}
-		m := byKey[tk]
-		if m == nil {
-			m = map[term]*change{}
-			byKey[tk] = m
-		}
-		c := m[t]
+		c := changes[t]
 		if c == nil {
-			c = &change{}
-			m[t] = c
+			c = &termChange{}
+			changes[t] = c
 		}
 		return c
 	}
+	var buf [8]term
 	for _, r := range removed {
 		t, ok := ix.locate(r, kb)
 		if !ok {
 			continue // not filed here: nothing to remove
 		}
 		c := get(t)
-		c.del = append(c.del, r)
+		c.del[classOf(r)] = append(c.del[classOf(r)], r)
 		out.size--
+		for _, t := range ix.terms(r, buf[:0]) {
+			get(t).df--
+		}
 	}
-	// Terms are chosen against the lists as they are plus the additions made so
-	// far, so a bulk load spreads rules instead of piling them on one term.
-	pending := map[term]int{}
+	// Every added rule counts in df before any is filed, so a bulk load files
+	// each rule under the term that is rarest over the whole set.
 	for _, r := range added {
-		t := ix.chooseTerm(r, kb, pending)
+		for _, t := range ix.terms(r, buf[:0]) {
+			get(t).df++
+		}
+	}
+	for _, r := range added {
+		t := ix.chooseTerm(r, kb, changes)
 		r.filed = t.end // rules are fresh here: filed in this index only
-		pending[t]++
 		c := get(t)
-		c.add = append(c.add, r)
+		c.add[classOf(r)] = append(c.add[classOf(r)], r)
 		out.size++
 	}
-	out.always = mergeList(out.always, always.del, always.add)
-	for tk, changes := range byKey {
+	for cl := range out.always {
+		out.always[cl] = mergeList(out.always[cl], always.del[cl], always.add[cl])
+	}
+	byKey := map[termKey][]term{}
+	for t := range changes {
+		tk := termKey{t.end, t.key}
+		byKey[tk] = append(byKey[tk], t)
+	}
+	for tk, ts := range byKey {
 		var nkp keyPostings
 		if kp, ok := kb.Get(tk); ok {
 			nkp = *kp
 		} else {
-			nkp.exact = pmap.New[string, plist](pmap.StringHash)
+			nkp.exact = pmap.New[string, *postings](pmap.StringHash)
+			nkp.kid = out.nextID
+			nkp.presence.vid = valueUnknown
+			out.nextID++
 		}
 		eb := nkp.exact.Builder()
-		for t, c := range changes {
+		for _, t := range ts {
+			c := changes[t]
 			if t.presence {
-				nkp.presence = mergeList(nkp.presence, c.del, c.add)
+				applyChange(&nkp.presence, c)
 				continue
 			}
-			l, _ := eb.Get(t.value)
-			if l = mergeList(l, c.del, c.add); len(l) == 0 {
+			var np postings
+			if p, ok := eb.Get(t.value); ok {
+				np = *p
+			} else {
+				np.vid = out.nextID
+				out.nextID++
+			}
+			applyChange(&np, c)
+			if np.df <= 0 && np.empty() {
 				eb.Delete(t.value)
 			} else {
-				eb.Set(t.value, l)
+				eb.Set(t.value, &np)
 			}
 		}
 		nkp.exact = eb.Map()
-		if len(nkp.presence) == 0 && nkp.exact.Len() == 0 {
+		if nkp.presence.df <= 0 && nkp.presence.empty() && nkp.exact.Len() == 0 {
 			kb.Delete(tk)
 		} else {
 			kb.Set(tk, &nkp)
 		}
 	}
 	out.keys = kb.Map()
+	if out.ends == endSrc|endDst {
+		for _, r := range added {
+			r.ids = out.idTerms(r)
+		}
+	}
+	return out
+}
+
+func applyChange(p *postings, c *termChange) {
+	p.df += c.df
+	for cl := range p.lists {
+		p.lists[cl] = mergeList(p.lists[cl], c.del[cl], c.add[cl])
+	}
+}
+
+// idTerms returns the ids of a rule's exact and '*' terms; every one has an
+// entry, since its df counts the rule.
+func (ix *ruleIndex) idTerms(r *rule) []idTerm {
+	n := 0
+	for _, m := range [2]*matcher{r.src, r.dst} {
+		if m != nil {
+			n += len(m.exact) + len(m.present)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]idTerm, 0, n)
+	for _, side := range [2]struct {
+		end uint8
+		m   *matcher
+	}{{endDst, r.dst}, {endSrc, r.src}} {
+		if side.m == nil {
+			continue
+		}
+		for _, kv := range side.m.exact {
+			kp, _ := ix.keys.Get(termKey{side.end, kv.k})
+			p, _ := kp.exact.Get(kv.v)
+			out = append(out, idTerm{kp.kid, p.vid})
+		}
+		for _, k := range side.m.present {
+			kp, _ := ix.keys.Get(termKey{side.end, k})
+			out = append(out, idTerm{kp.kid, 0})
+		}
+	}
 	return out
 }
 
@@ -268,58 +386,104 @@ func mergeList(l plist, del, add []*rule) plist {
 	return out
 }
 
-// collect appends to lists every posting list the tags of one end can reach.
-func (ix *ruleIndex) collect(end uint8, tags Tags, lists []plist) []plist {
+// collect appends to lists every posting list the tags of one end can reach;
+// with vals, it also records the ids of the end's tags there.
+func (ix *ruleIndex) collect(end uint8, tags Tags, lists *[2][]plist, vals *flowVals) {
 	if ix.keys.Len() == 0 {
-		return lists
+		return
 	}
 	for k, v := range tags {
 		kp, ok := ix.keys.GetHashed(termKey{end, k}, termKeyHash(termKey{end, k}))
 		if !ok {
 			continue
 		}
-		if len(kp.presence) > 0 {
-			lists = append(lists, kp.presence)
-		}
-		if kp.exact.Len() > 0 {
-			if l, ok := kp.exact.Get(v); ok {
-				lists = append(lists, l)
+		vid := valueUnknown
+		for cl := range kp.presence.lists {
+			if len(kp.presence.lists[cl]) > 0 {
+				lists[cl] = append(lists[cl], kp.presence.lists[cl])
 			}
 		}
+		if kp.exact.Len() > 0 {
+			if p, ok := kp.exact.Get(v); ok {
+				vid = p.vid
+				for cl := range p.lists {
+					if len(p.lists[cl]) > 0 {
+						lists[cl] = append(lists[cl], p.lists[cl])
+					}
+				}
+			}
+		}
+		if vals != nil {
+			vals.set(kp.kid, vid)
+		}
 	}
-	return lists
 }
 
-// lists returns every posting list a flow can reach.
-func (ix *ruleIndex) lists(src, dst Tags, lists []plist) []plist {
-	if len(ix.always) > 0 {
-		lists = append(lists, ix.always)
+// lists returns every posting list a flow can reach, per action class.
+func (ix *ruleIndex) lists(src, dst Tags, lists *[2][]plist, vals *flowVals) {
+	lists[0], lists[1] = lists[0][:0], lists[1][:0]
+	for cl := range ix.always {
+		if len(ix.always[cl]) > 0 {
+			lists[cl] = append(lists[cl], ix.always[cl])
+		}
 	}
 	if ix.ends&endSrc != 0 {
-		lists = collect(ix, endSrc, src, lists)
+		ix.collect(endSrc, src, lists, vals)
 	}
 	if ix.ends&endDst != 0 {
-		lists = collect(ix, endDst, dst, lists)
+		ix.collect(endDst, dst, lists, vals)
 	}
-	return lists
 }
 
-func collect(ix *ruleIndex, end uint8, tags Tags, lists []plist) []plist {
-	return ix.collect(end, tags, lists)
+// flowVals is a flow's tags as ids, indexed by key id: gen<<32 | value id for
+// the tags of the current decision; anything else is absent.
+type flowVals struct {
+	gen  uint64
+	vals []uint64
+}
+
+func (fv *flowVals) reset(n uint32) {
+	fv.gen++
+	if fv.gen >= 1<<31 {
+		clear(fv.vals)
+		fv.gen = 1
+	}
+	if uint32(len(fv.vals)) < n {
+		fv.vals = make([]uint64, n+n/4)
+	}
+}
+
+func (fv *flowVals) set(kid, vid uint32) { fv.vals[kid] = fv.gen<<32 | uint64(vid) }
+
+// matchIDs reports whether the flow carries every exact and '*' term of the rule.
+func (fv *flowVals) matchIDs(ids []idTerm) bool {
+	for _, t := range ids {
+		x := fv.vals[t.kid]
+		if x>>32 != fv.gen || t.vid != 0 && uint32(x) != t.vid {
+			return false
+		}
+	}
+	return true
 }
 
 // each calls f for every rule in the index, list by list.
 func (ix *ruleIndex) each(f func(*rule)) {
-	for _, r := range ix.always {
-		f(r)
-	}
-	ix.keys.Range(func(_ termKey, kp *keyPostings) bool {
-		for _, r := range kp.presence {
+	for cl := range ix.always {
+		for _, r := range ix.always[cl] {
 			f(r)
 		}
-		kp.exact.Range(func(_ string, l plist) bool {
-			for _, r := range l {
+	}
+	ix.keys.Range(func(_ termKey, kp *keyPostings) bool {
+		for cl := range kp.presence.lists {
+			for _, r := range kp.presence.lists[cl] {
 				f(r)
+			}
+		}
+		kp.exact.Range(func(_ string, p *postings) bool {
+			for cl := range p.lists {
+				for _, r := range p.lists[cl] {
+					f(r)
+				}
 			}
 			return true
 		})
