@@ -72,6 +72,7 @@ type flow struct {
 type scratch struct {
 	lists    [2][]plist // per action class (index.go)
 	vals     flowVals   // the flow's tags as ids of the type's rule index
+	pos      []int      // per list: where the scan resumes; -1 when done
 	gen      uint32
 	own      [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
 	mem      [2][]uint32 // per side, per scope ord: == gen when the workload is a member
@@ -111,7 +112,8 @@ func (sc *scratch) computeMembers(t *scopeTable, side int, tags Tags) {
 	own := sc.own[side]
 	for _, ls := range sc.lists {
 		for _, l := range ls {
-			for _, r := range l {
+			for i := range l {
+				r := l[i].r
 				if own[r.scope] != sc.gen && r.src.matches(tags) {
 					own[r.scope] = sc.gen
 					sc.owned[side] = append(sc.owned[side], r.scope)
@@ -253,26 +255,76 @@ func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule 
 }
 
 // scanLists improves best[side], for each side in need, with the first matching
-// candidate of each list.
+// candidate of each list. A candidate costs its entry: the order prefix and the
+// ids; the rule itself is read only when those match. The lists are walked
+// round-robin, a few entries of each per round, so the early rules of every
+// list bound the walk of the others (walking one long list to its first match
+// before looking at the others examines many rules a better match elsewhere
+// would have cut off).
 func scanLists(ls []plist, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
-	for _, l := range ls {
-		for _, r := range l {
-			if (!need[0] || best[0] != nil && !r.key.less(&best[0].key)) &&
-				(!need[1] || best[1] != nil && !r.key.less(&best[1].key)) {
-				break
-			}
-			if !sc.vals.matchIDs(r.ids) || !r.matchesRest(f) {
+	var ord [2]uint64
+	for side := range best {
+		if best[side] != nil {
+			ord[side] = orderPrefix(&best[side].key)
+		}
+	}
+	vals := &sc.vals
+	pos := sc.pos[:0]
+	for range ls {
+		pos = append(pos, 0)
+	}
+	sc.pos = pos
+	for open, step := len(ls), scanStep; open > 0; step *= 2 {
+		open = 0
+		for li, l := range ls {
+			i := pos[li]
+			if i < 0 {
 				continue
 			}
-			for side := 0; side < 2; side++ {
-				if need[side] && r.sides&sideBits[side] != 0 && (best[side] == nil || r.key.less(&best[side].key)) &&
-					sc.isMember(side, r.scope) {
-					best[side] = r
+			stop := min(i+step, len(l))
+		entries:
+			for ; i < stop; i++ {
+				e := &l[i]
+				// Past the best of every open side: stop. An entry whose prefix
+				// ties with a best is examined (cheap) rather than compared by
+				// its whole key (a read of the rule).
+				if (!need[0] || best[0] != nil && e.ord > ord[0]) && (!need[1] || best[1] != nil && e.ord > ord[1]) {
+					break
+				}
+				if e.n == overflowIDs {
+					if !vals.matchIDs(e.r.ids) {
+						continue
+					}
+				} else {
+					for _, t := range e.ids[:e.n] {
+						if x := vals.vals[t.kid]; x>>32 != vals.gen || t.vid != 0 && uint32(x) != t.vid {
+							continue entries
+						}
+					}
+				}
+				r := e.r
+				if !e.plain && !r.matchesRest(f) {
+					continue
+				}
+				for side := 0; side < 2; side++ {
+					if need[side] && r.sides&sideBits[side] != 0 && (best[side] == nil || e.before(best[side], ord[side])) &&
+						sc.isMember(side, r.scope) {
+						best[side], ord[side] = r, e.ord
+					}
 				}
 			}
+			if i < stop || i == len(l) {
+				pos[li] = -1
+				continue
+			}
+			pos[li] = i
+			open++
 		}
 	}
 }
+
+// scanStep is how many entries of each list the first round examines.
+const scanStep = 2
 
 // matchesRest checks what ids do not cover: ports and expressions.
 func (r *rule) matchesRest(f *flow) bool {
@@ -395,8 +447,8 @@ func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
 	ix.lists(src, dst, &sc.lists, nil)
 	for _, ls := range sc.lists {
 		for _, l := range ls {
-			for _, r := range l {
-				if (r.src == nil || r.src.matches(src)) && (r.dst == nil || r.dst.matches(dst)) {
+			for i := range l {
+				if r := l[i].r; (r.src == nil || r.src.matches(src)) && (r.dst == nil || r.dst.matches(dst)) {
 					return true
 				}
 			}

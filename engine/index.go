@@ -37,7 +37,68 @@ type term struct {
 	presence bool
 }
 
-type plist []*rule
+// plist is a posting list: entries sorted by the rule order. An entry carries
+// what the scan needs before it touches the rule: an order prefix (ord) and
+// the rule's terms as ids (the one the list is filed under left out, since a
+// flow that reaches the list has it), so most candidates are rejected without
+// following the pointer.
+type plist []posting
+
+type posting struct {
+	ord   uint64 // orderPrefix(&r.key)
+	r     *rule
+	ids   [inlineIDs]idTerm
+	n     uint8 // ids in use; overflowIDs: check r.ids (every term) instead
+	plain bool  // no ports and no expressions: the ids decide the match
+}
+
+const (
+	inlineIDs   = 3
+	overflowIDs = 255
+)
+
+// orderPrefix maps an order key to 64 bits so that a.ord < b.ord implies
+// a.less(b), and a.less(b) implies a.ord <= b.ord: phase, scope, priority,
+// specificity (greater first) and exact entries (greater first), each clamped
+// to its bits; from the first field at its bound, the rest is left zero (equal
+// prefixes fall back to the whole key).
+func orderPrefix(k *orderKey) uint64 {
+	var x uint64
+	fields := [...]struct {
+		v      int64
+		bits   uint
+		lo, hi int64
+	}{
+		{int64(k.phase), 2, 0, 3},
+		{int64(k.scope), 14, -(1 << 13) + 1, 1<<13 - 1},
+		{int64(k.priority), 24, -(1 << 23) + 1, 1<<23 - 1},
+		{-int64(k.total), 12, -(1 << 11) + 1, 1<<11 - 1},
+		{-int64(k.exact), 12, -(1 << 11) + 1, 1<<11 - 1},
+	}
+	var used uint
+	for _, f := range fields {
+		v, sat := f.v, false
+		if v <= f.lo {
+			v, sat = f.lo, true
+		} else if v >= f.hi {
+			v, sat = f.hi, true
+		}
+		used += f.bits
+		x |= uint64(v-f.lo) << (64 - used)
+		if sat {
+			break
+		}
+	}
+	return x
+}
+
+// before reports whether the entry comes before rule b (ord its prefix) in the order.
+func (e *posting) before(b *rule, ord uint64) bool {
+	if e.ord != ord {
+		return e.ord < ord
+	}
+	return e.r.key.less(&b.key)
+}
 
 // postings is one term's posting lists, one per action class (ALLOW and DENY):
 // DenyOverrides scans the DENY lists alone first, so a decision never walks the
@@ -95,10 +156,6 @@ type ruleIndex struct {
 
 func newIndex(ends uint8) *ruleIndex {
 	return &ruleIndex{keys: pmap.New[termKey, *keyPostings](termKeyHash), ends: ends, nextID: firstID}
-}
-
-func sortPlist(l plist) {
-	sort.Slice(l, func(i, j int) bool { return l[i].key.less(&l[j].key) })
 }
 
 // buildIndex files rules from scratch.
@@ -197,8 +254,8 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 		}
 		// Keys are unique within a side; a from and a to item of one policy may
 		// share one, so look through the run of equal keys.
-		for i := sort.Search(len(l), func(i int) bool { return !l[i].key.less(&r.key) }); i < len(l) && !r.key.less(&l[i].key); i++ {
-			if l[i] == r {
+		for i := sort.Search(len(l), func(i int) bool { return !l[i].r.key.less(&r.key) }); i < len(l) && !r.key.less(&l[i].r.key); i++ {
+			if l[i].r == r {
 				return t, true
 			}
 		}
@@ -261,9 +318,8 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		c.add[classOf(r)] = append(c.add[classOf(r)], r)
 		out.size++
 	}
-	for cl := range out.always {
-		out.always[cl] = mergeList(out.always[cl], always.del[cl], always.add[cl])
-	}
+	// First every term's entry with its df and ids, then the rules' ids, then
+	// the lists (their entries carry the ids).
 	byKey := map[termKey][]term{}
 	for t := range changes {
 		tk := termKey{t.end, t.key}
@@ -283,29 +339,21 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		for _, t := range ts {
 			c := changes[t]
 			if t.presence {
-				applyChange(&nkp.presence, c)
+				nkp.presence.df += c.df
 				continue
 			}
-			var np postings
+			np := &postings{}
 			if p, ok := eb.Get(t.value); ok {
-				np = *p
+				*np = *p
 			} else {
 				np.vid = out.nextID
 				out.nextID++
 			}
-			applyChange(&np, c)
-			if np.df <= 0 && np.empty() {
-				eb.Delete(t.value)
-			} else {
-				eb.Set(t.value, &np)
-			}
+			np.df += c.df
+			eb.Set(t.value, np)
 		}
 		nkp.exact = eb.Map()
-		if nkp.presence.df <= 0 && nkp.presence.empty() && nkp.exact.Len() == 0 {
-			kb.Delete(tk)
-		} else {
-			kb.Set(tk, &nkp)
-		}
+		kb.Set(tk, &nkp)
 	}
 	out.keys = kb.Map()
 	if out.ends == endSrc|endDst {
@@ -313,14 +361,33 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			r.ids = out.idTerms(r)
 		}
 	}
-	return out
-}
-
-func applyChange(p *postings, c *termChange) {
-	p.df += c.df
-	for cl := range p.lists {
-		p.lists[cl] = mergeList(p.lists[cl], c.del[cl], c.add[cl])
+	for cl := range out.always {
+		out.always[cl] = out.mergeList(out.always[cl], always.del[cl], always.add[cl], term{})
 	}
+	kb = out.keys.Builder()
+	for tk, ts := range byKey {
+		kp, _ := kb.Get(tk) // this update's own copy: changed in place
+		eb := kp.exact.Builder()
+		for _, t := range ts {
+			c := changes[t]
+			p := &kp.presence
+			if !t.presence {
+				p, _ = eb.Get(t.value) // this update's own copy too
+			}
+			for cl := range p.lists {
+				p.lists[cl] = out.mergeList(p.lists[cl], c.del[cl], c.add[cl], t)
+			}
+			if !t.presence && p.df <= 0 && p.empty() {
+				eb.Delete(t.value)
+			}
+		}
+		kp.exact = eb.Map()
+		if kp.presence.df <= 0 && kp.presence.empty() && kp.exact.Len() == 0 {
+			kb.Delete(tk)
+		}
+	}
+	out.keys = kb.Map()
+	return out
 }
 
 // idTerms returns the ids of a rule's exact and '*' terms; every one has an
@@ -356,8 +423,9 @@ func (ix *ruleIndex) idTerms(r *rule) []idTerm {
 	return out
 }
 
-// mergeList returns a new sorted list: l without del, with add.
-func mergeList(l plist, del, add []*rule) plist {
+// mergeList returns a new sorted list: l without del, with add (as entries
+// whose ids leave out the term t the list is filed under).
+func (ix *ruleIndex) mergeList(l plist, del, add []*rule, t term) plist {
 	if len(del) == 0 && len(add) == 0 {
 		return l
 	}
@@ -365,25 +433,57 @@ func mergeList(l plist, del, add []*rule) plist {
 	for _, r := range del {
 		gone[r] = struct{}{}
 	}
-	adds := append([]*rule(nil), add...)
-	sortPlist(adds)
+	adds := make(plist, len(add))
+	for i, r := range add {
+		adds[i] = ix.entry(r, t)
+	}
+	sort.Slice(adds, func(i, j int) bool { return adds[i].r.key.less(&adds[j].r.key) })
 	out := make(plist, 0, len(l)+len(adds)-len(del))
 	i := 0
-	for _, r := range l {
-		if _, ok := gone[r]; ok {
+	for _, e := range l {
+		if _, ok := gone[e.r]; ok {
 			continue
 		}
-		for i < len(adds) && adds[i].key.less(&r.key) {
+		for i < len(adds) && adds[i].r.key.less(&e.r.key) {
 			out = append(out, adds[i])
 			i++
 		}
-		out = append(out, r)
+		out = append(out, e)
 	}
 	out = append(out, adds[i:]...)
 	if len(out) == 0 {
 		return nil
 	}
 	return out
+}
+
+// entry makes a rule's posting in the list of term t (r.ids is set).
+func (ix *ruleIndex) entry(r *rule, t term) posting {
+	e := posting{ord: orderPrefix(&r.key), r: r}
+	e.plain = len(r.ports) == 0 && (r.src == nil || len(r.src.exprs) == 0) && (r.dst == nil || len(r.dst.exprs) == 0)
+	var skip idTerm
+	if t.end != 0 && ix.ends == endSrc|endDst {
+		if kp, ok := ix.keys.Get(termKey{t.end, t.key}); ok {
+			skip.kid = kp.kid
+			if !t.presence {
+				p, _ := kp.exact.Get(t.value)
+				skip.vid = p.vid
+			}
+		}
+	}
+	for _, id := range r.ids {
+		if id == skip && skip.kid != 0 {
+			skip.kid = 0 // leave it out once
+			continue
+		}
+		if int(e.n) == inlineIDs {
+			e.n = overflowIDs
+			break
+		}
+		e.ids[e.n] = id
+		e.n++
+	}
+	return e
 }
 
 // collect appends to lists every posting list the tags of one end can reach;
@@ -469,20 +569,20 @@ func (fv *flowVals) matchIDs(ids []idTerm) bool {
 // each calls f for every rule in the index, list by list.
 func (ix *ruleIndex) each(f func(*rule)) {
 	for cl := range ix.always {
-		for _, r := range ix.always[cl] {
-			f(r)
+		for _, e := range ix.always[cl] {
+			f(e.r)
 		}
 	}
 	ix.keys.Range(func(_ termKey, kp *keyPostings) bool {
 		for cl := range kp.presence.lists {
-			for _, r := range kp.presence.lists[cl] {
-				f(r)
+			for _, e := range kp.presence.lists[cl] {
+				f(e.r)
 			}
 		}
 		kp.exact.Range(func(_ string, p *postings) bool {
 			for cl := range p.lists {
-				for _, r := range p.lists[cl] {
-					f(r)
+				for _, e := range p.lists[cl] {
+					f(e.r)
 				}
 			}
 			return true
