@@ -76,10 +76,9 @@ type rule struct {
 	action Action
 	conf   Object
 	sides  uint8
-	filed  uint8    // the end of the term the rule is filed under (endSrc, endDst; 0: the always list)
-	ids    []idTerm // the exact and '*' terms of both selectors as ids of its index (index.go); set in indexes of both ends
-	scope  int32    // position of the rule's scope in the mesh's scope order; 0 = the mesh root
-	id     string   // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
+	filed  uint8  // the end of the term the rule is filed under (endSrc, endDst; 0: the always list)
+	scope  int32  // position of the rule's scope in the mesh's scope order; 0 = the mesh root
+	id     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
 }
 
 // matchesFlow reports whether the rule matches the flow, attachment aside. The

@@ -291,19 +291,13 @@ func scanLists(ls []plist, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
 				if (!need[0] || best[0] != nil && e.ord > ord[0]) && (!need[1] || best[1] != nil && e.ord > ord[1]) {
 					break
 				}
-				if e.n == overflowIDs {
-					if !vals.matchIDs(e.r.ids) {
-						continue
-					}
-				} else {
-					for _, t := range e.ids[:e.n] {
-						if x := vals.vals[t.kid]; x>>32 != vals.gen || t.vid != 0 && uint32(x) != t.vid {
-							continue entries
-						}
+				for _, t := range e.ids[:min(e.n, inlineIDs)] {
+					if x := vals.vals[t.kid]; x>>32 != vals.gen || t.vid != 0 && uint32(x) != t.vid {
+						continue entries
 					}
 				}
 				r := e.r
-				if !e.plain && !r.matchesRest(f) {
+				if !e.plain && (e.n == overflowIDs && !r.matchesFlow(f) || !r.matchesRest(f)) {
 					continue
 				}
 				for side := 0; side < 2; side++ {

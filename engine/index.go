@@ -48,12 +48,12 @@ type posting struct {
 	ord   uint64 // orderPrefix(&r.key)
 	r     *rule
 	ids   [inlineIDs]idTerm
-	n     uint8 // ids in use; overflowIDs: check r.ids (every term) instead
+	n     uint8 // ids in use; overflowIDs: every slot in use, and the rule has more terms
 	plain bool  // no ports and no expressions: the ids decide the match
 }
 
 const (
-	inlineIDs   = 3
+	inlineIDs   = 4
 	overflowIDs = 255
 )
 
@@ -129,7 +129,7 @@ func classOf(r *rule) int {
 type keyPostings struct {
 	kid      uint32 // the key id of this (end, key): ids are per index, never reused
 	presence postings
-	exact    pmap.Map[string, *postings]
+	exact    pmap.Map[string, postings]
 }
 
 // Ids. A flow's tags are resolved once per decision to (key id, value id) pairs
@@ -209,8 +209,11 @@ func postingsOf(t term, kb *pmap.Builder[termKey, *keyPostings]) *postings {
 	if t.presence {
 		return &kp.presence
 	}
-	p, _ := kp.exact.Get(t.value)
-	return p
+	p, ok := kp.exact.Get(t.value)
+	if !ok {
+		return nil
+	}
+	return &p
 }
 
 // chooseTerm picks the term a rule is filed under: an exact term if it has one,
@@ -268,6 +271,7 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 type termChange struct {
 	add, del [2][]*rule
 	df       int32
+	id       idTerm // the term's ids once its entry exists
 }
 
 // update returns an index without the removed rules and with the added ones.
@@ -318,8 +322,8 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		c.add[classOf(r)] = append(c.add[classOf(r)], r)
 		out.size++
 	}
-	// First every term's entry with its df and ids, then the rules' ids, then
-	// the lists (their entries carry the ids).
+	// First every term's entry with its df and ids, then the lists (their
+	// entries carry the ids of their rules' terms).
 	byKey := map[termKey][]term{}
 	for t := range changes {
 		tk := termKey{t.end, t.key}
@@ -330,7 +334,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		if kp, ok := kb.Get(tk); ok {
 			nkp = *kp
 		} else {
-			nkp.exact = pmap.New[string, *postings](pmap.StringHash)
+			nkp.exact = pmap.New[string, postings](pmap.StringHash)
 			nkp.kid = out.nextID
 			nkp.presence.vid = valueUnknown
 			out.nextID++
@@ -340,29 +344,24 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			c := changes[t]
 			if t.presence {
 				nkp.presence.df += c.df
+				c.id = idTerm{nkp.kid, 0}
 				continue
 			}
-			np := &postings{}
-			if p, ok := eb.Get(t.value); ok {
-				*np = *p
-			} else {
-				np.vid = out.nextID
+			np, ok := eb.Get(t.value)
+			if !ok {
+				np = postings{vid: out.nextID}
 				out.nextID++
 			}
 			np.df += c.df
+			c.id = idTerm{nkp.kid, np.vid}
 			eb.Set(t.value, np)
 		}
 		nkp.exact = eb.Map()
 		kb.Set(tk, &nkp)
 	}
 	out.keys = kb.Map()
-	if out.ends == endSrc|endDst {
-		for _, r := range added {
-			r.ids = out.idTerms(r)
-		}
-	}
 	for cl := range out.always {
-		out.always[cl] = out.mergeList(out.always[cl], always.del[cl], always.add[cl], term{})
+		out.always[cl] = out.mergeList(out.always[cl], always.del[cl], always.add[cl], idTerm{}, changes)
 	}
 	kb = out.keys.Builder()
 	for tk, ts := range byKey {
@@ -370,15 +369,20 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		eb := kp.exact.Builder()
 		for _, t := range ts {
 			c := changes[t]
-			p := &kp.presence
-			if !t.presence {
-				p, _ = eb.Get(t.value) // this update's own copy too
+			if t.presence {
+				for cl := range kp.presence.lists {
+					kp.presence.lists[cl] = out.mergeList(kp.presence.lists[cl], c.del[cl], c.add[cl], c.id, changes)
+				}
+				continue
 			}
+			p, _ := eb.Get(t.value)
 			for cl := range p.lists {
-				p.lists[cl] = out.mergeList(p.lists[cl], c.del[cl], c.add[cl], t)
+				p.lists[cl] = out.mergeList(p.lists[cl], c.del[cl], c.add[cl], c.id, changes)
 			}
-			if !t.presence && p.df <= 0 && p.empty() {
+			if p.df <= 0 && p.empty() {
 				eb.Delete(t.value)
+			} else {
+				eb.Set(t.value, p)
 			}
 		}
 		kp.exact = eb.Map()
@@ -390,19 +394,13 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	return out
 }
 
-// idTerms returns the ids of a rule's exact and '*' terms; every one has an
-// entry, since its df counts the rule.
-func (ix *ruleIndex) idTerms(r *rule) []idTerm {
-	n := 0
-	for _, m := range [2]*matcher{r.src, r.dst} {
-		if m != nil {
-			n += len(m.exact) + len(m.present)
-		}
+// ruleIDs returns the ids of a rule's exact and '*' terms, the term the rule is
+// filed under (skip) left out; every term has its id in changes, since its df
+// changed with the rule. Only indexes of both ends use ids.
+func (ix *ruleIndex) ruleIDs(r *rule, skip idTerm, changes map[term]*termChange, out []idTerm) []idTerm {
+	if ix.ends != endSrc|endDst {
+		return out
 	}
-	if n == 0 {
-		return nil
-	}
-	out := make([]idTerm, 0, n)
 	for _, side := range [2]struct {
 		end uint8
 		m   *matcher
@@ -411,13 +409,14 @@ func (ix *ruleIndex) idTerms(r *rule) []idTerm {
 			continue
 		}
 		for _, kv := range side.m.exact {
-			kp, _ := ix.keys.Get(termKey{side.end, kv.k})
-			p, _ := kp.exact.Get(kv.v)
-			out = append(out, idTerm{kp.kid, p.vid})
+			if id := changes[term{end: side.end, key: kv.k, value: kv.v}].id; id != skip {
+				out = append(out, id)
+			}
 		}
 		for _, k := range side.m.present {
-			kp, _ := ix.keys.Get(termKey{side.end, k})
-			out = append(out, idTerm{kp.kid, 0})
+			if id := changes[term{end: side.end, key: k, presence: true}].id; id != skip {
+				out = append(out, id)
+			}
 		}
 	}
 	return out
@@ -425,7 +424,7 @@ func (ix *ruleIndex) idTerms(r *rule) []idTerm {
 
 // mergeList returns a new sorted list: l without del, with add (as entries
 // whose ids leave out the term t the list is filed under).
-func (ix *ruleIndex) mergeList(l plist, del, add []*rule, t term) plist {
+func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, changes map[term]*termChange) plist {
 	if len(del) == 0 && len(add) == 0 {
 		return l
 	}
@@ -435,7 +434,7 @@ func (ix *ruleIndex) mergeList(l plist, del, add []*rule, t term) plist {
 	}
 	adds := make(plist, len(add))
 	for i, r := range add {
-		adds[i] = ix.entry(r, t)
+		adds[i] = ix.entry(r, skip, changes)
 	}
 	sort.Slice(adds, func(i, j int) bool { return adds[i].r.key.less(&adds[j].r.key) })
 	out := make(plist, 0, len(l)+len(adds)-len(del))
@@ -457,31 +456,18 @@ func (ix *ruleIndex) mergeList(l plist, del, add []*rule, t term) plist {
 	return out
 }
 
-// entry makes a rule's posting in the list of term t (r.ids is set).
-func (ix *ruleIndex) entry(r *rule, t term) posting {
+// entry makes a rule's posting in the list whose term has id skip. A rule with
+// more terms than an entry holds is marked overflowIDs: its first ones are
+// checked as ids, then the whole rule as strings (matchesFlow).
+func (ix *ruleIndex) entry(r *rule, skip idTerm, changes map[term]*termChange) posting {
 	e := posting{ord: orderPrefix(&r.key), r: r}
 	e.plain = len(r.ports) == 0 && (r.src == nil || len(r.src.exprs) == 0) && (r.dst == nil || len(r.dst.exprs) == 0)
-	var skip idTerm
-	if t.end != 0 && ix.ends == endSrc|endDst {
-		if kp, ok := ix.keys.Get(termKey{t.end, t.key}); ok {
-			skip.kid = kp.kid
-			if !t.presence {
-				p, _ := kp.exact.Get(t.value)
-				skip.vid = p.vid
-			}
-		}
-	}
-	for _, id := range r.ids {
-		if id == skip && skip.kid != 0 {
-			skip.kid = 0 // leave it out once
-			continue
-		}
-		if int(e.n) == inlineIDs {
-			e.n = overflowIDs
-			break
-		}
-		e.ids[e.n] = id
-		e.n++
+	var buf [16]idTerm
+	ids := ix.ruleIDs(r, skip, changes, buf[:0])
+	n := copy(e.ids[:], ids)
+	e.n = uint8(n)
+	if len(ids) > n {
+		e.n, e.plain = overflowIDs, false
 	}
 	return e
 }
@@ -555,17 +541,6 @@ func (fv *flowVals) reset(n uint32) {
 
 func (fv *flowVals) set(kid, vid uint32) { fv.vals[kid] = fv.gen<<32 | uint64(vid) }
 
-// matchIDs reports whether the flow carries every exact and '*' term of the rule.
-func (fv *flowVals) matchIDs(ids []idTerm) bool {
-	for _, t := range ids {
-		x := fv.vals[t.kid]
-		if x>>32 != fv.gen || t.vid != 0 && uint32(x) != t.vid {
-			return false
-		}
-	}
-	return true
-}
-
 // each calls f for every rule in the index, list by list.
 func (ix *ruleIndex) each(f func(*rule)) {
 	for cl := range ix.always {
@@ -579,7 +554,7 @@ func (ix *ruleIndex) each(f func(*rule)) {
 				f(e.r)
 			}
 		}
-		kp.exact.Range(func(_ string, p *postings) bool {
+		kp.exact.Range(func(_ string, p postings) bool {
 			for cl := range p.lists {
 				for _, e := range p.lists[cl] {
 					f(e.r)
