@@ -21,8 +21,11 @@ import (
 )
 
 // Resources cross the API as messages whose protobuf JSON is the engine's
-// canonical document: proto → protojson → engine.DecodeJSON (the one decoder
-// validates everything), and engine.EncodeJSON → protojson → proto.
+// canonical document. Inbound (Apply), proto → protojson → engine.DecodeJSON:
+// the engine's decoder is the one validator of resources (field paths,
+// defaults, limits), so a write goes through it rather than through a second
+// mapping that would have to validate alike. Outbound (watch, Get, List),
+// field by field (resource.go).
 
 // ResourceFromProto decodes an API resource; field paths of its errors start
 // with path ("resources[2]") and name the oneof member (".policy.sources[0]").
@@ -76,35 +79,6 @@ func ResourceFromProto(path string, r *verdictv1.Resource) (engine.Resource, err
 			Reason: fmt.Sprintf("%q in the %s member of a resource", k, name)}}}
 	}
 	return res, nil
-}
-
-// ResourceToProto encodes an engine resource as an API resource.
-func ResourceToProto(r engine.Resource) (*verdictv1.Resource, error) {
-	b, err := engine.EncodeJSON(r)
-	if err != nil {
-		return nil, err
-	}
-	out := &verdictv1.Resource{}
-	switch r.(type) {
-	case *engine.Mesh:
-		m := &verdictv1.Mesh{}
-		err = protojson.Unmarshal(b, m)
-		out.Resource = &verdictv1.Resource_Mesh{Mesh: m}
-	case *engine.Scope:
-		m := &verdictv1.Scope{}
-		err = protojson.Unmarshal(b, m)
-		out.Resource = &verdictv1.Resource_Scope{Scope: m}
-	case *engine.Policy:
-		m := &verdictv1.Policy{}
-		err = protojson.Unmarshal(b, m)
-		out.Resource = &verdictv1.Resource_Policy{Policy: m}
-	default:
-		return nil, fmt.Errorf("unknown resource type %T", r)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.Key(), err)
-	}
-	return out, nil
 }
 
 // StoredResource is an entry of the snapshot as the API shows it.
