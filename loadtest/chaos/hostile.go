@@ -499,7 +499,11 @@ writing:
 	go func() { <-rctx.Done(); cancel() }()
 	wg.Wait()
 	rcancel()
-	<-wdone
+	// The honest watcher's stream ends with the scenario's context: that
+	// cancellation is expected; anything else is a finding.
+	if err := <-wdone; status.Code(err) != codes.Canceled {
+		return fmt.Errorf("the honest watcher's stream ended with %w", err)
+	}
 	return nil
 }
 
