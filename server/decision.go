@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -49,7 +51,50 @@ func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, er *engine.R
 	took := time.Since(start)
 	s.metrics.decided(ctx, d.Action, took)
 	s.recordDecision(ctx, er, &d, took)
-	return s.confs.DecideResponse(&d), nil
+	resp := s.confs.DecideResponse(&d)
+	if ex := resp.GetExplanation(); ex != nil {
+		boundTrace(ex.GetOutbound(), MaxExplainBytes/2)
+		boundTrace(ex.GetInbound(), MaxExplainBytes/2)
+	}
+	return resp, nil
+}
+
+// boundTrace cuts a side's trace to about budget encoded bytes: its members,
+// then its candidates in order, then the policies that were not candidates,
+// as far as they fit; a cut sets Truncated.
+func boundTrace(tr *verdictv1.SideTrace, budget int) {
+	if tr == nil || proto.Size(tr) <= budget {
+		return
+	}
+	left := budget - proto.Size(&verdictv1.SideTrace{MostSpecificScope: tr.GetMostSpecificScope(), Reason: tr.GetReason(), Truncated: true})
+	fits := func(size int) bool {
+		size += 4 // the field's tag and length
+		if size > left {
+			left = 0
+			return false
+		}
+		left -= size
+		return true
+	}
+	for i, m := range tr.Members {
+		if !fits(len(m)) {
+			tr.Members = tr.Members[:i]
+			break
+		}
+	}
+	for i, c := range tr.Candidates {
+		if !fits(proto.Size(c)) {
+			tr.Candidates = tr.Candidates[:i]
+			break
+		}
+	}
+	for i, n := range tr.NotCandidates {
+		if !fits(proto.Size(n)) {
+			tr.NotCandidates = tr.NotCandidates[:i]
+			break
+		}
+	}
+	tr.Truncated = true
 }
 
 // DecideBatch answers every flow from one snapshot; an invalid flow gets an

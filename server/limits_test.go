@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
@@ -130,5 +132,78 @@ func TestManyViolationsAreBounded(t *testing.T) {
 				t.Errorf("message %q does not count the violations not listed", st.Message())
 			}
 		})
+	}
+}
+
+// TestExplainBounded: an explanation is cut at MaxExplainBytes (in order,
+// Truncated set), and a batch explains at most MaxExplainBatch flows (issue 12
+// F6: a 38 KB batch with explain got a 40.6 MB answer).
+func TestExplainBounded(t *testing.T) {
+	t.Parallel()
+	var docs strings.Builder
+	docs.WriteString("kind: Mesh\nname: default\n")
+	long := strings.Repeat("n", 200)
+	for i := range 600 {
+		fmt.Fprintf(&docs, "---\nkind: Policy\nname: p%03d-%s\nsources: [{match: {app: '*'}}]\ndestinations: [{match: {app: '*'}}]\n", i, long)
+	}
+	b := newBackend()
+	rs := decodeYAML(t, docs.String())
+	for len(rs) > 0 { // one transaction holds store.MaxOps
+		n := min(len(rs), store.MaxOps)
+		ops := make([]store.Op, n)
+		for i, r := range rs[:n] {
+			ops[i] = store.Op{Key: r.Key(), Resource: r}
+		}
+		if _, err := b.Apply(context.Background(), ops); err != nil {
+			t.Fatal(err)
+		}
+		rs = rs[n:]
+	}
+	h := start(t, b, nil)
+	flow := func() *verdictv1.DecideRequest {
+		return &verdictv1.DecideRequest{Source: tags("app", "a"), Destination: tags("app", "b"), Explain: true}
+	}
+	resp, err := h.dec.Decide(ctxT(t), flow())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := resp.GetExplanation()
+	if size := proto.Size(ex); size > MaxExplainBytes {
+		t.Errorf("an explanation of %d bytes, over %d", size, MaxExplainBytes)
+	}
+	for _, side := range []*verdictv1.SideTrace{ex.GetOutbound(), ex.GetInbound()} {
+		cands := side.GetCandidates()
+		if !side.GetTruncated() || len(cands) == 0 || len(cands) >= 600 {
+			t.Fatalf("side with %d candidates, truncated %v: want a cut list", len(cands), side.GetTruncated())
+		}
+		for i, c := range cands { // the first ones, in order
+			if !strings.HasPrefix(c.GetPolicy(), fmt.Sprintf("p%03d-", i)) {
+				t.Fatalf("candidate %d is %s", i, c.GetPolicy())
+			}
+		}
+	}
+	if resp.GetAction() != verdictv1.Action_ACTION_ALLOW || resp.GetPolicy() != "p000-"+long {
+		t.Errorf("the decision changed: %v by %s", resp.GetAction(), resp.GetPolicy())
+	}
+
+	batch := func(n int) *verdictv1.DecideBatchRequest {
+		b := &verdictv1.DecideBatchRequest{}
+		for range n {
+			b.Requests = append(b.Requests, flow())
+		}
+		b.Requests = append(b.Requests, &verdictv1.DecideRequest{}) // not explained: not counted
+		return b
+	}
+	out, err := h.dec.DecideBatch(ctxT(t), batch(MaxExplainBatch))
+	if err != nil || len(out.GetResults()) != MaxExplainBatch+1 {
+		t.Fatalf("a batch of %d explained flows: %v", MaxExplainBatch, err)
+	}
+	if size := proto.Size(out); size > (MaxExplainBatch+1)*MaxExplainBytes {
+		t.Errorf("a batch answer of %d bytes", size)
+	}
+	_, err = h.dec.DecideBatch(ctxT(t), batch(MaxExplainBatch+1))
+	v := violations(wantCode(t, err, codes.InvalidArgument))
+	if _, ok := v[fmt.Sprintf("requests[%d].explain", MaxExplainBatch)]; !ok {
+		t.Errorf("violations %v", v)
 	}
 }

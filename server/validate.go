@@ -22,6 +22,14 @@ const (
 	MaxPageSize     = 1000 // resources in one List page
 	DefaultPageSize = 100
 	MaxStreamIDLen  = 256 // bytes of a DecideStream id
+	// MaxExplainBatch bounds the flows of one DecideBatch that ask for an
+	// explanation; more is INVALID_ARGUMENT (an explanation can be a
+	// thousand times the size of its flow: Decide explains one).
+	MaxExplainBatch = 10
+	// MaxExplainBytes bounds the encoded explanation of one decision: the
+	// candidates, then the policies that were not candidates, are cut where
+	// the budget ends (half per side) and the side says Truncated.
+	MaxExplainBytes = 64 << 10
 )
 
 // Plain Go validation: protovalidate is not available, so every request type
@@ -55,6 +63,15 @@ func validateRequest(req any) error {
 	case *verdictv1.DecideBatchRequest:
 		if n := len(r.GetRequests()); n > MaxBatch {
 			errs.add("requests", fmt.Sprintf("%d flows, over the limit of %d per batch", n, MaxBatch))
+		}
+		explained := 0
+		for i, f := range r.GetRequests() {
+			if f.GetExplain() {
+				if explained++; explained == MaxExplainBatch+1 {
+					errs.add(fmt.Sprintf("requests[%d].explain", i), fmt.Sprintf("over the limit of %d explained flows per batch: "+
+						"ask Decide to explain one flow", MaxExplainBatch))
+				}
+			}
 		}
 		errs.minRevision("minRevision", r.GetMinRevision())
 	case *verdictv1.ResolveRequest:
