@@ -107,18 +107,50 @@ type meshSettings struct {
 	unenforcedAction Action
 	tieBreak         TieBreak
 	itemOrder        ItemOrder
+	profile          Profile
 	types            map[string]TypeSettings
 }
 
+// profileDefaults are the defaults a profile sets (SPEC section 10).
+var profileDefaults = [...]struct {
+	tieBreak  TieBreak
+	itemOrder ItemOrder
+	types     map[string]TypeSettings // fields a profile sets per type
+}{
+	ProfileNone: {tieBreak: TieBreakName, itemOrder: FirstWins},
+	// Kuma's code: equal rank → the newest created; to/from items → LastWins (>= 2.6);
+	// MeshTrafficPermission with mTLS and no policy → denied; TrafficPermission one
+	// policy per inbound.
+	ProfileKuma: {tieBreak: TieBreakNewestCreated, itemOrder: LastWins, types: map[string]TypeSettings{
+		"MeshTrafficPermission": {UnenforcedAction: Deny},
+		"TrafficPermission":     {Select: SelectPerDestination},
+	}},
+	// Kong Mesh's docs (seed 001): equal rank → the newest one (modification).
+	ProfileKongMesh: {tieBreak: TieBreakNewestModified, itemOrder: LastWins, types: map[string]TypeSettings{
+		"MeshTrafficPermission": {UnenforcedAction: Deny},
+		"TrafficPermission":     {Select: SelectPerDestination},
+	}},
+}
+
+// settingsOf resolves a mesh's settings: a field set on the Mesh beats its
+// profile, which beats verdict's defaults.
 func settingsOf(m *Mesh) meshSettings {
-	s := meshSettings{defaultAction: Deny, unenforcedAction: Allow}
+	s := meshSettings{defaultAction: Deny, unenforcedAction: Allow, tieBreak: TieBreakName, itemOrder: FirstWins}
 	if m == nil {
 		return s
 	}
+	pd := &profileDefaults[m.Profile]
+	s.profile = m.Profile
 	s.defaultAction = m.DefaultAction.or(Deny)
 	s.unenforcedAction = m.UnenforcedAction.or(Allow)
 	s.tieBreak = m.TieBreak
+	if s.tieBreak == TieBreakUnset {
+		s.tieBreak = pd.tieBreak
+	}
 	s.itemOrder = m.ItemOrder
+	if s.itemOrder == ItemOrderUnset {
+		s.itemOrder = pd.itemOrder
+	}
 	s.types = m.Types
 	return s
 }
@@ -128,15 +160,23 @@ type typeSettings struct {
 	combine          Combine
 	defaultAction    Action
 	unenforcedAction Action
+	perDestination   bool // select: PerDestination (perdest.go)
 }
 
 func (s *meshSettings) forType(t string) typeSettings {
 	ts := typeSettings{defaultAction: s.defaultAction, unenforcedAction: s.unenforcedAction}
-	if o, ok := s.types[t]; ok {
-		ts.combine = o.Combine
-		ts.defaultAction = o.DefaultAction.or(ts.defaultAction)
-		ts.unenforcedAction = o.UnenforcedAction.or(ts.unenforcedAction)
+	o := s.types[t]
+	// A profile's per-type setting is overridden only by the same field of the
+	// type (SPEC section 10, readings pinned), not by the mesh-wide one.
+	p := profileDefaults[s.profile].types[t]
+	ts.combine = o.Combine
+	ts.defaultAction = o.DefaultAction.or(ts.defaultAction)
+	ts.unenforcedAction = o.UnenforcedAction.or(p.UnenforcedAction).or(ts.unenforcedAction)
+	sel := o.Select
+	if sel == SelectUnset {
+		sel = p.Select
 	}
+	ts.perDestination = sel == SelectPerDestination
 	return ts
 }
 

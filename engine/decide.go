@@ -208,13 +208,19 @@ func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {
 	var need [2]bool
 	for side := 0; side < 2; side++ {
 		switch {
-		case ts.notApplicable(side):
+		case ts.notApplicable(side) || set.perDestination && side == 0:
 			res[side] = SideDecision{Action: Allow, Reason: ReasonNotApplicable}
 		case ms.unenforcedScope(sc, side):
 			res[side] = SideDecision{Action: set.unenforcedAction, Reason: ReasonUnenforced}
 		default:
 			need[side] = true
 		}
+	}
+	if set.perDestination { // perdest.go
+		if need[1] {
+			res[1] = ms.decidePerDestination(ts, typ, set, f, sc)
+		}
+		return finalDecision(res[0], res[1])
 	}
 	if need[0] || need[1] {
 		var first [2]*rule

@@ -12,9 +12,17 @@ func decodeMesh(o *obj) *Mesh {
 	m := &Mesh{Name: o.name("name", true)}
 	m.DefaultAction = o.action("defaultAction")
 	m.UnenforcedAction = o.action("unenforcedAction")
+	if s := o.str("profile"); s != "" {
+		i := indexOf(profileNames, s)
+		if i <= 0 {
+			o.errs.add(o.field("profile"), fmt.Sprintf("%q is not Kuma or KongMesh", s))
+		} else {
+			m.Profile = Profile(i)
+		}
+	}
 	if s := o.str("tieBreak"); s != "" {
 		i := indexOf(tieBreakNames, s)
-		if i < 0 {
+		if i <= 0 {
 			o.errs.add(o.field("tieBreak"), fmt.Sprintf("%q is not Name, NewestCreated or NewestModified", s))
 		} else {
 			m.TieBreak = TieBreak(i)
@@ -22,7 +30,7 @@ func decodeMesh(o *obj) *Mesh {
 	}
 	if s := o.str("itemOrder"); s != "" {
 		i := indexOf(itemOrderNames, s)
-		if i < 0 {
+		if i <= 0 {
 			o.errs.add(o.field("itemOrder"), fmt.Sprintf("%q is not FirstWins or LastWins", s))
 		} else {
 			m.ItemOrder = ItemOrder(i)
@@ -61,6 +69,14 @@ func decodeMesh(o *obj) *Mesh {
 			}
 			ts.DefaultAction = to.action("defaultAction")
 			ts.UnenforcedAction = to.action("unenforcedAction")
+			if s := to.str("select"); s != "" {
+				i := indexOf(selectNames, s)
+				if i <= 0 {
+					o.errs.add(to.field("select"), fmt.Sprintf("%q is not Aggregate or PerDestination", s))
+				} else {
+					ts.Select = Select(i)
+				}
+			}
 			to.finish()
 			m.Types[t] = ts
 		}

@@ -144,10 +144,22 @@ var genTimes = []time.Time{{}, time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), time
 // of TrafficPermission and targetRef policies of MeshTrafficPermission.
 func genWorld(c *choices) []engine.Resource {
 	var out []engine.Resource
-	mesh := &engine.Mesh{Name: "m", TieBreak: engine.TieBreak(c.n(3)), ItemOrder: engine.ItemOrder(c.n(2)),
-		DefaultAction: c.action(), UnenforcedAction: c.action()}
+	mesh := &engine.Mesh{Name: "m", TieBreak: engine.TieBreak(c.n(4)), ItemOrder: engine.ItemOrder(c.n(3)),
+		DefaultAction: c.action(), UnenforcedAction: c.action(), Profile: engine.Profile(c.n(3))}
 	if c.chance(30) {
 		mesh.Types = map[string]engine.TypeSettings{"TrafficPermission": {Combine: engine.DenyOverrides}}
+	}
+	if c.chance(40) {
+		if mesh.Types == nil {
+			mesh.Types = map[string]engine.TypeSettings{}
+		}
+		tp := mesh.Types["TrafficPermission"]
+		tp.Select = engine.Select(c.n(3))
+		mesh.Types["TrafficPermission"] = tp
+		if c.chance(30) {
+			// PerDestination on a targetRef type too
+			mesh.Types["MeshTrafficPermission"] = engine.TypeSettings{Select: engine.SelectPerDestination, UnenforcedAction: c.action()}
+		}
 	}
 	if c.chance(80) {
 		out = append(out, mesh)

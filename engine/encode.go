@@ -43,6 +43,7 @@ type jsonMesh struct {
 	TieBreak         string                      `json:"tieBreak,omitempty"`
 	ItemOrder        string                      `json:"itemOrder,omitempty"`
 	InvalidResources string                      `json:"invalidResources,omitempty"`
+	Profile          string                      `json:"profile,omitempty"`
 	Types            map[string]jsonTypeSettings `json:"types,omitempty"`
 	CreationTime     string                      `json:"creationTime,omitempty"`
 	ModificationTime string                      `json:"modificationTime,omitempty"`
@@ -52,6 +53,7 @@ type jsonTypeSettings struct {
 	Combine          string `json:"combine,omitempty"`
 	DefaultAction    string `json:"defaultAction,omitempty"`
 	UnenforcedAction string `json:"unenforcedAction,omitempty"`
+	Select           string `json:"select,omitempty"`
 }
 
 type jsonScope struct {
@@ -134,19 +136,17 @@ func document(r Resource) any {
 			DefaultAction: t.DefaultAction.String(), UnenforcedAction: t.UnenforcedAction.String(),
 			CreationTime: jsonTime(t.Meta.CreationTime), ModificationTime: jsonTime(t.Meta.ModificationTime),
 		}
-		if t.TieBreak != TieBreakName {
-			m.TieBreak = t.TieBreak.String()
-		}
-		if t.ItemOrder != FirstWins {
-			m.ItemOrder = t.ItemOrder.String()
-		}
+		m.TieBreak = t.TieBreak.String()
+		m.ItemOrder = t.ItemOrder.String()
+		m.Profile = t.Profile.String()
 		if t.InvalidResources != InvalidDeny {
 			m.InvalidResources = t.InvalidResources.String()
 		}
 		if len(t.Types) > 0 {
 			m.Types = make(map[string]jsonTypeSettings, len(t.Types))
 			for k, ts := range t.Types {
-				j := jsonTypeSettings{DefaultAction: ts.DefaultAction.String(), UnenforcedAction: ts.UnenforcedAction.String()}
+				j := jsonTypeSettings{DefaultAction: ts.DefaultAction.String(), UnenforcedAction: ts.UnenforcedAction.String(),
+					Select: ts.Select.String()}
 				if ts.Combine != FirstMatch {
 					j.Combine = ts.Combine.String()
 				}

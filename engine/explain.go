@@ -189,6 +189,11 @@ func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, 
 	tr.MostSpecificScope = ms.scopeName(sc.specific[side])
 	cands, non := ms.candidates(ts, typ, f, sc, side)
 	decided := false
+	var chosen *compiledPolicy // select: PerDestination, the inbound side's policy
+	perDest := side == 1 && ms.settings.forType(typ).perDestination
+	if perDest {
+		chosen = ms.chooseForDestination(ts, f.dst, sc)
+	}
 	for _, r := range cands {
 		ct := CandidateTrace{
 			Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
@@ -213,6 +218,8 @@ func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, 
 				ct.Why = "not examined: the side is not applicable"
 			case sd.Reason == ReasonUnenforced:
 				ct.Why = "not examined: the side is unenforced"
+			case perDest && r.policy != nil && (chosen == nil || r.policy != chosen.p):
+				ct.Why = "matches, but select: PerDestination chose " + chosenText(chosen) + " for this destination"
 			case decided:
 				ct.Why = "matches, but an earlier rule decided"
 			default:

@@ -355,28 +355,73 @@ func (w *refWorld) rules(typ string) []*refRule {
 	return out
 }
 
+// refSettings are the settings of SPEC sections 3 and 10 for one type.
+type refSettings struct {
+	def, unenf engine.Action
+	tb         engine.TieBreak
+	io         engine.ItemOrder
+	comb       engine.Combine
+	perDest    bool
+}
+
+// settings resolves the mesh's settings for a type: a field set on the Mesh
+// beats its profile (SPEC section 10's table), which beats verdict's defaults;
+// the profile's MeshTrafficPermission unenforcedAction is overridden only by
+// the type's own field.
 func (w *refWorld) settings(typ string) (def, unenf engine.Action, tb engine.TieBreak, io engine.ItemOrder, comb engine.Combine) {
-	def, unenf = engine.Deny, engine.Allow
+	s := w.allSettings(typ)
+	return s.def, s.unenf, s.tb, s.io, s.comb
+}
+
+func (w *refWorld) allSettings(typ string) refSettings {
+	s := refSettings{def: engine.Deny, unenf: engine.Allow, tb: engine.TieBreakName, io: engine.FirstWins}
 	if w.mesh == nil {
-		return
+		return s
 	}
-	if w.mesh.DefaultAction != engine.ActionUnset {
-		def = w.mesh.DefaultAction
+	m := w.mesh
+	profile := map[engine.Profile]struct {
+		tb         engine.TieBreak
+		io         engine.ItemOrder
+		mtpUnenf   engine.Action
+		tpSelectPD bool
+	}{
+		engine.ProfileNone:     {engine.TieBreakName, engine.FirstWins, engine.ActionUnset, false},
+		engine.ProfileKuma:     {engine.TieBreakNewestCreated, engine.LastWins, engine.Deny, true},
+		engine.ProfileKongMesh: {engine.TieBreakNewestModified, engine.LastWins, engine.Deny, true},
+	}[m.Profile]
+	if m.DefaultAction != engine.ActionUnset {
+		s.def = m.DefaultAction
 	}
-	if w.mesh.UnenforcedAction != engine.ActionUnset {
-		unenf = w.mesh.UnenforcedAction
+	if m.UnenforcedAction != engine.ActionUnset {
+		s.unenf = m.UnenforcedAction
 	}
-	tb, io = w.mesh.TieBreak, w.mesh.ItemOrder
-	if ts, ok := w.mesh.Types[typ]; ok {
-		comb = ts.Combine
+	s.tb, s.io = profile.tb, profile.io
+	if m.TieBreak != engine.TieBreakUnset {
+		s.tb = m.TieBreak
+	}
+	if m.ItemOrder != engine.ItemOrderUnset {
+		s.io = m.ItemOrder
+	}
+	if typ == "MeshTrafficPermission" && profile.mtpUnenf != engine.ActionUnset {
+		s.unenf = profile.mtpUnenf
+	}
+	s.perDest = typ == "TrafficPermission" && profile.tpSelectPD
+	if ts, ok := m.Types[typ]; ok {
+		s.comb = ts.Combine
 		if ts.DefaultAction != engine.ActionUnset {
-			def = ts.DefaultAction
+			s.def = ts.DefaultAction
 		}
 		if ts.UnenforcedAction != engine.ActionUnset {
-			unenf = ts.UnenforcedAction
+			s.unenf = ts.UnenforcedAction
+		}
+		switch ts.Select {
+		case engine.SelectAggregate:
+			s.perDest = false
+		case engine.SelectPerDestination:
+			s.perDest = true
 		}
 	}
-	return
+	return s
 }
 
 // before is the order of SPEC section 4, key by key.
@@ -461,6 +506,7 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 		return engine.Decision{}, false
 	}
 	def, unenf, tb, io, comb := w.settings(typ)
+	perDest := w.allSettings(typ).perDest
 	rules := w.rules(typ)
 	var sides [2]engine.SideDecision
 	for side := 0; side < 2; side++ {
@@ -475,7 +521,7 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 				applicable = true
 			}
 		}
-		if hasPolicies && !applicable {
+		if hasPolicies && !applicable || perDest && side == 0 {
 			sides[side] = engine.SideDecision{Action: engine.Allow, Reason: engine.ReasonNotApplicable}
 			continue
 		}
@@ -511,7 +557,21 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 			return refPorts(r.policy.Ports, req.Protocol, req.Port) && refSelects(r.src, req.Source) && refSelects(r.dst, req.Destination)
 		}
 		var decider *refRule
-		if comb == engine.DenyOverrides {
+		if perDest {
+			// SPEC section 10: the one policy most specific by its destination
+			// selector (phase, scope and priority ignored; ties by tieBreak),
+			// then its rules; else the catch-all, else defaultAction.
+			chosen := w.refChoose(cands, req.Destination, tb)
+			for _, r := range cands {
+				if r.policy == nil && decider == nil {
+					decider = r // the first catch-all, in case the chosen policy does not match
+				}
+				if r.policy != nil && r.policy == chosen && matches(r) {
+					decider = r
+					break
+				}
+			}
+		} else if comb == engine.DenyOverrides {
 			var firstAllow, firstCatch *refRule
 			for _, r := range cands {
 				if !matches(r) {
@@ -577,4 +637,46 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 	}
 	d.Policy, d.Conf = decider.Policy, decider.Conf
 	return d, true
+}
+
+// refChoose returns the policy of the candidates whose best destination
+// selector that matches dst is the most specific (a targetRef policy's: its
+// targetRef's level), ties by the tie-break; nil when none matches dst.
+func (w *refWorld) refChoose(cands []*refRule, dst engine.Tags, tb engine.TieBreak) *engine.Policy {
+	type claim struct {
+		total, exact int
+	}
+	best := map[*engine.Policy]claim{}
+	for _, r := range cands {
+		if r.policy == nil || !refSelects(r.dst, dst) {
+			continue
+		}
+		var c claim
+		if r.policy.TargetRef == nil {
+			e, wc := refRank(r.dst)
+			c = claim{e + wc, e}
+		} else {
+			c = claim{refLevel(*r.policy.TargetRef), 0}
+		}
+		old, seen := best[r.policy]
+		if !seen || c.total > old.total || c.total == old.total && c.exact > old.exact {
+			best[r.policy] = c
+		}
+	}
+	var chosen *engine.Policy
+	var cc claim
+	for p, c := range best {
+		if chosen == nil || c.total > cc.total || c.total == cc.total && c.exact > cc.exact ||
+			c == cc && w.tieFirst(p, chosen, tb) {
+			chosen, cc = p, c
+		}
+	}
+	return chosen
+}
+
+// tieFirst reports whether a comes before b by the tie-break alone.
+func (w *refWorld) tieFirst(a, b *engine.Policy, tb engine.TieBreak) bool {
+	ra := &refRule{policy: a}
+	rb := &refRule{policy: b}
+	return w.before(ra, rb, tb, engine.FirstWins)
 }

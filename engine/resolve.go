@@ -252,8 +252,13 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 		workload = f.dst
 	}
 	var entries []foldEntry
+	var chosen *compiledPolicy // select: PerDestination: only this policy applies inbound
+	perDest := side == 1 && ms.settings.forType(ts.name).perDestination
+	if perDest {
+		chosen = ms.chooseForDestination(ts, f.dst, sc)
+	}
 	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-		if cp.err != "" {
+		if cp.err != "" || perDest && cp != chosen {
 			return true
 		}
 		p := cp.p

@@ -54,27 +54,62 @@ func (r Rank) String() string {
 // TieBreak orders equally specific rules of a mesh (SPEC section 4, key 5).
 type TieBreak uint8
 
-// Tie-breaks.
+// Tie-breaks. TieBreakUnset is "not given": the mesh's profile chooses, else Name.
 const (
-	TieBreakName TieBreak = iota
+	TieBreakUnset TieBreak = iota
+	TieBreakName
 	TieBreakNewestCreated
 	TieBreakNewestModified
 )
 
-var tieBreakNames = []string{"Name", "NewestCreated", "NewestModified"}
+var tieBreakNames = []string{"", "Name", "NewestCreated", "NewestModified"}
 
 func (t TieBreak) String() string { return tieBreakNames[t] }
 
 // ItemOrder orders the from/to items of one targetRef policy (SPEC section 4, key 6).
 type ItemOrder uint8
 
-// Item orders.
+// Item orders. ItemOrderUnset is "not given": the mesh's profile chooses, else
+// FirstWins.
 const (
-	FirstWins ItemOrder = iota
+	ItemOrderUnset ItemOrder = iota
+	FirstWins
 	LastWins
 )
 
-var itemOrderNames = []string{"FirstWins", "LastWins"}
+var itemOrderNames = []string{"", "FirstWins", "LastWins"}
+
+// Profile sets a mesh's defaults to those of a product (SPEC section 10): a
+// field set on the Mesh beats the profile, which beats verdict's defaults.
+type Profile uint8
+
+// Profiles.
+const (
+	ProfileNone Profile = iota
+	ProfileKuma
+	ProfileKongMesh
+)
+
+var profileNames = []string{"", "Kuma", "KongMesh"}
+
+func (p Profile) String() string { return profileNames[p] }
+
+// Select is how the policies of one type are chosen for a flow (SPEC section 10).
+type Select uint8
+
+// Selections. SelectUnset is "not given": the mesh's profile chooses, else
+// Aggregate. Aggregate is the order of SPEC section 4; PerDestination chooses
+// one policy per inbound by its destination selector first, as Kong Mesh (and
+// Kuma's legacy code) does.
+const (
+	SelectUnset Select = iota
+	SelectAggregate
+	SelectPerDestination
+)
+
+var selectNames = []string{"", "Aggregate", "PerDestination"}
+
+func (s Select) String() string { return selectNames[s] }
 
 func (o ItemOrder) String() string { return itemOrderNames[o] }
 
@@ -221,6 +256,7 @@ type Mesh struct {
 	UnenforcedAction Action // unset = ALLOW
 	TieBreak         TieBreak
 	ItemOrder        ItemOrder
+	Profile          Profile
 	Types            map[string]TypeSettings
 	// InvalidResources: what the mesh does with stored resources that do not
 	// validate (invalid.go); the zero value fails closed.
@@ -233,6 +269,7 @@ type TypeSettings struct {
 	Combine          Combine
 	DefaultAction    Action
 	UnenforcedAction Action
+	Select           Select
 }
 
 // Scope is a named set of workloads, nested under a parent (Secure Workload scopes).

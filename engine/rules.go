@@ -77,12 +77,15 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 	for side := 0; side < 2; side++ {
 		sr := SideRules{Combine: set.combine}
 		switch {
-		case ts.notApplicable(side):
+		case ts.notApplicable(side) || set.perDestination && side == 0:
 			sr.Fallback, sr.FallbackReason = Allow, ReasonNotApplicable
 		case ms.unenforcedScope(sc, side):
 			sr.Fallback, sr.FallbackReason = set.unenforcedAction, ReasonUnenforced
 		default:
 			cands := ms.rulesOf(ts, typ, workload, sc, side)
+			if set.perDestination {
+				cands = onlyChosen(cands, ms.chooseForDestination(ts, workload, sc))
+			}
 			for _, r := range cands {
 				peer := r.dst
 				if side == 1 {

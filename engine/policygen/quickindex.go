@@ -97,7 +97,7 @@ func NewQuickIndex(set *Set) (*QuickIndex, error) {
 				q.def = engine.Deny
 			}
 			q.deny = x.Types[set.Config.Type].Combine == engine.DenyOverrides
-			if x.TieBreak != engine.TieBreakName {
+			if (x.TieBreak != engine.TieBreakUnset && x.TieBreak != engine.TieBreakName) || x.Profile != engine.ProfileNone {
 				return nil, errors.New("quick index: only the Name tie-break")
 			}
 		case *engine.Scope:

@@ -96,7 +96,7 @@ func Translate(set *policygen.Set) (*Program, error) {
 	for _, res := range set.Resources {
 		switch x := res.(type) {
 		case *engine.Mesh:
-			if x.TieBreak != engine.TieBreakName {
+			if (x.TieBreak != engine.TieBreakUnset && x.TieBreak != engine.TieBreakName) || x.Profile != engine.ProfileNone {
 				return nil, fmt.Errorf("%w: tie-break %s", ErrNotTranslated, x.TieBreak)
 			}
 			if x.DefaultAction == engine.Allow {

@@ -132,9 +132,9 @@ type Mesh struct {
 	DefaultAction string `protobuf:"bytes,3,opt,name=default_action,json=defaultAction,proto3" json:"default_action,omitempty"`
 	// ALLOW or DENY; empty = ALLOW.
 	UnenforcedAction string `protobuf:"bytes,4,opt,name=unenforced_action,json=unenforcedAction,proto3" json:"unenforced_action,omitempty"`
-	// Name, NewestCreated or NewestModified; empty = Name.
+	// Name, NewestCreated or NewestModified; empty = the profile's, else Name.
 	TieBreak string `protobuf:"bytes,5,opt,name=tie_break,json=tieBreak,proto3" json:"tie_break,omitempty"`
-	// FirstWins or LastWins; empty = FirstWins.
+	// FirstWins or LastWins; empty = the profile's, else FirstWins.
 	ItemOrder string `protobuf:"bytes,6,opt,name=item_order,json=itemOrder,proto3" json:"item_order,omitempty"`
 	// Per policy type settings.
 	Types            map[string]*TypeSettings `protobuf:"bytes,7,rep,name=types,proto3" json:"types,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -144,8 +144,13 @@ type Mesh struct {
 	// validate makes its type (a policy) or the whole mesh (a scope, the mesh)
 	// answer DENY with reason INVALID_RESOURCE; Skip leaves it out instead.
 	InvalidResources string `protobuf:"bytes,10,opt,name=invalid_resources,json=invalidResources,proto3" json:"invalid_resources,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Kuma or KongMesh; empty = none. Sets the defaults of tie_break,
+	// item_order, types.MeshTrafficPermission.unenforced_action and
+	// types.TrafficPermission.select as that product decides; a field set here
+	// beats the profile.
+	Profile       string `protobuf:"bytes,11,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Mesh) Reset() {
@@ -248,6 +253,13 @@ func (x *Mesh) GetInvalidResources() string {
 	return ""
 }
 
+func (x *Mesh) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
 // TypeSettings overrides a mesh's settings for one policy type.
 type TypeSettings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -255,8 +267,12 @@ type TypeSettings struct {
 	Combine          string `protobuf:"bytes,1,opt,name=combine,proto3" json:"combine,omitempty"`
 	DefaultAction    string `protobuf:"bytes,2,opt,name=default_action,json=defaultAction,proto3" json:"default_action,omitempty"`
 	UnenforcedAction string `protobuf:"bytes,3,opt,name=unenforced_action,json=unenforcedAction,proto3" json:"unenforced_action,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Aggregate or PerDestination; empty = the profile's, else Aggregate.
+	// PerDestination: the inbound side applies only the policy most specific by
+	// its destination selector; the outbound side is not applicable.
+	Select        string `protobuf:"bytes,4,opt,name=select,proto3" json:"select,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TypeSettings) Reset() {
@@ -306,6 +322,13 @@ func (x *TypeSettings) GetDefaultAction() string {
 func (x *TypeSettings) GetUnenforcedAction() string {
 	if x != nil {
 		return x.UnenforcedAction
+	}
+	return ""
+}
+
+func (x *TypeSettings) GetSelect() string {
+	if x != nil {
+		return x.Select
 	}
 	return ""
 }
@@ -1102,7 +1125,7 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x05scope\x18\x02 \x01(\v2\x11.verdict.v1.ScopeH\x00R\x05scope\x12,\n" +
 	"\x06policy\x18\x03 \x01(\v2\x12.verdict.v1.PolicyH\x00R\x06policyB\n" +
 	"\n" +
-	"\bresource\"\xfc\x03\n" +
+	"\bresource\"\x96\x04\n" +
 	"\x04Mesh\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -1115,15 +1138,17 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\rcreation_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fcreationTime\x12G\n" +
 	"\x11modification_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x12+\n" +
 	"\x11invalid_resources\x18\n" +
-	" \x01(\tR\x10invalidResources\x1aR\n" +
+	" \x01(\tR\x10invalidResources\x12\x18\n" +
+	"\aprofile\x18\v \x01(\tR\aprofile\x1aR\n" +
 	"\n" +
 	"TypesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.verdict.v1.TypeSettingsR\x05value:\x028\x01\"|\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.verdict.v1.TypeSettingsR\x05value:\x028\x01\"\x94\x01\n" +
 	"\fTypeSettings\x12\x18\n" +
 	"\acombine\x18\x01 \x01(\tR\acombine\x12%\n" +
 	"\x0edefault_action\x18\x02 \x01(\tR\rdefaultAction\x12+\n" +
-	"\x11unenforced_action\x18\x03 \x01(\tR\x10unenforcedAction\"\xa8\x03\n" +
+	"\x11unenforced_action\x18\x03 \x01(\tR\x10unenforcedAction\x12\x16\n" +
+	"\x06select\x18\x04 \x01(\tR\x06select\"\xa8\x03\n" +
 	"\x05Scope\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +

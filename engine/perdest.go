@@ -1,0 +1,130 @@
+package engine
+
+// select: PerDestination (SPEC section 10): one policy per inbound, as Kong
+// Mesh applies TrafficPermission ("Only one policy of a given type is matched
+// to a particular inbound", seed 001) and Kuma's legacy code does
+// (SelectInboundConnectionPolicy). The inbound side first chooses the single
+// most specific policy by its destination selector alone — ignoring phase,
+// scope and priority, ties by the mesh's tieBreak — then that policy's sources
+// and ports must match the flow, else the side's fallback decides (its
+// catch-all, else defaultAction). The outbound side is not applicable.
+//
+// Cost: the choice looks at every valid policy of the type (O(policies)); the
+// posting lists index rules by both ends and cannot answer "every rule whose
+// destination matches, whatever the source" without that scan.
+
+// destChoice is a policy's claim on an inbound: the rank of its best
+// destination selector that matches, then the tie-break.
+type destChoice struct {
+	cp  *compiledPolicy
+	key orderKey // total, exact, tb1, tb2, name
+}
+
+func (a *destChoice) better(b *destChoice) bool {
+	if b.cp == nil {
+		return true
+	}
+	if a.key.total != b.key.total {
+		return a.key.total > b.key.total
+	}
+	if a.key.exact != b.key.exact {
+		return a.key.exact > b.key.exact
+	}
+	if a.key.tb1 != b.key.tb1 {
+		return a.key.tb1 < b.key.tb1
+	}
+	if a.key.tb2 != b.key.tb2 {
+		return a.key.tb2 < b.key.tb2
+	}
+	return a.key.name < b.key.name
+}
+
+// chooseForDestination returns the policy chosen for an inbound of the
+// workload dst, or nil when no policy's destination selector matches it. A
+// policy is considered only where it is attached: the destination must be a
+// member of its scope.
+func (ms *meshState) chooseForDestination(ts *typeState, dst Tags, sc *scratch) *compiledPolicy {
+	if ts == nil || ts.valid.policies == 0 {
+		return nil
+	}
+	var best destChoice
+	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
+		if cp.err != "" || !sc.isMember(1, cp.scopeOrd()) {
+			return true
+		}
+		c := destChoice{cp: cp}
+		found := false
+		if cp.p.TargetRef != nil {
+			// the top-level targetRef selects the destination of from items
+			for _, a := range cp.attach {
+				if a.sides == sideIn && a.dst.matches(dst) {
+					c.key.total, found = a.key.total, true
+				}
+			}
+		} else {
+			for _, r := range cp.rules {
+				if !r.dst.matches(dst) {
+					continue
+				}
+				rk := r.dst.rank
+				if !found || rk.total() > c.key.total || rk.total() == c.key.total && rk.exact > c.key.exact {
+					c.key.total, c.key.exact = rk.total(), rk.exact
+				}
+				found = true
+			}
+		}
+		if !found {
+			return true
+		}
+		ruleTieBreak(&c.key, cp.p, ms.settings.tieBreak)
+		if c.better(&best) {
+			best = c
+		}
+		return true
+	})
+	return best.cp
+}
+
+// firstRuleOf returns the first rule of a policy, in order, that is a
+// candidate on the inbound side and matches the flow (sources, destination and
+// ports).
+func firstRuleOf(cp *compiledPolicy, f *flow, sc *scratch) *rule {
+	var first *rule
+	for _, r := range cp.rules {
+		if r.sides&sideIn == 0 || !sc.isMember(1, r.scope) || !r.matchesFlow(f) {
+			continue
+		}
+		if first == nil || r.key.less(&first.key) {
+			first = r
+		}
+	}
+	return first
+}
+
+// decidePerDestination answers the inbound side of a PerDestination type.
+func (ms *meshState) decidePerDestination(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch) SideDecision {
+	var r *rule
+	if cp := ms.chooseForDestination(ts, f.dst, sc); cp != nil {
+		r = firstRuleOf(cp, f, sc)
+	}
+	return ms.sideResult(ts, typ, set, f, sc, 1, r)
+}
+
+// onlyChosen keeps, of a workload's inbound rules, those of the policy chosen
+// for it and the catch-alls (WatchRules under PerDestination).
+func onlyChosen(rules []*rule, chosen *compiledPolicy) []*rule {
+	out := rules[:0]
+	for _, r := range rules {
+		if r.policy == nil || chosen != nil && r.policy == chosen.p {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func chosenText(cp *compiledPolicy) string {
+	if cp == nil {
+		return "no policy"
+	}
+	return "policy " + cp.p.Name + " (the most specific by its destination selector)"
+}
