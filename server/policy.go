@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sort"
@@ -67,9 +66,16 @@ func (s policyService) Get(ctx context.Context, req *verdictv1.GetRequest) (*ver
 	return &verdictv1.GetResponse{Resource: sr, Revision: snap.Revision()}, nil
 }
 
-// List reads a page of the snapshot, in key order.
+// List reads a page of the snapshot, in key order; a page after the first
+// from a snapshot at or after the first page's revision.
 func (s policyService) List(ctx context.Context, req *verdictv1.ListRequest) (*verdictv1.ListResponse, error) {
-	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	minRev := req.GetMinRevision()
+	if req.GetPageToken() != "" {
+		if rev, _, err := store.DecodePageToken(req.GetPrefix(), req.GetPageToken()); err == nil {
+			minRev = max(minRev, rev)
+		}
+	}
+	snap, err := s.snapshotAt(ctx, minRev)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -265,18 +271,23 @@ func (c *listCache) sorted(snap *engine.Snapshot) []listEntry {
 	return entries
 }
 
-// page returns the entries with prefix after the page token's key.
+// page returns the entries with prefix after the page token's key. Tokens
+// are the store's (store.EncodePageToken: the list's prefix, its first
+// page's revision and the last key returned), so that one format and one
+// check serve both lists: a token of another prefix is refused, and the
+// pages after the first are read from a snapshot at or after the first
+// page's revision.
 func (c *listCache) page(snap *engine.Snapshot, prefix, token string, size int) ([]*verdictv1.StoredResource, string, error) {
 	if size <= 0 {
 		size = DefaultPageSize
 	}
 	after := ""
 	if token != "" {
-		b, err := base64.RawURLEncoding.DecodeString(token)
-		if err != nil {
-			return nil, "", &engine.ValidationError{Errors: []engine.FieldError{{Field: "pageToken", Reason: "is not a token of this API"}}}
+		var err error
+		if _, after, err = store.DecodePageToken(prefix, token); err != nil {
+			return nil, "", &engine.ValidationError{Errors: []engine.FieldError{{Field: "pageToken",
+				Reason: fmt.Sprintf("is not a token of a list of prefix %q", prefix)}}}
 		}
-		after = string(b)
 	}
 	entries := c.sorted(snap)
 	i := sort.Search(len(entries), func(i int) bool {
@@ -287,7 +298,7 @@ func (c *listCache) page(snap *engine.Snapshot, prefix, token string, size int) 
 	next := ""
 	for ; i < len(entries) && strings.HasPrefix(entries[i].path, prefix); i++ {
 		if len(out) == size {
-			next = base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key))
+			next = store.EncodePageToken(prefix, snap.Revision(), out[len(out)-1].Key)
 			break
 		}
 		e := entries[i]

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
 )
 
 func TestApply(t *testing.T) {
@@ -146,6 +147,15 @@ func TestGetListDelete(t *testing.T) {
 		}
 		if token = l.GetNextPageToken(); token == "" {
 			break
+		}
+		if pages == 0 { // the store's tokens: one of another prefix is refused
+			if rev, after, err := store.DecodePageToken("default/", token); err != nil || rev != l.GetRevision() || after != keys[1] {
+				t.Errorf("page token %q: %d %q %v", token, rev, after, err)
+			}
+			_, err := h.pol.List(ctx, &verdictv1.ListRequest{PageSize: 2, PageToken: token, Prefix: "prod/"})
+			if _, ok := violations(wantCode(t, err, codes.InvalidArgument))["pageToken"]; !ok {
+				t.Errorf("another list's token: %v", err)
+			}
 		}
 		if pages > 10 {
 			t.Fatal("the list does not end")
