@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/policygen"
 )
 
 // choices feeds the generator: the fuzzer's bytes first, then a PRNG seeded from
@@ -488,6 +489,34 @@ func TestRulesForAgreesWithDecide(t *testing.T) {
 				want.Conf = nil
 				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("world %d, side %d: walking RulesFor gives %+v, Decide %+v\nrequest %+v%s", i, side, got, want, req, describe(resources))
+				}
+			}
+		}
+	}
+}
+
+// TestGeneratedSetsMatchReference: the benchmarks' sets — both policygen
+// profiles, both combining algorithms, with and without scopes — decide like the
+// reference. The dense profile gives the walk many matching rules per flow, two
+// source selectors and DENY among them.
+func TestGeneratedSetsMatchReference(t *testing.T) {
+	t.Parallel()
+	for _, pr := range profiles {
+		for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
+			for _, scopes := range []int{0, 5} {
+				set := policygen.Generate(policygen.Config{Seed: 9, Policies: 400, Scopes: scopes, Combine: combine, Profile: pr.profile})
+				snap := engine.Build(1, set.Resources)
+				flows := set.Flows(3, 60)
+				for i := range flows {
+					flows[i].NoCache = true
+					got, err := snap.Decide(&flows[i])
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, _ := refDecide(set.Resources, flows[i])
+					if !sameDecision(got, want) {
+						t.Fatalf("%s/%s/scopes=%d flow %d %+v:\nengine    %+v\nreference %+v", pr.name, combine, scopes, i, flows[i], got, want)
+					}
 				}
 			}
 		}
