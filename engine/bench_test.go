@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
@@ -100,6 +101,29 @@ func benchDecide(b *testing.B, name string, cfg policygen.Config) {
 		for i := 0; b.Loop(); i++ {
 			q.Decide(&flows[i&4095])
 		}
+	})
+	// The ratio, robust on a busy machine: verdict (NoCache) and the quick index
+	// decide the same batch of 256 flows in turn, each timed, so both see the
+	// same load; "quick/verdict" is the quick index's time over verdict's.
+	b.Run(name+"/vs-quick", func(b *testing.B) {
+		var tv, tq time.Duration
+		for i := 0; b.Loop(); i++ {
+			batch := flows[(i*256)&4095 : (i*256)&4095+256]
+			start := time.Now()
+			for j := range batch {
+				if _, err := snap.Decide(&batch[j]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			mid := time.Now()
+			for j := range batch {
+				q.Decide(&batch[j])
+			}
+			tv, tq = tv+mid.Sub(start), tq+time.Since(mid)
+		}
+		b.ReportMetric(float64(tv.Nanoseconds())/float64(b.N*256), "verdict-ns/decision")
+		b.ReportMetric(float64(tq.Nanoseconds())/float64(b.N*256), "quick-ns/decision")
+		b.ReportMetric(float64(tq)/float64(tv), "quick/verdict")
 	})
 }
 
