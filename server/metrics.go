@@ -115,3 +115,10 @@ var watchResourcesRPC = metric.WithAttributeSet(attribute.NewSet(attribute.Strin
 func (m *metrics) watchDropped(ctx context.Context) {
 	m.dropped.Add(ctx, 1, watchResourcesRPC)
 }
+
+var watchRulesRPC = metric.WithAttributeSet(attribute.NewSet(attribute.String("rpc", "WatchRules")))
+
+// rulesDropped counts a WatchRules stream dropped for not reading.
+func (m *metrics) rulesDropped(ctx context.Context) {
+	m.dropped.Add(ctx, 1, watchRulesRPC)
+}

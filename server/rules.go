@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -238,4 +239,83 @@ func copyTags(t engine.Tags) engine.Tags {
 		out[k] = v
 	}
 	return out
+}
+
+// serveRules sends a workload's rules to one WatchRules stream: the newest
+// state each time, never a backlog (a stream that reads slowly skips
+// intermediate states). A client that stops reading blocks the send in
+// gRPC's flow control; once a newer state has waited RulesMaxLag behind that
+// send, the stream ends with RESOURCE_EXHAUSTED (Typha's model: a slow
+// consumer is dropped, counted in verdict_watch_dropped_total{rpc="WatchRules"},
+// and reconnects to a fresh copy), so the server holds no state and no
+// goroutine for it any more. Other streams are never held up by it.
+func (s *Server) serveRules(ctx context.Context, w *rulesWatcher, send func(*verdictv1.WatchRulesResponse) error) error {
+	sent := make(chan error, 1) // buffered: a send still blocked when the stream ends exits when gRPC ends it
+	sending, pending := false, false
+	var behind *time.Timer
+	var behindC <-chan time.Time
+	defer func() {
+		if behind != nil {
+			behind.Stop()
+		}
+	}()
+	start := func() error {
+		st := w.latest()
+		if st.err != nil {
+			return st.err
+		}
+		sending = true
+		go func() { sent <- send(st.resp) }()
+		return nil
+	}
+	for {
+		select {
+		case <-s.stop:
+			return errShuttingDown
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.notify:
+			if !sending {
+				if err := start(); err != nil {
+					return err
+				}
+				continue
+			}
+			pending = true
+			if behind == nil {
+				behind = time.NewTimer(s.cfg.RulesMaxLag)
+				behindC = behind.C
+			}
+		case err := <-sent:
+			sending = false
+			if err != nil {
+				return err
+			}
+			if behind != nil {
+				behind.Stop()
+				behind, behindC = nil, nil
+			}
+			if pending {
+				pending = false
+				if err := start(); err != nil {
+					return err
+				}
+			}
+		case <-behindC:
+			s.metrics.rulesDropped(ctx)
+			return fmt.Errorf("%w: the rules of revision %d waited %v behind an unread message; reconnect",
+				errFellBehind, w.latest().rev, s.cfg.RulesMaxLag)
+		}
+	}
+}
+
+// watcherCount is the number of streams registered (for tests).
+func (h *rulesHub) watcherCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, g := range h.groups {
+		n += len(g.watchers)
+	}
+	return n
 }

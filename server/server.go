@@ -96,6 +96,10 @@ type Config struct {
 	// behind ends with RESOURCE_EXHAUSTED.
 	WatchHistory        int
 	WatchHistoryChanges int
+	// RulesMaxLag: a WatchRules stream whose client does not read ends with
+	// RESOURCE_EXHAUSTED once a newer state has waited this long behind its
+	// unread messages (default 10s).
+	RulesMaxLag time.Duration
 	// AuthLogInterval: refused calls (no or wrong credentials) are logged at
 	// WARN at most once per interval, with a count of the others (default 10s).
 	AuthLogInterval time.Duration
@@ -115,6 +119,7 @@ const (
 	DefaultMaxRecvMsgBytes  = 4 << 20
 	DefaultKeepaliveMinTime = 10 * time.Second
 	DefaultAuthLogInterval  = 10 * time.Second
+	DefaultRulesMaxLag      = 10 * time.Second
 )
 
 // Validate checks the configuration and fills in defaults.
@@ -127,7 +132,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("server: Store is required"))
 	}
 	if c.ShutdownTimeout < 0 || c.WaitTimeout < 0 || c.MaxRecvMsgBytes < 0 || c.KeepaliveMinTime < 0 ||
-		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 {
+		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 || c.RulesMaxLag < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
 	if len(c.AllowedIdentities) > 0 && (c.TLS == nil || c.TLS.ClientCAs == nil) {
@@ -161,6 +166,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AuthLogInterval == 0 {
 		c.AuthLogInterval = DefaultAuthLogInterval
+	}
+	if c.RulesMaxLag == 0 {
+		c.RulesMaxLag = DefaultRulesMaxLag
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = metricnoop.NewMeterProvider()

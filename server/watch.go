@@ -98,20 +98,5 @@ func (s watchService) WatchRules(req *verdictv1.WatchRulesRequest, stream verdic
 		return toStatus(ctx, s.log, err)
 	}
 	defer w.close()
-	for {
-		select {
-		case <-s.stop:
-			return toStatus(ctx, s.log, errShuttingDown)
-		case <-ctx.Done():
-			return toStatus(ctx, s.log, ctx.Err())
-		case <-w.notify:
-			st := w.latest()
-			if st.err != nil {
-				return toStatus(ctx, s.log, st.err)
-			}
-			if err := stream.Send(st.resp); err != nil {
-				return toStatus(ctx, s.log, err)
-			}
-		}
-	}
+	return toStatus(ctx, s.log, s.serveRules(ctx, w, stream.Send))
 }
