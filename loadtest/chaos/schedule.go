@@ -183,9 +183,12 @@ func (c *run) runStep(ctx context.Context, n int, s Step) StepReport {
 	case Malformed:
 		rep.Target = "etcd"
 		revs := []int64{}
+		// In a mesh of their own: an invalid policy closes its mesh and type
+		// (fail closed, docs/storage.md), and must harm no other mesh — the
+		// probes decide the default mesh throughout.
 		for path, v := range map[string]string{
-			"default/policies/TrafficPermission/chaos-garbage": `{"kind":"Policy","name":`,
-			"default/policies/TrafficPermission/chaos-wrong":   `{"kind":"Policy","name":"not-its-key","sources":[{}],"destinations":[{}]}`,
+			"broken/policies/TrafficPermission/chaos-garbage": `{"kind":"Policy","name":`,
+			"broken/policies/TrafficPermission/chaos-wrong":   `{"kind":"Policy","name":"not-its-key","sources":[{}],"destinations":[{}]}`,
 			"chaos/not-a-key": "\xff\xfe",
 		} {
 			rev, perr := e.putRaw(ctx, path, []byte(v))
