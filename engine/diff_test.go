@@ -451,6 +451,9 @@ func TestRulesForAgreesWithDecide(t *testing.T) {
 		snap := engine.Build(1, resources)
 		for j := 0; j < 20; j++ {
 			req := genRequest(c)
+			if len(resources) == 0 {
+				break
+			}
 			if m, ok := resources[0].(*engine.Mesh); ok && req.Type == "TrafficPermission" && m.Types["TrafficPermission"].Combine == engine.DenyOverrides {
 				continue
 			}

@@ -178,6 +178,9 @@ func targetText(t TargetRef) string {
 		}
 		s += " {" + strings.Join(parts, ",") + "}"
 	}
+	for _, e := range t.Expressions {
+		s += fmt.Sprintf(" %s %s %v", e.Key, e.Operator, e.Values)
+	}
 	return s
 }
 
