@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Phases of the order (SPEC section 4, key 1).
+// Phases of the order (docs/order.md, key 1).
 const (
 	phaseAbsolute uint8 = iota
 	phaseDefault
@@ -25,7 +25,7 @@ const (
 )
 
 // orderKey is a rule's place in the one ordered rule list of its mesh and type
-// (SPEC section 4). Smaller keys come first; keys are unique within a type.
+// (docs/order.md). Smaller keys come first; keys are unique within a type.
 type orderKey struct {
 	phase    uint8
 	scope    int32 // Absolute: the scope's position; Default and catch-all: minus it
@@ -111,7 +111,7 @@ type meshSettings struct {
 	types            map[string]TypeSettings
 }
 
-// profileDefaults are the defaults a profile sets (SPEC section 10).
+// profileDefaults are the defaults a profile sets (docs/kuma.md).
 var profileDefaults = [...]struct {
 	tieBreak  TieBreak
 	itemOrder ItemOrder
@@ -167,7 +167,7 @@ func (s *meshSettings) forType(t string) typeSettings {
 	ts := typeSettings{defaultAction: s.defaultAction, unenforcedAction: s.unenforcedAction}
 	o := s.types[t]
 	// A profile's per-type setting is overridden only by the same field of the
-	// type (SPEC section 10, readings pinned), not by the mesh-wide one.
+	// type (docs/kuma.md, "Profiles"), not by the mesh-wide one.
 	p := profileDefaults[s.profile].types[t]
 	ts.combine = o.Combine
 	ts.defaultAction = o.DefaultAction.or(ts.defaultAction)
@@ -190,7 +190,7 @@ type scopeInfo struct {
 	ancestors []int32 // ords of every ancestor, nearest first
 }
 
-// scopeTable is the compiled scope tree of a mesh: the total order (SPEC section 4,
+// scopeTable is the compiled scope tree of a mesh: the total order (docs/order.md,
 // key 2), the membership index and the catch-alls per type.
 type scopeTable struct {
 	list       []*scopeInfo // by ord-1
@@ -316,7 +316,7 @@ func scopeProblem(s *Scope, byName map[string]*Scope, accepted map[string]int) s
 	}
 }
 
-// ruleTieBreak fills the tie-break fields of a key (SPEC section 4, key 5).
+// ruleTieBreak fills the tie-break fields of a key (docs/order.md, key 5).
 func ruleTieBreak(k *orderKey, p *Policy, tb TieBreak) {
 	k.name = p.Name
 	switch tb {
@@ -344,7 +344,7 @@ type compiledPolicy struct {
 	scope  *scopeInfo
 }
 
-// compilePolicy turns a valid policy into its rules (SPEC section 4).
+// compilePolicy turns a valid policy into its rules (docs/order.md).
 func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy {
 	cp := &compiledPolicy{p: p, scope: scope}
 	base := orderKey{priority: p.Priority}

@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// Request asks for the decision on one flow (SPEC section 7, DecideRequest).
+// Request asks for the decision on one flow (docs/api.md, DecideRequest).
 type Request struct {
 	Mesh        string // "" = default
 	Type        string // "" = TrafficPermission
@@ -19,7 +19,7 @@ type Request struct {
 	NoCache bool
 }
 
-// Reason says how a side was decided (SPEC section 4).
+// Reason says how a side was decided (docs/order.md).
 type Reason uint8
 
 // Reasons.
@@ -148,7 +148,7 @@ func (sc *scratch) isMember(side int, ord int32) bool {
 // sideBits maps a side index (0 outbound, 1 inbound) to its bit.
 var sideBits = [2]uint8{sideOut, sideIn}
 
-// Decide answers a flow (SPEC section 4): each side's first matching candidate
+// Decide answers a flow (docs/order.md): each side's first matching candidate
 // rule, then the final action. It takes no lock. Answers are cached in the
 // snapshot (cache.go); without Explain, a decision allocates nothing, except
 // once per distinct flow seen twice (the cache entry). It fails only with
@@ -343,7 +343,7 @@ func (m *matcher) exprsHold(tags Tags) bool {
 }
 
 // scanDenyOverrides finds, per side, the first matching DENY rule, else the first
-// matching ALLOW rule (SPEC section 4.4): the DENY lists first, then the ALLOW
+// matching ALLOW rule (docs/order.md): the DENY lists first, then the ALLOW
 // lists only for a side no DENY decided.
 func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule {
 	var deny, allow [2]*rule
@@ -365,7 +365,7 @@ func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*ru
 }
 
 // notApplicable reports whether no policy of the type can ever be a candidate on
-// the side (SPEC section 4); catch-alls do not count.
+// the side (docs/order.md); catch-alls do not count.
 func (ts *typeState) notApplicable(side int) bool {
 	if ts == nil || ts.valid.policies == 0 || ts.valid.sd > 0 {
 		return false
@@ -457,7 +457,7 @@ func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
 	return false
 }
 
-// finalDecision combines the sides (SPEC section 4): the flow passes iff every
+// finalDecision combines the sides (docs/order.md): the flow passes iff every
 // applicable side allows; the deciding side is the denying one if exactly one
 // denies, otherwise the inbound side, or the outbound side when the inbound side
 // was decided by no rule.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// DecodeYAML reads every document of a YAML or JSON stream (SPEC section 3) and
+// DecodeYAML reads every document of a YAML or JSON stream (docs/resources.md) and
 // validates each on its own. Errors name the document ("documents[2]") and the
 // field. Resources are returned in stream order; a stream with any invalid
 // document returns the valid ones and a *ValidationError for the others.

@@ -50,7 +50,7 @@ func pathHasPrefix(field, prefix string) bool {
 }
 
 // principalTag is the reserved tag an endpoint resolved from a principal
-// carries (SPEC section 10); Kuma's spiffeID matches compile to selectors on it.
+// carries (docs/kuma.md); Kuma's spiffeID matches compile to selectors on it.
 const principalTag = "principal"
 
 // outOfScopeTypes are Kuma resource types verdict refuses whole, with why.
@@ -464,7 +464,7 @@ func (d *kumaDoc) permissionRule(items []any, path string, def map[string]any) [
 }
 
 // match compiles one Kuma match to the targetRef of an item's peer: the peer's
-// SPIFFE ID is its principal (SPEC section 10), Exact → a tag match, Prefix → a
+// SPIFFE ID is its principal (docs/kuma.md), Exact → a tag match, Prefix → a
 // Prefix expression.
 func (d *kumaDoc) match(path string, v any) (map[string]any, bool) {
 	mm, ok := v.(map[string]any)

@@ -9,7 +9,7 @@ import (
 // MaxExplainEntries bounds each list of an explanation.
 const MaxExplainEntries = 1000
 
-// Explanation is the trace of one decision (SPEC section 5): per side, the
+// Explanation is the trace of one decision (docs/explain.md): per side, the
 // candidate rules in order and the policies that were not candidates.
 type Explanation struct {
 	Outbound SideTrace

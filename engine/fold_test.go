@@ -1,6 +1,6 @@
 package engine_test
 
-// A naive reference of Resolve's fold (SPEC section 6), written from the text: the
+// A naive reference of Resolve's fold (docs/resolve.md), written from the text: the
 // policies attached to the workload, ordered as Decide orders their first
 // matching rule (blocks policies that tie before the tie-break: newer first),
 // Default ones then Absolute ones in reverse, merged one by one into a result

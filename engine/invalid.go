@@ -1,6 +1,6 @@
 package engine
 
-// Stored resources that do not validate fail closed (SPEC section 10, "Invalid
+// Stored resources that do not validate fail closed (docs/storage.md, "Invalid
 // stored values"): unless its Mesh sets invalidResources: Skip, a mesh with an
 // invalid Policy answers every Decide of that policy's type DENY on both sides
 // (reason INVALID_RESOURCE), WatchRules deny-all and Resolve ErrInvalidStored;
@@ -19,7 +19,7 @@ import (
 )
 
 // ErrInvalidStored is returned by Resolve for a mesh and type that an invalid
-// stored resource closes (SPEC section 10); the error names the keys.
+// stored resource closes (docs/storage.md); the error names the keys.
 var ErrInvalidStored = errors.New("invalid stored resource")
 
 // InvalidResources is what a mesh does with stored resources that do not

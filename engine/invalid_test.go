@@ -57,7 +57,7 @@ func puts(rs []engine.Resource) []engine.Change {
 	return out
 }
 
-// TestInvalidStoredFailsClosed checks SPEC section 10 ("Invalid stored
+// TestInvalidStoredFailsClosed checks docs/storage.md ("Invalid stored
 // values"): per case, which (mesh, type) pairs answer DENY with reason
 // INVALID_RESOURCE on both sides, deny-all rules and FAILED_PRECONDITION from
 // Resolve, and that every other pair still decides as before.

@@ -1,6 +1,6 @@
 package engine
 
-// select: PerDestination (SPEC section 10): one policy per inbound, as Kong
+// select: PerDestination (docs/order.md): one policy per inbound, as Kong
 // Mesh applies TrafficPermission ("Only one policy of a given type is matched
 // to a particular inbound", seed 001) and Kuma's legacy code does
 // (SelectInboundConnectionPolicy). The inbound side first chooses the single

@@ -1,6 +1,6 @@
 package engine_test
 
-// A naive reference implementation of SPEC section 4, written from the text and
+// A naive reference implementation of docs/order.md, written from the text and
 // nothing else: every rule of the type is compiled on each call, candidates are
 // found by a linear scan and sorted with a comparator that follows the order
 // keys one by one. It is slow and obviously right; the differential tests check
@@ -248,7 +248,7 @@ func refTarget(t engine.TargetRef) *engine.Selector {
 	return &engine.Selector{Match: m, Expressions: t.Expressions}
 }
 
-// refLevel is a targetRef's specificity (SPEC section 4, key 4): seed 002's
+// refLevel is a targetRef's specificity (docs/order.md, key 4): seed 002's
 // Mesh < MeshSubset < Service < ServiceSubset < Proxy, with Kuma's Dataplane by
 // labels (or every Dataplane) above Mesh and below MeshSubset, as Kuma orders
 // its kinds (docs/kuma.md).
@@ -355,7 +355,7 @@ func (w *refWorld) rules(typ string) []*refRule {
 	return out
 }
 
-// refSettings are the settings of SPEC sections 3 and 10 for one type.
+// refSettings are the settings of docs/resources.md for one type.
 type refSettings struct {
 	def, unenf engine.Action
 	tb         engine.TieBreak
@@ -365,7 +365,7 @@ type refSettings struct {
 }
 
 // settings resolves the mesh's settings for a type: a field set on the Mesh
-// beats its profile (SPEC section 10's table), which beats verdict's defaults;
+// beats its profile (the table of docs/kuma.md, "Profiles"), which beats verdict's defaults;
 // the profile's MeshTrafficPermission unenforcedAction is overridden only by
 // the type's own field.
 func (w *refWorld) settings(typ string) (def, unenf engine.Action, tb engine.TieBreak, io engine.ItemOrder, comb engine.Combine) {
@@ -424,7 +424,7 @@ func (w *refWorld) allSettings(typ string) refSettings {
 	return s
 }
 
-// before is the order of SPEC section 4, key by key.
+// before is the order of docs/order.md, key by key.
 func (w *refWorld) before(a, b *refRule, tb engine.TieBreak, io engine.ItemOrder) bool {
 	if a.phase != b.phase {
 		return a.phase < b.phase
@@ -558,7 +558,7 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 		}
 		var decider *refRule
 		if perDest {
-			// SPEC section 10: the one policy most specific by its destination
+			// docs/order.md (select: PerDestination): the one policy most specific by its destination
 			// selector (phase, scope and priority ignored; ties by tieBreak),
 			// then its rules; else the catch-all, else defaultAction.
 			chosen := w.refChoose(cands, req.Destination, tb)

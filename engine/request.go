@@ -33,8 +33,8 @@ func (r *Request) Validate() error {
 	return errs.err()
 }
 
-// CheckApply validates a write against the snapshot as a dry run (SPEC sections 7
-// and 9): puts and deletes are applied to a copy at the next revision, and the
+// CheckApply validates a write against the snapshot as a dry run (docs/api.md
+// and docs/suites.md): puts and deletes are applied to a copy at the next revision, and the
 // write is refused if two of its puts share a key, or if afterwards any resource
 // it writes, or any resource that was valid before, is invalid (mixed forms, a
 // scope cycle, an unknown parent or scope). Field paths name the put

@@ -7,7 +7,7 @@ import (
 )
 
 // ResolveRequest asks for the effective configuration of a type for a flow, or
-// for one workload (SPEC section 6).
+// for one workload (docs/resolve.md).
 type ResolveRequest struct {
 	Mesh        string
 	Type        string
@@ -99,7 +99,7 @@ type ResolveResult struct {
 	Revision int64
 }
 
-// Resolve computes the effective configuration (SPEC section 6). It fails with
+// Resolve computes the effective configuration (docs/resolve.md). It fails with
 // ErrMeshNotFound, or ErrInvalid when the type needs a source and a destination
 // and the request lacks one.
 func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
@@ -160,7 +160,8 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 }
 
 // mergeItems merges the conf of every covering from (inbound) or to (outbound)
-// item in the order of SPEC section 4.3: the first item in order takes precedence.
+// item in the order of docs/order.md: the first item in order takes precedence
+// (docs/resolve.md).
 func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch, side int) *Resolution {
 	res := &Resolution{Side: [2]string{"outbound", "inbound"}[side]}
 	cands, _ := ms.candidates(ts, typ, f, sc, side)
@@ -244,7 +245,7 @@ type foldEntry struct {
 	key orderKey
 }
 
-// fold computes the effective rules of a defaults/overrides type (SPEC section 6).
+// fold computes the effective rules of a defaults/overrides type (docs/resolve.md).
 func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolution {
 	res := &Resolution{Side: [2]string{"outbound", "inbound"}[side]}
 	workload := f.src
@@ -308,7 +309,7 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 // matching rules; then, within each group that ties on every key before the
 // tie-break, the policies with defaults/overrides blocks are reordered among the
 // places they hold, newer first (creation time; none counts as the oldest),
-// then by name (SPEC section 6). Policies without blocks keep their places, so
+// then by name (docs/resolve.md). Policies without blocks keep their places, so
 // the order is total and deterministic.
 func orderFold(entries []foldEntry) {
 	sort.Slice(entries, func(i, j int) bool { return entries[i].key.less(&entries[j].key) })
@@ -350,7 +351,7 @@ type foldValue struct {
 	policy string
 }
 
-// runFold merges the policies in order (SPEC section 6, the fold).
+// runFold merges the policies in order (docs/resolve.md, the fold).
 func runFold(res *Resolution, order []*Policy) *Resolution {
 	result := map[string]foldValue{}
 	unsetBy := map[string]string{} // rule → the policy that unset it

@@ -51,7 +51,7 @@ func (r Rank) String() string {
 	return "Default"
 }
 
-// TieBreak orders equally specific rules of a mesh (SPEC section 4, key 5).
+// TieBreak orders equally specific rules of a mesh (docs/order.md, key 5).
 type TieBreak uint8
 
 // Tie-breaks. TieBreakUnset is "not given": the mesh's profile chooses, else Name.
@@ -66,7 +66,7 @@ var tieBreakNames = []string{"", "Name", "NewestCreated", "NewestModified"}
 
 func (t TieBreak) String() string { return tieBreakNames[t] }
 
-// ItemOrder orders the from/to items of one targetRef policy (SPEC section 4, key 6).
+// ItemOrder orders the from/to items of one targetRef policy (docs/order.md, key 6).
 type ItemOrder uint8
 
 // Item orders. ItemOrderUnset is "not given": the mesh's profile chooses, else
@@ -79,7 +79,7 @@ const (
 
 var itemOrderNames = []string{"", "FirstWins", "LastWins"}
 
-// Profile sets a mesh's defaults to those of a product (SPEC section 10): a
+// Profile sets a mesh's defaults to those of a product (docs/resources.md): a
 // field set on the Mesh beats the profile, which beats verdict's defaults.
 type Profile uint8
 
@@ -94,11 +94,11 @@ var profileNames = []string{"", "Kuma", "KongMesh"}
 
 func (p Profile) String() string { return profileNames[p] }
 
-// Select is how the policies of one type are chosen for a flow (SPEC section 10).
+// Select is how the policies of one type are chosen for a flow (docs/order.md).
 type Select uint8
 
 // Selections. SelectUnset is "not given": the mesh's profile chooses, else
-// Aggregate. Aggregate is the order of SPEC section 4; PerDestination chooses
+// Aggregate. Aggregate is the order of docs/order.md; PerDestination chooses
 // one policy per inbound by its destination selector first, as Kong Mesh (and
 // Kuma's legacy code) does.
 const (
@@ -113,7 +113,7 @@ func (s Select) String() string { return selectNames[s] }
 
 func (o ItemOrder) String() string { return itemOrderNames[o] }
 
-// Combine is how the rules of one policy type decide a side (SPEC section 4.4).
+// Combine is how the rules of one policy type decide a side (docs/order.md).
 type Combine uint8
 
 // Combining algorithms.
@@ -181,7 +181,7 @@ var targetKindNames = []string{"Mesh", "MeshSubset", "Service", "ServiceSubset",
 
 func (k TargetKind) String() string { return targetKindNames[k] }
 
-// Strategy of a defaults or overrides block (SPEC section 6).
+// Strategy of a defaults or overrides block (docs/resolve.md).
 type Strategy uint8
 
 // Strategies.
@@ -197,7 +197,7 @@ func (s Strategy) String() string {
 	return "atomic"
 }
 
-// Operator of a selector expression (SPEC section 2).
+// Operator of a selector expression (docs/selectors.md).
 type Operator uint8
 
 // Operators.
@@ -249,7 +249,7 @@ type Resource interface {
 }
 
 // Mesh holds the settings of a policy domain. A mesh without a Mesh document has
-// the defaults shown in SPEC section 3.
+// the defaults shown in docs/resources.md.
 type Mesh struct {
 	Name             string
 	DefaultAction    Action // unset = DENY
@@ -285,7 +285,7 @@ type Scope struct {
 	Meta          Meta
 }
 
-// Selector selects workloads by their tags (SPEC section 2).
+// Selector selects workloads by their tags (docs/selectors.md).
 type Selector struct {
 	Match       map[string]string
 	Expressions []Expression
@@ -318,7 +318,7 @@ type TargetRef struct {
 	Expressions []Expression
 }
 
-// level is the targetRef's specificity (SPEC section 4, key 4): seed 002's
+// level is the targetRef's specificity (docs/order.md, key 4): seed 002's
 // Proxy > ServiceSubset > Service > MeshSubset > Mesh, with Kuma's Dataplane
 // by labels (or every Dataplane) above Mesh and below MeshSubset, as Kuma
 // orders its kinds.
@@ -450,7 +450,7 @@ type Key struct {
 // DefaultPrefix is the etcd key prefix of verdict's resources.
 const DefaultPrefix = "/verdict/v1"
 
-// Path is the storage key of the resource under prefix (SPEC section 8).
+// Path is the storage key of the resource under prefix (docs/storage.md).
 func (k Key) Path(prefix string) string {
 	return prefix + "/" + k.String()
 }

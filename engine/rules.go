@@ -41,7 +41,7 @@ type RuleSet struct {
 // Equal reports whether two rule sets would make an agent enforce the same thing.
 func (a RuleSet) Equal(b RuleSet) bool { return reflect.DeepEqual(a, b) }
 
-// RulesFor returns the ordered rules that concern a workload (SPEC section 7,
+// RulesFor returns the ordered rules that concern a workload (docs/api.md,
 // WatchRules): on the outbound side, the candidate rules whose source selector
 // matches it; on the inbound side, those whose destination selector matches it;
 // catch-alls last. A side whose most specific scope is not enforced, or that is

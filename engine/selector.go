@@ -37,7 +37,7 @@ type cexpr struct {
 	prefixes []netip.Prefix
 }
 
-// rank is a selector's specificity (SPEC section 2): exact entries, other entries.
+// rank is a selector's specificity (docs/selectors.md): exact entries, other entries.
 type rank struct{ exact, wildcard int16 }
 
 func (r rank) total() int16 { return r.exact + r.wildcard }
@@ -88,7 +88,7 @@ func compileSelector(s *Selector) *matcher {
 	return m
 }
 
-// targetSelector is the selector a targetRef compiles to (SPEC section 3).
+// targetSelector is the selector a targetRef compiles to (docs/resources.md).
 func targetSelector(t TargetRef) *Selector {
 	match := map[string]string{}
 	switch t.Kind {
@@ -221,7 +221,7 @@ func (m *matcher) whyNot(tags Tags) string {
 }
 
 // matchesPorts reports whether a flow's protocol and port fall under the entries
-// (SPEC section 2). No entries: all traffic.
+// (docs/selectors.md). No entries: all traffic.
 func matchesPorts(entries []PortEntry, proto Protocol, port uint32) bool {
 	if len(entries) == 0 {
 		return true

@@ -32,7 +32,7 @@ type Snapshot struct {
 
 // InvalidResource is a stored resource verdict does not use: a value that failed
 // to decode or validate, or a valid resource in conflict with an earlier one
-// (SPEC section 8).
+// (docs/storage.md).
 type InvalidResource struct {
 	Path        string // the key without prefix: "default/policies/TrafficLog/x"
 	Key         Key    // zero when the path itself is not a valid key
@@ -405,7 +405,7 @@ func (cp *compiledPolicy) scopeOrd() int32 {
 }
 
 // resolveConflicts marks the later-written offenders of a partition whose
-// policies mix forms (SPEC section 8): the earliest-written policy's form stands.
+// policies mix forms (docs/storage.md): the earliest-written policy's form stands.
 func resolveConflicts(entries []*compiledPolicy) {
 	var live []*compiledPolicy
 	for _, cp := range entries {

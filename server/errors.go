@@ -36,8 +36,8 @@ var (
 	errFellBehind = errors.New("watch stream too slow")
 )
 
-// codeOf maps an error to its gRPC code: the one table of the server (SPEC
-// section 7, STYLE "Errors"). Choices:
+// codeOf maps an error to its gRPC code: the one table of the server (docs/api.md,
+// "Errors"). Choices:
 //   - store.ErrConflict is Aborted: an expected_revision did not hold, the
 //     client should re-read and retry its read-modify-write (gRPC's guidance for
 //     a failed test-and-set);

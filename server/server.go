@@ -1,4 +1,4 @@
-// Package server is verdict's gRPC API (SPEC section 7): the handlers of
+// Package server is verdict's gRPC API (docs/api.md): the handlers of
 // verdict.v1's DecisionService, PolicyService and WatchService, which translate
 // between the API's messages and the engine's types, call the engine, the
 // syncer's snapshot or the store, and map errors to codes (errors.go) —

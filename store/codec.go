@@ -120,7 +120,7 @@ func ExpectationHolds(expected, actual int64) bool {
 	return expected == actual
 }
 
-// Stamp sets a put's times (SPEC section 3): on update (stored is the current
+// Stamp sets a put's times (docs/resources.md): on update (stored is the current
 // value) creationTime is the stored one and modificationTime is now; on create
 // (stored nil) the times the resource carries are kept and missing ones are
 // now. Times are UTC.

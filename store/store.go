@@ -1,5 +1,5 @@
 // Package store is verdict's source of truth: resources kept under one key each
-// (SPEC section 8), written in transactions and followed with a watch.
+// (docs/storage.md), written in transactions and followed with a watch.
 //
 // The Store interface is implemented by store/etcd (the real one, on etcd) and
 // store/memory (for unit tests); store/storetest runs one contract suite against

@@ -38,7 +38,7 @@ Usage:
   verdictctl explain --src k=v,.. --dst k=v,..   decide and show the candidates of each side
   verdictctl resolve --dst k=v,.. [--src k=v,..] effective configuration of a type
   verdictctl watch [resources|rules]             follow changes (rules: of one --workload)
-  verdictctl test FILE...                        run policy test suites offline (SPEC section 9)
+  verdictctl test FILE...                        run policy test suites offline (docs/suites.md)
 
 Keys are "<mesh>/mesh", "<mesh>/scopes/<name>" or "<mesh>/policies/<type>/<name>".
 Connection flags (every command but test): --server (VERDICT_SERVER, default 127.0.0.1:7070),

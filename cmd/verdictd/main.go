@@ -1,4 +1,4 @@
-// Command verdictd is verdict's daemon: the gRPC API (SPEC section 7) over
+// Command verdictd is verdict's daemon: the gRPC API (docs/api.md) over
 // the policies of an etcd cluster, or of an embedded etcd when no endpoints
 // are given. Every flag has a VERDICT_* environment mirror (--listen and
 // VERDICT_LISTEN); a flag given on the command line wins.

@@ -12,8 +12,8 @@ import (
 
 // QuickIndex is the honest baseline the engine's benchmarks compare with: the
 // inverted index anyone would write in two hours. Every (source, destination)
-// selector pair of a policy is a rule, ranked in verdict's order (SPEC section
-// 4: priority, specificity, name, pair); each rule is filed in one posting list,
+// selector pair of a policy is a rule, ranked in verdict's order (docs/order.md:
+// priority, specificity, name, pair); each rule is filed in one posting list,
 // under the exact term of its selectors that the fewest rules carry (a present
 // term only when it has none); a decision probes
 // the lists of the flow's tags, verifies each rule found (map lookups on the

@@ -1,5 +1,5 @@
 // Package policytest runs policy test suites offline, on the engine alone, like
-// `opa test` (SPEC section 9). A suite is one YAML file: resources, then cases
+// `opa test` (docs/suites.md). A suite is one YAML file: resources, then cases
 // that decide, resolve or apply and state what they expect. verdictctl test and
 // make test run suites through this package.
 package policytest
@@ -54,7 +54,7 @@ type Case struct {
 }
 
 // Load reads and compiles a suite file. Offline, creation and modification are
-// ordered by the documents' creationTime and modificationTime (SPEC section 4);
+// ordered by the documents' creationTime and modificationTime (docs/order.md);
 // the resources carry no store revisions.
 func Load(path string) (*Suite, error) {
 	data, err := os.ReadFile(path)

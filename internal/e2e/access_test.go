@@ -22,7 +22,7 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// The access matrix (SPEC section 7): every listener kind verdictd offers ×
+// The access matrix (docs/api.md): every listener kind verdictd offers ×
 // every kind of caller × the RPCs on both sides of the line, against real
 // daemons. PolicyService and WatchResources need a bearer token or an mTLS
 // client whose URI or DNS SAN is on the allow-list (else UNAUTHENTICATED, or

@@ -68,7 +68,7 @@ func TestGrpcurl(t *testing.T) {
 	}
 }
 
-// TestGeneratedClient calls every RPC of SPEC section 7 through the generated
+// TestGeneratedClient calls every RPC of docs/api.md through the generated
 // Go client against a real daemon.
 func TestGeneratedClient(t *testing.T) {
 	t.Parallel()

@@ -17,7 +17,7 @@ import (
 // tags; the context is {protocol, port}.
 //
 // Cedar has no order: forbid wins over permit, and nothing matching denies. That
-// is verdict's DenyOverrides (SPEC section 4.4) with the default DENY, so Cedar
+// is verdict's DenyOverrides (docs/order.md) with the default DENY, so Cedar
 // is compared on sets generated with combine DenyOverrides. Cedar reports every
 // policy that matched with the winning effect; Outcome.Policy is the first of
 // them in verdict's order, as verdict reports it.

@@ -37,7 +37,7 @@ func (l *Linear) Decide(req *engine.Request) (Outcome, error) {
 	return Outcome{Action: l.def}, nil
 }
 
-// selects reports whether a workload's tags satisfy the selector (SPEC section 2).
+// selects reports whether a workload's tags satisfy the selector (docs/selectors.md).
 func selects(s *engine.Selector, tags engine.Tags) bool {
 	for k, want := range s.Match {
 		got, ok := tags[k]
@@ -80,7 +80,7 @@ func contains(values []string, v string) bool {
 	return false
 }
 
-// portsMatch reports whether a flow falls under the port entries (SPEC section 2).
+// portsMatch reports whether a flow falls under the port entries (docs/selectors.md).
 func portsMatch(entries []Ports, proto engine.Protocol, port uint32) bool {
 	if len(entries) == 0 {
 		return true

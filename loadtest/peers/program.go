@@ -5,7 +5,7 @@
 // measures them side by side (bench_test.go, cmd/compare).
 //
 // Every peer is built from a Program: the policy set's rules, already placed in
-// verdict's order (SPEC section 4). Placing them is pure data and is done once in
+// verdict's order (docs/order.md). Placing them is pure data and is done once in
 // Go; matching a flow against the rules always happens inside the peer.
 //
 // The module is separate from verdict's so that OPA and cedar-go never become
@@ -51,7 +51,7 @@ type Decider interface {
 }
 
 // Rule is one (source selector, destination selector) pair of an S&D policy: the
-// unit verdict orders and matches (SPEC section 4).
+// unit verdict orders and matches (docs/order.md).
 type Rule struct {
 	Order  int // position in verdict's order; Program.Rules[i].Order == i
 	Policy string
@@ -82,7 +82,7 @@ type Program struct {
 // ErrNotTranslated.
 //
 // With every rule attached to the mesh root, both sides of a flow see the same
-// candidates and reach the same answer (SPEC section 4), so a flow's outcome is
+// candidates and reach the same answer (docs/order.md), so a flow's outcome is
 // the answer of the one rule list.
 func Translate(set *policygen.Set) (*Program, error) {
 	prog := &Program{DefaultAction: engine.Deny}
@@ -141,7 +141,7 @@ func Translate(set *policygen.Set) (*Program, error) {
 			}
 		}
 	}
-	// SPEC section 4 without scopes or Absolute rules: priority ascending, then
+	// docs/order.md without scopes or Absolute rules: priority ascending, then
 	// rank (total, then exact) descending, then name, then pair position.
 	slices.SortFunc(rules, func(a, b keyed) int {
 		return cmp.Or(
@@ -160,7 +160,7 @@ func Translate(set *policygen.Set) (*Program, error) {
 	return prog, nil
 }
 
-// rank is a selector's specificity (SPEC section 2): exact entries (concrete
+// rank is a selector's specificity (docs/selectors.md): exact entries (concrete
 // match values and one-value In expressions) and all others.
 func rank(s engine.Selector) (exact, wildcard int, err error) {
 	for _, v := range s.Match {
@@ -186,7 +186,7 @@ func rank(s engine.Selector) (exact, wildcard int, err error) {
 }
 
 // parsePorts parses "80,443,8000-8100". A range starting at 0 starts at 1: port 0
-// means "not given" and never falls in a range (SPEC section 2).
+// means "not given" and never falls in a range (docs/selectors.md).
 func parsePorts(entries []engine.PortEntry) ([]Ports, error) {
 	var out []Ports
 	for _, e := range entries {

@@ -1,4 +1,4 @@
-// Package etcd is the store.Store on etcd (SPEC section 8): one key per
+// Package etcd is the store.Store on etcd (docs/storage.md): one key per
 // resource under a prefix, written in single transactions with optimistic
 // concurrency, listed in pages pinned to one revision, and followed by a watch
 // that never loses or repeats an update.

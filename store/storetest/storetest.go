@@ -128,7 +128,7 @@ func ListAll(t testing.TB, st store.Store, prefix string) ([]store.Item, int64) 
 	}
 }
 
-// Digest is the SPEC digest of the store's contents (PolicyService.Status,
+// Digest is the digest (docs/storage.md) of the store's contents (PolicyService.Status,
 // section 7), computed from a full list straight from the stored bytes: a
 // snapshot's Digest equals it when the snapshot holds exactly what the store
 // holds.

@@ -35,7 +35,7 @@ var operators = []string{"In", "NotIn", "Exists", "DoesNotExist", "Prefix", "CID
 // FuzzSelectors compiles one policy whose source selector is built from the
 // input (a match entry, an expression, or both) and decides a flow whose
 // source tags are built from the same strings, then checks the answer against
-// SPEC section 2 evaluated directly: ALLOW by the policy when the selector
+// docs/selectors.md evaluated directly: ALLOW by the policy when the selector
 // matches, DEFAULT_ACTION (DENY) when it does not. Explain must agree.
 func FuzzSelectors(f *testing.F) {
 	f.Add("app", "web", uint8(0), "web,api", "app", "web", uint8(7))
@@ -124,7 +124,7 @@ type expression struct {
 	Values   []string `json:"values,omitempty"`
 }
 
-// matches is SPEC section 2, written directly from the text.
+// matches is docs/selectors.md, written directly from the text.
 func (s selector) matches(tags engine.Tags) (bool, string) {
 	for k, v := range s.Match {
 		tv, ok := tags[k]

@@ -248,7 +248,7 @@ type DecideRequest struct {
 	Protocol string `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// 0 = not given.
 	Port uint32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
-	// Return the trace of the decision (SPEC section 5).
+	// Return the trace of the decision (docs/explain.md).
 	Explain bool `protobuf:"varint,7,opt,name=explain,proto3" json:"explain,omitempty"`
 	// Answer from a snapshot at or after this revision (read-your-writes).
 	MinRevision   int64 `protobuf:"varint,8,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
@@ -520,7 +520,7 @@ func (x *DecideResponse) GetExplanation() *Explanation {
 	return nil
 }
 
-// Explanation is the trace of a decision (SPEC section 5).
+// Explanation is the trace of a decision (docs/explain.md).
 type Explanation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Outbound      *SideTrace             `protobuf:"bytes,1,opt,name=outbound,proto3" json:"outbound,omitempty"`

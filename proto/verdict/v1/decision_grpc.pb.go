@@ -29,7 +29,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// DecisionService answers flows (SPEC sections 4 to 7). It is open to every
+// DecisionService answers flows (docs/order.md, docs/api.md). It is open to every
 // client that can reach the listener.
 type DecisionServiceClient interface {
 	// Decide answers one flow.
@@ -41,7 +41,7 @@ type DecisionServiceClient interface {
 	// DecideStream answers each message with the same id. A message that is
 	// invalid gets an error answer and the stream goes on.
 	DecideStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DecideStreamRequest, DecideStreamResponse], error)
-	// Resolve returns the effective configuration of a type (SPEC section 6).
+	// Resolve returns the effective configuration of a type (docs/resolve.md).
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
 }
 
@@ -100,7 +100,7 @@ func (c *decisionServiceClient) Resolve(ctx context.Context, in *ResolveRequest,
 // All implementations must embed UnimplementedDecisionServiceServer
 // for forward compatibility.
 //
-// DecisionService answers flows (SPEC sections 4 to 7). It is open to every
+// DecisionService answers flows (docs/order.md, docs/api.md). It is open to every
 // client that can reach the listener.
 type DecisionServiceServer interface {
 	// Decide answers one flow.
@@ -112,7 +112,7 @@ type DecisionServiceServer interface {
 	// DecideStream answers each message with the same id. A message that is
 	// invalid gets an error answer and the stream goes on.
 	DecideStream(grpc.BidiStreamingServer[DecideStreamRequest, DecideStreamResponse]) error
-	// Resolve returns the effective configuration of a type (SPEC section 6).
+	// Resolve returns the effective configuration of a type (docs/resolve.md).
 	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
 	mustEmbedUnimplementedDecisionServiceServer()
 }

@@ -463,7 +463,7 @@ func (x *Scope) GetModificationTime() *timestamppb.Timestamp {
 	return nil
 }
 
-// Selector selects workloads by their tags (SPEC section 2).
+// Selector selects workloads by their tags (docs/selectors.md).
 type Selector struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Match         map[string]string      `protobuf:"bytes,1,rep,name=match,proto3" json:"match,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -768,7 +768,7 @@ func (x *Item) GetConf() *structpb.Struct {
 	return nil
 }
 
-// Block is a defaults or overrides block (SPEC section 6).
+// Block is a defaults or overrides block (docs/resolve.md).
 type Block struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// atomic or merge; empty = atomic.
