@@ -128,7 +128,9 @@ defaultAction: ALLOW
 unenforcedAction: DENY
 tieBreak: NewestModified
 itemOrder: LastWins
-types: {TrafficPermission: {combine: DenyOverrides, defaultAction: ALLOW}, TrafficLog: {}}
+profile: KongMesh
+invalidResources: Skip
+types: {TrafficPermission: {combine: DenyOverrides, defaultAction: ALLOW, select: PerDestination}, TrafficLog: {}}
 ---
 kind: Scope
 mesh: m

@@ -42,16 +42,17 @@ func meshToProto(m *engine.Mesh) *verdictv1.Mesh {
 	out := &verdictv1.Mesh{Kind: "Mesh", Name: m.Name,
 		DefaultAction: m.DefaultAction.String(), UnenforcedAction: m.UnenforcedAction.String(),
 		CreationTime: timestamp(m.Meta.CreationTime), ModificationTime: timestamp(m.Meta.ModificationTime)}
-	if m.TieBreak != engine.TieBreakName {
-		out.TieBreak = m.TieBreak.String()
-	}
-	if m.ItemOrder != engine.FirstWins {
-		out.ItemOrder = m.ItemOrder.String()
+	out.TieBreak = m.TieBreak.String() // "" when unset (the profile's, else Name)
+	out.ItemOrder = m.ItemOrder.String()
+	out.Profile = m.Profile.String()
+	if m.InvalidResources != engine.InvalidDeny {
+		out.InvalidResources = m.InvalidResources.String()
 	}
 	if len(m.Types) > 0 {
 		out.Types = make(map[string]*verdictv1.TypeSettings, len(m.Types))
 		for name, ts := range m.Types {
-			pts := &verdictv1.TypeSettings{DefaultAction: ts.DefaultAction.String(), UnenforcedAction: ts.UnenforcedAction.String()}
+			pts := &verdictv1.TypeSettings{DefaultAction: ts.DefaultAction.String(), UnenforcedAction: ts.UnenforcedAction.String(),
+				Select: ts.Select.String()}
 			if ts.Combine != engine.FirstMatch {
 				pts.Combine = ts.Combine.String()
 			}
