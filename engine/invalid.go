@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -89,7 +90,11 @@ func (b *InvalidResource) scopeOfHarm() (mesh, typ string, ok bool) {
 		return "", "", false
 	}
 	// The path is not a key: read what can be read of it.
-	parts := strings.Split(b.Path, "/")
+	path := b.Path
+	if raw, err := strconv.Unquote(path); err == nil && strings.HasPrefix(path, `"`) {
+		path = raw // RenderPath's form of a key that is not UTF-8
+	}
+	parts := strings.Split(path, "/")
 	if !utf8.ValidString(parts[0]) || checkName(parts[0]) != nil {
 		return "", "", false
 	}
@@ -101,6 +106,19 @@ func (b *InvalidResource) scopeOfHarm() (mesh, typ string, ok bool) {
 		return mesh, parts[2], true
 	}
 	return mesh, "", true
+}
+
+// RenderPath is how a stored key (without the store's prefix) is named in
+// changes, InvalidResource.Path, the digest and every answer: the key itself
+// when it is valid UTF-8, else the key Go-quoted ("\xff\xfe/mesh", quotes
+// included). A key that is not UTF-8 is never a resource's key (names are
+// ASCII), and no valid key contains a quote, so the rendering names one stored
+// key and fits a protobuf string.
+func RenderPath(raw string) string {
+	if utf8.ValidString(raw) {
+		return raw
+	}
+	return strconv.Quote(raw)
 }
 
 // closedBy returns the invalid keys that close mesh and type in s, or nil. ms

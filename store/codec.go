@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/verdictpdp/verdict/engine"
 )
@@ -14,22 +16,30 @@ import (
 // The helpers below are shared by the implementations, so that both read,
 // stamp and check exactly alike.
 
+// RenderPath is engine.RenderPath: how a stored key (without the store's
+// prefix) is named everywhere verdict shows it — Item.Path, engine changes,
+// Status, List, WatchResources, the digest.
+func RenderPath(raw string) string { return engine.RenderPath(raw) }
+
 // DecodeItem reads a stored value found at path (the key without the store's
-// prefix). A value that does not decode or validate, or whose resource is not
-// the one its key names, comes back with Err set and Resource nil; a decoded
-// resource carries the revisions and the SHA-256 of value in its Meta (the
-// snapshot's Digest hashes the stored bytes, not a re-encoding).
+// prefix, as stored). A key that is not a resource's key (SPEC section 8: its
+// shape, its names, UTF-8), a value that does not decode or validate, or whose
+// resource is not the one its key names, comes back with Err set and Resource
+// nil; the item's Path is RenderPath(path) and its error text valid UTF-8, so a
+// hostile key or value never breaks a read that shows it. A decoded resource
+// carries the revisions and the SHA-256 of value in its Meta (the snapshot's
+// Digest hashes the stored bytes, not a re-encoding).
 func DecodeItem(path string, value []byte, createRevision, modRevision int64) Item {
-	it := Item{Path: path, Value: value, CreateRevision: createRevision, ModRevision: modRevision}
+	it := Item{Path: RenderPath(path), Value: value, CreateRevision: createRevision, ModRevision: modRevision}
 	key, err := engine.ParseKey("", "/"+path)
 	if err != nil {
-		it.Err = fmt.Errorf("%w: %w", engine.ErrInvalid, err)
+		it.Err = utf8Error{fmt.Errorf("%w: %w", engine.ErrInvalid, err)}
 		return it
 	}
 	it.Key = key
 	r, err := engine.DecodeJSON(value)
 	if err != nil {
-		it.Err = err
+		it.Err = utf8Error{err}
 		return it
 	}
 	if r.Key() != key {
@@ -54,9 +64,17 @@ func (it Item) Change() engine.Change {
 	return c
 }
 
-// DeleteChange is the change that removes what path held, deleted at revision.
+// utf8Error is an error whose text is valid UTF-8 (invalid bytes replaced), so
+// that it fits a protobuf string; errors.Is sees the error it wraps.
+type utf8Error struct{ err error }
+
+func (e utf8Error) Error() string { return strings.ToValidUTF8(e.err.Error(), "\uFFFD") }
+func (e utf8Error) Unwrap() error { return e.err }
+
+// DeleteChange is the change that removes what path (as stored) held, deleted
+// at revision.
 func DeleteChange(path string, revision int64) engine.Change {
-	c := engine.Change{Path: path, ModRevision: revision}
+	c := engine.Change{Path: RenderPath(path), ModRevision: revision}
 	if k, err := engine.ParseKey("", "/"+path); err == nil {
 		c.Key = k
 	}
@@ -166,13 +184,21 @@ const DefaultPageSize = 1000
 type pageToken struct {
 	Revision int64  `json:"r"`
 	After    string `json:"a"`
-	Prefix   string `json:"p"`
+	// AfterBytes holds After when it is not valid UTF-8 (a JSON string
+	// cannot carry such bytes: they would come back as U+FFFD).
+	AfterBytes []byte `json:"b,omitempty"`
+	Prefix     string `json:"p"`
 }
 
-// EncodePageToken returns the token of the page after the key after, in a list
-// of prefix at revision.
+// EncodePageToken returns the token of the page after the key after (as
+// stored, without the store's prefix; not its RenderPath), in a list of prefix
+// at revision.
 func EncodePageToken(prefix string, revision int64, after string) string {
-	b, _ := json.Marshal(pageToken{Revision: revision, After: after, Prefix: prefix})
+	t := pageToken{Revision: revision, After: after, Prefix: prefix}
+	if !utf8.ValidString(after) {
+		t.After, t.AfterBytes = "", []byte(after)
+	}
+	b, _ := json.Marshal(t)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -183,6 +209,12 @@ func DecodePageToken(prefix, token string) (revision int64, after string, err er
 	var t pageToken
 	if err == nil {
 		err = json.Unmarshal(b, &t)
+	}
+	if err == nil && t.AfterBytes != nil {
+		if t.After != "" {
+			err = errors.New("two continuations")
+		}
+		t.After = string(t.AfterBytes)
 	}
 	if err != nil || t.Revision <= 0 || t.Prefix != prefix || !strings.HasPrefix(t.After, prefix) {
 		return 0, "", fmt.Errorf("%w: page token %q is not one of a list of %q", ErrInvalidArgument, token, prefix)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/store"
@@ -23,6 +24,7 @@ func FuzzDecodeItem(f *testing.F) {
 	f.Add("default/mesh", []byte(`{"kind":"Mesh","name":"default","defaultAction":"ALLOW"}`))
 	f.Add("default/scopes/S", []byte(`{"kind":"Scope","name":"S","selectors":[{}],"parent":"S"}`))
 	f.Add("not/a/key/at/all/x", []byte("\xff\xfe"))
+	f.Add("\xff\xfe/mesh", []byte(`{"kind":"Mesh","name":"x"}`))
 	f.Add("m/policies/T/x", []byte(`{"kind":"Policy","mesh":"m","type":"T","name":"x","targetRef":{"kind":"Mesh"},"from":[{"targetRef":{"kind":"Mesh"},"action":"DENY"}]}`))
 	keep := store.DecodeItem("keep/policies/TrafficPermission/k", []byte(`{"kind":"Policy","mesh":"keep","name":"k","sources":[{}],"destinations":[{}]}`), 1, 1)
 	after := store.DecodeItem("keep/policies/TrafficPermission/after", []byte(`{"kind":"Policy","mesh":"keep","name":"after","sources":[{}],"destinations":[{}],"action":"DENY"}`), 3, 3)
@@ -40,6 +42,9 @@ func FuzzDecodeItem(f *testing.F) {
 			t.Fatal("neither a resource nor an error")
 		case it.Resource.Key().String() != path || it.Resource.Metadata().ValueHash != sha256.Sum256(value):
 			t.Fatalf("decoded %s with hash %x from %q", it.Resource.Key(), it.Resource.Metadata().ValueHash, path)
+		}
+		if !utf8.ValidString(it.Path) || it.Err != nil && !utf8.ValidString(it.Err.Error()) {
+			t.Fatalf("item %q, error %v: not UTF-8 (a protobuf string must be)", it.Path, it.Err)
 		}
 		snap := engine.Empty().Apply(1, []engine.Change{keep.Change()})
 		snap = snap.Apply(2, []engine.Change{it.Change()})

@@ -268,11 +268,10 @@ func (s *Store) checkOpen() error {
 
 // item decodes a stored key-value, counting and logging a broken value.
 func (s *Store) item(key string, value []byte, create, mod int64) store.Item {
-	path := strings.TrimPrefix(key, s.prefix)
-	it := store.DecodeItem(path, value, create, mod)
+	it := store.DecodeItem(strings.TrimPrefix(key, s.prefix), value, create, mod)
 	if it.Err != nil {
 		s.skipped.Add(1)
-		s.log.Warn("skipping a stored value that does not decode", "path", path, "mod_revision", mod, "error", it.Err)
+		s.log.Warn("skipping a stored value that does not decode", "path", it.Path, "mod_revision", mod, "error", it.Err)
 	}
 	return it
 }
@@ -336,7 +335,8 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListPag
 		page.Items[i] = s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision)
 	}
 	if resp.More && len(page.Items) > 0 {
-		page.NextPageToken = store.EncodePageToken(opts.Prefix, rev, page.Items[len(page.Items)-1].Path)
+		// The stored key, not the item's Path (a rendering when it is not UTF-8).
+		page.NextPageToken = store.EncodePageToken(opts.Prefix, rev, s.path(resp.Kvs[len(resp.Kvs)-1].Key))
 	}
 	return page, nil
 }

@@ -3,7 +3,10 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/store"
@@ -103,6 +106,91 @@ func runBroken(t *testing.T, newHarness Factory) {
 		}
 		if e, ok := f.Snapshot().Get(bad); !ok || e.Err != nil {
 			t.Fatalf("the repaired policy is not in the folded snapshot: %+v", e)
+		}
+	})
+
+	t.Run("keys that are not UTF-8 are listed rendered and break no other read", func(t *testing.T) {
+		// Issue 12 F2: a raw key "\xff\xfe/mesh" under the prefix failed Status,
+		// the unprefixed List and WatchResources of every tenant (a protobuf
+		// string must be UTF-8), until it was deleted.
+		h := newHarness(t)
+		st := h.Store
+		ctx := Context(t)
+		r := Apply(t, st, Put(Policy(t, "default", "a", 0)), Put(Policy(t, "other", "b", 0)))
+		f := Follow(t, st, 0)
+		f.WaitRevision(t, r)
+		raws := []string{"\xff\xfe/mesh", "default/policies/TrafficPermission/\xff", "default/policies/TrafficPermission/a\xff"}
+		var last int64
+		for _, raw := range raws {
+			var err error
+			if last, err = h.RawPut(ctx, raw, []byte(`{"kind":"Mesh","name":"x\xff"}`)); err != nil {
+				t.Fatalf("raw put %q: %v", raw, err)
+			}
+		}
+		want := map[string]bool{"default/policies/TrafficPermission/a": true, "other/policies/TrafficPermission/b": true}
+		for _, raw := range raws {
+			want[strconv.Quote(raw)] = true
+		}
+		// Page by page, one item a page: every key once (a page token after a
+		// key that is not UTF-8 continues after it), each named in UTF-8.
+		seen := map[string]bool{}
+		opts := store.ListOptions{Limit: 1}
+		for pages := 0; ; pages++ {
+			if pages > 2*len(want) {
+				t.Fatalf("the list does not end: %d pages, seen %v", pages, seen)
+			}
+			page, err := st.List(ctx, opts)
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			for _, it := range page.Items {
+				if !utf8.ValidString(it.Path) || it.Err != nil && !utf8.ValidString(it.Err.Error()) {
+					t.Fatalf("listed %q (error %v): not UTF-8", it.Path, it.Err)
+				}
+				if seen[it.Path] {
+					t.Fatalf("listed %q twice", it.Path)
+				}
+				seen[it.Path] = true
+				if strings.HasPrefix(it.Path, `"`) && (it.Err == nil || !errors.Is(it.Err, engine.ErrInvalid)) {
+					t.Fatalf("%s listed without its error: %+v", it.Path, it)
+				}
+			}
+			if opts.PageToken = page.NextPageToken; opts.PageToken == "" {
+				break
+			}
+		}
+		if len(seen) != len(want) {
+			t.Fatalf("listed %v, want %v", seen, want)
+		}
+		for p := range want {
+			if !seen[p] {
+				t.Fatalf("%q not listed; listed %v", p, seen)
+			}
+		}
+		f.WaitRevision(t, last)
+		for _, c := range changesOf(f.Events()) {
+			if !utf8.ValidString(c.Path) || c.Err != nil && !utf8.ValidString(c.Err.Error()) {
+				t.Fatalf("the watch sent %q (error %v): not UTF-8", c.Path, c.Err)
+			}
+		}
+		snap := f.Snapshot()
+		for _, inv := range snap.Invalid() {
+			if !utf8.ValidString(inv.Path) {
+				t.Fatalf("Invalid() names %q: not UTF-8", inv.Path)
+			}
+		}
+		if got, want := snap.Digest(), Digest(t, st); got != want {
+			t.Fatalf("the folded snapshot's digest %s is not the store's %s", got, want)
+		}
+		// The key whose mesh cannot be read harms no mesh; the policy keys
+		// close their own mesh and type only (SPEC section 10).
+		req := &engine.Request{Mesh: "other", Source: engine.Tags{"kuma.io/service": "web"}, Destination: engine.Tags{"kuma.io/service": "b"}}
+		if d, err := snap.Decide(req); err != nil || d.Action != engine.Allow {
+			t.Fatalf("another mesh: %+v, %v; want ALLOW", d, err)
+		}
+		req.Mesh = "default"
+		if d, err := snap.Decide(req); err != nil || d.Inbound.Reason != engine.ReasonInvalidResource {
+			t.Fatalf("the policies' mesh: %+v, %v; want INVALID_RESOURCE", d, err)
 		}
 	})
 
