@@ -68,6 +68,8 @@ func classify(err error) (code codes.Code, known bool) {
 		return codes.InvalidArgument, true
 	case errors.Is(err, store.ErrNotFound):
 		return codes.NotFound, true
+	case errors.Is(err, store.ErrIntegrity):
+		return codes.FailedPrecondition, true
 	case errors.Is(err, store.ErrConflict):
 		return codes.Aborted, true
 	case errors.Is(err, store.ErrCompacted):

@@ -29,6 +29,7 @@ func TestCodeOf(t *testing.T) {
 		{"mesh not found", fmt.Errorf("%w: x", engine.ErrMeshNotFound), codes.NotFound},
 		{"closed by an invalid stored resource", fmt.Errorf("%w: x", engine.ErrInvalidStored), codes.FailedPrecondition},
 		{"key not found", fmt.Errorf("%w: k", store.ErrNotFound), codes.NotFound},
+		{"a dangling reference at commit", fmt.Errorf("%w: k", store.ErrIntegrity), codes.FailedPrecondition},
 		{"conflict", fmt.Errorf("%w: k", store.ErrConflict), codes.Aborted},
 		{"too large", store.ErrTooLarge, codes.InvalidArgument},
 		{"compacted", store.ErrCompacted, codes.OutOfRange},

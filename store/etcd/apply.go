@@ -26,8 +26,29 @@ const raftOverhead = 512
 // of its keys, then sends one transaction guarded by their mod revisions (the
 // caller's expected revisions, or the ones just read): if another writer got
 // in between and the caller expected nothing, it reads again and retries.
+//
+// Referential integrity (store.Integrity) is part of the same transaction:
+//   - a scope a put names (a policy's scope, a scope's parent) must exist at
+//     commit: Compare(CreateRevision(scope key) > 0);
+//   - a deleted scope must have no dependent at commit. The read (one
+//     revision R, in the same read transaction as the keys) lists the mesh's
+//     policies and scopes and finds none naming it; the transaction then
+//     compares that every key under <mesh>/policies/ and <mesh>/scopes/ still
+//     has a mod revision ≤ R (one range compare each). A policy or scope
+//     written after R — the only way a new dependent can appear — fails the
+//     compare, and Apply reads again.
+//
+// etcd runs transactions one after the other, so of a delete of scope S and a
+// put of a policy in S racing, whichever commits second fails its compare:
+// the put if S is gone, the delete if the policy (mod revision > R) is there.
+// Never both. The price is a read of the mesh's policies per scope delete, and
+// a retry when the mesh is written meanwhile.
 func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 	keys, err := store.CheckOps(ops)
+	if err != nil {
+		return 0, err
+	}
+	integ, err := store.CheckIntegrity(ops, keys)
 	if err != nil {
 		return 0, err
 	}
@@ -51,19 +72,38 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		paths[i] = k.Path(s.cfg.Prefix)
 	}
 	for attempt := 0; ; attempt++ {
-		cur, err := s.readCurrent(ctx, ops, paths)
+		cur, rd, err := s.readCurrent(ctx, ops, paths, integ)
 		if err != nil {
 			return 0, err
+		}
+		for i, op := range ops {
+			if !store.ExpectationHolds(op.ExpectedRevision, cur[i].mod) {
+				return 0, store.Conflict(keys[i], op.ExpectedRevision, cur[i].mod)
+			}
+		}
+		if len(rd.missing) > 0 {
+			return 0, store.Missing(rd.missing)
+		}
+		if len(rd.dependents) > 0 {
+			return 0, store.InUse(rd.dependents)
 		}
 		now := s.cfg.Now()
 		var cmps []clientv3.Cmp
 		var then []clientv3.Op
 		size := &pb.TxnRequest{}
+		for _, k := range integ.MustExist {
+			p := k.Path(s.cfg.Prefix)
+			c := clientv3.Compare(clientv3.CreateRevision(p), ">", 0)
+			cmps = append(cmps, c)
+			size.Compare = append(size.Compare, c.GetCompare())
+		}
+		for _, r := range integ.DependentRanges() {
+			c := clientv3.Compare(clientv3.ModRevision(s.prefix+r), "<", rd.rev+1).WithPrefix()
+			cmps = append(cmps, c)
+			size.Compare = append(size.Compare, c.GetCompare())
+		}
 		for i, op := range ops {
 			mod := cur[i].mod
-			if !store.ExpectationHolds(op.ExpectedRevision, mod) {
-				return 0, store.Conflict(keys[i], op.ExpectedRevision, mod)
-			}
 			guard := op.Resource != nil || op.ExpectedRevision != store.AnyRevision
 			if guard {
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(paths[i]), "=", mod))
@@ -112,9 +152,21 @@ type current struct {
 	value []byte
 }
 
-// readCurrent reads the keys of ops in one transaction (one revision).
-func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string) ([]current, error) {
+// integrityRead is what readCurrent found of a write's integrity: the
+// revision it read at, the scopes named that do not exist, and the stored
+// dependents of deleted scopes (path → the scope it names).
+type integrityRead struct {
+	rev        int64
+	missing    []engine.Key
+	dependents map[string]engine.Key
+}
+
+// readCurrent reads, in one transaction (one revision), the keys of ops, the
+// scopes they name and the ranges where dependents of the scopes they delete
+// can be.
+func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string, integ store.Integrity) ([]current, integrityRead, error) {
 	out := make([]current, len(ops))
+	var rd integrityRead
 	var gets []clientv3.Op
 	var idx []int
 	for i, op := range ops {
@@ -123,8 +175,15 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string)
 			idx = append(idx, i)
 		}
 	}
+	nKeys := len(gets)
+	for _, k := range integ.MustExist {
+		gets = append(gets, clientv3.OpGet(k.Path(s.cfg.Prefix), clientv3.WithKeysOnly()))
+	}
+	for _, r := range integ.DependentRanges() {
+		gets = append(gets, clientv3.OpGet(s.prefix+r, clientv3.WithPrefix()))
+	}
 	if len(gets) == 0 {
-		return out, nil
+		return out, rd, nil
 	}
 	cctx, cancel := s.callCtx(ctx)
 	defer cancel()
@@ -132,13 +191,31 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string)
 	if err != nil {
 		err = mapErr("apply: read", err)
 		s.observe(ctx, err, 0)
-		return nil, err
+		return nil, rd, err
 	}
+	rd.rev = resp.Header.Revision
 	for j, r := range resp.Responses {
 		kvs := r.GetResponseRange().GetKvs()
-		if len(kvs) > 0 {
-			out[idx[j]] = current{mod: kvs[0].ModRevision, value: kvs[0].Value}
+		switch {
+		case j < nKeys:
+			if len(kvs) > 0 {
+				out[idx[j]] = current{mod: kvs[0].ModRevision, value: kvs[0].Value}
+			}
+		case j < nKeys+len(integ.MustExist):
+			if len(kvs) == 0 {
+				rd.missing = append(rd.missing, integ.MustExist[j-nKeys])
+			}
+		default:
+			for _, kv := range kvs {
+				p := s.path(kv.Key)
+				if d, ok := integ.Dependent(p, kv.Value); ok {
+					if rd.dependents == nil {
+						rd.dependents = map[string]engine.Key{}
+					}
+					rd.dependents[store.RenderPath(p)] = d
+				}
+			}
 		}
 	}
-	return out, nil
+	return out, rd, nil
 }

@@ -91,6 +91,40 @@ func (s *Store) current(path string) *version {
 	return vs[len(vs)-1]
 }
 
+// checkIntegrity checks a write's references against the current values, as
+// store/etcd does inside its transaction; s.mu is held.
+func (s *Store) checkIntegrity(integ store.Integrity) error {
+	var missing []engine.Key
+	for _, k := range integ.MustExist {
+		if s.current(k.String()) == nil {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return store.Missing(missing)
+	}
+	var deps map[string]engine.Key
+	for _, r := range integ.DependentRanges() {
+		for p := range s.kvs {
+			if !strings.HasPrefix(p, r) {
+				continue
+			}
+			if v := s.current(p); v != nil {
+				if d, ok := integ.Dependent(p, v.value); ok {
+					if deps == nil {
+						deps = map[string]engine.Key{}
+					}
+					deps[store.RenderPath(p)] = d
+				}
+			}
+		}
+	}
+	if deps != nil {
+		return store.InUse(deps)
+	}
+	return nil
+}
+
 // at returns the version of path live at rev; s.mu is held.
 func (s *Store) at(path string, rev int64) *version {
 	vs := s.kvs[path]
@@ -104,6 +138,10 @@ func (s *Store) at(path string, rev int64) *version {
 // Apply implements store.Store.
 func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 	keys, err := store.CheckOps(ops)
+	if err != nil {
+		return 0, err
+	}
+	integ, err := store.CheckIntegrity(ops, keys)
 	if err != nil {
 		return 0, err
 	}
@@ -145,6 +183,9 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 	}
 	if size > store.MaxTxnBytes {
 		return 0, fmt.Errorf("%w: %d bytes, over the limit of %d per transaction", store.ErrTooLarge, size, store.MaxTxnBytes)
+	}
+	if err := s.checkIntegrity(integ); err != nil {
+		return 0, err
 	}
 	rev := s.rev + 1
 	wrote := false

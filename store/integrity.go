@@ -1,0 +1,165 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+// ErrIntegrity: the write would leave a reference dangling at commit — a policy
+// naming a scope, or a scope naming a parent, that does not exist; or a scope
+// deleted while a policy or a child scope still names it (as Calico refuses to
+// delete a tier that is not empty). Checked inside the transaction, so that
+// two writers racing cannot together create what neither could alone. The
+// error names the keys; nothing was written.
+var ErrIntegrity = errors.New("referential integrity")
+
+// Integrity is what a write needs to hold at commit so that no reference
+// dangles (SPEC section 10: writes through the API cannot create dangling
+// references). Both stores check it atomically with the write: store/memory
+// under its lock, store/etcd with compares in the transaction (see Apply there).
+type Integrity struct {
+	// MustExist are the scopes that puts name (a policy's scope, a scope's
+	// parent) and that the write does not put itself, sorted by key.
+	MustExist []engine.Key
+	// DeletedScopes are the scopes the write deletes: at commit no stored
+	// policy may name one and no stored scope may have one as its parent,
+	// except the resources the write itself puts or deletes.
+	DeletedScopes []engine.Key
+	// written holds the paths of every op's key.
+	written map[string]bool
+}
+
+// CheckIntegrity returns what ops (with keys, from CheckOps) need at commit. A
+// write that contradicts itself — a put naming a scope that another of its ops
+// deletes — is ErrIntegrity at once.
+func CheckIntegrity(ops []Op, keys []engine.Key) (Integrity, error) {
+	in := Integrity{written: make(map[string]bool, len(ops))}
+	deleted := map[engine.Key]int{}
+	put := map[engine.Key]bool{}
+	for i, op := range ops {
+		in.written[keys[i].String()] = true
+		if op.Resource == nil {
+			deleted[keys[i]] = i
+			if keys[i].Kind == engine.KindScope {
+				in.DeletedScopes = append(in.DeletedScopes, keys[i])
+			}
+		} else {
+			put[keys[i]] = true
+		}
+	}
+	need := map[engine.Key]bool{}
+	for i, op := range ops {
+		sk, ok := scopeNamed(op.Resource)
+		if !ok {
+			continue
+		}
+		if j, del := deleted[sk]; del {
+			return Integrity{}, fmt.Errorf("%w: ops[%d] (%s) names scope %s, which ops[%d] deletes", ErrIntegrity, i, keys[i].String(), sk.Name, j)
+		}
+		if !put[sk] {
+			need[sk] = true
+		}
+	}
+	for k := range need {
+		in.MustExist = append(in.MustExist, k)
+	}
+	sort.Slice(in.MustExist, func(i, j int) bool { return in.MustExist[i].String() < in.MustExist[j].String() })
+	sort.Slice(in.DeletedScopes, func(i, j int) bool { return in.DeletedScopes[i].String() < in.DeletedScopes[j].String() })
+	return in, nil
+}
+
+// scopeNamed returns the scope a resource depends on: a policy's scope, a
+// scope's parent.
+func scopeNamed(r engine.Resource) (engine.Key, bool) {
+	switch t := r.(type) {
+	case *engine.Policy:
+		if t.Scope != "" {
+			return engine.Key{Kind: engine.KindScope, Mesh: t.Key().Mesh, Name: t.Scope}, true
+		}
+	case *engine.Scope:
+		if t.Parent != "" {
+			return engine.Key{Kind: engine.KindScope, Mesh: t.Key().Mesh, Name: t.Parent}, true
+		}
+	}
+	return engine.Key{}, false
+}
+
+// DependentRanges are the path prefixes (without the store's prefix) under
+// which a dependent of a deleted scope can be stored: per mesh, its policies
+// and its scopes.
+func (in Integrity) DependentRanges() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, k := range in.DeletedScopes {
+		if !seen[k.Mesh] {
+			seen[k.Mesh] = true
+			out = append(out, k.Mesh+"/policies/", k.Mesh+"/scopes/")
+		}
+	}
+	return out
+}
+
+// Dependent reports which deleted scope a stored value at path (without
+// prefix) names, if any: a policy naming it as its scope, a scope naming it as
+// its parent. Resources the write puts or deletes do not count (their new
+// values are checked as puts); a value that does not decode names nothing (it
+// is a broken value, which fails closed on its own).
+func (in Integrity) Dependent(path string, value []byte) (engine.Key, bool) {
+	if len(in.DeletedScopes) == 0 || in.written[path] {
+		return engine.Key{}, false
+	}
+	k, err := engine.ParseKey("", "/"+path)
+	if err != nil || k.Kind != engine.KindPolicy && k.Kind != engine.KindScope {
+		return engine.Key{}, false
+	}
+	var doc struct {
+		Scope  string `json:"scope"`
+		Parent string `json:"parent"`
+	}
+	if json.Unmarshal(value, &doc) != nil {
+		return engine.Key{}, false
+	}
+	name := doc.Scope
+	if k.Kind == engine.KindScope {
+		name = doc.Parent
+	}
+	for _, d := range in.DeletedScopes {
+		if name != "" && d.Mesh == k.Mesh && d.Name == name {
+			return d, true
+		}
+	}
+	return engine.Key{}, false
+}
+
+// Missing is the error of scopes named by the write that do not exist.
+func Missing(keys []engine.Key) error {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.String()
+	}
+	return fmt.Errorf("%w: %s does not exist (deleted meanwhile?); a policy's scope and a scope's parent must exist", ErrIntegrity, strings.Join(names, ", "))
+}
+
+// InUse is the error of deleted scopes that stored resources still name
+// (dependents: path → the scope it names).
+func InUse(dependents map[string]engine.Key) error {
+	paths := make([]string, 0, len(dependents))
+	for p := range dependents {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	const show = 5
+	var parts []string
+	for _, p := range paths[:min(len(paths), show)] {
+		parts = append(parts, fmt.Sprintf("%s names %s", p, dependents[p].String()))
+	}
+	if len(paths) > show {
+		parts = append(parts, fmt.Sprintf("and %d more", len(paths)-show))
+	}
+	return fmt.Errorf("%w: a scope with policies or child scopes cannot be deleted: %s", ErrIntegrity, strings.Join(parts, "; "))
+}
