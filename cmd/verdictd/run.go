@@ -46,13 +46,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}()
 
 	endpoints := cfg.EtcdEndpoints
+	etcdTLS, err := cfg.etcdTLS()
+	if err != nil {
+		return err
+	}
 	if len(endpoints) == 0 {
+		// Private: TLS with a client certificate generated into the data
+		// directory on both of etcd's listeners, so that no other local
+		// process can write around verdictd's authorization (issue 12 F3).
 		dir, err := filepath.Abs(cfg.DataDir)
 		if err != nil {
 			return err
 		}
 		e, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir, Logger: log.With("component", "etcd"),
-			ProgressNotifyInterval: 5 * time.Second})
+			ProgressNotifyInterval: 5 * time.Second, Private: true})
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
 		}
@@ -61,12 +68,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 				log.Warn("embedded etcd close", "err", err)
 			}
 		}()
-		endpoints = e.Endpoints()
-		log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints)
-	}
-	etcdTLS, err := cfg.etcdTLS()
-	if err != nil {
-		return err
+		endpoints, etcdTLS = e.Endpoints(), e.ClientTLS()
+		log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints,
+			"access", "TLS, client certificate from "+filepath.Join(dir, "tls")+" only")
 	}
 	st := etcd.Connect(ctx, etcd.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, TLS: etcdTLS, Logger: log.With("component", "store")})
 	defer func() {

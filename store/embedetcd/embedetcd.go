@@ -13,6 +13,7 @@ package embedetcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,6 +66,11 @@ type Config struct {
 	ProgressNotifyInterval time.Duration
 	// Logger receives etcd's errors; nil discards them.
 	Logger *slog.Logger
+	// Private makes the member no side door (private.go): TLS on both
+	// listeners, a client certificate of a CA generated into <Dir>/tls
+	// required on each; ClientTLS returns the client's configuration. URLs
+	// are https. A single member only. (verdictd's embedded etcd is Private.)
+	Private bool
 
 	// InitialCluster is "name=peerURL,..." for a member of a cluster; empty for
 	// a single member. Set by StartCluster.
@@ -78,11 +84,14 @@ func (c Config) Validate() error {
 	if c.Dir == "" {
 		return fmt.Errorf("%w: Dir is required", ErrInvalidConfig)
 	}
+	if c.Private && c.InitialCluster != "" {
+		return fmt.Errorf("%w: a Private member runs alone (no InitialCluster)", ErrInvalidConfig)
+	}
 	for _, u := range []string{c.ClientURL, c.PeerURL} {
 		if u == "" {
 			continue
 		}
-		if err := checkLoopbackURL(u); err != nil {
+		if err := checkLoopbackURL(u, c.Private); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
@@ -92,12 +101,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func checkLoopbackURL(s string) error {
+func checkLoopbackURL(s string, private bool) error {
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("URL %q: %w", s, err)
 	}
-	if u.Scheme != "http" {
+	switch {
+	case private && u.Scheme != "https":
+		return fmt.Errorf("URL %q: a Private member's URLs are https", s)
+	case !private && u.Scheme != "http":
 		return fmt.Errorf("URL %q: only http (loopback) is supported", s)
 	}
 	ip := net.ParseIP(u.Hostname())
@@ -109,8 +121,9 @@ func checkLoopbackURL(s string) error {
 
 // Etcd is one running (or stopped) member.
 type Etcd struct {
-	cfg  Config // URLs resolved
-	auto bool   // ports were picked here (a bind conflict may pick others)
+	cfg     Config // URLs resolved
+	auto    bool   // ports were picked here (a bind conflict may pick others)
+	private *privateCerts
 
 	mu      sync.Mutex
 	e       *embed.Etcd
@@ -130,18 +143,29 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 		cfg.Name = "default"
 	}
 	auto := cfg.ClientURL == "" || cfg.PeerURL == ""
+	var private *privateCerts
+	if cfg.Private {
+		var err error
+		if private, err = newPrivateCerts(cfg.Dir); err != nil {
+			return nil, fmt.Errorf("%w: certificates: %w", ErrStart, err)
+		}
+	}
 	for attempt := 0; ; attempt++ {
-		m := &Etcd{cfg: cfg, auto: auto}
+		m := &Etcd{cfg: cfg, auto: auto, private: private}
 		if m.cfg.ClientURL == "" || m.cfg.PeerURL == "" {
 			ports, err := listen.FreePorts(2)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrStart, err)
 			}
+			mkURL := LoopbackURL
+			if cfg.Private {
+				mkURL = func(port int) string { return fmt.Sprintf("https://127.0.0.1:%d", port) }
+			}
 			if m.cfg.ClientURL == "" {
-				m.cfg.ClientURL = LoopbackURL(ports[0])
+				m.cfg.ClientURL = mkURL(ports[0])
 			}
 			if m.cfg.PeerURL == "" {
-				m.cfg.PeerURL = LoopbackURL(ports[1])
+				m.cfg.PeerURL = mkURL(ports[1])
 			}
 		}
 		err := m.start(ctx, true)
@@ -230,6 +254,9 @@ func (m *Etcd) embedConfig() (*embed.Config, error) {
 	if c.ProgressNotifyInterval > 0 {
 		ec.WatchProgressNotifyInterval = c.ProgressNotifyInterval
 	}
+	if m.private != nil {
+		ec.ClientTLSInfo, ec.PeerTLSInfo = m.private.info, m.private.info
+	}
 	ec.EnableGRPCGateway = false
 	ec.Logger = "zap"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapslog.NewMuted(c.Logger, "etcd-server", zapcore.ErrorLevel, &m.stopping))
@@ -275,6 +302,15 @@ func (m *Etcd) Name() string { return m.cfg.Name }
 
 // Endpoints returns the client URLs, for clientv3.Config.Endpoints.
 func (m *Etcd) Endpoints() []string { return []string{m.cfg.ClientURL} }
+
+// ClientTLS returns the TLS configuration a client of a Private member needs
+// (with the client certificate); nil for a member that is not Private.
+func (m *Etcd) ClientTLS() *tls.Config {
+	if m.private == nil {
+		return nil
+	}
+	return m.private.client.Clone()
+}
 
 // PeerURL returns the member's peer URL.
 func (m *Etcd) PeerURL() string { return m.cfg.PeerURL }

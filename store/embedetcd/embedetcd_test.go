@@ -2,7 +2,12 @@ package embedetcd_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,4 +201,85 @@ func TestProxy(t *testing.T) {
 			t.Fatalf("after Restore /k = %q", got)
 		}
 	})
+}
+
+// TestPrivateMemberIsNoSideDoor: the embedded etcd verdictd runs (issue 12
+// F3: its plaintext client URL took writes from any local process, a planted
+// Absolute ALLOW turning a DENY into an ALLOW without verdict's token). A
+// client without the member's certificate — plaintext, TLS without a client
+// certificate, TLS with a certificate of another CA — reads and writes
+// nothing, on the client port and on the peer port; the client given
+// ClientTLS does.
+func TestPrivateMemberIsNoSideDoor(t *testing.T) {
+	dir := t.TempDir()
+	e, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir, Fast: true, NoFsync: true, Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	info, err := os.Stat(filepath.Join(dir, "tls"))
+	if err != nil || info.Mode().Perm() != 0o700 {
+		t.Fatalf("certificate directory: %v, %v; want mode 0700", info.Mode(), err)
+	}
+	ep := e.Endpoints()[0]
+	if !strings.HasPrefix(ep, "https://127.0.0.1:") || !strings.HasPrefix(e.PeerURL(), "https://127.0.0.1:") {
+		t.Fatalf("URLs %s, %s: want https on loopback", ep, e.PeerURL())
+	}
+	hostport := strings.TrimPrefix(ep, "https://")
+	peer := strings.TrimPrefix(e.PeerURL(), "https://")
+
+	// Another member's certificates: a CA that is not this member's.
+	other, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: t.TempDir(), Fast: true, NoFsync: true, Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherTLS := other.ClientTLS()
+	other.Close()
+	noCert := e.ClientTLS()
+	noCert.Certificates = nil
+
+	attempts := []struct {
+		name     string
+		endpoint string
+		tls      *tls.Config
+	}{
+		{"plaintext on the client port", "http://" + hostport, nil},
+		{"TLS without a client certificate", "https://" + hostport, noCert},
+		{"TLS with a certificate of another CA", "https://" + hostport, otherTLS},
+		{"plaintext on the peer port", "http://" + peer, nil},
+		{"TLS without a client certificate on the peer port", "https://" + peer, noCert},
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			c, err := clientv3.New(clientv3.Config{Endpoints: []string{a.endpoint}, TLS: a.tls, DialTimeout: time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return // refused at dial: nothing written
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if _, err := c.Put(ctx, "/verdict/v1/default/policies/TrafficPermission/planted", `{}`); err == nil {
+				t.Fatal("the put was accepted")
+			}
+		})
+	}
+	// A raw HTTP request on the peer port (raft messages go there) is refused
+	// at the handshake.
+	if resp, err := (&http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: noCert}}).Get("https://" + peer + "/members"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the peer port answered %s without a client certificate", resp.Status)
+	}
+
+	c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), TLS: e.ClientTLS(), DialTimeout: 30 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	put(t, c, "k", "v")
+	if got := get(t, c, "k"); got != "v" {
+		t.Fatalf("with the member's certificate: got %q", got)
+	}
+	if got := get(t, c, "/verdict/v1/default/policies/TrafficPermission/planted"); got != "" {
+		t.Fatalf("a refused client planted %q", got)
+	}
 }
