@@ -227,9 +227,21 @@ func (s *Store) Client() *clientv3.Client { return s.cli }
 // Prefix returns the store's key prefix.
 func (s *Store) Prefix() string { return s.cfg.Prefix }
 
-// callCtx bounds one etcd call.
+// callCtx bounds one etcd call: RequestTimeout, and a tenth of the time the
+// caller has left before its own deadline (at least 100 ms of it), so that an
+// etcd that does not answer is reported as ErrUnavailable — UNAVAILABLE to an
+// API client — before the caller gives up and sees only its own
+// DEADLINE_EXCEEDED (issue 12: with etcd down, Apply answered
+// DEADLINE_EXCEEDED instead of the documented UNAVAILABLE).
 func (s *Store) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	timeout := s.cfg.RequestTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if t := left - max(left/10, 100*time.Millisecond); t < timeout {
+			timeout = max(t, 0)
+		}
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // mapErr turns an etcd error into the store's.

@@ -400,3 +400,33 @@ func TestQuietWatchReportsDisconnected(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyAnswersBeforeTheCallerGivesUp: with etcd down, an Apply whose
+// caller has less time than RequestTimeout fails with ErrUnavailable while
+// the caller still waits (a tenth of its time early), so the API answers
+// UNAVAILABLE, not the client's own DEADLINE_EXCEEDED (issue 12, minor).
+func TestApplyAnswersBeforeTheCallerGivesUp(t *testing.T) {
+	e := startEtcd(t)
+	st, err := etcd.New(storetest.Context(t), etcd.Config{Endpoints: e.Endpoints(), RequestTimeout: time.Minute, Logger: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The first call may fail at once on the broken connection; the next
+	// ones wait for a connection (the client's calls wait for one) until
+	// their deadline.
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = st.Apply(ctx, []store.Op{storetest.Put(storetest.Policy(t, "default", "p", 0))})
+		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+			t.Fatalf("Apply %d with etcd down: %v (the caller's context: %v); want ErrUnavailable before the caller's deadline", i, err, ctx.Err())
+		}
+		cancel()
+	}
+	if st.Health().Connected {
+		t.Fatal("Health still says connected")
+	}
+}
