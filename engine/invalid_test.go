@@ -216,3 +216,28 @@ func TestInvalidResourcesSetting(t *testing.T) {
 		t.Errorf("invalidResources: Allow: %v, want ErrInvalid", err)
 	}
 }
+
+// TestDotNamesRefused: "." and ".." are path steps, not names (issue 12,
+// minor): refused as a resource's name, a type, a scope reference and in a key.
+func TestDotNamesRefused(t *testing.T) {
+	for _, doc := range []string{
+		`{kind: Policy, name: ".", sources: [{}], destinations: [{}]}`,
+		`{kind: Policy, name: "..", sources: [{}], destinations: [{}]}`,
+		`{kind: Policy, name: p, type: "..", sources: [{}], destinations: [{}]}`,
+		`{kind: Scope, name: "..", selectors: [{}]}`,
+		`{kind: Mesh, name: "."}`,
+		`{kind: Policy, name: p, mesh: "..", sources: [{}], destinations: [{}]}`,
+	} {
+		if _, err := engine.DecodeYAML([]byte(doc)); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", doc, err)
+		}
+	}
+	for _, path := range []string{"/../mesh", "/default/scopes/.", "/default/policies/../x"} {
+		if _, err := engine.ParseKey("", path); err == nil {
+			t.Errorf("ParseKey(%q) accepted", path)
+		}
+	}
+	if _, err := engine.DecodeYAML([]byte(`{kind: Policy, name: "a.b..c", sources: [{}], destinations: [{}]}`)); err != nil {
+		t.Errorf("a name with dots: %v", err)
+	}
+}
