@@ -105,6 +105,41 @@ func TestChaosSmoke(t *testing.T) {
 	}
 }
 
+// TestHostileSmoke is the hostile run of `make chaos` scaled down: every
+// scenario with hundreds of streams, not thousands. It judges what holds
+// whatever the load (Problems: goroutines back to the baseline, no update lost
+// by the honest watcher, no Internal answers, no probe Decide failed with an
+// error); probe deadlines, the watcher's lag and the heap are logged.
+func TestHostileSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes for ~1 min: skipped under -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Hostile(ctx, HostileConfig{Verdictd: verdictd, StormStreams: 200, SilentStreams: 200, SilentFor: 4 * time.Second,
+		Concurrent: 2, Rounds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	rep.WriteText(&out)
+	t.Log("\n" + out.String())
+	if len(rep.Problems) > 0 {
+		t.Errorf("problems: %v", rep.Problems)
+	}
+	if len(rep.Misses) > 0 {
+		t.Logf("targets missed (not judged here): %v", rep.Misses)
+	}
+	if len(rep.Scenarios) != 6 || rep.Probes.OK == 0 {
+		t.Errorf("%d scenarios run, %d probes answered", len(rep.Scenarios), rep.Probes.OK)
+	}
+	for _, s := range rep.Scenarios {
+		if len(s.Codes) == 0 {
+			t.Errorf("%s: the attacker made no call", s.Name)
+		}
+	}
+}
+
 // TestSoakSmoke is `make soak` in short: 20 s of mixed load. Streams open and
 // close all along; once the load stops, each replica's goroutines must come
 // back to where they were before it (within idleSlack), and no call failed.
