@@ -152,7 +152,7 @@ var sideBits = [2]uint8{sideOut, sideIn}
 // rule, then the final action. It takes no lock. Answers are cached in the
 // snapshot (cache.go); without Explain, a decision allocates nothing, except
 // once per distinct flow seen twice (the cache entry). It fails only with
-// ErrMeshNotFound.
+// ErrMeshNotFound, or ErrTypeNotFound for a type the mesh does not know.
 func (s *Snapshot) Decide(req *Request) (Decision, error) {
 	meshName := req.Mesh
 	if meshName == "" {
@@ -171,6 +171,9 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 	}
 	f := flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}
 	if req.Explain || req.NoCache {
+		if err := ms.checkType(typ); err != nil {
+			return Decision{}, err
+		}
 		d := s.decideUncached(ms, typ, &f)
 		if req.Explain {
 			d.Explain = ms.explain(typ, req, &d)
@@ -180,7 +183,10 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 	c := s.cache()
 	h := flowHash(meshName, typ, &f)
 	if d, ok := c.lookup(h, meshName, typ, &f); ok {
-		return d, nil
+		return d, nil // only known types are cached
+	}
+	if err := ms.checkType(typ); err != nil {
+		return Decision{}, err
 	}
 	d := s.decideUncached(ms, typ, &f)
 	c.store(h, meshName, typ, &f, d)

@@ -81,6 +81,7 @@ func decodeMesh(o *obj) *Mesh {
 			m.Types[t] = ts
 		}
 	}
+	m.StrictTypes = o.boolean("strictTypes", false)
 	m.Meta = o.meta()
 	return m
 }

@@ -162,6 +162,13 @@ func genWorld(c *choices) []engine.Resource {
 			mesh.Types["MeshTrafficPermission"] = engine.TypeSettings{Select: engine.SelectPerDestination, UnenforcedAction: c.action()}
 		}
 	}
+	if c.chance(50) {
+		// "Other" has no policy: declared, it is known and answered; else NOT_FOUND
+		if mesh.Types == nil {
+			mesh.Types = map[string]engine.TypeSettings{}
+		}
+		mesh.Types["Other"] = engine.TypeSettings{}
+	}
 	if c.chance(80) {
 		out = append(out, mesh)
 	}
@@ -278,7 +285,7 @@ func checkAgainstReference(t *testing.T, data []byte) {
 		want, found := refDecide(resources, req)
 		if !found {
 			if err == nil {
-				t.Fatalf("reference: mesh not found; engine answered %+v", got)
+				t.Fatalf("reference: mesh or type not found; engine answered %+v", got)
 			}
 			continue
 		}

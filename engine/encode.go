@@ -45,6 +45,7 @@ type jsonMesh struct {
 	InvalidResources string                      `json:"invalidResources,omitempty"`
 	Profile          string                      `json:"profile,omitempty"`
 	Types            map[string]jsonTypeSettings `json:"types,omitempty"`
+	StrictTypes      bool                        `json:"strictTypes,omitempty"`
 	CreationTime     string                      `json:"creationTime,omitempty"`
 	ModificationTime string                      `json:"modificationTime,omitempty"`
 }
@@ -132,7 +133,7 @@ func document(r Resource) any {
 	switch t := r.(type) {
 	case *Mesh:
 		m := jsonMesh{
-			Kind: "Mesh", Name: t.Name,
+			Kind: "Mesh", Name: t.Name, StrictTypes: t.StrictTypes,
 			DefaultAction: t.DefaultAction.String(), UnenforcedAction: t.UnenforcedAction.String(),
 			CreationTime: jsonTime(t.Meta.CreationTime), ModificationTime: jsonTime(t.Meta.ModificationTime),
 		}

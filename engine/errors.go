@@ -25,6 +25,7 @@ var codeNames = [...]struct {
 	{ErrInvalid, "InvalidArgument"},
 	{ErrMeshNotFound, "NotFound"},
 	{ErrInvalidStored, "FailedPrecondition"},
+	{ErrTypeNotFound, "NotFound"},
 }
 
 // CodeName returns the status code name the API answers err with when err is

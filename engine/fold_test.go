@@ -222,7 +222,9 @@ func (c *choices) block() *engine.Block {
 // genFoldWorld: a mesh with a few scopes, and policies of two types: "Cfg"
 // (targetRef policies with blocks or bare conf) and "SdCfg" (S&D policies).
 func genFoldWorld(c *choices) []engine.Resource {
-	out := []engine.Resource{&engine.Mesh{Name: "m", TieBreak: engine.TieBreak(c.n(4)), Profile: engine.Profile(c.n(3))}}
+	// both types declared: a world without policies of one still knows it
+	out := []engine.Resource{&engine.Mesh{Name: "m", TieBreak: engine.TieBreak(c.n(4)), Profile: engine.Profile(c.n(3)),
+		Types: map[string]engine.TypeSettings{"Cfg": {}, "SdCfg": {}}}}
 	var scopes []string
 	for i, n := 0, c.n(3); i < n; i++ {
 		s := &engine.Scope{Mesh: "m", Name: fmt.Sprintf("s%d", i), Priority: int32(c.n(3)), Enforced: true,

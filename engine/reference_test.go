@@ -38,27 +38,37 @@ type refWorld struct {
 	byName   map[string]*engine.Scope
 	policies []*engine.Policy // of the request's type
 	anyRes   bool
+	// known: the type is built in, declared in the Mesh's types, named in a
+	// scope's catchAllTypes or used by a policy of the mesh (SPEC section 10)
+	known bool
 }
 
 func refLoad(resources []engine.Resource, mesh, typ string) refWorld {
-	w := refWorld{byName: map[string]*engine.Scope{}}
+	w := refWorld{byName: map[string]*engine.Scope{}, known: engine.IsBuiltinType(typ)}
 	var scopes []*engine.Scope
 	for _, r := range resources {
 		switch t := r.(type) {
 		case *engine.Mesh:
 			if t.Name == mesh {
 				w.mesh, w.anyRes = t, true
+				if _, ok := t.Types[typ]; ok {
+					w.known = true
+				}
 			}
 		case *engine.Scope:
 			if t.Mesh == mesh {
 				scopes = append(scopes, t)
 				w.anyRes = true
+				for _, ct := range t.CatchAllTypes {
+					w.known = w.known || ct == typ
+				}
 			}
 		case *engine.Policy:
 			if t.Mesh == mesh {
 				w.anyRes = true
 				if t.Type == typ {
 					w.policies = append(w.policies, t)
+					w.known = true
 				}
 			}
 		}
@@ -502,7 +512,7 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 		typ = "TrafficPermission"
 	}
 	w := refLoad(resources, mesh, typ)
-	if !w.anyRes {
+	if !w.anyRes || !w.known {
 		return engine.Decision{}, false
 	}
 	def, unenf, tb, io, comb := w.settings(typ)

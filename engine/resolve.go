@@ -100,7 +100,7 @@ type ResolveResult struct {
 }
 
 // Resolve computes the effective configuration (docs/resolve.md). It fails with
-// ErrMeshNotFound, or ErrInvalid when the type needs a source and a destination
+// ErrMeshNotFound, ErrTypeNotFound, or ErrInvalid when the type needs a source and a destination
 // and the request lacks one.
 func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 	meshName := req.Mesh
@@ -117,6 +117,9 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
+	}
+	if err := ms.checkType(typ); err != nil {
+		return nil, err
 	}
 	res := &ResolveResult{Revision: s.revision}
 	ts, _ := ms.types.Get(typ)

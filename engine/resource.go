@@ -261,6 +261,7 @@ type Mesh struct {
 	// InvalidResources: what the mesh does with stored resources that do not
 	// validate (invalid.go); the zero value fails closed.
 	InvalidResources InvalidResources
+	StrictTypes      bool // refuse policies of types neither built in nor in Types (types.go)
 	Meta             Meta
 }
 

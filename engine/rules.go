@@ -64,6 +64,9 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 	if !ok {
 		return RuleSet{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
 	}
+	if err := ms.checkType(typ); err != nil {
+		return RuleSet{}, err
+	}
 	ts, _ := ms.types.Get(typ)
 	set := ms.settings.forType(typ)
 	f := &flow{src: workload, dst: workload}

@@ -157,8 +157,9 @@ type meshState struct {
 	scopeDocs pmap.Map[string, *Scope]
 	scopes    *scopeTable
 	types     pmap.Map[string, *typeState]
-	count     int // resources of the mesh, valid or not
-	invalid   int // policies invalid in their mesh (typeState.invalid summed)
+	count     int             // resources of the mesh, valid or not
+	invalid   int             // policies invalid in their mesh (typeState.invalid summed)
+	declared  map[string]bool // types named by the Mesh or a scope (types.go)
 }
 
 // apply returns the mesh after changes; nil when it holds no resource.
@@ -256,6 +257,7 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 	})
 	sort.Slice(scopeList, func(i, j int) bool { return scopeList[i].Name < scopeList[j].Name })
 	m.scopes = buildScopes(scopeList)
+	m.declared = declaredTypes(doc, scopeList)
 	m.count = len(scopeList)
 	if doc != nil {
 		m.count++

@@ -28,6 +28,7 @@ func TestCodeOf(t *testing.T) {
 		{"wrapped validation", fmt.Errorf("apply: %w", invalid), codes.InvalidArgument},
 		{"mesh not found", fmt.Errorf("%w: x", engine.ErrMeshNotFound), codes.NotFound},
 		{"closed by an invalid stored resource", fmt.Errorf("%w: x", engine.ErrInvalidStored), codes.FailedPrecondition},
+		{"type not found", &engine.UnknownTypeError{Mesh: "m", Type: "T"}, codes.NotFound},
 		{"key not found", fmt.Errorf("%w: k", store.ErrNotFound), codes.NotFound},
 		{"a dangling reference at commit", fmt.Errorf("%w: k", store.ErrIntegrity), codes.FailedPrecondition},
 		{"conflict", fmt.Errorf("%w: k", store.ErrConflict), codes.Aborted},

@@ -30,11 +30,11 @@ func (s policyService) Apply(ctx context.Context, req *verdictv1.ApplyRequest) (
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	rev, err := s.write(ctx, w, req.GetDryRun())
+	rev, warnings, err := s.write(ctx, w, req.GetDryRun())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	return &verdictv1.ApplyResponse{Revision: rev, Keys: w.putKeys, Deleted: w.deleteKeys}, nil
+	return &verdictv1.ApplyResponse{Revision: rev, Keys: w.putKeys, Deleted: w.deleteKeys, Warnings: warnings}, nil
 }
 
 // Delete removes keys in one transaction; a key that holds nothing is NotFound.
@@ -46,7 +46,7 @@ func (s policyService) Delete(ctx context.Context, req *verdictv1.DeleteRequest)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	rev, err := s.write(ctx, w, req.GetDryRun())
+	rev, _, err := s.write(ctx, w, req.GetDryRun())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -164,16 +164,22 @@ func expectedOf(expected map[string]int64, key string) int64 {
 }
 
 // write checks w against the current snapshot, then stores it unless dryRun.
-// It returns the revision of the write, or for a dry run the snapshot's.
-func (s *Server) write(ctx context.Context, w *write, dryRun bool) (int64, error) {
+// It returns the revision of the write, or for a dry run the snapshot's, and
+// the warnings of the write (engine.Snapshot.TypeWarnings).
+func (s *Server) write(ctx context.Context, w *write, dryRun bool) (int64, []string, error) {
 	snap := s.syncer.Snapshot()
 	if err := snap.CheckApply(w.puts, w.deletes); err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	warnings, err := snap.TypeWarnings(w.puts)
+	if err != nil {
+		return 0, nil, err
 	}
 	if dryRun {
-		return snap.Revision(), nil
+		return snap.Revision(), warnings, nil
 	}
-	return s.store.Apply(ctx, w.ops)
+	rev, err := s.store.Apply(ctx, w.ops)
+	return rev, warnings, err
 }
 
 // mustExist fails with NotFound for the first key that holds nothing. The

@@ -147,25 +147,28 @@ func runApply(ctx context.Context, args []string, e *env) int {
 			}
 			req.Resources = append(req.Resources, pr)
 		}
+		origin := func(field string) string {
+			m := resourceIndex.FindStringSubmatch(field)
+			if m == nil {
+				return field
+			}
+			i, _ := strconv.Atoi(m[1])
+			if i >= len(part) {
+				return field
+			}
+			return origins[part[i]] + strings.TrimPrefix(field, m[0])
+		}
 		cctx, cancel := cf.ctx(ctx)
 		resp, err := client.Apply(cctx, req)
 		cancel()
 		if err != nil {
-			origin := func(field string) string {
-				m := resourceIndex.FindStringSubmatch(field)
-				if m == nil {
-					return field
-				}
-				i, _ := strconv.Atoi(m[1])
-				if i >= len(part) {
-					return field
-				}
-				return origins[part[i]] + strings.TrimPrefix(field, m[0])
-			}
 			if len(parts) > 1 {
 				fmt.Fprintf(e.stderr, "call %d of %d failed; the %d calls before it were applied\n", n+1, len(parts), n)
 			}
 			return fail(e, "apply", err, origin)
+		}
+		for _, w := range resp.GetWarnings() {
+			fmt.Fprintf(e.stderr, "warning: %s\n", origin(w))
 		}
 		for _, k := range resp.GetKeys() {
 			fmt.Fprintf(e.stdout, "%s %s\n", k, verb)

@@ -104,7 +104,11 @@ type ApplyResponse struct {
 	// The keys written, in request order.
 	Keys []string `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
 	// The keys deleted.
-	Deleted       []string `protobuf:"bytes,3,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	Deleted []string `protobuf:"bytes,3,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	// What was accepted but looks wrong: a policy type neither built in nor
+	// declared in its Mesh's types, with the nearest known types ("did you mean
+	// TrafficPermission?"). A Mesh with strict_types refuses such a write instead.
+	Warnings      []string `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +160,13 @@ func (x *ApplyResponse) GetKeys() []string {
 func (x *ApplyResponse) GetDeleted() []string {
 	if x != nil {
 		return x.Deleted
+	}
+	return nil
+}
+
+func (x *ApplyResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -669,11 +680,12 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\x12expected_revisions\x18\x04 \x03(\v2/.verdict.v1.ApplyRequest.ExpectedRevisionsEntryR\x11expectedRevisions\x1aD\n" +
 	"\x16ExpectedRevisionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"Y\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"u\n" +
 	"\rApplyResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x18\n" +
-	"\adeleted\x18\x03 \x03(\tR\adeleted\"A\n" +
+	"\adeleted\x18\x03 \x03(\tR\adeleted\x12\x1a\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"A\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +

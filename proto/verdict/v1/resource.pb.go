@@ -148,7 +148,10 @@ type Mesh struct {
 	// item_order, types.MeshTrafficPermission.unenforced_action and
 	// types.TrafficPermission.select as that product decides; a field set here
 	// beats the profile.
-	Profile       string `protobuf:"bytes,11,opt,name=profile,proto3" json:"profile,omitempty"`
+	Profile string `protobuf:"bytes,11,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Refuse policies of types neither built in nor named in types (SPEC
+	// section 10, "Known types"); false: accept them with a warning.
+	StrictTypes   bool `protobuf:"varint,12,opt,name=strict_types,json=strictTypes,proto3" json:"strict_types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,6 +261,13 @@ func (x *Mesh) GetProfile() string {
 		return x.Profile
 	}
 	return ""
+}
+
+func (x *Mesh) GetStrictTypes() bool {
+	if x != nil {
+		return x.StrictTypes
+	}
+	return false
 }
 
 // TypeSettings overrides a mesh's settings for one policy type.
@@ -1125,7 +1135,7 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x05scope\x18\x02 \x01(\v2\x11.verdict.v1.ScopeH\x00R\x05scope\x12,\n" +
 	"\x06policy\x18\x03 \x01(\v2\x12.verdict.v1.PolicyH\x00R\x06policyB\n" +
 	"\n" +
-	"\bresource\"\x96\x04\n" +
+	"\bresource\"\xb9\x04\n" +
 	"\x04Mesh\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -1139,7 +1149,8 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x11modification_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x12+\n" +
 	"\x11invalid_resources\x18\n" +
 	" \x01(\tR\x10invalidResources\x12\x18\n" +
-	"\aprofile\x18\v \x01(\tR\aprofile\x1aR\n" +
+	"\aprofile\x18\v \x01(\tR\aprofile\x12!\n" +
+	"\fstrict_types\x18\f \x01(\bR\vstrictTypes\x1aR\n" +
 	"\n" +
 	"TypesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
