@@ -40,7 +40,7 @@ func ResourceToProto(r engine.Resource) (*verdictv1.Resource, error) {
 
 func meshToProto(m *engine.Mesh) *verdictv1.Mesh {
 	out := &verdictv1.Mesh{Kind: "Mesh", Name: m.Name,
-		DefaultAction: m.DefaultAction.String(), UnenforcedAction: m.UnenforcedAction.String(),
+		DefaultAction: m.DefaultAction.String(), UnenforcedAction: m.UnenforcedAction.String(), StrictTypes: m.StrictTypes,
 		CreationTime: timestamp(m.Meta.CreationTime), ModificationTime: timestamp(m.Meta.ModificationTime)}
 	out.TieBreak = m.TieBreak.String() // "" when unset (the profile's, else Name)
 	out.ItemOrder = m.ItemOrder.String()
