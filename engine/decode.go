@@ -55,13 +55,19 @@ func DecodeValue(v any) (Resource, error) {
 		return nil, invalid("", "a resource must be an object")
 	}
 	var errs errList
-	m, paths, outOfScope := normalizeKuma(m, &errs)
-	if outOfScope {
-		return nil, errs.err()
+	var r Resource
+	if isDataplane(m) {
+		r, errs.errs = decodeDataplaneDoc(m)
+	} else {
+		m, paths, outOfScope := normalizeKuma(m, &errs)
+		if outOfScope {
+			return nil, errs.err()
+		}
+		var derrs []FieldError
+		r, derrs = decodeResource(m)
+		rewriteErrors(derrs, paths)
+		errs.errs = append(errs.errs, derrs...)
 	}
-	r, derrs := decodeResource(m)
-	rewriteErrors(derrs, paths)
-	errs.errs = append(errs.errs, derrs...)
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
@@ -80,9 +86,9 @@ func decodeResource(m map[string]any) (Resource, []FieldError) {
 	kind, ok := ParseKind(kindText)
 	if !ok {
 		if kindText == "" {
-			errs.add("kind", "is required: Mesh, Scope or Policy (or a Kuma policy with type)")
+			errs.add("kind", "is required: Mesh, Scope, Policy or Workload (or a Kuma policy or Dataplane with type)")
 		} else {
-			errs.add("kind", fmt.Sprintf("%q is not Mesh, Scope or Policy", kindText))
+			errs.add("kind", fmt.Sprintf("%q is not Mesh, Scope, Policy or Workload", kindText))
 		}
 		return nil, errs.errs
 	}
@@ -94,6 +100,8 @@ func decodeResource(m map[string]any) (Resource, []FieldError) {
 		r = decodeScope(o)
 	case KindPolicy:
 		r = decodePolicy(o)
+	case KindWorkload:
+		r = decodeWorkload(o)
 	}
 	o.finish()
 	return r, errs.errs

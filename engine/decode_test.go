@@ -20,7 +20,7 @@ func TestDecodeErrors(t *testing.T) {
 		why   string // a part of the reason
 	}{
 		{"no kind, no type", `{name: x}`, "kind", "required"},
-		{"unknown kind", `{kind: Gateway, name: x}`, "kind", "not Mesh, Scope or Policy"},
+		{"unknown kind", `{kind: Gateway, name: x}`, "kind", "not Mesh, Scope, Policy or Workload"},
 		{"unknown field", `{kind: Policy, name: x, sources: [{}], destinations: [{}], actoin: DENY}`, "actoin", "unknown field"},
 		{"unknown nested field", `{kind: Policy, name: x, sources: [{mach: {a: b}}], destinations: [{}]}`, "sources[0].mach", "unknown field"},
 		{"empty name", `{kind: Policy, name: '', sources: [{}], destinations: [{}]}`, "name", "required"},

@@ -192,6 +192,8 @@ func document(r Resource) any {
 		p.Defaults = jsonBlockOf(t.Defaults)
 		p.Overrides = jsonBlockOf(t.Overrides)
 		return p
+	case *Workload:
+		return workloadDocument(t)
 	}
 	return nil
 }

@@ -133,6 +133,15 @@ func (s *Snapshot) Get(k Key) (Entry, bool) {
 			err = invalid("", cp.err)
 		}
 		return Entry{Resource: cp.p, Err: err}, true
+	case KindWorkload:
+		if ms.inv == nil {
+			return Entry{}, false
+		}
+		e, ok := ms.inv.byName.Get(k.Name)
+		if !ok {
+			return Entry{}, false
+		}
+		return e.entry(), true
 	}
 	return Entry{}, false
 }
@@ -150,6 +159,15 @@ func (s *Snapshot) Invalid() []InvalidResource {
 			sd, _ := ms.scopeDocs.Get(name)
 			out = append(out, InvalidResource{Path: sd.Key().String(), Key: sd.Key(), Resource: sd,
 				Err: invalid("parent", why), ModRevision: sd.Meta.ModRevision})
+		}
+		if ms.inv != nil && ms.inv.invalid > 0 {
+			ms.inv.byName.Range(func(_ string, e *workloadEntry) bool {
+				if e.err != "" {
+					out = append(out, InvalidResource{Path: e.w.Key().String(), Key: e.w.Key(), Resource: e.w,
+						Err: e.entry().Err, ModRevision: e.w.Meta.ModRevision})
+				}
+				return true
+			})
 		}
 		ms.types.Range(func(_ string, ts *typeState) bool {
 			if ts.invalid == 0 {
@@ -199,6 +217,12 @@ func (s *Snapshot) Resources(f func(Entry) bool) {
 			})
 			return cont
 		})
+		if cont && ms.inv != nil {
+			ms.inv.byName.Range(func(_ string, e *workloadEntry) bool {
+				cont = f(e.entry())
+				return cont
+			})
+		}
 		return cont
 	})
 }

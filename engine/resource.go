@@ -238,7 +238,8 @@ type Meta struct {
 	ValueHash [32]byte
 }
 
-// Resource is a Mesh, a Scope or a Policy. Resources are immutable once decoded.
+// Resource is a Mesh, a Scope, a Policy or a Workload. Resources are immutable
+// once decoded.
 type Resource interface {
 	// Key identifies the resource; it is unique in a store.
 	Key() Key
@@ -413,6 +414,7 @@ const (
 	KindMesh Kind = iota + 1
 	KindScope
 	KindPolicy
+	KindWorkload
 )
 
 func (k Kind) String() string {
@@ -423,11 +425,13 @@ func (k Kind) String() string {
 		return "Scope"
 	case KindPolicy:
 		return "Policy"
+	case KindWorkload:
+		return "Workload"
 	}
 	return ""
 }
 
-// ParseKind reads "Mesh", "Scope" or "Policy".
+// ParseKind reads "Mesh", "Scope", "Policy" or "Workload".
 func ParseKind(s string) (Kind, bool) {
 	switch s {
 	case "Mesh":
@@ -436,6 +440,8 @@ func ParseKind(s string) (Kind, bool) {
 		return KindScope, true
 	case "Policy":
 		return KindPolicy, true
+	case "Workload":
+		return KindWorkload, true
 	}
 	return 0, false
 }
@@ -445,7 +451,7 @@ type Key struct {
 	Kind Kind
 	Mesh string
 	Type string // policies only
-	Name string // scopes and policies
+	Name string // scopes, policies and workloads
 }
 
 // DefaultPrefix is the etcd key prefix of verdict's resources.
@@ -457,7 +463,7 @@ func (k Key) Path(prefix string) string {
 }
 
 // String is the key without prefix: "default/mesh", "default/scopes/Apps",
-// "default/policies/TrafficPermission/web-to-api".
+// "default/policies/TrafficPermission/web-to-api", "default/workloads/web-1".
 func (k Key) String() string {
 	switch k.Kind {
 	case KindMesh:
@@ -466,12 +472,14 @@ func (k Key) String() string {
 		return k.Mesh + "/scopes/" + k.Name
 	case KindPolicy:
 		return k.Mesh + "/policies/" + k.Type + "/" + k.Name
+	case KindWorkload:
+		return k.Mesh + "/workloads/" + k.Name
 	}
 	return ""
 }
 
-// ParseKey reads a storage key under prefix. It accepts exactly the three forms
-// Path produces, with valid names.
+// ParseKey reads a storage key under prefix. It accepts exactly the forms Path
+// produces, with valid names.
 func ParseKey(prefix, path string) (Key, error) {
 	rest, ok := strings.CutPrefix(path, prefix+"/")
 	if !ok {
@@ -486,12 +494,14 @@ func ParseKey(prefix, path string) (Key, error) {
 		k = Key{Kind: KindScope, Mesh: parts[0], Name: parts[2]}
 	case len(parts) == 4 && parts[1] == "policies":
 		k = Key{Kind: KindPolicy, Mesh: parts[0], Type: parts[2], Name: parts[3]}
+	case len(parts) == 3 && parts[1] == "workloads":
+		k = Key{Kind: KindWorkload, Mesh: parts[0], Name: parts[2]}
 	default:
-		return Key{}, fmt.Errorf("key %q is not <mesh>/mesh, <mesh>/scopes/<name> or <mesh>/policies/<type>/<name>", rest)
+		return Key{}, fmt.Errorf("key %q is not <mesh>/mesh, <mesh>/scopes/<name>, <mesh>/policies/<type>/<name> or <mesh>/workloads/<name>", rest)
 	}
 	names := []string{k.Mesh}
 	switch k.Kind {
-	case KindScope:
+	case KindScope, KindWorkload:
 		names = append(names, k.Name)
 	case KindPolicy:
 		names = append(names, k.Type, k.Name)

@@ -134,15 +134,15 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 	mb := s.meshes.Builder()
 	for _, name := range meshOrder {
 		old, _ := mb.Get(name)
-		nm := old.apply(name, byMesh[name])
+		nm := old.applyAll(name, byMesh[name])
 		if old != nil {
-			out.count -= old.count
+			out.count -= old.total()
 		}
 		if nm == nil {
 			mb.Delete(name)
 			continue
 		}
-		out.count += nm.count
+		out.count += nm.total()
 		mb.Set(name, nm)
 	}
 	out.meshes = mb.Map()
@@ -157,12 +157,50 @@ type meshState struct {
 	scopeDocs pmap.Map[string, *Scope]
 	scopes    *scopeTable
 	types     pmap.Map[string, *typeState]
-	count     int             // resources of the mesh, valid or not
+	count     int             // the mesh document, scopes and policies, valid or not
 	invalid   int             // policies invalid in their mesh (typeState.invalid summed)
 	declared  map[string]bool // types named by the Mesh or a scope (types.go)
+	inv       *inventory      // workloads (inventory.go); nil for none
 }
 
-// apply returns the mesh after changes; nil when it holds no resource.
+// total is the number of resources of the mesh, workloads included.
+func (m *meshState) total() int { return m.count + m.inv.len() }
+
+// applyAll returns the mesh after changes; nil when it holds no resource.
+// Workload changes update the inventory alone: they never recompile scopes or
+// policies.
+func (m *meshState) applyAll(name string, changes []Change) *meshState {
+	var workloads, rest []Change
+	for _, c := range changes {
+		if c.Key.Kind == KindWorkload {
+			workloads = append(workloads, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	var inv *inventory
+	if m != nil {
+		inv = m.inv
+	}
+	if len(workloads) > 0 {
+		inv = inv.apply(workloads)
+	}
+	var out *meshState
+	switch {
+	case len(rest) > 0 || m == nil:
+		out = m.apply(name, rest)
+	default:
+		c := *m
+		out = &c
+	}
+	out.inv = inv
+	if out.total() == 0 {
+		return nil
+	}
+	return out
+}
+
+// apply returns the mesh after changes to its document, scopes and policies.
 func (m *meshState) apply(name string, changes []Change) *meshState {
 	rebuild := m == nil
 	for _, c := range changes {
@@ -199,9 +237,6 @@ func (m *meshState) apply(name string, changes []Change) *meshState {
 		tb.Set(t, nt)
 	}
 	out.types = tb.Map()
-	if out.count == 0 {
-		return nil
-	}
 	return &out
 }
 
@@ -278,9 +313,6 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 		tb.Set(t, ts)
 	}
 	m.types = tb.Map()
-	if m.count == 0 {
-		return nil
-	}
 	return m
 }
 

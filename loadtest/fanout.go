@@ -49,7 +49,7 @@ func Fanout(ctx context.Context, conns Conns, workloads []engine.Tags, streams i
 			}()
 			client := verdictv1.NewWatchServiceClient(conns.pick(s))
 			st, err := client.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: mesh, Type: typ,
-				Workload: &verdictv1.Workload{Tags: workloads[s%len(workloads)]}})
+				Workload: &verdictv1.Endpoint{Tags: workloads[s%len(workloads)]}})
 			for err == nil {
 				var msg *verdictv1.WatchRulesResponse
 				if msg, err = st.Recv(); err != nil {

@@ -27,8 +27,8 @@ func Flows(reqs []engine.Request) []*verdictv1.DecideRequest {
 	for i, r := range reqs {
 		out[i] = &verdictv1.DecideRequest{
 			Mesh: r.Mesh, Type: r.Type, Protocol: r.Protocol.String(), Port: r.Port,
-			Source:      &verdictv1.Workload{Tags: r.Source},
-			Destination: &verdictv1.Workload{Tags: r.Destination},
+			Source:      &verdictv1.Endpoint{Tags: r.Source},
+			Destination: &verdictv1.Endpoint{Tags: r.Destination},
 		}
 	}
 	return out

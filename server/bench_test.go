@@ -96,8 +96,8 @@ func BenchmarkDecideBatch(b *testing.B) {
 	flows := set.Flows(2, 100)
 	req := &verdictv1.DecideBatchRequest{}
 	for _, f := range flows {
-		req.Requests = append(req.Requests, &verdictv1.DecideRequest{Source: &verdictv1.Workload{Tags: f.Source},
-			Destination: &verdictv1.Workload{Tags: f.Destination}, Protocol: f.Protocol.String(), Port: f.Port})
+		req.Requests = append(req.Requests, &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{Tags: f.Source},
+			Destination: &verdictv1.Endpoint{Tags: f.Destination}, Protocol: f.Protocol.String(), Port: f.Port})
 	}
 	run := func(b *testing.B, client verdictv1.DecisionServiceClient) {
 		b.ReportAllocs()

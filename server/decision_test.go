@@ -95,7 +95,7 @@ func TestDecideErrors(t *testing.T) {
 		{"bad protocol", &verdictv1.DecideRequest{Protocol: "SCTP"}, codes.InvalidArgument, "protocol"},
 		{"bad port", &verdictv1.DecideRequest{Port: 70000}, codes.InvalidArgument, "port"},
 		{"bad mesh name", &verdictv1.DecideRequest{Mesh: "a/b"}, codes.InvalidArgument, "mesh"},
-		{"too many tags", &verdictv1.DecideRequest{Source: &verdictv1.Workload{Tags: many}}, codes.InvalidArgument, "source.tags"},
+		{"too many tags", &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{Tags: many}}, codes.InvalidArgument, "source.tags"},
 		{"tag value too long", &verdictv1.DecideRequest{Destination: tags("k", strings.Repeat("v", 1025))}, codes.InvalidArgument, "destination.tags"},
 		{"negative min_revision", &verdictv1.DecideRequest{MinRevision: -1}, codes.InvalidArgument, "minRevision"},
 		{"min_revision never reached", &verdictv1.DecideRequest{MinRevision: 99}, codes.Unavailable, ""},

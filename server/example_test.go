@@ -41,8 +41,8 @@ func Example() {
 		return
 	}
 	d, err := verdictv1.NewDecisionServiceClient(conn).Decide(ctx, &verdictv1.DecideRequest{
-		Source:      &verdictv1.Workload{Tags: map[string]string{"app": "web"}},
-		Destination: &verdictv1.Workload{Tags: map[string]string{"app": "backend"}},
+		Source:      &verdictv1.Endpoint{Tags: map[string]string{"app": "web"}},
+		Destination: &verdictv1.Endpoint{Tags: map[string]string{"app": "backend"}},
 		MinRevision: w.GetRevision(),
 	})
 	if err != nil {

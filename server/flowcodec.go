@@ -34,7 +34,7 @@ var flowFields = map[string]map[protowire.Number]protowire.Type{
 		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType, 4: protowire.BytesType,
 		5: protowire.BytesType, 6: protowire.VarintType, 7: protowire.VarintType, 8: protowire.VarintType,
 	},
-	"verdict.v1.Workload":            {1: protowire.BytesType},
+	"verdict.v1.Endpoint":            {1: protowire.BytesType},
 	"verdict.v1.DecideBatchRequest":  {1: protowire.BytesType, 2: protowire.VarintType},
 	"verdict.v1.DecideStreamRequest": {1: protowire.BytesType, 2: protowire.BytesType},
 }
@@ -174,12 +174,12 @@ func decodeDecide(b []byte, m *verdictv1.DecideRequest) bool {
 			m.Protocol, ok = internString(v)
 		case 3:
 			if m.Source == nil {
-				m.Source = &verdictv1.Workload{}
+				m.Source = &verdictv1.Endpoint{}
 			}
 			ok = decodeWorkload(v, m.Source)
 		case 4:
 			if m.Destination == nil {
-				m.Destination = &verdictv1.Workload{}
+				m.Destination = &verdictv1.Endpoint{}
 			}
 			ok = decodeWorkload(v, m.Destination)
 		}
@@ -191,7 +191,7 @@ func decodeDecide(b []byte, m *verdictv1.DecideRequest) bool {
 }
 
 // decodeWorkload adds the tags of b to w (a repeated message field merges).
-func decodeWorkload(b []byte, w *verdictv1.Workload) bool {
+func decodeWorkload(b []byte, w *verdictv1.Endpoint) bool {
 	if w.Tags == nil {
 		w.Tags = make(map[string]string, countEntries(b))
 	}

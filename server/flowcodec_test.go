@@ -57,7 +57,7 @@ func flowMessages(t testing.TB) map[string][]byte {
 	var batch verdictv1.DecideBatchRequest
 	for i, f := range set.Flows(4, 40) {
 		r := &verdictv1.DecideRequest{Mesh: f.Mesh, Type: f.Type, Protocol: f.Protocol.String(), Port: f.Port,
-			Source: &verdictv1.Workload{Tags: f.Source}, Destination: &verdictv1.Workload{Tags: f.Destination},
+			Source: &verdictv1.Endpoint{Tags: f.Source}, Destination: &verdictv1.Endpoint{Tags: f.Destination},
 			Explain: i%3 == 0, MinRevision: int64(i * 7)}
 		out[fmt.Sprintf("decide %d", i)] = wire(t, r)
 		out[fmt.Sprintf("stream %d", i)] = wire(t, &verdictv1.DecideStreamRequest{Id: fmt.Sprint("id-", i), Request: r})
@@ -67,13 +67,13 @@ func flowMessages(t testing.TB) map[string][]byte {
 	out["batch"] = wire(t, &batch)
 	out["batch, one empty flow"] = wire(t, &verdictv1.DecideBatchRequest{Requests: []*verdictv1.DecideRequest{{}}})
 	out["empty decide"] = nil
-	out["empty workloads"] = wire(t, &verdictv1.DecideRequest{Source: &verdictv1.Workload{}, Destination: &verdictv1.Workload{}})
+	out["empty workloads"] = wire(t, &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{}, Destination: &verdictv1.Endpoint{}})
 	out["port over 32 bits"] = protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 1<<40|443)
 	out["negative revision"] = protowire.AppendVarint(protowire.AppendTag(nil, 8, protowire.VarintType), protowire.EncodeZigZag(0)-1)
 
 	// A source given twice merges; its repeated key keeps the last value.
-	src1 := wire(t, &verdictv1.Workload{Tags: map[string]string{"app": "web", "env": "prod"}})
-	src2 := wire(t, &verdictv1.Workload{Tags: map[string]string{"app": "api", "zone": "a"}})
+	src1 := wire(t, &verdictv1.Endpoint{Tags: map[string]string{"app": "web", "env": "prod"}})
+	src2 := wire(t, &verdictv1.Endpoint{Tags: map[string]string{"app": "api", "zone": "a"}})
 	var twice []byte
 	twice = protowire.AppendTag(twice, 5, protowire.BytesType) // protocol before the mesh: out of order
 	twice = protowire.AppendString(twice, "TCP")
@@ -99,8 +99,8 @@ func flowMessages(t testing.TB) map[string][]byte {
 	out["odd map entries"] = protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), entries)
 
 	// A stream message whose request comes in two parts (merged).
-	part1 := wire(t, &verdictv1.DecideRequest{Mesh: "m", Source: &verdictv1.Workload{Tags: map[string]string{"a": "1"}}})
-	part2 := wire(t, &verdictv1.DecideRequest{Port: 80, Source: &verdictv1.Workload{Tags: map[string]string{"b": "2"}}})
+	part1 := wire(t, &verdictv1.DecideRequest{Mesh: "m", Source: &verdictv1.Endpoint{Tags: map[string]string{"a": "1"}}})
+	part2 := wire(t, &verdictv1.DecideRequest{Port: 80, Source: &verdictv1.Endpoint{Tags: map[string]string{"b": "2"}}})
 	var split []byte
 	for _, p := range [][]byte{part1, part2} {
 		split = protowire.AppendTag(split, 2, protowire.BytesType)

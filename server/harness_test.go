@@ -149,8 +149,8 @@ func violations(st *status.Status) map[string]string {
 	return out
 }
 
-func tags(kv ...string) *verdictv1.Workload {
-	w := &verdictv1.Workload{Tags: map[string]string{}}
+func tags(kv ...string) *verdictv1.Endpoint {
+	w := &verdictv1.Endpoint{Tags: map[string]string{}}
 	for i := 0; i+1 < len(kv); i += 2 {
 		w.Tags[kv[i]] = kv[i+1]
 	}

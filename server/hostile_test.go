@@ -58,8 +58,8 @@ func corrupt(t testing.TB, m proto.Message) rawMsg {
 	return rawMsg(bytes.ReplaceAll(b, []byte("@@@@"), []byte("\xff\xfe\xfd\xfc")))
 }
 
-func manyTags(n, valueLen int) *verdictv1.Workload {
-	w := &verdictv1.Workload{Tags: make(map[string]string, n)}
+func manyTags(n, valueLen int) *verdictv1.Endpoint {
+	w := &verdictv1.Endpoint{Tags: make(map[string]string, n)}
 	for i := range n {
 		w.Tags[fmt.Sprintf("key-%05d", i)] = strings.Repeat("v", valueLen)
 	}

@@ -178,7 +178,7 @@ func (e *fieldErrors) decide(prefix string, r *verdictv1.DecideRequest) engine.R
 	return req
 }
 
-func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Workload, protocol string, port uint32) {
+func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Endpoint, protocol string, port uint32) {
 	p, _ := engine.ParseProtocol(protocol)
 	req := engine.Request{Mesh: mesh, Type: typ, Source: src.GetTags(), Destination: dst.GetTags(), Protocol: p, Port: port}
 	e.request(prefix, protocol, &req)
@@ -227,7 +227,7 @@ func (e *fieldErrors) key(field, key string) engine.Key {
 
 func parseKey(key string) (engine.Key, error) {
 	if key == "" {
-		return engine.Key{}, fmt.Errorf("is required: <mesh>/mesh, <mesh>/scopes/<name> or <mesh>/policies/<type>/<name>")
+		return engine.Key{}, fmt.Errorf("is required: <mesh>/mesh, <mesh>/scopes/<name>, <mesh>/policies/<type>/<name> or <mesh>/workloads/<name>")
 	}
 	return engine.ParseKey("", "/"+key)
 }

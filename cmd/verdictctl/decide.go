@@ -31,7 +31,7 @@ func (f *flowFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.output, "o", "text", "text or json")
 }
 
-func (f *flowFlags) workloads() (src, dst *verdictv1.Workload, err error) {
+func (f *flowFlags) workloads() (src, dst *verdictv1.Endpoint, err error) {
 	s, err := parseTags(f.src)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--src: %w", err)
@@ -40,7 +40,7 @@ func (f *flowFlags) workloads() (src, dst *verdictv1.Workload, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--dst: %w", err)
 	}
-	return &verdictv1.Workload{Tags: s}, &verdictv1.Workload{Tags: d}, nil
+	return &verdictv1.Endpoint{Tags: s}, &verdictv1.Endpoint{Tags: d}, nil
 }
 
 func (f *flowFlags) decideRequest(explain bool) (*verdictv1.DecideRequest, error) {
@@ -145,7 +145,7 @@ func printDecision(w io.Writer, d *verdictv1.DecideResponse) {
 	}
 }
 
-func tagsText(w *verdictv1.Workload) string {
+func tagsText(w *verdictv1.Endpoint) string {
 	keys := make([]string, 0, len(w.GetTags()))
 	for k := range w.GetTags() {
 		keys = append(keys, k)
@@ -164,7 +164,7 @@ func tagsText(w *verdictv1.Workload) string {
 func printExplanation(w io.Writer, req *verdictv1.DecideRequest, ex *verdictv1.Explanation) {
 	for _, s := range []struct {
 		name, end string
-		wl        *verdictv1.Workload
+		wl        *verdictv1.Endpoint
 		t         *verdictv1.SideTrace
 	}{{"outbound", "source", req.GetSource(), ex.GetOutbound()}, {"inbound", "destination", req.GetDestination(), ex.GetInbound()}} {
 		fmt.Fprintf(w, "\n%s side (at the %s, %s): %s\n", s.name, s.end, tagsText(s.wl), reasonText(s.t.GetReason()))

@@ -54,6 +54,8 @@ func resourceDoc(r *verdictv1.Resource) (any, error) {
 		m = r.GetMesh()
 	case r.GetScope() != nil:
 		m = r.GetScope()
+	case r.GetWorkload() != nil:
+		m = r.GetWorkload()
 	default:
 		m = r.GetPolicy()
 	}
@@ -67,7 +69,7 @@ func resourceDoc(r *verdictv1.Resource) (any, error) {
 // keyOrder puts a document's identifying fields first.
 var keyOrder = func() map[string]int {
 	m := map[string]int{}
-	for i, k := range []string{"kind", "mesh", "name", "type", "scope", "parent", "priority", "rank", "selectors",
+	for i, k := range []string{"kind", "mesh", "name", "type", "scope", "parent", "priority", "rank", "selectors", "tags", "addresses", "principal",
 		"sources", "destinations", "targetRef", "from", "to", "ports", "action", "catchAll", "catchAllTypes",
 		"enforced", "conf", "defaults", "overrides", "unset", "defaultAction", "unenforcedAction", "tieBreak",
 		"itemOrder", "types", "creationTime", "modificationTime"} {
@@ -154,6 +156,9 @@ func printYAMLDoc(w io.Writer, v any, comments ...string) error {
 // error as comments (the document itself can be applied back).
 func printStored(w io.Writer, sr *verdictv1.StoredResource) error {
 	comments := []string{fmt.Sprintf("key: %s  createRevision: %d  modRevision: %d", sr.GetKey(), sr.GetCreateRevision(), sr.GetModRevision())}
+	if sr.GetResource().GetWorkload() != nil {
+		comments = append(comments, fmt.Sprintf("identity: %d", sr.GetIdentity()))
+	}
 	if sr.GetError() != "" {
 		comments = append(comments, "INVALID: "+sr.GetError())
 	}

@@ -28,9 +28,11 @@ func keyOf(args []string, mesh, typ string) (string, error) {
 			return mesh + "/scopes/" + args[1], nil
 		case "policy":
 			return mesh + "/policies/" + typ + "/" + args[1], nil
+		case "workload":
+			return mesh + "/workloads/" + args[1], nil
 		}
 	}
-	return "", fmt.Errorf("name a resource as KEY (default/policies/TrafficPermission/x) or KIND NAME (mesh, scope, policy)")
+	return "", fmt.Errorf("name a resource as KEY (default/policies/TrafficPermission/x) or KIND NAME (mesh, scope, policy, workload)")
 }
 
 func runGet(ctx context.Context, args []string, e *env) int {
@@ -141,6 +143,9 @@ func runList(ctx context.Context, args []string, e *env) int {
 			st := "ok"
 			if sr.GetError() != "" {
 				st = "INVALID: " + sr.GetError()
+			}
+			if sr.GetResource().GetWorkload() != nil {
+				st = fmt.Sprintf("%s  identity %d", st, sr.GetIdentity())
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", sr.GetKey(), sr.GetModRevision(), st)
 		}

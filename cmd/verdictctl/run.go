@@ -29,7 +29,7 @@ const usage = `verdictctl — verdict's command-line client
 
 Usage:
   verdictctl apply -f FILE|DIR|- [--dry-run]     write resources (native or Kuma YAML/JSON)
-  verdictctl get KEY | KIND NAME                 show one resource (KIND: mesh, scope, policy)
+  verdictctl get KEY | KIND NAME                 show one resource (KIND: mesh, scope, policy, workload)
   verdictctl list [PREFIX]                       list resources, valid or not
   verdictctl delete KEY... | KIND NAME | -f FILE remove resources
   verdictctl status                              the server's revision, sync state, invalid resources
@@ -40,7 +40,8 @@ Usage:
   verdictctl watch [resources|rules]             follow changes (rules: of one --workload)
   verdictctl test FILE...                        run policy test suites offline (docs/suites.md)
 
-Keys are "<mesh>/mesh", "<mesh>/scopes/<name>" or "<mesh>/policies/<type>/<name>".
+Keys are "<mesh>/mesh", "<mesh>/scopes/<name>", "<mesh>/policies/<type>/<name>" or
+"<mesh>/workloads/<name>".
 Connection flags (every command but test): --server (VERDICT_SERVER, default 127.0.0.1:7070),
 --token-file (VERDICT_TOKEN_FILE, or the token itself in VERDICT_TOKEN), --tls-ca, --tls-cert,
 --tls-key, --tls-server-name, --timeout.

@@ -51,7 +51,7 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 			fmt.Fprintf(e.stderr, "verdictctl watch: --workload: %v\n", err)
 			return exitUsage
 		}
-		s, err := client.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: &verdictv1.Workload{Tags: tags}})
+		s, err := client.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: &verdictv1.Endpoint{Tags: tags}})
 		if err != nil {
 			return watchEnd(ctx, e, err)
 		}

@@ -57,8 +57,10 @@ func ResourceFromProto(path string, r *verdictv1.Resource) (engine.Resource, err
 			m.Kind = kind
 			msg = m
 		}
+	case *verdictv1.Resource_Workload:
+		return WorkloadFromProto(path, t.Workload)
 	default:
-		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path, Reason: "a resource is one of mesh, scope or policy"}}}
+		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path, Reason: "a resource is one of mesh, scope, policy or workload"}}}
 	}
 	b, err := protojson.Marshal(msg)
 	if err != nil {
@@ -92,6 +94,9 @@ func StoredResource(key string, r engine.Resource, rerr error) (*verdictv1.Store
 	}
 	m := r.Metadata()
 	out.CreateRevision, out.ModRevision = m.CreateRevision, m.ModRevision
+	if w, ok := r.(*engine.Workload); ok {
+		out.Identity = w.Identity()
+	}
 	pr, err := ResourceToProto(r)
 	if err != nil {
 		return nil, err

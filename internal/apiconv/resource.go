@@ -34,6 +34,8 @@ func ResourceToProto(r engine.Resource) (*verdictv1.Resource, error) {
 			return nil, fmt.Errorf("%s: %w", r.Key(), err)
 		}
 		return &verdictv1.Resource{Resource: &verdictv1.Resource_Policy{Policy: p}}, nil
+	case *engine.Workload:
+		return WorkloadToProto(t), nil
 	}
 	return nil, fmt.Errorf("unknown resource type %T", r)
 }

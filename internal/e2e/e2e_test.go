@@ -28,8 +28,8 @@ import (
 
 const decideWebToBackend = `{"source":{"tags":{"kuma.io/service":"web"}},"destination":{"tags":{"kuma.io/service":"backend"}},"protocol":"TCP","port":8080}`
 
-func tags(kv ...string) *verdictv1.Workload {
-	w := &verdictv1.Workload{Tags: map[string]string{}}
+func tags(kv ...string) *verdictv1.Endpoint {
+	w := &verdictv1.Endpoint{Tags: map[string]string{}}
 	for i := 0; i+1 < len(kv); i += 2 {
 		w.Tags[kv[i]] = kv[i+1]
 	}

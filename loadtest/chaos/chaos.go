@@ -133,8 +133,8 @@ action: DENY
 `
 
 func flows() []*verdictv1.DecideRequest {
-	w := func(svc string) *verdictv1.Workload {
-		return &verdictv1.Workload{Tags: map[string]string{engine.ServiceTag: svc, "env": "chaos"}}
+	w := func(svc string) *verdictv1.Endpoint {
+		return &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: svc, "env": "chaos"}}
 	}
 	return []*verdictv1.DecideRequest{
 		{Source: w("web"), Destination: w("backend"), Protocol: "TCP", Port: 8080},
@@ -283,8 +283,8 @@ func (c *run) final(ctx context.Context, rep *Report) {
 		for _, p := range probes {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			d, err := r.current().dec.Decide(cctx, &verdictv1.DecideRequest{MinRevision: st.Revision,
-				Source:      &verdictv1.Workload{Tags: map[string]string{engine.ServiceTag: p.src}},
-				Destination: &verdictv1.Workload{Tags: map[string]string{engine.ServiceTag: chaosDst}}})
+				Source:      &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: p.src}},
+				Destination: &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: chaosDst}}})
 			cancel()
 			name := p.key[len("default/policies/"+writeType+"/"):]
 			switch {

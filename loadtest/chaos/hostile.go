@@ -324,7 +324,7 @@ func (h *hostile) stormWatchRules(ctx context.Context, s *HostileScenario) error
 	return h.storm(ctx, s, func(ctx context.Context, c *clients, i int) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		st, err := c.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: &verdictv1.Workload{
+		st, err := c.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: &verdictv1.Endpoint{
 			Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", i%50)}}})
 		if err != nil {
 			return err
@@ -378,7 +378,7 @@ func (h *hostile) silentStreams(ctx context.Context, s *HostileScenario) error {
 	defer honest.conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req := &verdictv1.WatchRulesRequest{Workload: &verdictv1.Workload{Tags: hostileWorkload}}
+	req := &verdictv1.WatchRulesRequest{Workload: &verdictv1.Endpoint{Tags: hostileWorkload}}
 	streams := make([]grpc.ServerStreamingClient[verdictv1.WatchRulesResponse], 0, h.cfg.SilentStreams)
 	for range h.cfg.SilentStreams {
 		st, err := silent.wat.WatchRules(sctx, req)
@@ -525,8 +525,8 @@ func (h *hostile) explainFlood(ctx context.Context, s *HostileScenario) error {
 	req := &verdictv1.DecideBatchRequest{}
 	for i := range 1000 {
 		req.Requests = append(req.Requests, &verdictv1.DecideRequest{Mesh: hostileMesh, Explain: true,
-			Source:      &verdictv1.Workload{Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("src-%d", i)}},
-			Destination: &verdictv1.Workload{Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("dst-%d", i%10)}}})
+			Source:      &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("src-%d", i)}},
+			Destination: &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("dst-%d", i%10)}}})
 	}
 	var mu sync.Mutex
 	return h.flood(ctx, s, func(ctx context.Context, c *clients) error {

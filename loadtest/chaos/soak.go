@@ -444,7 +444,7 @@ func (s *soak) streamLoop(ctx context.Context, i int, kind string, lo, hi time.D
 }
 
 func (s *soak) watchRules(ctx context.Context, c *clients, r *rand.Rand) error {
-	st, err := c.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: &verdictv1.Workload{
+	st, err := c.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: &verdictv1.Endpoint{
 		Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200))}}})
 	if err != nil {
 		return err

@@ -189,8 +189,9 @@ func (PolicyState) EnumDescriptor() ([]byte, []int) {
 	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{2}
 }
 
-// Workload is one end of a flow, known by its tags.
-type Workload struct {
+// Endpoint is one end of a flow, known by its tags. (The Workload message is
+// the inventory resource, resource.proto.)
+type Endpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most 64 tags; keys up to 317 bytes, values up to 1024.
 	Tags          map[string]string `protobuf:"bytes,1,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -198,20 +199,20 @@ type Workload struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *Workload) Reset() {
-	*x = Workload{}
+func (x *Endpoint) Reset() {
+	*x = Endpoint{}
 	mi := &file_verdict_v1_decision_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *Workload) String() string {
+func (x *Endpoint) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*Workload) ProtoMessage() {}
+func (*Endpoint) ProtoMessage() {}
 
-func (x *Workload) ProtoReflect() protoreflect.Message {
+func (x *Endpoint) ProtoReflect() protoreflect.Message {
 	mi := &file_verdict_v1_decision_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -223,12 +224,12 @@ func (x *Workload) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use Workload.ProtoReflect.Descriptor instead.
-func (*Workload) Descriptor() ([]byte, []int) {
+// Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
+func (*Endpoint) Descriptor() ([]byte, []int) {
 	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *Workload) GetTags() map[string]string {
+func (x *Endpoint) GetTags() map[string]string {
 	if x != nil {
 		return x.Tags
 	}
@@ -242,8 +243,8 @@ type DecideRequest struct {
 	Mesh string `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
 	// Empty = "TrafficPermission".
 	Type        string    `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Source      *Workload `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
-	Destination *Workload `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
+	Source      *Endpoint `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Destination *Endpoint `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
 	// TCP, UDP, ICMP or empty (not given).
 	Protocol string `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// 0 = not given.
@@ -300,14 +301,14 @@ func (x *DecideRequest) GetType() string {
 	return ""
 }
 
-func (x *DecideRequest) GetSource() *Workload {
+func (x *DecideRequest) GetSource() *Endpoint {
 	if x != nil {
 		return x.Source
 	}
 	return nil
 }
 
-func (x *DecideRequest) GetDestination() *Workload {
+func (x *DecideRequest) GetDestination() *Endpoint {
 	if x != nil {
 		return x.Destination
 	}
@@ -1257,8 +1258,8 @@ type ResolveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Mesh          string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
 	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Source        *Workload              `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
-	Destination   *Workload              `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
+	Source        *Endpoint              `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Destination   *Endpoint              `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
 	Protocol      string                 `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	Port          uint32                 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
 	MinRevision   int64                  `protobuf:"varint,7,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
@@ -1310,14 +1311,14 @@ func (x *ResolveRequest) GetType() string {
 	return ""
 }
 
-func (x *ResolveRequest) GetSource() *Workload {
+func (x *ResolveRequest) GetSource() *Endpoint {
 	if x != nil {
 		return x.Source
 	}
 	return nil
 }
 
-func (x *ResolveRequest) GetDestination() *Workload {
+func (x *ResolveRequest) GetDestination() *Endpoint {
 	if x != nil {
 		return x.Destination
 	}
@@ -1688,16 +1689,16 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\n" +
 	"\x19verdict/v1/decision.proto\x12\n" +
 	"verdict.v1\x1a\x1cgoogle/protobuf/struct.proto\"w\n" +
-	"\bWorkload\x122\n" +
-	"\x04tags\x18\x01 \x03(\v2\x1e.verdict.v1.Workload.TagsEntryR\x04tags\x1a7\n" +
+	"\bEndpoint\x122\n" +
+	"\x04tags\x18\x01 \x03(\v2\x1e.verdict.v1.Endpoint.TagsEntryR\x04tags\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +
 	"\rDecideRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12,\n" +
-	"\x06source\x18\x03 \x01(\v2\x14.verdict.v1.WorkloadR\x06source\x126\n" +
-	"\vdestination\x18\x04 \x01(\v2\x14.verdict.v1.WorkloadR\vdestination\x12\x1a\n" +
+	"\x06source\x18\x03 \x01(\v2\x14.verdict.v1.EndpointR\x06source\x126\n" +
+	"\vdestination\x18\x04 \x01(\v2\x14.verdict.v1.EndpointR\vdestination\x12\x1a\n" +
 	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x12\n" +
 	"\x04port\x18\x06 \x01(\rR\x04port\x12\x18\n" +
 	"\aexplain\x18\a \x01(\bR\aexplain\x12!\n" +
@@ -1769,8 +1770,8 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x0eResolveRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12,\n" +
-	"\x06source\x18\x03 \x01(\v2\x14.verdict.v1.WorkloadR\x06source\x126\n" +
-	"\vdestination\x18\x04 \x01(\v2\x14.verdict.v1.WorkloadR\vdestination\x12\x1a\n" +
+	"\x06source\x18\x03 \x01(\v2\x14.verdict.v1.EndpointR\x06source\x126\n" +
+	"\vdestination\x18\x04 \x01(\v2\x14.verdict.v1.EndpointR\vdestination\x12\x1a\n" +
 	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x12\n" +
 	"\x04port\x18\x06 \x01(\rR\x04port\x12!\n" +
 	"\fmin_revision\x18\a \x01(\x03R\vminRevision\"h\n" +
@@ -1839,7 +1840,7 @@ var file_verdict_v1_decision_proto_goTypes = []any{
 	(Action)(0),                  // 0: verdict.v1.Action
 	(Reason)(0),                  // 1: verdict.v1.Reason
 	(PolicyState)(0),             // 2: verdict.v1.PolicyState
-	(*Workload)(nil),             // 3: verdict.v1.Workload
+	(*Endpoint)(nil),             // 3: verdict.v1.Endpoint
 	(*DecideRequest)(nil),        // 4: verdict.v1.DecideRequest
 	(*SideDecision)(nil),         // 5: verdict.v1.SideDecision
 	(*DecideResponse)(nil),       // 6: verdict.v1.DecideResponse
@@ -1860,14 +1861,14 @@ var file_verdict_v1_decision_proto_goTypes = []any{
 	(*PolicyStatus)(nil),         // 21: verdict.v1.PolicyStatus
 	(*Resolution)(nil),           // 22: verdict.v1.Resolution
 	(*ResolveResponse)(nil),      // 23: verdict.v1.ResolveResponse
-	nil,                          // 24: verdict.v1.Workload.TagsEntry
+	nil,                          // 24: verdict.v1.Endpoint.TagsEntry
 	(*structpb.Struct)(nil),      // 25: google.protobuf.Struct
 	(*structpb.Value)(nil),       // 26: google.protobuf.Value
 }
 var file_verdict_v1_decision_proto_depIdxs = []int32{
-	24, // 0: verdict.v1.Workload.tags:type_name -> verdict.v1.Workload.TagsEntry
-	3,  // 1: verdict.v1.DecideRequest.source:type_name -> verdict.v1.Workload
-	3,  // 2: verdict.v1.DecideRequest.destination:type_name -> verdict.v1.Workload
+	24, // 0: verdict.v1.Endpoint.tags:type_name -> verdict.v1.Endpoint.TagsEntry
+	3,  // 1: verdict.v1.DecideRequest.source:type_name -> verdict.v1.Endpoint
+	3,  // 2: verdict.v1.DecideRequest.destination:type_name -> verdict.v1.Endpoint
 	0,  // 3: verdict.v1.SideDecision.action:type_name -> verdict.v1.Action
 	1,  // 4: verdict.v1.SideDecision.reason:type_name -> verdict.v1.Reason
 	0,  // 5: verdict.v1.DecideResponse.action:type_name -> verdict.v1.Action
@@ -1888,8 +1889,8 @@ var file_verdict_v1_decision_proto_depIdxs = []int32{
 	15, // 20: verdict.v1.Error.field_violations:type_name -> verdict.v1.FieldViolation
 	4,  // 21: verdict.v1.DecideStreamRequest.request:type_name -> verdict.v1.DecideRequest
 	13, // 22: verdict.v1.DecideStreamResponse.result:type_name -> verdict.v1.DecideResult
-	3,  // 23: verdict.v1.ResolveRequest.source:type_name -> verdict.v1.Workload
-	3,  // 24: verdict.v1.ResolveRequest.destination:type_name -> verdict.v1.Workload
+	3,  // 23: verdict.v1.ResolveRequest.source:type_name -> verdict.v1.Endpoint
+	3,  // 24: verdict.v1.ResolveRequest.destination:type_name -> verdict.v1.Endpoint
 	26, // 25: verdict.v1.ResolvedRule.value:type_name -> google.protobuf.Value
 	2,  // 26: verdict.v1.PolicyStatus.state:type_name -> verdict.v1.PolicyState
 	20, // 27: verdict.v1.PolicyStatus.missing:type_name -> verdict.v1.MissingRule

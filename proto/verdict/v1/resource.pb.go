@@ -23,7 +23,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Resource is one Mesh, Scope or Policy.
+// Resource is one Mesh, Scope, Policy or Workload.
 type Resource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Resource:
@@ -31,6 +31,7 @@ type Resource struct {
 	//	*Resource_Mesh
 	//	*Resource_Scope
 	//	*Resource_Policy
+	//	*Resource_Workload
 	Resource      isResource_Resource `protobuf_oneof:"resource"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -100,6 +101,15 @@ func (x *Resource) GetPolicy() *Policy {
 	return nil
 }
 
+func (x *Resource) GetWorkload() *Workload {
+	if x != nil {
+		if x, ok := x.Resource.(*Resource_Workload); ok {
+			return x.Workload
+		}
+	}
+	return nil
+}
+
 type isResource_Resource interface {
 	isResource_Resource()
 }
@@ -116,11 +126,17 @@ type Resource_Policy struct {
 	Policy *Policy `protobuf:"bytes,3,opt,name=policy,proto3,oneof"`
 }
 
+type Resource_Workload struct {
+	Workload *Workload `protobuf:"bytes,4,opt,name=workload,proto3,oneof"`
+}
+
 func (*Resource_Mesh) isResource_Resource() {}
 
 func (*Resource_Scope) isResource_Resource() {}
 
 func (*Resource_Policy) isResource_Resource() {}
+
+func (*Resource_Workload) isResource_Resource() {}
 
 // Mesh holds the settings of a policy domain (tenant).
 type Mesh struct {
@@ -1042,26 +1058,198 @@ func (x *Policy) GetModificationTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// Workload is one entry of a mesh's inventory (docs/workloads.md): the
+// addresses and the principal data planes see, and the tags policies select.
+// A Kuma Dataplane document applies as a Workload.
+type Workload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "Workload"; may be left empty in a Resource.workload.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Mesh string `protobuf:"bytes,2,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Not the reserved keys ip and principal.
+	Tags map[string]string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// IP addresses; an address belongs to at most one workload of a mesh.
+	Addresses []string `protobuf:"bytes,5,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// A SPIFFE ID or another certificate identity; several workloads may share one.
+	Principal string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Tags added when the workload is the destination of a flow to the port
+	// (the first entry with that port).
+	Ports            []*WorkloadPort        `protobuf:"bytes,7,rep,name=ports,proto3" json:"ports,omitempty"`
+	CreationTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=creation_time,json=creationTime,proto3" json:"creation_time,omitempty"`
+	ModificationTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=modification_time,json=modificationTime,proto3" json:"modification_time,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Workload) Reset() {
+	*x = Workload{}
+	mi := &file_verdict_v1_resource_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Workload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Workload) ProtoMessage() {}
+
+func (x *Workload) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_resource_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Workload.ProtoReflect.Descriptor instead.
+func (*Workload) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_resource_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Workload) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Workload) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *Workload) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Workload) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *Workload) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *Workload) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Workload) GetPorts() []*WorkloadPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *Workload) GetCreationTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreationTime
+	}
+	return nil
+}
+
+func (x *Workload) GetModificationTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ModificationTime
+	}
+	return nil
+}
+
+// WorkloadPort is one port of a workload and its tags (a Kuma inbound).
+type WorkloadPort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	Tags          map[string]string      `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadPort) Reset() {
+	*x = WorkloadPort{}
+	mi := &file_verdict_v1_resource_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadPort) ProtoMessage() {}
+
+func (x *WorkloadPort) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_resource_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadPort.ProtoReflect.Descriptor instead.
+func (*WorkloadPort) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_resource_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WorkloadPort) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *WorkloadPort) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // StoredResource is a resource as the server holds it: its key, its document,
 // its etcd revisions, and why it is not used when it is invalid.
 type StoredResource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The storage key without prefix: "default/mesh", "default/scopes/Apps",
-	// "default/policies/TrafficPermission/web-to-api".
+	// "default/policies/TrafficPermission/web-to-api", "default/workloads/web-1".
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Absent for a stored value that does not decode (see error).
 	Resource       *Resource `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
 	CreateRevision int64     `protobuf:"varint,3,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
 	ModRevision    int64     `protobuf:"varint,4,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
 	// Empty when the resource is valid and in use.
-	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// For a workload: the identity of its tags in its mesh (docs/workloads.md).
+	Identity      uint64 `protobuf:"varint,6,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StoredResource) Reset() {
 	*x = StoredResource{}
-	mi := &file_verdict_v1_resource_proto_msgTypes[11]
+	mi := &file_verdict_v1_resource_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1261,7 @@ func (x *StoredResource) String() string {
 func (*StoredResource) ProtoMessage() {}
 
 func (x *StoredResource) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_resource_proto_msgTypes[11]
+	mi := &file_verdict_v1_resource_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1274,7 @@ func (x *StoredResource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredResource.ProtoReflect.Descriptor instead.
 func (*StoredResource) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_resource_proto_rawDescGZIP(), []int{11}
+	return file_verdict_v1_resource_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StoredResource) GetKey() string {
@@ -1124,16 +1312,24 @@ func (x *StoredResource) GetError() string {
 	return ""
 }
 
+func (x *StoredResource) GetIdentity() uint64 {
+	if x != nil {
+		return x.Identity
+	}
+	return 0
+}
+
 var File_verdict_v1_resource_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\n" +
 	"\x19verdict/v1/resource.proto\x12\n" +
-	"verdict.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
+	"verdict.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x01\n" +
 	"\bResource\x12&\n" +
 	"\x04mesh\x18\x01 \x01(\v2\x10.verdict.v1.MeshH\x00R\x04mesh\x12)\n" +
 	"\x05scope\x18\x02 \x01(\v2\x11.verdict.v1.ScopeH\x00R\x05scope\x12,\n" +
-	"\x06policy\x18\x03 \x01(\v2\x12.verdict.v1.PolicyH\x00R\x06policyB\n" +
+	"\x06policy\x18\x03 \x01(\v2\x12.verdict.v1.PolicyH\x00R\x06policy\x122\n" +
+	"\bworkload\x18\x04 \x01(\v2\x14.verdict.v1.WorkloadH\x00R\bworkloadB\n" +
 	"\n" +
 	"\bresource\"\xb9\x04\n" +
 	"\x04Mesh\x12\x12\n" +
@@ -1228,13 +1424,33 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\toverrides\x18\x11 \x01(\v2\x11.verdict.v1.BlockR\toverrides\x12\x14\n" +
 	"\x05unset\x18\x12 \x03(\tR\x05unset\x12?\n" +
 	"\rcreation_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\fcreationTime\x12G\n" +
-	"\x11modification_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\"\xb6\x01\n" +
+	"\x11modification_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\"\xa9\x03\n" +
+	"\bWorkload\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x122\n" +
+	"\x04tags\x18\x04 \x03(\v2\x1e.verdict.v1.Workload.TagsEntryR\x04tags\x12\x1c\n" +
+	"\taddresses\x18\x05 \x03(\tR\taddresses\x12\x1c\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12.\n" +
+	"\x05ports\x18\a \x03(\v2\x18.verdict.v1.WorkloadPortR\x05ports\x12?\n" +
+	"\rcreation_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fcreationTime\x12G\n" +
+	"\x11modification_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x01\n" +
+	"\fWorkloadPort\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x126\n" +
+	"\x04tags\x18\x02 \x03(\v2\".verdict.v1.WorkloadPort.TagsEntryR\x04tags\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd2\x01\n" +
 	"\x0eStoredResource\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\bresource\x18\x02 \x01(\v2\x14.verdict.v1.ResourceR\bresource\x12'\n" +
 	"\x0fcreate_revision\x18\x03 \x01(\x03R\x0ecreateRevision\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x03R\vmodRevision\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05errorB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
+	"\bidentity\x18\x06 \x01(\x04R\bidentityB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
 
 var (
 	file_verdict_v1_resource_proto_rawDescOnce sync.Once
@@ -1248,7 +1464,7 @@ func file_verdict_v1_resource_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_resource_proto_rawDescData
 }
 
-var file_verdict_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_verdict_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_verdict_v1_resource_proto_goTypes = []any{
 	(*Resource)(nil),              // 0: verdict.v1.Resource
 	(*Mesh)(nil),                  // 1: verdict.v1.Mesh
@@ -1261,48 +1477,58 @@ var file_verdict_v1_resource_proto_goTypes = []any{
 	(*Item)(nil),                  // 8: verdict.v1.Item
 	(*Block)(nil),                 // 9: verdict.v1.Block
 	(*Policy)(nil),                // 10: verdict.v1.Policy
-	(*StoredResource)(nil),        // 11: verdict.v1.StoredResource
-	nil,                           // 12: verdict.v1.Mesh.TypesEntry
-	nil,                           // 13: verdict.v1.Selector.MatchEntry
-	nil,                           // 14: verdict.v1.TargetRef.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 16: google.protobuf.Struct
+	(*Workload)(nil),              // 11: verdict.v1.Workload
+	(*WorkloadPort)(nil),          // 12: verdict.v1.WorkloadPort
+	(*StoredResource)(nil),        // 13: verdict.v1.StoredResource
+	nil,                           // 14: verdict.v1.Mesh.TypesEntry
+	nil,                           // 15: verdict.v1.Selector.MatchEntry
+	nil,                           // 16: verdict.v1.TargetRef.TagsEntry
+	nil,                           // 17: verdict.v1.Workload.TagsEntry
+	nil,                           // 18: verdict.v1.WorkloadPort.TagsEntry
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 20: google.protobuf.Struct
 }
 var file_verdict_v1_resource_proto_depIdxs = []int32{
 	1,  // 0: verdict.v1.Resource.mesh:type_name -> verdict.v1.Mesh
 	3,  // 1: verdict.v1.Resource.scope:type_name -> verdict.v1.Scope
 	10, // 2: verdict.v1.Resource.policy:type_name -> verdict.v1.Policy
-	12, // 3: verdict.v1.Mesh.types:type_name -> verdict.v1.Mesh.TypesEntry
-	15, // 4: verdict.v1.Mesh.creation_time:type_name -> google.protobuf.Timestamp
-	15, // 5: verdict.v1.Mesh.modification_time:type_name -> google.protobuf.Timestamp
-	4,  // 6: verdict.v1.Scope.selectors:type_name -> verdict.v1.Selector
-	15, // 7: verdict.v1.Scope.creation_time:type_name -> google.protobuf.Timestamp
-	15, // 8: verdict.v1.Scope.modification_time:type_name -> google.protobuf.Timestamp
-	13, // 9: verdict.v1.Selector.match:type_name -> verdict.v1.Selector.MatchEntry
-	5,  // 10: verdict.v1.Selector.expressions:type_name -> verdict.v1.Expression
-	14, // 11: verdict.v1.TargetRef.tags:type_name -> verdict.v1.TargetRef.TagsEntry
-	5,  // 12: verdict.v1.TargetRef.expressions:type_name -> verdict.v1.Expression
-	7,  // 13: verdict.v1.Item.target_ref:type_name -> verdict.v1.TargetRef
-	16, // 14: verdict.v1.Item.conf:type_name -> google.protobuf.Struct
-	16, // 15: verdict.v1.Block.rules:type_name -> google.protobuf.Struct
-	4,  // 16: verdict.v1.Policy.sources:type_name -> verdict.v1.Selector
-	4,  // 17: verdict.v1.Policy.destinations:type_name -> verdict.v1.Selector
-	6,  // 18: verdict.v1.Policy.ports:type_name -> verdict.v1.PortEntry
-	16, // 19: verdict.v1.Policy.conf:type_name -> google.protobuf.Struct
-	7,  // 20: verdict.v1.Policy.target_ref:type_name -> verdict.v1.TargetRef
-	8,  // 21: verdict.v1.Policy.from:type_name -> verdict.v1.Item
-	8,  // 22: verdict.v1.Policy.to:type_name -> verdict.v1.Item
-	9,  // 23: verdict.v1.Policy.defaults:type_name -> verdict.v1.Block
-	9,  // 24: verdict.v1.Policy.overrides:type_name -> verdict.v1.Block
-	15, // 25: verdict.v1.Policy.creation_time:type_name -> google.protobuf.Timestamp
-	15, // 26: verdict.v1.Policy.modification_time:type_name -> google.protobuf.Timestamp
-	0,  // 27: verdict.v1.StoredResource.resource:type_name -> verdict.v1.Resource
-	2,  // 28: verdict.v1.Mesh.TypesEntry.value:type_name -> verdict.v1.TypeSettings
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	11, // 3: verdict.v1.Resource.workload:type_name -> verdict.v1.Workload
+	14, // 4: verdict.v1.Mesh.types:type_name -> verdict.v1.Mesh.TypesEntry
+	19, // 5: verdict.v1.Mesh.creation_time:type_name -> google.protobuf.Timestamp
+	19, // 6: verdict.v1.Mesh.modification_time:type_name -> google.protobuf.Timestamp
+	4,  // 7: verdict.v1.Scope.selectors:type_name -> verdict.v1.Selector
+	19, // 8: verdict.v1.Scope.creation_time:type_name -> google.protobuf.Timestamp
+	19, // 9: verdict.v1.Scope.modification_time:type_name -> google.protobuf.Timestamp
+	15, // 10: verdict.v1.Selector.match:type_name -> verdict.v1.Selector.MatchEntry
+	5,  // 11: verdict.v1.Selector.expressions:type_name -> verdict.v1.Expression
+	16, // 12: verdict.v1.TargetRef.tags:type_name -> verdict.v1.TargetRef.TagsEntry
+	5,  // 13: verdict.v1.TargetRef.expressions:type_name -> verdict.v1.Expression
+	7,  // 14: verdict.v1.Item.target_ref:type_name -> verdict.v1.TargetRef
+	20, // 15: verdict.v1.Item.conf:type_name -> google.protobuf.Struct
+	20, // 16: verdict.v1.Block.rules:type_name -> google.protobuf.Struct
+	4,  // 17: verdict.v1.Policy.sources:type_name -> verdict.v1.Selector
+	4,  // 18: verdict.v1.Policy.destinations:type_name -> verdict.v1.Selector
+	6,  // 19: verdict.v1.Policy.ports:type_name -> verdict.v1.PortEntry
+	20, // 20: verdict.v1.Policy.conf:type_name -> google.protobuf.Struct
+	7,  // 21: verdict.v1.Policy.target_ref:type_name -> verdict.v1.TargetRef
+	8,  // 22: verdict.v1.Policy.from:type_name -> verdict.v1.Item
+	8,  // 23: verdict.v1.Policy.to:type_name -> verdict.v1.Item
+	9,  // 24: verdict.v1.Policy.defaults:type_name -> verdict.v1.Block
+	9,  // 25: verdict.v1.Policy.overrides:type_name -> verdict.v1.Block
+	19, // 26: verdict.v1.Policy.creation_time:type_name -> google.protobuf.Timestamp
+	19, // 27: verdict.v1.Policy.modification_time:type_name -> google.protobuf.Timestamp
+	17, // 28: verdict.v1.Workload.tags:type_name -> verdict.v1.Workload.TagsEntry
+	12, // 29: verdict.v1.Workload.ports:type_name -> verdict.v1.WorkloadPort
+	19, // 30: verdict.v1.Workload.creation_time:type_name -> google.protobuf.Timestamp
+	19, // 31: verdict.v1.Workload.modification_time:type_name -> google.protobuf.Timestamp
+	18, // 32: verdict.v1.WorkloadPort.tags:type_name -> verdict.v1.WorkloadPort.TagsEntry
+	0,  // 33: verdict.v1.StoredResource.resource:type_name -> verdict.v1.Resource
+	2,  // 34: verdict.v1.Mesh.TypesEntry.value:type_name -> verdict.v1.TypeSettings
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_resource_proto_init() }
@@ -1314,6 +1540,7 @@ func file_verdict_v1_resource_proto_init() {
 		(*Resource_Mesh)(nil),
 		(*Resource_Scope)(nil),
 		(*Resource_Policy)(nil),
+		(*Resource_Workload)(nil),
 	}
 	file_verdict_v1_resource_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
@@ -1322,7 +1549,7 @@ func file_verdict_v1_resource_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_resource_proto_rawDesc), len(file_verdict_v1_resource_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -271,7 +271,7 @@ type WatchRulesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Mesh          string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
 	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Workload      *Workload              `protobuf:"bytes,3,opt,name=workload,proto3" json:"workload,omitempty"`
+	Workload      *Endpoint              `protobuf:"bytes,3,opt,name=workload,proto3" json:"workload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,7 +320,7 @@ func (x *WatchRulesRequest) GetType() string {
 	return ""
 }
 
-func (x *WatchRulesRequest) GetWorkload() *Workload {
+func (x *WatchRulesRequest) GetWorkload() *Endpoint {
 	if x != nil {
 		return x.Workload
 	}
@@ -588,7 +588,7 @@ const file_verdict_v1_watch_proto_rawDesc = "" +
 	"\x11WatchRulesRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x120\n" +
-	"\bworkload\x18\x03 \x01(\v2\x14.verdict.v1.WorkloadR\bworkload\"\x94\x01\n" +
+	"\bworkload\x18\x03 \x01(\v2\x14.verdict.v1.EndpointR\bworkload\"\x94\x01\n" +
 	"\x12WatchRulesResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12/\n" +
 	"\ainbound\x18\x02 \x01(\v2\x15.verdict.v1.SideRulesR\ainbound\x121\n" +
@@ -641,7 +641,7 @@ var file_verdict_v1_watch_proto_goTypes = []any{
 	(*SideRules)(nil),              // 6: verdict.v1.SideRules
 	(*Rule)(nil),                   // 7: verdict.v1.Rule
 	(*StoredResource)(nil),         // 8: verdict.v1.StoredResource
-	(*Workload)(nil),               // 9: verdict.v1.Workload
+	(*Endpoint)(nil),               // 9: verdict.v1.Endpoint
 	(Action)(0),                    // 10: verdict.v1.Action
 	(Reason)(0),                    // 11: verdict.v1.Reason
 	(*Selector)(nil),               // 12: verdict.v1.Selector
@@ -651,7 +651,7 @@ var file_verdict_v1_watch_proto_depIdxs = []int32{
 	0,  // 0: verdict.v1.WatchResourcesResponse.type:type_name -> verdict.v1.WatchEventType
 	3,  // 1: verdict.v1.WatchResourcesResponse.changes:type_name -> verdict.v1.ResourceChange
 	8,  // 2: verdict.v1.ResourceChange.resource:type_name -> verdict.v1.StoredResource
-	9,  // 3: verdict.v1.WatchRulesRequest.workload:type_name -> verdict.v1.Workload
+	9,  // 3: verdict.v1.WatchRulesRequest.workload:type_name -> verdict.v1.Endpoint
 	6,  // 4: verdict.v1.WatchRulesResponse.inbound:type_name -> verdict.v1.SideRules
 	6,  // 5: verdict.v1.WatchRulesResponse.outbound:type_name -> verdict.v1.SideRules
 	7,  // 6: verdict.v1.SideRules.rules:type_name -> verdict.v1.Rule

@@ -1,0 +1,348 @@
+package engine
+
+// The inventory of a mesh: its workloads and the indexes endpoints are resolved
+// through — by address, by principal, by identity. It lives in the mesh's state
+// beside the policies but is independent of them: a workload change rebuilds
+// neither scopes nor rule indexes, and costs O(change) (persistent maps; only
+// the workloads that share an address with a changed one are re-checked).
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/verdictpdp/verdict/engine/internal/pmap"
+)
+
+// inventory is the workloads of one mesh. It is immutable; apply returns a new
+// one sharing what did not change.
+type inventory struct {
+	byName pmap.Map[string, *workloadEntry]
+	// claims lists, per address, every workload that names it, earliest
+	// written first. The first claimant owns the address; the others are
+	// invalid (a conflict).
+	claims     pmap.Map[string, []claim]
+	principals pmap.Map[string, *principalSet] // valid holders only
+	ids        pmap.Map[uint64, *tagSet]       // own tag sets of valid workloads
+	invalid    int
+}
+
+type claim struct {
+	name string
+	rev  int64
+}
+
+// workloadEntry is a workload as the inventory holds it.
+type workloadEntry struct {
+	w   *Workload
+	id  uint64
+	err string // why it is invalid; "" when valid
+}
+
+// tagSet is a tag set known by its identity, and how many valid workloads have
+// it as their own.
+type tagSet struct {
+	tags Tags
+	refs int
+}
+
+// principalSet is the valid workloads holding one principal, and the tags they
+// all share.
+type principalSet struct {
+	holders pmap.Map[string, *workloadEntry]
+	counts  pmap.Map[string, int] // "key\x00value" → holders that have the pair
+	shared  Tags
+}
+
+func newInventory() *inventory {
+	return &inventory{
+		byName:     pmap.New[string, *workloadEntry](pmap.StringHash),
+		claims:     pmap.New[string, []claim](pmap.StringHash),
+		principals: pmap.New[string, *principalSet](pmap.StringHash),
+		ids:        pmap.New[uint64, *tagSet](func(x uint64) uint64 { return mix64(x) }),
+	}
+}
+
+// len is the number of workloads, valid or not.
+func (inv *inventory) len() int {
+	if inv == nil {
+		return 0
+	}
+	return inv.byName.Len()
+}
+
+// written orders claims: earlier mod revision first, then name (offline, with
+// no revisions, by name).
+func (c claim) before(d claim) bool {
+	if c.rev != d.rev {
+		return c.rev < d.rev
+	}
+	return c.name < d.name
+}
+
+// apply returns the inventory after workload changes (puts and deletes of
+// KindWorkload keys). inv may be nil.
+func (inv *inventory) apply(changes []Change) *inventory {
+	if inv == nil {
+		inv = newInventory()
+	}
+	out := *inv
+	names := inv.byName.Builder()
+	claims := inv.claims.Builder()
+	principals := inv.principals.Builder()
+	ids := inv.ids.Builder()
+
+	// Who may change validity: the changed workloads and every workload that
+	// claims an address one of them had or has.
+	affected := map[string]bool{}
+	for _, c := range changes {
+		affected[c.Key.Name] = true
+		if old, ok := names.Get(c.Key.Name); ok {
+			for _, a := range old.w.Addresses {
+				for _, cl := range claimsOf(inv.claims.Get, a) {
+					affected[cl.name] = true
+				}
+			}
+		}
+		if w, ok := c.Resource.(*Workload); ok {
+			for _, a := range w.Addresses {
+				for _, cl := range claimsOf(inv.claims.Get, a) {
+					affected[cl.name] = true
+				}
+			}
+		}
+	}
+	order := make([]string, 0, len(affected))
+	for n := range affected {
+		order = append(order, n)
+	}
+	sort.Strings(order)
+
+	// Take out what the affected workloads contributed while valid.
+	for _, n := range order {
+		if e, ok := names.Get(n); ok {
+			if e.err == "" {
+				removeContribution(principals, ids, e)
+			} else {
+				out.invalid--
+			}
+		}
+	}
+	// Replace the changed workloads and their claims.
+	for _, c := range changes {
+		if old, ok := names.Get(c.Key.Name); ok {
+			for _, a := range old.w.Addresses {
+				if l := withoutClaim(claimsOf(claims.Get, a), old.w.Name); len(l) > 0 {
+					claims.Set(a, l)
+				} else {
+					claims.Delete(a)
+				}
+			}
+			names.Delete(c.Key.Name)
+		}
+		w, ok := c.Resource.(*Workload)
+		if !ok {
+			continue
+		}
+		names.Set(w.Name, &workloadEntry{w: w, id: w.Identity()})
+		cl := claim{name: w.Name, rev: w.Meta.ModRevision}
+		for _, a := range w.Addresses {
+			claims.Set(a, withClaim(claimsOf(claims.Get, a), cl))
+		}
+	}
+	// Decide validity again, and put back what the valid ones contribute.
+	for _, n := range order {
+		e, ok := names.Get(n)
+		if !ok {
+			continue
+		}
+		why := ""
+		for _, a := range e.w.Addresses {
+			if first := claimsOf(claims.Get, a)[0]; first.name != e.w.Name {
+				why = fmt.Sprintf("address %s belongs to workload %q, written earlier: an address belongs to at most one workload of a mesh", a, first.name)
+				break
+			}
+		}
+		if why == "" {
+			if ts, ok := ids.Get(e.id); ok && !sameTagSet(ts.tags, e.w.Tags) {
+				why = fmt.Sprintf("its tags have identity %d, as do other tags (%v) of another workload: an identity collision", e.id, ts.tags)
+			}
+		}
+		if why != e.err {
+			ne := *e
+			ne.err = why
+			e = &ne
+			names.Set(n, e)
+		}
+		if why != "" {
+			out.invalid++
+			continue
+		}
+		addContribution(principals, ids, e)
+	}
+	out.byName = names.Map()
+	out.claims = claims.Map()
+	out.principals = principals.Map()
+	out.ids = ids.Map()
+	return &out
+}
+
+func claimsOf(get func(string) ([]claim, bool), addr string) []claim {
+	l, _ := get(addr)
+	return l
+}
+
+func withoutClaim(l []claim, name string) []claim {
+	out := make([]claim, 0, len(l))
+	for _, c := range l {
+		if c.name != name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func withClaim(l []claim, c claim) []claim {
+	out := make([]claim, 0, len(l)+1)
+	i := 0
+	for i < len(l) && l[i].before(c) {
+		i++
+	}
+	out = append(out, l[:i]...)
+	out = append(out, c)
+	return append(out, l[i:]...)
+}
+
+func removeContribution(principals *pmap.Builder[string, *principalSet], ids *pmap.Builder[uint64, *tagSet], e *workloadEntry) {
+	if ts, ok := ids.Get(e.id); ok {
+		if ts.refs <= 1 {
+			ids.Delete(e.id)
+		} else {
+			ids.Set(e.id, &tagSet{tags: ts.tags, refs: ts.refs - 1})
+		}
+	}
+	if e.w.Principal == "" {
+		return
+	}
+	ps, ok := principals.Get(e.w.Principal)
+	if !ok {
+		return
+	}
+	if ps.holders.Len() <= 1 {
+		principals.Delete(e.w.Principal)
+		return
+	}
+	np := &principalSet{holders: ps.holders.Delete(e.w.Name), counts: ps.counts}
+	cb := ps.counts.Builder()
+	for k, v := range e.w.Tags {
+		pair := k + "\x00" + v
+		if n, _ := cb.Get(pair); n <= 1 {
+			cb.Delete(pair)
+		} else {
+			cb.Set(pair, n-1)
+		}
+	}
+	np.counts = cb.Map()
+	np.shared = np.sharedTags()
+	principals.Set(e.w.Principal, np)
+}
+
+func addContribution(principals *pmap.Builder[string, *principalSet], ids *pmap.Builder[uint64, *tagSet], e *workloadEntry) {
+	if ts, ok := ids.Get(e.id); ok {
+		ids.Set(e.id, &tagSet{tags: ts.tags, refs: ts.refs + 1})
+	} else {
+		ids.Set(e.id, &tagSet{tags: e.w.Tags, refs: 1})
+	}
+	if e.w.Principal == "" {
+		return
+	}
+	ps, ok := principals.Get(e.w.Principal)
+	if !ok {
+		ps = &principalSet{holders: pmap.New[string, *workloadEntry](pmap.StringHash),
+			counts: pmap.New[string, int](pmap.StringHash)}
+	}
+	np := &principalSet{holders: ps.holders.Set(e.w.Name, e)}
+	cb := ps.counts.Builder()
+	for k, v := range e.w.Tags {
+		pair := k + "\x00" + v
+		n, _ := cb.Get(pair)
+		cb.Set(pair, n+1)
+	}
+	np.counts = cb.Map()
+	np.shared = np.sharedTags()
+	principals.Set(e.w.Principal, np)
+}
+
+// sharedTags is the pairs every holder has: those of any one holder whose
+// count is the number of holders. O(tags of one holder).
+func (ps *principalSet) sharedTags() Tags {
+	n := ps.holders.Len()
+	var any *workloadEntry
+	ps.holders.Range(func(_ string, e *workloadEntry) bool { any = e; return false })
+	out := Tags{}
+	if any == nil {
+		return out
+	}
+	for k, v := range any.w.Tags {
+		if c, _ := ps.counts.Get(k + "\x00" + v); c == n {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// owner returns the valid workload that owns an address.
+func (inv *inventory) owner(addr string) (*workloadEntry, bool) {
+	if inv == nil {
+		return nil, false
+	}
+	l, ok := inv.claims.Get(addr)
+	if !ok || len(l) == 0 {
+		return nil, false
+	}
+	e, ok := inv.byName.Get(l[0].name)
+	if !ok || e.err != "" {
+		return nil, false
+	}
+	return e, true
+}
+
+// workload returns the valid workload named name.
+func (inv *inventory) workload(name string) (*workloadEntry, bool) {
+	if inv == nil {
+		return nil, false
+	}
+	e, ok := inv.byName.Get(name)
+	if !ok || e.err != "" {
+		return nil, false
+	}
+	return e, true
+}
+
+// principal returns the valid holders of a principal.
+func (inv *inventory) principal(id string) (*principalSet, bool) {
+	if inv == nil {
+		return nil, false
+	}
+	return inv.principals.Get(id)
+}
+
+// tagSetOf returns the own tag set of valid workloads with identity id.
+func (inv *inventory) tagSetOf(id uint64) (Tags, bool) {
+	if inv == nil {
+		return nil, false
+	}
+	ts, ok := inv.ids.Get(id)
+	if !ok {
+		return nil, false
+	}
+	return ts.tags, true
+}
+
+// entry is the workload as Snapshot.Get shows it.
+func (e *workloadEntry) entry() Entry {
+	var err error
+	if e.err != "" {
+		err = invalid("", e.err)
+	}
+	return Entry{Resource: e.w, Err: err}
+}

@@ -1,0 +1,145 @@
+package engine
+
+// Workloads: the inventory of what data planes see (docs/workloads.md). A
+// Workload names a set of addresses, optionally a principal (a certificate
+// identity) and per-port tags, and gives them tags; requests may then name an
+// endpoint by workload, address, principal or identity instead of by tags
+// (endpoint.go).
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sort"
+)
+
+// The reserved tag keys: an endpoint resolved from an address carries `ip`, one
+// resolved from a principal carries `principal`. Workload tags and port tags may
+// not use them, and identities leave them out.
+const (
+	IPTag        = "ip"
+	PrincipalTag = "principal"
+)
+
+// IsReservedTag reports whether k is one of the reserved tag keys.
+func IsReservedTag(k string) bool { return k == IPTag || k == PrincipalTag }
+
+// Workload is one entry of a mesh's inventory: a set of addresses (each belongs
+// to at most one workload of the mesh), an optional principal (several
+// workloads may share one), tags, and optional per-port tags.
+type Workload struct {
+	Mesh      string
+	Name      string
+	Tags      map[string]string
+	Addresses []string // canonical text of netip.Addr, unmapped, no zone
+	Principal string
+	Ports     []WorkloadPort
+	Meta      Meta
+}
+
+// WorkloadPort adds tags to a workload when it is the destination of a flow to
+// Port (a Kuma inbound).
+type WorkloadPort struct {
+	Port uint32
+	Tags map[string]string
+}
+
+// Key implements Resource.
+func (w *Workload) Key() Key { return Key{Kind: KindWorkload, Mesh: w.Mesh, Name: w.Name} }
+
+// Metadata implements Resource.
+func (w *Workload) Metadata() Meta { return w.Meta }
+
+// WithMeta implements Resource.
+func (w *Workload) WithMeta(meta Meta) Resource { c := *w; c.Meta = meta; return &c }
+
+// Identity returns the identity of the workload's own tag set in its mesh.
+func (w *Workload) Identity() uint64 { return Identity(w.Mesh, w.Tags) }
+
+// portTags returns the tags of the first ports entry for port, or nil.
+func (w *Workload) portTags(port uint32) (map[string]string, bool) {
+	if port == 0 {
+		return nil, false
+	}
+	for _, p := range w.Ports {
+		if p.Port == port {
+			return p.Tags, true
+		}
+	}
+	return nil, false
+}
+
+// Identity is the numeric identity of a tag set in a mesh (docs/workloads.md):
+// the first 8 bytes, big-endian, of SHA-256 over the mesh name, a 0 byte, then
+// the tag pairs sorted by key, each as key, 0 byte, value, 0 byte. The reserved
+// keys (ip, principal) are left out. Every party computes it alike.
+func Identity(mesh string, tags map[string]string) uint64 {
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	var keysBuf [MaxTagsPerWorkload]string
+	keys := keysBuf[:0]
+	for k := range tags {
+		if !IsReservedTag(k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	var zero = []byte{0}
+	h.Write([]byte(mesh))
+	h.Write(zero)
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write(zero)
+		h.Write([]byte(tags[k]))
+		h.Write(zero)
+	}
+	var sum [sha256.Size]byte
+	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
+}
+
+// CanonicalAddress parses an IP address as workloads and requests give it and
+// returns its canonical text: IPv4-mapped IPv6 addresses are unmapped (a kernel
+// reports ::ffff:10.0.0.1 for 10.0.0.1); zones are refused.
+func CanonicalAddress(s string) (string, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return "", fmt.Errorf("%q is not an IP address", s)
+	}
+	if a.Zone() != "" {
+		return "", fmt.Errorf("%q has a zone: give the address without it", s)
+	}
+	return a.Unmap().String(), nil
+}
+
+// sameTagSet reports whether a and b hold the same pairs.
+func sameTagSet(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// withoutReserved returns tags without the reserved keys (tags itself when it
+// holds none).
+func withoutReserved(tags map[string]string) map[string]string {
+	_, ip := tags[IPTag]
+	_, pr := tags[PrincipalTag]
+	if !ip && !pr {
+		return tags
+	}
+	out := make(map[string]string, len(tags))
+	for k, v := range tags {
+		if !IsReservedTag(k) {
+			out[k] = v
+		}
+	}
+	return out
+}

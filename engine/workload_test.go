@@ -1,0 +1,200 @@
+package engine_test
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+func decodeOneDoc(t *testing.T, doc string) engine.Resource {
+	t.Helper()
+	rs, err := engine.DecodeYAML([]byte(doc))
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if len(rs) != 1 {
+		t.Fatalf("decoded %d resources", len(rs))
+	}
+	return rs[0]
+}
+
+func TestWorkloadDecode(t *testing.T) {
+	t.Parallel()
+	w := decodeOneDoc(t, `
+kind: Workload
+mesh: prod
+name: web-1
+tags: {kuma.io/service: web, version: 2}
+addresses: [10.0.0.1, "::ffff:10.0.0.2", "2001:DB8::1"]
+principal: spiffe://prod/web
+ports: [{port: 8080, tags: {kuma.io/protocol: http}}, {port: 9090}]
+`).(*engine.Workload)
+	want := &engine.Workload{Mesh: "prod", Name: "web-1",
+		Tags:      map[string]string{"kuma.io/service": "web", "version": "2"},
+		Addresses: []string{"10.0.0.1", "10.0.0.2", "2001:db8::1"}, Principal: "spiffe://prod/web",
+		Ports: []engine.WorkloadPort{{Port: 8080, Tags: map[string]string{"kuma.io/protocol": "http"}}, {Port: 9090}}}
+	if !reflect.DeepEqual(w, want) {
+		t.Fatalf("got %+v\nwant %+v", w, want)
+	}
+	if got := w.Key().String(); got != "prod/workloads/web-1" {
+		t.Errorf("key %q", got)
+	}
+	b, err := engine.EncodeJSON(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := engine.DecodeJSON(b)
+	if err != nil || !reflect.DeepEqual(back, w) {
+		t.Fatalf("round trip: %v\n%+v", err, back)
+	}
+	k, err := engine.ParseKey("/v", "/v/prod/workloads/web-1")
+	if err != nil || k != w.Key() {
+		t.Fatalf("ParseKey: %v %+v", err, k)
+	}
+}
+
+// The seed's Dataplane documents apply unchanged as workloads.
+func TestDataplaneIsAWorkload(t *testing.T) {
+	t.Parallel()
+	w := decodeOneDoc(t, `
+type: Dataplane
+mesh: default
+name: backend-1
+networking:
+  address: 192.168.0.2
+  inbound:
+    - port: 9000
+      servicePort: 6379
+      tags:
+        kuma.io/service: backend
+    - port: 9000
+      servicePort: 6379
+      tags:
+        kuma.io/service: backend-api
+  outbound:
+    - port: 1234
+      tags:
+        kuma.io/service: admin
+`).(*engine.Workload)
+	want := &engine.Workload{Mesh: "default", Name: "backend-1",
+		Tags:      map[string]string{"kuma.io/service": "backend", "kuma.io/name": "backend-1"},
+		Addresses: []string{"192.168.0.2"},
+		Ports: []engine.WorkloadPort{
+			{Port: 9000, Tags: map[string]string{"kuma.io/service": "backend"}},
+			{Port: 9000, Tags: map[string]string{"kuma.io/service": "backend-api"}}}}
+	if !reflect.DeepEqual(w, want) {
+		t.Fatalf("got %+v\nwant %+v", w, want)
+	}
+}
+
+func TestWorkloadDecodeErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, doc, field, why string
+	}{
+		{"reserved ip tag", `{kind: Workload, name: w, tags: {ip: 10.0.0.1}}`, `tags["ip"]`, "reserved"},
+		{"reserved principal tag", `{kind: Workload, name: w, tags: {principal: x}}`, `tags["principal"]`, "reserved"},
+		{"reserved in port tags", `{kind: Workload, name: w, ports: [{port: 80, tags: {ip: x}}]}`, `ports[0].tags["ip"]`, "reserved"},
+		{"bad address", `{kind: Workload, name: w, addresses: [10.0.0.300]}`, "addresses[0]", "not an IP address"},
+		{"zone", `{kind: Workload, name: w, addresses: ["fe80::1%eth0"]}`, "addresses[0]", "zone"},
+		{"address twice", `{kind: Workload, name: w, addresses: [10.0.0.1, 10.0.0.1]}`, "addresses[1]", "also addresses[0]"},
+		{"port zero", `{kind: Workload, name: w, ports: [{port: 0}]}`, "ports[0].port", "1 to 65535"},
+		{"port missing", `{kind: Workload, name: w, ports: [{tags: {a: b}}]}`, "ports[0].port", "required"},
+		{"wildcard tag", `{kind: Workload, name: w, tags: {a: ''}}`, `tags["a"]`, "empty"},
+		{"unknown field", `{kind: Workload, name: w, address: 10.0.0.1}`, "address", "unknown field"},
+		{"dataplane without networking", `{type: Dataplane, name: d}`, "networking", "required"},
+		{"dataplane unknown inbound field", `{type: Dataplane, name: d, networking: {address: 10.0.0.1, inbound: [{port: 1, tagz: {}}]}}`, "networking.inbound[0].tagz", "unknown field"},
+		{"dataplane reserved", `{type: Dataplane, name: d, networking: {address: 10.0.0.1, inbound: [{port: 1, tags: {ip: x}}]}}`, `networking.inbound[0].tags["ip"]`, "reserved"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := engine.DecodeYAML([]byte(c.doc))
+			if err == nil {
+				t.Fatal("decoded")
+			}
+			want := "documents[0] (line 1)." + c.field
+			if !strings.Contains(err.Error(), want+": ") || !strings.Contains(err.Error(), c.why) {
+				t.Fatalf("want %q ... %q, got %v", want, c.why, err)
+			}
+		})
+	}
+}
+
+func workload(name string, rev int64, tags map[string]string, addrs ...string) *engine.Workload {
+	return &engine.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: addrs,
+		Meta: engine.Meta{CreateRevision: rev, ModRevision: rev}}
+}
+
+// An address belongs to one workload: the later-written claimant is invalid,
+// with a reason naming the other; when the earlier one goes, it becomes valid.
+func TestWorkloadAddressConflict(t *testing.T) {
+	t.Parallel()
+	a := workload("a", 1, map[string]string{"app": "a"}, "10.0.0.1")
+	b := workload("b", 2, map[string]string{"app": "b"}, "10.0.0.2", "10.0.0.1")
+	s := engine.Build(2, []engine.Resource{b, a})
+	inv := s.Invalid()
+	if len(inv) != 1 || inv[0].Path != "default/workloads/b" || !strings.Contains(inv[0].Err.Error(), `workload "a"`) {
+		t.Fatalf("invalid: %+v", inv)
+	}
+	if e, _ := s.Get(b.Key()); e.Err == nil {
+		t.Fatal("Get shows b valid")
+	}
+	if n := s.Len(); n != 2 {
+		t.Fatalf("Len %d", n)
+	}
+	s2 := s.Apply(3, []engine.Change{engine.Delete(a.Key())})
+	if inv := s2.Invalid(); len(inv) != 0 {
+		t.Fatalf("after delete: %+v", inv)
+	}
+	// CheckApply refuses a conflicting write, naming both.
+	c := workload("c", 0, nil, "10.0.0.2")
+	err := s2.CheckApply([]engine.Resource{c}, nil)
+	if err == nil || !strings.Contains(err.Error(), "resources[0]") || !strings.Contains(err.Error(), `"b"`) {
+		t.Fatalf("CheckApply: %v", err)
+	}
+}
+
+// A mesh that holds only workloads exists, and its digest covers them.
+func TestWorkloadOnlyMeshAndDigest(t *testing.T) {
+	t.Parallel()
+	a := workload("a", 1, map[string]string{"app": "a"}, "10.0.0.1")
+	s := engine.Build(1, []engine.Resource{a})
+	if _, err := s.Decide(&engine.Request{}); err != nil {
+		t.Fatalf("Decide on a mesh of workloads: %v", err)
+	}
+	d1 := s.Digest()
+	a2 := workload("a", 2, map[string]string{"app": "a2"}, "10.0.0.1")
+	s2 := s.Apply(2, []engine.Change{engine.Put(a2)})
+	if s2.Digest() == d1 {
+		t.Fatal("digest did not change with the workload")
+	}
+	s3 := s2.Apply(3, []engine.Change{engine.Delete(a.Key())})
+	if s3.Len() != 0 {
+		t.Fatalf("Len %d", s3.Len())
+	}
+	if _, err := s3.Decide(&engine.Request{}); err == nil {
+		t.Fatal("the mesh still exists")
+	}
+}
+
+func TestIdentityEncoding(t *testing.T) {
+	t.Parallel()
+	// SPEC section 10: keys sorted (app < env), reserved keys left out.
+	a := engine.Identity("default", map[string]string{"env": "prod", "app": "web", "ip": "10.0.0.1"})
+	b := engine.Identity("", map[string]string{"app": "web", "env": "prod", "principal": "x"})
+	if a != b {
+		t.Fatalf("%d != %d", a, b)
+	}
+	sum := sha256.Sum256([]byte("default\x00app\x00web\x00env\x00prod\x00"))
+	if want := binary.BigEndian.Uint64(sum[:8]); a != want {
+		t.Fatalf("identity %#x, want %#x", a, want)
+	}
+	if engine.Identity("other", map[string]string{"app": "web", "env": "prod"}) == a {
+		t.Fatal("the mesh is not in the identity")
+	}
+}
