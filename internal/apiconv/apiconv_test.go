@@ -106,6 +106,10 @@ func jsonToProto(t *testing.T, r engine.Resource) *verdictv1.Resource {
 		m := &verdictv1.Policy{}
 		err = protojson.Unmarshal(b, m)
 		out.Resource = &verdictv1.Resource_Policy{Policy: m}
+	case *engine.Workload:
+		m := &verdictv1.Workload{}
+		err = protojson.Unmarshal(b, m)
+		out.Resource = &verdictv1.Resource_Workload{Workload: m}
 	}
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", r.Key(), err, b)
