@@ -248,12 +248,19 @@ func encodeChange(log *slog.Logger, c engine.Change) *verdictv1.ResourceChange {
 func (f *resourceFeed) start(from int64) (snapshot []*verdictv1.ResourceChange, rev int64, seq uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// A resume is served from the history only from a set's boundary: the
+	// revision of a message the client received (or the history's base). A
+	// revision inside a set the syncer coalesced (an Apply's, say) would get
+	// that set's earlier changes again: it gets a fresh snapshot instead.
 	if from > 0 && from >= f.base {
 		i := sort.Search(len(f.sets), func(i int) bool { return f.sets[i].rev > from })
-		if i < len(f.sets) {
+		boundary := from == f.base || (i > 0 && f.sets[i-1].rev == from) || (i == 0 && len(f.sets) == 0 && from == f.rev)
+		switch {
+		case boundary && i < len(f.sets):
 			return nil, from, f.sets[i].seq
+		case boundary || from >= f.rev:
+			return nil, from, f.nextSeq
 		}
-		return nil, from, f.nextSeq
 	}
 	if f.sorted == nil {
 		f.sorted = make([]*verdictv1.ResourceChange, 0, len(f.state))

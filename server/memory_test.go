@@ -34,6 +34,8 @@ func TestOverMemoryStore(t *testing.T) {
 	}
 	recvN(t, first, 2)
 
+	// Each write is waited for, so that the syncer publishes each in a change
+	// set of its own (it coalesces writes that arrive together).
 	var last int64
 	for _, name := range []string{"a", "b", "c"} {
 		r, err := h.pol.Apply(c, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy(name, "x", "y", "")}})
@@ -41,6 +43,9 @@ func TestOverMemoryStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		last = r.GetRevision()
+		if _, err := h.pol.Status(c, &verdictv1.StatusRequest{MinRevision: last}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	broken := st.PutRaw("default/policies/TrafficPermission/hand-written", []byte(`{"kind":"Policy","name":`))
 	s, err := h.pol.Status(c, &verdictv1.StatusRequest{MinRevision: broken})
