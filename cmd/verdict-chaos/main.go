@@ -83,19 +83,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	rep, err := chaos.Run(ctx, cfg)
+	return finish("verdict-chaos", rep, err, rep != nil && rep.Pass, *jsonOut, stdout, stderr)
+}
+
+// report is what every run's report can do.
+type report interface {
+	WriteJSON(io.Writer) error
+	WriteText(io.Writer)
+}
+
+// finish prints a run's report (JSON or text) and says its exit code: 3 the
+// run could not be carried out, 1 a target was missed, 0 it passed.
+func finish[R report](name string, rep R, err error, pass, jsonOut bool, stdout, stderr io.Writer) int {
 	if err != nil {
-		fmt.Fprintln(stderr, "verdict-chaos:", err)
+		fmt.Fprintln(stderr, name+":", err)
 		return 3
 	}
-	if *jsonOut {
+	if jsonOut {
 		if err := rep.WriteJSON(stdout); err != nil {
-			fmt.Fprintln(stderr, "verdict-chaos:", err)
+			fmt.Fprintln(stderr, name+":", err)
 			return 3
 		}
 	} else {
 		rep.WriteText(stdout)
 	}
-	if !rep.Pass {
+	if !pass {
 		return 1
 	}
 	return 0
@@ -134,22 +146,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	rep, err := chaos.Soak(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "verdict-chaos soak:", err)
-		return 3
-	}
-	if *jsonOut {
-		if err := rep.WriteJSON(stdout); err != nil {
-			fmt.Fprintln(stderr, "verdict-chaos soak:", err)
-			return 3
-		}
-	} else {
-		rep.WriteText(stdout)
-	}
-	if !rep.Pass {
-		return 1
-	}
-	return 0
+	return finish("verdict-chaos soak", rep, err, rep != nil && rep.Pass, *jsonOut, stdout, stderr)
 }
 
 func logger(w io.Writer, verbose bool) *slog.Logger {
@@ -204,20 +201,5 @@ func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	rep, err := chaos.Hostile(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "verdict-chaos hostile:", err)
-		return 3
-	}
-	if *jsonOut {
-		if err := rep.WriteJSON(stdout); err != nil {
-			fmt.Fprintln(stderr, "verdict-chaos hostile:", err)
-			return 3
-		}
-	} else {
-		rep.WriteText(stdout)
-	}
-	if !rep.Pass {
-		return 1
-	}
-	return 0
+	return finish("verdict-chaos hostile", rep, err, rep != nil && rep.Pass, *jsonOut, stdout, stderr)
 }

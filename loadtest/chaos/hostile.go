@@ -653,15 +653,5 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 	p := rep.Probes
 	fmt.Fprintf(w, "\nprobe Decides: %d sent, %d answered, %d failed (target 0), %d skipped at the in-flight cap; p50 %s p99 %s max %s\n",
 		p.Sent, p.OK, p.FailedLive, p.Skipped, ms(p.Latency.P50), ms(p.Latency.P99), ms(p.Latency.Max))
-	if rep.Pass {
-		fmt.Fprintf(w, "\nPASS\n")
-		return
-	}
-	fmt.Fprintf(w, "\nFAIL\n")
-	for _, p := range rep.Problems {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
-	for _, p := range rep.Misses {
-		fmt.Fprintf(w, "  - missed: %s\n", p)
-	}
+	writeVerdict(w, rep.Pass, rep.Problems, rep.Misses)
 }

@@ -312,17 +312,7 @@ func (rep *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  failure: %s at %s during %q: %s %s\n", f.Replica, fmtOffset(f.At), f.Phase, f.Code, f.Message)
 		}
 	}
-	if rep.Pass {
-		fmt.Fprintf(w, "\nPASS\n")
-		return
-	}
-	fmt.Fprintf(w, "\nFAIL\n")
-	for _, p := range rep.Problems {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
-	for _, p := range rep.Misses {
-		fmt.Fprintf(w, "  - missed: %s\n", p)
-	}
+	writeVerdict(w, rep.Pass, rep.Problems, rep.Misses)
 }
 
 func fmtOffset(d time.Duration) string {
@@ -343,4 +333,20 @@ func fmtCodes(m map[string]int64) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// writeVerdict ends a report: PASS, or FAIL with the problems and the missed
+// targets.
+func writeVerdict(w io.Writer, pass bool, problems, misses []string) {
+	if pass {
+		fmt.Fprintf(w, "\nPASS\n")
+		return
+	}
+	fmt.Fprintf(w, "\nFAIL\n")
+	for _, p := range problems {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+	for _, p := range misses {
+		fmt.Fprintf(w, "  - missed: %s\n", p)
+	}
 }

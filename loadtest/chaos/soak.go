@@ -589,15 +589,5 @@ func (rep *SoakReport) WriteText(w io.Writer) {
 			sr.Decide.FailedLive, ms(sr.Decide.Latency.P50), ms(sr.Decide.Latency.P99), ms(sr.Decide.Latency.Max))
 	}
 	fmt.Fprintf(w, "\nwrites: %d; streams: %s; errors: %s\n", rep.Writes, fmtCodes(rep.Streams), fmtCodes(rep.Errors))
-	if rep.Pass {
-		fmt.Fprintf(w, "\nPASS\n")
-		return
-	}
-	fmt.Fprintf(w, "\nFAIL\n")
-	for _, p := range rep.Problems {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
-	for _, p := range rep.Misses {
-		fmt.Fprintf(w, "  - missed: %s\n", p)
-	}
+	writeVerdict(w, rep.Pass, rep.Problems, rep.Misses)
 }
