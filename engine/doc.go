@@ -1,0 +1,26 @@
+// Package engine is verdict's decision logic: resources in, an immutable
+// indexed snapshot out, and answers read from the snapshot. It imports
+// neither gRPC, etcd nor the API's protobuf types.
+//
+// The way in is the one decoder (DecodeYAML, DecodeJSON, DecodeValue): files,
+// the API's resources and values found in storage all pass through it, and
+// every error names its field (decode*.go; Kuma's universal format is
+// normalized in decode_kuma.go). Build compiles a set of resources into a
+// Snapshot; Snapshot.Apply derives the next snapshot from a change set in
+// O(change), sharing structure with the previous one, so readers hold a
+// snapshot without a lock while the update path swaps in the next.
+//
+// On a snapshot:
+//   - Decide answers a flow on both sides — outbound at the source, inbound
+//     at the destination — by the one first-match rule order that serves
+//     Secure Workload's scopes, Kuma's most specific S&D policy, Kuma's
+//     targetRef levels and Kuadrant's defaults and overrides (docs/order.md);
+//     Explain says why (docs/explain.md);
+//   - Resolve folds the effective configuration (docs/resolve.md);
+//   - RulesFor lists a workload's ordered rules (WatchRules);
+//   - CheckApply validates a write against the current set (the API's and
+//     the suites' dry run); Invalid lists what is stored but not in use, which
+//     fails closed (docs/storage.md).
+//
+// engine/README.md describes the index, the decision cache and their costs.
+package engine
