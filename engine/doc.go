@@ -15,7 +15,7 @@
 //     at the destination — by the one first-match rule order that serves
 //     Secure Workload's scopes, Kuma's most specific S&D policy, Kuma's
 //     targetRef levels and Kuadrant's defaults and overrides (docs/order.md);
-//     Explain says why (docs/explain.md);
+//     with Request.Explain it says why (docs/explain.md);
 //   - Resolve folds the effective configuration (docs/resolve.md);
 //   - RulesFor lists a workload's ordered rules (WatchRules);
 //   - CheckApply validates a write against the current set (the API's and
