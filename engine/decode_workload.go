@@ -250,7 +250,7 @@ func workloadDocument(w *Workload) jsonWorkload {
 	j := jsonWorkload{Kind: "Workload", Mesh: w.Mesh, Name: w.Name, Tags: w.Tags, Addresses: w.Addresses,
 		Principal: w.Principal, CreationTime: jsonTime(w.Meta.CreationTime), ModificationTime: jsonTime(w.Meta.ModificationTime)}
 	for _, p := range w.Ports {
-		j.Ports = append(j.Ports, jsonWorkloadPort{Port: p.Port, Tags: p.Tags})
+		j.Ports = append(j.Ports, jsonWorkloadPort(p))
 	}
 	return j
 }

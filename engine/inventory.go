@@ -290,54 +290,6 @@ func (ps *principalSet) sharedTags() Tags {
 	return out
 }
 
-// owner returns the valid workload that owns an address.
-func (inv *inventory) owner(addr string) (*workloadEntry, bool) {
-	if inv == nil {
-		return nil, false
-	}
-	l, ok := inv.claims.Get(addr)
-	if !ok || len(l) == 0 {
-		return nil, false
-	}
-	e, ok := inv.byName.Get(l[0].name)
-	if !ok || e.err != "" {
-		return nil, false
-	}
-	return e, true
-}
-
-// workload returns the valid workload named name.
-func (inv *inventory) workload(name string) (*workloadEntry, bool) {
-	if inv == nil {
-		return nil, false
-	}
-	e, ok := inv.byName.Get(name)
-	if !ok || e.err != "" {
-		return nil, false
-	}
-	return e, true
-}
-
-// principal returns the valid holders of a principal.
-func (inv *inventory) principal(id string) (*principalSet, bool) {
-	if inv == nil {
-		return nil, false
-	}
-	return inv.principals.Get(id)
-}
-
-// tagSetOf returns the own tag set of valid workloads with identity id.
-func (inv *inventory) tagSetOf(id uint64) (Tags, bool) {
-	if inv == nil {
-		return nil, false
-	}
-	ts, ok := inv.ids.Get(id)
-	if !ok {
-		return nil, false
-	}
-	return ts.tags, true
-}
-
 // entry is the workload as Snapshot.Get shows it.
 func (e *workloadEntry) entry() Entry {
 	var err error

@@ -57,19 +57,6 @@ func (w *Workload) WithMeta(meta Meta) Resource { c := *w; c.Meta = meta; return
 // Identity returns the identity of the workload's own tag set in its mesh.
 func (w *Workload) Identity() uint64 { return Identity(w.Mesh, w.Tags) }
 
-// portTags returns the tags of the first ports entry for port, or nil.
-func (w *Workload) portTags(port uint32) (map[string]string, bool) {
-	if port == 0 {
-		return nil, false
-	}
-	for _, p := range w.Ports {
-		if p.Port == port {
-			return p.Tags, true
-		}
-	}
-	return nil, false
-}
-
 // Identity is the numeric identity of a tag set in a mesh (docs/workloads.md):
 // the first 8 bytes, big-endian, of SHA-256 over the mesh name, a 0 byte, then
 // the tag pairs sorted by key, each as key, 0 byte, value, 0 byte. The reserved
@@ -125,21 +112,4 @@ func sameTagSet(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// withoutReserved returns tags without the reserved keys (tags itself when it
-// holds none).
-func withoutReserved(tags map[string]string) map[string]string {
-	_, ip := tags[IPTag]
-	_, pr := tags[PrincipalTag]
-	if !ip && !pr {
-		return tags
-	}
-	out := make(map[string]string, len(tags))
-	for k, v := range tags {
-		if !IsReservedTag(k) {
-			out[k] = v
-		}
-	}
-	return out
 }
