@@ -106,6 +106,7 @@ func validateRequest(req any) error {
 		errs.minRevision("fromRevision", r.GetFromRevision())
 	case *verdictv1.WatchRulesRequest:
 		errs.names(r.GetMesh(), r.GetType())
+		errs.endpointForm("workload", r.GetWorkload())
 		if err := engine.CheckTags(r.GetWorkload().GetTags()); err != nil {
 			errs.add("workload.tags", err.Error())
 		}
@@ -173,15 +174,35 @@ func (e *fieldErrors) err() error {
 // (apiconv builds it; valid when e gained no error).
 func (e *fieldErrors) decide(prefix string, r *verdictv1.DecideRequest) engine.Request {
 	req := apiconv.DecideRequest(r)
+	e.endpointForm(prefix+"source", r.GetSource())
+	e.endpointForm(prefix+"destination", r.GetDestination())
 	e.request(prefix, r.GetProtocol(), &req)
 	e.minRevision(prefix+"minRevision", r.GetMinRevision())
 	return req
 }
 
 func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Endpoint, protocol string, port uint32) {
+	e.endpointForm(prefix+"source", src)
+	e.endpointForm(prefix+"destination", dst)
 	p, _ := engine.ParseProtocol(protocol)
 	req := engine.Request{Mesh: mesh, Type: typ, Source: src.GetTags(), Destination: dst.GetTags(), Protocol: p, Port: port}
 	e.request(prefix, protocol, &req)
+}
+
+// endpointForm refuses the endpoint forms other than tags until the inventory
+// resolves them (issue 13): an endpoint read as its empty tag set would match
+// selectors it should not.
+func (e *fieldErrors) endpointForm(field string, ep *verdictv1.Endpoint) {
+	switch {
+	case ep.GetWorkload() != "":
+		e.add(field+".workload", "the workload form is not served yet: give tags")
+	case ep.GetAddress() != "":
+		e.add(field+".address", "the address form is not served yet: give tags")
+	case ep.GetPrincipal() != "":
+		e.add(field+".principal", "the principal form is not served yet: give tags")
+	case ep.GetIdentity() != 0:
+		e.add(field+".identity", "the identity form is not served yet: give tags")
+	}
 }
 
 // request checks a flow's fields; protocol is the text req.Protocol was

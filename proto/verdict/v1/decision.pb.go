@@ -136,6 +136,137 @@ func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{1}
 }
 
+// EndpointForm is how an endpoint was given.
+type EndpointForm int32
+
+const (
+	EndpointForm_ENDPOINT_FORM_UNSPECIFIED EndpointForm = 0
+	EndpointForm_ENDPOINT_FORM_TAGS        EndpointForm = 1
+	EndpointForm_ENDPOINT_FORM_WORKLOAD    EndpointForm = 2
+	EndpointForm_ENDPOINT_FORM_ADDRESS     EndpointForm = 3
+	EndpointForm_ENDPOINT_FORM_PRINCIPAL   EndpointForm = 4
+	EndpointForm_ENDPOINT_FORM_IDENTITY    EndpointForm = 5
+)
+
+// Enum value maps for EndpointForm.
+var (
+	EndpointForm_name = map[int32]string{
+		0: "ENDPOINT_FORM_UNSPECIFIED",
+		1: "ENDPOINT_FORM_TAGS",
+		2: "ENDPOINT_FORM_WORKLOAD",
+		3: "ENDPOINT_FORM_ADDRESS",
+		4: "ENDPOINT_FORM_PRINCIPAL",
+		5: "ENDPOINT_FORM_IDENTITY",
+	}
+	EndpointForm_value = map[string]int32{
+		"ENDPOINT_FORM_UNSPECIFIED": 0,
+		"ENDPOINT_FORM_TAGS":        1,
+		"ENDPOINT_FORM_WORKLOAD":    2,
+		"ENDPOINT_FORM_ADDRESS":     3,
+		"ENDPOINT_FORM_PRINCIPAL":   4,
+		"ENDPOINT_FORM_IDENTITY":    5,
+	}
+)
+
+func (x EndpointForm) Enum() *EndpointForm {
+	p := new(EndpointForm)
+	*p = x
+	return p
+}
+
+func (x EndpointForm) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EndpointForm) Descriptor() protoreflect.EnumDescriptor {
+	return file_verdict_v1_decision_proto_enumTypes[2].Descriptor()
+}
+
+func (EndpointForm) Type() protoreflect.EnumType {
+	return &file_verdict_v1_decision_proto_enumTypes[2]
+}
+
+func (x EndpointForm) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EndpointForm.Descriptor instead.
+func (EndpointForm) EnumDescriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{2}
+}
+
+// ResolvedAs says what an endpoint resolved to.
+type ResolvedAs int32
+
+const (
+	ResolvedAs_RESOLVED_AS_UNSPECIFIED ResolvedAs = 0
+	// Given as tags: used as given.
+	ResolvedAs_RESOLVED_AS_TAGS ResolvedAs = 1
+	// A workload of the inventory (by name, or holding the address).
+	ResolvedAs_RESOLVED_AS_WORKLOAD ResolvedAs = 2
+	// An address no workload holds: {ip: ADDRESS}.
+	ResolvedAs_RESOLVED_AS_EXTERNAL ResolvedAs = 3
+	// A principal held by workloads: the tags they all share.
+	ResolvedAs_RESOLVED_AS_PRINCIPAL_HOLDERS ResolvedAs = 4
+	// A principal no workload holds, of Kuma's spiffe://<mesh>/<service> form.
+	ResolvedAs_RESOLVED_AS_KUMA_SPIFFE ResolvedAs = 5
+	// A principal no workload holds, of another form: {principal: ID}.
+	ResolvedAs_RESOLVED_AS_UNKNOWN_PRINCIPAL ResolvedAs = 6
+	// An identity: the tag set it was computed from.
+	ResolvedAs_RESOLVED_AS_IDENTITY ResolvedAs = 7
+)
+
+// Enum value maps for ResolvedAs.
+var (
+	ResolvedAs_name = map[int32]string{
+		0: "RESOLVED_AS_UNSPECIFIED",
+		1: "RESOLVED_AS_TAGS",
+		2: "RESOLVED_AS_WORKLOAD",
+		3: "RESOLVED_AS_EXTERNAL",
+		4: "RESOLVED_AS_PRINCIPAL_HOLDERS",
+		5: "RESOLVED_AS_KUMA_SPIFFE",
+		6: "RESOLVED_AS_UNKNOWN_PRINCIPAL",
+		7: "RESOLVED_AS_IDENTITY",
+	}
+	ResolvedAs_value = map[string]int32{
+		"RESOLVED_AS_UNSPECIFIED":       0,
+		"RESOLVED_AS_TAGS":              1,
+		"RESOLVED_AS_WORKLOAD":          2,
+		"RESOLVED_AS_EXTERNAL":          3,
+		"RESOLVED_AS_PRINCIPAL_HOLDERS": 4,
+		"RESOLVED_AS_KUMA_SPIFFE":       5,
+		"RESOLVED_AS_UNKNOWN_PRINCIPAL": 6,
+		"RESOLVED_AS_IDENTITY":          7,
+	}
+)
+
+func (x ResolvedAs) Enum() *ResolvedAs {
+	p := new(ResolvedAs)
+	*p = x
+	return p
+}
+
+func (x ResolvedAs) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResolvedAs) Descriptor() protoreflect.EnumDescriptor {
+	return file_verdict_v1_decision_proto_enumTypes[3].Descriptor()
+}
+
+func (ResolvedAs) Type() protoreflect.EnumType {
+	return &file_verdict_v1_decision_proto_enumTypes[3]
+}
+
+func (x ResolvedAs) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResolvedAs.Descriptor instead.
+func (ResolvedAs) EnumDescriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{3}
+}
+
 // PolicyState is a policy's status in a resolution.
 type PolicyState int32
 
@@ -173,11 +304,11 @@ func (x PolicyState) String() string {
 }
 
 func (PolicyState) Descriptor() protoreflect.EnumDescriptor {
-	return file_verdict_v1_decision_proto_enumTypes[2].Descriptor()
+	return file_verdict_v1_decision_proto_enumTypes[4].Descriptor()
 }
 
 func (PolicyState) Type() protoreflect.EnumType {
-	return &file_verdict_v1_decision_proto_enumTypes[2]
+	return &file_verdict_v1_decision_proto_enumTypes[4]
 }
 
 func (x PolicyState) Number() protoreflect.EnumNumber {
@@ -186,15 +317,25 @@ func (x PolicyState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PolicyState.Descriptor instead.
 func (PolicyState) EnumDescriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{2}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{4}
 }
 
-// Endpoint is one end of a flow, known by its tags. (The Workload message is
-// the inventory resource, resource.proto.)
+// Endpoint is one end of a flow, given by exactly one of its forms: tags, a
+// workload name, an address, a principal or an identity (docs/workloads.md).
+// None given = the empty tag set. (The Workload message is the inventory
+// resource, resource.proto.)
 type Endpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most 64 tags; keys up to 317 bytes, values up to 1024.
-	Tags          map[string]string `protobuf:"bytes,1,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Tags map[string]string `protobuf:"bytes,1,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A workload's name: its tags, plus its port's tags for a destination.
+	Workload string `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
+	// An IP address: the workload that holds it, else the external endpoint {ip: ADDRESS}.
+	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// A certificate identity (a SPIFFE ID): the tags its holders share.
+	Principal string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	// A numeric identity (0 = not given): the tag set it was computed from.
+	Identity      uint64 `protobuf:"varint,5,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,6 +377,123 @@ func (x *Endpoint) GetTags() map[string]string {
 	return nil
 }
 
+func (x *Endpoint) GetWorkload() string {
+	if x != nil {
+		return x.Workload
+	}
+	return ""
+}
+
+func (x *Endpoint) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Endpoint) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Endpoint) GetIdentity() uint64 {
+	if x != nil {
+		return x.Identity
+	}
+	return 0
+}
+
+// EndpointResolution says how one end of a flow was resolved.
+type EndpointResolution struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Form       EndpointForm           `protobuf:"varint,1,opt,name=form,proto3,enum=verdict.v1.EndpointForm" json:"form,omitempty"`
+	ResolvedAs ResolvedAs             `protobuf:"varint,2,opt,name=resolved_as,json=resolvedAs,proto3,enum=verdict.v1.ResolvedAs" json:"resolved_as,omitempty"`
+	// The workload, when one was resolved (workload and address forms).
+	Workload string `protobuf:"bytes,3,opt,name=workload,proto3" json:"workload,omitempty"`
+	// The number of workloads holding the principal (principal form).
+	Holders uint32 `protobuf:"varint,4,opt,name=holders,proto3" json:"holders,omitempty"`
+	// The identity of the resolved tags, reserved keys excluded.
+	Identity uint64 `protobuf:"varint,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The tags the flow was decided on, when the request asked for explain.
+	Tags          map[string]string `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointResolution) Reset() {
+	*x = EndpointResolution{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointResolution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointResolution) ProtoMessage() {}
+
+func (x *EndpointResolution) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointResolution.ProtoReflect.Descriptor instead.
+func (*EndpointResolution) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EndpointResolution) GetForm() EndpointForm {
+	if x != nil {
+		return x.Form
+	}
+	return EndpointForm_ENDPOINT_FORM_UNSPECIFIED
+}
+
+func (x *EndpointResolution) GetResolvedAs() ResolvedAs {
+	if x != nil {
+		return x.ResolvedAs
+	}
+	return ResolvedAs_RESOLVED_AS_UNSPECIFIED
+}
+
+func (x *EndpointResolution) GetWorkload() string {
+	if x != nil {
+		return x.Workload
+	}
+	return ""
+}
+
+func (x *EndpointResolution) GetHolders() uint32 {
+	if x != nil {
+		return x.Holders
+	}
+	return 0
+}
+
+func (x *EndpointResolution) GetIdentity() uint64 {
+	if x != nil {
+		return x.Identity
+	}
+	return 0
+}
+
+func (x *EndpointResolution) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // DecideRequest asks for the decision on one flow.
 type DecideRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -259,7 +517,7 @@ type DecideRequest struct {
 
 func (x *DecideRequest) Reset() {
 	*x = DecideRequest{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[1]
+	mi := &file_verdict_v1_decision_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +529,7 @@ func (x *DecideRequest) String() string {
 func (*DecideRequest) ProtoMessage() {}
 
 func (x *DecideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[1]
+	mi := &file_verdict_v1_decision_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +542,7 @@ func (x *DecideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideRequest.ProtoReflect.Descriptor instead.
 func (*DecideRequest) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{1}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DecideRequest) GetMesh() string {
@@ -360,7 +618,7 @@ type SideDecision struct {
 
 func (x *SideDecision) Reset() {
 	*x = SideDecision{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[2]
+	mi := &file_verdict_v1_decision_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +630,7 @@ func (x *SideDecision) String() string {
 func (*SideDecision) ProtoMessage() {}
 
 func (x *SideDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[2]
+	mi := &file_verdict_v1_decision_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +643,7 @@ func (x *SideDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SideDecision.ProtoReflect.Descriptor instead.
 func (*SideDecision) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{2}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SideDecision) GetAction() Action {
@@ -437,14 +695,20 @@ type DecideResponse struct {
 	// The revision of the snapshot that answered.
 	Revision int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	// The trace, when the request asked for it.
-	Explanation   *Explanation `protobuf:"bytes,7,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	Explanation *Explanation `protobuf:"bytes,7,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// How the source and the destination were resolved.
+	SourceResolution      *EndpointResolution `protobuf:"bytes,8,opt,name=source_resolution,json=sourceResolution,proto3" json:"source_resolution,omitempty"`
+	DestinationResolution *EndpointResolution `protobuf:"bytes,9,opt,name=destination_resolution,json=destinationResolution,proto3" json:"destination_resolution,omitempty"`
+	// Set iff the shadow decision, which enforces audit rules too, has another
+	// final action than this one (docs/order.md, audit).
+	Audit         *Audit `protobuf:"bytes,10,opt,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideResponse) Reset() {
 	*x = DecideResponse{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[3]
+	mi := &file_verdict_v1_decision_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +720,7 @@ func (x *DecideResponse) String() string {
 func (*DecideResponse) ProtoMessage() {}
 
 func (x *DecideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[3]
+	mi := &file_verdict_v1_decision_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +733,7 @@ func (x *DecideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideResponse.ProtoReflect.Descriptor instead.
 func (*DecideResponse) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{3}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DecideResponse) GetAction() Action {
@@ -521,6 +785,107 @@ func (x *DecideResponse) GetExplanation() *Explanation {
 	return nil
 }
 
+func (x *DecideResponse) GetSourceResolution() *EndpointResolution {
+	if x != nil {
+		return x.SourceResolution
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetDestinationResolution() *EndpointResolution {
+	if x != nil {
+		return x.DestinationResolution
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetAudit() *Audit {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
+}
+
+// Audit is the shadow result of a decision: what it would have been had the
+// audit rules been enforced.
+type Audit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shadow final action.
+	Action Action `protobuf:"varint,1,opt,name=action,proto3,enum=verdict.v1.Action" json:"action,omitempty"`
+	Policy string `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Scope  string `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	Rule   string `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`
+	// "outbound" or "inbound": the side that decided the shadow result.
+	Side          string `protobuf:"bytes,5,opt,name=side,proto3" json:"side,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Audit) Reset() {
+	*x = Audit{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Audit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Audit) ProtoMessage() {}
+
+func (x *Audit) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Audit.ProtoReflect.Descriptor instead.
+func (*Audit) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Audit) GetAction() Action {
+	if x != nil {
+		return x.Action
+	}
+	return Action_ACTION_UNSPECIFIED
+}
+
+func (x *Audit) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Audit) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *Audit) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Audit) GetSide() string {
+	if x != nil {
+		return x.Side
+	}
+	return ""
+}
+
 // Explanation is the trace of a decision (docs/explain.md).
 type Explanation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -532,7 +897,7 @@ type Explanation struct {
 
 func (x *Explanation) Reset() {
 	*x = Explanation{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[4]
+	mi := &file_verdict_v1_decision_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +909,7 @@ func (x *Explanation) String() string {
 func (*Explanation) ProtoMessage() {}
 
 func (x *Explanation) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[4]
+	mi := &file_verdict_v1_decision_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +922,7 @@ func (x *Explanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Explanation.ProtoReflect.Descriptor instead.
 func (*Explanation) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{4}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Explanation) GetOutbound() *SideTrace {
@@ -593,7 +958,7 @@ type SideTrace struct {
 
 func (x *SideTrace) Reset() {
 	*x = SideTrace{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[5]
+	mi := &file_verdict_v1_decision_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +970,7 @@ func (x *SideTrace) String() string {
 func (*SideTrace) ProtoMessage() {}
 
 func (x *SideTrace) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[5]
+	mi := &file_verdict_v1_decision_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +983,7 @@ func (x *SideTrace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SideTrace.ProtoReflect.Descriptor instead.
 func (*SideTrace) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{5}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SideTrace) GetMembers() []string {
@@ -685,7 +1050,7 @@ type CandidateTrace struct {
 
 func (x *CandidateTrace) Reset() {
 	*x = CandidateTrace{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[6]
+	mi := &file_verdict_v1_decision_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +1062,7 @@ func (x *CandidateTrace) String() string {
 func (*CandidateTrace) ProtoMessage() {}
 
 func (x *CandidateTrace) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[6]
+	mi := &file_verdict_v1_decision_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +1075,7 @@ func (x *CandidateTrace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidateTrace.ProtoReflect.Descriptor instead.
 func (*CandidateTrace) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{6}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CandidateTrace) GetPolicy() string {
@@ -794,7 +1159,7 @@ type NonCandidate struct {
 
 func (x *NonCandidate) Reset() {
 	*x = NonCandidate{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[7]
+	mi := &file_verdict_v1_decision_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1171,7 @@ func (x *NonCandidate) String() string {
 func (*NonCandidate) ProtoMessage() {}
 
 func (x *NonCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[7]
+	mi := &file_verdict_v1_decision_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1184,7 @@ func (x *NonCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonCandidate.ProtoReflect.Descriptor instead.
 func (*NonCandidate) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{7}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NonCandidate) GetPolicy() string {
@@ -849,7 +1214,7 @@ type DecideBatchRequest struct {
 
 func (x *DecideBatchRequest) Reset() {
 	*x = DecideBatchRequest{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[8]
+	mi := &file_verdict_v1_decision_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1226,7 @@ func (x *DecideBatchRequest) String() string {
 func (*DecideBatchRequest) ProtoMessage() {}
 
 func (x *DecideBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[8]
+	mi := &file_verdict_v1_decision_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1239,7 @@ func (x *DecideBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBatchRequest.ProtoReflect.Descriptor instead.
 func (*DecideBatchRequest) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{8}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DecideBatchRequest) GetRequests() []*DecideRequest {
@@ -903,7 +1268,7 @@ type DecideBatchResponse struct {
 
 func (x *DecideBatchResponse) Reset() {
 	*x = DecideBatchResponse{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[9]
+	mi := &file_verdict_v1_decision_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1280,7 @@ func (x *DecideBatchResponse) String() string {
 func (*DecideBatchResponse) ProtoMessage() {}
 
 func (x *DecideBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[9]
+	mi := &file_verdict_v1_decision_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1293,7 @@ func (x *DecideBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBatchResponse.ProtoReflect.Descriptor instead.
 func (*DecideBatchResponse) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{9}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DecideBatchResponse) GetResults() []*DecideResult {
@@ -960,7 +1325,7 @@ type DecideResult struct {
 
 func (x *DecideResult) Reset() {
 	*x = DecideResult{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[10]
+	mi := &file_verdict_v1_decision_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1337,7 @@ func (x *DecideResult) String() string {
 func (*DecideResult) ProtoMessage() {}
 
 func (x *DecideResult) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[10]
+	mi := &file_verdict_v1_decision_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1350,7 @@ func (x *DecideResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideResult.ProtoReflect.Descriptor instead.
 func (*DecideResult) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{10}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DecideResult) GetResult() isDecideResult_Result {
@@ -1043,7 +1408,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[11]
+	mi := &file_verdict_v1_decision_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1420,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[11]
+	mi := &file_verdict_v1_decision_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1433,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{11}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Error) GetCode() string {
@@ -1103,7 +1468,7 @@ type FieldViolation struct {
 
 func (x *FieldViolation) Reset() {
 	*x = FieldViolation{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[12]
+	mi := &file_verdict_v1_decision_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1480,7 @@ func (x *FieldViolation) String() string {
 func (*FieldViolation) ProtoMessage() {}
 
 func (x *FieldViolation) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[12]
+	mi := &file_verdict_v1_decision_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1493,7 @@ func (x *FieldViolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldViolation.ProtoReflect.Descriptor instead.
 func (*FieldViolation) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{12}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FieldViolation) GetField() string {
@@ -1157,7 +1522,7 @@ type DecideStreamRequest struct {
 
 func (x *DecideStreamRequest) Reset() {
 	*x = DecideStreamRequest{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[13]
+	mi := &file_verdict_v1_decision_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1534,7 @@ func (x *DecideStreamRequest) String() string {
 func (*DecideStreamRequest) ProtoMessage() {}
 
 func (x *DecideStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[13]
+	mi := &file_verdict_v1_decision_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1547,7 @@ func (x *DecideStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideStreamRequest.ProtoReflect.Descriptor instead.
 func (*DecideStreamRequest) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{13}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DecideStreamRequest) GetId() string {
@@ -1210,7 +1575,7 @@ type DecideStreamResponse struct {
 
 func (x *DecideStreamResponse) Reset() {
 	*x = DecideStreamResponse{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[14]
+	mi := &file_verdict_v1_decision_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1587,7 @@ func (x *DecideStreamResponse) String() string {
 func (*DecideStreamResponse) ProtoMessage() {}
 
 func (x *DecideStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[14]
+	mi := &file_verdict_v1_decision_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1600,7 @@ func (x *DecideStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideStreamResponse.ProtoReflect.Descriptor instead.
 func (*DecideStreamResponse) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{14}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DecideStreamResponse) GetId() string {
@@ -1269,7 +1634,7 @@ type ResolveRequest struct {
 
 func (x *ResolveRequest) Reset() {
 	*x = ResolveRequest{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[15]
+	mi := &file_verdict_v1_decision_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1646,7 @@ func (x *ResolveRequest) String() string {
 func (*ResolveRequest) ProtoMessage() {}
 
 func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[15]
+	mi := &file_verdict_v1_decision_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1659,7 @@ func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
 func (*ResolveRequest) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{15}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResolveRequest) GetMesh() string {
@@ -1358,7 +1723,7 @@ type ResolvedRule struct {
 
 func (x *ResolvedRule) Reset() {
 	*x = ResolvedRule{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[16]
+	mi := &file_verdict_v1_decision_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1735,7 @@ func (x *ResolvedRule) String() string {
 func (*ResolvedRule) ProtoMessage() {}
 
 func (x *ResolvedRule) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[16]
+	mi := &file_verdict_v1_decision_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1748,7 @@ func (x *ResolvedRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedRule.ProtoReflect.Descriptor instead.
 func (*ResolvedRule) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{16}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResolvedRule) GetName() string {
@@ -1421,7 +1786,7 @@ type MissingRule struct {
 
 func (x *MissingRule) Reset() {
 	*x = MissingRule{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[17]
+	mi := &file_verdict_v1_decision_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1798,7 @@ func (x *MissingRule) String() string {
 func (*MissingRule) ProtoMessage() {}
 
 func (x *MissingRule) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[17]
+	mi := &file_verdict_v1_decision_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1811,7 @@ func (x *MissingRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MissingRule.ProtoReflect.Descriptor instead.
 func (*MissingRule) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{17}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MissingRule) GetRule() string {
@@ -1484,7 +1849,7 @@ type PolicyStatus struct {
 
 func (x *PolicyStatus) Reset() {
 	*x = PolicyStatus{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[18]
+	mi := &file_verdict_v1_decision_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1861,7 @@ func (x *PolicyStatus) String() string {
 func (*PolicyStatus) ProtoMessage() {}
 
 func (x *PolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[18]
+	mi := &file_verdict_v1_decision_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1874,7 @@ func (x *PolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyStatus.ProtoReflect.Descriptor instead.
 func (*PolicyStatus) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{18}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PolicyStatus) GetPolicy() string {
@@ -1554,7 +1919,7 @@ type Resolution struct {
 
 func (x *Resolution) Reset() {
 	*x = Resolution{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[19]
+	mi := &file_verdict_v1_decision_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1931,7 @@ func (x *Resolution) String() string {
 func (*Resolution) ProtoMessage() {}
 
 func (x *Resolution) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[19]
+	mi := &file_verdict_v1_decision_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1944,7 @@ func (x *Resolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolution.ProtoReflect.Descriptor instead.
 func (*Resolution) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{19}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Resolution) GetSide() string {
@@ -1620,7 +1985,7 @@ type ResolveResponse struct {
 
 func (x *ResolveResponse) Reset() {
 	*x = ResolveResponse{}
-	mi := &file_verdict_v1_decision_proto_msgTypes[20]
+	mi := &file_verdict_v1_decision_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1997,7 @@ func (x *ResolveResponse) String() string {
 func (*ResolveResponse) ProtoMessage() {}
 
 func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decision_proto_msgTypes[20]
+	mi := &file_verdict_v1_decision_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +2010,7 @@ func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
 func (*ResolveResponse) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{20}
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResolveResponse) GetSide() string {
@@ -1683,14 +2048,207 @@ func (x *ResolveResponse) GetRevision() int64 {
 	return 0
 }
 
+// IdentifyRequest asks for the identities of endpoints of one mesh.
+type IdentifyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty = "default".
+	Mesh string `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	// Up to 1000, each in any endpoint form.
+	Endpoints     []*Endpoint `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	MinRevision   int64       `protobuf:"varint,3,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdentifyRequest) Reset() {
+	*x = IdentifyRequest{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdentifyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdentifyRequest) ProtoMessage() {}
+
+func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdentifyRequest.ProtoReflect.Descriptor instead.
+func (*IdentifyRequest) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *IdentifyRequest) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *IdentifyRequest) GetEndpoints() []*Endpoint {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *IdentifyRequest) GetMinRevision() int64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
+}
+
+// IdentifyResponse answers every endpoint, in request order.
+type IdentifyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*Identified          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdentifyResponse) Reset() {
+	*x = IdentifyResponse{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdentifyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdentifyResponse) ProtoMessage() {}
+
+func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdentifyResponse.ProtoReflect.Descriptor instead.
+func (*IdentifyResponse) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *IdentifyResponse) GetResults() []*Identified {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *IdentifyResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// Identified is one endpoint's identity, or the error of that endpoint alone.
+type Identified struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The identity of the resolved tags, reserved keys excluded.
+	Identity      uint64              `protobuf:"varint,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Resolution    *EndpointResolution `protobuf:"bytes,2,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	Error         *Error              `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Identified) Reset() {
+	*x = Identified{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Identified) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Identified) ProtoMessage() {}
+
+func (x *Identified) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Identified.ProtoReflect.Descriptor instead.
+func (*Identified) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Identified) GetIdentity() uint64 {
+	if x != nil {
+		return x.Identity
+	}
+	return 0
+}
+
+func (x *Identified) GetResolution() *EndpointResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return nil
+}
+
+func (x *Identified) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_verdict_v1_decision_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\n" +
 	"\x19verdict/v1/decision.proto\x12\n" +
-	"verdict.v1\x1a\x1cgoogle/protobuf/struct.proto\"w\n" +
+	"verdict.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xe7\x01\n" +
 	"\bEndpoint\x122\n" +
-	"\x04tags\x18\x01 \x03(\v2\x1e.verdict.v1.Endpoint.TagsEntryR\x04tags\x1a7\n" +
+	"\x04tags\x18\x01 \x03(\v2\x1e.verdict.v1.Endpoint.TagsEntryR\x04tags\x12\x1a\n" +
+	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x1a\n" +
+	"\bidentity\x18\x05 \x01(\x04R\bidentity\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc4\x02\n" +
+	"\x12EndpointResolution\x12,\n" +
+	"\x04form\x18\x01 \x01(\x0e2\x18.verdict.v1.EndpointFormR\x04form\x127\n" +
+	"\vresolved_as\x18\x02 \x01(\x0e2\x16.verdict.v1.ResolvedAsR\n" +
+	"resolvedAs\x12\x1a\n" +
+	"\bworkload\x18\x03 \x01(\tR\bworkload\x12\x18\n" +
+	"\aholders\x18\x04 \x01(\rR\aholders\x12\x1a\n" +
+	"\bidentity\x18\x05 \x01(\x04R\bidentity\x12<\n" +
+	"\x04tags\x18\x06 \x03(\v2(.verdict.v1.EndpointResolution.TagsEntryR\x04tags\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +
@@ -1708,7 +2266,7 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05scope\x18\x03 \x01(\tR\x05scope\x12\x12\n" +
 	"\x04rule\x18\x04 \x01(\tR\x04rule\x12*\n" +
-	"\x06reason\x18\x05 \x01(\x0e2\x12.verdict.v1.ReasonR\x06reason\"\xc2\x02\n" +
+	"\x06reason\x18\x05 \x01(\x0e2\x12.verdict.v1.ReasonR\x06reason\"\x8f\x04\n" +
 	"\x0eDecideResponse\x12*\n" +
 	"\x06action\x18\x01 \x01(\x0e2\x12.verdict.v1.ActionR\x06action\x124\n" +
 	"\boutbound\x18\x02 \x01(\v2\x18.verdict.v1.SideDecisionR\boutbound\x122\n" +
@@ -1716,7 +2274,17 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x06policy\x18\x04 \x01(\tR\x06policy\x12+\n" +
 	"\x04conf\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04conf\x12\x1a\n" +
 	"\brevision\x18\x06 \x01(\x03R\brevision\x129\n" +
-	"\vexplanation\x18\a \x01(\v2\x17.verdict.v1.ExplanationR\vexplanation\"q\n" +
+	"\vexplanation\x18\a \x01(\v2\x17.verdict.v1.ExplanationR\vexplanation\x12K\n" +
+	"\x11source_resolution\x18\b \x01(\v2\x1e.verdict.v1.EndpointResolutionR\x10sourceResolution\x12U\n" +
+	"\x16destination_resolution\x18\t \x01(\v2\x1e.verdict.v1.EndpointResolutionR\x15destinationResolution\x12'\n" +
+	"\x05audit\x18\n" +
+	" \x01(\v2\x11.verdict.v1.AuditR\x05audit\"\x89\x01\n" +
+	"\x05Audit\x12*\n" +
+	"\x06action\x18\x01 \x01(\x0e2\x12.verdict.v1.ActionR\x06action\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
+	"\x05scope\x18\x03 \x01(\tR\x05scope\x12\x12\n" +
+	"\x04rule\x18\x04 \x01(\tR\x04rule\x12\x12\n" +
+	"\x04side\x18\x05 \x01(\tR\x04side\"q\n" +
 	"\vExplanation\x121\n" +
 	"\boutbound\x18\x01 \x01(\v2\x15.verdict.v1.SideTraceR\boutbound\x12/\n" +
 	"\ainbound\x18\x02 \x01(\v2\x15.verdict.v1.SideTraceR\ainbound\"\x9c\x02\n" +
@@ -1798,7 +2366,21 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x05rules\x18\x02 \x03(\v2\x18.verdict.v1.ResolvedRuleR\x05rules\x120\n" +
 	"\x06status\x18\x03 \x03(\v2\x18.verdict.v1.PolicyStatusR\x06status\x122\n" +
 	"\boutbound\x18\x04 \x01(\v2\x16.verdict.v1.ResolutionR\boutbound\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision*C\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"|\n" +
+	"\x0fIdentifyRequest\x12\x12\n" +
+	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x122\n" +
+	"\tendpoints\x18\x02 \x03(\v2\x14.verdict.v1.EndpointR\tendpoints\x12!\n" +
+	"\fmin_revision\x18\x03 \x01(\x03R\vminRevision\"`\n" +
+	"\x10IdentifyResponse\x120\n" +
+	"\aresults\x18\x01 \x03(\v2\x16.verdict.v1.IdentifiedR\aresults\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x91\x01\n" +
+	"\n" +
+	"Identified\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\x04R\bidentity\x12>\n" +
+	"\n" +
+	"resolution\x18\x02 \x01(\v2\x1e.verdict.v1.EndpointResolutionR\n" +
+	"resolution\x12'\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.verdict.v1.ErrorR\x05error*C\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ALLOW\x10\x01\x12\x0f\n" +
@@ -1810,17 +2392,35 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x15REASON_DEFAULT_ACTION\x10\x03\x12\x15\n" +
 	"\x11REASON_UNENFORCED\x10\x04\x12\x19\n" +
 	"\x15REASON_NOT_APPLICABLE\x10\x05\x12\x1b\n" +
-	"\x17REASON_INVALID_RESOURCE\x10\x06*\x88\x01\n" +
+	"\x17REASON_INVALID_RESOURCE\x10\x06*\xb5\x01\n" +
+	"\fEndpointForm\x12\x1d\n" +
+	"\x19ENDPOINT_FORM_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12ENDPOINT_FORM_TAGS\x10\x01\x12\x1a\n" +
+	"\x16ENDPOINT_FORM_WORKLOAD\x10\x02\x12\x19\n" +
+	"\x15ENDPOINT_FORM_ADDRESS\x10\x03\x12\x1b\n" +
+	"\x17ENDPOINT_FORM_PRINCIPAL\x10\x04\x12\x1a\n" +
+	"\x16ENDPOINT_FORM_IDENTITY\x10\x05*\xf0\x01\n" +
+	"\n" +
+	"ResolvedAs\x12\x1b\n" +
+	"\x17RESOLVED_AS_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10RESOLVED_AS_TAGS\x10\x01\x12\x18\n" +
+	"\x14RESOLVED_AS_WORKLOAD\x10\x02\x12\x18\n" +
+	"\x14RESOLVED_AS_EXTERNAL\x10\x03\x12!\n" +
+	"\x1dRESOLVED_AS_PRINCIPAL_HOLDERS\x10\x04\x12\x1b\n" +
+	"\x17RESOLVED_AS_KUMA_SPIFFE\x10\x05\x12!\n" +
+	"\x1dRESOLVED_AS_UNKNOWN_PRINCIPAL\x10\x06\x12\x18\n" +
+	"\x14RESOLVED_AS_IDENTITY\x10\a*\x88\x01\n" +
 	"\vPolicyState\x12\x1c\n" +
 	"\x18POLICY_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15POLICY_STATE_ENFORCED\x10\x01\x12#\n" +
 	"\x1fPOLICY_STATE_PARTIALLY_ENFORCED\x10\x02\x12\x1b\n" +
-	"\x17POLICY_STATE_OVERRIDDEN\x10\x032\xbd\x02\n" +
+	"\x17POLICY_STATE_OVERRIDDEN\x10\x032\x84\x03\n" +
 	"\x0fDecisionService\x12?\n" +
 	"\x06Decide\x12\x19.verdict.v1.DecideRequest\x1a\x1a.verdict.v1.DecideResponse\x12N\n" +
 	"\vDecideBatch\x12\x1e.verdict.v1.DecideBatchRequest\x1a\x1f.verdict.v1.DecideBatchResponse\x12U\n" +
 	"\fDecideStream\x12\x1f.verdict.v1.DecideStreamRequest\x1a .verdict.v1.DecideStreamResponse(\x010\x01\x12B\n" +
-	"\aResolve\x12\x1a.verdict.v1.ResolveRequest\x1a\x1b.verdict.v1.ResolveResponseB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
+	"\aResolve\x12\x1a.verdict.v1.ResolveRequest\x1a\x1b.verdict.v1.ResolveResponse\x12E\n" +
+	"\bIdentify\x12\x1b.verdict.v1.IdentifyRequest\x1a\x1c.verdict.v1.IdentifyResponseB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
 
 var (
 	file_verdict_v1_decision_proto_rawDescOnce sync.Once
@@ -1834,84 +2434,105 @@ func file_verdict_v1_decision_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_decision_proto_rawDescData
 }
 
-var file_verdict_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_verdict_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_verdict_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_verdict_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_verdict_v1_decision_proto_goTypes = []any{
 	(Action)(0),                  // 0: verdict.v1.Action
 	(Reason)(0),                  // 1: verdict.v1.Reason
-	(PolicyState)(0),             // 2: verdict.v1.PolicyState
-	(*Endpoint)(nil),             // 3: verdict.v1.Endpoint
-	(*DecideRequest)(nil),        // 4: verdict.v1.DecideRequest
-	(*SideDecision)(nil),         // 5: verdict.v1.SideDecision
-	(*DecideResponse)(nil),       // 6: verdict.v1.DecideResponse
-	(*Explanation)(nil),          // 7: verdict.v1.Explanation
-	(*SideTrace)(nil),            // 8: verdict.v1.SideTrace
-	(*CandidateTrace)(nil),       // 9: verdict.v1.CandidateTrace
-	(*NonCandidate)(nil),         // 10: verdict.v1.NonCandidate
-	(*DecideBatchRequest)(nil),   // 11: verdict.v1.DecideBatchRequest
-	(*DecideBatchResponse)(nil),  // 12: verdict.v1.DecideBatchResponse
-	(*DecideResult)(nil),         // 13: verdict.v1.DecideResult
-	(*Error)(nil),                // 14: verdict.v1.Error
-	(*FieldViolation)(nil),       // 15: verdict.v1.FieldViolation
-	(*DecideStreamRequest)(nil),  // 16: verdict.v1.DecideStreamRequest
-	(*DecideStreamResponse)(nil), // 17: verdict.v1.DecideStreamResponse
-	(*ResolveRequest)(nil),       // 18: verdict.v1.ResolveRequest
-	(*ResolvedRule)(nil),         // 19: verdict.v1.ResolvedRule
-	(*MissingRule)(nil),          // 20: verdict.v1.MissingRule
-	(*PolicyStatus)(nil),         // 21: verdict.v1.PolicyStatus
-	(*Resolution)(nil),           // 22: verdict.v1.Resolution
-	(*ResolveResponse)(nil),      // 23: verdict.v1.ResolveResponse
-	nil,                          // 24: verdict.v1.Endpoint.TagsEntry
-	(*structpb.Struct)(nil),      // 25: google.protobuf.Struct
-	(*structpb.Value)(nil),       // 26: google.protobuf.Value
+	(EndpointForm)(0),            // 2: verdict.v1.EndpointForm
+	(ResolvedAs)(0),              // 3: verdict.v1.ResolvedAs
+	(PolicyState)(0),             // 4: verdict.v1.PolicyState
+	(*Endpoint)(nil),             // 5: verdict.v1.Endpoint
+	(*EndpointResolution)(nil),   // 6: verdict.v1.EndpointResolution
+	(*DecideRequest)(nil),        // 7: verdict.v1.DecideRequest
+	(*SideDecision)(nil),         // 8: verdict.v1.SideDecision
+	(*DecideResponse)(nil),       // 9: verdict.v1.DecideResponse
+	(*Audit)(nil),                // 10: verdict.v1.Audit
+	(*Explanation)(nil),          // 11: verdict.v1.Explanation
+	(*SideTrace)(nil),            // 12: verdict.v1.SideTrace
+	(*CandidateTrace)(nil),       // 13: verdict.v1.CandidateTrace
+	(*NonCandidate)(nil),         // 14: verdict.v1.NonCandidate
+	(*DecideBatchRequest)(nil),   // 15: verdict.v1.DecideBatchRequest
+	(*DecideBatchResponse)(nil),  // 16: verdict.v1.DecideBatchResponse
+	(*DecideResult)(nil),         // 17: verdict.v1.DecideResult
+	(*Error)(nil),                // 18: verdict.v1.Error
+	(*FieldViolation)(nil),       // 19: verdict.v1.FieldViolation
+	(*DecideStreamRequest)(nil),  // 20: verdict.v1.DecideStreamRequest
+	(*DecideStreamResponse)(nil), // 21: verdict.v1.DecideStreamResponse
+	(*ResolveRequest)(nil),       // 22: verdict.v1.ResolveRequest
+	(*ResolvedRule)(nil),         // 23: verdict.v1.ResolvedRule
+	(*MissingRule)(nil),          // 24: verdict.v1.MissingRule
+	(*PolicyStatus)(nil),         // 25: verdict.v1.PolicyStatus
+	(*Resolution)(nil),           // 26: verdict.v1.Resolution
+	(*ResolveResponse)(nil),      // 27: verdict.v1.ResolveResponse
+	(*IdentifyRequest)(nil),      // 28: verdict.v1.IdentifyRequest
+	(*IdentifyResponse)(nil),     // 29: verdict.v1.IdentifyResponse
+	(*Identified)(nil),           // 30: verdict.v1.Identified
+	nil,                          // 31: verdict.v1.Endpoint.TagsEntry
+	nil,                          // 32: verdict.v1.EndpointResolution.TagsEntry
+	(*structpb.Struct)(nil),      // 33: google.protobuf.Struct
+	(*structpb.Value)(nil),       // 34: google.protobuf.Value
 }
 var file_verdict_v1_decision_proto_depIdxs = []int32{
-	24, // 0: verdict.v1.Endpoint.tags:type_name -> verdict.v1.Endpoint.TagsEntry
-	3,  // 1: verdict.v1.DecideRequest.source:type_name -> verdict.v1.Endpoint
-	3,  // 2: verdict.v1.DecideRequest.destination:type_name -> verdict.v1.Endpoint
-	0,  // 3: verdict.v1.SideDecision.action:type_name -> verdict.v1.Action
-	1,  // 4: verdict.v1.SideDecision.reason:type_name -> verdict.v1.Reason
-	0,  // 5: verdict.v1.DecideResponse.action:type_name -> verdict.v1.Action
-	5,  // 6: verdict.v1.DecideResponse.outbound:type_name -> verdict.v1.SideDecision
-	5,  // 7: verdict.v1.DecideResponse.inbound:type_name -> verdict.v1.SideDecision
-	25, // 8: verdict.v1.DecideResponse.conf:type_name -> google.protobuf.Struct
-	7,  // 9: verdict.v1.DecideResponse.explanation:type_name -> verdict.v1.Explanation
-	8,  // 10: verdict.v1.Explanation.outbound:type_name -> verdict.v1.SideTrace
-	8,  // 11: verdict.v1.Explanation.inbound:type_name -> verdict.v1.SideTrace
-	1,  // 12: verdict.v1.SideTrace.reason:type_name -> verdict.v1.Reason
-	9,  // 13: verdict.v1.SideTrace.candidates:type_name -> verdict.v1.CandidateTrace
-	10, // 14: verdict.v1.SideTrace.not_candidates:type_name -> verdict.v1.NonCandidate
-	0,  // 15: verdict.v1.CandidateTrace.action:type_name -> verdict.v1.Action
-	4,  // 16: verdict.v1.DecideBatchRequest.requests:type_name -> verdict.v1.DecideRequest
-	13, // 17: verdict.v1.DecideBatchResponse.results:type_name -> verdict.v1.DecideResult
-	6,  // 18: verdict.v1.DecideResult.response:type_name -> verdict.v1.DecideResponse
-	14, // 19: verdict.v1.DecideResult.error:type_name -> verdict.v1.Error
-	15, // 20: verdict.v1.Error.field_violations:type_name -> verdict.v1.FieldViolation
-	4,  // 21: verdict.v1.DecideStreamRequest.request:type_name -> verdict.v1.DecideRequest
-	13, // 22: verdict.v1.DecideStreamResponse.result:type_name -> verdict.v1.DecideResult
-	3,  // 23: verdict.v1.ResolveRequest.source:type_name -> verdict.v1.Endpoint
-	3,  // 24: verdict.v1.ResolveRequest.destination:type_name -> verdict.v1.Endpoint
-	26, // 25: verdict.v1.ResolvedRule.value:type_name -> google.protobuf.Value
-	2,  // 26: verdict.v1.PolicyStatus.state:type_name -> verdict.v1.PolicyState
-	20, // 27: verdict.v1.PolicyStatus.missing:type_name -> verdict.v1.MissingRule
-	19, // 28: verdict.v1.Resolution.rules:type_name -> verdict.v1.ResolvedRule
-	21, // 29: verdict.v1.Resolution.status:type_name -> verdict.v1.PolicyStatus
-	19, // 30: verdict.v1.ResolveResponse.rules:type_name -> verdict.v1.ResolvedRule
-	21, // 31: verdict.v1.ResolveResponse.status:type_name -> verdict.v1.PolicyStatus
-	22, // 32: verdict.v1.ResolveResponse.outbound:type_name -> verdict.v1.Resolution
-	4,  // 33: verdict.v1.DecisionService.Decide:input_type -> verdict.v1.DecideRequest
-	11, // 34: verdict.v1.DecisionService.DecideBatch:input_type -> verdict.v1.DecideBatchRequest
-	16, // 35: verdict.v1.DecisionService.DecideStream:input_type -> verdict.v1.DecideStreamRequest
-	18, // 36: verdict.v1.DecisionService.Resolve:input_type -> verdict.v1.ResolveRequest
-	6,  // 37: verdict.v1.DecisionService.Decide:output_type -> verdict.v1.DecideResponse
-	12, // 38: verdict.v1.DecisionService.DecideBatch:output_type -> verdict.v1.DecideBatchResponse
-	17, // 39: verdict.v1.DecisionService.DecideStream:output_type -> verdict.v1.DecideStreamResponse
-	23, // 40: verdict.v1.DecisionService.Resolve:output_type -> verdict.v1.ResolveResponse
-	37, // [37:41] is the sub-list for method output_type
-	33, // [33:37] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	31, // 0: verdict.v1.Endpoint.tags:type_name -> verdict.v1.Endpoint.TagsEntry
+	2,  // 1: verdict.v1.EndpointResolution.form:type_name -> verdict.v1.EndpointForm
+	3,  // 2: verdict.v1.EndpointResolution.resolved_as:type_name -> verdict.v1.ResolvedAs
+	32, // 3: verdict.v1.EndpointResolution.tags:type_name -> verdict.v1.EndpointResolution.TagsEntry
+	5,  // 4: verdict.v1.DecideRequest.source:type_name -> verdict.v1.Endpoint
+	5,  // 5: verdict.v1.DecideRequest.destination:type_name -> verdict.v1.Endpoint
+	0,  // 6: verdict.v1.SideDecision.action:type_name -> verdict.v1.Action
+	1,  // 7: verdict.v1.SideDecision.reason:type_name -> verdict.v1.Reason
+	0,  // 8: verdict.v1.DecideResponse.action:type_name -> verdict.v1.Action
+	8,  // 9: verdict.v1.DecideResponse.outbound:type_name -> verdict.v1.SideDecision
+	8,  // 10: verdict.v1.DecideResponse.inbound:type_name -> verdict.v1.SideDecision
+	33, // 11: verdict.v1.DecideResponse.conf:type_name -> google.protobuf.Struct
+	11, // 12: verdict.v1.DecideResponse.explanation:type_name -> verdict.v1.Explanation
+	6,  // 13: verdict.v1.DecideResponse.source_resolution:type_name -> verdict.v1.EndpointResolution
+	6,  // 14: verdict.v1.DecideResponse.destination_resolution:type_name -> verdict.v1.EndpointResolution
+	10, // 15: verdict.v1.DecideResponse.audit:type_name -> verdict.v1.Audit
+	0,  // 16: verdict.v1.Audit.action:type_name -> verdict.v1.Action
+	12, // 17: verdict.v1.Explanation.outbound:type_name -> verdict.v1.SideTrace
+	12, // 18: verdict.v1.Explanation.inbound:type_name -> verdict.v1.SideTrace
+	1,  // 19: verdict.v1.SideTrace.reason:type_name -> verdict.v1.Reason
+	13, // 20: verdict.v1.SideTrace.candidates:type_name -> verdict.v1.CandidateTrace
+	14, // 21: verdict.v1.SideTrace.not_candidates:type_name -> verdict.v1.NonCandidate
+	0,  // 22: verdict.v1.CandidateTrace.action:type_name -> verdict.v1.Action
+	7,  // 23: verdict.v1.DecideBatchRequest.requests:type_name -> verdict.v1.DecideRequest
+	17, // 24: verdict.v1.DecideBatchResponse.results:type_name -> verdict.v1.DecideResult
+	9,  // 25: verdict.v1.DecideResult.response:type_name -> verdict.v1.DecideResponse
+	18, // 26: verdict.v1.DecideResult.error:type_name -> verdict.v1.Error
+	19, // 27: verdict.v1.Error.field_violations:type_name -> verdict.v1.FieldViolation
+	7,  // 28: verdict.v1.DecideStreamRequest.request:type_name -> verdict.v1.DecideRequest
+	17, // 29: verdict.v1.DecideStreamResponse.result:type_name -> verdict.v1.DecideResult
+	5,  // 30: verdict.v1.ResolveRequest.source:type_name -> verdict.v1.Endpoint
+	5,  // 31: verdict.v1.ResolveRequest.destination:type_name -> verdict.v1.Endpoint
+	34, // 32: verdict.v1.ResolvedRule.value:type_name -> google.protobuf.Value
+	4,  // 33: verdict.v1.PolicyStatus.state:type_name -> verdict.v1.PolicyState
+	24, // 34: verdict.v1.PolicyStatus.missing:type_name -> verdict.v1.MissingRule
+	23, // 35: verdict.v1.Resolution.rules:type_name -> verdict.v1.ResolvedRule
+	25, // 36: verdict.v1.Resolution.status:type_name -> verdict.v1.PolicyStatus
+	23, // 37: verdict.v1.ResolveResponse.rules:type_name -> verdict.v1.ResolvedRule
+	25, // 38: verdict.v1.ResolveResponse.status:type_name -> verdict.v1.PolicyStatus
+	26, // 39: verdict.v1.ResolveResponse.outbound:type_name -> verdict.v1.Resolution
+	5,  // 40: verdict.v1.IdentifyRequest.endpoints:type_name -> verdict.v1.Endpoint
+	30, // 41: verdict.v1.IdentifyResponse.results:type_name -> verdict.v1.Identified
+	6,  // 42: verdict.v1.Identified.resolution:type_name -> verdict.v1.EndpointResolution
+	18, // 43: verdict.v1.Identified.error:type_name -> verdict.v1.Error
+	7,  // 44: verdict.v1.DecisionService.Decide:input_type -> verdict.v1.DecideRequest
+	15, // 45: verdict.v1.DecisionService.DecideBatch:input_type -> verdict.v1.DecideBatchRequest
+	20, // 46: verdict.v1.DecisionService.DecideStream:input_type -> verdict.v1.DecideStreamRequest
+	22, // 47: verdict.v1.DecisionService.Resolve:input_type -> verdict.v1.ResolveRequest
+	28, // 48: verdict.v1.DecisionService.Identify:input_type -> verdict.v1.IdentifyRequest
+	9,  // 49: verdict.v1.DecisionService.Decide:output_type -> verdict.v1.DecideResponse
+	16, // 50: verdict.v1.DecisionService.DecideBatch:output_type -> verdict.v1.DecideBatchResponse
+	21, // 51: verdict.v1.DecisionService.DecideStream:output_type -> verdict.v1.DecideStreamResponse
+	27, // 52: verdict.v1.DecisionService.Resolve:output_type -> verdict.v1.ResolveResponse
+	29, // 53: verdict.v1.DecisionService.Identify:output_type -> verdict.v1.IdentifyResponse
+	49, // [49:54] is the sub-list for method output_type
+	44, // [44:49] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_decision_proto_init() }
@@ -1919,7 +2540,7 @@ func file_verdict_v1_decision_proto_init() {
 	if File_verdict_v1_decision_proto != nil {
 		return
 	}
-	file_verdict_v1_decision_proto_msgTypes[10].OneofWrappers = []any{
+	file_verdict_v1_decision_proto_msgTypes[12].OneofWrappers = []any{
 		(*DecideResult_Response)(nil),
 		(*DecideResult_Error)(nil),
 	}
@@ -1928,8 +2549,8 @@ func file_verdict_v1_decision_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_decision_proto_rawDesc), len(file_verdict_v1_decision_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   22,
+			NumEnums:      5,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

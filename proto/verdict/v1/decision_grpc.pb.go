@@ -23,6 +23,7 @@ const (
 	DecisionService_DecideBatch_FullMethodName  = "/verdict.v1.DecisionService/DecideBatch"
 	DecisionService_DecideStream_FullMethodName = "/verdict.v1.DecisionService/DecideStream"
 	DecisionService_Resolve_FullMethodName      = "/verdict.v1.DecisionService/Resolve"
+	DecisionService_Identify_FullMethodName     = "/verdict.v1.DecisionService/Identify"
 )
 
 // DecisionServiceClient is the client API for DecisionService service.
@@ -43,6 +44,10 @@ type DecisionServiceClient interface {
 	DecideStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DecideStreamRequest, DecideStreamResponse], error)
 	// Resolve returns the effective configuration of a type (docs/resolve.md).
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
+	// Identify returns the identity of each endpoint's resolved tag set and
+	// registers it, so later flows may name the endpoint by identity
+	// (docs/workloads.md). Up to 1000 endpoints.
+	Identify(ctx context.Context, in *IdentifyRequest, opts ...grpc.CallOption) (*IdentifyResponse, error)
 }
 
 type decisionServiceClient struct {
@@ -96,6 +101,16 @@ func (c *decisionServiceClient) Resolve(ctx context.Context, in *ResolveRequest,
 	return out, nil
 }
 
+func (c *decisionServiceClient) Identify(ctx context.Context, in *IdentifyRequest, opts ...grpc.CallOption) (*IdentifyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IdentifyResponse)
+	err := c.cc.Invoke(ctx, DecisionService_Identify_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DecisionServiceServer is the server API for DecisionService service.
 // All implementations must embed UnimplementedDecisionServiceServer
 // for forward compatibility.
@@ -114,6 +129,10 @@ type DecisionServiceServer interface {
 	DecideStream(grpc.BidiStreamingServer[DecideStreamRequest, DecideStreamResponse]) error
 	// Resolve returns the effective configuration of a type (docs/resolve.md).
 	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
+	// Identify returns the identity of each endpoint's resolved tag set and
+	// registers it, so later flows may name the endpoint by identity
+	// (docs/workloads.md). Up to 1000 endpoints.
+	Identify(context.Context, *IdentifyRequest) (*IdentifyResponse, error)
 	mustEmbedUnimplementedDecisionServiceServer()
 }
 
@@ -135,6 +154,9 @@ func (UnimplementedDecisionServiceServer) DecideStream(grpc.BidiStreamingServer[
 }
 func (UnimplementedDecisionServiceServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
+}
+func (UnimplementedDecisionServiceServer) Identify(context.Context, *IdentifyRequest) (*IdentifyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Identify not implemented")
 }
 func (UnimplementedDecisionServiceServer) mustEmbedUnimplementedDecisionServiceServer() {}
 func (UnimplementedDecisionServiceServer) testEmbeddedByValue()                         {}
@@ -218,6 +240,24 @@ func _DecisionService_Resolve_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionService_Identify_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IdentifyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionServiceServer).Identify(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionService_Identify_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionServiceServer).Identify(ctx, req.(*IdentifyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DecisionService_ServiceDesc is the grpc.ServiceDesc for DecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -236,6 +276,10 @@ var DecisionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resolve",
 			Handler:    _DecisionService_Resolve_Handler,
+		},
+		{
+			MethodName: "Identify",
+			Handler:    _DecisionService_Identify_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

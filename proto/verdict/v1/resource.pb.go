@@ -378,8 +378,11 @@ type Scope struct {
 	Enforced         *bool                  `protobuf:"varint,9,opt,name=enforced,proto3,oneof" json:"enforced,omitempty"`
 	CreationTime     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=creation_time,json=creationTime,proto3" json:"creation_time,omitempty"`
 	ModificationTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=modification_time,json=modificationTime,proto3" json:"modification_time,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Enforce or Audit; empty = Enforce. An Audit scope covers its child
+	// scopes, its catch-all and its policies.
+	Mode          string `protobuf:"bytes,12,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Scope) Reset() {
@@ -487,6 +490,13 @@ func (x *Scope) GetModificationTime() *timestamppb.Timestamp {
 		return x.ModificationTime
 	}
 	return nil
+}
+
+func (x *Scope) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
 }
 
 // Selector selects workloads by their tags (docs/selectors.md).
@@ -884,8 +894,11 @@ type Policy struct {
 	Unset            []string               `protobuf:"bytes,18,rep,name=unset,proto3" json:"unset,omitempty"`
 	CreationTime     *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=creation_time,json=creationTime,proto3" json:"creation_time,omitempty"`
 	ModificationTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=modification_time,json=modificationTime,proto3" json:"modification_time,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Enforce or Audit; empty = Enforce. Audit rules decide only the shadow
+	// decision (DecideResponse.audit).
+	Mode          string `protobuf:"bytes,21,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
@@ -1056,6 +1069,13 @@ func (x *Policy) GetModificationTime() *timestamppb.Timestamp {
 		return x.ModificationTime
 	}
 	return nil
+}
+
+func (x *Policy) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
 }
 
 // Workload is one entry of a mesh's inventory (docs/workloads.md): the
@@ -1355,7 +1375,7 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\acombine\x18\x01 \x01(\tR\acombine\x12%\n" +
 	"\x0edefault_action\x18\x02 \x01(\tR\rdefaultAction\x12+\n" +
 	"\x11unenforced_action\x18\x03 \x01(\tR\x10unenforcedAction\x12\x16\n" +
-	"\x06select\x18\x04 \x01(\tR\x06select\"\xa8\x03\n" +
+	"\x06select\x18\x04 \x01(\tR\x06select\"\xbc\x03\n" +
 	"\x05Scope\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
@@ -1368,7 +1388,8 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\benforced\x18\t \x01(\bH\x00R\benforced\x88\x01\x01\x12?\n" +
 	"\rcreation_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\fcreationTime\x12G\n" +
-	"\x11modification_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTimeB\v\n" +
+	"\x11modification_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x12\x12\n" +
+	"\x04mode\x18\f \x01(\tR\x04modeB\v\n" +
 	"\t_enforced\"\xb5\x01\n" +
 	"\bSelector\x125\n" +
 	"\x05match\x18\x01 \x03(\v2\x1f.verdict.v1.Selector.MatchEntryR\x05match\x128\n" +
@@ -1401,7 +1422,7 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12\x12\n" +
 	"\x04when\x18\x02 \x01(\tR\x04when\x12-\n" +
-	"\x05rules\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x05rules\"\xf8\x05\n" +
+	"\x05rules\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x05rules\"\x8c\x06\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
@@ -1424,7 +1445,8 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\toverrides\x18\x11 \x01(\v2\x11.verdict.v1.BlockR\toverrides\x12\x14\n" +
 	"\x05unset\x18\x12 \x03(\tR\x05unset\x12?\n" +
 	"\rcreation_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\fcreationTime\x12G\n" +
-	"\x11modification_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\"\xa9\x03\n" +
+	"\x11modification_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x12\x12\n" +
+	"\x04mode\x18\x15 \x01(\tR\x04mode\"\xa9\x03\n" +
 	"\bWorkload\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
