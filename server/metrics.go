@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -15,7 +17,9 @@ import (
 // the Prometheus exporter they read verdict_decisions_total{action},
 // verdict_decide_duration_seconds, verdict_snapshot_revision,
 // verdict_store_revision, verdict_watch_lag_seconds, verdict_resources_invalid,
-// verdict_synced, verdict_stale and verdict_watch_dropped_total{rpc}.
+// verdict_resource_invalid{key} (1 per invalid key, the first
+// MaxInvalidKeyLabels keys by key order), verdict_synced, verdict_stale and
+// verdict_watch_dropped_total{rpc}.
 type metrics struct {
 	decisions metric.Int64Counter
 	duration  metric.Float64Histogram
@@ -64,6 +68,12 @@ func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, err
 	if err != nil {
 		return nil, err
 	}
+	invalidKey, err := meter.Int64ObservableGauge("verdict.resource.invalid",
+		metric.WithDescription(fmt.Sprintf("1 for each stored resource not in use, by key (at most %d keys, in key order; "+
+			"verdict_resources_invalid counts them all).", MaxInvalidKeyLabels)))
+	if err != nil {
+		return nil, err
+	}
 	synced, err := meter.Int64ObservableGauge("verdict.synced",
 		metric.WithDescription("1 once the first full list of the store has been applied."))
 	if err != nil {
@@ -82,14 +92,41 @@ func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, err
 			o.ObserveFloat64(lag, time.Since(s.LastEventAt).Seconds())
 		}
 		o.ObserveInt64(invalid, int64(s.Invalid))
+		if s.Invalid > 0 {
+			for _, k := range invalidKeys(sy.Snapshot(), MaxInvalidKeyLabels) {
+				o.ObserveInt64(invalidKey, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("key", k))))
+			}
+		}
 		o.ObserveInt64(synced, b2i(s.Synced))
 		o.ObserveInt64(stale, b2i(s.Stale))
 		return nil
-	}, revision, storeRev, lag, invalid, synced, stale)
+	}, revision, storeRev, lag, invalid, invalidKey, synced, stale)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// MaxInvalidKeyLabels bounds the keys verdict_resource_invalid names, so a
+// store full of broken values cannot grow the metrics without bound.
+const MaxInvalidKeyLabels = 100
+
+// invalidKeys is the first limit keys of the snapshot's invalid resources, in
+// key order.
+func invalidKeys(snap *engine.Snapshot, limit int) []string {
+	if snap == nil {
+		return nil
+	}
+	inv := snap.Invalid()
+	keys := make([]string, 0, len(inv))
+	for _, r := range inv {
+		keys = append(keys, r.Path)
+	}
+	sort.Strings(keys)
+	if len(keys) > limit {
+		keys = keys[:limit]
+	}
+	return keys
 }
 
 func b2i(b bool) int64 {
