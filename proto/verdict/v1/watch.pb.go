@@ -78,6 +78,63 @@ func (WatchEventType) EnumDescriptor() ([]byte, []int) {
 	return file_verdict_v1_watch_proto_rawDescGZIP(), []int{0}
 }
 
+// WatchRulesKind says what a WatchRulesResponse carries.
+type WatchRulesKind int32
+
+const (
+	// Not sent by this server; a client may read it as RULES.
+	WatchRulesKind_WATCH_RULES_KIND_UNSPECIFIED WatchRulesKind = 0
+	// The workload's rules in full (inbound, outbound, workload), and with
+	// address_sets every set the rules name, in full (sets): replace everything
+	// held. The first message of a stream is RULES.
+	WatchRulesKind_WATCH_RULES_KIND_RULES WatchRulesKind = 1
+	// Only the membership of sets changed: apply set_deltas to the sets held.
+	// inbound, outbound, workload and sets are absent; the rules held stand.
+	// Sent only with address_sets.
+	WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS WatchRulesKind = 2
+)
+
+// Enum value maps for WatchRulesKind.
+var (
+	WatchRulesKind_name = map[int32]string{
+		0: "WATCH_RULES_KIND_UNSPECIFIED",
+		1: "WATCH_RULES_KIND_RULES",
+		2: "WATCH_RULES_KIND_SET_DELTAS",
+	}
+	WatchRulesKind_value = map[string]int32{
+		"WATCH_RULES_KIND_UNSPECIFIED": 0,
+		"WATCH_RULES_KIND_RULES":       1,
+		"WATCH_RULES_KIND_SET_DELTAS":  2,
+	}
+)
+
+func (x WatchRulesKind) Enum() *WatchRulesKind {
+	p := new(WatchRulesKind)
+	*p = x
+	return p
+}
+
+func (x WatchRulesKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchRulesKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_verdict_v1_watch_proto_enumTypes[1].Descriptor()
+}
+
+func (WatchRulesKind) Type() protoreflect.EnumType {
+	return &file_verdict_v1_watch_proto_enumTypes[1]
+}
+
+func (x WatchRulesKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchRulesKind.Descriptor instead.
+func (WatchRulesKind) EnumDescriptor() ([]byte, []int) {
+	return file_verdict_v1_watch_proto_rawDescGZIP(), []int{1}
+}
+
 // WatchResourcesRequest starts a resource watch.
 type WatchResourcesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -268,10 +325,18 @@ func (x *ResourceChange) GetDeleted() bool {
 
 // WatchRulesRequest names a workload.
 type WatchRulesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Mesh          string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
-	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Workload      *Endpoint              `protobuf:"bytes,3,opt,name=workload,proto3" json:"workload,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mesh  string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	Type  string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// The workload whose rules are watched: tags, a workload name or an address
+	// (principal and identity forms are refused). A name or address is
+	// re-resolved whenever the inventory changes: the workload's tags changing,
+	// the address moving to another workload, the workload appearing or going.
+	Workload *Endpoint `protobuf:"bytes,3,opt,name=workload,proto3" json:"workload,omitempty"`
+	// Give each rule's peer as address sets and CIDRs (Rule.peer_sets,
+	// Rule.peer_cidrs), with every named set's contents (sets) and its
+	// membership changes (set_deltas). Needs an authorized caller.
+	AddressSets   bool `protobuf:"varint,4,opt,name=address_sets,json=addressSets,proto3" json:"address_sets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -327,16 +392,36 @@ func (x *WatchRulesRequest) GetWorkload() *Endpoint {
 	return nil
 }
 
-// WatchRulesResponse is a workload's rules at a revision.
+func (x *WatchRulesRequest) GetAddressSets() bool {
+	if x != nil {
+		return x.AddressSets
+	}
+	return false
+}
+
+// WatchRulesResponse is a workload's rules at a revision (kind RULES), or
+// the changes of its rules' address sets (kind SET_DELTAS).
 type WatchRulesResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Revision int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Flows to the workload.
 	Inbound *SideRules `protobuf:"bytes,2,opt,name=inbound,proto3" json:"inbound,omitempty"`
 	// Flows from the workload.
-	Outbound      *SideRules `protobuf:"bytes,3,opt,name=outbound,proto3" json:"outbound,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Outbound *SideRules     `protobuf:"bytes,3,opt,name=outbound,proto3" json:"outbound,omitempty"`
+	Kind     WatchRulesKind `protobuf:"varint,4,opt,name=kind,proto3,enum=verdict.v1.WatchRulesKind" json:"kind,omitempty"`
+	// RULES with address_sets: every set named by a rule's peer_sets, in full.
+	Sets []*AddressSet `protobuf:"bytes,5,rep,name=sets,proto3" json:"sets,omitempty"`
+	// SET_DELTAS: the changes of the sets held (only sets that changed).
+	SetDeltas []*AddressSetDelta `protobuf:"bytes,6,rep,name=set_deltas,json=setDeltas,proto3" json:"set_deltas,omitempty"`
+	// RULES: how the watched workload resolved (Decide's report of an
+	// endpoint). A change of resolution sends a RULES message.
+	Workload *EndpointResolution `protobuf:"bytes,7,opt,name=workload,proto3" json:"workload,omitempty"`
+	// RULES with address_sets: the addresses of the resolved workload (for the
+	// agent's own chains); empty for the tags form and an external address
+	// (which is the address itself).
+	WorkloadAddresses []string `protobuf:"bytes,8,rep,name=workload_addresses,json=workloadAddresses,proto3" json:"workload_addresses,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WatchRulesResponse) Reset() {
@@ -390,6 +475,186 @@ func (x *WatchRulesResponse) GetOutbound() *SideRules {
 	return nil
 }
 
+func (x *WatchRulesResponse) GetKind() WatchRulesKind {
+	if x != nil {
+		return x.Kind
+	}
+	return WatchRulesKind_WATCH_RULES_KIND_UNSPECIFIED
+}
+
+func (x *WatchRulesResponse) GetSets() []*AddressSet {
+	if x != nil {
+		return x.Sets
+	}
+	return nil
+}
+
+func (x *WatchRulesResponse) GetSetDeltas() []*AddressSetDelta {
+	if x != nil {
+		return x.SetDeltas
+	}
+	return nil
+}
+
+func (x *WatchRulesResponse) GetWorkload() *EndpointResolution {
+	if x != nil {
+		return x.Workload
+	}
+	return nil
+}
+
+func (x *WatchRulesResponse) GetWorkloadAddresses() []string {
+	if x != nil {
+		return x.WorkloadAddresses
+	}
+	return nil
+}
+
+// AddressSet is the address set of one peer selector of a mesh: the
+// addresses the selector matches as a kernel sees peers (docs/api.md).
+// Its name is stable for the same mesh and selector, across revisions and
+// streams: "a" and 11 characters of [a-z2-7], valid as an nftables set name.
+type AddressSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// IP addresses (and, for a selector that also matches addresses no
+	// workload holds, CIDR prefixes), sorted, distinct.
+	Addresses []string `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// The identities of the workloads whose addresses are in the set, sorted,
+	// distinct.
+	Identities    []uint64 `protobuf:"varint,3,rep,packed,name=identities,proto3" json:"identities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddressSet) Reset() {
+	*x = AddressSet{}
+	mi := &file_verdict_v1_watch_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddressSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddressSet) ProtoMessage() {}
+
+func (x *AddressSet) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_watch_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddressSet.ProtoReflect.Descriptor instead.
+func (*AddressSet) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_watch_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AddressSet) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddressSet) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *AddressSet) GetIdentities() []uint64 {
+	if x != nil {
+		return x.Identities
+	}
+	return nil
+}
+
+// AddressSetDelta is a change of one set's membership.
+type AddressSetDelta struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Name              string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Added             []string               `protobuf:"bytes,2,rep,name=added,proto3" json:"added,omitempty"`
+	Removed           []string               `protobuf:"bytes,3,rep,name=removed,proto3" json:"removed,omitempty"`
+	IdentitiesAdded   []uint64               `protobuf:"varint,4,rep,packed,name=identities_added,json=identitiesAdded,proto3" json:"identities_added,omitempty"`
+	IdentitiesRemoved []uint64               `protobuf:"varint,5,rep,packed,name=identities_removed,json=identitiesRemoved,proto3" json:"identities_removed,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *AddressSetDelta) Reset() {
+	*x = AddressSetDelta{}
+	mi := &file_verdict_v1_watch_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddressSetDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddressSetDelta) ProtoMessage() {}
+
+func (x *AddressSetDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_watch_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddressSetDelta.ProtoReflect.Descriptor instead.
+func (*AddressSetDelta) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_watch_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AddressSetDelta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddressSetDelta) GetAdded() []string {
+	if x != nil {
+		return x.Added
+	}
+	return nil
+}
+
+func (x *AddressSetDelta) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *AddressSetDelta) GetIdentitiesAdded() []uint64 {
+	if x != nil {
+		return x.IdentitiesAdded
+	}
+	return nil
+}
+
+func (x *AddressSetDelta) GetIdentitiesRemoved() []uint64 {
+	if x != nil {
+		return x.IdentitiesRemoved
+	}
+	return nil
+}
+
 // SideRules are the rules of one side of a workload, in decision order (the
 // first rule that matches a flow decides, unless combine is DenyOverrides).
 type SideRules struct {
@@ -406,7 +671,7 @@ type SideRules struct {
 
 func (x *SideRules) Reset() {
 	*x = SideRules{}
-	mi := &file_verdict_v1_watch_proto_msgTypes[5]
+	mi := &file_verdict_v1_watch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +683,7 @@ func (x *SideRules) String() string {
 func (*SideRules) ProtoMessage() {}
 
 func (x *SideRules) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_watch_proto_msgTypes[5]
+	mi := &file_verdict_v1_watch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +696,7 @@ func (x *SideRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SideRules.ProtoReflect.Descriptor instead.
 func (*SideRules) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_watch_proto_rawDescGZIP(), []int{5}
+	return file_verdict_v1_watch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SideRules) GetRules() []*Rule {
@@ -475,15 +740,23 @@ type Rule struct {
 	// The other end's selectors (any one matches); empty = any workload.
 	Peer []*Selector `protobuf:"bytes,6,rep,name=peer,proto3" json:"peer,omitempty"`
 	// Empty = all traffic.
-	Ports         []*PortEntry `protobuf:"bytes,7,rep,name=ports,proto3" json:"ports,omitempty"`
-	Action        Action       `protobuf:"varint,8,opt,name=action,proto3,enum=verdict.v1.Action" json:"action,omitempty"`
+	Ports  []*PortEntry `protobuf:"bytes,7,rep,name=ports,proto3" json:"ports,omitempty"`
+	Action Action       `protobuf:"varint,8,opt,name=action,proto3,enum=verdict.v1.Action" json:"action,omitempty"`
+	// With address_sets: the peer as a kernel sees it — an address in any of
+	// these sets (named in WatchRulesResponse.sets) or within any of these
+	// CIDRs matches. Both empty = any peer. A selector made only of CIDR, In
+	// or exact requirements on ip passes through as CIDRs; any other selector
+	// is a set (one per distinct selector, shared by every rule and stream
+	// naming it).
+	PeerSets      []string `protobuf:"bytes,9,rep,name=peer_sets,json=peerSets,proto3" json:"peer_sets,omitempty"`
+	PeerCidrs     []string `protobuf:"bytes,10,rep,name=peer_cidrs,json=peerCidrs,proto3" json:"peer_cidrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_verdict_v1_watch_proto_msgTypes[6]
+	mi := &file_verdict_v1_watch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +768,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_watch_proto_msgTypes[6]
+	mi := &file_verdict_v1_watch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +781,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_watch_proto_rawDescGZIP(), []int{6}
+	return file_verdict_v1_watch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Rule) GetPolicy() string {
@@ -567,6 +840,20 @@ func (x *Rule) GetAction() Action {
 	return Action_ACTION_UNSPECIFIED
 }
 
+func (x *Rule) GetPeerSets() []string {
+	if x != nil {
+		return x.PeerSets
+	}
+	return nil
+}
+
+func (x *Rule) GetPeerCidrs() []string {
+	if x != nil {
+		return x.PeerCidrs
+	}
+	return nil
+}
+
 var File_verdict_v1_watch_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_watch_proto_rawDesc = "" +
@@ -584,20 +871,40 @@ const file_verdict_v1_watch_proto_rawDesc = "" +
 	"\x0eResourceChange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\bresource\x18\x02 \x01(\v2\x1a.verdict.v1.StoredResourceR\bresource\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted\"m\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\x90\x01\n" +
 	"\x11WatchRulesRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x120\n" +
-	"\bworkload\x18\x03 \x01(\v2\x14.verdict.v1.EndpointR\bworkload\"\x94\x01\n" +
+	"\bworkload\x18\x03 \x01(\v2\x14.verdict.v1.EndpointR\bworkload\x12!\n" +
+	"\faddress_sets\x18\x04 \x01(\bR\vaddressSets\"\x97\x03\n" +
 	"\x12WatchRulesResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12/\n" +
 	"\ainbound\x18\x02 \x01(\v2\x15.verdict.v1.SideRulesR\ainbound\x121\n" +
-	"\boutbound\x18\x03 \x01(\v2\x15.verdict.v1.SideRulesR\boutbound\"\xba\x01\n" +
+	"\boutbound\x18\x03 \x01(\v2\x15.verdict.v1.SideRulesR\boutbound\x12.\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x1a.verdict.v1.WatchRulesKindR\x04kind\x12*\n" +
+	"\x04sets\x18\x05 \x03(\v2\x16.verdict.v1.AddressSetR\x04sets\x12:\n" +
+	"\n" +
+	"set_deltas\x18\x06 \x03(\v2\x1b.verdict.v1.AddressSetDeltaR\tsetDeltas\x12:\n" +
+	"\bworkload\x18\a \x01(\v2\x1e.verdict.v1.EndpointResolutionR\bworkload\x12-\n" +
+	"\x12workload_addresses\x18\b \x03(\tR\x11workloadAddresses\"^\n" +
+	"\n" +
+	"AddressSet\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x1e\n" +
+	"\n" +
+	"identities\x18\x03 \x03(\x04R\n" +
+	"identities\"\xaf\x01\n" +
+	"\x0fAddressSetDelta\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05added\x18\x02 \x03(\tR\x05added\x12\x18\n" +
+	"\aremoved\x18\x03 \x03(\tR\aremoved\x12)\n" +
+	"\x10identities_added\x18\x04 \x03(\x04R\x0fidentitiesAdded\x12-\n" +
+	"\x12identities_removed\x18\x05 \x03(\x04R\x11identitiesRemoved\"\xba\x01\n" +
 	"\tSideRules\x12&\n" +
 	"\x05rules\x18\x01 \x03(\v2\x10.verdict.v1.RuleR\x05rules\x12.\n" +
 	"\bfallback\x18\x02 \x01(\x0e2\x12.verdict.v1.ActionR\bfallback\x12;\n" +
 	"\x0ffallback_reason\x18\x03 \x01(\x0e2\x12.verdict.v1.ReasonR\x0efallbackReason\x12\x18\n" +
-	"\acombine\x18\x04 \x01(\tR\acombine\"\xfd\x01\n" +
+	"\acombine\x18\x04 \x01(\tR\acombine\"\xb9\x02\n" +
 	"\x04Rule\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x14\n" +
@@ -606,12 +913,20 @@ const file_verdict_v1_watch_proto_rawDesc = "" +
 	"\x04rule\x18\x05 \x01(\tR\x04rule\x12(\n" +
 	"\x04peer\x18\x06 \x03(\v2\x14.verdict.v1.SelectorR\x04peer\x12+\n" +
 	"\x05ports\x18\a \x03(\v2\x15.verdict.v1.PortEntryR\x05ports\x12*\n" +
-	"\x06action\x18\b \x01(\x0e2\x12.verdict.v1.ActionR\x06action*\x8c\x01\n" +
+	"\x06action\x18\b \x01(\x0e2\x12.verdict.v1.ActionR\x06action\x12\x1b\n" +
+	"\tpeer_sets\x18\t \x03(\tR\bpeerSets\x12\x1d\n" +
+	"\n" +
+	"peer_cidrs\x18\n" +
+	" \x03(\tR\tpeerCidrs*\x8c\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_SYNCED\x10\x02\x12\x1c\n" +
-	"\x18WATCH_EVENT_TYPE_CHANGES\x10\x032\xb8\x01\n" +
+	"\x18WATCH_EVENT_TYPE_CHANGES\x10\x03*o\n" +
+	"\x0eWatchRulesKind\x12 \n" +
+	"\x1cWATCH_RULES_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16WATCH_RULES_KIND_RULES\x10\x01\x12\x1f\n" +
+	"\x1bWATCH_RULES_KIND_SET_DELTAS\x10\x022\xb8\x01\n" +
 	"\fWatchService\x12Y\n" +
 	"\x0eWatchResources\x12!.verdict.v1.WatchResourcesRequest\x1a\".verdict.v1.WatchResourcesResponse0\x01\x12M\n" +
 	"\n" +
@@ -629,46 +944,54 @@ func file_verdict_v1_watch_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_watch_proto_rawDescData
 }
 
-var file_verdict_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_verdict_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_verdict_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_verdict_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_verdict_v1_watch_proto_goTypes = []any{
 	(WatchEventType)(0),            // 0: verdict.v1.WatchEventType
-	(*WatchResourcesRequest)(nil),  // 1: verdict.v1.WatchResourcesRequest
-	(*WatchResourcesResponse)(nil), // 2: verdict.v1.WatchResourcesResponse
-	(*ResourceChange)(nil),         // 3: verdict.v1.ResourceChange
-	(*WatchRulesRequest)(nil),      // 4: verdict.v1.WatchRulesRequest
-	(*WatchRulesResponse)(nil),     // 5: verdict.v1.WatchRulesResponse
-	(*SideRules)(nil),              // 6: verdict.v1.SideRules
-	(*Rule)(nil),                   // 7: verdict.v1.Rule
-	(*StoredResource)(nil),         // 8: verdict.v1.StoredResource
-	(*Endpoint)(nil),               // 9: verdict.v1.Endpoint
-	(Action)(0),                    // 10: verdict.v1.Action
-	(Reason)(0),                    // 11: verdict.v1.Reason
-	(*Selector)(nil),               // 12: verdict.v1.Selector
-	(*PortEntry)(nil),              // 13: verdict.v1.PortEntry
+	(WatchRulesKind)(0),            // 1: verdict.v1.WatchRulesKind
+	(*WatchResourcesRequest)(nil),  // 2: verdict.v1.WatchResourcesRequest
+	(*WatchResourcesResponse)(nil), // 3: verdict.v1.WatchResourcesResponse
+	(*ResourceChange)(nil),         // 4: verdict.v1.ResourceChange
+	(*WatchRulesRequest)(nil),      // 5: verdict.v1.WatchRulesRequest
+	(*WatchRulesResponse)(nil),     // 6: verdict.v1.WatchRulesResponse
+	(*AddressSet)(nil),             // 7: verdict.v1.AddressSet
+	(*AddressSetDelta)(nil),        // 8: verdict.v1.AddressSetDelta
+	(*SideRules)(nil),              // 9: verdict.v1.SideRules
+	(*Rule)(nil),                   // 10: verdict.v1.Rule
+	(*StoredResource)(nil),         // 11: verdict.v1.StoredResource
+	(*Endpoint)(nil),               // 12: verdict.v1.Endpoint
+	(*EndpointResolution)(nil),     // 13: verdict.v1.EndpointResolution
+	(Action)(0),                    // 14: verdict.v1.Action
+	(Reason)(0),                    // 15: verdict.v1.Reason
+	(*Selector)(nil),               // 16: verdict.v1.Selector
+	(*PortEntry)(nil),              // 17: verdict.v1.PortEntry
 }
 var file_verdict_v1_watch_proto_depIdxs = []int32{
 	0,  // 0: verdict.v1.WatchResourcesResponse.type:type_name -> verdict.v1.WatchEventType
-	3,  // 1: verdict.v1.WatchResourcesResponse.changes:type_name -> verdict.v1.ResourceChange
-	8,  // 2: verdict.v1.ResourceChange.resource:type_name -> verdict.v1.StoredResource
-	9,  // 3: verdict.v1.WatchRulesRequest.workload:type_name -> verdict.v1.Endpoint
-	6,  // 4: verdict.v1.WatchRulesResponse.inbound:type_name -> verdict.v1.SideRules
-	6,  // 5: verdict.v1.WatchRulesResponse.outbound:type_name -> verdict.v1.SideRules
-	7,  // 6: verdict.v1.SideRules.rules:type_name -> verdict.v1.Rule
-	10, // 7: verdict.v1.SideRules.fallback:type_name -> verdict.v1.Action
-	11, // 8: verdict.v1.SideRules.fallback_reason:type_name -> verdict.v1.Reason
-	12, // 9: verdict.v1.Rule.peer:type_name -> verdict.v1.Selector
-	13, // 10: verdict.v1.Rule.ports:type_name -> verdict.v1.PortEntry
-	10, // 11: verdict.v1.Rule.action:type_name -> verdict.v1.Action
-	1,  // 12: verdict.v1.WatchService.WatchResources:input_type -> verdict.v1.WatchResourcesRequest
-	4,  // 13: verdict.v1.WatchService.WatchRules:input_type -> verdict.v1.WatchRulesRequest
-	2,  // 14: verdict.v1.WatchService.WatchResources:output_type -> verdict.v1.WatchResourcesResponse
-	5,  // 15: verdict.v1.WatchService.WatchRules:output_type -> verdict.v1.WatchRulesResponse
-	14, // [14:16] is the sub-list for method output_type
-	12, // [12:14] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	4,  // 1: verdict.v1.WatchResourcesResponse.changes:type_name -> verdict.v1.ResourceChange
+	11, // 2: verdict.v1.ResourceChange.resource:type_name -> verdict.v1.StoredResource
+	12, // 3: verdict.v1.WatchRulesRequest.workload:type_name -> verdict.v1.Endpoint
+	9,  // 4: verdict.v1.WatchRulesResponse.inbound:type_name -> verdict.v1.SideRules
+	9,  // 5: verdict.v1.WatchRulesResponse.outbound:type_name -> verdict.v1.SideRules
+	1,  // 6: verdict.v1.WatchRulesResponse.kind:type_name -> verdict.v1.WatchRulesKind
+	7,  // 7: verdict.v1.WatchRulesResponse.sets:type_name -> verdict.v1.AddressSet
+	8,  // 8: verdict.v1.WatchRulesResponse.set_deltas:type_name -> verdict.v1.AddressSetDelta
+	13, // 9: verdict.v1.WatchRulesResponse.workload:type_name -> verdict.v1.EndpointResolution
+	10, // 10: verdict.v1.SideRules.rules:type_name -> verdict.v1.Rule
+	14, // 11: verdict.v1.SideRules.fallback:type_name -> verdict.v1.Action
+	15, // 12: verdict.v1.SideRules.fallback_reason:type_name -> verdict.v1.Reason
+	16, // 13: verdict.v1.Rule.peer:type_name -> verdict.v1.Selector
+	17, // 14: verdict.v1.Rule.ports:type_name -> verdict.v1.PortEntry
+	14, // 15: verdict.v1.Rule.action:type_name -> verdict.v1.Action
+	2,  // 16: verdict.v1.WatchService.WatchResources:input_type -> verdict.v1.WatchResourcesRequest
+	5,  // 17: verdict.v1.WatchService.WatchRules:input_type -> verdict.v1.WatchRulesRequest
+	3,  // 18: verdict.v1.WatchService.WatchResources:output_type -> verdict.v1.WatchResourcesResponse
+	6,  // 19: verdict.v1.WatchService.WatchRules:output_type -> verdict.v1.WatchRulesResponse
+	18, // [18:20] is the sub-list for method output_type
+	16, // [16:18] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_watch_proto_init() }
@@ -683,8 +1006,8 @@ func file_verdict_v1_watch_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_watch_proto_rawDesc), len(file_verdict_v1_watch_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   7,
+			NumEnums:      2,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

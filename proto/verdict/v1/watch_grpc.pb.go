@@ -36,7 +36,13 @@ type WatchServiceClient interface {
 	// and a SYNCED marker do. Needs an authorized caller.
 	WatchResources(ctx context.Context, in *WatchResourcesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResourcesResponse], error)
 	// WatchRules streams the ordered rules of one workload (for firewall agents):
-	// in full first, then again whenever a change alters them. Open to every client.
+	// in full first, then again whenever a change alters them. The workload is
+	// given as Decide takes an endpoint (tags, workload name, address) and is
+	// re-resolved whenever the inventory changes it. With address_sets, each
+	// rule's peer is also given as named address sets and CIDRs, and a change of
+	// set membership alone sends set deltas (docs/api.md). Open to every client
+	// without address_sets; with address_sets it exposes the inventory, so it
+	// needs an authorized caller, as WatchResources does.
 	WatchRules(ctx context.Context, in *WatchRulesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRulesResponse], error)
 }
 
@@ -99,7 +105,13 @@ type WatchServiceServer interface {
 	// and a SYNCED marker do. Needs an authorized caller.
 	WatchResources(*WatchResourcesRequest, grpc.ServerStreamingServer[WatchResourcesResponse]) error
 	// WatchRules streams the ordered rules of one workload (for firewall agents):
-	// in full first, then again whenever a change alters them. Open to every client.
+	// in full first, then again whenever a change alters them. The workload is
+	// given as Decide takes an endpoint (tags, workload name, address) and is
+	// re-resolved whenever the inventory changes it. With address_sets, each
+	// rule's peer is also given as named address sets and CIDRs, and a change of
+	// set membership alone sends set deltas (docs/api.md). Open to every client
+	// without address_sets; with address_sets it exposes the inventory, so it
+	// needs an authorized caller, as WatchResources does.
 	WatchRules(*WatchRulesRequest, grpc.ServerStreamingServer[WatchRulesResponse]) error
 	mustEmbedUnimplementedWatchServiceServer()
 }
