@@ -1,0 +1,125 @@
+package engine_test
+
+import (
+	"errors"
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/verdictpdp/verdict/engine"
+)
+
+// setOf is what a kernel would hold for a selector at s: its CIDRs, or the
+// set's addresses and identities.
+func setOf(t *testing.T, s *engine.Snapshot, sel engine.Selector) (kind engine.PeerKind, addrs []string, ids []uint64) {
+	t.Helper()
+	p, err := engine.PlanPeer(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Kind == engine.PeerCIDRs {
+		return p.Kind, p.CIDRs, nil
+	}
+	var out []string
+	idset := map[uint64]bool{}
+	for _, m := range p.Members(s, "default") {
+		if len(m.In) > 0 {
+			idset[m.Identity] = true
+		}
+		if p.Static() {
+			addrs = append(addrs, m.In...)
+		} else {
+			out = append(out, m.Out...)
+		}
+	}
+	if !p.Static() {
+		addrs = p.Addresses(out)
+	}
+	sort.Strings(addrs)
+	for id := range idset {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return p.Kind, addrs, ids
+}
+
+func TestPeerAddressSets(t *testing.T) {
+	t.Parallel()
+	web := map[string]string{"app": "web"}
+	db := map[string]string{"app": "db", "env": "prod"}
+	s := engine.Build(3, []engine.Resource{
+		workload("web-1", 1, web, "10.0.0.1", "2001:db8::1"),
+		workload("web-2", 2, web, "10.1.0.2"),
+		workload("db-1", 3, db, "10.0.0.3"),
+	})
+	idWeb, idDB := engine.Identity("default", web), engine.Identity("default", db)
+	webIDs := []uint64{idWeb}
+	dbIDs := []uint64{idDB}
+	tests := []struct {
+		name  string
+		sel   engine.Selector
+		kind  engine.PeerKind
+		addrs []string
+		ids   []uint64
+	}{
+		{"tags: the matching workloads' addresses", engine.Selector{Match: web}, engine.PeerSet,
+			[]string{"10.0.0.1", "10.1.0.2", "2001:db8::1"}, webIDs},
+		{"no workload matches: an empty set", engine.Selector{Match: map[string]string{"app": "none"}}, engine.PeerSet, nil, nil},
+		{"only an ip CIDR: passed through", engine.Selector{Expressions: []engine.Expression{
+			{Key: "ip", Operator: engine.OpCIDR, Values: []string{"192.168.0.0/16", "10.0.0.0/8"}}}}, engine.PeerCIDRs,
+			[]string{"10.0.0.0/8", "192.168.0.0/16"}, nil},
+		{"an exact ip: passed through", engine.Selector{Match: map[string]string{"ip": "10.9.9.9"}}, engine.PeerCIDRs,
+			[]string{"10.9.9.9"}, nil},
+		{"tags and an ip CIDR: the matching workloads' addresses within it", engine.Selector{Match: web,
+			Expressions: []engine.Expression{{Key: "ip", Operator: engine.OpCIDR, Values: []string{"10.0.0.0/16"}}}},
+			engine.PeerSet, []string{"10.0.0.1"}, webIDs},
+		{"NotIn on a tag, within a CIDR: the CIDR less the workloads that fail it", engine.Selector{Expressions: []engine.Expression{
+			{Key: "env", Operator: engine.OpNotIn, Values: []string{"prod"}},
+			{Key: "ip", Operator: engine.OpCIDR, Values: []string{"10.0.0.0/30"}}}},
+			engine.PeerSet, []string{"10.0.0.0/31", "10.0.0.2"}, webIDs},
+		{"ip DoesNotExist: nothing a kernel sees", engine.Selector{Match: web, Expressions: []engine.Expression{
+			{Key: "ip", Operator: engine.OpDoesNotExist}}}, engine.PeerSet, nil, nil},
+		{"a principal: no address carries one", engine.Selector{Match: map[string]string{"principal": "spiffe://x"}},
+			engine.PeerSet, nil, nil},
+		{"In on a tag", engine.Selector{Expressions: []engine.Expression{{Key: "app", Operator: engine.OpIn, Values: []string{"db", "x"}}}},
+			engine.PeerSet, []string{"10.0.0.3"}, dbIDs},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kind, addrs, ids := setOf(t, s, tc.sel)
+			if kind != tc.kind || !reflect.DeepEqual(addrs, tc.addrs) || !reflect.DeepEqual(ids, tc.ids) {
+				t.Fatalf("got %v %v %v, want %v %v %v", kind, addrs, ids, tc.kind, tc.addrs, tc.ids)
+			}
+		})
+	}
+}
+
+func TestPeerPrefixOnIPRefused(t *testing.T) {
+	t.Parallel()
+	_, err := engine.PlanPeer(engine.Selector{Expressions: []engine.Expression{{Key: "ip", Operator: engine.OpPrefix, Values: []string{"10."}}}})
+	if !errors.Is(err, engine.ErrPeerNotAddressable) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// A change touches the changed workload and those claiming its addresses: a
+// put that takes an address from a later claimant makes it valid or invalid.
+func TestTouchedWorkloads(t *testing.T) {
+	t.Parallel()
+	a := workload("a", 1, map[string]string{"app": "a"}, "10.0.0.1")
+	b := workload("b", 2, map[string]string{"app": "b"}, "10.0.0.1", "10.0.0.2")
+	c := workload("c", 2, map[string]string{"app": "c"}, "10.0.0.3")
+	s1 := engine.Build(2, []engine.Resource{a, b, c})
+	s2 := s1.Apply(3, []engine.Change{engine.Delete(a.Key())})
+	if got := s2.TouchedWorkloads(s1, "default", []string{"a"}); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Fatalf("touched %v", got)
+	}
+	p, _ := engine.PlanPeer(engine.Selector{Match: map[string]string{"app": "b"}})
+	if _, ok := p.Member(s1, "default", "b"); ok {
+		t.Fatal("b is invalid at s1, yet a member")
+	}
+	if m, ok := p.Member(s2, "default", "b"); !ok || !reflect.DeepEqual(m.In, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Fatalf("b at s2: %v %+v", ok, m)
+	}
+}
