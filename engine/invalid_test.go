@@ -43,7 +43,7 @@ func mustYAML(t *testing.T, doc string) []engine.Resource {
 func broken(path string) engine.Change {
 	c := engine.Change{Path: path, Err: fmt.Errorf("%w: unknown field %q", engine.ErrInvalid, "fromTheFuture"),
 		Value: []byte(`{"fromTheFuture":1}`), ModRevision: 9}
-	if k, err := engine.ParseKey("", "/"+path); err == nil {
+	if k, err := engine.ParseKey(path); err == nil {
 		c.Key = k
 	}
 	return c
@@ -232,8 +232,8 @@ func TestDotNamesRefused(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalid", doc, err)
 		}
 	}
-	for _, path := range []string{"/../mesh", "/default/scopes/.", "/default/policies/../x"} {
-		if _, err := engine.ParseKey("", path); err == nil {
+	for _, path := range []string{"../mesh", "default/scopes/.", "default/policies/../x"} {
+		if _, err := engine.ParseKey(path); err == nil {
 			t.Errorf("ParseKey(%q) accepted", path)
 		}
 	}

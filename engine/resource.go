@@ -454,14 +454,6 @@ type Key struct {
 	Name string // scopes, policies and workloads
 }
 
-// DefaultPrefix is the etcd key prefix of verdict's resources.
-const DefaultPrefix = "/verdict/v1"
-
-// Path is the storage key of the resource under prefix (docs/storage.md).
-func (k Key) Path(prefix string) string {
-	return prefix + "/" + k.String()
-}
-
 // String is the key without prefix: "default/mesh", "default/scopes/Apps",
 // "default/policies/TrafficPermission/web-to-api", "default/workloads/web-1".
 func (k Key) String() string {
@@ -478,13 +470,10 @@ func (k Key) String() string {
 	return ""
 }
 
-// ParseKey reads a storage key under prefix. It accepts exactly the forms Path
-// produces, with valid names.
-func ParseKey(prefix, path string) (Key, error) {
-	rest, ok := strings.CutPrefix(path, prefix+"/")
-	if !ok {
-		return Key{}, fmt.Errorf("key %q is not under prefix %q", path, prefix)
-	}
+// ParseKey reads a key as String writes it ("default/scopes/Apps"). It
+// accepts exactly those three forms, with valid names. Where keys are stored
+// (the etcd prefix) is the store's business, not the engine's.
+func ParseKey(rest string) (Key, error) {
 	parts := strings.Split(rest, "/")
 	var k Key
 	switch {

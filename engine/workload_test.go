@@ -51,7 +51,7 @@ ports: [{port: 8080, tags: {kuma.io/protocol: http}}, {port: 9090}]
 	if err != nil || !reflect.DeepEqual(back, w) {
 		t.Fatalf("round trip: %v\n%+v", err, back)
 	}
-	k, err := engine.ParseKey("/v", "/v/prod/workloads/web-1")
+	k, err := engine.ParseKey("prod/workloads/web-1")
 	if err != nil || k != w.Key() {
 		t.Fatalf("ParseKey: %v %+v", err, k)
 	}

@@ -96,7 +96,7 @@ func (b *backend) putBroken(path string) {
 	defer b.mu.Unlock()
 	b.rev++
 	c := engine.Change{Path: path, Err: fmt.Errorf("invalid: bad value"), ModRevision: b.rev}
-	if k, err := engine.ParseKey("", "/"+path); err == nil {
+	if k, err := engine.ParseKey(path); err == nil {
 		c.Key = k
 	}
 	b.items[path] = store.Item{Path: path, Err: c.Err, ModRevision: b.rev}

@@ -250,7 +250,7 @@ func parseKey(key string) (engine.Key, error) {
 	if key == "" {
 		return engine.Key{}, fmt.Errorf("is required: <mesh>/mesh, <mesh>/scopes/<name>, <mesh>/policies/<type>/<name> or <mesh>/workloads/<name>")
 	}
-	return engine.ParseKey("", "/"+key)
+	return engine.ParseKey(key)
 }
 
 func (e *fieldErrors) apply(r *verdictv1.ApplyRequest) {

@@ -31,7 +31,7 @@ func RenderPath(raw string) string { return engine.RenderPath(raw) }
 // Digest hashes the stored bytes, not a re-encoding).
 func DecodeItem(path string, value []byte, createRevision, modRevision int64) Item {
 	it := Item{Path: RenderPath(path), Value: value, CreateRevision: createRevision, ModRevision: modRevision}
-	key, err := engine.ParseKey("", "/"+path)
+	key, err := engine.ParseKey(path)
 	if err != nil {
 		it.Err = utf8Error{fmt.Errorf("%w: %w", engine.ErrInvalid, err)}
 		return it
@@ -75,7 +75,7 @@ func (e utf8Error) Unwrap() error { return e.err }
 // at revision.
 func DeleteChange(path string, revision int64) engine.Change {
 	c := engine.Change{Path: RenderPath(path), ModRevision: revision}
-	if k, err := engine.ParseKey("", "/"+path); err == nil {
+	if k, err := engine.ParseKey(path); err == nil {
 		c.Key = k
 	}
 	return c

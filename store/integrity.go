@@ -113,7 +113,7 @@ func (in Integrity) Dependent(path string, value []byte) (engine.Key, bool) {
 	if len(in.DeletedScopes) == 0 || in.written[path] {
 		return engine.Key{}, false
 	}
-	k, err := engine.ParseKey("", "/"+path)
+	k, err := engine.ParseKey(path)
 	if err != nil || k.Kind != engine.KindPolicy && k.Kind != engine.KindScope {
 		return engine.Key{}, false
 	}

@@ -39,6 +39,11 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
+// DefaultPrefix is the etcd key prefix of verdict's resources: a resource
+// with key k (engine.Key.String, "default/mesh") is stored at
+// DefaultPrefix + "/" + k.
+const DefaultPrefix = "/verdict/v1"
+
 // Limits of one transaction: etcd's defaults (--max-txn-ops, --max-request-bytes).
 const (
 	MaxOps      = 128

@@ -16,7 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
 )
 
@@ -42,7 +42,7 @@ type env struct {
 // newEnv starts the cluster and the replicas, and waits until every replica
 // serves. On error everything started is stopped.
 func newEnv(ctx context.Context, dir, bin string, members, replicas int) (_ *env, err error) {
-	e := &env{dir: dir, prefix: engine.DefaultPrefix + "/"}
+	e := &env{dir: dir, prefix: store.DefaultPrefix + "/"}
 	defer func() {
 		if err != nil {
 			e.close()

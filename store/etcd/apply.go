@@ -69,7 +69,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 	}
 	paths := make([]string, len(ops))
 	for i, k := range keys {
-		paths[i] = k.Path(s.cfg.Prefix)
+		paths[i] = s.key(k)
 	}
 	for attempt := 0; ; attempt++ {
 		cur, rd, err := s.readCurrent(ctx, ops, paths, integ)
@@ -92,7 +92,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		var then []clientv3.Op
 		size := &pb.TxnRequest{}
 		for _, k := range integ.MustExist {
-			p := k.Path(s.cfg.Prefix)
+			p := s.key(k)
 			c := clientv3.Compare(clientv3.CreateRevision(p), ">", 0)
 			cmps = append(cmps, c)
 			size.Compare = append(size.Compare, c.GetCompare())
@@ -177,7 +177,7 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string,
 	}
 	nKeys := len(gets)
 	for _, k := range integ.MustExist {
-		gets = append(gets, clientv3.OpGet(k.Path(s.cfg.Prefix), clientv3.WithKeysOnly()))
+		gets = append(gets, clientv3.OpGet(s.key(k), clientv3.WithKeysOnly()))
 	}
 	for _, r := range integ.DependentRanges() {
 		gets = append(gets, clientv3.OpGet(s.prefix+r, clientv3.WithPrefix()))

@@ -53,7 +53,7 @@ type Config struct {
 	// Endpoints of the etcd cluster: URLs ("http://127.0.0.1:2379",
 	// "https://etcd-0:2379") or host:port. Required.
 	Endpoints []string
-	// Prefix of verdict's keys (default engine.DefaultPrefix, "/verdict/v1").
+	// Prefix of verdict's keys (default store.DefaultPrefix, "/verdict/v1").
 	Prefix string
 	// DialTimeout bounds New's first contact (default 5s).
 	DialTimeout time.Duration
@@ -130,7 +130,7 @@ func checkEndpoint(e string) error {
 
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
-		c.Prefix = engine.DefaultPrefix
+		c.Prefix = store.DefaultPrefix
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
@@ -298,7 +298,7 @@ func (s *Store) Get(ctx context.Context, key engine.Key) (store.Item, error) {
 	}
 	cctx, cancel := s.callCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(cctx, key.Path(s.cfg.Prefix))
+	resp, err := s.cli.Get(cctx, s.key(key))
 	if err != nil {
 		err = mapErr("get "+key.String(), err)
 		s.observe(ctx, err, 0)

@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
@@ -87,7 +86,7 @@ func harnessWith(t *testing.T, open func(endpoints []string) store.Store) storet
 		Store:  st,
 		Writer: writer,
 		RawPut: func(ctx context.Context, path string, value []byte) (int64, error) {
-			resp, err := raw.Put(ctx, engine.DefaultPrefix+"/"+path, string(value))
+			resp, err := raw.Put(ctx, store.DefaultPrefix+"/"+path, string(value))
 			if err != nil {
 				return 0, err
 			}

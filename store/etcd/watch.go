@@ -283,6 +283,11 @@ func (s *Store) path(key []byte) string {
 	return string(key[len(s.prefix):])
 }
 
+// key is the etcd key of k under the store's prefix (docs/storage.md).
+func (s *Store) key(k engine.Key) string {
+	return s.prefix + k.String()
+}
+
 // listAll reads everything under the prefix at one revision, in pages, and
 // returns it as a Reset. Pages are decoded in parallel while the next ones
 // are fetched.

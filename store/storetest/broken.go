@@ -53,7 +53,7 @@ func runBroken(t *testing.T, newHarness Factory) {
 		skipped := st.Health().Skipped
 		last := WriteBroken(t, h)
 
-		bad, _ := engine.ParseKey("", "/default/policies/TrafficPermission/bad")
+		bad, _ := engine.ParseKey("default/policies/TrafficPermission/bad")
 		it, err := st.Get(ctx, bad)
 		if err != nil {
 			t.Fatalf("Get of a broken value: %v", err)
