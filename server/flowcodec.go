@@ -34,7 +34,10 @@ var flowFields = map[string]map[protowire.Number]protowire.Type{
 		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType, 4: protowire.BytesType,
 		5: protowire.BytesType, 6: protowire.VarintType, 7: protowire.VarintType, 8: protowire.VarintType,
 	},
-	"verdict.v1.Endpoint":            {1: protowire.BytesType},
+	"verdict.v1.Endpoint": {
+		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType, 4: protowire.BytesType,
+		5: protowire.VarintType,
+	},
 	"verdict.v1.DecideBatchRequest":  {1: protowire.BytesType, 2: protowire.VarintType},
 	"verdict.v1.DecideStreamRequest": {1: protowire.BytesType, 2: protowire.BytesType},
 }
@@ -190,17 +193,49 @@ func decodeDecide(b []byte, m *verdictv1.DecideRequest) bool {
 	return true
 }
 
-// decodeWorkload adds the tags of b to w (a repeated message field merges).
+// decodeWorkload adds the fields of b to w (a repeated message field merges:
+// tags add up, a scalar's last value wins).
 func decodeWorkload(b []byte, w *verdictv1.Endpoint) bool {
 	if w.Tags == nil {
 		w.Tags = make(map[string]string, countEntries(b))
 	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num != 1 || typ != protowire.BytesType {
+		if n < 0 {
 			return false
 		}
 		b = b[n:]
+		switch {
+		case num == 5 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			w.Identity = v
+			continue
+		case num >= 2 && num <= 4 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			str, ok := internString(v)
+			if !ok {
+				return false
+			}
+			switch num {
+			case 2:
+				w.Workload = str
+			case 3:
+				w.Address = str
+			default:
+				w.Principal = str
+			}
+			continue
+		case num != 1 || typ != protowire.BytesType:
+			return false
+		}
 		entry, n := protowire.ConsumeBytes(b)
 		if n < 0 {
 			return false

@@ -34,7 +34,7 @@ func TestFlowDecoderKnowsTheSchema(t *testing.T) {
 			switch f.Kind() {
 			case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.MessageKind:
 				want = protowire.BytesType
-			case protoreflect.BoolKind, protoreflect.Uint32Kind, protoreflect.Int64Kind:
+			case protoreflect.BoolKind, protoreflect.Uint32Kind, protoreflect.Int64Kind, protoreflect.Uint64Kind:
 			default:
 				t.Errorf("%s.%s: kind %v is not decoded", name, f.Name(), f.Kind())
 			}
@@ -67,6 +67,8 @@ func flowMessages(t testing.TB) map[string][]byte {
 	out["batch"] = wire(t, &batch)
 	out["batch, one empty flow"] = wire(t, &verdictv1.DecideBatchRequest{Requests: []*verdictv1.DecideRequest{{}}})
 	out["empty decide"] = nil
+	out["endpoint forms"] = wire(t, &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{Address: "10.0.0.7", Principal: "spiffe://default/web"},
+		Destination: &verdictv1.Endpoint{Workload: "api-1", Identity: 1<<63 | 42}})
 	out["empty workloads"] = wire(t, &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{}, Destination: &verdictv1.Endpoint{}})
 	out["port over 32 bits"] = protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 1<<40|443)
 	out["negative revision"] = protowire.AppendVarint(protowire.AppendTag(nil, 8, protowire.VarintType), protowire.EncodeZigZag(0)-1)
