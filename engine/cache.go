@@ -5,11 +5,24 @@ import (
 	"sync/atomic"
 )
 
-// The decision cache. Sidecars ask about the same flows over and over; a
-// snapshot remembers its answers, keyed by the whole flow (mesh, type, both tag
-// sets, protocol, port), so a repeated flow costs a hash and a check instead of
-// a scan. The cache belongs to the snapshot: a change makes a new snapshot with
-// an empty cache, so it can never answer from an older revision.
+// The decision cache (the memo). Sidecars ask about the same flows over and
+// over; the engine remembers its answers, keyed by the whole flow (mesh, type,
+// both tag sets, protocol, port), so a repeated flow costs a hash and a check
+// instead of a scan. The tag sets are keyed whole, reserved keys (ip,
+// principal) included: an identity leaves them out, but selectors read them,
+// so two flows whose tags differ only in ip never share an entry. A flow
+// between interned tag sets (identity.go) brings the sets' hashes, so a hit
+// costs no pass over its tags, and a pointer compare verifies them.
+//
+// The memo outlives snapshots: Apply hands it to the next snapshot, and every
+// entry carries the epoch of the (mesh, type) partition it was computed in. A
+// partition's epoch is renewed whenever its answers may change — a policy of
+// its type (typeState.apply, buildType), a Mesh or Scope change (rebuildMesh:
+// every type of the mesh) — and is kept by the changes that cannot alter them:
+// a workload put, a policy of another type, a change in another mesh. An entry
+// of another epoch is a miss, and its slot is the first one the new answer
+// takes. Invalid stored resources close a partition before the memo is asked
+// (closedByType). A hit answers with the asking snapshot's revision.
 //
 // It is lock-free: fixed arrays of atomic words. A flow's hash picks two
 // buckets of 8 slots each (two choices: the cache fills to ~100% before flows
@@ -40,7 +53,26 @@ const (
 type decisionCache struct {
 	seen    [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
 	seenN   atomic.Uint32
+	misses  atomic.Uint64 // lookups that found no entry (tests read it: a counter, not a timing)
 	buckets [cacheBuckets]cacheBucket
+}
+
+// memoEpoch marks the answers of one (mesh, type) partition: entries computed
+// under another epoch are stale. Compared by pointer; never zero-sized, so two
+// epochs never share an address.
+type memoEpoch struct{ _ byte }
+
+// memoHolder is the memo shared by a lineage of snapshots (Build, then Apply
+// after Apply); created on first use.
+type memoHolder struct{ c atomic.Pointer[decisionCache] }
+
+// memoKey is what a lookup or a store is keyed and verified by.
+type memoKey struct {
+	h         uint64
+	epoch     *memoEpoch
+	mesh, typ string
+	f         *flow
+	src, dst  *TagSet // the flow's interned tag sets, when the caller has them
 }
 
 type cacheBucket struct {
@@ -52,6 +84,9 @@ type cacheBucket struct {
 type cacheEntry struct {
 	hash     uint64
 	hits     atomic.Uint32
+	epoch    *memoEpoch
+	srcSet   *TagSet // the interned sets the entry was stored with, if any: a pointer compare verifies them
+	dstSet   *TagSet
 	mesh     string
 	typ      string
 	proto    Protocol
@@ -81,10 +116,15 @@ func tagsHash(tags Tags) uint64 {
 }
 
 func flowHash(mesh, typ string, f *flow) uint64 {
+	return flowHashOf(mesh, typ, tagsHash(f.src), tagsHash(f.dst), f.proto, f.port)
+}
+
+// flowHashOf is flowHash from the tag sets' hashes (tagsHash).
+func flowHashOf(mesh, typ string, src, dst uint64, proto Protocol, port uint32) uint64 {
 	h := maphash.String(cacheSeed, mesh) ^ mix64(maphash.String(cacheSeed, typ))
-	h ^= mix64(tagsHash(f.src) + 0x632BE59BD9B4E019)
-	h ^= mix64(tagsHash(f.dst)*3 + 0x8CB92BA72F3D8DD7)
-	h ^= mix64(uint64(f.proto)<<32 | uint64(f.port))
+	h ^= mix64(src + 0x632BE59BD9B4E019)
+	h ^= mix64(dst*3 + 0x8CB92BA72F3D8DD7)
+	h ^= mix64(uint64(proto)<<32 | uint64(port))
 	return h | 1<<63 // never 0: 0 marks an empty slot
 }
 
@@ -106,22 +146,33 @@ func (c *decisionCache) bucketsOf(h uint64) [2]*cacheBucket {
 	return [2]*cacheBucket{&c.buckets[h&(cacheBuckets-1)], &c.buckets[(h>>22)&(cacheBuckets-1)]}
 }
 
-func (c *decisionCache) lookup(h uint64, mesh, typ string, f *flow) (Decision, bool) {
-	bs := c.bucketsOf(h)
-	if d, ok := bs[0].lookup(h, mesh, typ, f); ok {
+func (c *decisionCache) lookup(k *memoKey) (Decision, bool) {
+	bs := c.bucketsOf(k.h)
+	if d, ok := bs[0].lookup(k); ok {
 		return d, true
 	}
-	return bs[1].lookup(h, mesh, typ, f)
+	if d, ok := bs[1].lookup(k); ok {
+		return d, true
+	}
+	c.misses.Add(1)
+	return Decision{}, false
 }
 
-func (b *cacheBucket) lookup(h uint64, mesh, typ string, f *flow) (Decision, bool) {
+// sameFlow reports whether e holds the answer of exactly k's flow, in k's epoch.
+func (e *cacheEntry) sameFlow(k *memoKey) bool {
+	f := k.f
+	return e.hash == k.h && e.mesh == k.mesh && e.typ == k.typ && e.proto == f.proto && e.port == f.port &&
+		(e.srcSet != nil && e.srcSet == k.src || sameTags(e.src, f.src)) &&
+		(e.dstSet != nil && e.dstSet == k.dst || sameTags(e.dst, f.dst))
+}
+
+func (b *cacheBucket) lookup(k *memoKey) (Decision, bool) {
 	for i := range b.hashes {
-		if b.hashes[i].Load() != h {
+		if b.hashes[i].Load() != k.h {
 			continue
 		}
 		e := b.slots[i].Load()
-		if e == nil || e.hash != h || e.mesh != mesh || e.typ != typ || e.proto != f.proto || e.port != f.port ||
-			!sameTags(e.src, f.src) || !sameTags(e.dst, f.dst) {
+		if e == nil || e.epoch != k.epoch || !e.sameFlow(k) {
 			continue
 		}
 		if n := e.hits.Load(); n < cacheMaxHits {
@@ -132,8 +183,25 @@ func (b *cacheBucket) lookup(h uint64, mesh, typ string, f *flow) (Decision, boo
 	return Decision{}, false
 }
 
-// store remembers d for the flow if the flow was seen before.
-func (c *decisionCache) store(h uint64, mesh, typ string, f *flow, d Decision) {
+// store remembers d for the flow if the flow was seen before. An entry of the
+// same flow from an older epoch is replaced in place.
+func (c *decisionCache) store(k *memoKey, d Decision) {
+	h, f := k.h, k.f
+	e := &cacheEntry{hash: h, epoch: k.epoch, srcSet: k.src, dstSet: k.dst, mesh: k.mesh, typ: k.typ,
+		proto: f.proto, port: f.port, d: d}
+	for _, cb := range c.bucketsOf(h) {
+		for i := range cb.hashes {
+			if cb.hashes[i].Load() != h {
+				continue
+			}
+			if old := cb.slots[i].Load(); old != nil && old.epoch != k.epoch && old.sameFlow(k) {
+				e.src, e.dst = old.src, old.dst
+				e.hits.Store(old.hits.Load())
+				cb.slots[i].Store(e) // the same flow, hash unchanged: readers verify the epoch
+				return
+			}
+		}
+	}
 	b1, b2 := (h>>11)&(cacheSeenBits-1), (h>>37)&(cacheSeenBits-1)
 	w1, w2 := &c.seen[b1/64], &c.seen[b2/64]
 	m1, m2 := uint64(1)<<(b1%64), uint64(1)<<(b2%64)
@@ -147,8 +215,7 @@ func (c *decisionCache) store(h uint64, mesh, typ string, f *flow, d Decision) {
 		w2.Or(m2)
 		return
 	}
-	e := &cacheEntry{hash: h, mesh: mesh, typ: typ, proto: f.proto, port: f.port, d: d,
-		src: make([]tagKV, 0, len(f.src)), dst: make([]tagKV, 0, len(f.dst))}
+	e.src, e.dst = make([]tagKV, 0, len(f.src)), make([]tagKV, 0, len(f.dst))
 	for k, v := range f.src {
 		e.src = append(e.src, tagKV{k, v})
 	}
@@ -184,14 +251,14 @@ pick:
 	b.hashes[victim].Store(h)
 }
 
-// cache returns the snapshot's decision cache, creating it on first use.
+// cache returns the memo of the snapshot's lineage, creating it on first use.
 func (s *Snapshot) cache() *decisionCache {
-	if c := s.decisions.Load(); c != nil {
+	if c := s.memo.c.Load(); c != nil {
 		return c
 	}
 	c := &decisionCache{}
-	if s.decisions.CompareAndSwap(nil, c) {
+	if s.memo.c.CompareAndSwap(nil, c) {
 		return c
 	}
-	return s.decisions.Load()
+	return s.memo.c.Load()
 }

@@ -10,13 +10,24 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 	const h = 0x1234_5678_9abc_def0
 	c := &decisionCache{}
 	d := Decision{Action: Deny, Policy: "deny-db"}
-	c.store(h, "m", "T", &base, d) // first sight: the doorkeeper only
-	if _, ok := c.lookup(h, "m", "T", &base); ok {
+	epoch := &memoEpoch{}
+	key := func(mesh, typ string, f *flow) *memoKey {
+		return &memoKey{h: h, epoch: epoch, mesh: mesh, typ: typ, f: f}
+	}
+	c.store(key("m", "T", &base), d) // first sight: the doorkeeper only
+	if _, ok := c.lookup(key("m", "T", &base)); ok {
 		t.Fatal("a flow seen once is cached")
 	}
-	c.store(h, "m", "T", &base, d)
-	if got, ok := c.lookup(h, "m", "T", &base); !ok || got.Policy != "deny-db" {
+	c.store(key("m", "T", &base), d)
+	if got, ok := c.lookup(key("m", "T", &base)); !ok || got.Policy != "deny-db" {
 		t.Fatalf("a flow seen twice is not cached: %+v %v", got, ok)
+	}
+	if _, ok := c.lookup(&memoKey{h: h, epoch: &memoEpoch{}, mesh: "m", typ: "T", f: &base}); ok {
+		t.Error("an entry of another epoch answered")
+	}
+	src, dst := newTagSet(1, base.src), newTagSet(2, base.dst)
+	if _, ok := c.lookup(&memoKey{h: h, epoch: epoch, mesh: "m", typ: "T", f: &base, src: src, dst: dst}); !ok {
+		t.Error("a lookup with interned sets missed an entry stored with tags")
 	}
 	others := map[string]struct {
 		mesh, typ string
@@ -32,7 +43,7 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 		"destination one": {"m", "T", flow{src: base.src, dst: Tags{"app": "db"}, proto: TCP, port: 5432}},
 	}
 	for name, o := range others {
-		if got, ok := c.lookup(h, o.mesh, o.typ, &o.f); ok {
+		if got, ok := c.lookup(key(o.mesh, o.typ, &o.f)); ok {
 			t.Errorf("%s differs but the cache answered %+v", name, got)
 		}
 	}
@@ -43,6 +54,7 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 // last rounds.
 func cycleHitRate(n, rounds int) float64 {
 	c := &decisionCache{}
+	epoch := &memoEpoch{}
 	flows := make([]flow, n)
 	for i := range flows {
 		flows[i] = flow{src: Tags{"app": "web", "i": itoa(i)}, dst: Tags{"app": "db"}, proto: TCP, port: 5432}
@@ -50,10 +62,10 @@ func cycleHitRate(n, rounds int) float64 {
 	hits, asked := 0, 0
 	for r := 0; r < rounds; r++ {
 		for i := range flows {
-			h := flowHash("m", "T", &flows[i])
-			_, ok := c.lookup(h, "m", "T", &flows[i])
+			k := &memoKey{h: flowHash("m", "T", &flows[i]), epoch: epoch, mesh: "m", typ: "T", f: &flows[i]}
+			_, ok := c.lookup(k)
 			if !ok {
-				c.store(h, "m", "T", &flows[i], Decision{Action: Allow})
+				c.store(k, Decision{Action: Allow})
 			}
 			if r >= rounds-3 {
 				asked++

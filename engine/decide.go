@@ -180,16 +180,26 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 		}
 		return d, nil
 	}
+	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: &f}, tagsHash(f.src), tagsHash(f.dst))
+}
+
+// decideMemo answers k's flow from the memo, else decides it and remembers
+// the answer (cache.go). srcHash and dstHash are the tag sets' tagsHash.
+func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64) (Decision, error) {
+	k.epoch = ms.epoch
+	if ts, ok := ms.types.Get(k.typ); ok {
+		k.epoch = ts.epoch
+	} else if err := ms.checkType(k.typ); err != nil {
+		return Decision{}, err // only known types are remembered
+	}
+	k.h = flowHashOf(k.mesh, k.typ, srcHash, dstHash, k.f.proto, k.f.port)
 	c := s.cache()
-	h := flowHash(meshName, typ, &f)
-	if d, ok := c.lookup(h, meshName, typ, &f); ok {
-		return d, nil // only known types are cached
+	if d, ok := c.lookup(k); ok {
+		d.Revision = s.revision // the entry may be from an earlier snapshot of the same answers
+		return d, nil
 	}
-	if err := ms.checkType(typ); err != nil {
-		return Decision{}, err
-	}
-	d := s.decideUncached(ms, typ, &f)
-	c.store(h, meshName, typ, &f, d)
+	d := s.decideUncached(ms, k.typ, k.f)
+	c.store(k, d)
 	return d, nil
 }
 

@@ -26,6 +26,9 @@ var codeNames = [...]struct {
 	{ErrMeshNotFound, "NotFound"},
 	{ErrInvalidStored, "FailedPrecondition"},
 	{ErrTypeNotFound, "NotFound"},
+	{ErrIdentityNotFound, "NotFound"},
+	{ErrIdentityCollision, "FailedPrecondition"},
+	{ErrRegistryFull, "ResourceExhausted"},
 }
 
 // CodeName returns the status code name the API answers err with when err is

@@ -42,6 +42,7 @@ type workloadEntry struct {
 // it as their own.
 type tagSet struct {
 	tags Tags
+	set  *TagSet // tags interned (identity.go)
 	refs int
 }
 
@@ -217,7 +218,7 @@ func removeContribution(principals *pmap.Builder[string, *principalSet], ids *pm
 		if ts.refs <= 1 {
 			ids.Delete(e.id)
 		} else {
-			ids.Set(e.id, &tagSet{tags: ts.tags, refs: ts.refs - 1})
+			ids.Set(e.id, &tagSet{tags: ts.tags, set: ts.set, refs: ts.refs - 1})
 		}
 	}
 	if e.w.Principal == "" {
@@ -248,9 +249,9 @@ func removeContribution(principals *pmap.Builder[string, *principalSet], ids *pm
 
 func addContribution(principals *pmap.Builder[string, *principalSet], ids *pmap.Builder[uint64, *tagSet], e *workloadEntry) {
 	if ts, ok := ids.Get(e.id); ok {
-		ids.Set(e.id, &tagSet{tags: ts.tags, refs: ts.refs + 1})
+		ids.Set(e.id, &tagSet{tags: ts.tags, set: ts.set, refs: ts.refs + 1})
 	} else {
-		ids.Set(e.id, &tagSet{tags: e.w.Tags, refs: 1})
+		ids.Set(e.id, &tagSet{tags: e.w.Tags, set: newTagSet(e.id, e.w.Tags), refs: 1})
 	}
 	if e.w.Principal == "" {
 		return

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
-	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 )
@@ -26,8 +25,9 @@ type Snapshot struct {
 	broken   pmap.Map[string, *InvalidResource] // stored values that failed to decode
 	taints   map[string]*taint                  // what the broken values close, by mesh (invalid.go); nil: nothing
 	count    int                                // decoded resources, valid or not
-	// decisions caches this snapshot's answers (cache.go); created on first use.
-	decisions atomic.Pointer[decisionCache]
+	// memo remembers answers (cache.go); shared with the snapshots Apply
+	// makes, its entries checked against their partition's epoch.
+	memo *memoHolder
 }
 
 // InvalidResource is a stored resource verdict does not use: a value that failed
@@ -65,6 +65,7 @@ func newSnapshot() *Snapshot {
 	return &Snapshot{
 		meshes: pmap.New[string, *meshState](pmap.StringHash),
 		broken: pmap.New[string, *InvalidResource](pmap.StringHash),
+		memo:   &memoHolder{},
 	}
 }
 
@@ -89,7 +90,7 @@ func (s *Snapshot) Len() int { return s.count + s.broken.Len() }
 // Apply returns the snapshot after changes, at revision. Later changes to one key
 // win over earlier ones. s is not modified.
 func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
-	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count}
+	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count, memo: s.memo}
 	if len(changes) == 0 {
 		return out
 	}
@@ -161,6 +162,9 @@ type meshState struct {
 	invalid   int             // policies invalid in their mesh (typeState.invalid summed)
 	declared  map[string]bool // types named by the Mesh or a scope (types.go)
 	inv       *inventory      // workloads (inventory.go); nil for none
+	// epoch marks the memo's answers of the types with no policy (cache.go):
+	// renewed by rebuildMesh (a Mesh or Scope change).
+	epoch *memoEpoch
 }
 
 // total is the number of resources of the mesh, workloads included.
@@ -284,7 +288,7 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 		}
 	}
 	m := &meshState{name: name, doc: doc, settings: settingsOf(doc), scopeDocs: sb.Map(),
-		types: pmap.New[string, *typeState](pmap.StringHash)}
+		types: pmap.New[string, *typeState](pmap.StringHash), epoch: &memoEpoch{}}
 	var scopeList []*Scope
 	m.scopeDocs.Range(func(_ string, s *Scope) bool {
 		scopeList = append(scopeList, s)
@@ -330,6 +334,9 @@ type typeState struct {
 	attachIn   *ruleIndex // targetRef policies with from items, by their targetRef
 	attachOut  *ruleIndex // targetRef policies with to items, by their targetRef
 	scopeRules []int32    // valid S&D rules per scope ord; [0] = the mesh root
+	// epoch marks the memo's answers of this partition (cache.go): every
+	// change of the partition makes a new one.
+	epoch *memoEpoch
 }
 
 type formCounts struct {
@@ -378,7 +385,7 @@ func (m *meshState) scopeCheck(p *Policy) (*scopeInfo, string) {
 
 // buildType compiles a type partition from scratch.
 func buildType(name string, m *meshState, list []*Policy) *typeState {
-	ts := &typeState{name: name, policies: pmap.New[string, *compiledPolicy](pmap.StringHash)}
+	ts := &typeState{name: name, policies: pmap.New[string, *compiledPolicy](pmap.StringHash), epoch: &memoEpoch{}}
 	pb := ts.policies.Builder()
 	entries := make([]*compiledPolicy, 0, len(list))
 	for _, p := range list {
@@ -511,6 +518,7 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change) *typeSta
 		return buildType(name, m, list)
 	}
 	out := *ts
+	out.epoch = &memoEpoch{}
 	pb := ts.policies.Builder()
 	var removed, added []*compiledPolicy
 	for _, c := range changes {

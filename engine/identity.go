@@ -1,0 +1,350 @@
+package engine
+
+// Identities (docs/workloads.md): a tag set known by its numeric identity
+// (Identity), interned so the compact decision path goes identity → tag set →
+// memoised decision without building a map per flow. An identity resolves when
+// it is the own tag set of a valid workload of the mesh (the inventory) or was
+// registered through the API (a Registry, which the server keeps per replica).
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Errors of identities. Match them with errors.Is.
+var (
+	// ErrIdentityNotFound: an identity neither a workload's own tag set nor
+	// registered (Identify) in its mesh — or registered and since evicted.
+	ErrIdentityNotFound = errors.New("identity not found")
+	// ErrIdentityCollision: two distinct tag sets of one mesh have one
+	// identity. Registering the second is refused, and an identity the
+	// inventory and the registry know with different tag sets is never
+	// answered.
+	ErrIdentityCollision = errors.New("identity collision")
+	// ErrRegistryFull: one tag set larger than the registry's byte bound.
+	ErrRegistryFull = errors.New("identity registry full")
+)
+
+// TagSet is an interned tag set: its tags (never modified), their identity in
+// their mesh, and their memo hash. Compare two by pointer only as a fast path:
+// equal sets may be interned twice.
+type TagSet struct {
+	tags Tags
+	id   uint64
+	hash uint64 // tagsHash(tags): the memo's key part
+}
+
+// Tags returns the set's tags; the caller must not modify them.
+func (t *TagSet) Tags() Tags { return t.tags }
+
+// Identity returns the set's identity.
+func (t *TagSet) Identity() uint64 { return t.id }
+
+func newTagSet(id uint64, tags Tags) *TagSet {
+	return &TagSet{tags: tags, id: id, hash: tagsHash(tags)}
+}
+
+// ownTags returns tags without the reserved keys (tags itself when it has none).
+func ownTags(tags Tags) Tags {
+	n := 0
+	for k := range tags {
+		if IsReservedTag(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return tags
+	}
+	out := make(Tags, len(tags)-n)
+	for k, v := range tags {
+		if !IsReservedTag(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// Registry defaults.
+const (
+	DefaultRegistryMaxSets  = 1 << 16
+	DefaultRegistryMaxBytes = 32 << 20
+	// registryEntryBytes is what an entry costs beyond its tags' bytes (the
+	// entry, its map slot, its ring slot), and tagPairBytes each pair.
+	registryEntryBytes = 160
+	tagPairBytes       = 64
+)
+
+// Registry holds the tag sets registered through the API (Identify), by mesh
+// and identity, so flows may name them by identity. It is bounded in sets and
+// in bytes; when a new set does not fit, the least recently used sets leave
+// first, approximated by the CLOCK algorithm (second chance): a lookup marks
+// its set used (one atomic store, under a read lock), and the eviction hand
+// passes over a marked set once, unmarking it. So the identities sidecars keep
+// asking about stay, and a flood of one-off registrations evicts itself; a
+// client that meets ErrIdentityNotFound for an identity it registered
+// registers it again. (Refusing new sets when full would instead lock out every
+// new sidecar for good once the registry filled, and the registry is not
+// durable anyway: each replica keeps its own, empty at start.)
+//
+// It is safe for concurrent use. The engine's snapshots do not hold it: the
+// caller passes it to LookupIdentity and Snapshot.Identify.
+type Registry struct {
+	maxSets  int
+	maxBytes int64
+	// identity computes identities; tests replace it to make collisions.
+	identity func(mesh string, tags Tags) uint64
+
+	mu      sync.RWMutex
+	sets    map[registryKey]*registryEntry
+	ring    []*registryEntry // CLOCK order; nil: a free slot (listed in free)
+	free    []int
+	hand    int
+	bytes   int64
+	evicted uint64
+}
+
+type registryKey struct {
+	mesh string
+	id   uint64
+}
+
+type registryEntry struct {
+	key  registryKey
+	set  *TagSet
+	size int64
+	slot int
+	used atomic.Bool
+}
+
+// NewRegistry returns an empty registry of at most maxSets tag sets and
+// maxBytes bytes (0: the defaults).
+func NewRegistry(maxSets int, maxBytes int64) *Registry {
+	if maxSets <= 0 {
+		maxSets = DefaultRegistryMaxSets
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultRegistryMaxBytes
+	}
+	return &Registry{maxSets: maxSets, maxBytes: maxBytes, identity: Identity, sets: map[registryKey]*registryEntry{}}
+}
+
+// RegistryStats is a registry's state.
+type RegistryStats struct {
+	Sets    int
+	Bytes   int64
+	Evicted uint64 // sets evicted since the start
+}
+
+// Stats returns the registry's state.
+func (r *Registry) Stats() RegistryStats {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return RegistryStats{Sets: len(r.sets), Bytes: r.bytes, Evicted: r.evicted}
+}
+
+func setBytes(tags Tags) int64 {
+	n := int64(registryEntryBytes)
+	for k, v := range tags {
+		n += int64(len(k)+len(v)) + tagPairBytes
+	}
+	return n
+}
+
+// Lookup returns the tag set registered under id in mesh.
+func (r *Registry) Lookup(mesh string, id uint64) (*TagSet, bool) {
+	if r == nil {
+		return nil, false
+	}
+	r.mu.RLock()
+	e, ok := r.sets[registryKey{mesh, id}]
+	r.mu.RUnlock()
+	if !ok {
+		return nil, false
+	}
+	if !e.used.Load() {
+		e.used.Store(true)
+	}
+	return e.set, true
+}
+
+// Register interns tags (reserved keys dropped; the caller must not modify
+// tags afterwards) in mesh and returns the set. Registering a set again
+// returns the registered one. ErrIdentityCollision when another tag set holds
+// its identity; ErrRegistryFull when the set alone exceeds the byte bound.
+func (r *Registry) Register(mesh string, tags Tags) (*TagSet, error) {
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	own := ownTags(tags)
+	id := r.identity(mesh, own)
+	key := registryKey{mesh, id}
+	r.mu.RLock()
+	e, ok := r.sets[key]
+	r.mu.RUnlock()
+	if ok {
+		return r.existing(e, own)
+	}
+	size := setBytes(own)
+	if size > r.maxBytes {
+		return nil, fmt.Errorf("%w: the tag set takes %d bytes, the registry holds %d", ErrRegistryFull, size, r.maxBytes)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.sets[key]; ok { // registered meanwhile
+		return r.existing(e, own)
+	}
+	r.makeRoom(size)
+	e = &registryEntry{key: key, set: newTagSet(id, own), size: size}
+	if n := len(r.free); n > 0 {
+		e.slot = r.free[n-1]
+		r.free = r.free[:n-1]
+		r.ring[e.slot] = e
+	} else {
+		e.slot = len(r.ring)
+		r.ring = append(r.ring, e)
+	}
+	r.sets[key] = e
+	r.bytes += size
+	return e.set, nil
+}
+
+func (r *Registry) existing(e *registryEntry, tags Tags) (*TagSet, error) {
+	if !sameTagSet(e.set.tags, tags) {
+		return nil, collision(e.key.mesh, e.key.id, e.set.tags, tags)
+	}
+	e.used.Store(true)
+	return e.set, nil
+}
+
+func collision(mesh string, id uint64, a, b Tags) error {
+	return fmt.Errorf("%w: in mesh %q, tags %v and %v both have identity %d; the second is refused and the identity is not answered",
+		ErrIdentityCollision, mesh, a, b, id)
+}
+
+// makeRoom evicts sets, CLOCK order, until one more of size bytes fits.
+// r.mu is held.
+func (r *Registry) makeRoom(size int64) {
+	for len(r.sets) > 0 && (len(r.sets) >= r.maxSets || r.bytes+size > r.maxBytes) {
+		if r.hand >= len(r.ring) {
+			r.hand = 0
+		}
+		e := r.ring[r.hand]
+		switch {
+		case e == nil:
+		case e.used.Load():
+			e.used.Store(false) // a second chance
+		default:
+			delete(r.sets, e.key)
+			r.bytes -= e.size
+			r.ring[r.hand] = nil
+			r.free = append(r.free, r.hand)
+			r.evicted++
+		}
+		r.hand++
+	}
+}
+
+// LookupIdentity returns the tag set of an identity in mesh: the own tag set
+// of a valid workload (the inventory), else one registered in reg (may be
+// nil). ErrMeshNotFound for a mesh that holds no resource,
+// ErrIdentityNotFound for an identity neither knows, ErrIdentityCollision when
+// both know it with different tag sets.
+func (s *Snapshot) LookupIdentity(mesh string, id uint64, reg *Registry) (*TagSet, error) {
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	ms, ok := s.meshes.Get(mesh)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
+	}
+	return ms.lookupIdentity(id, reg)
+}
+
+func (ms *meshState) lookupIdentity(id uint64, reg *Registry) (*TagSet, error) {
+	var inv *TagSet
+	if ms.inv != nil {
+		if ts, ok := ms.inv.ids.Get(id); ok {
+			inv = ts.set
+		}
+	}
+	regSet, _ := reg.Lookup(ms.name, id)
+	switch {
+	case inv != nil && regSet != nil:
+		if !sameTagSet(inv.tags, regSet.tags) {
+			return nil, collision(ms.name, id, inv.tags, regSet.tags)
+		}
+		return inv, nil
+	case inv != nil:
+		return inv, nil
+	case regSet != nil:
+		return regSet, nil
+	}
+	return nil, fmt.Errorf("%w: %d in mesh %q: no workload has it as its own tag set and it is not registered (Identify)",
+		ErrIdentityNotFound, id, ms.name)
+}
+
+// Identify registers the tags' own set (reserved keys dropped) in reg and
+// returns it. ErrIdentityCollision when the inventory or the registry holds
+// another tag set with its identity (never registered then).
+func (s *Snapshot) Identify(mesh string, tags Tags, reg *Registry) (*TagSet, error) {
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	ms, ok := s.meshes.Get(mesh)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
+	}
+	own := ownTags(tags)
+	if ms.inv != nil {
+		if ts, ok := ms.inv.ids.Get(reg.identity(mesh, own)); ok && !sameTagSet(ts.tags, own) {
+			return nil, collision(mesh, ts.set.id, ts.tags, own)
+		}
+	}
+	return reg.Register(mesh, own)
+}
+
+// SetRequest is a flow between interned tag sets (the compact path).
+type SetRequest struct {
+	Mesh        string // "" = default
+	Type        string // "" = TrafficPermission
+	Source      *TagSet
+	Destination *TagSet
+	Protocol    Protocol
+	Port        uint32
+	NoCache     bool // decide without the memo (benchmarks)
+}
+
+// DecideSets answers a flow between interned tag sets as Decide answers their
+// tags, from the same memo: its hashes come with the sets, and a pointer
+// compare verifies them.
+func (s *Snapshot) DecideSets(req *SetRequest) (Decision, error) {
+	meshName := req.Mesh
+	if meshName == "" {
+		meshName = DefaultMesh
+	}
+	typ := req.Type
+	if typ == "" {
+		typ = DefaultType
+	}
+	ms, ok := s.meshes.Get(meshName)
+	if s.closedByType(meshName, ms, typ) != nil {
+		return closedDecision(s.revision, false), nil
+	}
+	if !ok {
+		return Decision{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
+	}
+	f := flow{src: req.Source.tags, dst: req.Destination.tags, proto: req.Protocol, port: req.Port}
+	if req.NoCache {
+		if err := ms.checkType(typ); err != nil {
+			return Decision{}, err
+		}
+		return s.decideUncached(ms, typ, &f), nil
+	}
+	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: &f, src: req.Source, dst: req.Destination},
+		req.Source.hash, req.Destination.hash)
+}
+
+// memoMisses is the number of memo lookups that missed (tests).
+func (s *Snapshot) memoMisses() uint64 { return s.cache().misses.Load() }
