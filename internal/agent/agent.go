@@ -34,13 +34,14 @@ import (
 
 // Agent runs one configuration.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	prog   *firewall.Programmer
-	nftOpt []nftables.ConnOption
-	client verdictv1.WatchServiceClient
-	m      *metrics
-	stance *stance
+	cfg     Config
+	log     *slog.Logger
+	prog    *firewall.Programmer
+	nftOpt  []nftables.ConnOption
+	client  verdictv1.WatchServiceClient
+	m       *metrics
+	stance  *stance
+	closers []func() error
 
 	mu     sync.Mutex
 	ws     map[string]*guarded // by key: "workload/NAME" or "address/ADDR"
@@ -49,40 +50,71 @@ type Agent struct {
 	hold   bool // a table of an earlier run is in force and no rules arrived yet (applyLoop only)
 }
 
-// Run runs the agent until ctx ends. The table stays as programmed when it
-// returns (a stopped agent is fail static too); Remove deletes it.
+// Run runs the agent until ctx ends (New, then Agent.Run).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	if err := cfg.Validate(); err != nil {
+	a, err := New(ctx, cfg, log)
+	if err != nil {
 		return err
 	}
-	var nftOpt []nftables.ConnOption
+	defer a.Close()
+	return a.Run(ctx)
+}
+
+// New checks the configuration and prepares an agent: nothing is
+// programmed and no stream opened before Run.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: log, m: newMetrics(), ws: map[string]*guarded{}, kick: make(chan struct{}, 1)}
 	if cfg.NetNS != "" {
 		ns, err := netns.GetFromPath(cfg.NetNS)
 		if err != nil {
-			return fmt.Errorf("--netns: %w", err)
+			return nil, fmt.Errorf("--netns: %w", err)
 		}
-		defer ns.Close()
-		nftOpt = append(nftOpt, nftables.WithNetNSFd(int(ns)))
+		a.closers = append(a.closers, ns.Close)
+		a.nftOpt = append(a.nftOpt, nftables.WithNetNSFd(int(ns)))
 	}
-	prog, err := firewall.New(cfg.Table, nftOpt...)
+	prog, err := firewall.New(cfg.Table, a.nftOpt...)
 	if err != nil {
-		return err
+		a.Close()
+		return nil, err
 	}
+	a.prog = prog
 	dopts, err := cfg.dialOptions()
 	if err != nil {
-		return err
+		a.Close()
+		return nil, err
 	}
 	conn, err := grpc.NewClient(cfg.Server, dopts...)
 	if err != nil {
-		return fmt.Errorf("--server: %w", err)
+		a.Close()
+		return nil, fmt.Errorf("--server: %w", err)
 	}
-	defer conn.Close()
-	a := &Agent{cfg: cfg, log: log, prog: prog, nftOpt: nftOpt, client: verdictv1.NewWatchServiceClient(conn),
-		m: newMetrics(), ws: map[string]*guarded{}, kick: make(chan struct{}, 1)}
+	a.closers = append(a.closers, conn.Close)
+	a.client = verdictv1.NewWatchServiceClient(conn)
 	if cfg.Initial == InitialDrop {
 		a.stance = dropStance(ctx, cfg.Server)
 	}
+	return a, nil
+}
 
+// Close releases the connection and the namespace handle; the table stays.
+func (a *Agent) Close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		_ = a.closers[i]()
+	}
+	a.closers = nil
+}
+
+// Remove deletes the agent's table (for an operator taking the agent away).
+func (a *Agent) Remove() error { return a.prog.Remove() }
+
+// Run follows the guarded workloads and programs their rules until ctx
+// ends. The table stays as programmed when it returns (a stopped agent is
+// fail static too).
+func (a *Agent) Run(ctx context.Context) error {
+	cfg, log := a.cfg, a.log
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
