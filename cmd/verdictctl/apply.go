@@ -9,12 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/apiconv"
-	"github.com/verdictpdp/verdict/internal/writeplan"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -95,7 +93,8 @@ var resourceIndex = regexp.MustCompile(`^resources\[(\d+)\]`)
 func runApply(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("apply", "-f FILE|DIR|- [-f ...] [--dry-run]",
 		"Validates and writes resources. A set larger than one etcd transaction (128 resources)\n"+
-			"is sent in several calls, each atomic, meshes and scopes first; the command says so.", e.stderr)
+			"is checked whole against the server's contents, then sent in several calls in dependency\n"+
+			"order, each atomic; if one fails, the calls before it are rolled back (docs/cli.md).", e.stderr)
 	var files fileList
 	fs.Var(&files, "f", "file, directory or - (stdin) of YAML or JSON documents, native or Kuma; repeatable")
 	dryRun := fs.Bool("dry-run", false, "validate only; write nothing")
@@ -118,62 +117,49 @@ func runApply(ctx context.Context, args []string, e *env) int {
 		fmt.Fprintln(e.stderr, "verdictctl apply: no resource in the input")
 		return exitError
 	}
+	ops := make([]*op, len(items))
+	for i, it := range items {
+		pb, err := apiconv.ResourceToProto(it.res)
+		if err != nil {
+			return fail(e, "apply", err, nil)
+		}
+		ops[i] = &op{key: it.res.Key(), res: it.res, pb: pb, origin: it.origin}
+	}
+	ops = orderOps(ops)
 	conn, err := cf.dial()
 	if err != nil {
 		return fail(e, "apply", err, nil)
 	}
 	defer conn.Close()
-	client := verdictv1.NewPolicyServiceClient(conn)
-	origins := make(map[engine.Resource]string, len(items))
-	all := make([]engine.Resource, len(items))
-	for i, it := range items {
-		all[i], origins[it.res] = it.res, it.origin
+	w := &writer{client: verdictv1.NewPolicyServiceClient(conn), cf: &cf, e: e, cmd: "apply", dryRun: *dryRun, maxOps: e.maxOps}
+	if len(splitOps(ops, w.maxOps)) > 1 {
+		cur, warnings, code := w.checkWhole(ctx, ops)
+		if code != exitOK {
+			return code
+		}
+		if *dryRun {
+			return w.dryRunWhole(cur, ops, warnings)
+		}
 	}
-	parts := writeplan.Split(all, 0)
-	if len(parts) > 1 {
-		fmt.Fprintf(e.stdout, "%d resources do not fit one transaction: applying them in %d calls, each atomic "+
-			"(if one fails, the calls before it stay applied)\n", len(all), len(parts))
+	return w.execute(ctx, ops)
+}
+
+// dryRunWhole reports the check of a set over one call's limit: the server
+// checks one call at a time, against its snapshot, so a split set's later
+// calls would fail for want of the earlier ones; the set was checked whole
+// here with the server's engine instead.
+func (w *writer) dryRunWhole(cur *current, ops []*op, warnings []string) int {
+	for _, warn := range warnings {
+		fmt.Fprintf(w.e.stderr, "warning: %s\n", warn)
 	}
-	verb := "applied"
-	if *dryRun {
-		verb = "valid (dry run)"
+	verb := "valid (dry run)"
+	if w.cmd == "delete" {
+		verb = "can be deleted (dry run)"
 	}
-	for n, part := range parts {
-		req := &verdictv1.ApplyRequest{DryRun: *dryRun}
-		for _, r := range part {
-			pr, err := apiconv.ResourceToProto(r)
-			if err != nil {
-				return fail(e, "apply", err, nil)
-			}
-			req.Resources = append(req.Resources, pr)
-		}
-		origin := func(field string) string {
-			m := resourceIndex.FindStringSubmatch(field)
-			if m == nil {
-				return field
-			}
-			i, _ := strconv.Atoi(m[1])
-			if i >= len(part) {
-				return field
-			}
-			return origins[part[i]] + strings.TrimPrefix(field, m[0])
-		}
-		cctx, cancel := cf.ctx(ctx)
-		resp, err := client.Apply(cctx, req)
-		cancel()
-		if err != nil {
-			if len(parts) > 1 {
-				fmt.Fprintf(e.stderr, "call %d of %d failed; the %d calls before it were applied\n", n+1, len(parts), n)
-			}
-			return fail(e, "apply", err, origin)
-		}
-		for _, w := range resp.GetWarnings() {
-			fmt.Fprintf(e.stderr, "warning: %s\n", origin(w))
-		}
-		for _, k := range resp.GetKeys() {
-			fmt.Fprintf(e.stdout, "%s %s\n", k, verb)
-		}
-		fmt.Fprintf(e.stdout, "revision %d\n", resp.GetRevision())
+	for _, o := range ops {
+		fmt.Fprintf(w.e.stdout, "%s %s\n", o.key, verb)
 	}
+	fmt.Fprintf(w.e.stdout, "dry run: nothing was written (the whole set of %d keys checked against the server's contents at revision %d)\n",
+		len(ops), cur.snap.Revision())
 	return exitOK
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/verdictpdp/verdict/engine"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -158,11 +161,16 @@ func runList(ctx context.Context, args []string, e *env) int {
 }
 
 func runDelete(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("delete", "KEY... | KIND NAME | -f FILE", "Removes resources in one transaction; a key that holds nothing is an error.", e.stderr)
+	fs := newFlags("delete", "KEY... | KIND NAME | -f FILE | --prefix PREFIX",
+		"Removes resources: policies first, meshes last. A key that holds nothing is reported and\n"+
+			"skipped (--strict: nothing is deleted then). More keys than one etcd transaction holds\n"+
+			"are deleted in several calls, rolled back if one fails (docs/cli.md).", e.stderr)
 	mesh := fs.String("mesh", engine.DefaultMesh, "mesh, for KIND NAME")
 	typ := fs.String("type", engine.DefaultType, "policy type, for policy NAME")
 	var files fileList
 	fs.Var(&files, "f", "delete the resources of this file (or directory, or -)")
+	prefix := fs.String("prefix", "", "delete every key with this prefix (\"big/\", \"default/policies/TrafficLog/\")")
+	strict := fs.Bool("strict", false, "a key that holds nothing fails the command before anything is deleted")
 	dryRun := fs.Bool("dry-run", false, "validate only")
 	var cf connFlags
 	cf.register(fs, e.getenv)
@@ -172,6 +180,11 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 	}
 	var keys []string
 	switch {
+	case *prefix != "":
+		if len(files) > 0 || len(rest) > 0 {
+			fmt.Fprintln(e.stderr, "verdictctl delete: --prefix goes alone")
+			return exitUsage
+		}
 	case len(files) > 0:
 		items, err := readResources(files, e.stdin)
 		if err != nil {
@@ -191,30 +204,109 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 	default:
 		keys = rest
 	}
-	if len(keys) == 0 {
-		fmt.Fprintln(e.stderr, "verdictctl delete: name the resources (KEY..., KIND NAME or -f FILE)")
+	if len(keys) == 0 && *prefix == "" {
+		fmt.Fprintln(e.stderr, "verdictctl delete: name the resources (KEY..., KIND NAME, -f FILE or --prefix PREFIX)")
 		return exitUsage
+	}
+	var ops []*op
+	seen := map[string]bool{}
+	for _, k := range keys {
+		key, err := engine.ParseKey(k)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "verdictctl delete: %q: %v\n", k, err)
+			return exitUsage
+		}
+		if !seen[key.String()] {
+			seen[key.String()] = true
+			ops = append(ops, &op{key: key})
+		}
 	}
 	conn, err := cf.dial()
 	if err != nil {
 		return fail(e, "delete", err, nil)
 	}
 	defer conn.Close()
-	cctx, cancel := cf.ctx(ctx)
-	defer cancel()
-	resp, err := verdictv1.NewPolicyServiceClient(conn).Delete(cctx, &verdictv1.DeleteRequest{Keys: keys, DryRun: *dryRun})
+	client := verdictv1.NewPolicyServiceClient(conn)
+	w := &writer{client: client, cf: &cf, e: e, cmd: "delete", dryRun: *dryRun, maxOps: e.maxOps}
+	rev, err := storeRevision(ctx, client, &cf)
 	if err != nil {
 		return fail(e, "delete", err, nil)
 	}
-	verb := "deleted"
-	if *dryRun {
-		verb = "can be deleted (dry run)"
+	if *prefix != "" {
+		all, err := listAll(ctx, client, &cf, *prefix, rev)
+		if err != nil {
+			return fail(e, "delete", err, nil)
+		}
+		for _, sr := range all {
+			key, err := engine.ParseKey(sr.GetKey())
+			if err != nil {
+				fmt.Fprintf(e.stderr, "verdictctl delete: %s: %v (skipped)\n", sr.GetKey(), err)
+				continue
+			}
+			ops = append(ops, &op{key: key, prior: sr.GetResource(), priorRev: sr.GetModRevision()})
+		}
+		if len(ops) == 0 {
+			fmt.Fprintf(e.stderr, "verdictctl delete: no key has the prefix %q\n", *prefix)
+			return exitError
+		}
+	} else {
+		var missing []string
+		present := ops[:0]
+		for _, o := range ops {
+			cctx, cancel := cf.ctx(ctx)
+			resp, err := client.Get(cctx, &verdictv1.GetRequest{Key: o.key.String(), MinRevision: rev})
+			cancel()
+			if status.Code(err) == codes.NotFound {
+				missing = append(missing, o.key.String())
+				continue
+			}
+			if err != nil {
+				return fail(e, "delete", err, nil)
+			}
+			o.prior, o.priorRev = resp.GetResource().GetResource(), resp.GetResource().GetModRevision()
+			present = append(present, o)
+		}
+		ops = present
+		for _, k := range missing {
+			fmt.Fprintf(e.stderr, "verdictctl delete: %s holds nothing\n", k)
+		}
+		if len(missing) > 0 && *strict {
+			fmt.Fprintf(e.stderr, "verdictctl delete: --strict: %d keys hold nothing; nothing was deleted\n", len(missing))
+			return exitError
+		}
+		if len(ops) == 0 {
+			return exitError
+		}
 	}
-	for _, k := range keys {
-		fmt.Fprintf(e.stdout, "%s %s\n", k, verb)
+	ops = orderOps(ops)
+	if len(splitOps(ops, w.maxOps)) > 1 {
+		cur, _, code := w.checkWhole(ctx, ops)
+		if code != exitOK {
+			return code
+		}
+		if *dryRun {
+			return w.dryRunWhole(cur, ops, nil)
+		}
 	}
-	fmt.Fprintf(e.stdout, "revision %d\n", resp.GetRevision())
-	return exitOK
+	return w.execute(ctx, ops)
+}
+
+// listAll reads every resource with the prefix, page by page.
+func listAll(ctx context.Context, client verdictv1.PolicyServiceClient, cf *connFlags, prefix string, minRev int64) ([]*verdictv1.StoredResource, error) {
+	var all []*verdictv1.StoredResource
+	token := ""
+	for {
+		cctx, cancel := cf.ctx(ctx)
+		resp, err := client.List(cctx, &verdictv1.ListRequest{Prefix: prefix, PageSize: 500, PageToken: token, MinRevision: minRev})
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, resp.GetResources()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			return all, nil
+		}
+	}
 }
 
 func runStatus(ctx context.Context, args []string, e *env) int {

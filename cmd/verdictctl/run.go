@@ -54,6 +54,8 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	maxOps         int            // keys per write call; 0: store.MaxOps (tests set less)
+	beforeCall     func(call int) // tests: runs before each write call of apply and delete
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -258,7 +258,7 @@ func TestLargeApply(t *testing.T) {
 		fmt.Fprintf(&b, "---\nkind: Policy\nmesh: big\nname: p%d\nsources: [{match: {app: s%d}}]\ndestinations: [{match: {app: d%d}}]\n", i, i, i)
 	}
 	r := runTool(t, []string{"VERDICT_SERVER=" + d.addr}, strings.NewReader(b.String()), "verdictctl", "apply", "-f", "-")
-	if r.code != 0 || !strings.Contains(r.out, "300 resources do not fit one transaction: applying them in 3 calls, each atomic") {
+	if r.code != 0 || !strings.Contains(r.out, "300 keys do not fit one transaction: writing them in 3 calls, each atomic") {
 		t.Fatalf("exit %d\n%s", r.code, r.out)
 	}
 	// List reads the snapshot, which may lag the write: ask for the last

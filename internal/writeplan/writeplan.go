@@ -1,8 +1,9 @@
 // Package writeplan splits a write too large for one etcd transaction into
 // several, each small enough for one (store.MaxOps operations, and a margin
-// under store.MaxTxnBytes): meshes first, then scopes, then policies, so that
-// every write refers only to what earlier ones wrote. verdictctl apply and
-// verdictd --bootstrap use it; each part is atomic, the whole is not.
+// under store.MaxTxnBytes), in dependency order (Order): meshes, then scopes
+// parents first, then workloads, then policies, so that every write refers
+// only to what earlier ones wrote. verdictctl apply and verdictd --bootstrap
+// use it; each part is atomic, the whole is not.
 package writeplan
 
 import (
@@ -17,14 +18,12 @@ import (
 const MaxBytes = store.MaxTxnBytes * 3 / 4
 
 // Split returns resources in parts of at most maxOps resources and MaxBytes
-// encoded bytes, meshes first, then scopes, then policies, each kind in its
-// original order. One part when everything fits.
+// encoded bytes, in dependency order (Order). One part when everything fits.
 func Split(resources []engine.Resource, maxOps int) [][]engine.Resource {
 	if maxOps <= 0 || maxOps > store.MaxOps {
 		maxOps = store.MaxOps
 	}
-	ordered := append([]engine.Resource(nil), resources...)
-	sort.SliceStable(ordered, func(i, j int) bool { return ordered[i].Key().Kind < ordered[j].Key().Kind })
+	ordered := Order(resources)
 	var parts [][]engine.Resource
 	var cur []engine.Resource
 	size := 0
@@ -44,4 +43,47 @@ func Split(resources []engine.Resource, maxOps int) [][]engine.Resource {
 		parts = append(parts, cur)
 	}
 	return parts
+}
+
+// Rank is a resource's place in dependency order: meshes 0, scopes 1 + their
+// depth under other scopes of the same write (a parent before its children),
+// workloads next, policies last. parents maps a scope's key
+// ("default/scopes/Apps") to its parent's key, for the scopes of the write.
+func Rank(k engine.Key, parents map[string]string) int {
+	const maxDepth = 1 << 16
+	switch k.Kind {
+	case engine.KindMesh:
+		return 0
+	case engine.KindScope:
+		depth := 0
+		for p, ok := parents[k.String()]; ok && depth < len(parents); p, ok = parents[p] {
+			depth++
+		}
+		return 1 + depth
+	case engine.KindWorkload:
+		return 2 + maxDepth
+	}
+	return 3 + maxDepth
+}
+
+// ScopeParents maps the key of each scope among resources to its parent's key.
+func ScopeParents(resources []engine.Resource) map[string]string {
+	parents := map[string]string{}
+	for _, r := range resources {
+		if s, ok := r.(*engine.Scope); ok && s.Parent != "" {
+			parents[r.Key().String()] = engine.Key{Kind: engine.KindScope, Mesh: s.Mesh, Name: s.Parent}.String()
+		}
+	}
+	return parents
+}
+
+// Order returns resources in dependency order: meshes, scopes parents first,
+// workloads, policies; otherwise in their original order.
+func Order(resources []engine.Resource) []engine.Resource {
+	parents := ScopeParents(resources)
+	ordered := append([]engine.Resource(nil), resources...)
+	sort.SliceStable(ordered, func(i, j int) bool {
+		return Rank(ordered[i].Key(), parents) < Rank(ordered[j].Key(), parents)
+	})
+	return ordered
 }

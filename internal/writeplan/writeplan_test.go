@@ -43,3 +43,45 @@ func TestSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestOrder: meshes, scopes parents first (a child given before its parent),
+// workloads, policies.
+func TestOrder(t *testing.T) {
+	rs, err := engine.DecodeYAML([]byte(`kind: Policy
+name: p
+sources: [{}]
+destinations: [{}]
+---
+kind: Scope
+name: C
+parent: B
+selectors: [{}]
+---
+kind: Workload
+name: w
+tags: {app: w}
+---
+kind: Scope
+name: B
+parent: A
+selectors: [{}]
+---
+kind: Scope
+name: A
+selectors: [{}]
+---
+kind: Mesh
+name: default
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range Order(rs) {
+		got = append(got, r.Key().String())
+	}
+	want := "default/mesh default/scopes/A default/scopes/B default/scopes/C default/workloads/w default/policies/TrafficPermission/p"
+	if strings.Join(got, " ") != want {
+		t.Errorf("order:\n%s\nwant\n%s", strings.Join(got, " "), want)
+	}
+}

@@ -1,0 +1,503 @@
+package main
+
+// Writes larger than one call (SPEC section 10, "Large applies"; docs/cli.md):
+// the client sends them in dependency order, each call atomic and guarded by
+// the revisions it read, and on a failure rolls back the calls already made
+// with guarded writes, then says exactly what the store holds of the set.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
+	"github.com/verdictpdp/verdict/internal/writeplan"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
+)
+
+// op is one key of a write: a put (res set) or a delete, with the state the
+// key held before (read for writes of more than one call).
+type op struct {
+	key    engine.Key
+	res    engine.Resource     // put: the resource; nil: a delete
+	pb     *verdictv1.Resource // put: as sent
+	origin string              // where the resource came from ("a.yaml documents[3]")
+
+	prior    *verdictv1.Resource // the value before; nil: absent (or undecodable: priorErr)
+	priorRev int64               // its mod revision; 0: absent
+	priorErr string              // the value before does not decode: it cannot be restored
+}
+
+func (o *op) isDelete() bool { return o.res == nil }
+
+func (o *op) size() int {
+	n := 64 + len(o.key.String())
+	if o.pb != nil {
+		n += proto.Size(o.pb)
+	}
+	return n
+}
+
+// expected is the guard of the op's forward write.
+func (o *op) expected() int64 {
+	if o.priorRev == 0 {
+		return store.MustNotExist
+	}
+	return o.priorRev
+}
+
+// orderOps puts ops in dependency order: puts as writeplan.Rank says
+// (meshes, scopes parents first, workloads, policies), deletes in reverse
+// (policies, workloads, scopes children first, meshes).
+func orderOps(ops []*op) []*op {
+	parents := map[string]string{}
+	for _, o := range ops {
+		var parent string
+		if s, ok := o.res.(*engine.Scope); ok {
+			parent = s.Parent
+		} else if o.isDelete() && o.prior.GetScope() != nil {
+			parent = o.prior.GetScope().GetParent()
+		}
+		if parent != "" {
+			parents[o.key.String()] = engine.Key{Kind: engine.KindScope, Mesh: o.key.Mesh, Name: parent}.String()
+		}
+	}
+	rank := func(o *op) int {
+		r := writeplan.Rank(o.key, parents)
+		if o.isDelete() {
+			return 1<<20 - r
+		}
+		return r
+	}
+	out := append([]*op(nil), ops...)
+	sort.SliceStable(out, func(i, j int) bool { return rank(out[i]) < rank(out[j]) })
+	return out
+}
+
+// splitOps cuts ordered ops into calls of at most maxOps keys and
+// writeplan.MaxBytes bytes.
+func splitOps(ops []*op, maxOps int) [][]*op {
+	if maxOps <= 0 || maxOps > store.MaxOps {
+		maxOps = store.MaxOps
+	}
+	var parts [][]*op
+	var cur []*op
+	size := 0
+	for _, o := range ops {
+		n := o.size()
+		if len(cur) > 0 && (len(cur) == maxOps || size+n > writeplan.MaxBytes) {
+			parts = append(parts, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, o)
+		size += n
+	}
+	if len(cur) > 0 {
+		parts = append(parts, cur)
+	}
+	return parts
+}
+
+// writer runs a write of one or more calls.
+type writer struct {
+	client verdictv1.PolicyServiceClient
+	cf     *connFlags
+	e      *env
+	cmd    string // "apply" or "delete"
+	dryRun bool
+	maxOps int // per call; 0: store.MaxOps (tests set less)
+}
+
+// origin maps "resources[i]..." of a call's error back to the file the
+// resource came from.
+func origin(part []*op) func(string) string {
+	var puts []*op
+	for _, o := range part {
+		if !o.isDelete() {
+			puts = append(puts, o)
+		}
+	}
+	return func(field string) string {
+		m := resourceIndex.FindStringSubmatch(field)
+		if m == nil {
+			return field
+		}
+		i, _ := strconv.Atoi(m[1])
+		if i >= len(puts) || puts[i].origin == "" {
+			return field
+		}
+		return puts[i].origin + strings.TrimPrefix(field, m[0])
+	}
+}
+
+// request is the Apply of a part; guarded when the write takes several calls.
+func (w *writer) request(part []*op, guarded bool) *verdictv1.ApplyRequest {
+	req := &verdictv1.ApplyRequest{DryRun: w.dryRun}
+	if guarded {
+		req.ExpectedRevisions = map[string]int64{}
+	}
+	for _, o := range part {
+		if o.isDelete() {
+			req.Deletes = append(req.Deletes, o.key.String())
+		} else {
+			req.Resources = append(req.Resources, o.pb)
+		}
+		if guarded {
+			req.ExpectedRevisions[o.key.String()] = o.expected()
+		}
+	}
+	return req
+}
+
+// done is a call that was applied.
+type done struct {
+	ops []*op
+	rev int64
+}
+
+// execute writes the ops in order, in as many calls as they need, and
+// returns the exit code. A write of several calls was checked whole before
+// (checkWhole) and its ops carry the state they replace.
+func (w *writer) execute(ctx context.Context, ops []*op) int {
+	parts := splitOps(ops, w.maxOps)
+	verb := map[string]string{"apply": "applied", "delete": "deleted"}[w.cmd]
+	if w.dryRun {
+		verb = map[string]string{"apply": "valid (dry run)", "delete": "can be deleted (dry run)"}[w.cmd]
+	}
+	multi := len(parts) > 1
+	if multi {
+		fmt.Fprintf(w.e.stdout, "%d keys do not fit one transaction: writing them in %d calls, each atomic, in dependency order; "+
+			"if one fails, the calls before it are rolled back (docs/cli.md)\n", len(ops), len(parts))
+	}
+	var applied []done
+	var last int64
+	for n, part := range parts {
+		if n > 0 {
+			// The server checks each call against its snapshot: it must hold
+			// the previous call's write (read-your-writes).
+			if err := w.waitFor(ctx, last); err != nil {
+				fmt.Fprintf(w.e.stderr, "verdictctl %s: waiting for the server to see call %d: %v\n", w.cmd, n, err)
+				return w.abandon(ctx, applied, nil)
+			}
+		}
+		if w.e.beforeCall != nil {
+			w.e.beforeCall(n)
+		}
+		cctx, cancel := w.cf.ctx(ctx)
+		resp, err := w.client.Apply(cctx, w.request(part, multi))
+		cancel()
+		if err != nil {
+			if multi {
+				fmt.Fprintf(w.e.stderr, "verdictctl %s: call %d of %d failed:\n", w.cmd, n+1, len(parts))
+			}
+			code := fail(w.e, w.cmd, err, origin(part))
+			if !multi {
+				return code
+			}
+			var unknown []*op
+			if ambiguous(err) {
+				if rev, ok := w.probe(ctx, part); ok {
+					fmt.Fprintf(w.e.stderr, "call %d was written all the same (revision %d)\n", n+1, rev)
+					applied = append(applied, done{part, rev})
+				} else {
+					unknown = part
+				}
+			} else {
+				fmt.Fprintf(w.e.stderr, "nothing of call %d was written\n", n+1)
+			}
+			return w.abandon(ctx, applied, unknown)
+		}
+		for _, warn := range resp.GetWarnings() {
+			fmt.Fprintf(w.e.stderr, "warning: %s\n", origin(part)(warn))
+		}
+		for _, k := range append(resp.GetKeys(), resp.GetDeleted()...) {
+			fmt.Fprintf(w.e.stdout, "%s %s\n", k, verb)
+		}
+		if w.dryRun {
+			fmt.Fprintf(w.e.stdout, "dry run: nothing was written (checked against revision %d)\n", resp.GetRevision())
+		} else {
+			fmt.Fprintf(w.e.stdout, "revision %d\n", resp.GetRevision())
+		}
+		applied = append(applied, done{part, resp.GetRevision()})
+		last = resp.GetRevision()
+	}
+	return exitOK
+}
+
+// ambiguous: the call may have been written although it failed.
+func ambiguous(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
+		return true
+	}
+	return false
+}
+
+// waitFor waits until the server's snapshot holds revision rev.
+func (w *writer) waitFor(ctx context.Context, rev int64) error {
+	cctx, cancel := w.cf.ctx(ctx)
+	defer cancel()
+	_, err := w.client.Status(cctx, &verdictv1.StatusRequest{MinRevision: rev})
+	return err
+}
+
+// probe reads a part whose call failed ambiguously: it was written when every
+// put holds one new revision and every delete is gone.
+func (w *writer) probe(ctx context.Context, part []*op) (int64, bool) {
+	ctx = context.WithoutCancel(ctx)
+	cctx, cancel := w.cf.ctx(ctx)
+	st, err := w.client.Status(cctx, &verdictv1.StatusRequest{})
+	cancel()
+	if err != nil {
+		return 0, false
+	}
+	var rev int64
+	for _, o := range part {
+		cctx, cancel := w.cf.ctx(ctx)
+		resp, err := w.client.Get(cctx, &verdictv1.GetRequest{Key: o.key.String(), MinRevision: st.GetStoreRevision()})
+		cancel()
+		switch {
+		case status.Code(err) == codes.NotFound && o.isDelete():
+			continue
+		case err != nil || o.isDelete():
+			return 0, false
+		}
+		r := resp.GetResource().GetModRevision()
+		if r == o.priorRev || (rev != 0 && r != rev) {
+			return 0, false
+		}
+		rev = r
+	}
+	return rev, true
+}
+
+// abandon rolls back the applied calls, newest first, and reports what the
+// store holds of the set; unknown are keys of a call whose outcome is not known.
+func (w *writer) abandon(ctx context.Context, applied []done, unknown []*op) int {
+	ctx = context.WithoutCancel(ctx) // Ctrl-C stops the write, not its undoing
+	var left []string
+	for _, o := range unknown {
+		left = append(left, fmt.Sprintf("%s: not known whether the failed call wrote it (verdictctl get %s)", o.key, o.key))
+	}
+	if len(applied) == 0 {
+		w.report(left)
+		return exitError
+	}
+	fmt.Fprintf(w.e.stderr, "rolling back the %d calls applied before it, newest first, with guarded writes\n", len(applied))
+	last := applied[len(applied)-1].rev
+	for j := len(applied) - 1; j >= 0; j-- {
+		d := applied[j]
+		if err := w.waitFor(ctx, last); err != nil {
+			fmt.Fprintf(w.e.stderr, "  waiting for revision %d: %v\n", last, err)
+		}
+		undo := make([]*op, 0, len(d.ops))
+		for i := len(d.ops) - 1; i >= 0; i-- {
+			undo = append(undo, d.ops[i])
+		}
+		if rev, err := w.undo(ctx, undo, d.rev); err == nil {
+			last = rev
+			continue
+		}
+		// One key at a time: what can be restored is.
+		for _, o := range undo {
+			rev, err := w.undo(ctx, []*op{o}, d.rev)
+			if err == nil {
+				last = rev
+				continue
+			}
+			left = append(left, w.leftover(ctx, o, d.rev, err))
+		}
+	}
+	w.report(left)
+	return exitError
+}
+
+// undo restores the state ops held before the call that wrote them at rev,
+// guarded: a key another writer changed since is not touched.
+func (w *writer) undo(ctx context.Context, ops []*op, rev int64) (int64, error) {
+	req := &verdictv1.ApplyRequest{ExpectedRevisions: map[string]int64{}}
+	for _, o := range ops {
+		switch {
+		case o.priorErr != "":
+			return 0, fmt.Errorf("its value before did not decode (%s): it cannot be restored", o.priorErr)
+		case o.prior == nil:
+			req.Deletes = append(req.Deletes, o.key.String())
+		default:
+			req.Resources = append(req.Resources, o.prior)
+		}
+		if o.isDelete() {
+			req.ExpectedRevisions[o.key.String()] = store.MustNotExist
+		} else {
+			req.ExpectedRevisions[o.key.String()] = rev
+		}
+	}
+	cctx, cancel := w.cf.ctx(ctx)
+	defer cancel()
+	resp, err := w.client.Apply(cctx, req)
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetRevision(), nil
+}
+
+// leftover says what a key that could not be restored holds.
+func (w *writer) leftover(ctx context.Context, o *op, rev int64, err error) string {
+	did := "written"
+	if o.isDelete() {
+		did = "deleted"
+	}
+	if status.Code(err) == codes.Aborted {
+		cctx, cancel := w.cf.ctx(ctx)
+		defer cancel()
+		now := "deleted since"
+		if resp, gerr := w.client.Get(cctx, &verdictv1.GetRequest{Key: o.key.String()}); gerr == nil {
+			now = fmt.Sprintf("at revision %d now", resp.GetResource().GetModRevision())
+		}
+		return fmt.Sprintf("%s: changed by another writer after this %s (%s): left alone", o.key, w.cmd, now)
+	}
+	msg := err.Error()
+	if st, ok := status.FromError(err); ok {
+		msg = st.Code().String() + ": " + st.Message()
+	}
+	return fmt.Sprintf("%s: left as this %s %s it (revision %d): %s", o.key, w.cmd, did, rev, msg)
+}
+
+func (w *writer) report(left []string) {
+	if len(left) == 0 {
+		fmt.Fprintf(w.e.stderr, "rolled back: every key of the set holds what it held before this %s\n", w.cmd)
+		return
+	}
+	fmt.Fprintf(w.e.stderr, "NOT rolled back: %d keys of the set differ from before this %s:\n", len(left), w.cmd)
+	for _, l := range left {
+		fmt.Fprintf(w.e.stderr, "  %s\n", l)
+	}
+	fmt.Fprintln(w.e.stderr, "every other key of the set holds what it held before")
+}
+
+// storeRevision is the newest revision the server has seen the store at: a
+// read at it sees every write made before (the snapshot may lag a write).
+func storeRevision(ctx context.Context, client verdictv1.PolicyServiceClient, cf *connFlags) (int64, error) {
+	cctx, cancel := cf.ctx(ctx)
+	defer cancel()
+	st, err := client.Status(cctx, &verdictv1.StatusRequest{})
+	if err != nil {
+		return 0, err
+	}
+	return st.GetStoreRevision(), nil
+}
+
+// current is what the server holds of some meshes: a snapshot the engine can
+// check a write against, and every stored resource by key.
+type current struct {
+	snap   *engine.Snapshot
+	stored map[string]*verdictv1.StoredResource
+}
+
+// readMeshes lists the meshes' resources and builds the engine's snapshot of
+// them: the server's own checks, run here on a set over one call's limit.
+func (w *writer) readMeshes(ctx context.Context, meshes []string) (*current, error) {
+	cur := &current{stored: map[string]*verdictv1.StoredResource{}}
+	var changes []engine.Change
+	rev, err := storeRevision(ctx, w.client, w.cf)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range meshes {
+		token := ""
+		for {
+			cctx, cancel := w.cf.ctx(ctx)
+			resp, err := w.client.List(cctx, &verdictv1.ListRequest{Prefix: m + "/", PageSize: 1000, PageToken: token, MinRevision: rev})
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			rev = max(rev, resp.GetRevision())
+			for _, sr := range resp.GetResources() {
+				cur.stored[sr.GetKey()] = sr
+				if sr.GetResource() == nil {
+					continue
+				}
+				r, err := apiconv.ResourceFromProto(sr.GetKey(), sr.GetResource())
+				if err != nil {
+					continue // stored but invalid: the server holds it as invalid too
+				}
+				m := r.Metadata()
+				m.CreateRevision, m.ModRevision = sr.GetCreateRevision(), sr.GetModRevision()
+				changes = append(changes, engine.Put(r.WithMeta(m)))
+			}
+			if token = resp.GetNextPageToken(); token == "" {
+				break
+			}
+		}
+	}
+	cur.snap = engine.Empty().Apply(rev, changes)
+	return cur, nil
+}
+
+// checkWhole reads the meshes the ops touch, checks the whole write against
+// them as the server would (engine.Snapshot.CheckApply), and records in each
+// op the state it replaces. It prints the errors and returns false when the
+// write is invalid; warnings are the type warnings of the puts.
+func (w *writer) checkWhole(ctx context.Context, ops []*op) (cur *current, warnings []string, code int) {
+	seen := map[string]bool{}
+	var meshes []string
+	var puts []engine.Resource
+	var putOps []*op
+	var deletes []engine.Key
+	for _, o := range ops {
+		if !seen[o.key.Mesh] {
+			seen[o.key.Mesh] = true
+			meshes = append(meshes, o.key.Mesh)
+		}
+		if o.isDelete() {
+			deletes = append(deletes, o.key)
+		} else {
+			puts = append(puts, o.res)
+			putOps = append(putOps, o)
+		}
+	}
+	cur, err := w.readMeshes(ctx, meshes)
+	if err != nil {
+		return nil, nil, fail(w.e, w.cmd, err, nil)
+	}
+	for _, o := range ops {
+		sr, ok := cur.stored[o.key.String()]
+		if !ok {
+			continue
+		}
+		o.priorRev = sr.GetModRevision()
+		o.prior = sr.GetResource()
+		if o.prior == nil {
+			o.priorErr = orDash(sr.GetError())
+		}
+	}
+	err = cur.snap.CheckApply(puts, deletes)
+	if err == nil {
+		warnings, err = cur.snap.TypeWarnings(puts)
+	}
+	if err != nil {
+		var ve *engine.ValidationError
+		if errors.As(err, &ve) {
+			fmt.Fprintf(w.e.stderr, "verdictctl %s: InvalidArgument (the whole set, checked against the server's contents at revision %d; nothing was written):\n",
+				w.cmd, cur.snap.Revision())
+			for _, fe := range ve.Errors {
+				fmt.Fprintf(w.e.stderr, "  %s\n", origin(putOps)(fe.Error()))
+			}
+			return nil, nil, exitError
+		}
+		return nil, nil, fail(w.e, w.cmd, err, nil)
+	}
+	for i, warn := range warnings {
+		warnings[i] = origin(putOps)(warn)
+	}
+	return cur, warnings, exitOK
+}
