@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -154,6 +155,9 @@ func TestAgentEnforcesTheStream(t *testing.T) {
 	eventually(t, "the first rules programmed", func() bool {
 		return testutil.ToFloat64(a.m.revision.WithLabelValues("workload/b")) == 1
 	})
+	if out, err := exec.Command("ip", "netns", "exec", tp.H, "nft", "list", "table", "inet", "verdict-agent-test").CombinedOutput(); err == nil {
+		t.Logf("the agent's table (nft list):\n%s", out) // docs/agent.md's excerpt; nft is optional
+	}
 	if !netnstest.Connects(t, tp.A, b8080) {
 		t.Error("allowed: a → b:8080 does not connect")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +48,33 @@ func New(table string, opts ...nftables.ConnOption) (*Programmer, error) {
 	if !nameOK(table) {
 		return nil, fmt.Errorf("firewall: table name %q: 1-40 characters [A-Za-z0-9_-]", table)
 	}
-	return &Programmer{table: table, opts: opts}, nil
+	return &Programmer{table: table, opts: append([]nftables.ConnOption{nftables.WithSockOptions(bigBuffers)}, opts...)}, nil
+}
+
+// batchBuffer bounds one batch: a netlink sendmsg fails with EMSGSIZE when
+// the batch exceeds the socket's send buffer (a workload with 1k rules and
+// 10k peer addresses is a few MB), and the kernel's acknowledgements of a
+// batch overflow a default receive buffer (ENOBUFS). The *FORCE options
+// pass net.core.[rw]mem_max; they need CAP_NET_ADMIN, which programming
+// nftables needs anyway. The memory is used only as a batch needs it.
+const batchBuffer = 64 << 20
+
+func bigBuffers(c *netlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = errors.Join(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, batchBuffer),
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, batchBuffer))
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("firewall: netlink buffers: %w", serr)
+	}
+	return nil
 }
 
 // Apply programs rs in one netlink batch: the whole table when its structure

@@ -25,7 +25,7 @@ import (
 // Require skips the test where network namespaces cannot be made (not
 // root, no ip(8)), unless VERDICT_REQUIRE_NETNS is set (CI sets it): then a
 // skip is a failure.
-func Require(t *testing.T) {
+func Require(t testing.TB) {
 	t.Helper()
 	why := ""
 	if os.Geteuid() != 0 {
@@ -53,7 +53,7 @@ type Topo struct {
 var topos atomic.Int32
 
 // IP runs ip(8) with args; a failure fails the test.
-func IP(t *testing.T, args ...string) {
+func IP(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -61,7 +61,7 @@ func IP(t *testing.T, args ...string) {
 }
 
 // NewTopo makes the namespaces and links; they are deleted when the test ends.
-func NewTopo(t *testing.T) *Topo {
+func NewTopo(t testing.TB) *Topo {
 	t.Helper()
 	id := fmt.Sprintf("%x%d", os.Getpid()&0xffff, topos.Add(1)%10)
 	tp := &Topo{H: "vfh" + id, A: "vfa" + id, B: "vfb" + id}
@@ -90,7 +90,7 @@ func NewTopo(t *testing.T) *Topo {
 
 // In runs f with the calling goroutine's thread in namespace ns: sockets
 // made by f belong to ns.
-func In(t *testing.T, ns string, f func()) {
+func In(t testing.TB, ns string, f func()) {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -116,7 +116,7 @@ func In(t *testing.T, ns string, f func()) {
 }
 
 // Echo serves a line echo on addr inside ns until the test ends.
-func Echo(t *testing.T, ns, addr string) {
+func Echo(t testing.TB, ns, addr string) {
 	t.Helper()
 	var ln net.Listener
 	In(t, ns, func() {
@@ -141,7 +141,7 @@ func Echo(t *testing.T, ns, addr string) {
 }
 
 // Dial connects from ns, or fails within timeout.
-func Dial(t *testing.T, ns, addr string, timeout time.Duration) (net.Conn, error) {
+func Dial(t testing.TB, ns, addr string, timeout time.Duration) (net.Conn, error) {
 	t.Helper()
 	var c net.Conn
 	var err error
@@ -170,7 +170,7 @@ func RoundTrip(c net.Conn, timeout time.Duration) error {
 
 // Connects reports whether a connection to addr from ns echoes a line
 // (generous timeouts: a busy machine may be slow; a deadline, not a timing).
-func Connects(t *testing.T, ns, addr string) bool {
+func Connects(t testing.TB, ns, addr string) bool {
 	t.Helper()
 	c, err := Dial(t, ns, addr, 10*time.Second)
 	if err != nil {
@@ -182,7 +182,7 @@ func Connects(t *testing.T, ns, addr string) bool {
 
 // Blocked: a connection attempt is dropped (no answer within the timeout,
 // not refused: the listener is there).
-func Blocked(t *testing.T, ns, addr string) bool {
+func Blocked(t testing.TB, ns, addr string) bool {
 	t.Helper()
 	c, err := Dial(t, ns, addr, 2*time.Second)
 	if err == nil {
