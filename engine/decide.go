@@ -9,11 +9,21 @@ import (
 type Request struct {
 	Mesh        string // "" = default
 	Type        string // "" = TrafficPermission
-	Source      Tags
-	Destination Tags
-	Protocol    Protocol // ProtocolAny: not given
-	Port        uint32   // 0: not given
-	Explain     bool
+	Source      Tags   // the tag form of the source (nil with SourceEndpoint)
+	Destination Tags   // the tag form of the destination (nil with DestinationEndpoint)
+	// SourceEndpoint and DestinationEndpoint give a side in any endpoint form
+	// (a workload name, an address, a principal, an identity, or tags),
+	// resolved against the mesh's inventory (endpoint.go); when one is set,
+	// the side's tag field must be nil.
+	SourceEndpoint      *Endpoint
+	DestinationEndpoint *Endpoint
+	// Registry, when set, is consulted for an identity that no valid
+	// workload of the mesh has as its own tag set: the identities registered
+	// through the API (identity.go). nil: the inventory alone.
+	Registry *Registry
+	Protocol Protocol // ProtocolAny: not given
+	Port     uint32   // 0: not given
+	Explain  bool
 	// NoCache decides without the snapshot's decision cache (benchmarks of the
 	// scan itself; debugging). Explain never uses the cache.
 	NoCache bool
@@ -58,6 +68,10 @@ type Decision struct {
 	Inbound  SideDecision
 	Revision int64
 	Explain  *Explanation // only when the request asked for it
+	// How each end of the flow was resolved (endpoint.go); set by Decide on
+	// every answer, cached or not.
+	SourceResolution      EndpointResolution
+	DestinationResolution EndpointResolution
 }
 
 // flow is a request's flow as the matchers see it.
@@ -149,10 +163,14 @@ func (sc *scratch) isMember(side int, ord int32) bool {
 var sideBits = [2]uint8{sideOut, sideIn}
 
 // Decide answers a flow (docs/order.md): each side's first matching candidate
-// rule, then the final action. It takes no lock. Answers are cached in the
-// snapshot (cache.go); without Explain, a decision allocates nothing, except
-// once per distinct flow seen twice (the cache entry). It fails only with
-// ErrMeshNotFound, or ErrTypeNotFound for a type the mesh does not know.
+// rule, then the final action. It takes no lock. Endpoints given by reference
+// are resolved first (endpoint.go) and the flow is decided on the resolved
+// tags. Answers are cached in the snapshot by resolved tags (cache.go); for
+// the tag form and without Explain, a decision allocates nothing, except once
+// per distinct flow seen twice (the cache entry).
+// It fails with ErrMeshNotFound, ErrTypeNotFound for a type the mesh does not
+// know, ErrEndpointNotFound for an unknown workload name, or
+// ErrIdentityNotFound or ErrIdentityCollision for an identity (LookupIdentity).
 func (s *Snapshot) Decide(req *Request) (Decision, error) {
 	meshName := req.Mesh
 	if meshName == "" {
@@ -164,23 +182,43 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 		typ = DefaultType
 	}
 	if s.closedByType(meshName, ms, typ) != nil {
-		return closedDecision(s.revision, req.Explain), nil
+		d := closedDecision(s.revision, req.Explain)
+		// DENY whatever the endpoints are; their resolution is reported
+		// when it succeeds.
+		d.SourceResolution, _ = req.resolve(ms, meshName, false)
+		d.DestinationResolution, _ = req.resolve(ms, meshName, true)
+		return d, nil
 	}
 	if !ok {
 		return Decision{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
 	}
-	f := flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}
+	src, err := req.resolve(ms, meshName, false)
+	if err != nil {
+		return Decision{}, err
+	}
+	dst, err := req.resolve(ms, meshName, true)
+	if err != nil {
+		return Decision{}, err
+	}
+	d, err := s.decideFlow(ms, meshName, typ, req, &flow{src: src.Tags, dst: dst.Tags, proto: req.Protocol, port: req.Port})
+	d.SourceResolution, d.DestinationResolution = src, dst
+	return d, err
+}
+
+// decideFlow decides a resolved flow, through the cache unless the request
+// asks for Explain or NoCache.
+func (s *Snapshot) decideFlow(ms *meshState, meshName, typ string, req *Request, f *flow) (Decision, error) {
 	if req.Explain || req.NoCache {
 		if err := ms.checkType(typ); err != nil {
 			return Decision{}, err
 		}
-		d := s.decideUncached(ms, typ, &f)
+		d := s.decideUncached(ms, typ, f)
 		if req.Explain {
-			d.Explain = ms.explain(typ, req, &d)
+			d.Explain = ms.explain(typ, f, &d)
 		}
 		return d, nil
 	}
-	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: &f}, tagsHash(f.src), tagsHash(f.dst))
+	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f}, tagsHash(f.src), tagsHash(f.dst))
 }
 
 // decideMemo answers k's flow from the memo, else decides it and remembers
@@ -201,6 +239,18 @@ func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64
 	d := s.decideUncached(ms, k.typ, k.f)
 	c.store(k, d)
 	return d, nil
+}
+
+// resolve resolves the request's source (or destination) in the mesh.
+func (r *Request) resolve(ms *meshState, mesh string, destination bool) (EndpointResolution, error) {
+	ep, tags := r.SourceEndpoint, r.Source
+	if destination {
+		ep, tags = r.DestinationEndpoint, r.Destination
+	}
+	if ep == nil {
+		return EndpointResolution{Form: FormTags, ResolvedAs: AsTags, Tags: tags}, nil // Identity left to the caller
+	}
+	return resolveEndpoint(ms, mesh, ep, destination, r.Port, r.Registry)
 }
 
 func (s *Snapshot) decideUncached(ms *meshState, typ string, f *flow) Decision {

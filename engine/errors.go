@@ -29,6 +29,7 @@ var codeNames = [...]struct {
 	{ErrIdentityNotFound, "NotFound"},
 	{ErrIdentityCollision, "FailedPrecondition"},
 	{ErrRegistryFull, "ResourceExhausted"},
+	{ErrEndpointNotFound, "NotFound"},
 }
 
 // CodeName returns the status code name the API answers err with when err is

@@ -46,8 +46,7 @@ type NonCandidate struct {
 	Why    string
 }
 
-func (ms *meshState) explain(typ string, req *Request, d *Decision) *Explanation {
-	f := &flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}
+func (ms *meshState) explain(typ string, f *flow, d *Decision) *Explanation {
 	sc := &scratch{}
 	sc.reset(ms.scopes.size())
 	if ms.scopes.size() > 0 {

@@ -18,12 +18,8 @@ func (r *Request) Validate() error {
 			errs.add("type", err.Error())
 		}
 	}
-	if err := CheckTags(r.Source); err != nil {
-		errs.add("source.tags", err.Error())
-	}
-	if err := CheckTags(r.Destination); err != nil {
-		errs.add("destination.tags", err.Error())
-	}
+	checkSide(&errs, "source", r.Source, r.SourceEndpoint)
+	checkSide(&errs, "destination", r.Destination, r.DestinationEndpoint)
 	if r.Port > 65535 {
 		errs.add("port", fmt.Sprintf("%d is not a port (0 = not given, 1 to 65535)", r.Port))
 	}
@@ -31,6 +27,21 @@ func (r *Request) Validate() error {
 		errs.add("protocol", "must be TCP, UDP, ICMP or empty")
 	}
 	return errs.err()
+}
+
+// checkSide checks one end of a flow: its tag form, or its endpoint (exactly
+// one form; a valid address, name, principal).
+func checkSide(errs *errList, field string, tags Tags, ep *Endpoint) {
+	if ep == nil {
+		if err := CheckTags(tags); err != nil {
+			errs.add(field+".tags", err.Error())
+		}
+		return
+	}
+	if tags != nil {
+		errs.add(field+".tags", "give the tags in the endpoint, not beside it")
+	}
+	ep.check(errs, field)
 }
 
 // CheckApply validates a write against the snapshot as a dry run (docs/api.md

@@ -13,14 +13,24 @@ type ResolveRequest struct {
 	Type        string
 	Source      Tags // the workload when no destination is given
 	Destination Tags
-	Protocol    Protocol
-	Port        uint32
+	// The sides in any endpoint form, as Request has them (endpoint.go).
+	SourceEndpoint      *Endpoint
+	DestinationEndpoint *Endpoint
+	Registry            *Registry
+	Protocol            Protocol
+	Port                uint32
+}
+
+// request is r as a Request: its flow, validated and resolved alike.
+func (r *ResolveRequest) request() *Request {
+	return &Request{Mesh: r.Mesh, Type: r.Type, Source: r.Source, Destination: r.Destination,
+		SourceEndpoint: r.SourceEndpoint, DestinationEndpoint: r.DestinationEndpoint, Registry: r.Registry,
+		Protocol: r.Protocol, Port: r.Port}
 }
 
 // Validate checks the request's fields.
 func (r *ResolveRequest) Validate() error {
-	req := Request{Mesh: r.Mesh, Type: r.Type, Source: r.Source, Destination: r.Destination, Protocol: r.Protocol, Port: r.Port}
-	return req.Validate()
+	return r.request().Validate()
 }
 
 // PolicyState is a policy's status in a resolution.
@@ -100,8 +110,9 @@ type ResolveResult struct {
 }
 
 // Resolve computes the effective configuration (docs/resolve.md). It fails with
-// ErrMeshNotFound, ErrTypeNotFound, or ErrInvalid when the type needs a source and a destination
-// and the request lacks one.
+// ErrMeshNotFound, ErrTypeNotFound, ErrEndpointNotFound or ErrIdentityNotFound
+// for an endpoint naming an unknown workload or identity, or ErrInvalid when the type needs a source and
+// a destination and the request lacks one.
 func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 	meshName := req.Mesh
 	if meshName == "" {
@@ -121,16 +132,25 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 	if err := ms.checkType(typ); err != nil {
 		return nil, err
 	}
+	rq := req.request()
+	src, err := rq.resolve(ms, meshName, false)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := rq.resolve(ms, meshName, true)
+	if err != nil {
+		return nil, err
+	}
 	res := &ResolveResult{Revision: s.revision}
 	ts, _ := ms.types.Get(typ)
-	f := &flow{src: req.Source, dst: req.Destination, proto: req.Protocol, port: req.Port}
+	f := &flow{src: src.Tags, dst: dst.Tags, proto: req.Protocol, port: req.Port}
 	sc := &scratch{}
 	sc.reset(ms.scopes.size())
 	if ms.scopes.size() > 0 {
 		sc.computeMembers(ms.scopes, 0, f.src)
 		sc.computeMembers(ms.scopes, 1, f.dst)
 	}
-	hasDst := req.Destination != nil
+	hasDst := f.dst != nil
 	if ts == nil || ts.valid.policies == 0 {
 		side := "inbound"
 		if !hasDst {
@@ -140,7 +160,7 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 		return res, nil
 	}
 	needBoth := ts.valid.sd > 0 || ts.valid.items > 0
-	if needBoth && (req.Source == nil || !hasDst) {
+	if needBoth && (f.src == nil || !hasDst) {
 		return nil, invalid("destination", fmt.Sprintf("type %s needs a source and a destination to resolve", typ))
 	}
 	if ts.valid.items > 0 {
