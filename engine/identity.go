@@ -348,3 +348,23 @@ func (s *Snapshot) DecideSets(req *SetRequest) (Decision, error) {
 
 // memoMisses is the number of memo lookups that missed (tests).
 func (s *Snapshot) memoMisses() uint64 { return s.cache().misses.Load() }
+
+// CheckMeshType reports whether flows of mesh and type can be decided: nil,
+// ErrMeshNotFound, or ErrTypeNotFound (an *UnknownTypeError). A partition
+// closed by an invalid stored resource can: it answers DENY.
+func (s *Snapshot) CheckMeshType(mesh, typ string) error {
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	if typ == "" {
+		typ = DefaultType
+	}
+	ms, ok := s.meshes.Get(mesh)
+	if s.closedByType(mesh, ms, typ) != nil {
+		return nil
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
+	}
+	return ms.checkType(typ)
+}

@@ -86,6 +86,14 @@ type wireLimit struct {
 var wireLimits = map[protoreflect.FullName][]wireLimit{
 	"verdict.v1.DecideBatchRequest": {{fields: []protowire.Number{1}, name: "requests", max: MaxBatch,
 		what: fmt.Sprintf("flows, over the limit of %d per batch", MaxBatch)}},
+	"verdict.v1.IdentifyRequest": {{fields: []protowire.Number{2}, name: "endpoints", max: MaxBatch,
+		what: fmt.Sprintf("endpoints, over the limit of %d per call", MaxBatch)}},
+	// Packed lists count one entry per packed run; these bound lists sent unpacked.
+	"verdict.v1.DecideCompactRequest": {
+		{fields: []protowire.Number{3}, name: "sourceIds", max: MaxBatch, what: fmt.Sprintf("entries, over the limit of %d per batch", MaxBatch)},
+		{fields: []protowire.Number{4}, name: "destinationIds", max: MaxBatch, what: fmt.Sprintf("entries, over the limit of %d per batch", MaxBatch)},
+		{fields: []protowire.Number{5}, name: "portProtocols", max: MaxBatch, what: fmt.Sprintf("entries, over the limit of %d per batch", MaxBatch)},
+	},
 	"verdict.v1.ApplyRequest": {
 		{fields: []protowire.Number{1, 2}, name: "resources", max: store.MaxOps,
 			what: fmt.Sprintf("resources and deletes, over the limit of %d per call (one etcd transaction): split the write into several calls", store.MaxOps)},

@@ -25,6 +25,11 @@ import (
 // blocks.
 func (s *Server) recordDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
 	s.byPolicy.add(ctx, d)
+	s.logDecision(ctx, er, d, took)
+}
+
+// logDecision offers a decision to the decision log, if its filter wants it.
+func (s *Server) logDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
 	l := s.cfg.DecisionLog
 	if !l.Wants(d.Action == engine.Deny, false) {
 		return
@@ -182,19 +187,28 @@ func newPolicyCounts(meter metric.Meter) (*policyCounts, error) {
 }
 
 func (p *policyCounts) add(ctx context.Context, d *engine.Decision) {
-	k := policyAction{d.Policy, d.Action == engine.Deny}
+	p.addN(ctx, d.Policy, d.Action == engine.Deny, 1)
+}
+
+// addN counts n decisions of one policy and final action.
+func (p *policyCounts) addN(ctx context.Context, policy string, deny bool, n int64) {
+	k := policyAction{policy, deny}
 	p.mu.Lock()
 	opt, ok := p.sets[k]
 	if !ok {
 		if len(p.sets) < 2*maxPolicyLabels {
-			opt = metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", d.Policy), attribute.String("action", d.Action.String())))
+			action := engine.Allow
+			if deny {
+				action = engine.Deny
+			}
+			opt = metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", policy), attribute.String("action", action.String())))
 			p.sets[k] = opt
 		} else {
 			opt = p.other[b2i(k.deny)]
 		}
 	}
 	p.mu.Unlock()
-	p.counter.Add(ctx, 1, opt)
+	p.counter.Add(ctx, n, opt)
 }
 
 // registerDecisionLogMetrics: records offered, written and dropped, sink

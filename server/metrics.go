@@ -146,6 +146,17 @@ func (m *metrics) decided(ctx context.Context, a engine.Action, took time.Durati
 	m.duration.Record(ctx, took.Seconds())
 }
 
+// decidedN counts a batch's decisions without their durations (the compact
+// path: a batch is timed as a whole by the RPC's own metrics).
+func (m *metrics) decidedN(ctx context.Context, allow, deny int64) {
+	if allow > 0 {
+		m.decisions.Add(ctx, allow, m.allow)
+	}
+	if deny > 0 {
+		m.decisions.Add(ctx, deny, m.deny)
+	}
+}
+
 var watchResourcesRPC = metric.WithAttributeSet(attribute.NewSet(attribute.String("rpc", "WatchResources")))
 
 // watchDropped counts a WatchResources stream ended for falling behind.

@@ -106,6 +106,12 @@ type Config struct {
 	// DecisionLog, when set, receives a record of every decision its filter
 	// wants (never blocking a decision), and serves DecisionLogService.Follow.
 	DecisionLog *decisionlog.Logger
+	// IdentityMaxSets and IdentityMaxBytes bound the registry of tag sets
+	// registered through Identify (defaults engine.DefaultRegistryMaxSets and
+	// engine.DefaultRegistryMaxBytes); past them the least recently used sets
+	// are evicted (engine.Registry).
+	IdentityMaxSets  int
+	IdentityMaxBytes int64
 	// Ready, when set, holds health NOT_SERVING until it is closed, on top of
 	// the first sync (the daemon closes it once its --bootstrap file is in the
 	// snapshot).
@@ -132,7 +138,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("server: Store is required"))
 	}
 	if c.ShutdownTimeout < 0 || c.WaitTimeout < 0 || c.MaxRecvMsgBytes < 0 || c.KeepaliveMinTime < 0 ||
-		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 || c.RulesMaxLag < 0 {
+		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 || c.RulesMaxLag < 0 ||
+		c.IdentityMaxSets < 0 || c.IdentityMaxBytes < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
 	if len(c.AllowedIdentities) > 0 && (c.TLS == nil || c.TLS.ClientCAs == nil) {
@@ -197,8 +204,10 @@ type Server struct {
 	authLog  *rateLimit // WARNs of refused calls
 	hub      *rulesHub
 	feed     *resourceFeed
-	health   *health.Server
-	grpc     *grpc.Server
+	// identities holds the tag sets registered through Identify (compact.go).
+	identities *engine.Registry
+	health     *health.Server
+	grpc       *grpc.Server
 
 	stop     chan struct{} // closed when the server stops: streams end
 	stopOnce sync.Once
@@ -215,7 +224,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, store: cfg.Store,
 		confs: apiconv.NewConfCache(100_000), health: health.NewServer(), stop: make(chan struct{}),
-		authLog: &rateLimit{interval: cfg.AuthLogInterval},
+		authLog:    &rateLimit{interval: cfg.AuthLogInterval},
+		identities: engine.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
 	}
 	m, err := newMetrics(cfg.MeterProvider, cfg.Syncer, cfg.Store)
 	if err != nil {

@@ -42,7 +42,8 @@ const (
 // Decide is left to its handler, which validates the request as it builds
 // the engine's (decideRequest): once per call.
 func (s *Server) validationInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if _, ok := req.(*verdictv1.DecideRequest); ok {
+	switch req.(type) {
+	case *verdictv1.DecideRequest, *verdictv1.DecideCompactRequest:
 		return handler(ctx, req)
 	}
 	if err := validateRequest(req); err != nil {
@@ -74,6 +75,16 @@ func validateRequest(req any) error {
 			}
 		}
 		errs.minRevision("minRevision", r.GetMinRevision())
+	case *verdictv1.IdentifyRequest:
+		errs.names(r.GetMesh(), "")
+		if n := len(r.GetEndpoints()); n > MaxBatch {
+			errs.add("endpoints", fmt.Sprintf("%d endpoints, over the limit of %d per call", n, MaxBatch))
+		}
+		errs.minRevision("minRevision", r.GetMinRevision())
+	case *verdictv1.DecideCompactRequest:
+		if err := compactRequest(r, ""); err != nil {
+			return err
+		}
 	case *verdictv1.ResolveRequest:
 		errs.flow("", r.GetMesh(), r.GetType(), r.GetSource(), r.GetDestination(), r.GetProtocol(), r.GetPort())
 		errs.minRevision("minRevision", r.GetMinRevision())

@@ -320,6 +320,70 @@ func (PolicyState) EnumDescriptor() ([]byte, []int) {
 	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{4}
 }
 
+// CompactCode is a compact answer's error code (bits 3-6): a flow with a code
+// other than UNSPECIFIED has no action. Codes may be added; a client treats
+// an unknown one as an error.
+type CompactCode int32
+
+const (
+	// No error: the answer has an action.
+	CompactCode_COMPACT_CODE_UNSPECIFIED CompactCode = 0
+	// The source identity is neither a workload's own tag set nor registered
+	// in the mesh (or was evicted): Identify it again.
+	CompactCode_COMPACT_CODE_UNKNOWN_SOURCE CompactCode = 1
+	// The destination identity is unknown: Identify it again.
+	CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION CompactCode = 2
+	// The port or the protocol of port_protocols is invalid.
+	CompactCode_COMPACT_CODE_INVALID_PORT_PROTOCOL CompactCode = 3
+	// An identity the mesh knows with two tag sets: never answered.
+	CompactCode_COMPACT_CODE_IDENTITY_COLLISION CompactCode = 4
+)
+
+// Enum value maps for CompactCode.
+var (
+	CompactCode_name = map[int32]string{
+		0: "COMPACT_CODE_UNSPECIFIED",
+		1: "COMPACT_CODE_UNKNOWN_SOURCE",
+		2: "COMPACT_CODE_UNKNOWN_DESTINATION",
+		3: "COMPACT_CODE_INVALID_PORT_PROTOCOL",
+		4: "COMPACT_CODE_IDENTITY_COLLISION",
+	}
+	CompactCode_value = map[string]int32{
+		"COMPACT_CODE_UNSPECIFIED":           0,
+		"COMPACT_CODE_UNKNOWN_SOURCE":        1,
+		"COMPACT_CODE_UNKNOWN_DESTINATION":   2,
+		"COMPACT_CODE_INVALID_PORT_PROTOCOL": 3,
+		"COMPACT_CODE_IDENTITY_COLLISION":    4,
+	}
+)
+
+func (x CompactCode) Enum() *CompactCode {
+	p := new(CompactCode)
+	*p = x
+	return p
+}
+
+func (x CompactCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompactCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_verdict_v1_decision_proto_enumTypes[5].Descriptor()
+}
+
+func (CompactCode) Type() protoreflect.EnumType {
+	return &file_verdict_v1_decision_proto_enumTypes[5]
+}
+
+func (x CompactCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompactCode.Descriptor instead.
+func (CompactCode) EnumDescriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{5}
+}
+
 // Endpoint is one end of a flow, given by exactly one of its forms: tags, a
 // workload name, an address, a principal or an identity (docs/workloads.md).
 // None given = the empty tag set. (The Workload message is the inventory
@@ -2226,6 +2290,283 @@ func (x *Identified) GetError() *Error {
 	return nil
 }
 
+// DecideCompactRequest is a batch of flows between identities (Identify),
+// packed: flow i is (source_ids[i], destination_ids[i], port_protocols[i]).
+// The three lists have one length, at most 1000.
+type DecideCompactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty = "default".
+	Mesh string `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	// Empty = "TrafficPermission".
+	Type           string   `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	SourceIds      []uint64 `protobuf:"fixed64,3,rep,packed,name=source_ids,json=sourceIds,proto3" json:"source_ids,omitempty"`
+	DestinationIds []uint64 `protobuf:"fixed64,4,rep,packed,name=destination_ids,json=destinationIds,proto3" json:"destination_ids,omitempty"`
+	// port | protocol << 16, protocol 0 = not given, 1 = TCP, 2 = UDP, 3 = ICMP;
+	// port 0 = not given.
+	PortProtocols []uint32 `protobuf:"varint,5,rep,packed,name=port_protocols,json=portProtocols,proto3" json:"port_protocols,omitempty"`
+	// Answer from a snapshot at or after this revision.
+	MinRevision   int64 `protobuf:"varint,6,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideCompactRequest) Reset() {
+	*x = DecideCompactRequest{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideCompactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideCompactRequest) ProtoMessage() {}
+
+func (x *DecideCompactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideCompactRequest.ProtoReflect.Descriptor instead.
+func (*DecideCompactRequest) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DecideCompactRequest) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *DecideCompactRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *DecideCompactRequest) GetSourceIds() []uint64 {
+	if x != nil {
+		return x.SourceIds
+	}
+	return nil
+}
+
+func (x *DecideCompactRequest) GetDestinationIds() []uint64 {
+	if x != nil {
+		return x.DestinationIds
+	}
+	return nil
+}
+
+func (x *DecideCompactRequest) GetPortProtocols() []uint32 {
+	if x != nil {
+		return x.PortProtocols
+	}
+	return nil
+}
+
+func (x *DecideCompactRequest) GetMinRevision() int64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
+}
+
+// DecideCompactResponse answers a DecideCompactRequest, flow by flow in
+// request order.
+type DecideCompactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One word per flow: bits 0-1 the final action (1 ALLOW, 2 DENY; 0 when
+	// the flow has an error code), bit 2 the audit bit (the shadow decision's
+	// action differs: fetch it with Decide), bits 3-6 a CompactCode, bits 8-31
+	// one plus the index in policies of the policy that decided the final
+	// action (0: none).
+	Answers []uint32 `protobuf:"varint,1,rep,packed,name=answers,proto3" json:"answers,omitempty"`
+	// The deciding policies of this response, each once.
+	Policies []string `protobuf:"bytes,2,rep,name=policies,proto3" json:"policies,omitempty"`
+	// The revision of the snapshot that answered every flow.
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideCompactResponse) Reset() {
+	*x = DecideCompactResponse{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideCompactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideCompactResponse) ProtoMessage() {}
+
+func (x *DecideCompactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideCompactResponse.ProtoReflect.Descriptor instead.
+func (*DecideCompactResponse) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DecideCompactResponse) GetAnswers() []uint32 {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+func (x *DecideCompactResponse) GetPolicies() []string {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *DecideCompactResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// DecideCompactStreamRequest is one batch of a DecideCompactStream.
+type DecideCompactStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Echoed in the answer.
+	Id            uint64                `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Batch         *DecideCompactRequest `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideCompactStreamRequest) Reset() {
+	*x = DecideCompactStreamRequest{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideCompactStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideCompactStreamRequest) ProtoMessage() {}
+
+func (x *DecideCompactStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideCompactStreamRequest.ProtoReflect.Descriptor instead.
+func (*DecideCompactStreamRequest) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DecideCompactStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *DecideCompactStreamRequest) GetBatch() *DecideCompactRequest {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+// DecideCompactStreamResponse answers one batch: its answers, or the error of
+// the batch as a whole.
+type DecideCompactStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Batch         *DecideCompactResponse `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	Error         *Error                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideCompactStreamResponse) Reset() {
+	*x = DecideCompactStreamResponse{}
+	mi := &file_verdict_v1_decision_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideCompactStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideCompactStreamResponse) ProtoMessage() {}
+
+func (x *DecideCompactStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decision_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideCompactStreamResponse.ProtoReflect.Descriptor instead.
+func (*DecideCompactStreamResponse) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decision_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DecideCompactStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *DecideCompactStreamResponse) GetBatch() *DecideCompactResponse {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *DecideCompactStreamResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_verdict_v1_decision_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_decision_proto_rawDesc = "" +
@@ -2380,6 +2721,25 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\n" +
 	"resolution\x18\x02 \x01(\v2\x1e.verdict.v1.EndpointResolutionR\n" +
 	"resolution\x12'\n" +
+	"\x05error\x18\x03 \x01(\v2\x11.verdict.v1.ErrorR\x05error\"\xd0\x01\n" +
+	"\x14DecideCompactRequest\x12\x12\n" +
+	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1d\n" +
+	"\n" +
+	"source_ids\x18\x03 \x03(\x06R\tsourceIds\x12'\n" +
+	"\x0fdestination_ids\x18\x04 \x03(\x06R\x0edestinationIds\x12%\n" +
+	"\x0eport_protocols\x18\x05 \x03(\rR\rportProtocols\x12!\n" +
+	"\fmin_revision\x18\x06 \x01(\x03R\vminRevision\"i\n" +
+	"\x15DecideCompactResponse\x12\x18\n" +
+	"\aanswers\x18\x01 \x03(\rR\aanswers\x12\x1a\n" +
+	"\bpolicies\x18\x02 \x03(\tR\bpolicies\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"d\n" +
+	"\x1aDecideCompactStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\x05batch\x18\x02 \x01(\v2 .verdict.v1.DecideCompactRequestR\x05batch\"\x8f\x01\n" +
+	"\x1bDecideCompactStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
+	"\x05batch\x18\x02 \x01(\v2!.verdict.v1.DecideCompactResponseR\x05batch\x12'\n" +
 	"\x05error\x18\x03 \x01(\v2\x11.verdict.v1.ErrorR\x05error*C\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
@@ -2414,13 +2774,21 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x18POLICY_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15POLICY_STATE_ENFORCED\x10\x01\x12#\n" +
 	"\x1fPOLICY_STATE_PARTIALLY_ENFORCED\x10\x02\x12\x1b\n" +
-	"\x17POLICY_STATE_OVERRIDDEN\x10\x032\x84\x03\n" +
+	"\x17POLICY_STATE_OVERRIDDEN\x10\x03*\xbf\x01\n" +
+	"\vCompactCode\x12\x1c\n" +
+	"\x18COMPACT_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bCOMPACT_CODE_UNKNOWN_SOURCE\x10\x01\x12$\n" +
+	" COMPACT_CODE_UNKNOWN_DESTINATION\x10\x02\x12&\n" +
+	"\"COMPACT_CODE_INVALID_PORT_PROTOCOL\x10\x03\x12#\n" +
+	"\x1fCOMPACT_CODE_IDENTITY_COLLISION\x10\x042\xc6\x04\n" +
 	"\x0fDecisionService\x12?\n" +
 	"\x06Decide\x12\x19.verdict.v1.DecideRequest\x1a\x1a.verdict.v1.DecideResponse\x12N\n" +
 	"\vDecideBatch\x12\x1e.verdict.v1.DecideBatchRequest\x1a\x1f.verdict.v1.DecideBatchResponse\x12U\n" +
 	"\fDecideStream\x12\x1f.verdict.v1.DecideStreamRequest\x1a .verdict.v1.DecideStreamResponse(\x010\x01\x12B\n" +
 	"\aResolve\x12\x1a.verdict.v1.ResolveRequest\x1a\x1b.verdict.v1.ResolveResponse\x12E\n" +
-	"\bIdentify\x12\x1b.verdict.v1.IdentifyRequest\x1a\x1c.verdict.v1.IdentifyResponseB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
+	"\bIdentify\x12\x1b.verdict.v1.IdentifyRequest\x1a\x1c.verdict.v1.IdentifyResponse\x12T\n" +
+	"\rDecideCompact\x12 .verdict.v1.DecideCompactRequest\x1a!.verdict.v1.DecideCompactResponse\x12j\n" +
+	"\x13DecideCompactStream\x12&.verdict.v1.DecideCompactStreamRequest\x1a'.verdict.v1.DecideCompactStreamResponse(\x010\x01B:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
 
 var (
 	file_verdict_v1_decision_proto_rawDescOnce sync.Once
@@ -2434,105 +2802,117 @@ func file_verdict_v1_decision_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_decision_proto_rawDescData
 }
 
-var file_verdict_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_verdict_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_verdict_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_verdict_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_verdict_v1_decision_proto_goTypes = []any{
-	(Action)(0),                  // 0: verdict.v1.Action
-	(Reason)(0),                  // 1: verdict.v1.Reason
-	(EndpointForm)(0),            // 2: verdict.v1.EndpointForm
-	(ResolvedAs)(0),              // 3: verdict.v1.ResolvedAs
-	(PolicyState)(0),             // 4: verdict.v1.PolicyState
-	(*Endpoint)(nil),             // 5: verdict.v1.Endpoint
-	(*EndpointResolution)(nil),   // 6: verdict.v1.EndpointResolution
-	(*DecideRequest)(nil),        // 7: verdict.v1.DecideRequest
-	(*SideDecision)(nil),         // 8: verdict.v1.SideDecision
-	(*DecideResponse)(nil),       // 9: verdict.v1.DecideResponse
-	(*Audit)(nil),                // 10: verdict.v1.Audit
-	(*Explanation)(nil),          // 11: verdict.v1.Explanation
-	(*SideTrace)(nil),            // 12: verdict.v1.SideTrace
-	(*CandidateTrace)(nil),       // 13: verdict.v1.CandidateTrace
-	(*NonCandidate)(nil),         // 14: verdict.v1.NonCandidate
-	(*DecideBatchRequest)(nil),   // 15: verdict.v1.DecideBatchRequest
-	(*DecideBatchResponse)(nil),  // 16: verdict.v1.DecideBatchResponse
-	(*DecideResult)(nil),         // 17: verdict.v1.DecideResult
-	(*Error)(nil),                // 18: verdict.v1.Error
-	(*FieldViolation)(nil),       // 19: verdict.v1.FieldViolation
-	(*DecideStreamRequest)(nil),  // 20: verdict.v1.DecideStreamRequest
-	(*DecideStreamResponse)(nil), // 21: verdict.v1.DecideStreamResponse
-	(*ResolveRequest)(nil),       // 22: verdict.v1.ResolveRequest
-	(*ResolvedRule)(nil),         // 23: verdict.v1.ResolvedRule
-	(*MissingRule)(nil),          // 24: verdict.v1.MissingRule
-	(*PolicyStatus)(nil),         // 25: verdict.v1.PolicyStatus
-	(*Resolution)(nil),           // 26: verdict.v1.Resolution
-	(*ResolveResponse)(nil),      // 27: verdict.v1.ResolveResponse
-	(*IdentifyRequest)(nil),      // 28: verdict.v1.IdentifyRequest
-	(*IdentifyResponse)(nil),     // 29: verdict.v1.IdentifyResponse
-	(*Identified)(nil),           // 30: verdict.v1.Identified
-	nil,                          // 31: verdict.v1.Endpoint.TagsEntry
-	nil,                          // 32: verdict.v1.EndpointResolution.TagsEntry
-	(*structpb.Struct)(nil),      // 33: google.protobuf.Struct
-	(*structpb.Value)(nil),       // 34: google.protobuf.Value
+	(Action)(0),                         // 0: verdict.v1.Action
+	(Reason)(0),                         // 1: verdict.v1.Reason
+	(EndpointForm)(0),                   // 2: verdict.v1.EndpointForm
+	(ResolvedAs)(0),                     // 3: verdict.v1.ResolvedAs
+	(PolicyState)(0),                    // 4: verdict.v1.PolicyState
+	(CompactCode)(0),                    // 5: verdict.v1.CompactCode
+	(*Endpoint)(nil),                    // 6: verdict.v1.Endpoint
+	(*EndpointResolution)(nil),          // 7: verdict.v1.EndpointResolution
+	(*DecideRequest)(nil),               // 8: verdict.v1.DecideRequest
+	(*SideDecision)(nil),                // 9: verdict.v1.SideDecision
+	(*DecideResponse)(nil),              // 10: verdict.v1.DecideResponse
+	(*Audit)(nil),                       // 11: verdict.v1.Audit
+	(*Explanation)(nil),                 // 12: verdict.v1.Explanation
+	(*SideTrace)(nil),                   // 13: verdict.v1.SideTrace
+	(*CandidateTrace)(nil),              // 14: verdict.v1.CandidateTrace
+	(*NonCandidate)(nil),                // 15: verdict.v1.NonCandidate
+	(*DecideBatchRequest)(nil),          // 16: verdict.v1.DecideBatchRequest
+	(*DecideBatchResponse)(nil),         // 17: verdict.v1.DecideBatchResponse
+	(*DecideResult)(nil),                // 18: verdict.v1.DecideResult
+	(*Error)(nil),                       // 19: verdict.v1.Error
+	(*FieldViolation)(nil),              // 20: verdict.v1.FieldViolation
+	(*DecideStreamRequest)(nil),         // 21: verdict.v1.DecideStreamRequest
+	(*DecideStreamResponse)(nil),        // 22: verdict.v1.DecideStreamResponse
+	(*ResolveRequest)(nil),              // 23: verdict.v1.ResolveRequest
+	(*ResolvedRule)(nil),                // 24: verdict.v1.ResolvedRule
+	(*MissingRule)(nil),                 // 25: verdict.v1.MissingRule
+	(*PolicyStatus)(nil),                // 26: verdict.v1.PolicyStatus
+	(*Resolution)(nil),                  // 27: verdict.v1.Resolution
+	(*ResolveResponse)(nil),             // 28: verdict.v1.ResolveResponse
+	(*IdentifyRequest)(nil),             // 29: verdict.v1.IdentifyRequest
+	(*IdentifyResponse)(nil),            // 30: verdict.v1.IdentifyResponse
+	(*Identified)(nil),                  // 31: verdict.v1.Identified
+	(*DecideCompactRequest)(nil),        // 32: verdict.v1.DecideCompactRequest
+	(*DecideCompactResponse)(nil),       // 33: verdict.v1.DecideCompactResponse
+	(*DecideCompactStreamRequest)(nil),  // 34: verdict.v1.DecideCompactStreamRequest
+	(*DecideCompactStreamResponse)(nil), // 35: verdict.v1.DecideCompactStreamResponse
+	nil,                                 // 36: verdict.v1.Endpoint.TagsEntry
+	nil,                                 // 37: verdict.v1.EndpointResolution.TagsEntry
+	(*structpb.Struct)(nil),             // 38: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 39: google.protobuf.Value
 }
 var file_verdict_v1_decision_proto_depIdxs = []int32{
-	31, // 0: verdict.v1.Endpoint.tags:type_name -> verdict.v1.Endpoint.TagsEntry
+	36, // 0: verdict.v1.Endpoint.tags:type_name -> verdict.v1.Endpoint.TagsEntry
 	2,  // 1: verdict.v1.EndpointResolution.form:type_name -> verdict.v1.EndpointForm
 	3,  // 2: verdict.v1.EndpointResolution.resolved_as:type_name -> verdict.v1.ResolvedAs
-	32, // 3: verdict.v1.EndpointResolution.tags:type_name -> verdict.v1.EndpointResolution.TagsEntry
-	5,  // 4: verdict.v1.DecideRequest.source:type_name -> verdict.v1.Endpoint
-	5,  // 5: verdict.v1.DecideRequest.destination:type_name -> verdict.v1.Endpoint
+	37, // 3: verdict.v1.EndpointResolution.tags:type_name -> verdict.v1.EndpointResolution.TagsEntry
+	6,  // 4: verdict.v1.DecideRequest.source:type_name -> verdict.v1.Endpoint
+	6,  // 5: verdict.v1.DecideRequest.destination:type_name -> verdict.v1.Endpoint
 	0,  // 6: verdict.v1.SideDecision.action:type_name -> verdict.v1.Action
 	1,  // 7: verdict.v1.SideDecision.reason:type_name -> verdict.v1.Reason
 	0,  // 8: verdict.v1.DecideResponse.action:type_name -> verdict.v1.Action
-	8,  // 9: verdict.v1.DecideResponse.outbound:type_name -> verdict.v1.SideDecision
-	8,  // 10: verdict.v1.DecideResponse.inbound:type_name -> verdict.v1.SideDecision
-	33, // 11: verdict.v1.DecideResponse.conf:type_name -> google.protobuf.Struct
-	11, // 12: verdict.v1.DecideResponse.explanation:type_name -> verdict.v1.Explanation
-	6,  // 13: verdict.v1.DecideResponse.source_resolution:type_name -> verdict.v1.EndpointResolution
-	6,  // 14: verdict.v1.DecideResponse.destination_resolution:type_name -> verdict.v1.EndpointResolution
-	10, // 15: verdict.v1.DecideResponse.audit:type_name -> verdict.v1.Audit
+	9,  // 9: verdict.v1.DecideResponse.outbound:type_name -> verdict.v1.SideDecision
+	9,  // 10: verdict.v1.DecideResponse.inbound:type_name -> verdict.v1.SideDecision
+	38, // 11: verdict.v1.DecideResponse.conf:type_name -> google.protobuf.Struct
+	12, // 12: verdict.v1.DecideResponse.explanation:type_name -> verdict.v1.Explanation
+	7,  // 13: verdict.v1.DecideResponse.source_resolution:type_name -> verdict.v1.EndpointResolution
+	7,  // 14: verdict.v1.DecideResponse.destination_resolution:type_name -> verdict.v1.EndpointResolution
+	11, // 15: verdict.v1.DecideResponse.audit:type_name -> verdict.v1.Audit
 	0,  // 16: verdict.v1.Audit.action:type_name -> verdict.v1.Action
-	12, // 17: verdict.v1.Explanation.outbound:type_name -> verdict.v1.SideTrace
-	12, // 18: verdict.v1.Explanation.inbound:type_name -> verdict.v1.SideTrace
+	13, // 17: verdict.v1.Explanation.outbound:type_name -> verdict.v1.SideTrace
+	13, // 18: verdict.v1.Explanation.inbound:type_name -> verdict.v1.SideTrace
 	1,  // 19: verdict.v1.SideTrace.reason:type_name -> verdict.v1.Reason
-	13, // 20: verdict.v1.SideTrace.candidates:type_name -> verdict.v1.CandidateTrace
-	14, // 21: verdict.v1.SideTrace.not_candidates:type_name -> verdict.v1.NonCandidate
+	14, // 20: verdict.v1.SideTrace.candidates:type_name -> verdict.v1.CandidateTrace
+	15, // 21: verdict.v1.SideTrace.not_candidates:type_name -> verdict.v1.NonCandidate
 	0,  // 22: verdict.v1.CandidateTrace.action:type_name -> verdict.v1.Action
-	7,  // 23: verdict.v1.DecideBatchRequest.requests:type_name -> verdict.v1.DecideRequest
-	17, // 24: verdict.v1.DecideBatchResponse.results:type_name -> verdict.v1.DecideResult
-	9,  // 25: verdict.v1.DecideResult.response:type_name -> verdict.v1.DecideResponse
-	18, // 26: verdict.v1.DecideResult.error:type_name -> verdict.v1.Error
-	19, // 27: verdict.v1.Error.field_violations:type_name -> verdict.v1.FieldViolation
-	7,  // 28: verdict.v1.DecideStreamRequest.request:type_name -> verdict.v1.DecideRequest
-	17, // 29: verdict.v1.DecideStreamResponse.result:type_name -> verdict.v1.DecideResult
-	5,  // 30: verdict.v1.ResolveRequest.source:type_name -> verdict.v1.Endpoint
-	5,  // 31: verdict.v1.ResolveRequest.destination:type_name -> verdict.v1.Endpoint
-	34, // 32: verdict.v1.ResolvedRule.value:type_name -> google.protobuf.Value
+	8,  // 23: verdict.v1.DecideBatchRequest.requests:type_name -> verdict.v1.DecideRequest
+	18, // 24: verdict.v1.DecideBatchResponse.results:type_name -> verdict.v1.DecideResult
+	10, // 25: verdict.v1.DecideResult.response:type_name -> verdict.v1.DecideResponse
+	19, // 26: verdict.v1.DecideResult.error:type_name -> verdict.v1.Error
+	20, // 27: verdict.v1.Error.field_violations:type_name -> verdict.v1.FieldViolation
+	8,  // 28: verdict.v1.DecideStreamRequest.request:type_name -> verdict.v1.DecideRequest
+	18, // 29: verdict.v1.DecideStreamResponse.result:type_name -> verdict.v1.DecideResult
+	6,  // 30: verdict.v1.ResolveRequest.source:type_name -> verdict.v1.Endpoint
+	6,  // 31: verdict.v1.ResolveRequest.destination:type_name -> verdict.v1.Endpoint
+	39, // 32: verdict.v1.ResolvedRule.value:type_name -> google.protobuf.Value
 	4,  // 33: verdict.v1.PolicyStatus.state:type_name -> verdict.v1.PolicyState
-	24, // 34: verdict.v1.PolicyStatus.missing:type_name -> verdict.v1.MissingRule
-	23, // 35: verdict.v1.Resolution.rules:type_name -> verdict.v1.ResolvedRule
-	25, // 36: verdict.v1.Resolution.status:type_name -> verdict.v1.PolicyStatus
-	23, // 37: verdict.v1.ResolveResponse.rules:type_name -> verdict.v1.ResolvedRule
-	25, // 38: verdict.v1.ResolveResponse.status:type_name -> verdict.v1.PolicyStatus
-	26, // 39: verdict.v1.ResolveResponse.outbound:type_name -> verdict.v1.Resolution
-	5,  // 40: verdict.v1.IdentifyRequest.endpoints:type_name -> verdict.v1.Endpoint
-	30, // 41: verdict.v1.IdentifyResponse.results:type_name -> verdict.v1.Identified
-	6,  // 42: verdict.v1.Identified.resolution:type_name -> verdict.v1.EndpointResolution
-	18, // 43: verdict.v1.Identified.error:type_name -> verdict.v1.Error
-	7,  // 44: verdict.v1.DecisionService.Decide:input_type -> verdict.v1.DecideRequest
-	15, // 45: verdict.v1.DecisionService.DecideBatch:input_type -> verdict.v1.DecideBatchRequest
-	20, // 46: verdict.v1.DecisionService.DecideStream:input_type -> verdict.v1.DecideStreamRequest
-	22, // 47: verdict.v1.DecisionService.Resolve:input_type -> verdict.v1.ResolveRequest
-	28, // 48: verdict.v1.DecisionService.Identify:input_type -> verdict.v1.IdentifyRequest
-	9,  // 49: verdict.v1.DecisionService.Decide:output_type -> verdict.v1.DecideResponse
-	16, // 50: verdict.v1.DecisionService.DecideBatch:output_type -> verdict.v1.DecideBatchResponse
-	21, // 51: verdict.v1.DecisionService.DecideStream:output_type -> verdict.v1.DecideStreamResponse
-	27, // 52: verdict.v1.DecisionService.Resolve:output_type -> verdict.v1.ResolveResponse
-	29, // 53: verdict.v1.DecisionService.Identify:output_type -> verdict.v1.IdentifyResponse
-	49, // [49:54] is the sub-list for method output_type
-	44, // [44:49] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	25, // 34: verdict.v1.PolicyStatus.missing:type_name -> verdict.v1.MissingRule
+	24, // 35: verdict.v1.Resolution.rules:type_name -> verdict.v1.ResolvedRule
+	26, // 36: verdict.v1.Resolution.status:type_name -> verdict.v1.PolicyStatus
+	24, // 37: verdict.v1.ResolveResponse.rules:type_name -> verdict.v1.ResolvedRule
+	26, // 38: verdict.v1.ResolveResponse.status:type_name -> verdict.v1.PolicyStatus
+	27, // 39: verdict.v1.ResolveResponse.outbound:type_name -> verdict.v1.Resolution
+	6,  // 40: verdict.v1.IdentifyRequest.endpoints:type_name -> verdict.v1.Endpoint
+	31, // 41: verdict.v1.IdentifyResponse.results:type_name -> verdict.v1.Identified
+	7,  // 42: verdict.v1.Identified.resolution:type_name -> verdict.v1.EndpointResolution
+	19, // 43: verdict.v1.Identified.error:type_name -> verdict.v1.Error
+	32, // 44: verdict.v1.DecideCompactStreamRequest.batch:type_name -> verdict.v1.DecideCompactRequest
+	33, // 45: verdict.v1.DecideCompactStreamResponse.batch:type_name -> verdict.v1.DecideCompactResponse
+	19, // 46: verdict.v1.DecideCompactStreamResponse.error:type_name -> verdict.v1.Error
+	8,  // 47: verdict.v1.DecisionService.Decide:input_type -> verdict.v1.DecideRequest
+	16, // 48: verdict.v1.DecisionService.DecideBatch:input_type -> verdict.v1.DecideBatchRequest
+	21, // 49: verdict.v1.DecisionService.DecideStream:input_type -> verdict.v1.DecideStreamRequest
+	23, // 50: verdict.v1.DecisionService.Resolve:input_type -> verdict.v1.ResolveRequest
+	29, // 51: verdict.v1.DecisionService.Identify:input_type -> verdict.v1.IdentifyRequest
+	32, // 52: verdict.v1.DecisionService.DecideCompact:input_type -> verdict.v1.DecideCompactRequest
+	34, // 53: verdict.v1.DecisionService.DecideCompactStream:input_type -> verdict.v1.DecideCompactStreamRequest
+	10, // 54: verdict.v1.DecisionService.Decide:output_type -> verdict.v1.DecideResponse
+	17, // 55: verdict.v1.DecisionService.DecideBatch:output_type -> verdict.v1.DecideBatchResponse
+	22, // 56: verdict.v1.DecisionService.DecideStream:output_type -> verdict.v1.DecideStreamResponse
+	28, // 57: verdict.v1.DecisionService.Resolve:output_type -> verdict.v1.ResolveResponse
+	30, // 58: verdict.v1.DecisionService.Identify:output_type -> verdict.v1.IdentifyResponse
+	33, // 59: verdict.v1.DecisionService.DecideCompact:output_type -> verdict.v1.DecideCompactResponse
+	35, // 60: verdict.v1.DecisionService.DecideCompactStream:output_type -> verdict.v1.DecideCompactStreamResponse
+	54, // [54:61] is the sub-list for method output_type
+	47, // [47:54] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_decision_proto_init() }
@@ -2549,8 +2929,8 @@ func file_verdict_v1_decision_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_decision_proto_rawDesc), len(file_verdict_v1_decision_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   28,
+			NumEnums:      6,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

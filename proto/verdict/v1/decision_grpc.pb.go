@@ -19,11 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DecisionService_Decide_FullMethodName       = "/verdict.v1.DecisionService/Decide"
-	DecisionService_DecideBatch_FullMethodName  = "/verdict.v1.DecisionService/DecideBatch"
-	DecisionService_DecideStream_FullMethodName = "/verdict.v1.DecisionService/DecideStream"
-	DecisionService_Resolve_FullMethodName      = "/verdict.v1.DecisionService/Resolve"
-	DecisionService_Identify_FullMethodName     = "/verdict.v1.DecisionService/Identify"
+	DecisionService_Decide_FullMethodName              = "/verdict.v1.DecisionService/Decide"
+	DecisionService_DecideBatch_FullMethodName         = "/verdict.v1.DecisionService/DecideBatch"
+	DecisionService_DecideStream_FullMethodName        = "/verdict.v1.DecisionService/DecideStream"
+	DecisionService_Resolve_FullMethodName             = "/verdict.v1.DecisionService/Resolve"
+	DecisionService_Identify_FullMethodName            = "/verdict.v1.DecisionService/Identify"
+	DecisionService_DecideCompact_FullMethodName       = "/verdict.v1.DecisionService/DecideCompact"
+	DecisionService_DecideCompactStream_FullMethodName = "/verdict.v1.DecisionService/DecideCompactStream"
 )
 
 // DecisionServiceClient is the client API for DecisionService service.
@@ -48,6 +50,17 @@ type DecisionServiceClient interface {
 	// registers it, so later flows may name the endpoint by identity
 	// (docs/workloads.md). Up to 1000 endpoints.
 	Identify(ctx context.Context, in *IdentifyRequest, opts ...grpc.CallOption) (*IdentifyResponse, error)
+	// DecideCompact answers up to 1000 flows between identities, packed: the
+	// path of sidecars and agents, which pay bytes, not maps (docs/api.md,
+	// "The compact path"). A flow whose identity does not resolve gets an error
+	// code in its answer, never an action; the call fails only for the batch as
+	// a whole (lists of unequal lengths, too many flows, an unknown mesh or
+	// type, an unknown min_revision).
+	DecideCompact(ctx context.Context, in *DecideCompactRequest, opts ...grpc.CallOption) (*DecideCompactResponse, error)
+	// DecideCompactStream answers each batch with one message, in order, with
+	// the batch's id. A batch that fails as a whole gets a message with its
+	// error, and the stream goes on.
+	DecideCompactStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DecideCompactStreamRequest, DecideCompactStreamResponse], error)
 }
 
 type decisionServiceClient struct {
@@ -111,6 +124,29 @@ func (c *decisionServiceClient) Identify(ctx context.Context, in *IdentifyReques
 	return out, nil
 }
 
+func (c *decisionServiceClient) DecideCompact(ctx context.Context, in *DecideCompactRequest, opts ...grpc.CallOption) (*DecideCompactResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideCompactResponse)
+	err := c.cc.Invoke(ctx, DecisionService_DecideCompact_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *decisionServiceClient) DecideCompactStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DecideCompactStreamRequest, DecideCompactStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DecisionService_ServiceDesc.Streams[1], DecisionService_DecideCompactStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DecideCompactStreamRequest, DecideCompactStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DecisionService_DecideCompactStreamClient = grpc.BidiStreamingClient[DecideCompactStreamRequest, DecideCompactStreamResponse]
+
 // DecisionServiceServer is the server API for DecisionService service.
 // All implementations must embed UnimplementedDecisionServiceServer
 // for forward compatibility.
@@ -133,6 +169,17 @@ type DecisionServiceServer interface {
 	// registers it, so later flows may name the endpoint by identity
 	// (docs/workloads.md). Up to 1000 endpoints.
 	Identify(context.Context, *IdentifyRequest) (*IdentifyResponse, error)
+	// DecideCompact answers up to 1000 flows between identities, packed: the
+	// path of sidecars and agents, which pay bytes, not maps (docs/api.md,
+	// "The compact path"). A flow whose identity does not resolve gets an error
+	// code in its answer, never an action; the call fails only for the batch as
+	// a whole (lists of unequal lengths, too many flows, an unknown mesh or
+	// type, an unknown min_revision).
+	DecideCompact(context.Context, *DecideCompactRequest) (*DecideCompactResponse, error)
+	// DecideCompactStream answers each batch with one message, in order, with
+	// the batch's id. A batch that fails as a whole gets a message with its
+	// error, and the stream goes on.
+	DecideCompactStream(grpc.BidiStreamingServer[DecideCompactStreamRequest, DecideCompactStreamResponse]) error
 	mustEmbedUnimplementedDecisionServiceServer()
 }
 
@@ -157,6 +204,12 @@ func (UnimplementedDecisionServiceServer) Resolve(context.Context, *ResolveReque
 }
 func (UnimplementedDecisionServiceServer) Identify(context.Context, *IdentifyRequest) (*IdentifyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Identify not implemented")
+}
+func (UnimplementedDecisionServiceServer) DecideCompact(context.Context, *DecideCompactRequest) (*DecideCompactResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecideCompact not implemented")
+}
+func (UnimplementedDecisionServiceServer) DecideCompactStream(grpc.BidiStreamingServer[DecideCompactStreamRequest, DecideCompactStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method DecideCompactStream not implemented")
 }
 func (UnimplementedDecisionServiceServer) mustEmbedUnimplementedDecisionServiceServer() {}
 func (UnimplementedDecisionServiceServer) testEmbeddedByValue()                         {}
@@ -258,6 +311,31 @@ func _DecisionService_Identify_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionService_DecideCompact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideCompactRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionServiceServer).DecideCompact(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionService_DecideCompact_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionServiceServer).DecideCompact(ctx, req.(*DecideCompactRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DecisionService_DecideCompactStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DecisionServiceServer).DecideCompactStream(&grpc.GenericServerStream[DecideCompactStreamRequest, DecideCompactStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DecisionService_DecideCompactStreamServer = grpc.BidiStreamingServer[DecideCompactStreamRequest, DecideCompactStreamResponse]
+
 // DecisionService_ServiceDesc is the grpc.ServiceDesc for DecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -281,11 +359,21 @@ var DecisionService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Identify",
 			Handler:    _DecisionService_Identify_Handler,
 		},
+		{
+			MethodName: "DecideCompact",
+			Handler:    _DecisionService_DecideCompact_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "DecideStream",
 			Handler:       _DecisionService_DecideStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "DecideCompactStream",
+			Handler:       _DecisionService_DecideCompactStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

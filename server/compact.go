@@ -1,0 +1,319 @@
+package server
+
+// Identities and the compact decision path (docs/api.md, "The compact path";
+// docs/workloads.md, "Identities"): Identify registers tag sets in the
+// server's registry; DecideCompact and DecideCompactStream decide flows named
+// by identities, packed, answered packed. The path per flow: identity →
+// interned tag set (a per-call memo, then the inventory and the registry) →
+// the engine's memoised decision → one word. No map is built per flow.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/verdictpdp/verdict/engine"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// The layout of a compact answer (decision.proto, DecideCompactResponse).
+const (
+	compactAllow       = 1
+	compactDeny        = 2
+	compactAudit       = 1 << 2
+	compactCodeShift   = 3
+	compactPolicyShift = 8
+)
+
+// Identify returns the identity of each endpoint's tags (reserved keys
+// excluded) and registers the set, so flows may name it by identity.
+func (s decisionService) Identify(ctx context.Context, req *verdictv1.IdentifyRequest) (*verdictv1.IdentifyResponse, error) {
+	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	if err := snap.CheckMeshType(req.GetMesh(), ""); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	out := &verdictv1.IdentifyResponse{Results: make([]*verdictv1.Identified, len(req.GetEndpoints())), Revision: snap.Revision()}
+	for i, ep := range req.GetEndpoints() {
+		out.Results[i] = s.identify(ctx, snap, req.GetMesh(), i, ep)
+	}
+	return out, nil
+}
+
+func (s *Server) identify(ctx context.Context, snap *engine.Snapshot, mesh string, i int, ep *verdictv1.Endpoint) *verdictv1.Identified {
+	var errs fieldErrors
+	errs.endpointForm(fmt.Sprintf("endpoints[%d]", i), ep)
+	if err := engine.CheckTags(ep.GetTags()); err != nil {
+		errs.add(fmt.Sprintf("endpoints[%d].tags", i), err.Error())
+	}
+	err := errs.err()
+	if err == nil {
+		var set *engine.TagSet
+		if set, err = snap.Identify(mesh, ep.GetTags(), s.identities); err == nil {
+			return &verdictv1.Identified{Identity: set.Identity(), Resolution: &verdictv1.EndpointResolution{
+				Form: verdictv1.EndpointForm_ENDPOINT_FORM_TAGS, ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_TAGS,
+				Identity: set.Identity()}}
+		}
+		if errors.Is(err, engine.ErrIdentityCollision) {
+			s.log.ErrorContext(ctx, "identity collision: a tag set refused", "err", err)
+		}
+	}
+	return &verdictv1.Identified{Error: errorEntry(ctx, s.log, err)}
+}
+
+// compactScratch is the working memory of one compact batch, pooled.
+type compactScratch struct {
+	gen      uint32
+	ids      [compactIDMemo]idMemo // identity → resolution, for this batch
+	policies map[string]uint32     // deciding policy → its index in the response, plus one
+	counts   []int64               // per policy index ×2 (allow, deny): the byPolicy metric
+	req      engine.SetRequest
+}
+
+const compactIDMemo = 256 // a power of 2
+
+type idMemo struct {
+	gen  uint32
+	id   uint64
+	set  *engine.TagSet
+	code verdictv1.CompactCode // for the source; the destination's is code+1
+}
+
+var compactPool = sync.Pool{New: func() any { return &compactScratch{policies: map[string]uint32{}} }}
+
+// resolve returns the tag set of identity id, or the code of why it has none
+// (as a source); an error only for the batch as a whole.
+func (sc *compactScratch) resolve(s *Server, ctx context.Context, snap *engine.Snapshot, mesh string, id uint64) (*engine.TagSet, verdictv1.CompactCode, error) {
+	m := &sc.ids[(id^id>>32)&(compactIDMemo-1)]
+	if m.gen == sc.gen && m.id == id {
+		return m.set, m.code, nil
+	}
+	set, err := snap.LookupIdentity(mesh, id, s.identities)
+	code := verdictv1.CompactCode_COMPACT_CODE_UNSPECIFIED
+	switch {
+	case err == nil:
+	case errors.Is(err, engine.ErrIdentityNotFound):
+		code = verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE
+	case errors.Is(err, engine.ErrIdentityCollision):
+		s.log.ErrorContext(ctx, "identity collision: not answered", "err", err)
+		code = verdictv1.CompactCode_COMPACT_CODE_IDENTITY_COLLISION
+	default:
+		return nil, 0, err
+	}
+	*m = idMemo{gen: sc.gen, id: id, set: set, code: code}
+	return set, code, nil
+}
+
+// compactRequest checks a batch as a whole.
+func compactRequest(r *verdictv1.DecideCompactRequest, prefix string) error {
+	if fe, ok := undecodable(r); ok {
+		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
+	}
+	var errs fieldErrors
+	errs.names(r.GetMesh(), r.GetType())
+	n := len(r.GetSourceIds())
+	if n > MaxBatch {
+		errs.add("sourceIds", fmt.Sprintf("%d flows, over the limit of %d per batch", n, MaxBatch))
+	}
+	if len(r.GetDestinationIds()) != n || len(r.GetPortProtocols()) != n {
+		errs.add("destinationIds", fmt.Sprintf("sourceIds, destinationIds and portProtocols have %d, %d and %d entries: one per flow in each",
+			n, len(r.GetDestinationIds()), len(r.GetPortProtocols())))
+	}
+	errs.minRevision("minRevision", r.GetMinRevision())
+	if prefix != "" {
+		errs.prefix(func() string { return prefix })
+	}
+	return errs.err()
+}
+
+// decideCompact answers a checked batch from snap into out (reset first).
+func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *verdictv1.DecideCompactRequest, out *verdictv1.DecideCompactResponse) error {
+	sc := compactPool.Get().(*compactScratch)
+	defer compactPool.Put(sc)
+	if sc.gen++; sc.gen == 0 {
+		sc.ids = [compactIDMemo]idMemo{}
+		sc.gen = 1
+	}
+	clear(sc.policies)
+	sc.counts = sc.counts[:0]
+	mesh, typ := r.GetMesh(), r.GetType()
+	if err := snap.CheckMeshType(mesh, typ); err != nil {
+		return err
+	}
+	out.Revision = snap.Revision()
+	out.Policies = out.Policies[:0]
+	srcs, dsts, pps := r.GetSourceIds(), r.GetDestinationIds(), r.GetPortProtocols()
+	answers := out.Answers[:0]
+	if cap(answers) < len(srcs) {
+		answers = make([]uint32, 0, len(srcs))
+	}
+	var allow, deny int64
+	logging := s.cfg.DecisionLog != nil
+	for i := range srcs {
+		src, code, err := sc.resolve(s, ctx, snap, mesh, srcs[i])
+		if err != nil {
+			return err
+		}
+		dst, dcode, err := sc.resolve(s, ctx, snap, mesh, dsts[i])
+		if err != nil {
+			return err
+		}
+		if code == 0 && dcode != 0 {
+			code = dcode
+			if code == verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE {
+				code = verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION
+			}
+		}
+		port, proto := pps[i]&0xffff, engine.Protocol(pps[i]>>16)
+		if code == 0 && proto > engine.ICMP {
+			code = verdictv1.CompactCode_COMPACT_CODE_INVALID_PORT_PROTOCOL
+		}
+		if code != 0 {
+			answers = append(answers, uint32(code)<<compactCodeShift)
+			continue
+		}
+		sc.req = engine.SetRequest{Mesh: mesh, Type: typ, Source: src, Destination: dst, Protocol: proto, Port: port}
+		d, err := snap.DecideSets(&sc.req)
+		if err != nil {
+			return err
+		}
+		a := uint32(compactAllow)
+		if d.Action == engine.Deny {
+			a = compactDeny
+			deny++
+		} else {
+			allow++
+		}
+		if auditDiffers(&d) {
+			a |= compactAudit
+		}
+		pi := sc.policy(d.Policy, out)
+		a |= pi << compactPolicyShift
+		sc.counts[2*int(pi-1)+int(b2i(d.Action == engine.Deny))]++
+		answers = append(answers, a)
+		if logging && s.cfg.DecisionLog.Wants(d.Action == engine.Deny, auditDiffers(&d)) {
+			er := engine.Request{Mesh: mesh, Type: typ, Source: src.Tags(), Destination: dst.Tags(), Protocol: proto, Port: port}
+			s.logDecision(ctx, &er, &d, 0)
+		}
+	}
+	out.Answers = answers
+	s.metrics.decidedN(ctx, allow, deny)
+	for i, p := range out.Policies {
+		for deny := 0; deny < 2; deny++ {
+			if n := sc.counts[2*i+deny]; n > 0 {
+				s.byPolicy.addN(ctx, p, deny == 1, n)
+			}
+		}
+	}
+	return nil
+}
+
+// policy returns the index of the deciding policy p in out.Policies, plus
+// one, adding it on first sight ("" too: a decision by no policy is counted
+// under "" as Decide's are).
+func (sc *compactScratch) policy(p string, out *verdictv1.DecideCompactResponse) uint32 {
+	if i, ok := sc.policies[p]; ok {
+		return i
+	}
+	out.Policies = append(out.Policies, p)
+	i := uint32(len(out.Policies))
+	sc.policies[p] = i
+	sc.counts = append(sc.counts, 0, 0)
+	return i
+}
+
+// auditDiffers reports whether a decision's shadow result (audit rules
+// enforced) has another final action: the compact answer's audit bit. The
+// engine's decisions carry no shadow result yet (the audit issue adds it):
+// until then no answer sets the bit.
+func auditDiffers(*engine.Decision) bool { return false }
+
+// DecideCompact answers a packed batch of flows between identities.
+func (s decisionService) DecideCompact(ctx context.Context, req *verdictv1.DecideCompactRequest) (*verdictv1.DecideCompactResponse, error) {
+	if err := compactRequest(req, ""); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	out := &verdictv1.DecideCompactResponse{}
+	if err := s.decideCompact(ctx, snap, req, out); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return out, nil
+}
+
+// DecideCompactStream answers each batch, in order, with its id; a batch that
+// fails as a whole gets its error and the stream goes on. A batch whose
+// min_revision is ahead of the snapshot waits for it (up to WaitTimeout) and
+// holds the batches behind it. The response message is reused from batch to
+// batch (Send has encoded it when it returns). The stream ends when the client
+// closes or cancels it, or with UNAVAILABLE when the server stops.
+func (s decisionService) DecideCompactStream(stream verdictv1.DecisionService_DecideCompactStreamServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	msgs := make(chan *verdictv1.DecideCompactStreamRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	batch := &verdictv1.DecideCompactResponse{}
+	out := &verdictv1.DecideCompactStreamResponse{}
+	for {
+		var m *verdictv1.DecideCompactStreamRequest
+		select {
+		case <-s.stop:
+			return toStatus(ctx, s.log, errShuttingDown)
+		case <-ctx.Done():
+			return toStatus(ctx, s.log, ctx.Err())
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return toStatus(ctx, s.log, err)
+		case m = <-msgs:
+		}
+		out.Reset()
+		out.Id = m.GetId()
+		if err := s.compactBatch(ctx, m, batch); err != nil {
+			out.Error = errorEntry(ctx, s.log, err)
+		} else {
+			out.Batch = batch
+		}
+		if err := stream.Send(out); err != nil {
+			return toStatus(ctx, s.log, err)
+		}
+	}
+}
+
+// compactBatch answers one batch of a stream into out.
+func (s *Server) compactBatch(ctx context.Context, m *verdictv1.DecideCompactStreamRequest, out *verdictv1.DecideCompactResponse) error {
+	if fe, ok := undecodable(m); ok {
+		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
+	}
+	r := m.GetBatch()
+	if err := compactRequest(r, "batch."); err != nil {
+		return err
+	}
+	snap, err := s.snapshotAt(ctx, r.GetMinRevision())
+	if err != nil {
+		return err
+	}
+	return s.decideCompact(ctx, snap, r, out)
+}

@@ -1,0 +1,272 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/policygen"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
+)
+
+// compactAnswer unpacks one answer word.
+type compactAnswer struct {
+	action verdictv1.Action
+	audit  bool
+	code   verdictv1.CompactCode
+	policy string
+}
+
+func unpack(t testing.TB, resp *verdictv1.DecideCompactResponse) []compactAnswer {
+	t.Helper()
+	out := make([]compactAnswer, len(resp.GetAnswers()))
+	for i, a := range resp.GetAnswers() {
+		out[i] = compactAnswer{action: verdictv1.Action(a & 3), audit: a&4 != 0, code: verdictv1.CompactCode(a >> 3 & 15)}
+		if pi := a >> 8; pi > 0 {
+			if int(pi) > len(resp.GetPolicies()) {
+				t.Fatalf("answer %d names policy %d of %d", i, pi, len(resp.GetPolicies()))
+			}
+			out[i].policy = resp.GetPolicies()[pi-1]
+		}
+	}
+	return out
+}
+
+func packPP(proto engine.Protocol, port uint32) uint32 { return port | uint32(proto)<<16 }
+
+func ownTags(tags map[string]string) map[string]string {
+	out := maps.Clone(tags)
+	delete(out, engine.IPTag)
+	delete(out, engine.PrincipalTag)
+	return out
+}
+
+func applyAll(t testing.TB, be *backend, rs []engine.Resource) {
+	t.Helper()
+	for i := 0; i < len(rs); i += store.MaxOps {
+		ops := []store.Op{}
+		for _, r := range rs[i:min(i+store.MaxOps, len(rs))] {
+			ops = append(ops, store.Op{Key: r.Key(), Resource: r})
+		}
+		if _, err := be.Apply(context.Background(), ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCompactMatchesTagForm is the differential test of issue 13 item 4: on
+// generated policy sets (scopes, wildcards, expressions), flows named by
+// identities through DecideCompact and DecideCompactStream get the action and
+// deciding policy DecideBatch gives their tags.
+func TestCompactMatchesTagForm(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			set := policygen.Generate(policygen.Config{Seed: seed, Policies: 300, Scopes: int(seed % 3 * 4), WildcardPercent: 30})
+			be := newBackend()
+			applyAll(t, be, set.Resources)
+			h := start(t, be, nil)
+			ctx := ctxT(t)
+			flows := set.Flows(seed, 400)
+			// Identify every endpoint (one call, up to 1000 endpoints).
+			var eps []*verdictv1.Endpoint
+			for _, f := range flows {
+				eps = append(eps, &verdictv1.Endpoint{Tags: f.Source}, &verdictv1.Endpoint{Tags: f.Destination})
+			}
+			ids, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: eps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			creq := &verdictv1.DecideCompactRequest{}
+			breq := &verdictv1.DecideBatchRequest{}
+			for i, f := range flows {
+				src, dst := ids.GetResults()[2*i], ids.GetResults()[2*i+1]
+				if src.GetError() != nil || dst.GetError() != nil {
+					t.Fatalf("Identify: %v %v", src.GetError(), dst.GetError())
+				}
+				if want := engine.Identity("default", f.Source); src.GetIdentity() != want {
+					t.Fatalf("identity %d, engine.Identity %d", src.GetIdentity(), want)
+				}
+				creq.SourceIds = append(creq.SourceIds, src.GetIdentity())
+				creq.DestinationIds = append(creq.DestinationIds, dst.GetIdentity())
+				creq.PortProtocols = append(creq.PortProtocols, packPP(f.Protocol, f.Port))
+				breq.Requests = append(breq.Requests, &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{Tags: ownTags(f.Source)},
+					Destination: &verdictv1.Endpoint{Tags: ownTags(f.Destination)}, Protocol: f.Protocol.String(), Port: f.Port})
+			}
+			want, err := h.dec.DecideBatch(ctx, breq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(form string, resp *verdictv1.DecideCompactResponse) {
+				t.Helper()
+				got := unpack(t, resp)
+				if len(got) != len(flows) {
+					t.Fatalf("%s: %d answers for %d flows", form, len(got), len(flows))
+				}
+				if resp.GetRevision() != want.GetRevision() {
+					t.Errorf("%s: revision %d, the tag form's %d", form, resp.GetRevision(), want.GetRevision())
+				}
+				for i, g := range got {
+					w := want.GetResults()[i].GetResponse()
+					if g.code != 0 || g.action != w.GetAction() || g.policy != w.GetPolicy() || g.audit {
+						t.Fatalf("%s flow %d (%v): compact %+v, tags %v %q", form, i, flows[i], g, w.GetAction(), w.GetPolicy())
+					}
+				}
+			}
+			for round := 0; round < 2; round++ { // the second round from the memo
+				resp, err := h.dec.DecideCompact(ctx, creq)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check("DecideCompact", resp)
+			}
+			stream, err := h.dec.DecideCompactStream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for id := uint64(1); id <= 2; id++ {
+				if err := stream.Send(&verdictv1.DecideCompactStreamRequest{Id: id, Batch: creq}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for id := uint64(1); id <= 2; id++ {
+				m, err := stream.Recv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m.GetId() != id || m.GetError() != nil {
+					t.Fatalf("stream answer %d: %+v", id, m)
+				}
+				check("DecideCompactStream", m.GetBatch())
+			}
+			if err := stream.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stream.Recv(); err != io.EOF {
+				t.Fatalf("after CloseSend: %v", err)
+			}
+		})
+	}
+}
+
+// TestCompactErrors: an unknown identity or a bad port/protocol is a code in
+// its flow's answer, never an action; a batch that is wrong as a whole fails
+// the call (unary) or gets an error message and the stream goes on.
+func TestCompactErrors(t *testing.T) {
+	t.Parallel()
+	be := newBackend(decodeYAML(t, testPolicies+`---
+kind: Workload
+name: web-1
+tags: {app: web}
+addresses: [10.0.0.1]
+`)...)
+	h := start(t, be, nil)
+	ctx := ctxT(t)
+	web := engine.Identity("default", map[string]string{"app": "web"}) // a workload's own: resolves unregistered
+	ids, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{
+		tags("app", "backend", "ip", "10.9.9.9"), tags("app", "db"), tags("ip", "1.2.3.4"), {Address: "10.0.0.1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, db := ids.GetResults()[0].GetIdentity(), ids.GetResults()[1].GetIdentity()
+	if backend != engine.Identity("default", map[string]string{"app": "backend"}) {
+		t.Errorf("the identity of {app: backend, ip: ...} is not that of {app: backend}: reserved keys count")
+	}
+	if got := ids.GetResults()[2].GetIdentity(); got != engine.Identity("default", nil) {
+		t.Errorf("the identity of {ip: ...} is not that of the empty set")
+	}
+	if ids.GetResults()[3].GetError() == nil && ids.GetResults()[3].GetIdentity() == 0 {
+		t.Errorf("an address endpoint: neither an identity nor an error")
+	}
+	const unknown = 12345
+	resp, err := h.dec.DecideCompact(ctx, &verdictv1.DecideCompactRequest{
+		SourceIds:      []uint64{web, unknown, web, web, web},
+		DestinationIds: []uint64{backend, backend, unknown, db, backend},
+		PortProtocols:  []uint32{packPP(engine.TCP, 8080), packPP(engine.TCP, 8080), 0, 0, 9<<16 | 80},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := unpack(t, resp)
+	want := []compactAnswer{
+		{action: verdictv1.Action_ACTION_ALLOW, policy: "web-to-backend"},
+		{code: verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE},
+		{code: verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION},
+		{action: verdictv1.Action_ACTION_DENY, policy: "deny-db"},
+		{code: verdictv1.CompactCode_COMPACT_CODE_INVALID_PORT_PROTOCOL},
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("flow %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		req  *verdictv1.DecideCompactRequest
+		code codes.Code
+	}{
+		{"unequal lists", &verdictv1.DecideCompactRequest{SourceIds: []uint64{web}, DestinationIds: []uint64{web}}, codes.InvalidArgument},
+		{"too many flows", &verdictv1.DecideCompactRequest{SourceIds: make([]uint64, MaxBatch+1),
+			DestinationIds: make([]uint64, MaxBatch+1), PortProtocols: make([]uint32, MaxBatch+1)}, codes.InvalidArgument},
+		{"unknown mesh", &verdictv1.DecideCompactRequest{Mesh: "nope"}, codes.NotFound},
+		{"unknown type", &verdictv1.DecideCompactRequest{Type: "TraficPermission"}, codes.NotFound},
+		{"bad mesh name", &verdictv1.DecideCompactRequest{Mesh: "a/b"}, codes.InvalidArgument},
+	} {
+		_, err := h.dec.DecideCompact(ctx, tc.req)
+		wantCode(t, err, tc.code)
+	}
+	stream, err := h.dec.DecideCompactStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*verdictv1.DecideCompactStreamRequest{
+		{Id: 1, Batch: &verdictv1.DecideCompactRequest{Mesh: "nope"}},
+		{Id: 2, Batch: &verdictv1.DecideCompactRequest{SourceIds: []uint64{web}, DestinationIds: []uint64{db}, PortProtocols: []uint32{0}}},
+	} {
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := stream.Recv()
+	if err != nil || first.GetId() != 1 || first.GetError().GetCode() != "NotFound" || first.GetBatch() != nil {
+		t.Fatalf("a failing batch: %+v %v", first, err)
+	}
+	second, err := stream.Recv()
+	if err != nil || second.GetId() != 2 || second.GetError() != nil {
+		t.Fatalf("the stream after a failing batch: %+v %v", second, err)
+	}
+	if a := unpack(t, second.GetBatch()); a[0].action != verdictv1.Action_ACTION_DENY || a[0].policy != "deny-db" {
+		t.Errorf("answer %+v", a[0])
+	}
+}
+
+// TestIdentifyRegistryBounds: the server's registry keeps to its configured
+// bound (engine tests cover eviction order and collisions); Identify's
+// request limits and unknown mesh.
+func TestIdentifyRegistryBounds(t *testing.T) {
+	t.Parallel()
+	be := newBackend(decodeYAML(t, testPolicies)...)
+	h := start(t, be, func(c *Config) { c.IdentityMaxSets = 3 })
+	ctx := ctxT(t)
+	var eps []*verdictv1.Endpoint
+	for i := 0; i < 10; i++ {
+		eps = append(eps, tags("app", fmt.Sprint(i)))
+	}
+	if _, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: eps}); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.srv.identities.Stats(); st.Sets != 3 || st.Evicted != 7 {
+		t.Fatalf("registry %+v, want 3 sets and 7 evicted", st)
+	}
+	_, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: make([]*verdictv1.Endpoint, MaxBatch+1)})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Mesh: "nope", Endpoints: eps[:1]})
+	wantCode(t, err, codes.NotFound)
+}
