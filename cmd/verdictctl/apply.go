@@ -98,6 +98,8 @@ func runApply(ctx context.Context, args []string, e *env) int {
 	var files fileList
 	fs.Var(&files, "f", "file, directory or - (stdin) of YAML or JSON documents, native or Kuma; repeatable")
 	dryRun := fs.Bool("dry-run", false, "validate only; write nothing")
+	var output outputFlag
+	output.register(fs, "text", "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
 	rest, code := parse(fs, args)
@@ -131,7 +133,7 @@ func runApply(ctx context.Context, args []string, e *env) int {
 		return fail(e, "apply", err, nil)
 	}
 	defer conn.Close()
-	w := &writer{client: verdictv1.NewPolicyServiceClient(conn), cf: &cf, e: e, cmd: "apply", dryRun: *dryRun, maxOps: e.maxOps}
+	w := &writer{client: verdictv1.NewPolicyServiceClient(conn), cf: &cf, e: e, cmd: "apply", dryRun: *dryRun, maxOps: e.maxOps, output: output.value}
 	if len(splitOps(ops, w.maxOps)) > 1 {
 		cur, warnings, code := w.checkWhole(ctx, ops)
 		if code != exitOK {
@@ -155,6 +157,22 @@ func (w *writer) dryRunWhole(cur *current, ops []*op, warnings []string) int {
 	verb := "valid (dry run)"
 	if w.cmd == "delete" {
 		verb = "can be deleted (dry run)"
+	}
+	if w.structured() {
+		keys := make([]string, len(ops))
+		for i, o := range ops {
+			keys[i] = o.key.String()
+		}
+		call := writeCall{Revision: cur.snap.Revision(), Warnings: warnings}
+		if w.cmd == "delete" {
+			call.Deleted = keys
+		} else {
+			call.Written = keys
+		}
+		if err := printValue(w.e.stdout, w.output, writeResult{DryRun: true, Calls: []writeCall{call}}); err != nil {
+			return fail(w.e, w.cmd, err, nil)
+		}
+		return exitOK
 	}
 	for _, o := range ops {
 		fmt.Fprintf(w.e.stdout, "%s %s\n", o.key, verb)

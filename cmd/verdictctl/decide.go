@@ -14,37 +14,105 @@ import (
 
 // flowFlags are the flags that describe a flow.
 type flowFlags struct {
-	mesh, typ, src, dst, proto string
-	port                       uint
-	minRev                     int64
-	output                     string
+	mesh, typ, proto string
+	src, dst         endpointFlags
+	port             uint
+	minRev           int64
+	output           outputFlag
 }
 
 func (f *flowFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mesh, "mesh", "", "mesh (default \"default\")")
 	fs.StringVar(&f.typ, "type", "", "policy type (default TrafficPermission)")
-	fs.StringVar(&f.src, "src", "", "source workload tags: k=v,k2=v2")
-	fs.StringVar(&f.dst, "dst", "", "destination workload tags: k=v,k2=v2")
+	f.src.register(fs, "src", "source")
+	f.dst.register(fs, "dst", "destination")
 	fs.StringVar(&f.proto, "proto", "", "TCP, UDP or ICMP (default: not given)")
 	fs.UintVar(&f.port, "port", 0, "destination port (default: not given)")
 	fs.Int64Var(&f.minRev, "min-revision", 0, "answer from a snapshot at or after this revision")
-	fs.StringVar(&f.output, "o", "text", "text or json")
+	f.output.register(fs, "text", "text", "wide", "json", "yaml")
 }
 
-func (f *flowFlags) workloads() (src, dst *verdictv1.Endpoint, err error) {
-	s, err := parseTags(f.src)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--src: %w", err)
+// endpointFlags give one end of a flow in exactly one form: --src k=v,..
+// (tags), --src-workload NAME, --src-address IP, --src-principal ID,
+// --src-identity N, or --src-any (no tags: any workload).
+type endpointFlags struct {
+	flag                               string // "src" or "dst"
+	tags, workload, address, principal string
+	identity                           uint64
+	any                                bool
+	tagsSet                            bool
+}
+
+func (p *endpointFlags) register(fs *flag.FlagSet, name, end string) {
+	p.flag = name
+	fs.Func(name, end+" workload tags: k=v,k2=v2", func(s string) error { p.tags, p.tagsSet = s, true; return nil })
+	fs.StringVar(&p.workload, name+"-workload", "", end+" by workload name")
+	fs.StringVar(&p.address, name+"-address", "", end+" by IP address")
+	fs.StringVar(&p.principal, name+"-principal", "", end+" by certificate identity (a SPIFFE ID)")
+	fs.Uint64Var(&p.identity, name+"-identity", 0, end+" by numeric identity")
+	fs.BoolVar(&p.any, name+"-any", false, end+" with no tags: what any workload gets")
+}
+
+// endpoint returns the endpoint; given is false when no form was given.
+func (p *endpointFlags) endpoint() (ep *verdictv1.Endpoint, given bool, err error) {
+	forms := 0
+	for _, set := range []bool{p.tagsSet, p.workload != "", p.address != "", p.principal != "", p.identity != 0, p.any} {
+		if set {
+			forms++
+		}
 	}
-	d, err := parseTags(f.dst)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--dst: %w", err)
+	if forms > 1 {
+		return nil, true, fmt.Errorf("--%s, --%s-workload, --%s-address, --%s-principal, --%s-identity and --%s-any exclude each other",
+			p.flag, p.flag, p.flag, p.flag, p.flag, p.flag)
 	}
-	return &verdictv1.Endpoint{Tags: s}, &verdictv1.Endpoint{Tags: d}, nil
+	switch {
+	case p.workload != "":
+		return &verdictv1.Endpoint{Workload: p.workload}, true, nil
+	case p.address != "":
+		return &verdictv1.Endpoint{Address: p.address}, true, nil
+	case p.principal != "":
+		return &verdictv1.Endpoint{Principal: p.principal}, true, nil
+	case p.identity != 0:
+		return &verdictv1.Endpoint{Identity: p.identity}, true, nil
+	}
+	tags, err := parseTags(p.tags)
+	if err != nil {
+		return nil, true, fmt.Errorf("--%s: %w", p.flag, err)
+	}
+	if p.tagsSet && len(tags) == 0 {
+		return nil, true, fmt.Errorf("--%s is empty: give tags, or --%s-any for no tags", p.flag, p.flag)
+	}
+	return &verdictv1.Endpoint{Tags: tags}, forms == 1, nil
+}
+
+// workloads returns both ends; required: a flow of decide and explain needs
+// both given (--src-any says "no tags" explicitly).
+func (f *flowFlags) workloads(required bool) (src, dst *verdictv1.Endpoint, err error) {
+	src, srcGiven, err := f.src.endpoint()
+	if err != nil {
+		return nil, nil, err
+	}
+	dst, dstGiven, err := f.dst.endpoint()
+	if err != nil {
+		return nil, nil, err
+	}
+	if required {
+		for _, m := range []struct {
+			given bool
+			p     *endpointFlags
+			end   string
+		}{{srcGiven, &f.src, "source"}, {dstGiven, &f.dst, "destination"}} {
+			if !m.given {
+				return nil, nil, fmt.Errorf("name the %s: --%s k=v,.., --%s-workload NAME, --%s-address IP, --%s-principal ID, --%s-identity N, or --%s-any",
+					m.end, m.p.flag, m.p.flag, m.p.flag, m.p.flag, m.p.flag, m.p.flag)
+			}
+		}
+	}
+	return src, dst, nil
 }
 
 func (f *flowFlags) decideRequest(explain bool) (*verdictv1.DecideRequest, error) {
-	src, dst, err := f.workloads()
+	src, dst, err := f.workloads(true)
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +164,11 @@ func decideCmd(ctx context.Context, name string, args []string, e *env) int {
 	if err != nil {
 		return fail(e, name, err, nil)
 	}
-	if ff.output == "json" {
-		err = printJSON(e.stdout, resp)
+	if ff.output.structured() {
+		err = printMessage(e.stdout, ff.output.value, resp)
 	} else {
 		printDecision(e.stdout, resp)
+		printResolutions(e.stdout, req, resp, ff.output.value == "wide")
 		if name == "explain" {
 			printExplanation(e.stdout, req, resp.GetExplanation())
 		}
@@ -143,6 +212,65 @@ func printDecision(w io.Writer, d *verdictv1.DecideResponse) {
 	if len(d.GetConf().GetFields()) > 0 {
 		fmt.Fprintf(w, "  conf: %s\n", compactJSON(d.GetConf()))
 	}
+	if a := d.GetAudit(); a != nil {
+		fmt.Fprintf(w, "  audit: would be %s by policy %s (%s side, rule %s)\n", actionText(a.GetAction()), orDash(a.GetPolicy()), orDash(a.GetSide()), orDash(a.GetRule()))
+	}
+}
+
+// printResolutions says how the ends of a flow were resolved: always for an
+// end not given as tags, for every end with wide.
+func printResolutions(w io.Writer, req *verdictv1.DecideRequest, resp *verdictv1.DecideResponse, wide bool) {
+	for _, r := range []struct {
+		end   string
+		given *verdictv1.Endpoint
+		r     *verdictv1.EndpointResolution
+	}{{"source", req.GetSource(), resp.GetSourceResolution()}, {"destination", req.GetDestination(), resp.GetDestinationResolution()}} {
+		switch {
+		case r.r != nil && (wide || r.r.GetForm() > verdictv1.EndpointForm_ENDPOINT_FORM_TAGS):
+			fmt.Fprintf(w, "  %s: %s\n", r.end, resolutionText(r.r))
+		case wide:
+			fmt.Fprintf(w, "  %s: %s\n", r.end, endpointText(r.given))
+		}
+	}
+}
+
+// resolutionText: "address → workload web-1 (identity 42): app=web,ip=10.0.0.1".
+func resolutionText(r *verdictv1.EndpointResolution) string {
+	form := strings.ToLower(strings.TrimPrefix(r.GetForm().String(), "ENDPOINT_FORM_"))
+	as := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(r.GetResolvedAs().String(), "RESOLVED_AS_"), "_", " "))
+	s := form + " → " + as
+	if r.GetWorkload() != "" {
+		s += " " + r.GetWorkload()
+	}
+	var notes []string
+	if r.GetResolvedAs() == verdictv1.ResolvedAs_RESOLVED_AS_PRINCIPAL_HOLDERS {
+		notes = append(notes, fmt.Sprintf("%d holders", r.GetHolders()))
+	}
+	if r.GetIdentity() != 0 {
+		notes = append(notes, fmt.Sprintf("identity %d", r.GetIdentity()))
+	}
+	if len(notes) > 0 {
+		s += " (" + strings.Join(notes, ", ") + ")"
+	}
+	if len(r.GetTags()) > 0 {
+		s += ": " + tagsText(&verdictv1.Endpoint{Tags: r.GetTags()})
+	}
+	return s
+}
+
+// endpointText names an endpoint as it was given.
+func endpointText(w *verdictv1.Endpoint) string {
+	switch {
+	case w.GetWorkload() != "":
+		return "workload " + w.GetWorkload()
+	case w.GetAddress() != "":
+		return "address " + w.GetAddress()
+	case w.GetPrincipal() != "":
+		return "principal " + w.GetPrincipal()
+	case w.GetIdentity() != 0:
+		return fmt.Sprintf("identity %d", w.GetIdentity())
+	}
+	return tagsText(w)
 }
 
 func tagsText(w *verdictv1.Endpoint) string {
@@ -167,7 +295,7 @@ func printExplanation(w io.Writer, req *verdictv1.DecideRequest, ex *verdictv1.E
 		wl        *verdictv1.Endpoint
 		t         *verdictv1.SideTrace
 	}{{"outbound", "source", req.GetSource(), ex.GetOutbound()}, {"inbound", "destination", req.GetDestination(), ex.GetInbound()}} {
-		fmt.Fprintf(w, "\n%s side (at the %s, %s): %s\n", s.name, s.end, tagsText(s.wl), reasonText(s.t.GetReason()))
+		fmt.Fprintf(w, "\n%s side (at the %s, %s): %s\n", s.name, s.end, endpointText(s.wl), reasonText(s.t.GetReason()))
 		if len(s.t.GetMembers()) > 0 {
 			fmt.Fprintf(w, "  member scopes: %s (most specific: %s)\n", strings.Join(s.t.GetMembers(), ", "), s.t.GetMostSpecificScope())
 		}
@@ -217,7 +345,7 @@ func runResolve(ctx context.Context, args []string, e *env) int {
 		fmt.Fprintf(e.stderr, "verdictctl resolve: unexpected argument %q\n", rest[0])
 		return exitUsage
 	}
-	src, dst, err := ff.workloads()
+	src, dst, err := ff.workloads(false)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "verdictctl resolve: %v\n", err)
 		return exitUsage
@@ -234,8 +362,8 @@ func runResolve(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fail(e, "resolve", err, nil)
 	}
-	if ff.output == "json" {
-		if err := printJSON(e.stdout, resp); err != nil {
+	if ff.output.structured() {
+		if err := printMessage(e.stdout, ff.output.value, resp); err != nil {
 			return fail(e, "resolve", err, nil)
 		}
 		return exitOK

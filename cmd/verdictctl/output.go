@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -171,4 +173,115 @@ func printStored(w io.Writer, sr *verdictv1.StoredResource) error {
 		return err
 	}
 	return printYAMLDoc(w, doc, comments...)
+}
+
+// outputFlag is -o/--output, refused unless one of the formats the command
+// knows (a usage error, exit 2).
+type outputFlag struct {
+	value   string
+	allowed []string
+}
+
+func (o *outputFlag) register(fs *flag.FlagSet, def string, allowed ...string) {
+	o.value, o.allowed = def, allowed
+	set := func(s string) error {
+		if s == "table" && slices.Contains(allowed, "text") { // list's former name for text
+			s = "text"
+		}
+		if !slices.Contains(allowed, s) {
+			return fmt.Errorf("%q is not one of %s", s, strings.Join(allowed, ", "))
+		}
+		o.value = s
+		return nil
+	}
+	usage := "output: " + strings.Join(allowed, ", ") + " (default " + def + ")"
+	fs.Func("o", usage, set)
+	fs.Func("output", usage, set)
+}
+
+// structured reports whether the output is a document (json or yaml).
+func (o *outputFlag) structured() bool { return o.value == "json" || o.value == "yaml" }
+
+// printMessage writes a message as indented JSON or as YAML.
+func printMessage(w io.Writer, format string, m proto.Message) error {
+	if format == "json" {
+		return printJSON(w, m)
+	}
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return err
+	}
+	doc, err := engine.ParseJSON(b)
+	if err != nil {
+		return err
+	}
+	return printYAMLDoc(w, doc)
+}
+
+// printValue writes a plain value (maps, slices, strings, numbers) as
+// indented JSON or as YAML.
+func printValue(w io.Writer, format string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		var out bytes.Buffer
+		if err := json.Indent(&out, b, "", "  "); err != nil {
+			return err
+		}
+		out.WriteByte('\n')
+		_, err = w.Write(out.Bytes())
+		return err
+	}
+	doc, err := engine.ParseJSON(b)
+	if err != nil {
+		return err
+	}
+	return printYAMLDoc(w, doc)
+}
+
+// selectorText renders a selector as "k=v,k2 in (a,b)" (kubectl's form);
+// an empty selector is "*" (any workload).
+func selectorText(s *verdictv1.Selector) string {
+	var parts []string
+	keys := make([]string, 0, len(s.GetMatch()))
+	for k := range s.GetMatch() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		parts = append(parts, k+"="+s.GetMatch()[k])
+	}
+	for _, e := range s.GetExpressions() {
+		vals := "(" + strings.Join(e.GetValues(), ",") + ")"
+		switch e.GetOperator() {
+		case "In":
+			parts = append(parts, e.GetKey()+" in "+vals)
+		case "NotIn":
+			parts = append(parts, e.GetKey()+" notin "+vals)
+		case "Exists":
+			parts = append(parts, e.GetKey())
+		case "DoesNotExist":
+			parts = append(parts, "!"+e.GetKey())
+		default: // Prefix, CIDR
+			parts = append(parts, e.GetKey()+" "+strings.ToLower(e.GetOperator())+" "+vals)
+		}
+	}
+	if len(parts) == 0 {
+		return "*"
+	}
+	return strings.Join(parts, ",")
+}
+
+// selectorsText renders selectors of which any one matches.
+func selectorsText(ss []*verdictv1.Selector) string {
+	if len(ss) == 0 {
+		return "*"
+	}
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = selectorText(s)
+	}
+	return strings.Join(parts, " | ")
 }

@@ -114,8 +114,24 @@ type writer struct {
 	e      *env
 	cmd    string // "apply" or "delete"
 	dryRun bool
-	maxOps int // per call; 0: store.MaxOps (tests set less)
+	maxOps int    // per call; 0: store.MaxOps (tests set less)
+	output string // text, json or yaml: the summary of a successful write
 }
+
+// writeResult is the summary of a write in json and yaml output.
+type writeResult struct {
+	DryRun bool        `json:"dryRun"`
+	Calls  []writeCall `json:"calls"`
+}
+
+type writeCall struct {
+	Written  []string `json:"written,omitempty"`
+	Deleted  []string `json:"deleted,omitempty"`
+	Revision int64    `json:"revision"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+func (w *writer) structured() bool { return w.output == "json" || w.output == "yaml" }
 
 // origin maps "resources[i]..." of a call's error back to the file the
 // resource came from.
@@ -174,8 +190,9 @@ func (w *writer) execute(ctx context.Context, ops []*op) int {
 		verb = map[string]string{"apply": "valid (dry run)", "delete": "can be deleted (dry run)"}[w.cmd]
 	}
 	multi := len(parts) > 1
+	result := writeResult{DryRun: w.dryRun}
 	if multi {
-		fmt.Fprintf(w.e.stdout, "%d keys do not fit one transaction: writing them in %d calls, each atomic, in dependency order; "+
+		fmt.Fprintf(w.e.stderr, "%d keys do not fit one transaction: writing them in %d calls, each atomic, in dependency order; "+
 			"if one fails, the calls before it are rolled back (docs/cli.md)\n", len(ops), len(parts))
 	}
 	var applied []done
@@ -216,8 +233,16 @@ func (w *writer) execute(ctx context.Context, ops []*op) int {
 			}
 			return w.abandon(ctx, applied, unknown)
 		}
+		call := writeCall{Written: resp.GetKeys(), Deleted: resp.GetDeleted(), Revision: resp.GetRevision()}
 		for _, warn := range resp.GetWarnings() {
+			call.Warnings = append(call.Warnings, origin(part)(warn))
 			fmt.Fprintf(w.e.stderr, "warning: %s\n", origin(part)(warn))
+		}
+		result.Calls = append(result.Calls, call)
+		applied = append(applied, done{part, resp.GetRevision()})
+		last = resp.GetRevision()
+		if w.structured() {
+			continue
 		}
 		for _, k := range append(resp.GetKeys(), resp.GetDeleted()...) {
 			fmt.Fprintf(w.e.stdout, "%s %s\n", k, verb)
@@ -227,8 +252,11 @@ func (w *writer) execute(ctx context.Context, ops []*op) int {
 		} else {
 			fmt.Fprintf(w.e.stdout, "revision %d\n", resp.GetRevision())
 		}
-		applied = append(applied, done{part, resp.GetRevision()})
-		last = resp.GetRevision()
+	}
+	if w.structured() {
+		if err := printValue(w.e.stdout, w.output, result); err != nil {
+			return fail(w.e, w.cmd, err, nil)
+		}
 	}
 	return exitOK
 }

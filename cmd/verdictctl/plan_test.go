@@ -69,7 +69,7 @@ func TestLargeApply(t *testing.T) {
 	tests := []struct {
 		name    string
 		mesh    string
-		before  string             // written first, by another writer
+		before  string              // written first, by another writer
 		hook    func(string) string // documents another writer puts before call 2 (the third)
 		dryRun  bool
 		bad     bool // one policy of the last call names a scope that does not exist

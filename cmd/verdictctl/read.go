@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,7 +45,8 @@ func runGet(ctx context.Context, args []string, e *env) int {
 		"(re-appliable; the key, revisions and any error as comments) or JSON.", e.stderr)
 	mesh := fs.String("mesh", engine.DefaultMesh, "mesh, for KIND NAME")
 	typ := fs.String("type", engine.DefaultType, "policy type, for policy NAME")
-	output := fs.String("o", "yaml", "yaml or json")
+	var output outputFlag
+	output.register(fs, "yaml", "yaml", "json", "text", "wide")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
 	var cf connFlags
 	cf.register(fs, e.getenv)
@@ -67,9 +70,9 @@ func runGet(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fail(e, "get", err, nil)
 	}
-	if *output == "json" {
+	if output.value == "json" {
 		err = printJSON(e.stdout, resp.GetResource())
-	} else {
+	} else { // text and wide are the YAML document: it is the resource's text form
 		err = printStored(e.stdout, resp.GetResource())
 	}
 	if err != nil {
@@ -83,7 +86,8 @@ func runList(ctx context.Context, args []string, e *env) int {
 		"\"default/policies/TrafficLog/\"). -o yaml prints every document, re-appliable.", e.stderr)
 	mesh := fs.String("mesh", "", "only this mesh")
 	typ := fs.String("type", "", "only policies of this type (with --mesh, default mesh \"default\")")
-	output := fs.String("o", "table", "table, yaml or json")
+	var output outputFlag
+	output.register(fs, "text", "text", "wide", "yaml", "json")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
 	var cf connFlags
 	cf.register(fs, e.getenv)
@@ -127,7 +131,12 @@ func runList(ctx context.Context, args []string, e *env) int {
 			break
 		}
 	}
-	switch *output {
+	if len(all) == 0 && !knownPrefix(prefix) {
+		fmt.Fprintf(e.stderr, "warning: no resource has the prefix %q, which names no kind: keys are <mesh>/mesh, <mesh>/scopes/, <mesh>/policies/<type>/, <mesh>/workloads/\n", prefix)
+	}
+	switch output.value {
+	case "wide":
+		err = printWide(e.stdout, all, time.Now())
 	case "json":
 		err = printJSON(e.stdout, &verdictv1.ListResponse{Resources: all})
 	case "yaml":
@@ -172,6 +181,8 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 	prefix := fs.String("prefix", "", "delete every key with this prefix (\"big/\", \"default/policies/TrafficLog/\")")
 	strict := fs.Bool("strict", false, "a key that holds nothing fails the command before anything is deleted")
 	dryRun := fs.Bool("dry-run", false, "validate only")
+	var output outputFlag
+	output.register(fs, "text", "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
 	rest, code := parse(fs, args)
@@ -227,7 +238,7 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 	}
 	defer conn.Close()
 	client := verdictv1.NewPolicyServiceClient(conn)
-	w := &writer{client: client, cf: &cf, e: e, cmd: "delete", dryRun: *dryRun, maxOps: e.maxOps}
+	w := &writer{client: client, cf: &cf, e: e, cmd: "delete", dryRun: *dryRun, maxOps: e.maxOps, output: output.value}
 	rev, err := storeRevision(ctx, client, &cf)
 	if err != nil {
 		return fail(e, "delete", err, nil)
@@ -311,10 +322,15 @@ func listAll(ctx context.Context, client verdictv1.PolicyServiceClient, cf *conn
 
 func runStatus(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("status", "", "Shows the server's snapshot revision, sync state, digest and invalid resources.", e.stderr)
-	output := fs.String("o", "text", "text or json")
+	var output outputFlag
+	output.register(fs, "text", "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	if _, code := parse(fs, args); code != 0 {
+	if rest, code := parse(fs, args); code != 0 || len(rest) > 0 {
+		if code == 0 {
+			fmt.Fprintf(e.stderr, "verdictctl status: unexpected argument %q\n", rest[0])
+			return exitUsage
+		}
 		return stopCode(code)
 	}
 	conn, err := cf.dial()
@@ -328,8 +344,8 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fail(e, "status", err, nil)
 	}
-	if *output == "json" {
-		if err := printJSON(e.stdout, st); err != nil {
+	if output.structured() {
+		if err := printMessage(e.stdout, output.value, st); err != nil {
 			return fail(e, "status", err, nil)
 		}
 		return exitOK
@@ -340,4 +356,71 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 		fmt.Fprintf(e.stdout, "  %s: %s\n", inv.GetKey(), inv.GetError())
 	}
 	return exitOK
+}
+
+// knownPrefix: a prefix that can name keys — empty, a mesh ("default/"), or
+// one under a mesh's kinds ("default/policies/TrafficLog/"). A prefix of
+// another shape ("default/polices/") can match nothing.
+func knownPrefix(prefix string) bool {
+	parts := strings.Split(prefix, "/")
+	if len(parts) < 2 {
+		return true // "" or the start of a mesh name
+	}
+	kind := parts[1]
+	for _, k := range []string{"mesh", "scopes", "policies", "workloads"} {
+		if strings.HasPrefix(k, kind) && (len(parts) == 2 || kind == k) {
+			return true
+		}
+	}
+	return false
+}
+
+// printWide is list -o wide: kind, type, action, scope and age beside each key.
+func printWide(w io.Writer, all []*verdictv1.StoredResource, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tKIND\tTYPE\tACTION\tSCOPE\tAGE\tREVISION\tSTATUS")
+	for _, sr := range all {
+		r := sr.GetResource()
+		kind, typ, action, scope := "-", "-", "-", "-"
+		var created time.Time
+		switch {
+		case r.GetMesh() != nil:
+			kind, created = "Mesh", r.GetMesh().GetCreationTime().AsTime()
+		case r.GetScope() != nil:
+			kind, scope, created = "Scope", orDash(r.GetScope().GetParent()), r.GetScope().GetCreationTime().AsTime()
+			action = orDash(strings.TrimPrefix(r.GetScope().GetCatchAll(), "ACTION_"))
+		case r.GetWorkload() != nil:
+			kind, created = "Workload", r.GetWorkload().GetCreationTime().AsTime()
+		case r.GetPolicy() != nil:
+			p := r.GetPolicy()
+			kind, typ, scope, created = "Policy", p.GetType(), orDash(p.GetScope()), p.GetCreationTime().AsTime()
+			action = p.GetAction()
+			if action == "" {
+				action = "ALLOW"
+			}
+		}
+		age := "-"
+		if !created.IsZero() && created.Unix() > 0 {
+			age = shortAge(now.Sub(created))
+		}
+		st := "ok"
+		if sr.GetError() != "" {
+			st = "INVALID: " + sr.GetError()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", sr.GetKey(), kind, typ, action, scope, age, sr.GetModRevision(), st)
+	}
+	return tw.Flush()
+}
+
+// shortAge is kubectl's age: 45s, 12m, 5h, 3d.
+func shortAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(max(d, 0).Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }

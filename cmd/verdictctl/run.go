@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/verdictpdp/verdict/engine"
-	"github.com/verdictpdp/verdict/engine/policytest"
 )
 
 // Exit codes a shell user can rely on.
@@ -25,26 +24,37 @@ const (
 	exitError  = 3 // the command could not do its job: server unreachable, invalid input, not found
 )
 
-const usage = `verdictctl — verdict's command-line client
+const usage = `verdictctl — verdict's command-line client (docs/cli.md)
 
 Usage:
-  verdictctl apply -f FILE|DIR|- [--dry-run]     write resources (native or Kuma YAML/JSON)
-  verdictctl get KEY | KIND NAME                 show one resource (KIND: mesh, scope, policy, workload)
-  verdictctl list [PREFIX]                       list resources, valid or not
-  verdictctl delete KEY... | KIND NAME | -f FILE remove resources
-  verdictctl status                              the server's revision, sync state, invalid resources
-  verdictctl decide --src k=v,.. --dst k=v,.. [--proto TCP --port 443]
-                                                 decide a flow (exit 0 ALLOW, 1 DENY)
-  verdictctl explain --src k=v,.. --dst k=v,..   decide and show the candidates of each side
-  verdictctl resolve --dst k=v,.. [--src k=v,..] effective configuration of a type
-  verdictctl watch [resources|rules]             follow changes (rules: of one --workload)
-  verdictctl test FILE...                        run policy test suites offline (docs/suites.md)
+  verdictctl [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]
+
+Resources:
+  apply -f FILE|DIR|- [--dry-run]          write resources (native or Kuma YAML/JSON); large sets are
+                                           checked whole, written in order, rolled back on failure
+  get KEY | KIND NAME                      show one resource (KIND: mesh, scope, policy, workload)
+  list [PREFIX]                            list resources, valid or not (-o wide: kind, type, action, scope, age)
+  delete KEY... | KIND NAME | -f FILE | --prefix P [--strict]
+                                           remove resources
+  status                                   the server's revision, sync state, invalid resources
+Decisions:
+  decide --src k=v,.. --dst k=v,.. [--proto TCP --port 443]
+                                           decide a flow (exit 0 ALLOW, 1 DENY); an end may also be
+                                           --src-workload, --src-address, --src-principal, --src-identity
+                                           or --src-any (likewise --dst-...)
+  explain --src k=v,.. --dst k=v,..        decide and show the candidates of each side
+  resolve --dst k=v,.. [--src k=v,..]      effective configuration of a type
+  watch [resources|rules]                  follow changes (rules: of one --workload)
+Offline:
+  test FILE|DIR...                         run policy test suites (docs/suites.md)
+  validate FILE|DIR|-...                   check documents with the server's decoder
+  fmt FILE|DIR|-...                        print documents in canonical form (-w, --check)
 
 Keys are "<mesh>/mesh", "<mesh>/scopes/<name>", "<mesh>/policies/<type>/<name>" or
 "<mesh>/workloads/<name>".
-Connection flags (every command but test): --server (VERDICT_SERVER, default 127.0.0.1:7070),
+Global flags (before or after the command): --server (VERDICT_SERVER, default 127.0.0.1:7070),
 --token-file (VERDICT_TOKEN_FILE, or the token itself in VERDICT_TOKEN), --tls-ca, --tls-cert,
---tls-key, --tls-server-name, --timeout.
+--tls-key, --tls-server-name, --timeout, -o text|wide|json|yaml.
 Exit codes: 0 success, 1 the answer is no (DENY, failed tests), 2 usage, 3 error.
 Run 'verdictctl COMMAND -h' for a command's flags.
 `
@@ -71,12 +81,22 @@ func runEnv(ctx context.Context, args []string, e *env) int {
 		"apply": runApply, "get": runGet, "list": runList, "delete": runDelete, "status": runStatus,
 		"decide": runDecide, "explain": runExplain, "resolve": runResolve, "watch": runWatch,
 	}
-	switch args[0] {
-	case "test":
-		return runTest(args[1:], e.stdout, e.stderr)
-	case "-h", "--help", "help":
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stdout, usage)
 		return exitOK
+	}
+	args, err := hoistGlobals(args)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "verdictctl: %v\n\n%s", err, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "test":
+		return runTest(args[1:], e)
+	case "validate":
+		return runValidate(args[1:], e)
+	case "fmt":
+		return runFmt(args[1:], e)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(ctx, args[1:], e)
@@ -85,15 +105,31 @@ func runEnv(ctx context.Context, args []string, e *env) int {
 	return exitUsage
 }
 
-func runTest(args []string, stdout, stderr io.Writer) int {
+// globalFlags may come before the command: verdictctl --server H:P apply ...
+var globalFlags = map[string]bool{"server": true, "token-file": true, "tls-ca": true, "tls-cert": true, "tls-key": true,
+	"tls-server-name": true, "timeout": true, "o": true, "output": true}
+
+// hoistGlobals moves the global flags given before the command after it,
+// where the command's flag set reads them.
+func hoistGlobals(args []string) ([]string, error) {
+	var pre []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "-" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !globalFlags[name] {
+			return nil, fmt.Errorf("%s is not a global flag (global: --server, --token-file, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --timeout, -o); give it after the command", args[0])
+		}
+		pre, args = append(pre, args[0]), args[1:]
+		if !hasValue {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("%s needs a value", pre[len(pre)-1])
+			}
+			pre, args = append(pre, args[0]), args[1:]
+		}
+	}
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "verdictctl test: name at least one suite file")
-		return exitUsage
+		return nil, errors.New("no command")
 	}
-	if !policytest.RunFiles(stdout, args).OK() {
-		return exitFailed
-	}
-	return exitOK
+	return append(append([]string{args[0]}, pre...), args[1:]...), nil
 }
 
 // parse parses flags anywhere among the arguments and returns the others;

@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/server"
 	"github.com/verdictpdp/verdict/store/embedetcd"
 	"github.com/verdictpdp/verdict/store/etcd"
 	"github.com/verdictpdp/verdict/store/syncer"
-	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // testServer is verdictd's server on a real embedded etcd, in this process,

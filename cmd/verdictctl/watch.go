@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -24,7 +25,10 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 	mesh := fs.String("mesh", "", "rules: mesh (default \"default\")")
 	typ := fs.String("type", "", "rules: policy type (default TrafficPermission)")
 	workload := fs.String("workload", "", "rules: the workload's tags k=v,k2=v2")
-	output := fs.String("o", "text", "text or json (one JSON message per line)")
+	workloadName := fs.String("workload-name", "", "rules: the workload by name")
+	workloadAddr := fs.String("workload-address", "", "rules: the workload by address")
+	var output outputFlag
+	output.register(fs, "text", "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
 	rest, code := parse(fs, args)
@@ -46,12 +50,12 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 	defer conn.Close()
 	client := verdictv1.NewWatchServiceClient(conn)
 	if what == "rules" {
-		tags, err := parseTags(*workload)
+		wl, err := workloadEndpoint(*workload, *workloadName, *workloadAddr)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "verdictctl watch: --workload: %v\n", err)
+			fmt.Fprintf(e.stderr, "verdictctl watch: %v\n", err)
 			return exitUsage
 		}
-		s, err := client.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: &verdictv1.Endpoint{Tags: tags}})
+		s, err := client.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: wl})
 		if err != nil {
 			return watchEnd(ctx, e, err)
 		}
@@ -60,8 +64,8 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 			if err != nil {
 				return watchEnd(ctx, e, err)
 			}
-			if *output == "json" {
-				fmt.Fprintln(e.stdout, compactJSON(m))
+			if output.structured() {
+				printStreamed(e.stdout, output.value, m)
 				continue
 			}
 			printRules(e.stdout, m)
@@ -76,8 +80,8 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 		if err != nil {
 			return watchEnd(ctx, e, err)
 		}
-		if *output == "json" {
-			fmt.Fprintln(e.stdout, compactJSON(m))
+		if output.structured() {
+			printStreamed(e.stdout, output.value, m)
 			continue
 		}
 		printWatchEvent(e.stdout, m)
@@ -128,18 +132,51 @@ func printRules(w io.Writer, m *verdictv1.WatchRulesResponse) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "    #\tPHASE\tSCOPE\tPOLICY\tRULE\tPEER\tPORTS\tACTION")
 		for i, r := range s.r.GetRules() {
-			var peers []string
-			for _, p := range r.GetPeer() {
-				peers = append(peers, compactJSON(p))
-			}
+			peer := selectorsText(r.GetPeer())
 			var ports []string
 			for _, p := range r.GetPorts() {
 				ports = append(ports, strings.TrimSuffix(p.GetProtocol()+"/"+p.GetPorts(), "/"))
 			}
 			fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.GetPhase(), orDash(r.GetScope()), orDash(r.GetPolicy()),
-				r.GetRule(), orDash(strings.Join(peers, " | ")), orDash(strings.Join(ports, " ")), actionText(r.GetAction()))
+				r.GetRule(), peer, orDash(strings.Join(ports, " ")), actionText(r.GetAction()))
 		}
 		fmt.Fprintf(tw, "    *\tfallback\t\t\t\t\t\t%s (%s)\n", actionText(s.r.GetFallback()), reasonText(s.r.GetFallbackReason()))
 		tw.Flush()
+	}
+}
+
+// workloadEndpoint is the workload of watch rules (and inspect): by tags,
+// name or address, exactly one.
+func workloadEndpoint(tags, name, address string) (*verdictv1.Endpoint, error) {
+	n := 0
+	for _, v := range []string{tags, name, address} {
+		if v != "" {
+			n++
+		}
+	}
+	switch {
+	case n != 1:
+		return nil, fmt.Errorf("name the workload: --workload k=v,.., --workload-name NAME or --workload-address IP (one of them)")
+	case name != "":
+		return &verdictv1.Endpoint{Workload: name}, nil
+	case address != "":
+		return &verdictv1.Endpoint{Address: address}, nil
+	}
+	t, err := parseTags(tags)
+	if err != nil {
+		return nil, fmt.Errorf("--workload: %w", err)
+	}
+	return &verdictv1.Endpoint{Tags: t}, nil
+}
+
+// printStreamed writes one message of a stream: a JSON line, or a YAML document.
+func printStreamed(w io.Writer, format string, m proto.Message) {
+	if format == "json" {
+		fmt.Fprintln(w, compactJSON(m))
+		return
+	}
+	fmt.Fprintln(w, "---")
+	if err := printMessage(w, "yaml", m); err != nil {
+		fmt.Fprintf(w, "# %v\n", err)
 	}
 }
