@@ -286,7 +286,7 @@ func (p *PeerPlan) Static() bool { return !p.externalOK }
 
 // Addresses returns the set's addresses given the Out addresses of its
 // members, for a set that is not Static: the CIDRs its `ip` requirements
-// select, less those addresses, as sorted text.
+// select, less those addresses, as text sorted as text.
 func (p *PeerPlan) Addresses(out []string) []string {
 	ps := append([]netip.Prefix(nil), p.external...)
 	for _, o := range out {
@@ -294,7 +294,9 @@ func (p *PeerPlan) Addresses(out []string) []string {
 			ps = subtractAddress(ps, a)
 		}
 	}
-	return prefixStrings(ps)
+	list := prefixStrings(ps)
+	sort.Strings(list)
+	return list
 }
 
 // TouchedWorkloads returns the workloads of a mesh whose part in any set may
@@ -349,6 +351,24 @@ func (s *Snapshot) WorkloadAddresses(mesh, name string) ([]string, bool) {
 		return nil, false
 	}
 	return e.w.Addresses, true
+}
+
+// AddressOwner returns the valid workload that holds an address (canonical
+// text); false when none does.
+func (s *Snapshot) AddressOwner(mesh, addr string) (string, bool) {
+	inv := s.inventoryOf(mesh)
+	if inv == nil {
+		return "", false
+	}
+	cl := claimsOf(inv.claims.Get, addr)
+	if len(cl) == 0 {
+		return "", false
+	}
+	e, ok := inv.byName.Get(cl[0].name)
+	if !ok || e.err != "" {
+		return "", false
+	}
+	return e.w.Name, true
 }
 
 func (s *Snapshot) inventoryOf(mesh string) *inventory {

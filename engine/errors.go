@@ -30,6 +30,7 @@ var codeNames = [...]struct {
 	{ErrIdentityCollision, "FailedPrecondition"},
 	{ErrRegistryFull, "ResourceExhausted"},
 	{ErrEndpointNotFound, "NotFound"},
+	{ErrPeerNotAddressable, "FailedPrecondition"},
 }
 
 // CodeName returns the status code name the API answers err with when err is

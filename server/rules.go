@@ -4,61 +4,112 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // rulesHub computes WatchRules answers: one group per distinct (mesh, type,
-// tag set), its rules computed once per snapshot and handed to every stream
-// of the group; a stream is woken only when its group's rules change.
+// workload as given, address sets or not), its rules computed once per
+// snapshot that may change them and handed to every stream of the group; a
+// stream is woken only when its group has something to send. With address
+// sets, the sets (addrsets.go) are shared by every group naming them and
+// updated once per snapshot; a group whose rules are unchanged sends the
+// deltas of its sets, and nothing when none changed.
+//
+// Every group and set reflects the hub's snapshot (snap): all of it is
+// guarded by mu, and a new group is computed at snap, never at a newer
+// snapshot the hub has not processed (its sets' deltas would be skipped).
 type rulesHub struct {
 	syncer syncer.API
 	log    *slog.Logger
 
 	mu     sync.Mutex
+	snap   *engine.Snapshot
 	groups map[string]*ruleGroup
+	sets   *setRegistry
+}
+
+// watched is the workload of a WatchRules request, as given.
+type watched struct {
+	tags    engine.Tags
+	name    string
+	address string // canonical
+}
+
+// resolution is how a watched workload resolved at a snapshot.
+type resolution struct {
+	tags  engine.Tags
+	rep   *verdictv1.EndpointResolution
+	addrs []string // the workload's addresses (name and address forms)
+}
+
+func (r resolution) equal(o resolution) bool {
+	return maps.Equal(r.tags, o.tags) && proto.Equal(r.rep, o.rep) && slices.Equal(r.addrs, o.addrs)
+}
+
+// rulePeer is one rule's peer as address sets and CIDRs.
+type rulePeer struct {
+	sets  []string
+	cidrs []string
 }
 
 // rulesState is a group's rules at a revision, or the error that ends its streams.
 type rulesState struct {
 	rev int64
-	set engine.RuleSet
-	err error
-	// resp is the answer every stream of the group sends: converted once,
-	// never modified (marshaling it from many streams at once is safe).
-	resp *verdictv1.WatchRulesResponse
+	// version counts the states the streams were told of; a stream that has
+	// version-1 can take delta.
+	version uint64
+	set     engine.RuleSet
+	res     resolution
+	err     error
+	peers   [2][]rulePeer // address sets: outbound, inbound rules' peers
+	named   []*peerSet    // address sets: the distinct sets the rules name, by name
+	// delta is the SET_DELTAS message from version-1 to this state; nil when
+	// this state's rules or resolution changed.
+	delta *verdictv1.WatchRulesResponse
 }
 
 type ruleGroup struct {
 	key      string
 	mesh     string
 	typ      string
-	tags     engine.Tags
+	ep       watched
+	sets     bool
 	state    rulesState
 	watchers map[*rulesWatcher]struct{}
+	// full is the RULES message of the current state at fullRev, shared by
+	// the streams that need it; never modified once made.
+	full        *verdictv1.WatchRulesResponse
+	fullVersion uint64
+	fullRev     int64
 }
 
-// rulesWatcher is one stream's mailbox: the newest state and a wake-up. A
-// slow stream skips intermediate states; it never blocks the hub.
+// rulesWatcher is one stream's mailbox: a wake-up, and the version of its
+// group's state it was last given (guarded by the hub's mu). A slow stream
+// skips intermediate states (it is then sent the state in full); it never
+// blocks the hub.
 type rulesWatcher struct {
 	hub    *rulesHub
 	group  *ruleGroup
 	notify chan struct{}
-
-	mu    sync.Mutex
-	state rulesState
+	sent   uint64
 }
 
 func newRulesHub(sy syncer.API, log *slog.Logger) *rulesHub {
-	return &rulesHub{syncer: sy, log: log, groups: map[string]*ruleGroup{}}
+	return &rulesHub{syncer: sy, log: log, groups: map[string]*ruleGroup{}, sets: newSetRegistry()}
 }
 
 // run follows the syncer's snapshots until ctx ends. A dropped subscription
@@ -66,7 +117,7 @@ func newRulesHub(sy syncer.API, log *slog.Logger) *rulesHub {
 func (h *rulesHub) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		sub := h.syncer.Subscribe(64)
-		h.refresh(h.syncer.Snapshot())
+		h.refresh(h.syncer.Snapshot(), nil, nil)
 		h.follow(ctx, sub)
 		sub.Close()
 		if err := sub.Err(); err != nil && ctx.Err() == nil {
@@ -88,109 +139,291 @@ func (h *rulesHub) follow(ctx context.Context, sub syncer.Subscription) {
 			if !ok {
 				return
 			}
-			h.refresh(u.Snapshot)
+			h.refresh(u.Snapshot, u.Previous, u.Changes)
 		}
 	}
 }
 
-// refresh recomputes every group at snap and wakes the watchers of the
-// groups whose rules changed.
-func (h *rulesHub) refresh(snap *engine.Snapshot) {
+// refresh brings every set and group to snap and wakes the watchers of the
+// groups with something to send. With prev the hub's own snapshot and changes
+// the changes from it to snap, only what they can alter is recomputed: a
+// set's members touched by a workload change; a group's rules when its mesh's
+// policies changed or its workload resolves differently. Otherwise (prev
+// nil, or a gap) everything is.
+func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 	h.mu.Lock()
-	groups := make([]*ruleGroup, 0, len(h.groups))
-	for _, g := range h.groups {
-		if g.state.rev < snap.Revision() {
-			groups = append(groups, g)
+	defer h.mu.Unlock()
+	if h.snap != nil && snap.Revision() <= h.snap.Revision() {
+		return
+	}
+	incremental := prev != nil && h.snap != nil && prev.Revision() == h.snap.Revision()
+	rev := snap.Revision()
+	policyMeshes := map[string]bool{}
+	workloads := map[string][]string{}
+	for _, c := range changes {
+		if c.Key.Kind == engine.KindWorkload {
+			workloads[c.Key.Mesh] = append(workloads[c.Key.Mesh], c.Key.Name)
+		} else {
+			policyMeshes[c.Key.Mesh] = true
 		}
 	}
-	h.mu.Unlock()
-	for _, g := range groups {
-		st := compute(snap, g.mesh, g.typ, g.tags)
-		h.mu.Lock()
-		if g.state.rev < st.rev {
-			changed := (st.err == nil) != (g.state.err == nil) || (st.err == nil && !st.set.Equal(g.state.set))
-			if changed {
-				st = st.withResponse()
-			} else {
-				st.resp = g.state.resp // same rules: the streams have them already
+	touched := map[string][]string{}
+	for _, ps := range h.sets.byKey {
+		if !incremental {
+			ps.update(snap, nil, true)
+			continue
+		}
+		names, ok := touched[ps.mesh]
+		if !ok && len(workloads[ps.mesh]) > 0 {
+			names = snap.TouchedWorkloads(prev, ps.mesh, workloads[ps.mesh])
+			touched[ps.mesh] = names
+		}
+		ps.update(snap, names, false)
+	}
+	for _, g := range h.groups {
+		if g.state.rev >= rev {
+			continue
+		}
+		if incremental && !policyMeshes[g.mesh] && g.state.err == nil && g.ep.tags != nil {
+			h.advance(g, g.state, rev) // tags given: nothing but policies changes the rules
+			continue
+		}
+		st := h.compute(g, snap)
+		old := g.state
+		if st.err == nil && old.err == nil && st.set.Equal(old.set) && st.res.equal(old.res) {
+			h.swapSets(&old, &st)
+			h.advance(g, st, rev)
+			continue
+		}
+		if st.err != nil && old.err != nil {
+			continue
+		}
+		h.swapSets(&old, &st)
+		st.version = old.version + 1
+		g.state = st
+		g.wake()
+	}
+	h.snap = snap
+}
+
+// advance moves a group whose rules and resolution are unchanged to rev: the
+// deltas of its sets at rev, if any, make a new state the streams are sent.
+func (h *rulesHub) advance(g *ruleGroup, st rulesState, rev int64) {
+	st.rev = rev
+	st.version = g.state.version
+	st.delta = nil
+	if g.sets {
+		var deltas []*verdictv1.AddressSetDelta
+		for _, ps := range st.named {
+			if d := ps.deltaAt(rev); d != nil {
+				deltas = append(deltas, d)
 			}
-			g.state = st
-			if changed {
-				for w := range g.watchers {
-					w.set(st)
+		}
+		if len(deltas) > 0 {
+			st.version++
+			st.delta = &verdictv1.WatchRulesResponse{Revision: rev, Kind: verdictv1.WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS,
+				SetDeltas: deltas}
+		}
+	}
+	changed := st.version != g.state.version
+	g.state = st
+	if changed {
+		g.wake()
+	}
+}
+
+// swapSets moves the group's set references from old's sets to st's.
+func (h *rulesHub) swapSets(old, st *rulesState) {
+	for _, ps := range st.named {
+		ps.refs++
+	}
+	for _, ps := range old.named {
+		h.sets.release(ps)
+	}
+}
+
+func (g *ruleGroup) wake() {
+	for w := range g.watchers {
+		select {
+		case w.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// compute is a group's state at snap: its workload resolved, its rules, and
+// with address sets each rule's peer as sets and CIDRs (the sets made as
+// needed; the caller takes their references with swapSets).
+func (h *rulesHub) compute(g *ruleGroup, snap *engine.Snapshot) rulesState {
+	st := rulesState{rev: snap.Revision()}
+	st.res, st.err = resolveWatched(snap, g.mesh, g.ep)
+	if st.err != nil {
+		return st
+	}
+	st.set, st.err = snap.RulesFor(g.mesh, g.typ, st.res.tags)
+	if st.err != nil || !g.sets {
+		return st
+	}
+	seen := map[*peerSet]bool{}
+	for side, sr := range []*engine.SideRules{&st.set.Outbound, &st.set.Inbound} {
+		st.peers[side] = make([]rulePeer, len(sr.Rules))
+		for i, r := range sr.Rules {
+			var p rulePeer
+			for _, sel := range r.Peer {
+				cidrs, ps, err := h.sets.peer(snap, g.mesh, sel)
+				if err != nil {
+					for _, ps := range st.named { // made for this state only: not kept
+						if ps.refs == 0 {
+							h.sets.refs0(ps)
+						}
+					}
+					return rulesState{rev: st.rev, err: fmt.Errorf("%s rule %s of policy %q: %w", sideName(side), r.Rule, r.Policy, err)}
+				}
+				p.cidrs = append(p.cidrs, cidrs...)
+				if ps != nil {
+					p.sets = append(p.sets, ps.name)
+					if !seen[ps] {
+						seen[ps] = true
+						st.named = append(st.named, ps)
+					}
 				}
 			}
+			st.peers[side][i] = p
 		}
-		h.mu.Unlock()
 	}
-}
-
-func compute(snap *engine.Snapshot, mesh, typ string, tags engine.Tags) rulesState {
-	set, err := snap.RulesFor(mesh, typ, tags)
-	return rulesState{rev: snap.Revision(), set: set, err: err}
-}
-
-// withResponse converts the state's rules for the streams, once.
-func (st rulesState) withResponse() rulesState {
-	if st.err == nil && st.resp == nil {
-		st.resp = apiconv.RulesResponse(st.rev, &st.set)
-	}
+	sort.Slice(st.named, func(i, j int) bool { return st.named[i].name < st.named[j].name })
 	return st
 }
 
-// watch registers a stream for a workload; its first state is ready at once.
-// A mesh that holds no resource is NotFound.
-func (h *rulesHub) watch(mesh, typ string, tags engine.Tags) (*rulesWatcher, error) {
+func sideName(side int) string {
+	if side == 0 {
+		return "outbound"
+	}
+	return "inbound"
+}
+
+// resolveWatched resolves a WatchRules workload at snap as Decide resolves an
+// endpoint (SPEC section 10): tags as given; a workload name → its tags (an
+// unknown or invalid one is NotFound); an address → its workload's tags plus
+// ip, else the external endpoint {ip: ADDRESS}.
+func resolveWatched(snap *engine.Snapshot, mesh string, ep watched) (resolution, error) {
+	switch {
+	case ep.name != "":
+		e, ok := snap.Get(engine.Key{Kind: engine.KindWorkload, Mesh: mesh, Name: ep.name})
+		w, isW := e.Resource.(*engine.Workload)
+		if !ok || e.Err != nil || !isW {
+			return resolution{}, fmt.Errorf("%w: workload %q of mesh %q", store.ErrNotFound, ep.name, mesh)
+		}
+		return resolution{tags: w.Tags, addrs: w.Addresses, rep: &verdictv1.EndpointResolution{
+			Form: verdictv1.EndpointForm_ENDPOINT_FORM_WORKLOAD, ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD,
+			Workload: w.Name, Identity: w.Identity()}}, nil
+	case ep.address != "":
+		if name, ok := snap.AddressOwner(mesh, ep.address); ok {
+			e, _ := snap.Get(engine.Key{Kind: engine.KindWorkload, Mesh: mesh, Name: name})
+			if w, ok := e.Resource.(*engine.Workload); ok {
+				tags := maps.Clone(w.Tags)
+				if tags == nil {
+					tags = engine.Tags{}
+				}
+				tags[engine.IPTag] = ep.address
+				return resolution{tags: tags, addrs: w.Addresses, rep: &verdictv1.EndpointResolution{
+					Form: verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS, ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD,
+					Workload: w.Name, Identity: w.Identity()}}, nil
+			}
+		}
+		return resolution{tags: engine.Tags{engine.IPTag: ep.address}, rep: &verdictv1.EndpointResolution{
+			Form: verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS, ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_EXTERNAL,
+			Identity: engine.Identity(mesh, nil)}}, nil
+	}
+	return resolution{tags: ep.tags, rep: &verdictv1.EndpointResolution{Form: verdictv1.EndpointForm_ENDPOINT_FORM_TAGS,
+		ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_TAGS, Identity: engine.Identity(mesh, ep.tags)}}, nil
+}
+
+// fullMessage is the group's RULES message at rev, made once per state and
+// revision and shared by the streams that need it.
+func (g *ruleGroup) fullMessage(rev int64) *verdictv1.WatchRulesResponse {
+	if g.full != nil && g.fullVersion == g.state.version && g.fullRev == rev {
+		return g.full
+	}
+	st := &g.state
+	resp := apiconv.RulesResponse(rev, &st.set)
+	resp.Kind = verdictv1.WatchRulesKind_WATCH_RULES_KIND_RULES
+	resp.Workload = st.res.rep
+	if g.sets {
+		for side, sr := range []*verdictv1.SideRules{resp.Outbound, resp.Inbound} {
+			for i, r := range sr.GetRules() {
+				r.PeerSets, r.PeerCidrs = st.peers[side][i].sets, st.peers[side][i].cidrs
+			}
+		}
+		for _, ps := range st.named {
+			resp.Sets = append(resp.Sets, ps.message())
+		}
+		resp.WorkloadAddresses = st.res.addrs
+	}
+	g.full, g.fullVersion, g.fullRev = resp, st.version, rev
+	return resp
+}
+
+// watch registers a stream for a workload; its first message is ready at
+// once. A mesh that holds no resource, or an unknown workload, is NotFound.
+func (h *rulesHub) watch(mesh, typ string, ep watched, sets bool) (*rulesWatcher, error) {
 	if mesh == "" {
 		mesh = engine.DefaultMesh
 	}
 	if typ == "" {
 		typ = engine.DefaultType
 	}
-	key := groupKey(mesh, typ, tags)
+	key := groupKey(mesh, typ, ep, sets)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.snap == nil { // the hub has not run yet: it starts from this snapshot
+		h.snap = h.syncer.Snapshot()
+	}
 	g, ok := h.groups[key]
 	if !ok {
-		// The syncer's current snapshot is at least as new as any the hub has
-		// seen, so the new group is never behind the others.
-		st := compute(h.syncer.Snapshot(), mesh, typ, tags).withResponse()
+		g = &ruleGroup{key: key, mesh: mesh, typ: typ, ep: ep, sets: sets, watchers: map[*rulesWatcher]struct{}{}}
+		st := h.compute(g, h.snap)
 		if st.err != nil {
 			return nil, st.err
 		}
-		g = &ruleGroup{key: key, mesh: mesh, typ: typ, tags: copyTags(tags), state: st, watchers: map[*rulesWatcher]struct{}{}}
+		h.swapSets(&rulesState{}, &st)
+		st.version = 1
+		g.state = st
 		h.groups[key] = g
 	}
 	if g.state.err != nil {
 		return nil, g.state.err
 	}
-	if g.state.resp.GetRevision() != g.state.rev {
-		// The rules are unchanged since resp was made: a new stream gets them
-		// at the current revision.
-		st := g.state
-		st.resp = nil
-		g.state = st.withResponse()
-	}
 	w := &rulesWatcher{hub: h, group: g, notify: make(chan struct{}, 1)}
 	g.watchers[w] = struct{}{}
-	w.set(g.state)
+	w.notify <- struct{}{}
 	return w, nil
 }
 
-func (w *rulesWatcher) set(st rulesState) {
-	w.mu.Lock()
-	w.state = st
-	w.mu.Unlock()
-	select {
-	case w.notify <- struct{}{}:
-	default:
+// next is what the stream sends next: nil when it has the group's state;
+// the state's deltas when it has the state before; else the state in full.
+func (h *rulesHub) next(w *rulesWatcher) (*verdictv1.WatchRulesResponse, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := &w.group.state
+	switch {
+	case st.err != nil:
+		return nil, st.err
+	case st.version == w.sent:
+		return nil, nil
+	case st.delta != nil && st.version == w.sent+1:
+		w.sent = st.version
+		return st.delta, nil
 	}
+	w.sent = st.version
+	return w.group.fullMessage(h.snap.Revision()), nil
 }
 
-func (w *rulesWatcher) latest() rulesState {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.state
+// revision is the revision of the watcher's group (for errors).
+func (w *rulesWatcher) revision() int64 {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	return w.group.state.rev
 }
 
 // close unregisters the watcher; the last one out removes its group.
@@ -201,6 +434,7 @@ func (w *rulesWatcher) close() {
 	delete(w.group.watchers, w)
 	if len(w.group.watchers) == 0 && h.groups[w.group.key] == w.group {
 		delete(h.groups, w.group.key)
+		h.swapSets(&w.group.state, &rulesState{})
 	}
 }
 
@@ -211,10 +445,17 @@ func (h *rulesHub) groupCount() int {
 	return len(h.groups)
 }
 
-// groupKey is an unambiguous key of (mesh, type, tags).
-func groupKey(mesh, typ string, tags engine.Tags) string {
-	keys := make([]string, 0, len(tags))
-	for k := range tags {
+// setCount is the number of address sets in use (for tests).
+func (h *rulesHub) setCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sets.byKey)
+}
+
+// groupKey is an unambiguous key of (mesh, type, workload as given, sets).
+func groupKey(mesh, typ string, ep watched, sets bool) string {
+	keys := make([]string, 0, len(ep.tags))
+	for k := range ep.tags {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -226,19 +467,24 @@ func groupKey(mesh, typ string, tags engine.Tags) string {
 	}
 	write(mesh)
 	write(typ)
-	for _, k := range keys {
-		write(k)
-		write(tags[k])
+	switch {
+	case ep.name != "":
+		b.WriteString("w")
+		write(ep.name)
+	case ep.address != "":
+		b.WriteString("a")
+		write(ep.address)
+	default:
+		b.WriteString("t")
+		for _, k := range keys {
+			write(k)
+			write(ep.tags[k])
+		}
+	}
+	if sets {
+		b.WriteString("s")
 	}
 	return b.String()
-}
-
-func copyTags(t engine.Tags) engine.Tags {
-	out := make(engine.Tags, len(t))
-	for k, v := range t {
-		out[k] = v
-	}
-	return out
 }
 
 // serveRules sends a workload's rules to one WatchRules stream: the newest
@@ -260,12 +506,12 @@ func (s *Server) serveRules(ctx context.Context, w *rulesWatcher, send func(*ver
 		}
 	}()
 	start := func() error {
-		st := w.latest()
-		if st.err != nil {
-			return st.err
+		msg, err := w.hub.next(w)
+		if err != nil || msg == nil {
+			return err
 		}
 		sending = true
-		go func() { sent <- send(st.resp) }()
+		go func() { sent <- send(msg) }()
 		return nil
 	}
 	for {
@@ -304,7 +550,7 @@ func (s *Server) serveRules(ctx context.Context, w *rulesWatcher, send func(*ver
 		case <-behindC:
 			s.metrics.rulesDropped(ctx)
 			return fmt.Errorf("%w: the rules of revision %d waited %v behind an unread message; reconnect",
-				errFellBehind, w.latest().rev, s.cfg.RulesMaxLag)
+				errFellBehind, w.revision(), s.cfg.RulesMaxLag)
 		}
 	}
 }

@@ -117,10 +117,7 @@ func validateRequest(req any) error {
 		errs.minRevision("fromRevision", r.GetFromRevision())
 	case *verdictv1.WatchRulesRequest:
 		errs.names(r.GetMesh(), r.GetType())
-		errs.endpointForm("workload", r.GetWorkload())
-		if err := engine.CheckTags(r.GetWorkload().GetTags()); err != nil {
-			errs.add("workload.tags", err.Error())
-		}
+		errs.watchedForm("workload", r.GetWorkload())
 	}
 	return errs.err()
 }
@@ -213,6 +210,35 @@ func (e *fieldErrors) endpointForm(field string, ep *verdictv1.Endpoint) {
 		e.add(field+".principal", "the principal form is not served yet: give tags")
 	case ep.GetIdentity() != 0:
 		e.add(field+".identity", "the identity form is not served yet: give tags")
+	}
+}
+
+// watchedForm checks a WatchRules workload: exactly one of tags, a workload
+// name or an address. A principal or an identity names a tag set, not a
+// workload whose rules a firewall could enforce: refused.
+func (e *fieldErrors) watchedForm(field string, ep *verdictv1.Endpoint) {
+	given := 0
+	for _, set := range []bool{len(ep.GetTags()) > 0, ep.GetWorkload() != "", ep.GetAddress() != "",
+		ep.GetPrincipal() != "", ep.GetIdentity() != 0} {
+		if set {
+			given++
+		}
+	}
+	if given > 1 {
+		e.add(field, "give exactly one of tags, workload and address")
+	}
+	switch {
+	case ep.GetPrincipal() != "":
+		e.add(field+".principal", "WatchRules takes a workload by tags, name or address, not by principal")
+	case ep.GetIdentity() != 0:
+		e.add(field+".identity", "WatchRules takes a workload by tags, name or address, not by identity")
+	case ep.GetAddress() != "":
+		if _, err := engine.CanonicalAddress(ep.GetAddress()); err != nil {
+			e.add(field+".address", err.Error())
+		}
+	}
+	if err := engine.CheckTags(ep.GetTags()); err != nil {
+		e.add(field+".tags", err.Error())
 	}
 }
 

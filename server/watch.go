@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 
+	"github.com/verdictpdp/verdict/engine"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -86,17 +87,41 @@ func sendSnapshot(stream verdictv1.WatchService_WatchResourcesServer, rev int64,
 }
 
 // WatchRules streams a workload's rules: in full first, then whenever they
-// change. The rules are computed once per distinct (mesh, type, tags) per
-// snapshot by the hub, and shared by every stream watching that workload.
+// change, and with address sets the deltas of their sets. The rules are
+// computed once per distinct (mesh, type, workload as given, address sets)
+// per snapshot by the hub, and shared by every stream watching that workload.
+// Address sets expose the inventory: they need an authorized caller, as
+// WatchResources does.
 func (s watchService) WatchRules(req *verdictv1.WatchRulesRequest, stream verdictv1.WatchService_WatchRulesServer) error {
 	ctx := stream.Context()
+	if req.GetAddressSets() {
+		if _, err := s.authorize(ctx); err != nil {
+			return err // a status already (checkCaller)
+		}
+	}
 	if err := validateRequest(req); err != nil {
 		return toStatus(ctx, s.log, err)
 	}
-	w, err := s.hub.watch(req.GetMesh(), req.GetType(), req.GetWorkload().GetTags())
+	w, err := s.hub.watch(req.GetMesh(), req.GetType(), watchedOf(req.GetWorkload()), req.GetAddressSets())
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
 	defer w.close()
 	return toStatus(ctx, s.log, s.serveRules(ctx, w, stream.Send))
+}
+
+// watchedOf is a validated request's workload.
+func watchedOf(ep *verdictv1.Endpoint) watched {
+	switch {
+	case ep.GetWorkload() != "":
+		return watched{name: ep.GetWorkload()}
+	case ep.GetAddress() != "":
+		a, _ := engine.CanonicalAddress(ep.GetAddress())
+		return watched{address: a}
+	}
+	tags := ep.GetTags()
+	if tags == nil {
+		tags = engine.Tags{}
+	}
+	return watched{tags: tags}
 }
