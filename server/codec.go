@@ -54,7 +54,7 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	m, ok := v.(proto.Message)
-	if !ok || !strings.HasPrefix(string(m.ProtoReflect().Descriptor().FullName()), "verdict.v1.") {
+	if !ok || !marksUndecodable(m.ProtoReflect().Descriptor().FullName()) {
 		return err
 	}
 	b := data.Materialize()
@@ -63,6 +63,14 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	salvageScalars(b, m)
 	markUndecodable(m, field, reason)
 	return nil
+}
+
+// marksUndecodable: the messages decoded as empty and marked when they do not
+// decode — verdict.v1's, and Envoy's CheckRequest, which Check then answers
+// with a DENY (gRPC's INTERNAL would be a failed check, which Envoy lets pass
+// under failure_mode_allow).
+func marksUndecodable(name protoreflect.FullName) bool {
+	return strings.HasPrefix(string(name), "verdict.v1.") || name == "envoy.service.auth.v3.CheckRequest"
 }
 
 // markUndecodable marks m (reset or empty) as refused: validation answers

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -112,6 +113,9 @@ type Config struct {
 	// are evicted (engine.Registry).
 	IdentityMaxSets  int
 	IdentityMaxBytes int64
+	// DisableExtAuthz: do not serve Envoy's envoy.service.auth.v3.Authorization
+	// (docs/envoy.md), which is served by default beside verdict.v1.
+	DisableExtAuthz bool
 	// Ready, when set, holds health NOT_SERVING until it is closed, on top of
 	// the first sync (the daemon closes it once its --bootstrap file is in the
 	// snapshot).
@@ -248,13 +252,27 @@ func New(cfg Config) (*Server, error) {
 	verdictv1.RegisterPolicyServiceServer(s.grpc, policyService{Server: s})
 	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{Server: s})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{Server: s})
+	if !cfg.DisableExtAuthz {
+		authv3.RegisterAuthorizationServer(s.grpc, authzService{Server: s})
+	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	for _, svc := range []string{"", verdictv1.DecisionService_ServiceDesc.ServiceName,
-		verdictv1.PolicyService_ServiceDesc.ServiceName, verdictv1.WatchService_ServiceDesc.ServiceName} {
+	for _, svc := range s.healthServices() {
 		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 	return s, nil
+}
+
+// healthServices are the service names health reports on: "" (the server),
+// the verdict.v1 services, and Envoy's Authorization when it is served (an
+// Envoy cluster's gRPC health check may name it).
+func (s *Server) healthServices() []string {
+	out := []string{"", verdictv1.DecisionService_ServiceDesc.ServiceName,
+		verdictv1.PolicyService_ServiceDesc.ServiceName, verdictv1.WatchService_ServiceDesc.ServiceName}
+	if !s.cfg.DisableExtAuthz {
+		out = append(out, authv3.Authorization_ServiceDesc.ServiceName)
+	}
+	return out
 }
 
 // ServerOptions returns the gRPC server options of the server: the
@@ -361,8 +379,7 @@ func (s *Server) watchSynced(ctx context.Context) {
 	if s.stopping() {
 		return
 	}
-	for _, svc := range []string{"", verdictv1.DecisionService_ServiceDesc.ServiceName,
-		verdictv1.PolicyService_ServiceDesc.ServiceName, verdictv1.WatchService_ServiceDesc.ServiceName} {
+	for _, svc := range s.healthServices() {
 		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 	s.log.InfoContext(ctx, "synced: serving", "revision", s.syncer.Snapshot().Revision())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -40,10 +41,11 @@ const (
 
 // validationInterceptor validates unary requests before their handler runs.
 // Decide is left to its handler, which validates the request as it builds
-// the engine's (decideRequest): once per call.
+// the engine's (decideRequest): once per call. So is Envoy's Check, which
+// answers an invalid request with a DENY, never an error (extauthz.go).
 func (s *Server) validationInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	switch req.(type) {
-	case *verdictv1.DecideRequest, *verdictv1.DecideCompactRequest:
+	case *verdictv1.DecideRequest, *verdictv1.DecideCompactRequest, *authv3.CheckRequest:
 		return handler(ctx, req)
 	}
 	if err := validateRequest(req); err != nil {

@@ -52,6 +52,9 @@ type Config struct {
 	AllowIdentities []string
 	// InsecureListen allows plaintext beyond loopback (behind a TLS proxy, say).
 	InsecureListen bool
+	// DisableExtAuthz stops serving Envoy's envoy.service.auth.v3.Authorization
+	// on the gRPC listener (served by default; docs/envoy.md).
+	DisableExtAuthz bool
 
 	// LogLevel: debug, info, warn or error (default info). LogFormat: text or json.
 	LogLevel  string

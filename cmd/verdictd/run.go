@@ -107,6 +107,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Syncer:      sy, Store: st, Logger: log.With("component", "server"),
 		TLS: serverTLS, Token: token, AllowedIdentities: cfg.AllowIdentities,
 		MeterProvider: tel.meters, TracerProvider: tel.tracer, ShutdownTimeout: cfg.ShutdownTimeout,
+		DisableExtAuthz: cfg.DisableExtAuthz,
 	})
 	if err != nil {
 		return err
@@ -116,7 +117,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("--listen: %w", err)
 	}
 	log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", serverTLS != nil,
-		"mtls", serverTLS != nil && serverTLS.ClientCAs != nil, "token", token != "", "allowed_identities", len(cfg.AllowIdentities))
+		"mtls", serverTLS != nil && serverTLS.ClientCAs != nil, "token", token != "", "allowed_identities", len(cfg.AllowIdentities),
+		"ext_authz", !cfg.DisableExtAuthz)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return sy.Run(gctx) })
