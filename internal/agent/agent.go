@@ -422,12 +422,12 @@ func localAddrs(nsPath string, names []string) ([]netip.Addr, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer orig.Close()
+		defer func() { _ = orig.Close() }()
 		ns, err := netns.GetFromPath(nsPath)
 		if err != nil {
 			return nil, err
 		}
-		defer ns.Close()
+		defer func() { _ = ns.Close() }()
 		if err := netns.Set(ns); err != nil {
 			return nil, err
 		}

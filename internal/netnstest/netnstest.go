@@ -98,12 +98,12 @@ func In(t testing.TB, ns string, f func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer orig.Close()
+	defer func() { _ = orig.Close() }()
 	h, err := netns.GetFromName(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	defer func() { _ = h.Close() }()
 	if err := netns.Set(h); err != nil {
 		t.Fatal(err)
 	}
