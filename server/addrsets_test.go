@@ -241,3 +241,25 @@ func TestSetNamesAreStable(t *testing.T) {
 		})
 	}
 }
+
+// resolveWatched converts the engine's forms by number: the two enums agree.
+func TestEndpointEnumsAgree(t *testing.T) {
+	t.Parallel()
+	forms := map[engine.EndpointForm]verdictv1.EndpointForm{engine.FormTags: verdictv1.EndpointForm_ENDPOINT_FORM_TAGS,
+		engine.FormWorkload: verdictv1.EndpointForm_ENDPOINT_FORM_WORKLOAD, engine.FormAddress: verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS,
+		engine.FormPrincipal: verdictv1.EndpointForm_ENDPOINT_FORM_PRINCIPAL, engine.FormIdentity: verdictv1.EndpointForm_ENDPOINT_FORM_IDENTITY}
+	for e, p := range forms {
+		if verdictv1.EndpointForm(e) != p {
+			t.Errorf("form %v is %v in the API, not %v", e, p, verdictv1.EndpointForm(e))
+		}
+	}
+	as := map[engine.ResolvedAs]verdictv1.ResolvedAs{engine.AsTags: verdictv1.ResolvedAs_RESOLVED_AS_TAGS,
+		engine.AsWorkload: verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD, engine.AsExternal: verdictv1.ResolvedAs_RESOLVED_AS_EXTERNAL,
+		engine.AsPrincipalHolders: verdictv1.ResolvedAs_RESOLVED_AS_PRINCIPAL_HOLDERS, engine.AsKumaSpiffe: verdictv1.ResolvedAs_RESOLVED_AS_KUMA_SPIFFE,
+		engine.AsUnknownPrincipal: verdictv1.ResolvedAs_RESOLVED_AS_UNKNOWN_PRINCIPAL, engine.AsIdentity: verdictv1.ResolvedAs_RESOLVED_AS_IDENTITY}
+	for e, p := range as {
+		if verdictv1.ResolvedAs(e) != p {
+			t.Errorf("resolved-as %v is %v in the API, not %v", e, p, verdictv1.ResolvedAs(e))
+		}
+	}
+}

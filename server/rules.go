@@ -17,7 +17,6 @@ import (
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
@@ -303,40 +302,21 @@ func sideName(side int) string {
 }
 
 // resolveWatched resolves a WatchRules workload at snap as Decide resolves an
-// endpoint (SPEC section 10): tags as given; a workload name → its tags (an
-// unknown or invalid one is NotFound); an address → its workload's tags plus
-// ip, else the external endpoint {ip: ADDRESS}.
+// endpoint (engine.ResolveEndpoint, SPEC section 10), with no flow port: tags
+// as given; a workload name → its tags (an unknown or invalid one is
+// NotFound); an address → its workload's tags plus ip, else the external
+// endpoint {ip: ADDRESS}. A workload's addresses come with it.
 func resolveWatched(snap *engine.Snapshot, mesh string, ep watched) (resolution, error) {
-	switch {
-	case ep.name != "":
-		e, ok := snap.Get(engine.Key{Kind: engine.KindWorkload, Mesh: mesh, Name: ep.name})
-		w, isW := e.Resource.(*engine.Workload)
-		if !ok || e.Err != nil || !isW {
-			return resolution{}, fmt.Errorf("%w: workload %q of mesh %q", store.ErrNotFound, ep.name, mesh)
-		}
-		return resolution{tags: w.Tags, addrs: w.Addresses, rep: &verdictv1.EndpointResolution{
-			Form: verdictv1.EndpointForm_ENDPOINT_FORM_WORKLOAD, ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD,
-			Workload: w.Name, Identity: w.Identity()}}, nil
-	case ep.address != "":
-		if name, ok := snap.AddressOwner(mesh, ep.address); ok {
-			e, _ := snap.Get(engine.Key{Kind: engine.KindWorkload, Mesh: mesh, Name: name})
-			if w, ok := e.Resource.(*engine.Workload); ok {
-				tags := maps.Clone(w.Tags)
-				if tags == nil {
-					tags = engine.Tags{}
-				}
-				tags[engine.IPTag] = ep.address
-				return resolution{tags: tags, addrs: w.Addresses, rep: &verdictv1.EndpointResolution{
-					Form: verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS, ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD,
-					Workload: w.Name, Identity: w.Identity()}}, nil
-			}
-		}
-		return resolution{tags: engine.Tags{engine.IPTag: ep.address}, rep: &verdictv1.EndpointResolution{
-			Form: verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS, ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_EXTERNAL,
-			Identity: engine.Identity(mesh, nil)}}, nil
+	r, err := snap.ResolveEndpoint(mesh, &engine.Endpoint{Tags: ep.tags, Workload: ep.name, Address: ep.address}, false, 0, nil)
+	if err != nil {
+		return resolution{}, err
 	}
-	return resolution{tags: ep.tags, rep: &verdictv1.EndpointResolution{Form: verdictv1.EndpointForm_ENDPOINT_FORM_TAGS,
-		ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_TAGS, Identity: engine.Identity(mesh, ep.tags)}}, nil
+	out := resolution{tags: r.Tags, rep: &verdictv1.EndpointResolution{Form: verdictv1.EndpointForm(r.Form),
+		ResolvedAs: verdictv1.ResolvedAs(r.ResolvedAs), Workload: r.Workload, Identity: r.Identity}}
+	if r.Workload != "" {
+		out.addrs, _ = snap.WorkloadAddresses(mesh, r.Workload)
+	}
+	return out, nil
 }
 
 // fullMessage is the group's RULES message at rev, made once per state and
