@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -40,7 +41,7 @@ func ParseYAML(data []byte) ([]Document, error) {
 			return docs, nil
 		}
 		if err != nil {
-			return docs, fmt.Errorf("YAML: %w", err)
+			return docs, fmt.Errorf("YAML: %w", fixYAMLLine(err))
 		}
 		if n.Kind == yaml.DocumentNode && len(n.Content) == 0 {
 			continue
@@ -52,7 +53,11 @@ func ParseYAML(data []byte) ([]Document, error) {
 		if v == nil {
 			continue
 		}
-		docs = append(docs, Document{Value: v, Line: n.Line})
+		line := n.Line // the "---" before the document, or its first comment
+		if len(n.Content) > 0 {
+			line = n.Content[0].Line // the document's first key
+		}
+		docs = append(docs, Document{Value: v, Line: line})
 	}
 }
 
@@ -170,4 +175,18 @@ func treeDepth(v any, d int) int {
 		}
 	}
 	return max
+}
+
+// parserProblem matches the errors of yaml.v3's parser (not its scanner): it
+// reports their line 0-based (the scanner's are 1-based), one line early.
+var parserProblem = regexp.MustCompile(`^yaml: line (\d+): ((?:did not find expected|found duplicate|found incompatible|found undefined) .*)$`)
+
+// fixYAMLLine corrects the line of a parser error.
+func fixYAMLLine(err error) error {
+	m := parserProblem.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	n, _ := strconv.Atoi(m[1])
+	return fmt.Errorf("yaml: line %d: %s", n+1, m[2])
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+
+	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/apiconv"
@@ -71,7 +75,7 @@ func readResources(files []string, stdin io.Reader) ([]loaded, error) {
 				var ve *engine.ValidationError
 				if errors.As(err, &ve) {
 					for _, fe := range ve.Errors {
-						errs = append(errs, fmt.Errorf("%s: %s", p, fe.Error()))
+						errs = append(errs, fmt.Errorf("%s: %s", p, fieldLines(data, fe).Error()))
 					}
 					continue
 				}
@@ -180,4 +184,75 @@ func (w *writer) dryRunWhole(cur *current, ops []*op, warnings []string) int {
 	fmt.Fprintf(w.e.stdout, "dry run: nothing was written (the whole set of %d keys checked against the server's contents at revision %d)\n",
 		len(ops), cur.snap.Revision())
 	return exitOK
+}
+
+var docField = regexp.MustCompile(`^documents\[(\d+)\] \(line (\d+)\)(.*)$`)
+
+// fieldLines rewrites "documents[i] (line N).path: why" to name the line of
+// the field itself (the document's first line when the path is not found).
+func fieldLines(data []byte, fe engine.FieldError) engine.FieldError {
+	m := docField.FindStringSubmatch(fe.Field)
+	if m == nil || m[3] == "" {
+		return fe
+	}
+	i, _ := strconv.Atoi(m[1])
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	n := -1
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			return fe
+		}
+		if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+			continue // skipped by the decoder too
+		}
+		if n++; n < i {
+			continue
+		}
+		line := fieldNode(doc.Content[0], strings.TrimPrefix(m[3], "."))
+		if line > 0 {
+			fe.Field = fmt.Sprintf("documents[%s] (line %d)%s", m[1], line, m[3])
+		}
+		return fe
+	}
+}
+
+var pathPart = regexp.MustCompile(`^([^.\[]+)?((?:\[\d+\])*)`)
+
+// fieldNode returns the line of path ("sources[0].match") in n: of the
+// deepest node the path reaches.
+func fieldNode(n *yaml.Node, path string) int {
+	line := n.Line
+	for path != "" && n != nil {
+		m := pathPart.FindStringSubmatch(path)
+		if m == nil || m[0] == "" {
+			return line
+		}
+		path = strings.TrimPrefix(path[len(m[0]):], ".")
+		if m[1] != "" {
+			if n.Kind != yaml.MappingNode {
+				return line
+			}
+			var next *yaml.Node
+			for k := 0; k+1 < len(n.Content); k += 2 {
+				if n.Content[k].Value == m[1] {
+					line, next = n.Content[k].Line, n.Content[k+1]
+					break
+				}
+			}
+			if next == nil {
+				return line
+			}
+			n = next
+		}
+		for _, idx := range regexp.MustCompile(`\d+`).FindAllString(m[2], -1) {
+			j, _ := strconv.Atoi(idx)
+			if n.Kind != yaml.SequenceNode || j >= len(n.Content) {
+				return line
+			}
+			n = n.Content[j]
+			line = n.Line
+		}
+	}
+	return line
 }

@@ -218,6 +218,8 @@ cases:
 	docs := write("docs/set.yaml", cliSet)
 	ugly := write("ugly.yaml", "name: p\nsources: [{match: {app: web}}]\nkind: Policy\ndestinations: [{}]\n")
 	badDoc := write("bad.yaml", "kind: Policy\nname: p\n\nsources: [{match: {app: web}}]\naction: MAYBE\ndestinations: [{}]\n")
+	badSyntax := write("syntax.yaml", "kind: Policy\nname: p\nsources: [{match: {app: web}}\ndestinations: [{}]\n")
+	secondDoc := write("second.yaml", "kind: Policy\nname: p\nsources: [{}]\ndestinations: [{}]\n---\n# a comment\nkind: Policy\nname: q\naction: X\nsources: [{}]\ndestinations: [{}]\n")
 	tests := []struct {
 		args []string
 		code int
@@ -235,6 +237,10 @@ cases:
 		{[]string{"validate", "--whole", docs}, 0, nil},
 		{[]string{"validate", badDoc}, 3, []string{`"MAYBE" is not ALLOW or DENY`}},
 		{[]string{"validate", "-o", "json", badDoc}, 3, []string{`"valid": false`}},
+		// the line of the field, not of the document (finding 8)
+		{[]string{"validate", badDoc}, 3, []string{`documents[0] (line 5).action`}},
+		{[]string{"validate", badSyntax}, 3, []string{`line 3: did not find expected ',' or ']'`}},
+		{[]string{"validate", secondDoc}, 3, []string{`documents[1] (line 9).action`}},
 		{[]string{"fmt", ugly}, 0, []string{"kind: Policy\nmesh: default\nname: p\ntype: TrafficPermission\n"}},
 		{[]string{"fmt", "--check", ugly}, 1, []string{ugly}},
 	}
@@ -267,5 +273,28 @@ cases:
 	}
 	if err := xml.Unmarshal([]byte(r.out), &junit); err != nil || r.code != 1 || len(junit.Suites) != 1 || junit.Suites[0].Tests != 2 || junit.Suites[0].Failures != 1 {
 		t.Errorf("test -o junit: exit %d, %v %+v\n%s", r.code, err, junit, r.out)
+	}
+}
+
+// TestResolveSkipped: a policy whose only block was skipped by when reads
+// SKIPPED with the block, not OVERRIDDEN (finding 8).
+func TestResolveSkipped(t *testing.T) {
+	tests := []struct {
+		st   *verdictv1.PolicyStatus
+		want string
+	}{
+		{&verdictv1.PolicyStatus{Policy: "p", State: verdictv1.PolicyState_POLICY_STATE_OVERRIDDEN, Skipped: []string{"overrides: when is false"},
+			Missing: []*verdictv1.MissingRule{{Rule: "limit", Why: "skipped: overrides: when is false"}}}, "policy p: SKIPPED"},
+		{&verdictv1.PolicyStatus{Policy: "p", State: verdictv1.PolicyState_POLICY_STATE_OVERRIDDEN, Skipped: []string{"defaults: when is false"},
+			Missing: []*verdictv1.MissingRule{{Rule: "limit", Why: "overridden", By: "q"}}}, "policy p: OVERRIDDEN"},
+		{&verdictv1.PolicyStatus{Policy: "p", State: verdictv1.PolicyState_POLICY_STATE_OVERRIDDEN,
+			Missing: []*verdictv1.MissingRule{{Rule: "limit", Why: "overridden", By: "q"}}}, "policy p: OVERRIDDEN"},
+	}
+	for _, tc := range tests {
+		var buf bytes.Buffer
+		printResolution(&buf, &verdictv1.Resolution{Side: "inbound", Status: []*verdictv1.PolicyStatus{tc.st}})
+		if !strings.Contains(buf.String(), tc.want) {
+			t.Errorf("%v:\n%s\nwant %q", tc.st, buf.String(), tc.want)
+		}
 	}
 }

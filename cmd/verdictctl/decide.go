@@ -390,7 +390,7 @@ func printResolution(w io.Writer, r *verdictv1.Resolution) {
 		tw.Flush()
 	}
 	for _, st := range r.GetStatus() {
-		fmt.Fprintf(w, "  policy %s: %s\n", st.GetPolicy(), strings.TrimPrefix(st.GetState().String(), "POLICY_STATE_"))
+		fmt.Fprintf(w, "  policy %s: %s\n", st.GetPolicy(), stateText(st))
 		for _, m := range st.GetMissing() {
 			by := ""
 			if m.GetBy() != "" {
@@ -399,7 +399,23 @@ func printResolution(w io.Writer, r *verdictv1.Resolution) {
 			fmt.Fprintf(w, "    %s: %s%s\n", m.GetRule(), m.GetWhy(), by)
 		}
 		for _, s := range st.GetSkipped() {
-			fmt.Fprintf(w, "    skipped %s\n", s)
+			fmt.Fprintf(w, "    block skipped: %s\n", s)
 		}
 	}
+}
+
+// stateText is a policy's state in a resolution. A policy none of whose rules
+// is in the result because its blocks were skipped (when is false, or failed)
+// reads SKIPPED: OVERRIDDEN would say another policy won.
+func stateText(st *verdictv1.PolicyStatus) string {
+	state := strings.TrimPrefix(st.GetState().String(), "POLICY_STATE_")
+	if st.GetState() != verdictv1.PolicyState_POLICY_STATE_OVERRIDDEN || len(st.GetSkipped()) == 0 {
+		return state
+	}
+	for _, m := range st.GetMissing() {
+		if !strings.HasPrefix(m.GetWhy(), "skipped") && !strings.HasPrefix(m.GetWhy(), "when") {
+			return state // some rule lost to another policy
+		}
+	}
+	return "SKIPPED (no rule applied: its blocks were skipped)"
 }
