@@ -79,6 +79,7 @@ type rule struct {
 	filed  uint8  // the end of the term the rule is filed under (endSrc, endDst; 0: the always list)
 	scope  int32  // position of the rule's scope in the mesh's scope order; 0 = the mesh root
 	id     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
+	audit  bool   // decides the shadow decision only (docs/audit.md)
 }
 
 // matchesFlow reports whether the rule matches the flow, attachment aside. The
@@ -188,6 +189,7 @@ type scopeInfo struct {
 	depth     int
 	selectors []*matcher
 	ancestors []int32 // ords of every ancestor, nearest first
+	audit     bool    // mode Audit, its own or an ancestor's
 }
 
 // scopeTable is the compiled scope tree of a mesh: the total order (docs/order.md,
@@ -198,6 +200,7 @@ type scopeTable struct {
 	index      *ruleIndex         // one pseudo-rule per scope selector, by membership term
 	catchAlls  map[string][]*rule // per type, in catch-all order (lowest priority scope first)
 	unenforced bool               // some scope has enforced: false
+	audit      bool               // some scope is in audit mode (docs/audit.md)
 	invalid    map[string]string  // scope name → why it is invalid
 }
 
@@ -263,9 +266,12 @@ func buildScopes(docs []*Scope) *scopeTable {
 	}
 	var members []*rule
 	for _, si := range t.list {
+		si.audit = si.doc.Mode == ModeAudit
 		for p := si.parent; p != 0; p = t.list[p-1].parent {
 			si.ancestors = append(si.ancestors, p)
+			si.audit = si.audit || t.list[p-1].doc.Mode == ModeAudit
 		}
+		t.audit = t.audit || si.audit
 		for i, m := range si.selectors {
 			members = append(members, &rule{
 				key: orderKey{scope: si.ord, item: int32(i)}, src: m, scope: si.ord, sides: sideBoth,
@@ -286,7 +292,7 @@ func buildScopes(docs []*Scope) *scopeTable {
 		for _, typ := range types {
 			t.catchAlls[typ] = append(t.catchAlls[typ], &rule{
 				key:    orderKey{phase: phaseCatchAll, scope: -si.ord},
-				action: si.doc.CatchAll, scope: si.ord, sides: sideBoth, id: "catchAll",
+				action: si.doc.CatchAll, scope: si.ord, sides: sideBoth, id: "catchAll", audit: si.audit,
 			})
 		}
 	}
@@ -342,11 +348,12 @@ type compiledPolicy struct {
 	rules  []*rule // in the order of the policy's document
 	attach []*rule // targetRef attachment: one pseudo-rule per side the policy has items on
 	scope  *scopeInfo
+	audit  bool // mode Audit, its own or its scope's: every rule is an audit rule
 }
 
 // compilePolicy turns a valid policy into its rules (docs/order.md).
 func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy {
-	cp := &compiledPolicy{p: p, scope: scope}
+	cp := &compiledPolicy{p: p, scope: scope, audit: p.Mode == ModeAudit || scope != nil && scope.audit}
 	base := orderKey{priority: p.Priority}
 	var ord int32
 	if scope != nil {
@@ -386,7 +393,7 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 				k.item = int32(i*len(dsts) + j)
 				cp.rules = append(cp.rules, &rule{
 					key: k, policy: p, src: sm, dst: dm, ports: ports, action: p.Action.or(Allow),
-					conf: p.Conf, sides: sideBoth, scope: ord, id: pairID(i, j),
+					conf: p.Conf, sides: sideBoth, scope: ord, id: pairID(i, j), audit: cp.audit,
 				})
 			}
 		}
@@ -398,21 +405,30 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 		for i, it := range items {
 			k := base
 			k.total = level
-			k.item = int32(i)
+			// Items take the even places; an item's shadow DENY (Kuma's
+			// AllowWithShadowDeny) the odd place just before its ALLOW.
+			k.item = 2 * int32(i)
 			if s.itemOrder == LastWins {
-				k.item = -int32(i)
+				k.item = -2 * int32(i)
 			}
 			peer := compileSelector(targetSelector(it.TargetRef))
-			r := &rule{key: k, policy: p, ports: ports, action: it.Action.or(Allow), conf: it.Conf, sides: sides, id: itemID(list, i)}
+			r := &rule{key: k, policy: p, ports: ports, action: it.Action.or(Allow), conf: it.Conf, sides: sides, id: itemID(list, i),
+				audit: cp.audit}
 			if sides == sideIn {
 				r.src, r.dst = peer, top
 			} else {
 				r.src, r.dst = top, peer
 			}
+			if it.ShadowDeny {
+				d := *r
+				d.key.item--
+				d.action, d.audit = Deny, true
+				cp.rules = append(cp.rules, &d)
+			}
 			cp.rules = append(cp.rules, r)
 		}
 		if len(items) > 0 {
-			a := &rule{key: base, policy: p, sides: sides}
+			a := &rule{key: base, policy: p, sides: sides, audit: cp.audit}
 			a.key.total = level
 			if sides == sideIn {
 				a.dst = top

@@ -72,7 +72,23 @@ type Decision struct {
 	// every answer, cached or not.
 	SourceResolution      EndpointResolution
 	DestinationResolution EndpointResolution
+	// Audit is the shadow result (docs/audit.md): set iff the shadow
+	// decision, which enforces the audit rules too, has another final
+	// action. Shared with the decision cache: do not modify.
+	Audit *Audit
 }
+
+// Audit is what a decision would have been had its audit rules been enforced.
+type Audit struct {
+	Action Action
+	Policy string
+	Scope  string
+	Rule   string
+	Side   string // "outbound" or "inbound": the side that decided the shadow result
+}
+
+// sideNames are the sides as Audit.Side names them.
+var sideNames = [2]string{"outbound", "inbound"}
 
 // flow is a request's flow as the matchers see it.
 type flow struct {
@@ -93,6 +109,9 @@ type scratch struct {
 	owned    [2][]int32  // per side: ords whose own selectors match
 	members  [2][]int32  // per side: member ords
 	specific [2]int32    // per side: the most specific member scope (the greatest ord), 0 for none
+	// per side: the most specific member scope of the enforced decision, which
+	// leaves audit scopes out (docs/audit.md)
+	specificEnf [2]int32
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -116,6 +135,7 @@ func (sc *scratch) reset(nScopes int) {
 		sc.owned[i] = sc.owned[i][:0]
 		sc.members[i] = sc.members[i][:0]
 		sc.specific[i] = 0
+		sc.specificEnf[i] = 0
 	}
 }
 
@@ -150,6 +170,9 @@ func (sc *scratch) computeMembers(t *scopeTable, side int, tags Tags) {
 			sc.members[side] = append(sc.members[side], ord)
 			if ord > sc.specific[side] {
 				sc.specific[side] = ord
+			}
+			if ord > sc.specificEnf[side] && !si.audit {
+				sc.specificEnf[side] = ord
 			}
 		}
 	}
@@ -270,13 +293,43 @@ func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {
 		sc.computeMembers(ms.scopes, 0, f.src)
 		sc.computeMembers(ms.scopes, 1, f.dst)
 	}
+	var found picks
+	d := ms.decideView(ts, typ, set, f, sc, false, &found)
+	if ms.scopes.audit || ts.audited() {
+		// The shadow decision (docs/audit.md): one more pass, over the audit
+		// rules only, bounded by the enforced rules already found.
+		shadow := ms.decideView(ts, typ, set, f, sc, true, &found)
+		if shadow.Action != d.Action {
+			side := deciderSide(shadow.Outbound, shadow.Inbound)
+			sd := shadow.Outbound
+			if side == 1 {
+				sd = shadow.Inbound
+			}
+			d.Audit = &Audit{Action: shadow.Action, Policy: sd.Policy, Scope: sd.Scope, Rule: sd.Rule, Side: sideNames[side]}
+		}
+	}
+	return d
+}
+
+// picks are the rules a scan found, per side: the first match, and under
+// DenyOverrides the first DENY and the first ALLOW; need the sides scanned.
+type picks struct {
+	first, deny, allow [2]*rule
+	need               [2]bool
+}
+
+// decideView decides the flow as the enforced decision sees the mesh (shadow
+// false: audit rules and scopes left out), or as the shadow decision does
+// (every rule enforced). The enforced view records the rules it found in
+// found; the shadow view starts from them and scans the audit rules alone.
+func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, shadow bool, found *picks) Decision {
 	var res [2]SideDecision
 	var need [2]bool
 	for side := 0; side < 2; side++ {
 		switch {
-		case ts.notApplicable(side) || set.perDestination && side == 0:
+		case ts.notApplicable(side, shadow) || set.perDestination && side == 0:
 			res[side] = SideDecision{Action: Allow, Reason: ReasonNotApplicable}
-		case ms.unenforcedScope(sc, side):
+		case ms.unenforcedScope(sc, side, shadow):
 			res[side] = SideDecision{Action: set.unenforcedAction, Reason: ReasonUnenforced}
 		default:
 			need[side] = true
@@ -284,26 +337,49 @@ func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {
 	}
 	if set.perDestination { // perdest.go
 		if need[1] {
-			res[1] = ms.decidePerDestination(ts, typ, set, f, sc)
+			res[1] = ms.decidePerDestination(ts, typ, set, f, sc, shadow)
 		}
 		return finalDecision(res[0], res[1])
 	}
 	if need[0] || need[1] {
-		var first [2]*rule
-		if ts != nil && ts.rules.size > 0 {
-			if set.combine == DenyOverrides {
-				first = scanDenyOverrides(ts.rules, f, sc, need)
-			} else {
-				first = scanFirstMatch(ts.rules, f, sc, need)
+		var p picks
+		if ts == nil {
+			// no policy of the type: catch-alls and fallbacks decide
+		} else if !shadow {
+			p = scanRules(ts.rules, set.combine, f, sc, need, picks{})
+			*found = p
+		} else {
+			p = *found
+			if need[0] && !p.need[0] || need[1] && !p.need[1] {
+				// A side the enforced decision did not scan (its view left it
+				// unenforced or not applicable): scan the enforced rules anew.
+				p = scanRules(ts.rules, set.combine, f, sc, need, picks{})
 			}
+			p = scanRules(ts.audit.rules, set.combine, f, sc, need, p)
 		}
 		for side := 0; side < 2; side++ {
 			if need[side] {
-				res[side] = ms.sideResult(ts, typ, set, f, sc, side, first[side])
+				res[side] = ms.sideResult(ts, typ, set, f, sc, side, p.first[side], shadow)
 			}
 		}
 	}
 	return finalDecision(res[0], res[1])
+}
+
+// scanRules finds, per side in need, the rule of ix that decides the side,
+// unless prior (found in other rules of the same order) comes first.
+func scanRules(ix *ruleIndex, combine Combine, f *flow, sc *scratch, need [2]bool, prior picks) picks {
+	p := prior
+	p.need = need
+	if ix == nil || ix.size == 0 {
+		return p
+	}
+	if combine == DenyOverrides {
+		scanDenyOverrides(ix, f, sc, need, &p)
+	} else {
+		scanFirstMatch(ix, f, sc, need, &p.first)
+	}
+	return p
 }
 
 // The decision procedure. A flow's tags are resolved once to ids (the posting
@@ -314,16 +390,14 @@ func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {
 // best found for every side still open, so a scan stops at the first match of
 // each list rather than visiting every matching rule.
 
-// scanFirstMatch finds, per side, the first rule in order that matches the flow
-// and is a candidate on that side.
-func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule {
-	var best [2]*rule
+// scanFirstMatch improves best, per side, with the first rule in order that
+// matches the flow and is a candidate on that side.
+func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
 	sc.vals.reset(ix.nextID)
 	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
 	for _, ls := range sc.lists {
-		scanLists(ls, f, sc, need, &best)
+		scanLists(ls, f, sc, need, best)
 	}
-	return best
 }
 
 // scanLists improves best[side], for each side in need, with the first matching
@@ -408,47 +482,63 @@ func (m *matcher) exprsHold(tags Tags) bool {
 	return true
 }
 
-// scanDenyOverrides finds, per side, the first matching DENY rule, else the first
-// matching ALLOW rule (docs/order.md): the DENY lists first, then the ALLOW
-// lists only for a side no DENY decided.
-func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool) [2]*rule {
-	var deny, allow [2]*rule
+// scanDenyOverrides improves, per side, the first matching DENY rule, else the
+// first matching ALLOW rule (docs/order.md): the DENY lists first, then the
+// ALLOW lists only for a side no DENY decided.
+func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool, p *picks) {
 	sc.vals.reset(ix.nextID)
 	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
-	scanLists(sc.lists[classDeny], f, sc, need, &deny)
+	scanLists(sc.lists[classDeny], f, sc, need, &p.deny)
 	for side := 0; side < 2; side++ {
-		need[side] = need[side] && deny[side] == nil
+		need[side] = need[side] && p.deny[side] == nil
 	}
 	if need[0] || need[1] {
-		scanLists(sc.lists[classAllow], f, sc, need, &allow)
+		scanLists(sc.lists[classAllow], f, sc, need, &p.allow)
 	}
 	for side := 0; side < 2; side++ {
-		if deny[side] == nil {
-			deny[side] = allow[side]
+		p.first[side] = p.deny[side]
+		if p.first[side] == nil {
+			p.first[side] = p.allow[side]
 		}
 	}
-	return deny
+}
+
+// viewCounts are the counts of the valid policies a view sees: the shadow
+// view every one, the enforced view those not in audit mode.
+func (ts *typeState) viewCounts(shadow bool) formCounts {
+	if shadow || ts.validAudit.policies == 0 {
+		return ts.valid
+	}
+	return ts.enforcedCounts()
 }
 
 // notApplicable reports whether no policy of the type can ever be a candidate on
 // the side (docs/order.md); catch-alls do not count.
-func (ts *typeState) notApplicable(side int) bool {
-	if ts == nil || ts.valid.policies == 0 || ts.valid.sd > 0 {
+func (ts *typeState) notApplicable(side int, shadow bool) bool {
+	if ts == nil {
+		return false
+	}
+	c := ts.viewCounts(shadow)
+	if c.policies == 0 || c.sd > 0 {
 		return false
 	}
 	if side == 0 {
-		return ts.valid.to == 0
+		return c.to == 0
 	}
-	return ts.valid.from == 0
+	return c.from == 0
 }
 
 // unenforcedScope reports whether the workload's most specific scope has
-// enforced: false.
-func (ms *meshState) unenforcedScope(sc *scratch, side int) bool {
-	if !ms.scopes.unenforced || sc.specific[side] == 0 {
+// enforced: false; the enforced view leaves audit scopes out.
+func (ms *meshState) unenforcedScope(sc *scratch, side int, shadow bool) bool {
+	specific := sc.specificEnf[side]
+	if shadow {
+		specific = sc.specific[side]
+	}
+	if !ms.scopes.unenforced || specific == 0 {
 		return false
 	}
-	return !ms.scopes.list[sc.specific[side]-1].doc.Enforced
+	return !ms.scopes.list[specific-1].doc.Enforced
 }
 
 func (ms *meshState) scopeName(ord int32) string {
@@ -458,28 +548,29 @@ func (ms *meshState) scopeName(ord int32) string {
 	return ms.scopes.list[ord-1].doc.Name
 }
 
-func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, side int, r *rule) SideDecision {
+func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, side int, r *rule, shadow bool) SideDecision {
 	if r != nil {
 		return SideDecision{Action: r.action, Policy: r.policyName(), Scope: ms.scopeName(r.scope), Rule: r.id,
 			Reason: ReasonMatched, Conf: r.conf}
 	}
-	if c := ms.catchAll(typ, sc, side); c != nil {
+	if c := ms.catchAll(typ, sc, side, shadow); c != nil {
 		return SideDecision{Action: c.action, Scope: ms.scopeName(c.scope), Rule: c.id, Reason: ReasonCatchAll}
 	}
-	if ms.hasCandidate(ts, f, sc, side) {
+	if ms.hasCandidate(ts, f, sc, side, shadow) {
 		return SideDecision{Action: set.defaultAction, Reason: ReasonDefaultAction}
 	}
 	return SideDecision{Action: set.unenforcedAction, Reason: ReasonUnenforced}
 }
 
 // catchAll returns the catch-all that decides a side with no matching rule: the
-// one of the workload's lowest-priority member scope that has one for the type.
-func (ms *meshState) catchAll(typ string, sc *scratch, side int) *rule {
+// one of the workload's lowest-priority member scope that has one for the type
+// (the enforced view leaves audit scopes out).
+func (ms *meshState) catchAll(typ string, sc *scratch, side int, shadow bool) *rule {
 	if len(sc.members[side]) == 0 {
 		return nil
 	}
 	for _, c := range ms.scopes.catchAlls[typ] {
-		if sc.isMember(side, c.scope) {
+		if (shadow || !c.audit) && sc.isMember(side, c.scope) {
 			return c
 		}
 	}
@@ -487,23 +578,30 @@ func (ms *meshState) catchAll(typ string, sc *scratch, side int) *rule {
 }
 
 // hasCandidate reports whether some policy rule of the type is a candidate on the
-// side, matching or not.
-func (ms *meshState) hasCandidate(ts *typeState, f *flow, sc *scratch, side int) bool {
-	if ts == nil || ts.valid.policies == 0 {
+// side, matching or not; the shadow view counts the audit rules too.
+func (ms *meshState) hasCandidate(ts *typeState, f *flow, sc *scratch, side int, shadow bool) bool {
+	if ts == nil || ts.viewCounts(shadow).policies == 0 {
 		return false
 	}
-	if ts.scopeRules[0] > 0 {
+	if candidateIn(ts.scopeRules, ts.attachOut, ts.attachIn, f, sc, side) {
+		return true
+	}
+	return shadow && candidateIn(ts.audit.scopeRules, ts.audit.attachOut, ts.audit.attachIn, f, sc, side)
+}
+
+func candidateIn(scopeRules []int32, attachOut, attachIn *ruleIndex, f *flow, sc *scratch, side int) bool {
+	if scopeRules[0] > 0 {
 		return true
 	}
 	for _, ord := range sc.members[side] {
-		if ts.scopeRules[ord] > 0 {
+		if scopeRules[ord] > 0 {
 			return true
 		}
 	}
 	if side == 0 {
-		return anyMatch(ts.attachOut, f.src, nil, sc)
+		return anyMatch(attachOut, f.src, nil, sc)
 	}
-	return anyMatch(ts.attachIn, nil, f.dst, sc)
+	return anyMatch(attachIn, nil, f.dst, sc)
 }
 
 func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
@@ -529,20 +627,28 @@ func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
 // was decided by no rule.
 func finalDecision(out, in SideDecision) Decision {
 	d := Decision{Outbound: out, Inbound: in, Action: Allow}
-	denyOut := out.Reason != ReasonNotApplicable && out.Action == Deny
-	denyIn := in.Reason != ReasonNotApplicable && in.Action == Deny
-	if denyOut || denyIn {
+	if out.Reason != ReasonNotApplicable && out.Action == Deny || in.Reason != ReasonNotApplicable && in.Action == Deny {
 		d.Action = Deny
 	}
 	decider := &d.Inbound
-	switch {
-	case denyOut != denyIn:
-		if denyOut {
-			decider = &d.Outbound
-		}
-	case !in.Reason.decidedByRule():
+	if deciderSide(out, in) == 0 {
 		decider = &d.Outbound
 	}
 	d.Policy, d.Conf = decider.Policy, decider.Conf
 	return d
+}
+
+// deciderSide is the side that decides the final action: 0 outbound, 1 inbound.
+func deciderSide(out, in SideDecision) int {
+	denyOut := out.Reason != ReasonNotApplicable && out.Action == Deny
+	denyIn := in.Reason != ReasonNotApplicable && in.Action == Deny
+	switch {
+	case denyOut != denyIn:
+		if denyOut {
+			return 0
+		}
+	case !in.Reason.decidedByRule():
+		return 0
+	}
+	return 1
 }

@@ -323,7 +323,8 @@ func (d *kumaDoc) topDefault() {
 // matches gives one item per match, its peer the selector the match compiles
 // to. MeshTrafficPermission's rules carry their matches in default.deny,
 // default.allow and default.allowWithShadowDeny: one item per match, denies
-// first.
+// first, then the shadow denies (an enforced ALLOW and an audit DENY, so a
+// flow that also matches an allow is still a would-be deny), then the allows.
 func (d *kumaDoc) rules() {
 	v, ok := d.out["rules"]
 	if !ok {
@@ -431,7 +432,7 @@ func (d *kumaDoc) permissionRule(items []any, path string, def map[string]any) [
 			d.errs.add(path+".default."+k, "unknown field (a rule's default holds allow, deny and allowWithShadowDeny)")
 		}
 	}
-	for _, list := range []struct{ key, action string }{{"deny", "Deny"}, {"allow", "Allow"}, {"allowWithShadowDeny", "AllowWithShadowDeny"}} {
+	for _, list := range []struct{ key, action string }{{"deny", "Deny"}, {"allowWithShadowDeny", "AllowWithShadowDeny"}, {"allow", "Allow"}} {
 		v, ok := def[list.key]
 		if !ok || v == nil {
 			continue

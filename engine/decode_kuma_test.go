@@ -40,14 +40,14 @@ func TestDecodeKumaForms(t *testing.T) {
 			`{kind: Policy, type: MeshTimeout, name: mt, targetRef: {kind: Mesh}, from: [
 			  {targetRef: {kind: MeshSubset, tags: {principal: 'spiffe://default/web'}}, conf: {idleTimeout: 20s}},
 			  {targetRef: {kind: MeshSubset, expressions: [{key: principal, operator: Prefix, values: ['spiffe://default/ns/']}]}, conf: {idleTimeout: 20s}}]}`},
-		{"MeshTrafficPermission rules: denies first, then allows",
+		{"MeshTrafficPermission rules: denies first, then shadow denies, then allows",
 			`{type: MeshTrafficPermission, name: p, spec: {targetRef: {kind: Mesh}, rules: [{default: {
 			   allow: [{spiffeID: {type: Prefix, value: 'spiffe://default/'}}], allowWithShadowDeny: [{spiffeID: {type: Exact, value: 'spiffe://default/c'}}],
 			   deny: [{spiffeID: {type: Exact, value: 'spiffe://default/b'}}]}}]}}`,
 			`{kind: Policy, type: MeshTrafficPermission, name: p, targetRef: {kind: Mesh}, from: [
 			  {targetRef: {kind: MeshSubset, tags: {principal: 'spiffe://default/b'}}, action: DENY},
-			  {targetRef: {kind: MeshSubset, expressions: [{key: principal, operator: Prefix, values: ['spiffe://default/']}]}, action: ALLOW},
-			  {targetRef: {kind: MeshSubset, tags: {principal: 'spiffe://default/c'}}, action: ALLOW}]}`},
+			  {targetRef: {kind: MeshSubset, tags: {principal: 'spiffe://default/c'}}, action: AllowWithShadowDeny},
+			  {targetRef: {kind: MeshSubset, expressions: [{key: principal, operator: Prefix, values: ['spiffe://default/']}]}, action: ALLOW}]}`},
 		{"dataplane policy selectors are sources with destinations [{}]",
 			`{type: ProxyTemplate, mesh: default, name: custom-template-1, selectors: [{match: {kuma.io/service: web}}], conf: {imports: [default-proxy]}}`,
 			`{kind: Policy, type: ProxyTemplate, name: custom-template-1, sources: [{match: {kuma.io/service: web}}], destinations: [{}], conf: {imports: [default-proxy]}}`},

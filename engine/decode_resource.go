@@ -115,8 +115,22 @@ func decodeScope(o *obj) *Scope {
 		}
 	}
 	s.Enforced = o.boolean("enforced", true)
+	s.Mode = o.mode()
 	s.Meta = o.meta()
 	return s
+}
+
+// mode reads a mode field: Enforce (the default) or Audit.
+func (o *obj) mode() Mode {
+	s := o.str("mode")
+	switch s {
+	case "", "Enforce":
+		return ModeEnforce
+	case "Audit":
+		return ModeAudit
+	}
+	o.errs.add(o.field("mode"), fmt.Sprintf("%q is not Enforce or Audit", s))
+	return ModeEnforce
 }
 
 func decodeTargetRef(o *obj) TargetRef {
@@ -211,6 +225,9 @@ func decodeItems(o *obj, key string) []Item {
 		} else {
 			o.errs.add(io.field("targetRef"), "is required")
 		}
+		if a, _ := io.m["action"].(string); a == "AllowWithShadowDeny" {
+			it.ShadowDeny = true // Kuma: an enforced ALLOW and an audit DENY
+		}
 		it.Action = io.action("action")
 		it.Conf = io.conf("conf")
 		io.finish()
@@ -295,6 +312,7 @@ func decodePolicy(o *obj) *Policy {
 			p.Unset = append(p.Unset, s)
 		}
 	}
+	p.Mode = o.mode()
 	p.Meta = o.meta()
 	checkPolicyForm(o, p, hasSources || hasDestinations)
 	return p

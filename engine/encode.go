@@ -67,6 +67,7 @@ type jsonScope struct {
 	CatchAll         string         `json:"catchAll,omitempty"`
 	CatchAllTypes    *[]string      `json:"catchAllTypes,omitempty"`
 	Enforced         *bool          `json:"enforced,omitempty"`
+	Mode             string         `json:"mode,omitempty"`
 	CreationTime     string         `json:"creationTime,omitempty"`
 	ModificationTime string         `json:"modificationTime,omitempty"`
 }
@@ -125,6 +126,7 @@ type jsonPolicy struct {
 	Defaults         *jsonBlock     `json:"defaults,omitempty"`
 	Overrides        *jsonBlock     `json:"overrides,omitempty"`
 	Unset            []string       `json:"unset,omitempty"`
+	Mode             string         `json:"mode,omitempty"`
 	CreationTime     string         `json:"creationTime,omitempty"`
 	ModificationTime string         `json:"modificationTime,omitempty"`
 }
@@ -169,6 +171,9 @@ func document(r Resource) any {
 			f := false
 			s.Enforced = &f
 		}
+		if t.Mode == ModeAudit {
+			s.Mode = t.Mode.String()
+		}
 		return s
 	case *Policy:
 		p := jsonPolicy{
@@ -179,6 +184,9 @@ func document(r Resource) any {
 		}
 		if t.Rank == RankAbsolute {
 			p.Rank = "Absolute"
+		}
+		if t.Mode == ModeAudit {
+			p.Mode = t.Mode.String()
 		}
 		for _, pe := range t.Ports {
 			p.Ports = append(p.Ports, jsonPort{Protocol: protocolText(pe.Protocol), Ports: pe.Ports})
@@ -233,7 +241,7 @@ func jsonItems(items []Item) []jsonItem {
 	}
 	out := make([]jsonItem, len(items))
 	for i, it := range items {
-		out[i] = jsonItem{TargetRef: jsonTarget(it.TargetRef), Action: it.Action.String(), Conf: it.Conf}
+		out[i] = jsonItem{TargetRef: jsonTarget(it.TargetRef), Action: it.ItemActionText(), Conf: it.Conf}
 	}
 	return out
 }

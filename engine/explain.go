@@ -38,6 +38,8 @@ type CandidateTrace struct {
 	Matched  bool
 	Decided  bool
 	Why      string // why it did not match, or why it was not reached
+	// Audit: the rule decides only the shadow decision (docs/audit.md).
+	Audit bool
 }
 
 // NonCandidate is a policy of the type that has no candidate rule on the side.
@@ -186,20 +188,22 @@ func targetText(t TargetRef) string {
 func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, side int, sd *SideDecision) SideTrace {
 	tr := SideTrace{Reason: sd.Reason}
 	for _, ord := range sortedOrds(sc.members[side]) {
-		tr.Members = append(tr.Members, ms.scopeName(ord))
+		if !ms.scopes.list[ord-1].audit { // the enforced decision leaves audit scopes out
+			tr.Members = append(tr.Members, ms.scopeName(ord))
+		}
 	}
-	tr.MostSpecificScope = ms.scopeName(sc.specific[side])
+	tr.MostSpecificScope = ms.scopeName(sc.specificEnf[side])
 	cands, non := ms.candidates(ts, typ, f, sc, side)
 	decided := false
 	var chosen *compiledPolicy // select: PerDestination, the inbound side's policy
 	perDest := side == 1 && ms.settings.forType(typ).perDestination
 	if perDest {
-		chosen = ms.chooseForDestination(ts, f.dst, sc)
+		chosen = ms.chooseForDestination(ts, f.dst, sc, false)
 	}
 	for _, r := range cands {
 		ct := CandidateTrace{
 			Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
-			Priority: r.key.priority, Rule: r.id, Action: r.action,
+			Priority: r.key.priority, Rule: r.id, Action: r.action, Audit: r.audit,
 		}
 		switch {
 		case r.policy == nil:
@@ -211,7 +215,11 @@ func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, 
 		}
 		ct.Why = whyRuleFails(r, f)
 		ct.Matched = ct.Why == ""
-		if !decided && sd.Reason.decidedByRule() && ct.Matched && ct.Policy == sd.Policy && ct.Rule == sd.Rule &&
+		if r.audit {
+			if ct.Matched {
+				ct.Why = "audit: left out of the enforced decision"
+			}
+		} else if !decided && sd.Reason.decidedByRule() && ct.Matched && ct.Policy == sd.Policy && ct.Rule == sd.Rule &&
 			ct.Scope == sd.Scope {
 			ct.Decided, decided = true, true
 		} else if ct.Matched {

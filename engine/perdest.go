@@ -43,13 +43,13 @@ func (a *destChoice) better(b *destChoice) bool {
 // workload dst, or nil when no policy's destination selector matches it. A
 // policy is considered only where it is attached: the destination must be a
 // member of its scope.
-func (ms *meshState) chooseForDestination(ts *typeState, dst Tags, sc *scratch) *compiledPolicy {
-	if ts == nil || ts.valid.policies == 0 {
+func (ms *meshState) chooseForDestination(ts *typeState, dst Tags, sc *scratch, shadow bool) *compiledPolicy {
+	if ts == nil || ts.viewCounts(shadow).policies == 0 {
 		return nil
 	}
 	var best destChoice
 	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-		if cp.err != "" || !sc.isMember(1, cp.scopeOrd()) {
+		if cp.err != "" || cp.audit && !shadow || !sc.isMember(1, cp.scopeOrd()) {
 			return true
 		}
 		c := destChoice{cp: cp}
@@ -87,11 +87,11 @@ func (ms *meshState) chooseForDestination(ts *typeState, dst Tags, sc *scratch) 
 
 // firstRuleOf returns the first rule of a policy, in order, that is a
 // candidate on the inbound side and matches the flow (sources, destination and
-// ports).
-func firstRuleOf(cp *compiledPolicy, f *flow, sc *scratch) *rule {
+// ports); the enforced view leaves audit rules out.
+func firstRuleOf(cp *compiledPolicy, f *flow, sc *scratch, shadow bool) *rule {
 	var first *rule
 	for _, r := range cp.rules {
-		if r.sides&sideIn == 0 || !sc.isMember(1, r.scope) || !r.matchesFlow(f) {
+		if r.sides&sideIn == 0 || r.audit && !shadow || !sc.isMember(1, r.scope) || !r.matchesFlow(f) {
 			continue
 		}
 		if first == nil || r.key.less(&first.key) {
@@ -102,20 +102,25 @@ func firstRuleOf(cp *compiledPolicy, f *flow, sc *scratch) *rule {
 }
 
 // decidePerDestination answers the inbound side of a PerDestination type.
-func (ms *meshState) decidePerDestination(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch) SideDecision {
+func (ms *meshState) decidePerDestination(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, shadow bool) SideDecision {
 	var r *rule
-	if cp := ms.chooseForDestination(ts, f.dst, sc); cp != nil {
-		r = firstRuleOf(cp, f, sc)
+	if cp := ms.chooseForDestination(ts, f.dst, sc, shadow); cp != nil {
+		r = firstRuleOf(cp, f, sc, shadow)
 	}
-	return ms.sideResult(ts, typ, set, f, sc, 1, r)
+	return ms.sideResult(ts, typ, set, f, sc, 1, r, shadow)
 }
 
 // onlyChosen keeps, of a workload's inbound rules, those of the policy chosen
-// for it and the catch-alls (WatchRules under PerDestination).
-func onlyChosen(rules []*rule, chosen *compiledPolicy) []*rule {
+// for it and the catch-alls (WatchRules under PerDestination); of the audit
+// rules, those of the policy the shadow decision chooses.
+func onlyChosen(rules []*rule, chosen, shadowChosen *compiledPolicy) []*rule {
 	out := rules[:0]
 	for _, r := range rules {
-		if r.policy == nil || chosen != nil && r.policy == chosen.p {
+		c := chosen
+		if r.audit {
+			c = shadowChosen
+		}
+		if r.policy == nil || c != nil && r.policy == c.p {
 			out = append(out, r)
 		}
 	}

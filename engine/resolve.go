@@ -41,6 +41,9 @@ const (
 	Enforced PolicyState = iota + 1
 	PartiallyEnforced
 	Overridden
+	// Audited: a policy in audit mode (docs/audit.md) that covers the flow;
+	// Resolve leaves it out of the result.
+	Audited
 )
 
 func (s PolicyState) String() string {
@@ -51,6 +54,8 @@ func (s PolicyState) String() string {
 		return "PartiallyEnforced"
 	case Overridden:
 		return "Overridden"
+	case Audited:
+		return "Audit"
 	}
 	return ""
 }
@@ -151,7 +156,7 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 		sc.computeMembers(ms.scopes, 1, f.dst)
 	}
 	hasDst := f.dst != nil
-	if ts == nil || ts.valid.policies == 0 {
+	empty := func() (*ResolveResult, error) {
 		side := "inbound"
 		if !hasDst {
 			side = "outbound"
@@ -159,14 +164,27 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 		res.Main = &Resolution{Side: side}
 		return res, nil
 	}
-	needBoth := ts.valid.sd > 0 || ts.valid.items > 0
+	if ts == nil || ts.valid.policies == 0 {
+		return empty()
+	}
+	// Audit policies are left out (listed in status as Audit); when they are
+	// all there is, they give the result its shape, without its demands.
+	c := ts.viewCounts(false)
+	onlyAudit := c.policies == 0
+	if onlyAudit {
+		c = ts.valid
+	}
+	needBoth := c.sd > 0 || c.items > 0
 	if needBoth && (f.src == nil || !hasDst) {
+		if onlyAudit {
+			return empty()
+		}
 		return nil, invalid("destination", fmt.Sprintf("type %s needs a source and a destination to resolve", typ))
 	}
-	if ts.valid.items > 0 {
-		if ts.valid.from > 0 {
+	if c.items > 0 {
+		if c.from > 0 {
 			res.Main = ms.mergeItems(ts, typ, f, sc, 1)
-			if ts.valid.to > 0 {
+			if c.to > 0 {
 				res.Outbound = ms.mergeItems(ts, typ, f, sc, 0)
 			}
 		} else {
@@ -189,10 +207,18 @@ func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch,
 	res := &Resolution{Side: [2]string{"outbound", "inbound"}[side]}
 	cands, _ := ms.candidates(ts, typ, f, sc, side)
 	var covering []*rule
+	var audited []string
 	for _, r := range cands {
-		if r.policy != nil && r.matchesFlow(f) {
-			covering = append(covering, r)
+		if r.policy == nil || !r.matchesFlow(f) {
+			continue
 		}
+		if r.audit {
+			if cp, _ := ts.policies.Get(r.policy.Name); cp.audit && (len(audited) == 0 || audited[len(audited)-1] != r.policy.Name) {
+				audited = append(audited, r.policy.Name)
+			}
+			continue
+		}
+		covering = append(covering, r)
 	}
 	merged := Object{}
 	for i := len(covering) - 1; i >= 0; i-- {
@@ -233,7 +259,20 @@ func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch,
 		st.State = stateOf(kept, len(declared[name].names))
 		res.Status = append(res.Status, st)
 	}
+	res.Status = appendAudited(res.Status, audited)
 	return res
+}
+
+// appendAudited lists the audit policies that cover the flow, once each.
+func appendAudited(status []PolicyStatus, names []string) []PolicyStatus {
+	seen := map[string]bool{}
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			status = append(status, PolicyStatus{Policy: n, State: Audited})
+		}
+	}
+	return status
 }
 
 // mergePatch applies patch to target as a JSON merge patch (RFC 7386): objects
@@ -279,15 +318,20 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 	var chosen *compiledPolicy // select: PerDestination: only this policy applies inbound
 	perDest := side == 1 && ms.settings.forType(ts.name).perDestination
 	if perDest {
-		chosen = ms.chooseForDestination(ts, f.dst, sc)
+		chosen = ms.chooseForDestination(ts, f.dst, sc, false)
 	}
+	var audited []string
 	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-		if cp.err != "" || perDest && cp != chosen {
+		if cp.err != "" || perDest && !cp.audit && cp != chosen {
 			return true
 		}
 		p := cp.p
 		if p.TargetRef != nil {
 			if !compileSelector(targetSelector(*p.TargetRef)).matches(workload) {
+				return true
+			}
+			if cp.audit {
+				audited = append(audited, p.Name)
 				return true
 			}
 			e := foldEntry{p: p, key: orderKey{priority: p.Priority, total: p.TargetRef.level()}}
@@ -306,11 +350,14 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 				first = r
 			}
 		}
-		if first != nil {
+		if first != nil && cp.audit {
+			audited = append(audited, p.Name)
+		} else if first != nil {
 			entries = append(entries, foldEntry{p: p, key: first.key})
 		}
 		return true
 	})
+	sort.Strings(audited)
 	orderFold(entries)
 	// Default policies in order, then Absolute policies in reverse order.
 	var order []*Policy
@@ -325,7 +372,9 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 	for i := len(absolute) - 1; i >= 0; i-- {
 		order = append(order, absolute[i])
 	}
-	return runFold(res, order)
+	res = runFold(res, order)
+	res.Status = appendAudited(res.Status, audited)
+	return res
 }
 
 // orderFold orders the policies of a fold as Decide orders their first

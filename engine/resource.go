@@ -35,6 +35,20 @@ func (a Action) or(def Action) Action {
 	return a
 }
 
+// Mode says whether a policy's or a scope's rules are enforced or only
+// audited (docs/audit.md): audit rules decide the shadow decision alone.
+type Mode uint8
+
+// Modes. The zero value enforces.
+const (
+	ModeEnforce Mode = iota
+	ModeAudit
+)
+
+var modeNames = []string{"Enforce", "Audit"}
+
+func (m Mode) String() string { return modeNames[m] }
+
 // Rank places a policy in the Absolute or the Default phase of the order.
 type Rank uint8
 
@@ -284,7 +298,10 @@ type Scope struct {
 	CatchAll      Action
 	CatchAllTypes []string // nil means [TrafficPermission]
 	Enforced      bool
-	Meta          Meta
+	// Mode Audit covers the scope's child scopes, its catch-all and its
+	// policies: none of them takes part in the enforced decision.
+	Mode Mode
+	Meta Meta
 }
 
 // Selector selects workloads by their tags (docs/selectors.md).
@@ -335,7 +352,19 @@ func (t TargetRef) level() int16 {
 type Item struct {
 	TargetRef TargetRef
 	Action    Action // unset = ALLOW
-	Conf      Object
+	// ShadowDeny (Kuma's AllowWithShadowDeny; Action is ALLOW): the item is
+	// also an audit DENY, ordered just before its enforced ALLOW.
+	ShadowDeny bool
+	Conf       Object
+}
+
+// ItemActionText is the item's action as its document writes it:
+// "AllowWithShadowDeny" for a shadow-deny item, else the action ("" unset).
+func (it *Item) ItemActionText() string {
+	if it.ShadowDeny {
+		return "AllowWithShadowDeny"
+	}
+	return it.Action.String()
 }
 
 // Block is a defaults or overrides block (seed 003).
@@ -367,6 +396,7 @@ type Policy struct {
 	Defaults     *Block
 	Overrides    *Block
 	Unset        []string
+	Mode         Mode // Audit: the rules decide the shadow decision only
 	Meta         Meta
 }
 

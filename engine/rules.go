@@ -17,6 +17,9 @@ type RuleView struct {
 	Peer     []Selector // the other end's selector; empty: any workload
 	Ports    []PortEntry
 	Action   Action
+	// Audit: the rule decides only the shadow decision; an agent may log
+	// what it matches, never enforce it (docs/audit.md).
+	Audit bool
 }
 
 // SideRules are the rules of one side of a workload, in decision order, and what
@@ -80,14 +83,14 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 	for side := 0; side < 2; side++ {
 		sr := SideRules{Combine: set.combine}
 		switch {
-		case ts.notApplicable(side) || set.perDestination && side == 0:
+		case ts.notApplicable(side, false) || set.perDestination && side == 0:
 			sr.Fallback, sr.FallbackReason = Allow, ReasonNotApplicable
-		case ms.unenforcedScope(sc, side):
+		case ms.unenforcedScope(sc, side, false):
 			sr.Fallback, sr.FallbackReason = set.unenforcedAction, ReasonUnenforced
 		default:
 			cands := ms.rulesOf(ts, typ, workload, sc, side)
 			if set.perDestination {
-				cands = onlyChosen(cands, ms.chooseForDestination(ts, workload, sc))
+				cands = onlyChosen(cands, ms.chooseForDestination(ts, workload, sc, false), ms.chooseForDestination(ts, workload, sc, true))
 			}
 			for _, r := range cands {
 				peer := r.dst
@@ -95,14 +98,14 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 					peer = r.src
 				}
 				v := RuleView{Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
-					Priority: r.key.priority, Rule: r.id, Ports: r.ports, Action: r.action}
+					Priority: r.key.priority, Rule: r.id, Ports: r.ports, Action: r.action, Audit: r.audit}
 				if peer != nil && (len(peer.exact)+len(peer.present)+len(peer.exprs) > 0) {
 					v.Peer = []Selector{*peer.sel}
 				}
 				sr.Rules = append(sr.Rules, v)
 			}
 			sr.Fallback, sr.FallbackReason = set.defaultAction, ReasonDefaultAction
-			if !ms.hasCandidate(ts, f, sc, side) && ms.catchAll(typ, sc, side) == nil {
+			if !ms.hasCandidate(ts, f, sc, side, false) && ms.catchAll(typ, sc, side, false) == nil {
 				sr.Fallback, sr.FallbackReason = set.unenforcedAction, ReasonUnenforced
 			}
 		}
@@ -117,21 +120,24 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 
 // rulesOf returns, in order, the rules that are candidates on a side of a
 // workload and whose own end (the source for outbound, the destination for
-// inbound) selects it, catch-alls included: one pass over the type's rules,
-// rejecting on the workload's own selector first, then a sort of the few kept.
+// inbound) selects it, catch-alls and audit rules included: one pass over the
+// type's rules, rejecting on the workload's own selector first, then a sort of
+// the few kept.
 func (ms *meshState) rulesOf(ts *typeState, typ string, workload Tags, sc *scratch, side int) []*rule {
 	var out []*rule
+	keep := func(r *rule) {
+		own := r.src
+		if side == 1 {
+			own = r.dst
+		}
+		if r.sides&sideBits[side] == 0 || !own.matches(workload) || !sc.isMember(side, r.scope) {
+			return
+		}
+		out = append(out, r)
+	}
 	if ts != nil {
-		ts.rules.each(func(r *rule) {
-			own := r.src
-			if side == 1 {
-				own = r.dst
-			}
-			if r.sides&sideBits[side] == 0 || !own.matches(workload) || !sc.isMember(side, r.scope) {
-				return
-			}
-			out = append(out, r)
-		})
+		ts.rules.each(keep)
+		ts.audit.rules.each(keep)
 	}
 	for _, c := range ms.scopes.catchAlls[typ] {
 		if sc.isMember(side, c.scope) {

@@ -337,6 +337,73 @@ type typeState struct {
 	// epoch marks the memo's answers of this partition (cache.go): every
 	// change of the partition makes a new one.
 	epoch *memoEpoch
+	// Audit rules (docs/audit.md) live apart, so the enforced decision never
+	// sees them: the same structures over the audit rules alone, and the
+	// counts of the valid policies in audit mode. An audit policy's rules are
+	// all audit rules; Kuma's AllowWithShadowDeny adds an audit DENY to an
+	// enforced policy.
+	audit      auditRules
+	validAudit formCounts
+}
+
+// auditRules are a partition's audit rules, filed as the enforced ones are.
+type auditRules struct {
+	rules      *ruleIndex
+	attachIn   *ruleIndex
+	attachOut  *ruleIndex
+	scopeRules []int32
+}
+
+// audited reports whether the partition has an audit policy or rule: without
+// one (and without an audit scope in the mesh), Decide does no shadow work.
+func (ts *typeState) audited() bool {
+	return ts != nil && (ts.validAudit.policies > 0 || ts.audit.rules.size > 0)
+}
+
+// enforcedCounts are the counts of the valid policies the enforced decision sees.
+func (ts *typeState) enforcedCounts() formCounts {
+	c, a := ts.valid, &ts.validAudit
+	c.policies -= a.policies
+	c.sd -= a.sd
+	c.tr -= a.tr
+	c.from -= a.from
+	c.to -= a.to
+	c.items -= a.items
+	c.blocks -= a.blocks
+	return c
+}
+
+// ruleSets collects the rules of policies entering or leaving a partition, the
+// enforced ones at [0] and the audit ones at [1].
+type ruleSets struct {
+	rules, in, out [2][]*rule
+}
+
+func auditIdx(audit bool) int {
+	if audit {
+		return 1
+	}
+	return 0
+}
+
+// add files cp's rules; sr[0] and sr[1] are the per-scope S&D rule counts
+// (enforced, audit), changed by d.
+func (rs *ruleSets) add(cp *compiledPolicy, sr [2][]int32, d int32) {
+	for _, r := range cp.rules {
+		i := auditIdx(r.audit)
+		rs.rules[i] = append(rs.rules[i], r)
+		if cp.p.TargetRef == nil {
+			sr[i][cp.scopeOrd()] += d
+		}
+	}
+	for _, a := range cp.attach {
+		i := auditIdx(a.audit)
+		if a.sides == sideIn {
+			rs.in[i] = append(rs.in[i], a)
+		} else {
+			rs.out[i] = append(rs.out[i], a)
+		}
+	}
 }
 
 type formCounts struct {
@@ -412,8 +479,10 @@ func buildType(name string, m *meshState, list []*Policy) *typeState {
 // index fills a freshly built partition's counts and indexes from its entries.
 func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
 	ts.scopeRules = make([]int32, m.scopes.size()+1)
-	var rules, in, out []*rule
+	ts.audit.scopeRules = make([]int32, m.scopes.size()+1)
+	var rs ruleSets
 	ts.valid = formCounts{}
+	ts.validAudit = formCounts{}
 	ts.invalid = 0
 	for _, cp := range entries {
 		if cp.err != "" {
@@ -421,21 +490,17 @@ func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
 			continue
 		}
 		ts.valid.add(cp.p, 1)
-		rules = append(rules, cp.rules...)
-		if cp.p.TargetRef == nil {
-			ts.scopeRules[cp.scopeOrd()] += int32(len(cp.rules))
+		if cp.audit {
+			ts.validAudit.add(cp.p, 1)
 		}
-		for _, a := range cp.attach {
-			if a.sides == sideIn {
-				in = append(in, a)
-			} else {
-				out = append(out, a)
-			}
-		}
+		rs.add(cp, [2][]int32{ts.scopeRules, ts.audit.scopeRules}, 1)
 	}
-	ts.rules = buildIndex(rules, endSrc|endDst)
-	ts.attachIn = buildIndex(in, endDst)
-	ts.attachOut = buildIndex(out, endSrc)
+	ts.rules = buildIndex(rs.rules[0], endSrc|endDst)
+	ts.attachIn = buildIndex(rs.in[0], endDst)
+	ts.attachOut = buildIndex(rs.out[0], endSrc)
+	ts.audit.rules = buildIndex(rs.rules[1], endSrc|endDst)
+	ts.audit.attachIn = buildIndex(rs.in[1], endDst)
+	ts.audit.attachOut = buildIndex(rs.out[1], endSrc)
 }
 
 func (cp *compiledPolicy) scopeOrd() int32 {
@@ -558,25 +623,18 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change) *typeSta
 		})
 		return buildType(name, m, list)
 	}
-	var rulesGone, rulesNew, inGone, inNew, outGone, outNew []*rule
-	scopeRules := append([]int32(nil), ts.scopeRules...)
+	var gone, added2 ruleSets
+	sr := [2][]int32{append([]int32(nil), ts.scopeRules...), append([]int32(nil), ts.audit.scopeRules...)}
 	for _, cp := range removed {
 		if cp.err != "" {
 			out.invalid--
 			continue
 		}
 		out.valid.add(cp.p, -1)
-		rulesGone = append(rulesGone, cp.rules...)
-		if cp.p.TargetRef == nil {
-			scopeRules[cp.scopeOrd()] -= int32(len(cp.rules))
+		if cp.audit {
+			out.validAudit.add(cp.p, -1)
 		}
-		for _, a := range cp.attach {
-			if a.sides == sideIn {
-				inGone = append(inGone, a)
-			} else {
-				outGone = append(outGone, a)
-			}
-		}
+		gone.add(cp, sr, -1)
 	}
 	for _, cp := range added {
 		if cp.err != "" {
@@ -584,22 +642,18 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change) *typeSta
 			continue
 		}
 		out.valid.add(cp.p, 1)
-		rulesNew = append(rulesNew, cp.rules...)
-		if cp.p.TargetRef == nil {
-			scopeRules[cp.scopeOrd()] += int32(len(cp.rules))
+		if cp.audit {
+			out.validAudit.add(cp.p, 1)
 		}
-		for _, a := range cp.attach {
-			if a.sides == sideIn {
-				inNew = append(inNew, a)
-			} else {
-				outNew = append(outNew, a)
-			}
-		}
+		added2.add(cp, sr, 1)
 	}
-	out.scopeRules = scopeRules
-	out.rules = ts.rules.update(rulesGone, rulesNew)
-	out.attachIn = ts.attachIn.update(inGone, inNew)
-	out.attachOut = ts.attachOut.update(outGone, outNew)
+	out.scopeRules, out.audit.scopeRules = sr[0], sr[1]
+	out.rules = ts.rules.update(gone.rules[0], added2.rules[0])
+	out.attachIn = ts.attachIn.update(gone.in[0], added2.in[0])
+	out.attachOut = ts.attachOut.update(gone.out[0], added2.out[0])
+	out.audit.rules = ts.audit.rules.update(gone.rules[1], added2.rules[1])
+	out.audit.attachIn = ts.audit.attachIn.update(gone.in[1], added2.in[1])
+	out.audit.attachOut = ts.audit.attachOut.update(gone.out[1], added2.out[1])
 	return &out
 }
 

@@ -190,6 +190,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 		}
 		if auditDiffers(&d) {
 			a |= compactAudit
+			s.byPolicy.auditN(ctx, d.Audit.Action == engine.Deny, 1)
 		}
 		pi := sc.policy(d.Policy, out)
 		a |= pi << compactPolicyShift
@@ -227,10 +228,9 @@ func (sc *compactScratch) policy(p string, out *verdictv1.DecideCompactResponse)
 }
 
 // auditDiffers reports whether a decision's shadow result (audit rules
-// enforced) has another final action: the compact answer's audit bit. The
-// engine's decisions carry no shadow result yet (the audit issue adds it):
-// until then no answer sets the bit.
-func auditDiffers(*engine.Decision) bool { return false }
+// enforced) has another final action: the compact answer's audit bit
+// (docs/audit.md).
+func auditDiffers(d *engine.Decision) bool { return d.Audit != nil }
 
 // DecideCompact answers a packed batch of flows between identities.
 func (s decisionService) DecideCompact(ctx context.Context, req *verdictv1.DecideCompactRequest) (*verdictv1.DecideCompactResponse, error) {

@@ -31,13 +31,16 @@ func (s *Server) recordDecision(ctx context.Context, er *engine.Request, d *engi
 // logDecision offers a decision to the decision log, if its filter wants it.
 func (s *Server) logDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
 	l := s.cfg.DecisionLog
-	if !l.Wants(d.Action == engine.Deny, false) {
+	if !l.Wants(d.Action == engine.Deny, d.Audit != nil) {
 		return
 	}
 	r := &decisionlog.Record{Time: time.Now(), RPC: rpcName(ctx), Revision: d.Revision, Mesh: er.Mesh, Type: er.Type,
 		Source: decisionlog.Endpoint{Tags: maps.Clone(er.Source)}, Destination: decisionlog.Endpoint{Tags: maps.Clone(er.Destination)},
 		Protocol: er.Protocol.String(), Port: er.Port, Action: d.Action.String(), Policy: d.Policy,
 		Outbound: logSide(&d.Outbound), Inbound: logSide(&d.Inbound), LatencyNs: took.Nanoseconds()}
+	if a := d.Audit; a != nil {
+		r.Audit = &decisionlog.Audit{Action: a.Action.String(), Policy: a.Policy, Scope: a.Scope, Rule: a.Rule, Side: a.Side}
+	}
 	if r.Mesh == "" {
 		r.Mesh = engine.DefaultMesh
 	}
@@ -160,9 +163,12 @@ func recordProto(r *decisionlog.Record) *verdictv1.DecisionRecord {
 // so that no number of policies can grow the metrics without bound.
 const maxPolicyLabels = 256
 
-// policyCounts counts decisions by deciding policy and action.
+// policyCounts counts decisions by deciding policy and action, and the
+// decisions whose shadow (audit) result differs, by shadow action.
 type policyCounts struct {
 	counter metric.Int64Counter
+	audits  metric.Int64Counter
+	auditBy [2]metric.AddOption // shadow ALLOW, shadow DENY
 	mu      sync.Mutex
 	sets    map[policyAction]metric.AddOption // at most maxPolicyLabels policies
 	other   [2]metric.AddOption               // ALLOW, DENY
@@ -182,12 +188,29 @@ func newPolicyCounts(meter metric.Meter) (*policyCounts, error) {
 	opt := func(p, a string) metric.AddOption {
 		return metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", p), attribute.String("action", a)))
 	}
+	audits, err := meter.Int64Counter("verdict.decisions.audit_differences",
+		metric.WithDescription("Flows whose shadow decision (audit rules enforced too) has another final action than the enforced one, by the shadow action."))
+	if err != nil {
+		return nil, err
+	}
+	shadow := func(a string) metric.AddOption {
+		return metric.WithAttributeSet(attribute.NewSet(attribute.String("action", a)))
+	}
 	return &policyCounts{counter: c, sets: map[policyAction]metric.AddOption{},
-		other: [2]metric.AddOption{opt("other", "ALLOW"), opt("other", "DENY")}}, nil
+		other:  [2]metric.AddOption{opt("other", "ALLOW"), opt("other", "DENY")},
+		audits: audits, auditBy: [2]metric.AddOption{shadow("ALLOW"), shadow("DENY")}}, nil
 }
 
 func (p *policyCounts) add(ctx context.Context, d *engine.Decision) {
 	p.addN(ctx, d.Policy, d.Action == engine.Deny, 1)
+	if d.Audit != nil {
+		p.auditN(ctx, d.Audit.Action == engine.Deny, 1)
+	}
+}
+
+// auditN counts n decisions whose shadow result differs, by shadow action.
+func (p *policyCounts) auditN(ctx context.Context, shadowDeny bool, n int64) {
+	p.audits.Add(ctx, n, p.auditBy[b2i(shadowDeny)])
 }
 
 // addN counts n decisions of one policy and final action.

@@ -105,6 +105,9 @@ func (g *guarded) side(s *verdictv1.SideRules) (firewall.Side, error) {
 	}
 	var errs []error
 	for i, r := range rules {
+		if r.GetAudit() {
+			continue // an audit rule decides only the shadow decision: never enforced (docs/audit.md)
+		}
 		ports, err := ports(r.GetPorts())
 		if err != nil {
 			errs = append(errs, fmt.Errorf("rule %d (%s %s): %w", i, r.GetPolicy(), r.GetRule(), err))

@@ -60,6 +60,10 @@ func TestTranslate(t *testing.T) {
 			&verdictv1.SideRules{Fallback: deny, Rules: []*verdictv1.Rule{
 				rule("p", allow, []string{"aweb", "adb"}, []string{"192.168.0.0/16"})}},
 			"allow w1_aweb []; allow w1_adb []; allow w1_c" + hashName([]string{"192.168.0.0/16"}) + " []; fallback deny", ""},
+		{"an audit rule is never enforced",
+			&verdictv1.SideRules{Fallback: allow, Rules: []*verdictv1.Rule{
+				{Policy: "trial", Rule: "from[0]", Action: deny, PeerSets: []string{"aweb"}, Audit: true}, rule("p", allow, []string{"adb"}, nil)}},
+			"allow w1_adb []; fallback allow", ""},
 		{"an unspecified action is DENY",
 			&verdictv1.SideRules{Rules: []*verdictv1.Rule{rule("p", verdictv1.Action_ACTION_UNSPECIFIED, nil, nil)}},
 			"deny  []; fallback deny", ""},

@@ -158,7 +158,16 @@ func (c *ConfCache) DecideResponse(d *engine.Decision) *verdictv1.DecideResponse
 	if d.Explain != nil {
 		out.Explanation = &verdictv1.Explanation{Outbound: Trace(&d.Explain.Outbound), Inbound: Trace(&d.Explain.Inbound)}
 	}
+	out.Audit = Audit(d.Audit)
 	return out
+}
+
+// Audit translates a decision's shadow result; nil for none.
+func Audit(a *engine.Audit) *verdictv1.Audit {
+	if a == nil {
+		return nil
+	}
+	return &verdictv1.Audit{Action: Action(a.Action), Policy: a.Policy, Scope: a.Scope, Rule: a.Rule, Side: a.Side}
 }
 
 func Trace(t *engine.SideTrace) *verdictv1.SideTrace {
@@ -168,6 +177,7 @@ func Trace(t *engine.SideTrace) *verdictv1.SideTrace {
 		out.Candidates = append(out.Candidates, &verdictv1.CandidateTrace{
 			Policy: c.Policy, Scope: c.Scope, Phase: c.Phase, Priority: c.Priority, Rank: c.Rank, Rule: c.Rule,
 			Action: Action(c.Action), Matched: c.Matched, Decided: c.Decided, Why: c.Why,
+			Audit: c.Audit,
 		})
 	}
 	for _, n := range t.NotCandidates {
@@ -193,6 +203,8 @@ func PolicyState(s engine.PolicyState) verdictv1.PolicyState {
 		return verdictv1.PolicyState_POLICY_STATE_PARTIALLY_ENFORCED
 	case engine.Overridden:
 		return verdictv1.PolicyState_POLICY_STATE_OVERRIDDEN
+	case engine.Audited:
+		return verdictv1.PolicyState_POLICY_STATE_AUDIT
 	}
 	return verdictv1.PolicyState_POLICY_STATE_UNSPECIFIED
 }
@@ -271,7 +283,7 @@ func SideRules(s *engine.SideRules) *verdictv1.SideRules {
 	for _, r := range s.Rules {
 		out.Rules = append(out.Rules, &verdictv1.Rule{
 			Policy: r.Policy, Scope: r.Scope, Phase: r.Phase, Priority: r.Priority, Rule: r.Rule,
-			Peer: Selectors(r.Peer), Ports: Ports(r.Ports), Action: Action(r.Action),
+			Peer: Selectors(r.Peer), Ports: Ports(r.Ports), Action: Action(r.Action), Audit: r.Audit,
 		})
 	}
 	return out

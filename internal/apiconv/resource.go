@@ -72,6 +72,9 @@ func scopeToProto(s *engine.Scope) *verdictv1.Scope {
 		f := false
 		out.Enforced = &f
 	}
+	if s.Mode == engine.ModeAudit {
+		out.Mode = s.Mode.String()
+	}
 	return out
 }
 
@@ -81,6 +84,9 @@ func policyToProto(p *engine.Policy) (*verdictv1.Policy, error) {
 		CreationTime: timestamp(p.Meta.CreationTime), ModificationTime: timestamp(p.Meta.ModificationTime)}
 	if p.Rank == engine.RankAbsolute {
 		out.Rank = "Absolute"
+	}
+	if p.Mode == engine.ModeAudit {
+		out.Mode = p.Mode.String()
 	}
 	for _, pe := range p.Ports {
 		proto := pe.Protocol.String()
@@ -130,7 +136,7 @@ func itemsToProto(items []engine.Item, field string) ([]*verdictv1.Item, error) 
 		if err != nil {
 			return nil, err
 		}
-		out[i] = &verdictv1.Item{TargetRef: targetRefToProto(&it.TargetRef), Action: it.Action.String(), Conf: conf}
+		out[i] = &verdictv1.Item{TargetRef: targetRefToProto(&it.TargetRef), Action: it.ItemActionText(), Conf: conf}
 	}
 	return out, nil
 }

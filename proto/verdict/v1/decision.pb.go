@@ -275,6 +275,8 @@ const (
 	PolicyState_POLICY_STATE_ENFORCED           PolicyState = 1
 	PolicyState_POLICY_STATE_PARTIALLY_ENFORCED PolicyState = 2
 	PolicyState_POLICY_STATE_OVERRIDDEN         PolicyState = 3
+	// A policy in audit mode that covers the flow; left out of the result.
+	PolicyState_POLICY_STATE_AUDIT PolicyState = 4
 )
 
 // Enum value maps for PolicyState.
@@ -284,12 +286,14 @@ var (
 		1: "POLICY_STATE_ENFORCED",
 		2: "POLICY_STATE_PARTIALLY_ENFORCED",
 		3: "POLICY_STATE_OVERRIDDEN",
+		4: "POLICY_STATE_AUDIT",
 	}
 	PolicyState_value = map[string]int32{
 		"POLICY_STATE_UNSPECIFIED":        0,
 		"POLICY_STATE_ENFORCED":           1,
 		"POLICY_STATE_PARTIALLY_ENFORCED": 2,
 		"POLICY_STATE_OVERRIDDEN":         3,
+		"POLICY_STATE_AUDIT":              4,
 	}
 )
 
@@ -1107,7 +1111,9 @@ type CandidateTrace struct {
 	Matched bool   `protobuf:"varint,8,opt,name=matched,proto3" json:"matched,omitempty"`
 	Decided bool   `protobuf:"varint,9,opt,name=decided,proto3" json:"decided,omitempty"`
 	// Why it did not match, or why it was not reached.
-	Why           string `protobuf:"bytes,10,opt,name=why,proto3" json:"why,omitempty"`
+	Why string `protobuf:"bytes,10,opt,name=why,proto3" json:"why,omitempty"`
+	// An audit rule: it decides only the shadow decision (docs/audit.md).
+	Audit         bool `protobuf:"varint,11,opt,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1210,6 +1216,13 @@ func (x *CandidateTrace) GetWhy() string {
 		return x.Why
 	}
 	return ""
+}
+
+func (x *CandidateTrace) GetAudit() bool {
+	if x != nil {
+		return x.Audit
+	}
+	return false
 }
 
 // NonCandidate is a policy with no candidate rule on a side, and why.
@@ -2637,7 +2650,7 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"candidates\x18\x04 \x03(\v2\x1a.verdict.v1.CandidateTraceR\n" +
 	"candidates\x12?\n" +
 	"\x0enot_candidates\x18\x05 \x03(\v2\x18.verdict.v1.NonCandidateR\rnotCandidates\x12\x1c\n" +
-	"\ttruncated\x18\x06 \x01(\bR\ttruncated\"\x8a\x02\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\"\xa0\x02\n" +
 	"\x0eCandidateTrace\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x14\n" +
@@ -2649,7 +2662,8 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\amatched\x18\b \x01(\bR\amatched\x12\x18\n" +
 	"\adecided\x18\t \x01(\bR\adecided\x12\x10\n" +
 	"\x03why\x18\n" +
-	" \x01(\tR\x03why\"8\n" +
+	" \x01(\tR\x03why\x12\x14\n" +
+	"\x05audit\x18\v \x01(\bR\x05audit\"8\n" +
 	"\fNonCandidate\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03why\x18\x02 \x01(\tR\x03why\"n\n" +
@@ -2769,12 +2783,13 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x1dRESOLVED_AS_PRINCIPAL_HOLDERS\x10\x04\x12\x1b\n" +
 	"\x17RESOLVED_AS_KUMA_SPIFFE\x10\x05\x12!\n" +
 	"\x1dRESOLVED_AS_UNKNOWN_PRINCIPAL\x10\x06\x12\x18\n" +
-	"\x14RESOLVED_AS_IDENTITY\x10\a*\x88\x01\n" +
+	"\x14RESOLVED_AS_IDENTITY\x10\a*\xa0\x01\n" +
 	"\vPolicyState\x12\x1c\n" +
 	"\x18POLICY_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15POLICY_STATE_ENFORCED\x10\x01\x12#\n" +
 	"\x1fPOLICY_STATE_PARTIALLY_ENFORCED\x10\x02\x12\x1b\n" +
-	"\x17POLICY_STATE_OVERRIDDEN\x10\x03*\xbf\x01\n" +
+	"\x17POLICY_STATE_OVERRIDDEN\x10\x03\x12\x16\n" +
+	"\x12POLICY_STATE_AUDIT\x10\x04*\xbf\x01\n" +
 	"\vCompactCode\x12\x1c\n" +
 	"\x18COMPACT_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bCOMPACT_CODE_UNKNOWN_SOURCE\x10\x01\x12$\n" +

@@ -748,8 +748,10 @@ type Rule struct {
 	// or exact requirements on ip passes through as CIDRs; any other selector
 	// is a set (one per distinct selector, shared by every rule and stream
 	// naming it).
-	PeerSets      []string `protobuf:"bytes,9,rep,name=peer_sets,json=peerSets,proto3" json:"peer_sets,omitempty"`
-	PeerCidrs     []string `protobuf:"bytes,10,rep,name=peer_cidrs,json=peerCidrs,proto3" json:"peer_cidrs,omitempty"`
+	PeerSets  []string `protobuf:"bytes,9,rep,name=peer_sets,json=peerSets,proto3" json:"peer_sets,omitempty"`
+	PeerCidrs []string `protobuf:"bytes,10,rep,name=peer_cidrs,json=peerCidrs,proto3" json:"peer_cidrs,omitempty"`
+	// An audit rule (docs/audit.md): log what it matches, never enforce it.
+	Audit         bool `protobuf:"varint,11,opt,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -854,6 +856,13 @@ func (x *Rule) GetPeerCidrs() []string {
 	return nil
 }
 
+func (x *Rule) GetAudit() bool {
+	if x != nil {
+		return x.Audit
+	}
+	return false
+}
+
 var File_verdict_v1_watch_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_watch_proto_rawDesc = "" +
@@ -904,7 +913,7 @@ const file_verdict_v1_watch_proto_rawDesc = "" +
 	"\x05rules\x18\x01 \x03(\v2\x10.verdict.v1.RuleR\x05rules\x12.\n" +
 	"\bfallback\x18\x02 \x01(\x0e2\x12.verdict.v1.ActionR\bfallback\x12;\n" +
 	"\x0ffallback_reason\x18\x03 \x01(\x0e2\x12.verdict.v1.ReasonR\x0efallbackReason\x12\x18\n" +
-	"\acombine\x18\x04 \x01(\tR\acombine\"\xb9\x02\n" +
+	"\acombine\x18\x04 \x01(\tR\acombine\"\xcf\x02\n" +
 	"\x04Rule\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x14\n" +
@@ -917,7 +926,8 @@ const file_verdict_v1_watch_proto_rawDesc = "" +
 	"\tpeer_sets\x18\t \x03(\tR\bpeerSets\x12\x1d\n" +
 	"\n" +
 	"peer_cidrs\x18\n" +
-	" \x03(\tR\tpeerCidrs*\x8c\x01\n" +
+	" \x03(\tR\tpeerCidrs\x12\x14\n" +
+	"\x05audit\x18\v \x01(\bR\x05audit*\x8c\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
