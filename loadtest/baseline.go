@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -62,7 +63,7 @@ func (e emptyDecisions) DecideStream(st verdictv1.DecisionService_DecideStreamSe
 	}
 }
 
-// ServeBaseline serves the empty DecisionService on lis until ctx ends, with the
+// ServeBaseline serves the empty DecisionService and Authorization on lis until ctx ends, with the
 // gRPC options verdictd's server uses (interceptors, limits, keepalive, the
 // otelgrpc stats handler recording into a Prometheus registry of its own, as
 // verdictd's does).
@@ -81,6 +82,7 @@ func ServeBaseline(ctx context.Context, lis net.Listener, log *slog.Logger) erro
 	}
 	g := grpc.NewServer(srv.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(g, newEmptyDecisions())
+	authv3.RegisterAuthorizationServer(g, newEmptyAuthz())
 	go func() {
 		<-ctx.Done()
 		g.Stop()

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,8 @@ type Config struct {
 	Concurrency int
 	Connections int
 	Rate        float64 // open-loop unary rate; 0: skip the open-loop run
+	CheckRate   float64 // check-open: Envoy Check calls/s
+	CheckFlows  int     // check, check-open: distinct flows (and up to twice as many workloads)
 	BatchSize   int
 	Streams     int
 	Window      int
@@ -55,7 +58,12 @@ type Config struct {
 	Timeout     time.Duration // the whole run
 }
 
-var allScenarios = []string{"unary", "open", "batch", "stream", "churn", "fanout"}
+// defaultScenarios run when none is named; allScenarios adds Envoy's Check
+// (issue 14), which loads workloads too.
+var (
+	defaultScenarios = []string{"unary", "open", "batch", "stream", "churn", "fanout"}
+	allScenarios     = append(slices.Clone(defaultScenarios), "check", "check-open")
+)
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
@@ -74,6 +82,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ChurnRate < 0 || c.Rate < 0 {
 		return fmt.Errorf("--rate and --churn-rate must not be negative")
+	}
+	if c.CheckRate <= 0 || c.CheckFlows < 1 || c.CheckFlows > 8192 {
+		return fmt.Errorf("--check-rate must be positive and --check-flows in [1, 8192]")
 	}
 	for _, s := range c.Scenarios {
 		if !contains(allScenarios, s) {
@@ -133,6 +144,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Concurrency, "concurrency", 32, "closed-loop workers (and open-loop maximum in flight: 0 picks)")
 	fs.IntVar(&c.Connections, "connections", 4, "client connections")
 	fs.Float64Var(&c.Rate, "rate", 10000, "open-loop unary rate, calls/s")
+	fs.Float64Var(&c.CheckRate, "check-rate", 5000, "check-open: Envoy Check calls/s (open loop)")
+	fs.IntVar(&c.CheckFlows, "check-flows", 1024, "check, check-open: distinct flows; each end is a workload with an address and a SPIFFE ID")
 	fs.IntVar(&c.BatchSize, "batch-size", 100, "flows per DecideBatch call (≤ 1000)")
 	fs.IntVar(&c.Streams, "streams", 4, "DecideStream streams")
 	fs.IntVar(&c.Window, "window", 128, "requests in flight per stream")
@@ -147,7 +160,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.BoolVar(&c.JSON, "json", false, "print the reports as JSON")
 	fs.DurationVar(&c.Timeout, "timeout", 15*time.Minute, "bound on the whole run")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n\n", strings.Join(allScenarios, "|"))
+		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n(default: %s)\n\n",
+			strings.Join(allScenarios, "|"), strings.Join(defaultScenarios, " "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -155,7 +169,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	c.Scenarios = fs.Args()
 	if len(c.Scenarios) == 0 {
-		c.Scenarios = allScenarios
+		c.Scenarios = defaultScenarios
 	}
 	return c, c.Validate()
 }

@@ -32,6 +32,10 @@ func TestSmokeEveryScenario(t *testing.T) {
 		smoke(t, dir, common, "unary/baseline", "unary/verdict", "open/verdict", "batch/verdict", "stream/verdict",
 			"churn/verdict", "fanout/verdict")
 	})
+	t.Run("check", func(t *testing.T) {
+		smoke(t, dir, append(common, "--check-rate", "300", "--check-flows", "64", "check", "check-open"),
+			"check/baseline", "check/verdict", "check-open/baseline", "check-open/verdict")
+	})
 	t.Run("unix", func(t *testing.T) {
 		smoke(t, dir, append(common, "--unix", "unary", "stream"), "unary/baseline", "unary/verdict", "stream/verdict")
 	})

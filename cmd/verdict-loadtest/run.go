@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -62,6 +64,23 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 		return false, fmt.Errorf("wait for revision %d: %w", rev, err)
 	}
 	warm.MinRevision = 0
+
+	var checks []*authv3.CheckRequest
+	if slices.Contains(cfg.Scenarios, "check") || slices.Contains(cfg.Scenarios, "check-open") {
+		var workloads []engine.Resource
+		workloads, checks = loadtest.CheckFlows(set.Flows(cfg.Seed+3, cfg.CheckFlows))
+		wrev, err := load(ctx, conns[0], workloads)
+		if err != nil {
+			return false, fmt.Errorf("load %d workloads: %w", len(workloads), err)
+		}
+		warm := flows[0]
+		warm.MinRevision = wrev
+		if _, err := verdictv1.NewDecisionServiceClient(conns[0]).Decide(ctx, warm); err != nil {
+			return false, fmt.Errorf("wait for revision %d: %w", wrev, err)
+		}
+		warm.MinRevision = 0
+		fmt.Fprintf(stderr, "loaded %d workloads for %d checks (revision %d)\n", len(workloads), len(checks), wrev)
+	}
 
 	var base loadtest.Conns
 	if needsBaseline(cfg.Scenarios) {
@@ -113,6 +132,14 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 			pair(func(c loadtest.Conns) *loadtest.Report {
 				return loadtest.Stream(ctx, c, flows, cfg.Streams, cfg.Window, lim)
 			})
+		case "check":
+			pair(func(c loadtest.Conns) *loadtest.Report {
+				return loadtest.Check(ctx, c, checks, cfg.Concurrency, 0, lim)
+			})
+		case "check-open":
+			pair(func(c loadtest.Conns) *loadtest.Report {
+				return loadtest.Check(ctx, c, checks, 0, cfg.CheckRate, lim)
+			})
 		case "churn":
 			concurrency := cfg.Concurrency
 			if cfg.ChurnRate > 0 {
@@ -152,7 +179,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 
 func needsBaseline(scenarios []string) bool {
 	for _, s := range scenarios {
-		if s == "unary" || s == "open" || s == "batch" || s == "stream" {
+		if s == "unary" || s == "open" || s == "batch" || s == "stream" || s == "check" || s == "check-open" {
 			return true
 		}
 	}
