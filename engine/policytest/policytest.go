@@ -185,7 +185,7 @@ func parseCase(v any) (Case, error) {
 
 var expectKeys = map[string]bool{
 	"action": true, "policy": true, "conf": true, "outbound": true, "inbound": true, "revision": true,
-	"error": true, "rules": true, "status": true,
+	"error": true, "rules": true, "status": true, "audit": true,
 }
 
 type request struct {
@@ -360,6 +360,8 @@ func (s *Suite) runDecide(c Case) []string {
 			problems = compareSide(problems, "outbound", want, d.Outbound)
 		case "inbound":
 			problems = compareSide(problems, "inbound", want, d.Inbound)
+		case "audit":
+			problems = compareAudit(problems, want, d.Audit)
 		default:
 			problems = append(problems, fmt.Sprintf("expect.%s does not apply to a decide case", k))
 		}
@@ -475,6 +477,44 @@ func compareSide(problems []string, name string, want any, got engine.SideDecisi
 			continue
 		}
 		problems = compareField(problems, name+"."+k, v, g)
+	}
+	return problems
+}
+
+// compareAudit checks the shadow result (docs/audit.md): null expects none;
+// an object expects one, with the fields it lists.
+func compareAudit(problems []string, want any, got *engine.Audit) []string {
+	if want == nil {
+		if got != nil {
+			return append(problems, fmt.Sprintf("audit: expected none, got %s by policy %q (%s)", got.Action, got.Policy, got.Side))
+		}
+		return problems
+	}
+	wm, ok := want.(map[string]any)
+	if !ok {
+		return append(problems, "expect.audit must be an object or null")
+	}
+	if got == nil {
+		return append(problems, fmt.Sprintf("audit: expected %s, got none (the shadow decision agrees)", show(want)))
+	}
+	for k, v := range wm {
+		var g string
+		switch k {
+		case "action":
+			g = got.Action.String()
+		case "policy":
+			g = got.Policy
+		case "scope":
+			g = got.Scope
+		case "rule":
+			g = got.Rule
+		case "side":
+			g = got.Side
+		default:
+			problems = append(problems, fmt.Sprintf("expect.audit.%s is not an audit field (action, policy, scope, rule, side)", k))
+			continue
+		}
+		problems = compareField(problems, "audit."+k, v, g)
 	}
 	return problems
 }
