@@ -353,24 +353,6 @@ func (s *Snapshot) WorkloadAddresses(mesh, name string) ([]string, bool) {
 	return e.w.Addresses, true
 }
 
-// AddressOwner returns the valid workload that holds an address (canonical
-// text); false when none does.
-func (s *Snapshot) AddressOwner(mesh, addr string) (string, bool) {
-	inv := s.inventoryOf(mesh)
-	if inv == nil {
-		return "", false
-	}
-	cl := claimsOf(inv.claims.Get, addr)
-	if len(cl) == 0 {
-		return "", false
-	}
-	e, ok := inv.byName.Get(cl[0].name)
-	if !ok || e.err != "" {
-		return "", false
-	}
-	return e.w.Name, true
-}
-
 func (s *Snapshot) inventoryOf(mesh string) *inventory {
 	if s == nil {
 		return nil
