@@ -337,6 +337,11 @@ func (w *writer) abandon(ctx context.Context, applied []done, unknown []*op) int
 		}
 		// One key at a time: what can be restored is.
 		for _, o := range undo {
+			// Each call is checked against the snapshot: it must hold the
+			// previous undo (a child scope gone before its parent goes).
+			if err := w.waitFor(ctx, last); err != nil {
+				fmt.Fprintf(w.e.stderr, "  waiting for revision %d: %v\n", last, err)
+			}
 			rev, err := w.undo(ctx, []*op{o}, d.rev)
 			if err == nil {
 				last = rev
@@ -379,7 +384,7 @@ func (w *writer) undo(ctx context.Context, ops []*op, rev int64) (int64, error) 
 
 // leftover says what a key that could not be restored holds.
 func (w *writer) leftover(ctx context.Context, o *op, rev int64, err error) string {
-	did := "written"
+	did := "wrote"
 	if o.isDelete() {
 		did = "deleted"
 	}

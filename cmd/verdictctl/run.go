@@ -45,6 +45,8 @@ Decisions:
   explain --src k=v,.. --dst k=v,..        decide and show the candidates of each side
   resolve --dst k=v,.. [--src k=v,..]      effective configuration of a type
   watch [resources|rules]                  follow changes (rules: of one --workload)
+  logs [--action DENY] [--policy P] [--workload W]
+                                           follow the decision log of the server, live
 Offline:
   test FILE|DIR...                         run policy test suites (docs/suites.md)
   validate FILE|DIR|-...                   check documents with the server's decoder
@@ -79,7 +81,7 @@ func runEnv(ctx context.Context, args []string, e *env) int {
 	}
 	cmds := map[string]func(context.Context, []string, *env) int{
 		"apply": runApply, "get": runGet, "list": runList, "delete": runDelete, "status": runStatus,
-		"decide": runDecide, "explain": runExplain, "resolve": runResolve, "watch": runWatch,
+		"decide": runDecide, "explain": runExplain, "resolve": runResolve, "watch": runWatch, "logs": runLogs,
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stdout, usage)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/server"
 	"github.com/verdictpdp/verdict/store/embedetcd"
@@ -27,6 +29,8 @@ type testServer struct {
 	addr string
 	conn *grpc.ClientConn
 	pol  verdictv1.PolicyServiceClient
+	st   *etcd.Store
+	halt func() // stops the server (not the store)
 	stop func()
 }
 
@@ -81,45 +85,90 @@ func newTestServer() (*testServer, error) {
 		return nil, err
 	}
 	closers = append(closers, func() { st.Close() })
-	sy, err := syncer.New(syncer.Config{Store: st})
-	if err != nil {
-		stop()
-		return nil, err
-	}
-	srv, err := server.New(server.Config{Syncer: sy, Store: st})
-	if err != nil {
-		stop()
-		return nil, err
-	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = sy.Run(ctx) }()
-	go func() { defer wg.Done(); _ = srv.Serve(ctx, lis) }()
-	closers = append(closers, func() { cancel(); wg.Wait() })
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ts := &testServer{addr: lis.Addr().String(), st: st}
+	if err := ts.serve(lis); err != nil {
+		stop()
+		return nil, err
+	}
+	closers = append(closers, func() { ts.halt() })
+	conn, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		stop()
 		return nil, err
 	}
 	closers = append(closers, func() { conn.Close() })
-	ts := &testServer{addr: lis.Addr().String(), conn: conn, pol: verdictv1.NewPolicyServiceClient(conn), stop: stop}
-	// Wait for the first sync: Status answers once the snapshot is there.
+	ts.conn, ts.pol, ts.stop = conn, verdictv1.NewPolicyServiceClient(conn), stop
+	return ts, ts.waitSynced()
+}
+
+// serve starts a server (with its syncer and decision log) on lis, over the
+// test's store.
+func (ts *testServer) serve(lis net.Listener) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	sy, err := syncer.New(syncer.Config{Store: ts.st})
+	if err != nil {
+		cancel()
+		return err
+	}
+	dl, err := decisionlog.New(decisionlog.Config{FlushInterval: 10 * time.Millisecond})
+	if err != nil {
+		cancel()
+		return err
+	}
+	srv, err := server.New(server.Config{Syncer: sy, Store: ts.st, DecisionLog: dl})
+	if err != nil {
+		cancel()
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); _ = sy.Run(ctx) }()
+	go func() { defer wg.Done(); _ = dl.Run(ctx) }()
+	go func() { defer wg.Done(); _ = srv.Serve(ctx, lis) }()
+	ts.halt = func() { cancel(); wg.Wait() }
+	return nil
+}
+
+// restart stops the server and starts another on the same address and store.
+func (ts *testServer) restart(t testing.TB) {
+	t.Helper()
+	ts.halt()
+	var lis net.Listener
+	var err error
+	for range 100 { // the old listener's port is free once Serve has returned
+		if lis, err = net.Listen("tcp", ts.addr); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.serve(lis); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.waitSynced(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitSynced waits for the first sync: Status answers once the snapshot is there.
+func (ts *testServer) waitSynced() error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		st, err := ts.pol.Status(cctx, &verdictv1.StatusRequest{})
 		ccancel()
 		if err == nil && st.GetSynced() {
-			return ts, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
-			stop()
-			return nil, err
+			return fmt.Errorf("the server did not sync: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -176,4 +225,62 @@ func (ts *testServer) keys(t testing.TB, prefix string) map[string]*verdictv1.St
 			return out
 		}
 	}
+}
+
+// syncBuffer is a buffer safe to read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// running is a streaming command running until stopped.
+type running struct {
+	out, errOut syncBuffer
+	cancel      func()
+	done        chan int
+}
+
+// start runs a command (watch, logs) in the background.
+func (c ctl) start(args ...string) *running {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan int, 1)}
+	e := &env{stdin: strings.NewReader(""), stdout: &r.out, stderr: &r.errOut,
+		getenv: func(k string) string {
+			if k == "VERDICT_SERVER" {
+				return c.ts.addr
+			}
+			return ""
+		}}
+	go func() { r.done <- runEnv(ctx, args, e) }()
+	return r
+}
+
+// waitFor waits until the output holds want (a hang is the test's timeout).
+func (r *running) waitFor(t testing.TB, want string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(r.out.String()+r.errOut.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in:\n%s%s", want, r.out.String(), r.errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop ends the command as Ctrl-C does and returns its exit code.
+func (r *running) stop() int {
+	r.cancel()
+	return <-r.done
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -55,37 +56,101 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 			fmt.Fprintf(e.stderr, "verdictctl watch: %v\n", err)
 			return exitUsage
 		}
-		s, err := client.WatchRules(ctx, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: wl})
+		req := &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: wl}
+		return follow(ctx, e, "watch", func(ctx context.Context, got func()) error {
+			s, err := client.WatchRules(ctx, req)
+			if err != nil {
+				return err
+			}
+			for {
+				m, err := s.Recv()
+				if err != nil {
+					return err
+				}
+				got()
+				if output.structured() {
+					printStreamed(e.stdout, output.value, m)
+					continue
+				}
+				printRules(e.stdout, m)
+			}
+		}, func() string { return "; the rules come again in full" })
+	}
+	last := *from
+	return follow(ctx, e, "watch", func(ctx context.Context, got func()) error {
+		s, err := client.WatchResources(ctx, &verdictv1.WatchResourcesRequest{FromRevision: last, Prefix: *prefix})
 		if err != nil {
-			return watchEnd(ctx, e, err)
+			return err
 		}
 		for {
 			m, err := s.Recv()
 			if err != nil {
-				return watchEnd(ctx, e, err)
+				return err
+			}
+			got()
+			// A snapshot resumes only after its SYNCED marker; a change set
+			// from its own revision.
+			if m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT {
+				last = m.GetRevision()
 			}
 			if output.structured() {
 				printStreamed(e.stdout, output.value, m)
 				continue
 			}
-			printRules(e.stdout, m)
+			printWatchEvent(e.stdout, m)
 		}
-	}
-	s, err := client.WatchResources(ctx, &verdictv1.WatchResourcesRequest{FromRevision: *from, Prefix: *prefix})
-	if err != nil {
-		return watchEnd(ctx, e, err)
-	}
+	}, func() string {
+		if last == 0 {
+			return "; from a new snapshot"
+		}
+		return fmt.Sprintf(", resuming after revision %d", last)
+	})
+}
+
+// follow runs a stream and, once it has delivered a message, reconnects
+// when it ends for a reason that can pass (the server restarting, the
+// follower falling behind), with a backoff from 0.5 s to 30 s, saying so on
+// stderr. A stream that never delivered fails as any call does.
+func follow(ctx context.Context, e *env, cmd string, attempt func(ctx context.Context, got func()) error, resume func() string) int {
+	const first, most = 500 * time.Millisecond, 30 * time.Second
+	backoff := first
+	connected := false
 	for {
-		m, err := s.Recv()
-		if err != nil {
+		progressed := false
+		err := attempt(ctx, func() { progressed, connected = true, true })
+		if ctx.Err() != nil || status.Code(err) == codes.Canceled {
+			return exitOK
+		}
+		if !connected || !transient(err) {
 			return watchEnd(ctx, e, err)
 		}
-		if output.structured() {
-			printStreamed(e.stdout, output.value, m)
-			continue
+		if progressed {
+			backoff = first
 		}
-		printWatchEvent(e.stdout, m)
+		why := "the server ended it"
+		if st, ok := status.FromError(err); ok && !errors.Is(err, io.EOF) {
+			why = st.Code().String() + ": " + st.Message()
+		}
+		fmt.Fprintf(e.stderr, "verdictctl %s: stream ended (%s); reconnecting in %v%s\n", cmd, why, backoff, resume())
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, most)
 	}
+}
+
+// transient: a stream ended this way may be opened again.
+func transient(err error) bool {
+	if errors.Is(err, io.EOF) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
 }
 
 // watchEnd turns the end of a watch into an exit code: Ctrl-C is a normal end.
