@@ -263,3 +263,73 @@ func TestEndpointEnumsAgree(t *testing.T) {
 		}
 	}
 }
+
+// A set follows the workloads a change touched, and its delta says exactly
+// what entered and left it — for a set of workloads' addresses and for a set
+// that is CIDRs less the workloads that fail the selector.
+func TestPeerSetDeltas(t *testing.T) {
+	t.Parallel()
+	put := func(name string, tags map[string]string, addr string) engine.Change {
+		return engine.Put(&engine.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: []string{addr}})
+	}
+	del := func(name string) engine.Change {
+		return engine.Delete(engine.Key{Kind: engine.KindWorkload, Mesh: "default", Name: name})
+	}
+	web, prod := app("web"), map[string]string{"app": "web", "env": "prod"}
+	notProd := engine.Selector{Expressions: []engine.Expression{{Key: "env", Operator: engine.OpNotIn, Values: []string{"prod"}},
+		{Key: "ip", Operator: engine.OpCIDR, Values: []string{"10.0.0.0/30"}}}}
+	tests := []struct {
+		name    string
+		sel     engine.Selector
+		start   []engine.Change
+		change  []engine.Change
+		added   []string
+		removed []string
+		idsIn   []uint64
+		idsOut  []uint64
+	}{
+		{"a matching workload added", engine.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
+			[]engine.Change{put("w2", web, "10.0.0.2")}, []string{"10.0.0.2"}, nil, nil, nil},
+		{"a workload's tags no longer match", engine.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
+			[]engine.Change{put("w1", app("db"), "10.0.0.1")}, nil, []string{"10.0.0.1"}, nil, []uint64{engine.Identity("default", web)}},
+		{"a workload that does not match: no delta", engine.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
+			[]engine.Change{put("d1", app("db"), "10.0.0.9")}, nil, nil, nil, nil},
+		{"a workload moves to another address", engine.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
+			[]engine.Change{put("w1", web, "10.0.0.7")}, []string{"10.0.0.7"}, []string{"10.0.0.1"}, nil, nil},
+		{"CIDR less a workload that fails NotIn", notProd, nil,
+			[]engine.Change{put("p1", prod, "10.0.0.3")}, []string{"10.0.0.0/31", "10.0.0.2"}, []string{"10.0.0.0/30"}, nil, nil},
+		{"the failing workload goes: the CIDR whole again", notProd, []engine.Change{put("p1", prod, "10.0.0.3")},
+			[]engine.Change{del("p1")}, []string{"10.0.0.0/30"}, []string{"10.0.0.0/31", "10.0.0.2"}, nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s1 := engine.Empty().Apply(1, tc.start)
+			s2 := s1.Apply(2, tc.change)
+			r := newSetRegistry()
+			_, ps, err := r.peer(s1, "default", tc.sel)
+			if err != nil || ps == nil {
+				t.Fatalf("peer: %v %v", ps, err)
+			}
+			var names []string
+			for _, c := range tc.change {
+				names = append(names, c.Key.Name)
+			}
+			ps.update(s2, s2.TouchedWorkloads(s1, "default", names), false)
+			d := ps.deltaAt(2)
+			if d == nil {
+				d = &verdictv1.AddressSetDelta{}
+			}
+			if !slices.Equal(d.GetAdded(), tc.added) || !slices.Equal(d.GetRemoved(), tc.removed) ||
+				!slices.Equal(d.GetIdentitiesAdded(), tc.idsIn) || !slices.Equal(d.GetIdentitiesRemoved(), tc.idsOut) {
+				t.Fatalf("delta %v", d)
+			}
+			// The set brought up to date equals the set computed afresh.
+			_, fresh, _ := newSetRegistry().peer(s2, "default", tc.sel)
+			if got, want := ps.message(), fresh.message(); !slices.Equal(got.GetAddresses(), want.GetAddresses()) ||
+				!slices.Equal(got.GetIdentities(), want.GetIdentities()) {
+				t.Fatalf("updated %v, afresh %v", got, want)
+			}
+		})
+	}
+}

@@ -183,9 +183,18 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 		if g.state.rev >= rev {
 			continue
 		}
-		if incremental && !policyMeshes[g.mesh] && g.state.err == nil && g.ep.tags != nil {
-			h.advance(g, g.state, rev) // tags given: nothing but policies changes the rules
-			continue
+		if incremental && !policyMeshes[g.mesh] && g.state.err == nil {
+			// The mesh's policies are unchanged: so are the rules, unless the
+			// workload resolves differently (a name or address, after a
+			// workload change in its mesh).
+			if g.ep.tags != nil || len(workloads[g.mesh]) == 0 {
+				h.advance(g, g.state, rev)
+				continue
+			}
+			if res, err := resolveWatched(snap, g.mesh, g.ep); err == nil && res.equal(g.state.res) {
+				h.advance(g, g.state, rev)
+				continue
+			}
 		}
 		st := h.compute(g, snap)
 		old := g.state
