@@ -192,3 +192,58 @@ func TestAgentWithVerdictd(t *testing.T) {
 		t.Log("no element-only apply: the server sent b's move as RULES only") // a report, not a failure
 	}
 }
+
+// TestAgentByInterfaces: the agent runs for workload b's own namespace and
+// guards the addresses of its interface (WatchRules by address; the input
+// and output hooks): 10.250.2.2 is b's and gets b's rules, 10.250.2.3 is no
+// workload's and gets the rules of {ip: 10.250.2.3} (here: none, the mesh's
+// DENY).
+func TestAgentByInterfaces(t *testing.T) {
+	netnstest.Require(t)
+	tp := netnstest.NewTopo(t)
+	netnstest.IP(t, "-n", tp.B, "addr", "add", "10.250.2.3/24", "dev", tp.Dev[2])
+	netnstest.Echo(t, tp.B, "0.0.0.0:8080")
+	netnstest.Echo(t, tp.B, "0.0.0.0:9090")
+	got, err := localAddrs("/run/netns/"+tp.B, []string{tp.Dev[2]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].String() != "10.250.2.2" || got[1].String() != "10.250.2.3" {
+		t.Fatalf("the interface's addresses: %v", got)
+	}
+	ctx := t.Context()
+	addr, conn := verdictd(t, ctx)
+	_, err = verdictv1.NewPolicyServiceClient(conn).Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{
+		{Resource: &verdictv1.Resource_Mesh{Mesh: &verdictv1.Mesh{Name: "default", DefaultAction: "DENY"}}},
+		workload("a", "a", "10.250.1.2"), workload("b", "b", "10.250.2.2"), aToB("ALLOW")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte(e2eToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Server: addr, TokenFile: tok, Interfaces: []string{tp.Dev[2]}, InterfaceRescan: time.Second,
+		Table: "verdict-e2e", Initial: InitialDrop, NetNS: "/run/netns/" + tp.B,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second, LogLevel: "info"}
+	a, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stopAgent := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	t.Cleanup(func() {
+		stopAgent()
+		<-done
+		a.Close()
+	})
+	eventually(t, "both addresses' rules programmed", func() bool {
+		return testutil.ToFloat64(a.m.connected.WithLabelValues("address/10.250.2.2")) == 1 &&
+			testutil.ToFloat64(a.m.connected.WithLabelValues("address/10.250.2.3")) == 1
+	})
+	eventually(t, "a → b:8080 connects", func() bool { return netnstest.Connects(t, tp.A, "10.250.2.2:8080") })
+	for _, target := range []string{"10.250.2.2:9090", "10.250.2.3:8080"} {
+		eventually(t, "a → "+target+" is dropped", func() bool { return netnstest.Blocked(t, tp.A, target) })
+	}
+}
