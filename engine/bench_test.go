@@ -179,3 +179,63 @@ func BenchmarkMemory(b *testing.B) {
 		runtime.KeepAlive(snap)
 	}
 }
+
+// BenchmarkDecideIdentityPair (issue 13 items 3-4): a flow between interned
+// tag sets (identities resolved once, as the compact path resolves them),
+// with the memo ("memo": flows repeat, a hit is a hash and two pointer
+// compares) and without ("nomemo": the decision procedure itself), beside the
+// tag form with the memo on the same flows ("tags-memo": the hash walks both
+// tag maps). 10k sparse policies, 4096 flows.
+//
+//	go test -run '^$' -bench BenchmarkDecideIdentityPair -benchmem ./engine/
+func BenchmarkDecideIdentityPair(b *testing.B) {
+	set := policygen.Generate(policygen.Config{Seed: 1, Policies: 10_000})
+	snap := engine.Build(1, set.Resources)
+	flows := set.Flows(2, 4096)
+	reg := engine.NewRegistry(0, 0)
+	reqs := make([]engine.SetRequest, len(flows))
+	for i, f := range flows {
+		src, err := snap.Identify("", f.Source, reg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst, err := snap.Identify("", f.Destination, reg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs[i] = engine.SetRequest{Source: src, Destination: dst, Protocol: f.Protocol, Port: f.Port}
+		flows[i].Source, flows[i].Destination = src.Tags(), dst.Tags()
+	}
+	for _, memo := range []bool{true, false} {
+		name := "memo"
+		if !memo {
+			name = "nomemo"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				r := &reqs[i&4095]
+				r.NoCache = !memo
+				if _, err := snap.DecideSets(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("tags-memo", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := snap.Decide(&flows[i&4095]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("lookup", func(b *testing.B) { // identity → interned set, inventory then registry
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := snap.LookupIdentity("", reqs[i&4095].Source.Identity(), reg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -71,7 +71,7 @@ type memoKey struct {
 	h         uint64
 	epoch     *memoEpoch
 	mesh, typ string
-	f         *flow
+	f         flow    // by value: a pointer here would make every flow escape (escape analysis is field-insensitive)
 	src, dst  *TagSet // the flow's interned tag sets, when the caller has them
 }
 
@@ -160,7 +160,7 @@ func (c *decisionCache) lookup(k *memoKey) (Decision, bool) {
 
 // sameFlow reports whether e holds the answer of exactly k's flow, in k's epoch.
 func (e *cacheEntry) sameFlow(k *memoKey) bool {
-	f := k.f
+	f := &k.f
 	return e.hash == k.h && e.mesh == k.mesh && e.typ == k.typ && e.proto == f.proto && e.port == f.port &&
 		(e.srcSet != nil && e.srcSet == k.src || sameTags(e.src, f.src)) &&
 		(e.dstSet != nil && e.dstSet == k.dst || sameTags(e.dst, f.dst))
@@ -186,7 +186,7 @@ func (b *cacheBucket) lookup(k *memoKey) (Decision, bool) {
 // store remembers d for the flow if the flow was seen before. An entry of the
 // same flow from an older epoch is replaced in place.
 func (c *decisionCache) store(k *memoKey, d Decision) {
-	h, f := k.h, k.f
+	h, f := k.h, &k.f
 	e := &cacheEntry{hash: h, epoch: k.epoch, srcSet: k.src, dstSet: k.dst, mesh: k.mesh, typ: k.typ,
 		proto: f.proto, port: f.port, d: d}
 	for _, cb := range c.bucketsOf(h) {

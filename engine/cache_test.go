@@ -12,7 +12,7 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 	d := Decision{Action: Deny, Policy: "deny-db"}
 	epoch := &memoEpoch{}
 	key := func(mesh, typ string, f *flow) *memoKey {
-		return &memoKey{h: h, epoch: epoch, mesh: mesh, typ: typ, f: f}
+		return &memoKey{h: h, epoch: epoch, mesh: mesh, typ: typ, f: *f}
 	}
 	c.store(key("m", "T", &base), d) // first sight: the doorkeeper only
 	if _, ok := c.lookup(key("m", "T", &base)); ok {
@@ -22,11 +22,11 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 	if got, ok := c.lookup(key("m", "T", &base)); !ok || got.Policy != "deny-db" {
 		t.Fatalf("a flow seen twice is not cached: %+v %v", got, ok)
 	}
-	if _, ok := c.lookup(&memoKey{h: h, epoch: &memoEpoch{}, mesh: "m", typ: "T", f: &base}); ok {
+	if _, ok := c.lookup(&memoKey{h: h, epoch: &memoEpoch{}, mesh: "m", typ: "T", f: base}); ok {
 		t.Error("an entry of another epoch answered")
 	}
 	src, dst := newTagSet(1, base.src), newTagSet(2, base.dst)
-	if _, ok := c.lookup(&memoKey{h: h, epoch: epoch, mesh: "m", typ: "T", f: &base, src: src, dst: dst}); !ok {
+	if _, ok := c.lookup(&memoKey{h: h, epoch: epoch, mesh: "m", typ: "T", f: base, src: src, dst: dst}); !ok {
 		t.Error("a lookup with interned sets missed an entry stored with tags")
 	}
 	others := map[string]struct {
@@ -62,7 +62,7 @@ func cycleHitRate(n, rounds int) float64 {
 	hits, asked := 0, 0
 	for r := 0; r < rounds; r++ {
 		for i := range flows {
-			k := &memoKey{h: flowHash("m", "T", &flows[i]), epoch: epoch, mesh: "m", typ: "T", f: &flows[i]}
+			k := &memoKey{h: flowHash("m", "T", &flows[i]), epoch: epoch, mesh: "m", typ: "T", f: flows[i]}
 			_, ok := c.lookup(k)
 			if !ok {
 				c.store(k, Decision{Action: Allow})

@@ -241,7 +241,7 @@ func (s *Snapshot) decideFlow(ms *meshState, meshName, typ string, req *Request,
 		}
 		return d, nil
 	}
-	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f}, tagsHash(f.src), tagsHash(f.dst))
+	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: *f}, tagsHash(f.src), tagsHash(f.dst))
 }
 
 // decideMemo answers k's flow from the memo, else decides it and remembers
@@ -259,7 +259,7 @@ func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64
 		d.Revision = s.revision // the entry may be from an earlier snapshot of the same answers
 		return d, nil
 	}
-	d := s.decideUncached(ms, k.typ, k.f)
+	d := s.decideUncached(ms, k.typ, &k.f)
 	c.store(k, d)
 	return d, nil
 }

@@ -342,7 +342,7 @@ func (s *Snapshot) DecideSets(req *SetRequest) (Decision, error) {
 		}
 		return s.decideUncached(ms, typ, &f), nil
 	}
-	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: &f, src: req.Source, dst: req.Destination},
+	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f, src: req.Source, dst: req.Destination},
 		req.Source.hash, req.Destination.hash)
 }
 

@@ -127,3 +127,113 @@ func BenchmarkDecideBatch(b *testing.B) {
 		run(b, verdictv1.NewDecisionServiceClient(serveRaw(b, srv)))
 	})
 }
+
+// emptyCompact answers the compact RPCs with a fixed response of the right
+// length: the baseline of BenchmarkDecideCompact, receiving the same bytes
+// under the same server options.
+type emptyCompact struct {
+	verdictv1.UnimplementedDecisionServiceServer
+	resp *verdictv1.DecideCompactResponse
+}
+
+func (e emptyCompact) DecideCompact(context.Context, *verdictv1.DecideCompactRequest) (*verdictv1.DecideCompactResponse, error) {
+	return e.resp, nil
+}
+
+func (e emptyCompact) DecideCompactStream(stream verdictv1.DecisionService_DecideCompactStreamServer) error {
+	out := &verdictv1.DecideCompactStreamResponse{Batch: e.resp}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		out.Id = m.GetId()
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+	}
+}
+
+// BenchmarkDecideCompact (issue 13 item 4): DecideCompact and
+// DecideCompactStream with batches of 100 and 1000 flows between registered
+// identities of a generated 1k-policy set, each beside an empty handler
+// receiving the same bytes under the same options, in the same run. It reports
+// decisions/s; the clients (parallel unary calls; one stream per parallel
+// worker, a batch in flight each) run in the same process.
+//
+//	go test -run '^$' -bench BenchmarkDecideCompact -benchmem ./server/
+func BenchmarkDecideCompact(b *testing.B) {
+	set := policygen.Generate(policygen.Config{Seed: 1, Policies: 1000})
+	be := newBackend()
+	applyAll(b, be, set.Resources)
+	for _, n := range []int{100, 1000} {
+		h := start(b, be, nil)
+		ctx := context.Background()
+		flows := set.Flows(2, n)
+		var eps []*verdictv1.Endpoint
+		for _, f := range flows {
+			eps = append(eps, &verdictv1.Endpoint{Tags: f.Source}, &verdictv1.Endpoint{Tags: f.Destination})
+		}
+		var ids []*verdictv1.Identified
+		for i := 0; i < len(eps); i += MaxBatch {
+			r, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: eps[i:min(i+MaxBatch, len(eps))]})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids = append(ids, r.GetResults()...)
+		}
+		req := &verdictv1.DecideCompactRequest{}
+		for i, f := range flows {
+			req.SourceIds = append(req.SourceIds, ids[2*i].GetIdentity())
+			req.DestinationIds = append(req.DestinationIds, ids[2*i+1].GetIdentity())
+			req.PortProtocols = append(req.PortProtocols, f.Port|uint32(f.Protocol)<<16)
+		}
+		resp, err := h.dec.DecideCompact(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := grpc.NewServer(h.srv.ServerOptions()...)
+		verdictv1.RegisterDecisionServiceServer(srv, emptyCompact{resp: resp})
+		empty := verdictv1.NewDecisionServiceClient(serveRaw(b, srv))
+		unary := func(b *testing.B, client verdictv1.DecisionServiceClient) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := client.DecideCompact(ctx, req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "decisions/s")
+		}
+		stream := func(b *testing.B, client verdictv1.DecisionServiceClient) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				st, err := client.DecideCompactStream(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				m := &verdictv1.DecideCompactStreamRequest{Batch: req}
+				for pb.Next() {
+					m.Id++
+					if err := st.Send(m); err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := st.Recv(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				_ = st.CloseSend()
+			})
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "decisions/s")
+		}
+		b.Run(fmt.Sprintf("batch=%d/DecideCompact", n), func(b *testing.B) { unary(b, h.dec) })
+		b.Run(fmt.Sprintf("batch=%d/Empty", n), func(b *testing.B) { unary(b, empty) })
+		b.Run(fmt.Sprintf("batch=%d/DecideCompactStream", n), func(b *testing.B) { stream(b, h.dec) })
+		b.Run(fmt.Sprintf("batch=%d/EmptyStream", n), func(b *testing.B) { stream(b, empty) })
+	}
+}

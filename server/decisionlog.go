@@ -168,10 +168,12 @@ const maxPolicyLabels = 256
 type policyCounts struct {
 	counter metric.Int64Counter
 	audits  metric.Int64Counter
-	auditBy [2]metric.AddOption // shadow ALLOW, shadow DENY
+	auditBy [2][]metric.AddOption // shadow ALLOW, shadow DENY
 	mu      sync.Mutex
-	sets    map[policyAction]metric.AddOption // at most maxPolicyLabels policies
-	other   [2]metric.AddOption               // ALLOW, DENY
+	// The options of each counter: a one-element slice each, so that an add
+	// passes it without allocating one.
+	sets  map[policyAction][]metric.AddOption // at most maxPolicyLabels policies
+	other [2][]metric.AddOption               // ALLOW, DENY
 }
 
 type policyAction struct {
@@ -185,20 +187,21 @@ func newPolicyCounts(meter metric.Meter) (*policyCounts, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt := func(p, a string) metric.AddOption {
-		return metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", p), attribute.String("action", a)))
-	}
 	audits, err := meter.Int64Counter("verdict.decisions.audit_differences",
 		metric.WithDescription("Flows whose shadow decision (audit rules enforced too) has another final action than the enforced one, by the shadow action."))
 	if err != nil {
 		return nil, err
 	}
-	shadow := func(a string) metric.AddOption {
-		return metric.WithAttributeSet(attribute.NewSet(attribute.String("action", a)))
+	shadow := func(a string) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("action", a)))}
 	}
-	return &policyCounts{counter: c, sets: map[policyAction]metric.AddOption{},
-		other:  [2]metric.AddOption{opt("other", "ALLOW"), opt("other", "DENY")},
-		audits: audits, auditBy: [2]metric.AddOption{shadow("ALLOW"), shadow("DENY")}}, nil
+	return &policyCounts{counter: c, sets: map[policyAction][]metric.AddOption{},
+		other:  [2][]metric.AddOption{policyOption("other", "ALLOW"), policyOption("other", "DENY")},
+		audits: audits, auditBy: [2][]metric.AddOption{shadow("ALLOW"), shadow("DENY")}}, nil
+}
+
+func policyOption(p, a string) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", p), attribute.String("action", a)))}
 }
 
 func (p *policyCounts) add(ctx context.Context, d *engine.Decision) {
@@ -210,7 +213,7 @@ func (p *policyCounts) add(ctx context.Context, d *engine.Decision) {
 
 // auditN counts n decisions whose shadow result differs, by shadow action.
 func (p *policyCounts) auditN(ctx context.Context, shadowDeny bool, n int64) {
-	p.audits.Add(ctx, n, p.auditBy[b2i(shadowDeny)])
+	p.audits.Add(ctx, n, p.auditBy[b2i(shadowDeny)]...)
 }
 
 // addN counts n decisions of one policy and final action.
@@ -224,14 +227,14 @@ func (p *policyCounts) addN(ctx context.Context, policy string, deny bool, n int
 			if deny {
 				action = engine.Deny
 			}
-			opt = metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", policy), attribute.String("action", action.String())))
+			opt = policyOption(policy, action.String())
 			p.sets[k] = opt
 		} else {
 			opt = p.other[b2i(k.deny)]
 		}
 	}
 	p.mu.Unlock()
-	p.counter.Add(ctx, n, opt)
+	p.counter.Add(ctx, n, opt...)
 }
 
 // registerDecisionLogMetrics: records offered, written and dropped, sink
