@@ -152,6 +152,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 		answers = make([]uint32, 0, len(srcs))
 	}
 	var allow, deny int64
+	var audits [2]int64 // by shadow action: ALLOW, DENY
 	logging := s.cfg.DecisionLog != nil
 	for i := range srcs {
 		src, code, err := sc.resolve(s, ctx, snap, mesh, srcs[i])
@@ -203,6 +204,11 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 	}
 	out.Answers = answers
 	s.metrics.decidedN(ctx, allow, deny)
+	for shadowDeny, n := range audits {
+		if n > 0 {
+			s.byPolicy.auditN(ctx, shadowDeny == 1, n)
+		}
+	}
 	for i, p := range out.Policies {
 		for deny := 0; deny < 2; deny++ {
 			if n := sc.counts[2*i+deny]; n > 0 {

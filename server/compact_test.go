@@ -115,7 +115,7 @@ func TestCompactMatchesTagForm(t *testing.T) {
 				}
 				for i, g := range got {
 					w := want.GetResults()[i].GetResponse()
-					if g.code != 0 || g.action != w.GetAction() || g.policy != w.GetPolicy() || g.audit {
+					if g.code != 0 || g.action != w.GetAction() || g.policy != w.GetPolicy() || g.audit != (w.GetAudit() != nil) {
 						t.Fatalf("%s flow %d (%v): compact %+v, tags %v %q", form, i, flows[i], g, w.GetAction(), w.GetPolicy())
 					}
 				}
@@ -269,4 +269,46 @@ func TestIdentifyRegistryBounds(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument)
 	_, err = h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Mesh: "nope", Endpoints: eps[:1]})
 	wantCode(t, err, codes.NotFound)
+}
+
+// TestCompactAuditBit: the audit bit is set exactly when Decide's answer has
+// an audit result (the shadow decision differs), which the client fetches by
+// reference with Decide.
+func TestCompactAuditBit(t *testing.T) {
+	t.Parallel()
+	be := newBackend(decodeYAML(t, testPolicies+`---
+kind: Policy
+name: audit-web-backend
+mode: Audit
+priority: -1
+sources: [{match: {app: web}}]
+destinations: [{match: {app: backend}}]
+action: DENY
+`)...)
+	h := start(t, be, nil)
+	ctx := ctxT(t)
+	ids, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{
+		tags("app", "web"), tags("app", "backend"), tags("app", "db")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web, backend, db := ids.GetResults()[0].GetIdentity(), ids.GetResults()[1].GetIdentity(), ids.GetResults()[2].GetIdentity()
+	resp, err := h.dec.DecideCompact(ctx, &verdictv1.DecideCompactRequest{SourceIds: []uint64{web, web},
+		DestinationIds: []uint64{backend, db}, PortProtocols: []uint32{packPP(engine.TCP, 8080), packPP(engine.TCP, 8080)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := unpack(t, resp)
+	for i, dst := range []*verdictv1.Endpoint{tags("app", "backend"), tags("app", "db")} {
+		w, err := h.dec.Decide(ctx, &verdictv1.DecideRequest{Source: tags("app", "web"), Destination: dst, Protocol: "TCP", Port: 8080})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[i].audit != (w.GetAudit() != nil) || got[i].action != w.GetAction() {
+			t.Errorf("flow %d: compact %+v, Decide %v audit %v", i, got[i], w.GetAction(), w.GetAudit())
+		}
+	}
+	if !got[0].audit || got[1].audit {
+		t.Errorf("audit bits %v %v, want true false", got[0].audit, got[1].audit)
+	}
 }
