@@ -52,6 +52,12 @@ func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, er *engine.R
 	s.metrics.decided(ctx, d.Action, took)
 	s.recordDecision(ctx, er, &d, took)
 	resp := s.confs.DecideResponse(&d)
+	mesh := er.Mesh
+	if mesh == "" {
+		mesh = engine.DefaultMesh
+	}
+	resp.SourceResolution = apiconv.EndpointResolution(mesh, &d.SourceResolution, er.Explain)
+	resp.DestinationResolution = apiconv.EndpointResolution(mesh, &d.DestinationResolution, er.Explain)
 	if ex := resp.GetExplanation(); ex != nil {
 		boundTrace(ex.GetOutbound(), MaxExplainBytes/2)
 		boundTrace(ex.GetInbound(), MaxExplainBytes/2)

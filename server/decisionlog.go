@@ -35,7 +35,7 @@ func (s *Server) logDecision(ctx context.Context, er *engine.Request, d *engine.
 		return
 	}
 	r := &decisionlog.Record{Time: time.Now(), RPC: rpcName(ctx), Revision: d.Revision, Mesh: er.Mesh, Type: er.Type,
-		Source: decisionlog.Endpoint{Tags: maps.Clone(er.Source)}, Destination: decisionlog.Endpoint{Tags: maps.Clone(er.Destination)},
+		Source: logEndpoint(er.SourceEndpoint, &d.SourceResolution), Destination: logEndpoint(er.DestinationEndpoint, &d.DestinationResolution),
 		Protocol: er.Protocol.String(), Port: er.Port, Action: d.Action.String(), Policy: d.Policy,
 		Outbound: logSide(&d.Outbound), Inbound: logSide(&d.Inbound), LatencyNs: took.Nanoseconds()}
 	if a := d.Audit; a != nil {
@@ -56,6 +56,16 @@ func (s *Server) logDecision(ctx context.Context, er *engine.Request, d *engine.
 		}
 	}
 	l.Log(r)
+}
+
+// logEndpoint is one end of the flow as the request gave it (ep nil: as
+// tags), with the tags it was decided on.
+func logEndpoint(ep *engine.Endpoint, r *engine.EndpointResolution) decisionlog.Endpoint {
+	out := decisionlog.Endpoint{Tags: maps.Clone(r.Tags)}
+	if ep != nil {
+		out.Workload, out.Address, out.Principal, out.Identity = ep.Workload, ep.Address, ep.Principal, ep.Identity
+	}
+	return out
 }
 
 func logSide(s *engine.SideDecision) decisionlog.Side {

@@ -184,24 +184,22 @@ func (e *fieldErrors) err() error {
 // (apiconv builds it; valid when e gained no error).
 func (e *fieldErrors) decide(prefix string, r *verdictv1.DecideRequest) engine.Request {
 	req := apiconv.DecideRequest(r)
-	e.endpointForm(prefix+"source", r.GetSource())
-	e.endpointForm(prefix+"destination", r.GetDestination())
 	e.request(prefix, r.GetProtocol(), &req)
 	e.minRevision(prefix+"minRevision", r.GetMinRevision())
 	return req
 }
 
 func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Endpoint, protocol string, port uint32) {
-	e.endpointForm(prefix+"source", src)
-	e.endpointForm(prefix+"destination", dst)
 	p, _ := engine.ParseProtocol(protocol)
-	req := engine.Request{Mesh: mesh, Type: typ, Source: src.GetTags(), Destination: dst.GetTags(), Protocol: p, Port: port}
+	req := engine.Request{Mesh: mesh, Type: typ, Protocol: p, Port: port}
+	req.Source, req.SourceEndpoint = apiconv.Endpoint(src)
+	req.Destination, req.DestinationEndpoint = apiconv.Endpoint(dst)
 	e.request(prefix, protocol, &req)
 }
 
-// endpointForm refuses the endpoint forms other than tags until the inventory
-// resolves them (issue 13): an endpoint read as its empty tag set would match
-// selectors it should not.
+// endpointForm refuses the endpoint forms other than tags where they are not
+// served yet (WatchRules' workload): an endpoint read as its empty tag set
+// would match selectors it should not.
 func (e *fieldErrors) endpointForm(field string, ep *verdictv1.Endpoint) {
 	switch {
 	case ep.GetWorkload() != "":

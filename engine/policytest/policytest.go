@@ -13,6 +13,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -143,7 +144,8 @@ func parseCase(v any) (Case, error) {
 				return c, fmt.Errorf("%s: decide: %w", c.Name, err)
 			}
 			c.Decide = &engine.Request{Mesh: req.Mesh, Type: req.Type, Source: req.Source,
-				Destination: req.Destination, Protocol: req.Protocol, Port: req.Port, Explain: req.Explain}
+				Destination: req.Destination, SourceEndpoint: req.SourceEndpoint, DestinationEndpoint: req.DestinationEndpoint,
+				Protocol: req.Protocol, Port: req.Port, Explain: req.Explain}
 		case "resolve":
 			kinds++
 			req, err := parseRequest(val, false)
@@ -151,7 +153,8 @@ func parseCase(v any) (Case, error) {
 				return c, fmt.Errorf("%s: resolve: %w", c.Name, err)
 			}
 			c.Resolve = &engine.ResolveRequest{Mesh: req.Mesh, Type: req.Type, Source: req.Source,
-				Destination: req.Destination, Protocol: req.Protocol, Port: req.Port}
+				Destination: req.Destination, SourceEndpoint: req.SourceEndpoint, DestinationEndpoint: req.DestinationEndpoint,
+				Protocol: req.Protocol, Port: req.Port}
 		case "apply":
 			kinds++
 			l, ok := val.([]any)
@@ -185,15 +188,17 @@ func parseCase(v any) (Case, error) {
 
 var expectKeys = map[string]bool{
 	"action": true, "policy": true, "conf": true, "outbound": true, "inbound": true, "revision": true,
-	"error": true, "rules": true, "status": true, "audit": true,
+	"error": true, "rules": true, "status": true, "audit": true, "sourceResolution": true, "destinationResolution": true,
 }
 
 type request struct {
 	Mesh, Type          string
 	Source, Destination engine.Tags
-	Protocol            engine.Protocol
-	Port                uint32
-	Explain             bool
+	// SourceEndpoint and DestinationEndpoint: a side given by reference.
+	SourceEndpoint, DestinationEndpoint *engine.Endpoint
+	Protocol                            engine.Protocol
+	Port                                uint32
+	Explain                             bool
 }
 
 func parseRequest(v any, decide bool) (request, error) {
@@ -210,9 +215,9 @@ func parseRequest(v any, decide bool) (request, error) {
 		case "type":
 			r.Type, err = text(val)
 		case "source":
-			r.Source, err = workload(val)
+			r.Source, r.SourceEndpoint, err = endpoint(val)
 		case "destination":
-			r.Destination, err = workload(val)
+			r.Destination, r.DestinationEndpoint, err = endpoint(val)
 		case "protocol":
 			var s string
 			if s, err = text(val); err == nil {
@@ -253,31 +258,73 @@ func text(v any) (string, error) {
 	return "", fmt.Errorf("%v is not a string", v)
 }
 
-func workload(v any) (engine.Tags, error) {
+// endpoint reads one end of a flow: {tags: {...}} as tags, or one of
+// {workload: NAME}, {address: IP}, {principal: ID}, {identity: N} as an
+// endpoint by reference (several forms are kept, for Validate to refuse).
+func endpoint(v any) (engine.Tags, *engine.Endpoint, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, errors.New("a workload is {tags: {...}}")
+		return nil, nil, errors.New("an endpoint is {tags: {...}}, {workload: NAME}, {address: IP}, {principal: ID} or {identity: N}")
+	}
+	var ep engine.Endpoint
+	byRef := false
+	for k, val := range m {
+		var err error
+		switch k {
+		case "tags":
+			ep.Tags, err = tagMap(val)
+		case "workload":
+			ep.Workload, err = text(val)
+		case "address":
+			ep.Address, err = text(val)
+		case "principal":
+			ep.Principal, err = text(val)
+		case "identity":
+			ep.Identity, err = identity(val)
+		default:
+			return nil, nil, fmt.Errorf("unknown field %q (an endpoint has tags, workload, address, principal or identity)", k)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", k, err)
+		}
+		byRef = byRef || k != "tags"
+	}
+	if !byRef {
+		if ep.Tags == nil {
+			ep.Tags = engine.Tags{}
+		}
+		return ep.Tags, nil, nil
+	}
+	return nil, &ep, nil
+}
+
+func identity(v any) (uint64, error) {
+	s, err := text(v)
+	if err == nil {
+		var id uint64
+		if id, err = strconv.ParseUint(s, 10, 64); err == nil && id != 0 {
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("%v is not an identity (a number from 1 to 2^64-1)", v)
+}
+
+func tagMap(val any) (engine.Tags, error) {
+	tm, ok := val.(map[string]any)
+	if !ok && val != nil {
+		return nil, errors.New("an object is required")
 	}
 	tags := engine.Tags{}
-	for k, val := range m {
-		if k != "tags" {
-			return nil, fmt.Errorf("unknown field %q (a workload has tags)", k)
-		}
-		tm, ok := val.(map[string]any)
-		if !ok && val != nil {
-			return nil, errors.New("tags: an object is required")
-		}
-		for tk, tv := range tm {
-			s, err := text(tv)
-			if err != nil {
-				if b, ok := tv.(bool); ok {
-					s = fmt.Sprint(b)
-				} else {
-					return nil, fmt.Errorf("tags[%q]: %w", tk, err)
-				}
+	for tk, tv := range tm {
+		s, err := text(tv)
+		if err != nil {
+			if b, ok := tv.(bool); ok {
+				s = fmt.Sprint(b)
+			} else {
+				return nil, fmt.Errorf("[%q]: %w", tk, err)
 			}
-			tags[tk] = s
 		}
+		tags[tk] = s
 	}
 	return tags, nil
 }
@@ -362,6 +409,10 @@ func (s *Suite) runDecide(c Case) []string {
 			problems = compareSide(problems, "inbound", want, d.Inbound)
 		case "audit":
 			problems = compareAudit(problems, want, d.Audit)
+		case "sourceResolution":
+			problems = compareResolution(problems, k, want, c.Decide.Mesh, d.SourceResolution)
+		case "destinationResolution":
+			problems = compareResolution(problems, k, want, c.Decide.Mesh, d.DestinationResolution)
 		default:
 			problems = append(problems, fmt.Sprintf("expect.%s does not apply to a decide case", k))
 		}
@@ -517,6 +568,55 @@ func compareAudit(problems []string, want any, got *engine.Audit) []string {
 		problems = compareField(problems, "audit."+k, v, g)
 	}
 	return problems
+}
+
+// compareResolution compares the fields of a resolution the case names:
+// form (tags, workload, address, principal, identity), resolvedAs (TAGS,
+// WORKLOAD, EXTERNAL, PRINCIPAL_HOLDERS, KUMA_SPIFFE, UNKNOWN_PRINCIPAL,
+// IDENTITY), workload, holders, identity, tags.
+func compareResolution(problems []string, name string, want any, mesh string, got engine.EndpointResolution) []string {
+	wm, ok := want.(map[string]any)
+	if !ok {
+		return append(problems, fmt.Sprintf("expect.%s must be an object", name))
+	}
+	if mesh == "" {
+		mesh = engine.DefaultMesh
+	}
+	id := got.Identity
+	if id == 0 && got.Form == engine.FormTags { // as the API answers it
+		id = engine.Identity(mesh, got.Tags)
+	}
+	for k, v := range wm {
+		var g string
+		switch k {
+		case "form":
+			g = got.Form.String()
+		case "resolvedAs":
+			g = got.ResolvedAs.String()
+		case "workload":
+			g = got.Workload
+		case "holders":
+			g = strconv.Itoa(got.Holders)
+		case "identity":
+			g = strconv.FormatUint(id, 10)
+		case "tags":
+			problems = compareWhole(problems, name+".tags", v, map[string]any(tagsTree(got.Tags)))
+			continue
+		default:
+			problems = append(problems, fmt.Sprintf("expect.%s.%s is not a resolution field", name, k))
+			continue
+		}
+		problems = compareField(problems, name+"."+k, v, g)
+	}
+	return problems
+}
+
+func tagsTree(t engine.Tags) map[string]any {
+	out := make(map[string]any, len(t))
+	for k, v := range t {
+		out[k] = v
+	}
+	return out
 }
 
 func compareWhole(problems []string, name string, want, got any) []string {

@@ -109,11 +109,73 @@ func StoredResource(key string, r engine.Resource, rerr error) (*verdictv1.Store
 // validateDecide.
 func DecideRequest(r *verdictv1.DecideRequest) engine.Request {
 	p, _ := engine.ParseProtocol(r.GetProtocol())
-	return engine.Request{
-		Mesh: r.GetMesh(), Type: r.GetType(),
-		Source: r.GetSource().GetTags(), Destination: r.GetDestination().GetTags(),
-		Protocol: p, Port: r.GetPort(), Explain: r.GetExplain(),
+	req := engine.Request{Mesh: r.GetMesh(), Type: r.GetType(), Protocol: p, Port: r.GetPort(), Explain: r.GetExplain()}
+	req.Source, req.SourceEndpoint = Endpoint(r.GetSource())
+	req.Destination, req.DestinationEndpoint = Endpoint(r.GetDestination())
+	return req
+}
+
+// Endpoint translates one end of a flow: its tags when it is given as tags
+// (the common case costs no allocation), else the engine's endpoint, which
+// keeps every form given so that validation can name a second one.
+func Endpoint(e *verdictv1.Endpoint) (engine.Tags, *engine.Endpoint) {
+	if e.GetWorkload() == "" && e.GetAddress() == "" && e.GetPrincipal() == "" && e.GetIdentity() == 0 {
+		return e.GetTags(), nil
 	}
+	return nil, &engine.Endpoint{Tags: e.GetTags(), Workload: e.GetWorkload(), Address: e.GetAddress(),
+		Principal: e.GetPrincipal(), Identity: e.GetIdentity()}
+}
+
+// EndpointResolution translates how one end of a flow was resolved in mesh;
+// the tags are given only with explain (they can be many). A side given as
+// tags gets its identity computed here (the engine leaves it 0).
+func EndpointResolution(mesh string, r *engine.EndpointResolution, explain bool) *verdictv1.EndpointResolution {
+	id := r.Identity
+	if id == 0 && r.Form == engine.FormTags {
+		id = engine.Identity(mesh, r.Tags)
+	}
+	out := &verdictv1.EndpointResolution{Form: EndpointForm(r.Form), ResolvedAs: ResolvedAs(r.ResolvedAs),
+		Workload: r.Workload, Holders: uint32(r.Holders), Identity: id}
+	if explain {
+		out.Tags = r.Tags
+	}
+	return out
+}
+
+func EndpointForm(f engine.EndpointForm) verdictv1.EndpointForm {
+	switch f {
+	case engine.FormTags:
+		return verdictv1.EndpointForm_ENDPOINT_FORM_TAGS
+	case engine.FormWorkload:
+		return verdictv1.EndpointForm_ENDPOINT_FORM_WORKLOAD
+	case engine.FormAddress:
+		return verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS
+	case engine.FormPrincipal:
+		return verdictv1.EndpointForm_ENDPOINT_FORM_PRINCIPAL
+	case engine.FormIdentity:
+		return verdictv1.EndpointForm_ENDPOINT_FORM_IDENTITY
+	}
+	return verdictv1.EndpointForm_ENDPOINT_FORM_UNSPECIFIED
+}
+
+func ResolvedAs(a engine.ResolvedAs) verdictv1.ResolvedAs {
+	switch a {
+	case engine.AsTags:
+		return verdictv1.ResolvedAs_RESOLVED_AS_TAGS
+	case engine.AsWorkload:
+		return verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD
+	case engine.AsExternal:
+		return verdictv1.ResolvedAs_RESOLVED_AS_EXTERNAL
+	case engine.AsPrincipalHolders:
+		return verdictv1.ResolvedAs_RESOLVED_AS_PRINCIPAL_HOLDERS
+	case engine.AsKumaSpiffe:
+		return verdictv1.ResolvedAs_RESOLVED_AS_KUMA_SPIFFE
+	case engine.AsUnknownPrincipal:
+		return verdictv1.ResolvedAs_RESOLVED_AS_UNKNOWN_PRINCIPAL
+	case engine.AsIdentity:
+		return verdictv1.ResolvedAs_RESOLVED_AS_IDENTITY
+	}
+	return verdictv1.ResolvedAs_RESOLVED_AS_UNSPECIFIED
 }
 
 func Action(a engine.Action) verdictv1.Action {
@@ -188,11 +250,10 @@ func Trace(t *engine.SideTrace) *verdictv1.SideTrace {
 
 func ResolveRequest(r *verdictv1.ResolveRequest) engine.ResolveRequest {
 	p, _ := engine.ParseProtocol(r.GetProtocol())
-	return engine.ResolveRequest{
-		Mesh: r.GetMesh(), Type: r.GetType(),
-		Source: r.GetSource().GetTags(), Destination: r.GetDestination().GetTags(),
-		Protocol: p, Port: r.GetPort(),
-	}
+	req := engine.ResolveRequest{Mesh: r.GetMesh(), Type: r.GetType(), Protocol: p, Port: r.GetPort()}
+	req.Source, req.SourceEndpoint = Endpoint(r.GetSource())
+	req.Destination, req.DestinationEndpoint = Endpoint(r.GetDestination())
+	return req
 }
 
 func PolicyState(s engine.PolicyState) verdictv1.PolicyState {
