@@ -94,6 +94,9 @@ func TestWatchRulesAddressSets(t *testing.T) {
 	if got := o1.GetOutbound().GetRules(); len(got) != 1 || !slices.Equal(got[0].GetPeerSets(), []string{dbSet}) {
 		t.Fatalf("other: %v", o1)
 	}
+	if n := h.srv.hub.setCount(); n != 2 { // web and db: the db set shared by both streams
+		t.Fatalf("%d sets in use, want 2", n)
+	}
 
 	// A second web workload: a delta for the agent (no new identity), nothing for other.
 	h.apply(t, ctx, wl("web-2", app("web"), "10.0.0.2"))
@@ -125,6 +128,9 @@ func TestWatchRulesAddressSets(t *testing.T) {
 	wantKind(t, full, verdictv1.WatchRulesKind_WATCH_RULES_KIND_RULES)
 	if len(full.GetInbound().GetRules()) != 2 || len(full.GetSets()) != 3 {
 		t.Fatalf("after the policy change: %v", full)
+	}
+	if n := h.srv.hub.setCount(); n != 3 {
+		t.Fatalf("%d sets in use, want 3", n)
 	}
 	if s := setNamed(full, webSet); !slices.Equal(s.GetAddresses(), []string{"10.0.0.1", "10.0.0.2"}) {
 		t.Fatalf("web set %v", s)
