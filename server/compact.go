@@ -191,7 +191,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 		}
 		if auditDiffers(&d) {
 			a |= compactAudit
-			s.byPolicy.auditN(ctx, d.Audit.Action == engine.Deny, 1)
+			audits[b2i(d.Audit.Action == engine.Deny)]++ // counted once per batch, below
 		}
 		pi := sc.policy(d.Policy, out)
 		a |= pi << compactPolicyShift
