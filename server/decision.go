@@ -44,6 +44,7 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 // decide answers a validated request from snap.
 func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, er *engine.Request) (*verdictv1.DecideResponse, error) {
 	start := time.Now()
+	er.Registry = s.identities // identities registered through Identify resolve too
 	d, err := snap.Decide(er)
 	if err != nil {
 		return nil, err
@@ -252,6 +253,7 @@ func (s decisionService) Resolve(ctx context.Context, req *verdictv1.ResolveRequ
 		return nil, toStatus(ctx, s.log, err)
 	}
 	rr := apiconv.ResolveRequest(req)
+	rr.Registry = s.identities
 	res, err := snap.Resolve(&rr)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)

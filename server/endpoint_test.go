@@ -253,3 +253,26 @@ func TestDecisionLogRecordsEndpointForms(t *testing.T) {
 		t.Fatalf("record endpoints %+v / %+v", r.Source, r.Destination)
 	}
 }
+
+// An identity registered through Identify names an endpoint of Decide.
+func TestDecideByRegisteredIdentity(t *testing.T) {
+	t.Parallel()
+	h := startWithWorkloads(t)
+	ctx := ctxT(t)
+	reg, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{tags("app", "web", "team", "x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := reg.GetResults()[0].GetIdentity()
+	if id != engine.Identity("default", map[string]string{"app": "web", "team": "x"}) {
+		t.Fatalf("identity %d", id)
+	}
+	resp, err := h.dec.Decide(ctx, &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{Identity: id},
+		Destination: &verdictv1.Endpoint{Workload: "backend-1"}, Protocol: "TCP", Port: 8080, Explain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetAction() != verdictv1.Action_ACTION_ALLOW || resp.GetSourceResolution().GetTags()["team"] != "x" {
+		t.Fatalf("decided %v, resolved %v", resp.GetAction(), resp.GetSourceResolution())
+	}
+}
