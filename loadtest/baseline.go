@@ -63,6 +63,39 @@ func (e emptyDecisions) DecideStream(st verdictv1.DecisionService_DecideStreamSe
 	}
 }
 
+// compactAnswers is the empty handler's answer words: ALLOW by policy 1.
+var compactAnswers = func() []uint32 {
+	out := make([]uint32, 1000)
+	for i := range out {
+		out[i] = 1 | 1<<8
+	}
+	return out
+}()
+
+func (e emptyDecisions) compact(req *verdictv1.DecideCompactRequest) *verdictv1.DecideCompactResponse {
+	n := min(len(req.GetSourceIds()), len(compactAnswers))
+	return &verdictv1.DecideCompactResponse{Answers: compactAnswers[:n], Policies: []string{e.resp.Policy}, Revision: e.resp.Revision}
+}
+
+func (e emptyDecisions) DecideCompact(_ context.Context, req *verdictv1.DecideCompactRequest) (*verdictv1.DecideCompactResponse, error) {
+	return e.compact(req), nil
+}
+
+func (e emptyDecisions) DecideCompactStream(st verdictv1.DecisionService_DecideCompactStreamServer) error {
+	for {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := st.Send(&verdictv1.DecideCompactStreamResponse{Id: m.GetId(), Batch: e.compact(m.GetBatch())}); err != nil {
+			return err
+		}
+	}
+}
+
 // ServeBaseline serves the empty DecisionService and Authorization on lis until ctx ends, with the
 // gRPC options verdictd's server uses (interceptors, limits, keepalive, the
 // otelgrpc stats handler recording into a Prometheus registry of its own, as

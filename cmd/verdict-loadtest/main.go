@@ -59,10 +59,11 @@ type Config struct {
 }
 
 // defaultScenarios run when none is named; allScenarios adds Envoy's Check
-// (issue 14), which loads workloads too.
+// (issue 14), which loads workloads too, and the compact path (issue 13:
+// identities registered with Identify, flows by identity, packed).
 var (
 	defaultScenarios = []string{"unary", "open", "batch", "stream", "churn", "fanout"}
-	allScenarios     = append(slices.Clone(defaultScenarios), "check", "check-open")
+	allScenarios     = append(slices.Clone(defaultScenarios), "check", "check-open", "compact", "compact-stream")
 )
 
 // Validate checks the configuration.
@@ -146,8 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&c.Rate, "rate", 10000, "open-loop unary rate, calls/s")
 	fs.Float64Var(&c.CheckRate, "check-rate", 5000, "check-open: Envoy Check calls/s (open loop)")
 	fs.IntVar(&c.CheckFlows, "check-flows", 1024, "check, check-open: distinct flows; each end is a workload with an address and a SPIFFE ID")
-	fs.IntVar(&c.BatchSize, "batch-size", 100, "flows per DecideBatch call (≤ 1000)")
-	fs.IntVar(&c.Streams, "streams", 4, "DecideStream streams")
+	fs.IntVar(&c.BatchSize, "batch-size", 100, "flows per DecideBatch call and per compact batch (≤ 1000)")
+	fs.IntVar(&c.Streams, "streams", 4, "DecideStream and DecideCompactStream streams")
 	fs.IntVar(&c.Window, "window", 128, "requests in flight per stream")
 	fs.Float64Var(&c.WriteRate, "write-rate", 100, "churn: policy writes per second")
 	fs.Float64Var(&c.ChurnRate, "churn-rate", 10000,

@@ -82,6 +82,16 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 		fmt.Fprintf(stderr, "loaded %d workloads for %d checks (revision %d)\n", len(workloads), len(checks), wrev)
 	}
 
+	var compact []*verdictv1.DecideCompactRequest
+	if slices.Contains(cfg.Scenarios, "compact") || slices.Contains(cfg.Scenarios, "compact-stream") {
+		var endpoints []*verdictv1.Endpoint
+		compact, endpoints = loadtest.CompactBatches(set.Flows(cfg.Seed+1, 8192), cfg.BatchSize)
+		if err := loadtest.RegisterIdentities(ctx, conns, engine.DefaultMesh, endpoints); err != nil {
+			return false, fmt.Errorf("register %d identities: %w", len(endpoints), err)
+		}
+		fmt.Fprintf(stderr, "registered %d identities for %d compact batches\n", len(endpoints), len(compact))
+	}
+
 	var base loadtest.Conns
 	if needsBaseline(cfg.Scenarios) {
 		self, err := os.Executable()
@@ -132,6 +142,14 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 			pair(func(c loadtest.Conns) *loadtest.Report {
 				return loadtest.Stream(ctx, c, flows, cfg.Streams, cfg.Window, lim)
 			})
+		case "compact":
+			pair(func(c loadtest.Conns) *loadtest.Report {
+				return loadtest.Compact(ctx, c, compact, max(2, cfg.Concurrency/8), lim)
+			})
+		case "compact-stream":
+			pair(func(c loadtest.Conns) *loadtest.Report {
+				return loadtest.CompactStream(ctx, c, compact, cfg.Streams, lim)
+			})
 		case "check":
 			pair(func(c loadtest.Conns) *loadtest.Report {
 				return loadtest.Check(ctx, c, checks, cfg.Concurrency, 0, lim)
@@ -179,7 +197,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 
 func needsBaseline(scenarios []string) bool {
 	for _, s := range scenarios {
-		if s == "unary" || s == "open" || s == "batch" || s == "stream" || s == "check" || s == "check-open" {
+		if s == "unary" || s == "open" || s == "batch" || s == "stream" || s == "check" || s == "check-open" ||
+			s == "compact" || s == "compact-stream" {
 			return true
 		}
 	}
