@@ -93,3 +93,26 @@ func TestLogs(t *testing.T) {
 		t.Errorf("--action maybe: exit %d", r.code)
 	}
 }
+
+// TestWatchRulesAddressSets: watch rules --address-sets prints the rules with
+// their peers' sets, then a delta when a workload joins a set.
+func TestWatchRulesAddressSets(t *testing.T) {
+	ts := startServer(t)
+	c := ctl{ts: ts}
+	if r := c.run(t, "kind: Policy\nmesh: as\nname: w2b\nsources: [{match: {app: web}}]\ndestinations: [{match: {app: backend}}]\n---\n"+
+		"kind: Workload\nmesh: as\nname: b1\ntags: {app: backend}\naddresses: [10.1.0.1]\n---\n"+
+		"kind: Workload\nmesh: as\nname: w1\ntags: {app: web}\naddresses: [10.1.0.2]\n", "apply", "-f", "-"); r.code != 0 {
+		t.Fatalf("apply: %s%s", r.out, r.errOut)
+	}
+	w := c.start("watch", "rules", "--mesh", "as", "--workload-name", "b1", "--address-sets")
+	w.waitFor(t, "workload b1 [10.1.0.1]")
+	w.waitFor(t, ": 10.1.0.2\n")
+	if r := c.run(t, "kind: Workload\nmesh: as\nname: w2\ntags: {app: web}\naddresses: [10.1.0.3]\n", "apply", "-f", "-"); r.code != 0 {
+		t.Fatalf("apply: %s%s", r.out, r.errOut)
+	}
+	w.waitFor(t, ": set deltas\n")
+	w.waitFor(t, ": +10.1.0.3\n")
+	if code := w.stop(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}

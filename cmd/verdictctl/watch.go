@@ -28,6 +28,7 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 	workload := fs.String("workload", "", "rules: the workload's tags k=v,k2=v2")
 	workloadName := fs.String("workload-name", "", "rules: the workload by name")
 	workloadAddr := fs.String("workload-address", "", "rules: the workload by address")
+	addrSets := fs.Bool("address-sets", false, "rules: peers as address sets, then their deltas (needs an authorized caller)")
 	var output outputFlag
 	output.register(fs, "text", "text", "wide", "json", "yaml")
 	var cf connFlags
@@ -56,7 +57,7 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 			fmt.Fprintf(e.stderr, "verdictctl watch: %v\n", err)
 			return exitUsage
 		}
-		req := &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: wl}
+		req := &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: wl, AddressSets: *addrSets}
 		return follow(ctx, e, "watch", func(ctx context.Context, got func()) error {
 			s, err := client.WatchRules(ctx, req)
 			if err != nil {
@@ -188,7 +189,24 @@ func printWatchEvent(w io.Writer, m *verdictv1.WatchResourcesResponse) {
 }
 
 func printRules(w io.Writer, m *verdictv1.WatchRulesResponse) {
+	if m.GetKind() == verdictv1.WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS {
+		fmt.Fprintf(w, "revision %d: set deltas\n", m.GetRevision())
+		for _, d := range m.GetSetDeltas() {
+			var parts []string
+			for _, a := range d.GetAdded() {
+				parts = append(parts, "+"+a)
+			}
+			for _, a := range d.GetRemoved() {
+				parts = append(parts, "-"+a)
+			}
+			fmt.Fprintf(w, "  set %s: %s\n", d.GetName(), strings.Join(parts, " "))
+		}
+		return
+	}
 	fmt.Fprintf(w, "revision %d\n", m.GetRevision())
+	if r := m.GetWorkload(); r != nil && r.GetWorkload() != "" {
+		fmt.Fprintf(w, "  workload %s %v\n", r.GetWorkload(), m.GetWorkloadAddresses())
+	}
 	for _, s := range []struct {
 		name string
 		r    *verdictv1.SideRules
@@ -198,6 +216,9 @@ func printRules(w io.Writer, m *verdictv1.WatchRulesResponse) {
 		fmt.Fprintln(tw, "    #\tPHASE\tSCOPE\tPOLICY\tRULE\tPEER\tPORTS\tACTION")
 		for i, r := range s.r.GetRules() {
 			peer := selectorsText(r.GetPeer())
+			if len(r.GetPeerSets())+len(r.GetPeerCidrs()) > 0 {
+				peer += " = " + strings.Join(append(append([]string(nil), r.GetPeerSets()...), r.GetPeerCidrs()...), ",")
+			}
 			var ports []string
 			for _, p := range r.GetPorts() {
 				ports = append(ports, strings.TrimSuffix(p.GetProtocol()+"/"+p.GetPorts(), "/"))
@@ -207,6 +228,9 @@ func printRules(w io.Writer, m *verdictv1.WatchRulesResponse) {
 		}
 		fmt.Fprintf(tw, "    *\tfallback\t\t\t\t\t\t%s (%s)\n", actionText(s.r.GetFallback()), reasonText(s.r.GetFallbackReason()))
 		tw.Flush()
+	}
+	for _, set := range m.GetSets() {
+		fmt.Fprintf(w, "  set %s: %s\n", set.GetName(), orDash(strings.Join(set.GetAddresses(), " ")))
 	}
 }
 
