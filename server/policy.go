@@ -88,6 +88,7 @@ func (s policyService) List(ctx context.Context, req *verdictv1.ListRequest) (*v
 
 // Status tells how current the snapshot is and what is invalid in it.
 func (s policyService) Status(ctx context.Context, req *verdictv1.StatusRequest) (*verdictv1.StatusResponse, error) {
+	sendVersion(ctx)
 	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)

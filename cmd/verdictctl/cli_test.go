@@ -82,6 +82,18 @@ func TestCommands(t *testing.T) {
 		{args: []string{"apply", "-o", "xml", "-f", "-"}, code: 2},
 		{args: []string{"delete", "-o", "xml", "cli/mesh"}, code: 2},
 		{args: []string{"apply", "-o", "json", "--dry-run", "-f", "-"}, code: 0, want: []string{`"dryRun": true`, `"cli/policies/TrafficPermission/web-to-api"`}},
+		// version, completion, inspect (findings 10, 9)
+		{args: []string{"version"}, code: 0, want: []string{"client: ", "server: "}, notWant: []string{"warning", "unknown"}},
+		{args: []string{"version", "-o", "json"}, code: 0, want: []string{`"client": `, `"server": `}},
+		{args: []string{"completion", "bash"}, code: 0, want: []string{"complete -o default -F _verdictctl verdictctl", "decide) flags=", "--src-workload", "inspect"}},
+		{args: []string{"completion", "zsh"}, code: 0, want: []string{"bashcompinit", "_verdictctl"}},
+		{args: []string{"completion", "fish"}, code: 0, want: []string{"__fish_seen_subcommand_from logs' -l action"}},
+		{args: []string{"completion", "pwsh"}, code: 2},
+		{args: []string{"inspect", "--mesh", "cli", "--workload", "app=web,env=prod", "--type", "TrafficPermission", "--type", "TrafficLog"}, code: 0,
+			want: []string{"workload app=web,env=prod", "scopes: Apps (most specific: Apps)", "TrafficPermission rules, in decision order:",
+				"web-to-api", "app=api", "TrafficLog rules", "log-all", "TrafficLog effective configuration: none for one workload (destination: type TrafficLog needs a source and a destination"}},
+		{args: []string{"inspect", "--mesh", "cli", "--workload", "app=web,env=prod", "-o", "json"}, code: 0, want: []string{`"scopes": [`, `"Apps"`, `"TrafficPermission": {`}},
+		{args: []string{"inspect", "--mesh", "cli"}, code: 2, want: []string{"name the workload"}},
 		// global flags before the command (finding 6)
 		{args: []string{"--server", ts.addr, "status"}, code: 0, want: []string{"synced:         true"}},
 		{args: []string{"--server=" + ts.addr, "-o", "json", "get", "cli/mesh"}, code: 0, want: []string{`"key": "cli/mesh"`}},

@@ -45,8 +45,12 @@ Decisions:
   explain --src k=v,.. --dst k=v,..        decide and show the candidates of each side
   resolve --dst k=v,.. [--src k=v,..]      effective configuration of a type
   watch [resources|rules]                  follow changes (rules: of one --workload)
+  inspect --workload k=v,.. [--type T]...  a workload's scopes, ordered rules and effective configuration
   logs [--action DENY] [--policy P] [--workload W]
                                            follow the decision log of the server, live
+Other:
+  version [--client]                       the client's and the server's versions (warns when they differ)
+  completion bash|zsh|fish                 a shell completion script
 Offline:
   test FILE|DIR...                         run policy test suites (docs/suites.md)
   validate FILE|DIR|-...                   check documents with the server's decoder
@@ -81,7 +85,7 @@ func runEnv(ctx context.Context, args []string, e *env) int {
 	}
 	cmds := map[string]func(context.Context, []string, *env) int{
 		"apply": runApply, "get": runGet, "list": runList, "delete": runDelete, "status": runStatus,
-		"decide": runDecide, "explain": runExplain, "resolve": runResolve, "watch": runWatch, "logs": runLogs,
+		"decide": runDecide, "explain": runExplain, "resolve": runResolve, "watch": runWatch, "logs": runLogs, "version": runVersion, "inspect": runInspect,
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stdout, usage)
@@ -99,6 +103,8 @@ func runEnv(ctx context.Context, args []string, e *env) int {
 		return runValidate(args[1:], e)
 	case "fmt":
 		return runFmt(args[1:], e)
+	case "completion":
+		return runCompletion(args[1:], e)
 	}
 	if f, ok := cmds[args[0]]; ok {
 		return f(ctx, args[1:], e)
