@@ -81,7 +81,7 @@ func TestGeneratedClient(t *testing.T) {
 	wat := verdictv1.NewWatchServiceClient(conn)
 
 	st, err := pol.Status(ctx, &verdictv1.StatusRequest{})
-	if err != nil || !st.GetSynced() || st.GetResources() != 13 || len(st.GetDigest()) != 64 {
+	if err != nil || !st.GetSynced() || st.GetResources() != 16 || len(st.GetDigest()) != 64 {
 		t.Fatalf("Status: %v %v", st, err)
 	}
 	rules, err := wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: tags("kuma.io/service", "db")})
