@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -45,22 +46,27 @@ func (s decisionService) Identify(ctx context.Context, req *verdictv1.IdentifyRe
 }
 
 func (s *Server) identify(ctx context.Context, snap *engine.Snapshot, mesh string, i int, ep *verdictv1.Endpoint) *verdictv1.Identified {
-	var errs fieldErrors
-	errs.endpointForm(fmt.Sprintf("endpoints[%d]", i), ep)
-	if err := engine.CheckTags(ep.GetTags()); err != nil {
-		errs.add(fmt.Sprintf("endpoints[%d].tags", i), err.Error())
+	if mesh == "" {
+		mesh = engine.DefaultMesh
 	}
-	err := errs.err()
+	tags, eep := apiconv.Endpoint(ep)
+	if eep == nil {
+		eep = &engine.Endpoint{Tags: tags}
+	}
+	res, err := snap.ResolveEndpoint(mesh, eep, false, 0, s.identities)
 	if err == nil {
 		var set *engine.TagSet
-		if set, err = snap.Identify(mesh, ep.GetTags(), s.identities); err == nil {
-			return &verdictv1.Identified{Identity: set.Identity(), Resolution: &verdictv1.EndpointResolution{
-				Form: verdictv1.EndpointForm_ENDPOINT_FORM_TAGS, ResolvedAs: verdictv1.ResolvedAs_RESOLVED_AS_TAGS,
-				Identity: set.Identity()}}
+		if set, err = snap.Identify(mesh, res.Tags, s.identities); err == nil {
+			r := apiconv.EndpointResolution(mesh, &res, false)
+			r.Identity = set.Identity() // of the tags minus the reserved keys
+			return &verdictv1.Identified{Identity: set.Identity(), Resolution: r}
 		}
 		if errors.Is(err, engine.ErrIdentityCollision) {
 			s.log.ErrorContext(ctx, "identity collision: a tag set refused", "err", err)
 		}
+	}
+	if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
+		err = ve.Prefixed(fmt.Sprintf("endpoints[%d]", i))
 	}
 	return &verdictv1.Identified{Error: errorEntry(ctx, s.log, err)}
 }

@@ -182,8 +182,26 @@ addresses: [10.0.0.1]
 	if got := ids.GetResults()[2].GetIdentity(); got != engine.Identity("default", nil) {
 		t.Errorf("the identity of {ip: ...} is not that of the empty set")
 	}
-	if ids.GetResults()[3].GetError() == nil && ids.GetResults()[3].GetIdentity() == 0 {
-		t.Errorf("an address endpoint: neither an identity nor an error")
+	// An address: the workload's tags, without ip: web-1's own identity.
+	if got := ids.GetResults()[3]; got.GetIdentity() != web || got.GetResolution().GetResolvedAs() != verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD ||
+		got.GetResolution().GetWorkload() != "web-1" {
+		t.Errorf("an address endpoint: %v", got)
+	}
+	bad, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{
+		{Workload: "nope"}, {Address: "not-an-ip"}, {Principal: "spiffe://default/web"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := bad.GetResults()[0].GetError(); e.GetCode() != "NotFound" {
+		t.Errorf("an unknown workload: %v", bad.GetResults()[0])
+	}
+	if e := bad.GetResults()[1].GetError(); e.GetCode() != "InvalidArgument" || len(e.GetFieldViolations()) == 0 ||
+		e.GetFieldViolations()[0].GetField() != "endpoints[1].address" {
+		t.Errorf("a bad address: %v", bad.GetResults()[1])
+	}
+	// Kuma's spiffe form: {kuma.io/service: web, principal: ...} → the identity of {kuma.io/service: web}.
+	if got := bad.GetResults()[2].GetIdentity(); got != engine.Identity("default", map[string]string{"kuma.io/service": "web"}) {
+		t.Errorf("a principal endpoint: %v", bad.GetResults()[2])
 	}
 	const unknown = 12345
 	resp, err := h.dec.DecideCompact(ctx, &verdictv1.DecideCompactRequest{
