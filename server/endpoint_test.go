@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"maps"
 	"strings"
@@ -181,7 +182,7 @@ func TestBatchAndStreamEndpointForms(t *testing.T) {
 	got := map[string]*verdictv1.DecideResult{}
 	for {
 		m, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
