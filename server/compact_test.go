@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -149,7 +150,7 @@ func TestCompactMatchesTagForm(t *testing.T) {
 			if err := stream.CloseSend(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := stream.Recv(); err != io.EOF {
+			if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 				t.Fatalf("after CloseSend: %v", err)
 			}
 		})

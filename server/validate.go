@@ -197,22 +197,6 @@ func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Endpoin
 	e.request(prefix, protocol, &req)
 }
 
-// endpointForm refuses the endpoint forms other than tags where they are not
-// served yet (WatchRules' workload): an endpoint read as its empty tag set
-// would match selectors it should not.
-func (e *fieldErrors) endpointForm(field string, ep *verdictv1.Endpoint) {
-	switch {
-	case ep.GetWorkload() != "":
-		e.add(field+".workload", "the workload form is not served yet: give tags")
-	case ep.GetAddress() != "":
-		e.add(field+".address", "the address form is not served yet: give tags")
-	case ep.GetPrincipal() != "":
-		e.add(field+".principal", "the principal form is not served yet: give tags")
-	case ep.GetIdentity() != 0:
-		e.add(field+".identity", "the identity form is not served yet: give tags")
-	}
-}
-
 // watchedForm checks a WatchRules workload: exactly one of tags, a workload
 // name or an address. A principal or an identity names a tag set, not a
 // workload whose rules a firewall could enforce: refused.
