@@ -87,6 +87,7 @@ type ruleGroup struct {
 	typ      string
 	ep       watched
 	sets     bool
+	audit    bool // audit rules included (WatchRulesRequest.include_audit)
 	state    rulesState
 	watchers map[*rulesWatcher]struct{}
 	// full is the RULES message of the current state at fullRev, shared by
@@ -269,6 +270,9 @@ func (h *rulesHub) compute(g *ruleGroup, snap *engine.Snapshot) rulesState {
 		return st
 	}
 	st.set, st.err = snap.RulesFor(g.mesh, g.typ, st.res.tags)
+	if st.err == nil && !g.audit {
+		st.set = withoutAudit(st.set)
+	}
 	if st.err != nil || !g.sets {
 		return st
 	}
@@ -355,14 +359,14 @@ func (g *ruleGroup) fullMessage(rev int64) *verdictv1.WatchRulesResponse {
 
 // watch registers a stream for a workload; its first message is ready at
 // once. A mesh that holds no resource, or an unknown workload, is NotFound.
-func (h *rulesHub) watch(mesh, typ string, ep watched, sets bool) (*rulesWatcher, error) {
+func (h *rulesHub) watch(mesh, typ string, ep watched, sets, audit bool) (*rulesWatcher, error) {
 	if mesh == "" {
 		mesh = engine.DefaultMesh
 	}
 	if typ == "" {
 		typ = engine.DefaultType
 	}
-	key := groupKey(mesh, typ, ep, sets)
+	key := groupKey(mesh, typ, ep, sets, audit)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.snap == nil { // the hub has not run yet: it starts from this snapshot
@@ -370,7 +374,7 @@ func (h *rulesHub) watch(mesh, typ string, ep watched, sets bool) (*rulesWatcher
 	}
 	g, ok := h.groups[key]
 	if !ok {
-		g = &ruleGroup{key: key, mesh: mesh, typ: typ, ep: ep, sets: sets, watchers: map[*rulesWatcher]struct{}{}}
+		g = &ruleGroup{key: key, mesh: mesh, typ: typ, ep: ep, sets: sets, audit: audit, watchers: map[*rulesWatcher]struct{}{}}
 		st := h.compute(g, h.snap)
 		if st.err != nil {
 			return nil, st.err
@@ -441,8 +445,9 @@ func (h *rulesHub) setCount() int {
 	return len(h.sets.byKey)
 }
 
-// groupKey is an unambiguous key of (mesh, type, workload as given, sets).
-func groupKey(mesh, typ string, ep watched, sets bool) string {
+// groupKey is an unambiguous key of (mesh, type, workload as given, sets,
+// audit).
+func groupKey(mesh, typ string, ep watched, sets, audit bool) string {
 	keys := make([]string, 0, len(ep.tags))
 	for k := range ep.tags {
 		keys = append(keys, k)
@@ -473,7 +478,34 @@ func groupKey(mesh, typ string, ep watched, sets bool) string {
 	if sets {
 		b.WriteString("s")
 	}
+	if audit {
+		b.WriteString("u")
+	}
 	return b.String()
+}
+
+// withoutAudit is rs without its audit rules: what a client that did not ask
+// for them may enforce. rs is shared: the lists are copied when they change.
+func withoutAudit(rs engine.RuleSet) engine.RuleSet {
+	for _, sr := range []*engine.SideRules{&rs.Outbound, &rs.Inbound} {
+		n := 0
+		for _, r := range sr.Rules {
+			if !r.Audit {
+				n++
+			}
+		}
+		if n == len(sr.Rules) {
+			continue
+		}
+		kept := make([]engine.RuleView, 0, n)
+		for _, r := range sr.Rules {
+			if !r.Audit {
+				kept = append(kept, r)
+			}
+		}
+		sr.Rules = kept
+	}
+	return rs
 }
 
 // serveRules sends a workload's rules to one WatchRules stream: the newest

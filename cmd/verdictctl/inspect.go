@@ -86,7 +86,7 @@ func runInspect(ctx context.Context, args []string, e *env) int {
 		if !output.structured() {
 			fmt.Fprintf(e.stdout, "\n%s rules, in decision order:\n", typ)
 		}
-		rules, err := firstRules(ctx, &cf, watch, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: typ, Workload: wl})
+		rules, err := firstRules(ctx, &cf, watch, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: typ, Workload: wl, IncludeAudit: true})
 		if err != nil {
 			section["rulesError"] = err.Error()
 			code = fail(e, "inspect", err, nil)

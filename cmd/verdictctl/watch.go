@@ -57,7 +57,7 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 			fmt.Fprintf(e.stderr, "verdictctl watch: %v\n", err)
 			return exitUsage
 		}
-		req := &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: wl, AddressSets: *addrSets}
+		req := &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: wl, AddressSets: *addrSets, IncludeAudit: true}
 		return follow(ctx, e, "watch", func(ctx context.Context, got func()) error {
 			s, err := client.WatchRules(ctx, req)
 			if err != nil {
@@ -223,8 +223,12 @@ func printRules(w io.Writer, m *verdictv1.WatchRulesResponse) {
 			for _, p := range r.GetPorts() {
 				ports = append(ports, strings.TrimSuffix(p.GetProtocol()+"/"+p.GetPorts(), "/"))
 			}
+			action := actionText(r.GetAction())
+			if r.GetAudit() {
+				action += " (audit: not enforced)"
+			}
 			fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.GetPhase(), orDash(r.GetScope()), orDash(r.GetPolicy()),
-				r.GetRule(), peer, orDash(strings.Join(ports, " ")), actionText(r.GetAction()))
+				r.GetRule(), peer, orDash(strings.Join(ports, " ")), action)
 		}
 		fmt.Fprintf(tw, "    *\tfallback\t\t\t\t\t\t%s (%s)\n", actionText(s.r.GetFallback()), reasonText(s.r.GetFallbackReason()))
 		tw.Flush()

@@ -336,7 +336,11 @@ type WatchRulesRequest struct {
 	// Give each rule's peer as address sets and CIDRs (Rule.peer_sets,
 	// Rule.peer_cidrs), with every named set's contents (sets) and its
 	// membership changes (set_deltas). Needs an authorized caller.
-	AddressSets   bool `protobuf:"varint,4,opt,name=address_sets,json=addressSets,proto3" json:"address_sets,omitempty"`
+	AddressSets bool `protobuf:"varint,4,opt,name=address_sets,json=addressSets,proto3" json:"address_sets,omitempty"`
+	// Send audit rules too, marked (Rule.audit), for a client that logs what
+	// they match. Left out otherwise: a client that does not know the mark
+	// must never enforce a rule that only decides the shadow decision.
+	IncludeAudit  bool `protobuf:"varint,5,opt,name=include_audit,json=includeAudit,proto3" json:"include_audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -395,6 +399,13 @@ func (x *WatchRulesRequest) GetWorkload() *Endpoint {
 func (x *WatchRulesRequest) GetAddressSets() bool {
 	if x != nil {
 		return x.AddressSets
+	}
+	return false
+}
+
+func (x *WatchRulesRequest) GetIncludeAudit() bool {
+	if x != nil {
+		return x.IncludeAudit
 	}
 	return false
 }
@@ -880,12 +891,13 @@ const file_verdict_v1_watch_proto_rawDesc = "" +
 	"\x0eResourceChange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\bresource\x18\x02 \x01(\v2\x1a.verdict.v1.StoredResourceR\bresource\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted\"\x90\x01\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xb5\x01\n" +
 	"\x11WatchRulesRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x120\n" +
 	"\bworkload\x18\x03 \x01(\v2\x14.verdict.v1.EndpointR\bworkload\x12!\n" +
-	"\faddress_sets\x18\x04 \x01(\bR\vaddressSets\"\x97\x03\n" +
+	"\faddress_sets\x18\x04 \x01(\bR\vaddressSets\x12#\n" +
+	"\rinclude_audit\x18\x05 \x01(\bR\fincludeAudit\"\x97\x03\n" +
 	"\x12WatchRulesResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12/\n" +
 	"\ainbound\x18\x02 \x01(\v2\x15.verdict.v1.SideRulesR\ainbound\x121\n" +
