@@ -204,8 +204,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 		sc.counts[2*int(pi-1)+int(b2i(d.Action == engine.Deny))]++
 		answers = append(answers, a)
 		if logging && s.cfg.DecisionLog.Wants(d.Action == engine.Deny, auditDiffers(&d)) {
-			er := engine.Request{Mesh: mesh, Type: typ, Source: src.Tags(), Destination: dst.Tags(), Protocol: proto, Port: port}
-			s.logDecision(ctx, &er, &d, 0)
+			s.logCompact(ctx, mesh, typ, src, dst, proto, port, d)
 		}
 	}
 	out.Answers = answers
@@ -223,6 +222,18 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 		}
 	}
 	return nil
+}
+
+// logCompact offers a compact decision to the decision log: the endpoints as
+// the identities given, with the tags they stand for.
+func (s *Server) logCompact(ctx context.Context, mesh, typ string, src, dst *engine.TagSet, proto engine.Protocol, port uint32, d engine.Decision) {
+	er := engine.Request{Mesh: mesh, Type: typ, Protocol: proto, Port: port,
+		SourceEndpoint: &engine.Endpoint{Identity: src.Identity()}, DestinationEndpoint: &engine.Endpoint{Identity: dst.Identity()}}
+	resolved := func(t *engine.TagSet) engine.EndpointResolution {
+		return engine.EndpointResolution{Form: engine.FormIdentity, ResolvedAs: engine.AsIdentity, Identity: t.Identity(), Tags: t.Tags()}
+	}
+	d.SourceResolution, d.DestinationResolution = resolved(src), resolved(dst)
+	s.logDecision(ctx, &er, &d, 0)
 }
 
 // policy returns the index of the deciding policy p in out.Policies, plus

@@ -2,16 +2,19 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -329,5 +332,37 @@ action: DENY
 	}
 	if !got[0].audit || got[1].audit {
 		t.Errorf("audit bits %v %v, want true false", got[0].audit, got[1].audit)
+	}
+}
+
+// TestCompactDecisionLog: a compact decision the log's filter wants is
+// recorded with the identities given and the tags they stand for.
+func TestCompactDecisionLog(t *testing.T) {
+	h, buf := startLogged(t, decisionlog.Denies, "")
+	ctx := ctxT(t)
+	ids, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{tags("app", "web"), tags("app", "db")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web, db := ids.GetResults()[0].GetIdentity(), ids.GetResults()[1].GetIdentity()
+	if _, err := h.dec.DecideCompact(ctx, &verdictv1.DecideCompactRequest{SourceIds: []uint64{web}, DestinationIds: []uint64{db},
+		PortProtocols: []uint32{0}}); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for deadline := time.Now().Add(time.Minute); len(lines) < 1 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		lines = buf.lines()
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d records", len(lines))
+	}
+	var r decisionlog.Record
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Source.Identity != web || r.Source.Tags["app"] != "web" || r.Destination.Identity != db || r.Destination.Tags["app"] != "db" ||
+		r.Action != "DENY" || r.RPC != "DecideCompact" {
+		t.Fatalf("record %+v", r)
 	}
 }
