@@ -239,3 +239,75 @@ func BenchmarkDecideIdentityPair(b *testing.B) {
 		}
 	})
 }
+
+// benchWorkloads is n workloads of the default mesh in the shape of a Kuma
+// deployment: 1,000 services in three environments and three versions (about
+// 9,000 distinct tag sets, so identities are shared), one IPv4 address each, a
+// SPIFFE principal per service.
+func benchWorkloads(n int) []engine.Resource {
+	envs, versions := []string{"prod", "staging", "dev"}, []string{"v1", "v2", "v3"}
+	out := make([]engine.Resource, n)
+	for i := range n {
+		svc := fmt.Sprintf("svc-%03d", i%1000)
+		out[i] = &engine.Workload{Mesh: engine.DefaultMesh, Name: fmt.Sprintf("%s-%d", svc, i),
+			Tags: map[string]string{engine.ServiceTag: svc, "env": envs[(i/1000)%3], "version": versions[(i/3000)%3],
+				"kuma.io/zone": "zone-a"},
+			Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)},
+			Principal: "spiffe://default/" + svc,
+			Meta:      engine.Meta{CreateRevision: 1, ModRevision: 1}}
+	}
+	return out
+}
+
+// BenchmarkWorkloads (issue 13 item 6): a snapshot of 10k policies and 100k
+// workloads. "build" is the engine's share of a cold start (every resource
+// decoded already, as the store's list hands them over); "heap" the heap the
+// workloads add to the policies' snapshot, per workload; "put" one workload
+// changing its tags in the 100k inventory (a new snapshot, as the syncer makes
+// for a workload put).
+//
+//	go test -run '^$' -bench BenchmarkWorkloads -benchmem ./engine/
+func BenchmarkWorkloads(b *testing.B) {
+	const nw = 100_000
+	set := benchSet(10_000, 50)
+	wls := benchWorkloads(nw)
+	all := append(append([]engine.Resource(nil), set.Resources...), wls...)
+	b.Run("build", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			engine.Build(1, all)
+		}
+	})
+	b.Run("heap", func(b *testing.B) {
+		for b.Loop() {
+			runtime.GC()
+			var before, after runtime.MemStats
+			policies := engine.Build(1, set.Resources)
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			snap := policies.Apply(2, puts(wls))
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/nw, "B/workload")
+			runtime.KeepAlive(snap)
+			runtime.KeepAlive(policies)
+		}
+	})
+	b.Run("put", func(b *testing.B) {
+		snap := engine.Build(1, all)
+		w := *wls[nw/2].(*engine.Workload)
+		alt := w
+		alt.Tags = map[string]string{engine.ServiceTag: "svc-moved", "env": "prod", "version": "v9", "kuma.io/zone": "zone-a"}
+		versions := []engine.Resource{&alt, &w}
+		b.ReportAllocs()
+		rev := int64(1)
+		for i := 0; b.Loop(); i++ {
+			rev++
+			snap = snap.Apply(rev, []engine.Change{engine.Put(versions[i%2])})
+		}
+		if snap.Invalid() != nil {
+			b.Fatalf("invalid resources: %v", snap.Invalid()[0].Err)
+		}
+	})
+}
+

@@ -104,7 +104,15 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 		last[changes[i].Path] = i
 	}
 	bb := s.broken.Builder()
-	byMesh := map[string][]Change{}
+	// Sized first: a cold start hands over every resource in one Apply, and
+	// growing a mesh's list by appends copied it a dozen times.
+	perMesh := map[string]int{}
+	for i, c := range changes {
+		if last[c.Path] == i && c.Key.Kind != 0 {
+			perMesh[c.Key.Mesh]++
+		}
+	}
+	byMesh := make(map[string][]Change, len(perMesh))
 	var meshOrder []string
 	brokenChanged := false
 	for i, c := range changes {
@@ -125,6 +133,7 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 		}
 		if _, ok := byMesh[c.Key.Mesh]; !ok {
 			meshOrder = append(meshOrder, c.Key.Mesh)
+			byMesh[c.Key.Mesh] = make([]Change, 0, perMesh[c.Key.Mesh])
 		}
 		byMesh[c.Key.Mesh] = append(byMesh[c.Key.Mesh], c)
 	}
@@ -174,7 +183,13 @@ func (m *meshState) total() int { return m.count + m.inv.len() }
 // Workload changes update the inventory alone: they never recompile scopes or
 // policies.
 func (m *meshState) applyAll(name string, changes []Change) *meshState {
-	var workloads, rest []Change
+	nw := 0
+	for _, c := range changes {
+		if c.Key.Kind == KindWorkload {
+			nw++
+		}
+	}
+	workloads, rest := make([]Change, 0, nw), make([]Change, 0, len(changes)-nw)
 	for _, c := range changes {
 		if c.Key.Kind == KindWorkload {
 			workloads = append(workloads, c)
