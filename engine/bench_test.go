@@ -310,4 +310,3 @@ func BenchmarkWorkloads(b *testing.B) {
 		}
 	})
 }
-
