@@ -49,10 +49,6 @@ func pathHasPrefix(field, prefix string) bool {
 	return rest == "" || rest[0] == '.' || rest[0] == '['
 }
 
-// principalTag is the reserved tag an endpoint resolved from a principal
-// carries (docs/kuma.md); Kuma's spiffeID matches compile to selectors on it.
-const principalTag = "principal"
-
 // outOfScopeTypes are Kuma resource types verdict refuses whole, with why.
 var outOfScopeTypes = map[string]string{
 	"MeshHTTPRoute":        "routes decide where a request goes (paths, headers, backends); verdict decides whether a flow is allowed and which configuration applies to it, and does not model HTTP requests",
@@ -502,10 +498,10 @@ func (d *kumaDoc) match(path string, v any) (map[string]any, bool) {
 	}
 	switch typ {
 	case "Exact":
-		return map[string]any{"kind": "MeshSubset", "tags": map[string]any{principalTag: value}}, ok
+		return map[string]any{"kind": "MeshSubset", "tags": map[string]any{PrincipalTag: value}}, ok
 	case "Prefix":
 		return map[string]any{"kind": "MeshSubset", "expressions": []any{
-			map[string]any{"key": principalTag, "operator": "Prefix", "values": []any{value}},
+			map[string]any{"key": PrincipalTag, "operator": "Prefix", "values": []any{value}},
 		}}, ok
 	case "":
 		d.errs.add(path+".spiffeID.type", "is required: Exact or Prefix")

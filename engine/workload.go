@@ -16,7 +16,8 @@ import (
 
 // The reserved tag keys: an endpoint resolved from an address carries `ip`, one
 // resolved from a principal carries `principal`. Workload tags and port tags may
-// not use them, and identities leave them out.
+// not use them, and identities leave them out. Kuma's spiffeID matches compile
+// to selectors on PrincipalTag (docs/kuma.md).
 const (
 	IPTag        = "ip"
 	PrincipalTag = "principal"
