@@ -29,6 +29,16 @@ destinations: [{match: {app: api}}]
 ---
 kind: Policy
 mesh: cli
+name: tried-deny
+scope: Apps
+rank: Absolute
+mode: Audit
+action: DENY
+sources: [{match: {app: web}}]
+destinations: [{match: {app: api}}]
+---
+kind: Policy
+mesh: cli
 name: log-all
 type: TrafficLog
 sources: [{}]
@@ -59,7 +69,10 @@ func TestCommands(t *testing.T) {
 		{args: []string{"decide", "--mesh", "cli", "--src", "app=web", "--src-any", "--dst", "app=api"}, code: 2, want: []string{"exclude each other"}},
 		{args: []string{"decide", "--mesh", "cli", "--src", "", "--dst", "app=api"}, code: 2, want: []string{"--src is empty"}},
 		{args: []string{"decide", "--mesh", "cli", "--src-any", "--dst", "app=api,env=prod"}, code: 1, want: []string{"DENY"}},
-		{args: append([]string{"decide"}, flow...), code: 0, want: []string{"ALLOW by policy web-to-api"}},
+		{args: append([]string{"decide"}, flow...), code: 0, want: []string{"ALLOW by policy web-to-api",
+			"audit: would be DENY by policy tried-deny"}},
+		// audit rules marked in explain (issue 17)
+		{args: append([]string{"explain"}, flow...), code: 0, want: []string{"tried-deny", "DENY (audit)"}},
 		// -o everywhere (finding 3)
 		{args: append([]string{"decide", "-o", "yaml"}, flow...), code: 0, want: []string{"action: ACTION_ALLOW", "policy: web-to-api"}},
 		{args: append([]string{"decide", "-o", "json"}, flow...), code: 0, want: []string{`"action": "ACTION_ALLOW"`}},

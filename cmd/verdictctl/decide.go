@@ -312,8 +312,12 @@ func printExplanation(w io.Writer, req *verdictv1.DecideRequest, ex *verdictv1.E
 				case c.GetMatched():
 					result = "matched: " + c.GetWhy()
 				}
+				action := actionText(c.GetAction())
+				if c.GetAudit() {
+					action += " (audit)" // decides only the shadow decision
+				}
 				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", i+1, c.GetPhase(), orDash(c.GetScope()), orDash(c.GetPolicy()),
-					c.GetRule(), c.GetRank(), c.GetPriority(), actionText(c.GetAction()), result)
+					c.GetRule(), c.GetRank(), c.GetPriority(), action, result)
 			}
 			tw.Flush()
 		}
