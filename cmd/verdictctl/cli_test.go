@@ -258,7 +258,7 @@ cases:
 		{[]string{"test", "--run", "(", failing}, 2, nil},
 		{[]string{"test", broken, passing}, 3, []string{"did not load", "(1 files did not load)"}},
 		{[]string{"test", "-o", "xml", passing}, 2, nil},
-		{[]string{"validate", docs}, 0, []string{"4 resources valid"}},
+		{[]string{"validate", docs}, 0, []string{"5 resources valid"}},
 		{[]string{"validate", "--whole", docs}, 0, nil},
 		{[]string{"validate", badDoc}, 3, []string{`"MAYBE" is not ALLOW or DENY`}},
 		{[]string{"validate", "-o", "json", badDoc}, 3, []string{`"valid": false`}},
