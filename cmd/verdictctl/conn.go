@@ -2,21 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/verdictpdp/verdict/internal/dial"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // connFlags are the flags every command that talks to verdictd takes, with
@@ -52,43 +46,14 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 // dial connects to verdictd. TLS is on when any TLS flag is given; a token
 // is sent in plaintext only to a loopback address.
 func (c *connFlags) dial() (*grpc.ClientConn, error) {
-	creds := insecure.NewCredentials()
-	secure := c.caFile != "" || c.certFile != "" || c.serverName != ""
-	if secure {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.serverName}
-		if c.caFile != "" {
-			b, err := os.ReadFile(c.caFile)
-			if err != nil {
-				return nil, fmt.Errorf("--tls-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(b) {
-				return nil, fmt.Errorf("--tls-ca: %s holds no PEM certificate", c.caFile)
-			}
-			cfg.RootCAs = pool
-		}
-		if (c.certFile == "") != (c.keyFile == "") {
-			return nil, errors.New("--tls-cert and --tls-key go together")
-		}
-		if c.certFile != "" {
-			cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
-			if err != nil {
-				return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		}
-		creds = credentials.NewTLS(cfg)
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	token, err := c.token()
 	if err != nil {
 		return nil, err
 	}
-	if token != "" {
-		if !secure && !loopback(c.server) {
-			return nil, fmt.Errorf("refusing to send the token in plaintext to %s: use TLS (--tls-ca)", c.server)
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: secure}))
+	opts, err := dial.Options{Server: c.server, CAFile: c.caFile, CertFile: c.certFile, KeyFile: c.keyFile,
+		ServerName: c.serverName, Token: token}.DialOptions()
+	if err != nil {
+		return nil, err
 	}
 	return grpc.NewClient(c.server, opts...)
 }
@@ -97,45 +62,12 @@ func (c *connFlags) token() (string, error) {
 	if c.tokenFile == "" {
 		return strings.TrimSpace(os.Getenv("VERDICT_TOKEN")), nil
 	}
-	b, err := os.ReadFile(c.tokenFile)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
+	return dial.ReadToken(c.tokenFile)
 }
 
 func (c *connFlags) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, c.timeout)
 }
-
-// loopback reports whether addr stays on this host: a loopback address or a
-// Unix socket ("unix:PATH").
-func loopback(addr string) bool {
-	if strings.HasPrefix(addr, "unix:") {
-		return true
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.IsLoopback()
-}
-
-// bearer sends "authorization: Bearer <token>" with every call.
-type bearer struct {
-	token  string
-	secure bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
-}
-
-func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 // newFlags makes a command's flag set; its usage names the command.
 func newFlags(name, args, about string, stderr io.Writer) *flag.FlagSet {

@@ -1,20 +1,15 @@
 package agent
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/verdictpdp/verdict/internal/dial"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Config is the agent's configuration (cmd/verdict-agent's flags), checked
@@ -105,14 +100,13 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		add("--tls-cert and --tls-key go together")
 	}
-	secure := c.TLSCA != "" || c.TLSCert != "" || c.TLSServerName != ""
-	if c.TokenFile != "" && !secure && !loopback(c.Server) {
+	if c.TokenFile != "" && !c.dialConfig().Secure() && !dial.Loopback(c.Server) {
 		add("--server %s is beyond loopback: the token is not sent in plaintext; set --tls-ca", c.Server)
 	}
 	switch {
 	case c.NoAuth && (c.TokenFile != "" || c.TLSCert != ""):
 		add("--no-auth with --token-file or --tls-cert: choose one")
-	case c.NoAuth && !loopback(c.Server):
+	case c.NoAuth && !dial.Loopback(c.Server):
 		add("--no-auth is for a verdictd on loopback in development mode; %s is beyond loopback", c.Server)
 	case !c.NoAuth && c.TokenFile == "" && c.TLSCert == "":
 		add("authenticate to verdictd: --token-file or --tls-cert/--tls-key (address sets are for authorized callers; --no-auth for a development verdictd on loopback)")
@@ -143,71 +137,22 @@ func (c *Config) Validate() error {
 // dialOptions are the credentials for verdictd: TLS when any TLS option is
 // given, the bearer token with every call.
 func (c *Config) dialOptions() ([]grpc.DialOption, error) {
-	creds := insecure.NewCredentials()
-	secure := c.TLSCA != "" || c.TLSCert != "" || c.TLSServerName != ""
-	if secure {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.TLSServerName}
-		if c.TLSCA != "" {
-			b, err := os.ReadFile(c.TLSCA)
-			if err != nil {
-				return nil, fmt.Errorf("--tls-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(b) {
-				return nil, fmt.Errorf("--tls-ca: %s holds no PEM certificate", c.TLSCA)
-			}
-			cfg.RootCAs = pool
-		}
-		if c.TLSCert != "" {
-			cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
-			if err != nil {
-				return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		}
-		creds = credentials.NewTLS(cfg)
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	o := c.dialConfig()
 	if c.TokenFile != "" {
-		b, err := os.ReadFile(c.TokenFile)
+		token, err := dial.ReadToken(c.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
+			return nil, err
 		}
-		token := strings.TrimSpace(string(b))
 		if token == "" {
 			return nil, fmt.Errorf("--token-file: %s is empty", c.TokenFile)
 		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: secure}))
+		o.Token = token
 	}
-	return opts, nil
+	return o.DialOptions()
 }
 
-// bearer sends "authorization: Bearer <token>" with every call.
-type bearer struct {
-	token  string
-	secure bool
-}
-
-func (b bearer) GetRequestMetadata(_ context.Context, _ ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
-}
-
-func (b bearer) RequireTransportSecurity() bool { return b.secure }
-
-// loopback reports whether addr stays on this host.
-func loopback(addr string) bool {
-	if strings.HasPrefix(addr, "unix:") {
-		return true
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.IsLoopback()
+func (c *Config) dialConfig() dial.Options {
+	return dial.Options{Server: c.Server, CAFile: c.TLSCA, CertFile: c.TLSCert, KeyFile: c.TLSKey, ServerName: c.TLSServerName}
 }
 
 // nameOK: 1-40 characters [A-Za-z0-9_-] (nftables names the firewall accepts).

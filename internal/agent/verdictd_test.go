@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/verdictpdp/verdict/internal/dial"
 	"github.com/verdictpdp/verdict/internal/netnstest"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/server"
@@ -66,8 +66,11 @@ func verdictd(t *testing.T, ctx context.Context) (string, *grpc.ClientConn) {
 			}
 		}
 	})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer{token: e2eToken}))
+	opts, err := dial.Options{Server: lis.Addr().String(), Token: e2eToken}.DialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
