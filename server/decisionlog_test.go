@@ -157,3 +157,28 @@ func recvFirst(s interface {
 	}
 	return s.Recv()
 }
+
+// A Check is logged as the decision it is, under its own RPC name, with the
+// endpoints as Envoy gave them (addresses here).
+func TestDecisionLogRecordsChecks(t *testing.T) {
+	h, buf := startLogged(t, decisionlog.All, "")
+	req := envoyTCPCheck(plainConn, envoyFilter{labels: map[string]string{"app": "db"}})
+	if _, err := authzClient(h).Check(ctxT(t), req); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for deadline := time.Now().Add(time.Minute); len(lines) < 1 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		lines = buf.lines()
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d records, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	var r decisionlog.Record
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.RPC != "Check" || r.Source.Address != "10.0.0.1" || r.Destination.Tags["app"] != "db" || r.Port != 8080 || r.Protocol != "TCP" {
+		t.Errorf("record %s", lines[0])
+	}
+}
