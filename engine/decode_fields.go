@@ -180,17 +180,34 @@ func (o *obj) action(key string) Action {
 		return ActionUnset
 	}
 	a, ok := parseAction(s)
-	if !ok {
+	switch {
+	case s == shadowDeny:
+		// Read as a plain ALLOW it would silently drop the would-be deny.
+		o.errs.add(o.field(key), "AllowWithShadowDeny is the action of a from or to item (an enforced ALLOW and an "+
+			"audit DENY); here write ALLOW, and a policy with mode: Audit for the would-be deny (docs/audit.md)")
+	case !ok:
 		o.errs.add(o.field(key), fmt.Sprintf("%q is not ALLOW or DENY", s))
 	}
 	return a
 }
 
-// parseAction accepts verdict's ALLOW / DENY and Kuma's Allow / Deny spellings;
-// Kuma's AllowWithShadowDeny allows (it only logs a would-be deny).
+// shadowDeny is Kuma's item action: an enforced ALLOW and an audit DENY.
+const shadowDeny = "AllowWithShadowDeny"
+
+// itemAction is a from or to item's action: an action, or Kuma's
+// AllowWithShadowDeny (an ALLOW, and shadow set).
+func (o *obj) itemAction(key string) (a Action, shadow bool) {
+	if v, _ := o.m[key].(string); v == shadowDeny {
+		o.str(key)
+		return Allow, true
+	}
+	return o.action(key), false
+}
+
+// parseAction accepts verdict's ALLOW / DENY and Kuma's Allow / Deny spellings.
 func parseAction(s string) (Action, bool) {
 	switch s {
-	case "ALLOW", "Allow", "AllowWithShadowDeny":
+	case "ALLOW", "Allow":
 		return Allow, true
 	case "DENY", "Deny":
 		return Deny, true

@@ -93,6 +93,10 @@ func TestDecodeKumaErrors(t *testing.T) {
 	}{
 		{"an item's default.action", `{type: MeshTrafficPermission, name: x, spec: {targetRef: {kind: Mesh}, from: [{targetRef: {kind: Mesh}, default: {action: Allw}}]}}`,
 			[]string{`spec.from[0].default.action: "Allw" is not ALLOW or DENY`}},
+		{"AllowWithShadowDeny beyond an item", `{type: TrafficPermission, name: x, action: AllowWithShadowDeny, sources: [{match: {kuma.io/service: a}}], destinations: [{match: {kuma.io/service: b}}]}`,
+			[]string{`action: AllowWithShadowDeny is the action of a from or to item`}},
+		{"AllowWithShadowDeny as a catch-all", `{kind: Scope, name: s, selectors: [{}], catchAll: AllowWithShadowDeny}`,
+			[]string{`catchAll: AllowWithShadowDeny is the action of a from or to item`}},
 		{"a typo'd kind gives one error", `{type: MeshTrafficPermission, name: x, spec: {targetRef: {kind: MeshServce, name: web}, from: [{targetRef: {kind: Mesh}, default: {action: Allow}}]}}`,
 			[]string{`spec.targetRef.kind: "MeshServce" is not Mesh`}},
 		{"a Dataplane by name and labels", `{type: MeshTrafficPermission, name: x, spec: {targetRef: {kind: Dataplane, name: a, labels: {app: b}}, from: [{targetRef: {kind: Mesh}, default: {action: Allow}}]}}`,

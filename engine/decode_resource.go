@@ -225,10 +225,7 @@ func decodeItems(o *obj, key string) []Item {
 		} else {
 			o.errs.add(io.field("targetRef"), "is required")
 		}
-		if a, _ := io.m["action"].(string); a == "AllowWithShadowDeny" {
-			it.ShadowDeny = true // Kuma: an enforced ALLOW and an audit DENY
-		}
-		it.Action = io.action("action")
+		it.Action, it.ShadowDeny = io.itemAction("action") // Kuma's AllowWithShadowDeny: an enforced ALLOW and an audit DENY
 		it.Conf = io.conf("conf")
 		io.finish()
 		out = append(out, it)
