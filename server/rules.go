@@ -324,8 +324,8 @@ func resolveWatched(snap *engine.Snapshot, mesh string, ep watched) (resolution,
 	if err != nil {
 		return resolution{}, err
 	}
-	out := resolution{tags: r.Tags, rep: &verdictv1.EndpointResolution{Form: verdictv1.EndpointForm(r.Form),
-		ResolvedAs: verdictv1.ResolvedAs(r.ResolvedAs), Workload: r.Workload, Identity: r.Identity}}
+	out := resolution{tags: r.Tags, rep: &verdictv1.EndpointResolution{Form: apiconv.EndpointForm(r.Form),
+		ResolvedAs: apiconv.ResolvedAs(r.ResolvedAs), Workload: r.Workload, Identity: r.Identity}}
 	if r.Workload != "" {
 		out.addrs, _ = snap.WorkloadAddresses(mesh, r.Workload)
 	}
