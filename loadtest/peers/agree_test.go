@@ -126,37 +126,39 @@ func TestHandWrittenCasesAgree(t *testing.T) {
 // formulation takes about a second per decision there).
 func TestAgreement(t *testing.T) {
 	ctx := context.Background()
-	for _, n := range testSizes(t) {
-		t.Run(fmt.Sprintf("policies=%d", n), func(t *testing.T) {
-			flows := Flows(n, 2000)
-			minFlows := map[bool]int{true: 2000, false: 100}[n <= 1000]
-			want := map[string][]Outcome{}
-			for _, p := range Peers() {
-				t.Run(p.Name, func(t *testing.T) {
-					l, err := Load(ctx, p, n, 5*time.Minute)
-					if err != nil {
-						t.Fatal(err)
-					}
-					got, err := DecideAll(l.Decider, flows, minFlows, 20*time.Second, 10*time.Second)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if p.Reference == "" {
-						want[p.Name] = got
-						return
-					}
-					if want[p.Reference] == nil {
-						t.Fatalf("reference %s did not run", p.Reference)
-					}
-					a := Agree(want[p.Reference], got)
-					t.Logf("%s vs %s: %s", p.Name, p.Reference, a)
-					if a.Compared < minFlows || 10*a.Matched < 3*a.Compared || a.Allow == 0 || a.Deny == 0 {
-						t.Errorf("vacuous comparison: %s", a)
-					}
-					reportMismatches(t, a, flows)
-				})
-			}
-		})
+	for _, pr := range Profiles {
+		for _, n := range testSizes(t) {
+			t.Run(fmt.Sprintf("%s/policies=%d", pr.Name, n), func(t *testing.T) {
+				flows := Flows(pr.Profile, n, 2000)
+				minFlows := map[bool]int{true: 2000, false: 100}[n <= 1000]
+				want := map[string][]Outcome{}
+				for _, p := range Peers() {
+					t.Run(p.Name, func(t *testing.T) {
+						l, err := Load(ctx, p, pr.Profile, n, 5*time.Minute)
+						if err != nil {
+							t.Fatal(err)
+						}
+						got, err := DecideAll(l.Decider, flows, minFlows, 20*time.Second, 10*time.Second)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if p.Reference == "" {
+							want[p.Name] = got
+							return
+						}
+						if want[p.Reference] == nil {
+							t.Fatalf("reference %s did not run", p.Reference)
+						}
+						a := Agree(want[p.Reference], got)
+						t.Logf("%s vs %s: %s", p.Name, p.Reference, a)
+						if a.Compared < minFlows || 10*a.Matched < 3*a.Compared || a.Allow == 0 || a.Deny == 0 {
+							t.Errorf("vacuous comparison: %s", a)
+						}
+						reportMismatches(t, a, flows)
+					})
+				}
+			})
+		}
 	}
 }
 

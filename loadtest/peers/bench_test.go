@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/policygen"
 )
 
 // BenchmarkDecide decides the generated flows in every peer at every size of
@@ -23,33 +24,35 @@ import (
 // decisions; every benchmark ends within a few seconds of its first decision.
 func BenchmarkDecide(b *testing.B) {
 	ctx := context.Background()
-	for _, n := range testSizes(b) {
-		flows := Flows(n, 4096)
-		for _, p := range Peers() {
-			// With b.Loop the function runs once: the load is not repeated and
-			// not timed.
-			b.Run(fmt.Sprintf("policies=%d/%s", n, p.Name), func(b *testing.B) {
-				l, err := Load(ctx, p, n, 5*time.Minute)
-				if err == nil {
-					start := time.Now()
-					_, err = l.Decider.Decide(&flows[0])
-					if el := time.Since(start); err == nil && el > 10*time.Second {
-						err = fmt.Errorf("one decision took %s: %w", el.Round(time.Millisecond), ErrTooSlow)
+	for _, pr := range Profiles {
+		for _, n := range testSizes(b) {
+			flows := Flows(pr.Profile, n, 4096)
+			for _, p := range Peers() {
+				// With b.Loop the function runs once: the load is not repeated and
+				// not timed.
+				b.Run(fmt.Sprintf("%s/policies=%d/%s", pr.Name, n, p.Name), func(b *testing.B) {
+					l, err := Load(ctx, p, pr.Profile, n, 5*time.Minute)
+					if err == nil {
+						start := time.Now()
+						_, err = l.Decider.Decide(&flows[0])
+						if el := time.Since(start); err == nil && el > 10*time.Second {
+							err = fmt.Errorf("one decision took %s: %w", el.Round(time.Millisecond), ErrTooSlow)
+						}
 					}
-				}
-				if err != nil {
-					b.Skipf("not measured: %v", err)
-				}
-				b.ReportAllocs()
-				for i := 0; b.Loop(); i++ {
-					if _, err := l.Decider.Decide(&flows[i%len(flows)]); err != nil {
-						b.Fatal(err)
+					if err != nil {
+						b.Skipf("not measured: %v", err)
 					}
-				}
-				b.ReportMetric(float64(l.Heap), "heap-B")
-				b.ReportMetric(l.LoadTime.Seconds(), "load-s")
-			})
-			runtime.GC()
+					b.ReportAllocs()
+					for i := 0; b.Loop(); i++ {
+						if _, err := l.Decider.Decide(&flows[i%len(flows)]); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(l.Heap), "heap-B")
+					b.ReportMetric(l.LoadTime.Seconds(), "load-s")
+				})
+				runtime.GC()
+			}
 		}
 	}
 }
@@ -61,7 +64,7 @@ func BenchmarkOPAFloor(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	flows := Flows(1000, 64)
+	flows := Flows(policygen.Sparse, 1000, 64)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if _, err := d.Decide(&flows[i%len(flows)]); err != nil {

@@ -88,13 +88,32 @@ func (p Peer) Build(ctx context.Context, set *policygen.Set) (Decider, error) {
 // SetConfig is the generator configuration of the compared sets: every generated
 // feature, no scopes (so both sides of a flow see the same rules). The two
 // combining algorithms give the same policies: Combine only changes the mesh.
-func SetConfig(policies int, combine engine.Combine) policygen.Config {
-	return policygen.Config{Seed: generatorSeed, Policies: policies, Combine: combine}
+// The profile is policygen's: Sparse (few candidate rules per flow) or Dense
+// (tens to hundreds of matching rules per flow: issue 19's shape).
+func SetConfig(profile policygen.Profile, policies int, combine engine.Combine) policygen.Config {
+	return policygen.Config{Seed: generatorSeed, Policies: policies, Combine: combine, Profile: profile}
 }
 
 // Flows returns the compared flows of a set of that size.
-func Flows(policies, n int) []engine.Request {
-	return policygen.Generate(SetConfig(policies, engine.FirstMatch)).Flows(flowSeed, n)
+func Flows(profile policygen.Profile, policies, n int) []engine.Request {
+	return policygen.Generate(SetConfig(profile, policies, engine.FirstMatch)).Flows(flowSeed, n)
+}
+
+// Profiles are the generator profiles compared, by the name the command and
+// the benchmarks use.
+var Profiles = []struct {
+	Name    string
+	Profile policygen.Profile
+}{{"sparse", policygen.Sparse}, {"dense", policygen.Dense}}
+
+// ParseProfile returns the profile of that name.
+func ParseProfile(name string) (policygen.Profile, error) {
+	for _, p := range Profiles {
+		if p.Name == name {
+			return p.Profile, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown profile %q (have sparse, dense)", name)
 }
 
 // ErrTooSlow is returned when a peer exceeds a time limit: loading, or one decision.
@@ -113,11 +132,11 @@ type Loaded struct {
 // Load generates the set of that size for the peer and builds the peer from it,
 // measuring the time and the heap it keeps. A build over limit is abandoned
 // (its goroutine still runs to its end) and reported as ErrTooSlow.
-func Load(ctx context.Context, p Peer, policies int, limit time.Duration) (*Loaded, error) {
+func Load(ctx context.Context, p Peer, profile policygen.Profile, policies int, limit time.Duration) (*Loaded, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	set := policygen.Generate(SetConfig(policies, p.Combine))
+	set := policygen.Generate(SetConfig(profile, policies, p.Combine))
 	type result struct {
 		d   Decider
 		err error

@@ -1,11 +1,13 @@
-// Command compare runs the whole peer comparison in one process: for each size
-// it loads every peer (verdict, the linear scan, OPA's two formulations,
-// verdict under DenyOverrides and cedar-go) with the same generated set, checks
+// Command compare runs the whole peer comparison in one process: for each
+// generator profile (sparse: few candidate rules per flow; dense: tens to
+// hundreds of matching rules per flow, issue 19's shape) and each size it loads
+// every peer (verdict, the linear scan, OPA's two formulations,
+// verdict under DenyOverrides, cedar-go and the quick index) with the same generated set, checks
 // that each agrees with verdict on the flows, times it, and prints one markdown
 // table with ns/decision, allocations, the heap kept after load and the ratio to
 // verdict measured in the same run.
 //
-//	go run ./cmd/compare -sizes 1000,10000,100000 -flows 4096
+//	go run ./cmd/compare -profiles sparse,dense -sizes 1000,10000,100000 -flows 4096
 //
 // It exits 1 when a peer disagrees with verdict.
 package main
@@ -28,6 +30,7 @@ import (
 
 // config is the command's flags.
 type config struct {
+	profiles      []string
 	sizes         []int
 	flows         int
 	agreeMin      int           // flows every peer decides for the agreement check, however slow
@@ -39,6 +42,7 @@ type config struct {
 
 func main() {
 	var cfg config
+	profiles := flag.String("profiles", "sparse,dense", "generator profiles, comma-separated: sparse (few candidate rules per flow), dense (tens to hundreds of matching rules per flow)")
 	sizes := flag.String("sizes", "1000,10000,100000", "policy-set sizes, comma-separated")
 	flag.IntVar(&cfg.flows, "flows", 4096, "generated flows per size: the agreement sample and the timed round-robin")
 	flag.IntVar(&cfg.agreeMin, "agree-min", 100, "flows every peer decides in the agreement check, however slow")
@@ -54,6 +58,14 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.sizes = append(cfg.sizes, n)
+	}
+	for s := range strings.SplitSeq(*profiles, ",") {
+		s = strings.TrimSpace(s)
+		if _, err := peers.ParseProfile(s); err != nil {
+			fmt.Fprintln(os.Stderr, "compare: -profiles:", err)
+			os.Exit(2)
+		}
+		cfg.profiles = append(cfg.profiles, s)
 	}
 	if cfg.flows <= 0 {
 		fmt.Fprintln(os.Stderr, "compare: -flows must be positive")
@@ -71,6 +83,7 @@ func main() {
 
 // row is one peer at one size.
 type row struct {
+	profile string
 	size    int
 	peer    peers.Peer
 	loaded  *peers.Loaded
@@ -87,68 +100,71 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (bool, error) {
 		runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	var rows []*row
 	agreed := true
-	for _, n := range cfg.sizes {
-		flows := peers.Flows(n, cfg.flows)
-		want := map[string][]peers.Outcome{}
-		for _, p := range peers.Peers() {
-			r := &row{size: n, peer: p}
-			rows = append(rows, r)
-			fmt.Fprintf(log, "%s: %d policies: loading\n", p.Name, n)
-			l, err := peers.Load(ctx, p, n, cfg.loadLimit)
-			if err != nil {
-				if !errors.Is(err, peers.ErrTooSlow) {
-					return false, err
+	for _, pn := range cfg.profiles {
+		profile, _ := peers.ParseProfile(pn) // checked with the flags
+		for _, n := range cfg.sizes {
+			flows := peers.Flows(profile, n, cfg.flows)
+			want := map[string][]peers.Outcome{}
+			for _, p := range peers.Peers() {
+				r := &row{profile: pn, size: n, peer: p}
+				rows = append(rows, r)
+				fmt.Fprintf(log, "%s: %s, %d policies: loading\n", p.Name, pn, n)
+				l, err := peers.Load(ctx, p, profile, n, cfg.loadLimit)
+				if err != nil {
+					if !errors.Is(err, peers.ErrTooSlow) {
+						return false, err
+					}
+					r.problem = "load over " + cfg.loadLimit.String()
+					continue
 				}
-				r.problem = "load over " + cfg.loadLimit.String()
-				continue
-			}
-			r.loaded = l
-			fmt.Fprintf(log, "%s: %d policies: loaded in %s, %s kept; deciding\n", p.Name, n,
-				l.LoadTime.Round(time.Millisecond), mib(l.Heap))
-			sample := cfg.flows
-			if p.Reference != "" {
-				sample = cfg.agreeMin
-			}
-			got, err := peers.DecideAll(l.Decider, flows, sample, cfg.agreeBudget, cfg.decisionLimit)
-			if err != nil {
-				if !errors.Is(err, peers.ErrTooSlow) {
+				r.loaded = l
+				fmt.Fprintf(log, "%s: %d policies: loaded in %s, %s kept; deciding\n", p.Name, n,
+					l.LoadTime.Round(time.Millisecond), mib(l.Heap))
+				sample := cfg.flows
+				if p.Reference != "" {
+					sample = cfg.agreeMin
+				}
+				got, err := peers.DecideAll(l.Decider, flows, sample, cfg.agreeBudget, cfg.decisionLimit)
+				if err != nil {
+					if !errors.Is(err, peers.ErrTooSlow) {
+						return false, fmt.Errorf("%s: %w", p.Name, err)
+					}
+					r.problem = err.Error()
+					continue
+				}
+				switch {
+				case p.Reference == "":
+					want[p.Name] = got
+				case want[p.Reference] == nil:
+					r.problem = "reference " + p.Reference + " not measured"
+					agreed = false
+					continue
+				default:
+					a := peers.Agree(want[p.Reference], got)
+					r.agree = &a
+					fmt.Fprintf(log, "%s vs %s: %s\n", p.Name, p.Reference, a)
+					for i, m := range a.Mismatches {
+						if i == 5 {
+							break
+						}
+						f := flows[m.Flow]
+						fmt.Fprintf(log, "  flow %d %v -> %v %s %d: %s says %s, %s says %s\n", m.Flow, f.Source, f.Destination,
+							f.Protocol, f.Port, p.Reference, m.Want, p.Name, m.Got)
+					}
+					if len(a.Mismatches) > 0 {
+						agreed = false
+					}
+				}
+				r.timing, err = peers.Time(l.Decider, flows, 1<<30, cfg.timeBudget, cfg.decisionLimit)
+				if err != nil {
 					return false, fmt.Errorf("%s: %w", p.Name, err)
 				}
-				r.problem = err.Error()
-				continue
-			}
-			switch {
-			case p.Reference == "":
-				want[p.Name] = got
-			case want[p.Reference] == nil:
-				r.problem = "reference " + p.Reference + " not measured"
-				agreed = false
-				continue
-			default:
-				a := peers.Agree(want[p.Reference], got)
-				r.agree = &a
-				fmt.Fprintf(log, "%s vs %s: %s\n", p.Name, p.Reference, a)
-				for i, m := range a.Mismatches {
-					if i == 5 {
-						break
-					}
-					f := flows[m.Flow]
-					fmt.Fprintf(log, "  flow %d %v -> %v %s %d: %s says %s, %s says %s\n", m.Flow, f.Source, f.Destination,
-						f.Protocol, f.Port, p.Reference, m.Want, p.Name, m.Got)
+				if r.timing.LimitExceeded {
+					r.problem = "one decision over " + cfg.decisionLimit.String()
 				}
-				if len(a.Mismatches) > 0 {
-					agreed = false
-				}
+				r.loaded.Decider = nil // let the next peer's heap be measured alone
+				runtime.GC()
 			}
-			r.timing, err = peers.Time(l.Decider, flows, 1<<30, cfg.timeBudget, cfg.decisionLimit)
-			if err != nil {
-				return false, fmt.Errorf("%s: %w", p.Name, err)
-			}
-			if r.timing.LimitExceeded {
-				r.problem = "one decision over " + cfg.decisionLimit.String()
-			}
-			r.loaded.Decider = nil // let the next peer's heap be measured alone
-			runtime.GC()
 		}
 	}
 	printTable(out, rows)
@@ -160,39 +176,39 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (bool, error) {
 func printTable(out io.Writer, rows []*row) {
 	ref := func(r *row) *row {
 		for _, x := range rows {
-			if x.size == r.size && x.peer.Name == r.peer.Reference {
+			if x.profile == r.profile && x.size == r.size && x.peer.Name == r.peer.Reference {
 				return x
 			}
 		}
 		return nil
 	}
-	fmt.Fprintln(out, "\n| policies | implementation | combine | ns/decision | allocs/decision | B/decision | heap after load | load time | × verdict | agreement (flows, disagreeing) |")
-	fmt.Fprintln(out, "|---:|---|---|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Fprintln(out, "\n| profile | policies | implementation | combine | ns/decision | allocs/decision | B/decision | heap after load | load time | × verdict | agreement (flows, disagreeing) |")
+	fmt.Fprintln(out, "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
-		cells := []string{strconv.Itoa(r.size), r.peer.Name, r.peer.Combine.String(), "—", "—", "—", "—", "—", "—", "—"}
+		cells := []string{r.profile, strconv.Itoa(r.size), r.peer.Name, r.peer.Combine.String(), "—", "—", "—", "—", "—", "—", "—"}
 		if r.peer.Reference == "" {
-			cells[9] = "reference"
+			cells[10] = "reference"
 		}
 		if r.loaded != nil {
-			cells[6], cells[7] = mib(r.loaded.Heap), r.loaded.LoadTime.Round(time.Millisecond).String()
+			cells[7], cells[8] = mib(r.loaded.Heap), r.loaded.LoadTime.Round(time.Millisecond).String()
 		}
 		if t := r.timing; t.Ops > 0 {
-			cells[3] = thousands(t.NsPerOp)
-			cells[4] = thousands(t.AllocsPerOp)
-			cells[5] = thousands(t.BytesPerOp)
+			cells[4] = thousands(t.NsPerOp)
+			cells[5] = thousands(t.AllocsPerOp)
+			cells[6] = thousands(t.BytesPerOp)
 			if rf := ref(r); rf != nil && rf.timing.Ops > 0 {
-				cells[8] = fmt.Sprintf("%.1f×", t.NsPerOp/rf.timing.NsPerOp)
+				cells[9] = fmt.Sprintf("%.1f×", t.NsPerOp/rf.timing.NsPerOp)
 			} else if r.peer.Reference == "" {
-				cells[8] = "1×"
+				cells[9] = "1×"
 			}
 		}
 		if r.agree != nil {
-			cells[9] = fmt.Sprintf("%d, %d", r.agree.Compared, len(r.agree.Mismatches))
+			cells[10] = fmt.Sprintf("%d, %d", r.agree.Compared, len(r.agree.Mismatches))
 		}
 		if r.problem != "" {
-			cells[3] = "not measured: " + r.problem
+			cells[4] = "not measured: " + r.problem
 			if r.timing.LimitExceeded {
-				cells[3] = fmt.Sprintf("%s (one decision: %s)", r.problem, r.timing.Elapsed.Round(time.Millisecond))
+				cells[4] = fmt.Sprintf("%s (one decision: %s)", r.problem, r.timing.Elapsed.Round(time.Millisecond))
 			}
 		}
 		fmt.Fprintf(out, "| %s |\n", strings.Join(cells, " | "))
@@ -203,9 +219,16 @@ func printTable(out io.Writer, rows []*row) {
 // 250× faster than OPA's faster formulation and than the linear scan, and
 // 1,000× faster than cedar-go.
 func printTargets(out io.Writer, rows []*row) {
+	for _, p := range peers.Profiles {
+		printProfileTargets(out, p.Name, rows)
+	}
+}
+
+// printProfileTargets prints one profile's ratios at 10,000 policies.
+func printProfileTargets(out io.Writer, profile string, rows []*row) {
 	ns := func(name string) float64 {
 		for _, r := range rows {
-			if r.size == 10_000 && r.peer.Name == name && r.timing.Ops > 0 && !r.timing.LimitExceeded {
+			if r.profile == profile && r.size == 10_000 && r.peer.Name == name && r.timing.Ops > 0 && !r.timing.LimitExceeded {
 				return r.timing.NsPerOp
 			}
 		}
@@ -216,7 +239,7 @@ func printTargets(out io.Writer, rows []*row) {
 		return
 	}
 	opa := slices.DeleteFunc([]float64{ns(peers.OPARulesName), ns(peers.OPADataName)}, func(x float64) bool { return x == 0 })
-	fmt.Fprintln(out, "\ntargets at 10,000 policies (peer time / verdict time, same run):")
+	fmt.Fprintf(out, "\n%s profile, targets at 10,000 policies (peer time / verdict time, same run):\n", profile)
 	target := func(what string, peer, ref, want float64) {
 		if peer == 0 {
 			fmt.Fprintf(out, "  %-28s not measured\n", what)
@@ -240,6 +263,7 @@ func printTargets(out io.Writer, rows []*row) {
 		fmt.Fprintln(out, "the same, against verdict without its decision cache (every decision scans):")
 		target("vs OPA, faster formulation", fastest, vn, 250)
 		target("vs linear scan", ns(peers.LinearName), vn, 250)
+		target("vs quick index", ns(peers.QuickName), vn, 5)
 	}
 }
 
