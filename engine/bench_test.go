@@ -38,7 +38,11 @@ var profiles = []struct {
 // itself (Request.NoCache); "cached" the same flows with the snapshot's
 // decision cache, where they repeat; "quick-index" is policygen.QuickIndex, the
 // honest baseline (posting lists per tag, verify, best rank), on the same flows
-// in the same run. Sparse sets also run with 50 scopes.
+// in the same run. Sparse sets also run with 50 scopes. Two variants of issue
+// 19's targets run on both profiles under FirstMatch: "perdest" (the type's
+// select is Kuma's PerDestination) and "audit=10" (10% of the policies in mode
+// Audit, so every decision also computes the shadow decision); the quick index
+// has neither, so they run without it.
 func BenchmarkDecide(b *testing.B) {
 	for _, pr := range profiles {
 		for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
@@ -52,6 +56,12 @@ func BenchmarkDecide(b *testing.B) {
 						policygen.Config{Seed: 1, Policies: n, Scopes: scopes, Combine: combine, Profile: pr.profile})
 				}
 			}
+		}
+		for _, n := range sizes(b) {
+			benchDecide(b, fmt.Sprintf("%s/FirstMatch-perdest/policies=%d/scopes=0", pr.name, n),
+				policygen.Config{Seed: 1, Policies: n, Profile: pr.profile, Select: engine.SelectPerDestination})
+			benchDecide(b, fmt.Sprintf("%s/FirstMatch-audit=10/policies=%d/scopes=0", pr.name, n),
+				policygen.Config{Seed: 1, Policies: n, Profile: pr.profile, AuditPercent: 10})
 		}
 	}
 }
@@ -89,8 +99,8 @@ func benchDecide(b *testing.B, name string, cfg policygen.Config) {
 			}
 		}
 	})
-	if cfg.Scopes > 0 {
-		return // the quick index covers unscoped sets
+	if cfg.Scopes > 0 || cfg.Select != engine.SelectUnset || cfg.AuditPercent > 0 {
+		return // the quick index covers unscoped sets, default select, no audit
 	}
 	q, err := policygen.NewQuickIndex(set)
 	if err != nil {

@@ -39,6 +39,14 @@ type Config struct {
 	Combine engine.Combine
 	// Profile chooses the model (Sparse by default; see Dense).
 	Profile Profile
+	// Select of the type (docs/order.md): SelectUnset keeps the default
+	// (most specific first); SelectPerDestination is Kuma's per-destination
+	// choice.
+	Select engine.Select
+	// AuditPercent of the policies are in mode Audit (default 0): their rules
+	// decide the shadow decision only (docs/audit.md). They are chosen with a
+	// generator of their own, so the set is otherwise the one without them.
+	AuditPercent int
 }
 
 // Profile is the shape of a generated set.
@@ -115,8 +123,8 @@ func Generate(cfg Config) *Set {
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	s := &Set{Config: cfg}
 	mesh := &engine.Mesh{Name: cfg.Mesh}
-	if cfg.Combine != engine.FirstMatch {
-		mesh.Types = map[string]engine.TypeSettings{cfg.Type: {Combine: cfg.Combine}}
+	if cfg.Combine != engine.FirstMatch || cfg.Select != engine.SelectUnset {
+		mesh.Types = map[string]engine.TypeSettings{cfg.Type: {Combine: cfg.Combine, Select: cfg.Select}}
 	}
 	s.Resources = append(s.Resources, mesh)
 	for i := 0; i < cfg.Scopes; i++ {
@@ -127,8 +135,23 @@ func Generate(cfg Config) *Set {
 	}
 	if cfg.Profile == Dense {
 		s.generateDense(r)
-		return s
+	} else {
+		s.generateSparse(r)
 	}
+	if cfg.AuditPercent > 0 {
+		ar := rand.New(rand.NewPCG(cfg.Seed, 0xa0d17))
+		for _, p := range s.Policies() {
+			if ar.IntN(100) < cfg.AuditPercent {
+				p.Mode = engine.ModeAudit
+			}
+		}
+	}
+	return s
+}
+
+// generateSparse adds the sparse profile's policies (the package comment's model).
+func (s *Set) generateSparse(r *rand.Rand) {
+	cfg := s.Config
 	for i := 0; i < cfg.Policies; i++ {
 		src, dst := r.IntN(cfg.Services), r.IntN(cfg.Services)
 		p := &engine.Policy{Mesh: cfg.Mesh, Type: cfg.Type, Name: fmt.Sprintf("p-%06d-svc-%d-to-svc-%d", i, src, dst),
@@ -167,7 +190,6 @@ func Generate(cfg Config) *Set {
 		}
 		s.Resources = append(s.Resources, p)
 	}
-	return s
 }
 
 func svc(i int) string { return fmt.Sprintf("svc-%d", i) }

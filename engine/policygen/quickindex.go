@@ -100,9 +100,15 @@ func NewQuickIndex(set *Set) (*QuickIndex, error) {
 			if (x.TieBreak != engine.TieBreakUnset && x.TieBreak != engine.TieBreakName) || x.Profile != engine.ProfileNone {
 				return nil, errors.New("quick index: only the Name tie-break")
 			}
+			if x.Types[set.Config.Type].Select != engine.SelectUnset {
+				return nil, errors.New("quick index: only the default select")
+			}
 		case *engine.Scope:
 			continue
 		case *engine.Policy:
+			if x.Mode == engine.ModeAudit {
+				return nil, fmt.Errorf("quick index: policy %s: no audit mode", x.Name)
+			}
 			if x.TargetRef != nil || x.Scope != "" || x.Rank == engine.RankAbsolute {
 				return nil, fmt.Errorf("quick index: policy %s: only unscoped S&D policies", x.Name)
 			}
