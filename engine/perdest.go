@@ -9,9 +9,10 @@ package engine
 // and ports must match the flow, else the side's fallback decides (its
 // catch-all, else defaultAction). The outbound side is not applicable.
 //
-// Cost: the choice looks at every valid policy of the type (O(policies)); the
-// posting lists index rules by both ends and cannot answer "every rule whose
-// destination matches, whatever the source" without that scan.
+// Cost: the choice is indexed (destindex.go): a probe reads the claim lists
+// of the destination's tags, each sorted by the choice's order, and stops in
+// each at the first claim that holds — about the cost of the destination half
+// of a decision's walk, not O(policies). destChoice.better is that order.
 
 // destChoice is a policy's claim on an inbound: the rank of its best
 // destination selector that matches, then the tie-break.
@@ -42,47 +43,17 @@ func (a *destChoice) better(b *destChoice) bool {
 // chooseForDestination returns the policy chosen for an inbound of the
 // workload dst, or nil when no policy's destination selector matches it. A
 // policy is considered only where it is attached: the destination must be a
-// member of its scope.
+// member of its scope. The enforced view leaves audit policies out.
 func (ms *meshState) chooseForDestination(ts *typeState, dst Tags, sc *scratch, shadow bool) *compiledPolicy {
 	if ts == nil || ts.viewCounts(shadow).policies == 0 {
 		return nil
 	}
-	var best destChoice
-	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-		if cp.err != "" || cp.audit && !shadow || !sc.isMember(1, cp.scopeOrd()) {
-			return true
-		}
-		c := destChoice{cp: cp}
-		found := false
-		if cp.p.TargetRef != nil {
-			// the top-level targetRef selects the destination of from items
-			for _, a := range cp.attach {
-				if a.sides == sideIn && a.dst.matches(dst) {
-					c.key.total, found = a.key.total, true
-				}
-			}
-		} else {
-			for _, r := range cp.rules {
-				if !r.dst.matches(dst) {
-					continue
-				}
-				rk := r.dst.rank
-				if !found || rk.total() > c.key.total || rk.total() == c.key.total && rk.exact > c.key.exact {
-					c.key.total, c.key.exact = rk.total(), rk.exact
-				}
-				found = true
-			}
-		}
-		if !found {
-			return true
-		}
-		ruleTieBreak(&c.key, cp.p, ms.settings.tieBreak)
-		if c.better(&best) {
-			best = c
-		}
-		return true
-	})
-	return best.cp
+	c := ts.dest.best(dst, sc, shadow)
+	if c == nil {
+		return nil
+	}
+	cp, _ := ts.policies.Get(c.policy.Name)
+	return cp
 }
 
 // firstRuleOf returns the first rule of a policy, in order, that is a

@@ -1,0 +1,73 @@
+package engine
+
+// PerDestinationChoices returns, for the destination of a tag-form request,
+// the policy PerDestination chooses in the enforced view ([0]) and the shadow
+// view ([1]): as the destination index answers (got) and as a scan over every
+// policy of the type answers (want: the choice's definition, the code before
+// the index). "" means no policy.
+func PerDestinationChoices(s *Snapshot, req *Request) (got, want [2]string) {
+	ms, ok := s.meshes.Get(req.Mesh)
+	if !ok {
+		return got, want
+	}
+	ts, _ := ms.types.Get(req.Type)
+	sc := &scratch{}
+	sc.reset(ms.scopes.size())
+	if ms.scopes.size() > 0 {
+		sc.computeMembers(ms.scopes, 1, req.Destination)
+	}
+	name := func(cp *compiledPolicy) string {
+		if cp == nil {
+			return ""
+		}
+		return cp.p.Name
+	}
+	for view, shadow := range []bool{false, true} {
+		got[view] = name(ms.chooseForDestination(ts, req.Destination, sc, shadow))
+		want[view] = name(ms.chooseByScan(ts, req.Destination, sc, shadow))
+	}
+	return got, want
+}
+
+// chooseByScan is chooseForDestination by its definition: every valid
+// policy of the type, the best by destChoice.better.
+func (ms *meshState) chooseByScan(ts *typeState, dst Tags, sc *scratch, shadow bool) *compiledPolicy {
+	if ts == nil {
+		return nil
+	}
+	var best destChoice
+	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
+		if cp.err != "" || cp.audit && !shadow || !sc.isMember(1, cp.scopeOrd()) {
+			return true
+		}
+		c := destChoice{cp: cp}
+		found := false
+		if cp.p.TargetRef != nil {
+			for _, a := range cp.attach {
+				if a.sides == sideIn && a.dst.matches(dst) {
+					c.key.total, found = a.key.total, true
+				}
+			}
+		} else {
+			for _, r := range cp.rules {
+				if !r.dst.matches(dst) {
+					continue
+				}
+				rk := r.dst.rank
+				if !found || rk.total() > c.key.total || rk.total() == c.key.total && rk.exact > c.key.exact {
+					c.key.total, c.key.exact = rk.total(), rk.exact
+				}
+				found = true
+			}
+		}
+		if !found {
+			return true
+		}
+		ruleTieBreak(&c.key, cp.p, ms.settings.tieBreak)
+		if c.better(&best) {
+			best = c
+		}
+		return true
+	})
+	return best.cp
+}
