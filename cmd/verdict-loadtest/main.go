@@ -55,7 +55,12 @@ type Config struct {
 	Workloads   int     // distinct workloads the fan-out streams watch
 	JSON        bool
 	Scenarios   []string
-	Timeout     time.Duration // the whole run
+	// DecisionLogAB compares verdictd with every decision logged and without
+	// (issue 17): Rounds alternated rounds per form, the log file in LogDir.
+	DecisionLogAB bool
+	Rounds        int
+	LogDir        string
+	Timeout       time.Duration // the whole run
 }
 
 // defaultScenarios run when none is named; allScenarios adds Envoy's Check
@@ -86,6 +91,23 @@ func (c *Config) Validate() error {
 	}
 	if c.CheckRate <= 0 || c.CheckFlows < 1 || c.CheckFlows > 8192 {
 		return fmt.Errorf("--check-rate must be positive and --check-flows in [1, 8192]")
+	}
+	if c.DecisionLogAB {
+		if c.Addr != "" {
+			return fmt.Errorf("--decision-log-ab starts its own two verdictd processes: no --addr")
+		}
+		if c.Rounds < 1 || c.Rounds > 20 {
+			return fmt.Errorf("--rounds must be in [1, 20]")
+		}
+		if c.Rate <= 0 && slices.Contains(c.Scenarios, "open") {
+			return fmt.Errorf("--decision-log-ab: the open form needs --rate")
+		}
+		for _, s := range c.Scenarios {
+			if !contains(logABForms, s) {
+				return fmt.Errorf("--decision-log-ab: scenario %q is not compared (have %s)", s, strings.Join(logABForms, ", "))
+			}
+		}
+		return nil
 	}
 	for _, s := range c.Scenarios {
 		if !contains(allScenarios, s) {
@@ -119,7 +141,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	ok, err := Run(ctx, cfg, stdout, stderr, log)
+	measure := func() (bool, error) { return Run(ctx, cfg, stdout, stderr, log) }
+	if cfg.DecisionLogAB {
+		measure = func() (bool, error) { return RunDecisionLogAB(ctx, cfg, stdout, stderr) }
+	}
+	ok, err := measure()
 	if err != nil {
 		fmt.Fprintln(stderr, "verdict-loadtest:", err)
 		return 3
@@ -160,6 +186,11 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Workloads, "fanout-workloads", 50, "fanout: distinct workloads the streams watch")
 	fs.BoolVar(&c.JSON, "json", false, "print the reports as JSON")
 	fs.DurationVar(&c.Timeout, "timeout", 15*time.Minute, "bound on the whole run")
+	fs.BoolVar(&c.DecisionLogAB, "decision-log-ab", false,
+		"compare two started verdictd, one logging every decision to a JSON-lines file and one not, in alternated rounds of "+
+			strings.Join(logABForms, ", ")+"; prints p50, p99, decisions/s, ratios and the records written and dropped")
+	fs.IntVar(&c.Rounds, "rounds", 3, "--decision-log-ab: rounds per form and side")
+	fs.StringVar(&c.LogDir, "decision-log-dir", "", "--decision-log-ab: directory of the decision log file (default: the system's temporary directory)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n(default: %s)\n\n",
 			strings.Join(allScenarios, "|"), strings.Join(defaultScenarios, " "))
@@ -171,6 +202,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	c.Scenarios = fs.Args()
 	if len(c.Scenarios) == 0 {
 		c.Scenarios = defaultScenarios
+		if c.DecisionLogAB {
+			c.Scenarios = logABForms
+		}
 	}
 	return c, c.Validate()
 }

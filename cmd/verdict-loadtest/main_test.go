@@ -78,3 +78,73 @@ func smoke(t *testing.T, dir string, args []string, want ...string) {
 		t.Errorf("a process panicked:\n%s", stderr.String())
 	}
 }
+
+// TestDecisionLogAB runs the decision-log comparison (issue 17) small: it must
+// stop by itself and give one row per form, built from rounds alternated
+// between the two verdictd processes, with the logging side's records all
+// accounted for (written to the file or dropped). Timings are not asserted.
+func TestDecisionLogAB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs verdictd")
+	}
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir+"/", "../verdictd", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const rounds = 2
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(dir, "verdict-loadtest"), "--verdictd", filepath.Join(dir, "verdictd"),
+		"--decision-log-ab", "--rounds", "2", "--decision-log-dir", dir,
+		"--policies", "200", "--duration", "300ms", "--warmup", "100ms", "--rate", "300", "--concurrency", "4",
+		"--batch-size", "20", "--streams", "2", "--window", "16", "--timeout", "3m", "--json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("verdict-loadtest: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	var res LogABResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("result: %v\n%s", err, stdout.String())
+	}
+	var forms []string
+	for _, row := range res.Rows {
+		forms = append(forms, row.Form)
+		if row.Rounds != rounds {
+			t.Errorf("%s: %d rounds, want %d", row.Form, row.Rounds, rounds)
+		}
+		if row.Off.Count == 0 || row.On.Count == 0 || row.Off.Errors+row.On.Errors > 0 {
+			t.Errorf("%s: calls off %d (%d failed), on %d (%d failed)", row.Form, row.Off.Count, row.Off.Errors,
+				row.On.Count, row.On.Errors)
+		}
+		if row.Off.P50 <= 0 || row.On.P50 <= 0 || row.P50Ratio <= 0 || row.ThroughputRatio <= 0 {
+			t.Errorf("%s: missing figures: %+v", row.Form, row)
+		}
+		// Every recorded call decided at least one flow, and logged it.
+		if row.Log.Offered < row.On.Count {
+			t.Errorf("%s: %d records offered for %d calls with the log on", row.Form, row.Log.Offered, row.On.Count)
+		}
+		if row.Log.Written+row.Log.Dropped != row.Log.Offered || row.Lines != row.Log.Written {
+			t.Errorf("%s: records offered %d, written %d, dropped %d, lines in the file %d", row.Form,
+				row.Log.Offered, row.Log.Written, row.Log.Dropped, row.Lines)
+		}
+	}
+	if got, want := strings.Join(forms, " "), strings.Join(logABForms, " "); got != want {
+		t.Errorf("forms %q, want %q", got, want)
+	}
+	// The rounds alternate: off, on, off, on … within each form.
+	if len(res.Reports) != 2*rounds*len(logABForms) {
+		t.Fatalf("%d reports, want %d", len(res.Reports), 2*rounds*len(logABForms))
+	}
+	for i, r := range res.Reports {
+		want := "verdict, decision log off"
+		if i%2 == 1 {
+			want = "verdict, decision log on"
+		}
+		if r.Target != want || r.Scenario != forms[i/(2*rounds)] {
+			t.Errorf("report %d: %s/%s, want %s/%s", i, r.Scenario, r.Target, forms[i/(2*rounds)], want)
+		}
+	}
+	if t.Failed() || strings.Contains(stderr.String(), "panic") {
+		t.Logf("stderr:\n%s", stderr.String())
+	}
+}
