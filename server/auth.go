@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +29,21 @@ func needsAuthorization(fullMethod string) bool {
 		fullMethod == verdictv1.DecisionLogService_Follow_FullMethodName
 }
 
+// authorizer admits callers to the methods that need authorization (the
+// interceptors, and WatchRules with address sets).
+type authorizer struct {
+	log        *slog.Logger
+	token      string
+	identities []string // AllowedIdentities
+	devMode    bool     // neither configured: every caller is admitted
+	refusals   *rateLimit
+}
+
+func newAuthorizer(cfg *Config) *authorizer {
+	return &authorizer{log: cfg.Logger, token: cfg.Token, identities: cfg.AllowedIdentities, devMode: cfg.DevMode(),
+		refusals: &rateLimit{interval: cfg.AuthLogInterval}}
+}
+
 // authorize admits a caller with the bearer token, or with a verified client
 // certificate whose URI or DNS SAN is on the allow-list; in development mode
 // (neither configured) every caller. The token is compared in constant time
@@ -35,8 +51,8 @@ func needsAuthorization(fullMethod string) bool {
 // AuthLogInterval, with the count of the refusals not logged since (a client
 // retrying a wrong token in a loop must not flood the log); each one is
 // logged at debug.
-func (s *Server) authorize(ctx context.Context) (context.Context, error) {
-	if s.cfg.DevMode() {
+func (s *authorizer) authorize(ctx context.Context) (context.Context, error) {
+	if s.devMode {
 		return ctx, nil
 	}
 	out, err := s.checkCaller(ctx)
@@ -48,13 +64,13 @@ func (s *Server) authorize(ctx context.Context) (context.Context, error) {
 }
 
 // refused logs a refused call, rate-limited.
-func (s *Server) refused(ctx context.Context, err error) {
+func (s *authorizer) refused(ctx context.Context, err error) {
 	method, _ := grpc.Method(ctx)
 	addr := ""
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr = p.Addr.String()
 	}
-	if logIt, suppressed := s.authLog.note(time.Now()); logIt {
+	if logIt, suppressed := s.refusals.note(time.Now()); logIt {
 		s.log.WarnContext(ctx, "call refused", "method", method, "peer", addr, "err", err,
 			"refused_not_logged", suppressed)
 	}
@@ -83,13 +99,13 @@ func (r *rateLimit) note(now time.Time) (through bool, suppressed int) {
 	return true, suppressed
 }
 
-func (s *Server) checkCaller(ctx context.Context) (context.Context, error) {
+func (s *authorizer) checkCaller(ctx context.Context) (context.Context, error) {
 	if vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) > 0 {
 		scheme, token, ok := strings.Cut(vals[0], " ")
 		if !ok || !strings.EqualFold(scheme, "bearer") {
 			return nil, toStatus(ctx, s.log, fmt.Errorf("%w: the authorization header is not \"Bearer <token>\"", errUnauthenticated))
 		}
-		if s.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.cfg.Token)) != 1 {
+		if s.token == "" || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.token)) != 1 {
 			return nil, toStatus(ctx, s.log, fmt.Errorf("%w: the bearer token is not valid", errUnauthenticated))
 		}
 		return ctx, nil
@@ -99,7 +115,7 @@ func (s *Server) checkCaller(ctx context.Context) (context.Context, error) {
 		return nil, toStatus(ctx, s.log, fmt.Errorf("%w: this call needs a bearer token or an authorized client certificate", errUnauthenticated))
 	}
 	for _, id := range certIdentities(cert) {
-		if slices.Contains(s.cfg.AllowedIdentities, id) {
+		if slices.Contains(s.identities, id) {
 			return ctx, nil
 		}
 	}

@@ -99,7 +99,7 @@ func FuzzRequestMessages(f *testing.F) {
 		f.Fatal(err)
 	}
 	codec := newRequestCodec()
-	dec, pol := decisionService{Server: srv}, policyService{Server: srv}
+	dec, pol := decisionService{Server: srv}, srv.policy
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		m := seeds[int(kind)%len(seeds)].ProtoReflect().New().Interface()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -12,14 +13,22 @@ import (
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
+	"github.com/verdictpdp/verdict/store/syncer"
 )
 
 // policyService implements verdict.v1.PolicyService. Every call passed the
 // authorization interceptor; requests were validated by the validation one.
 type policyService struct {
-	*Server
 	verdictv1.UnimplementedPolicyServiceServer
+	log   *slog.Logger
+	snaps snapshots // reads, at a min_revision
+	store Store     // writes, a key read past the snapshot, the store's revision
+	sync  syncStatus
+	lists *listCache
 }
+
+// syncStatus is what Status reports of the syncer.
+type syncStatus interface{ Status() syncer.Status }
 
 var _ verdictv1.PolicyServiceServer = policyService{}
 
@@ -55,7 +64,7 @@ func (s policyService) Delete(ctx context.Context, req *verdictv1.DeleteRequest)
 
 // Get reads one resource from the snapshot, valid or not.
 func (s policyService) Get(ctx context.Context, req *verdictv1.GetRequest) (*verdictv1.GetResponse, error) {
-	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -75,7 +84,7 @@ func (s policyService) List(ctx context.Context, req *verdictv1.ListRequest) (*v
 			minRev = max(minRev, rev)
 		}
 	}
-	snap, err := s.snapshotAt(ctx, minRev)
+	snap, err := s.snaps.snapshotAt(ctx, minRev)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -89,11 +98,11 @@ func (s policyService) List(ctx context.Context, req *verdictv1.ListRequest) (*v
 // Status tells how current the snapshot is and what is invalid in it.
 func (s policyService) Status(ctx context.Context, req *verdictv1.StatusRequest) (*verdictv1.StatusResponse, error) {
 	sendVersion(ctx)
-	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	st := s.syncer.Status()
+	st := s.sync.Status()
 	out := &verdictv1.StatusResponse{Revision: snap.Revision(), Synced: st.Synced, Stale: st.Stale,
 		Resources: int64(snap.Len()), Digest: snap.Digest(), StoreRevision: s.store.Health().Revision}
 	if out.Invalid, err = invalidResources(snap); err != nil {
@@ -167,8 +176,8 @@ func expectedOf(expected map[string]int64, key string) int64 {
 // write checks w against the current snapshot, then stores it unless dryRun.
 // It returns the revision of the write, or for a dry run the snapshot's, and
 // the warnings of the write (engine.Snapshot.TypeWarnings).
-func (s *Server) write(ctx context.Context, w *write, dryRun bool) (int64, []string, error) {
-	snap := s.syncer.Snapshot()
+func (s policyService) write(ctx context.Context, w *write, dryRun bool) (int64, []string, error) {
+	snap := s.snaps.current()
 	if err := snap.CheckApply(w.puts, w.deletes); err != nil {
 		return 0, nil, err
 	}
@@ -186,8 +195,8 @@ func (s *Server) write(ctx context.Context, w *write, dryRun bool) (int64, []str
 // mustExist fails with NotFound for the first key that holds nothing. The
 // snapshot may lag a write the caller just made, so a miss there is checked in
 // the store.
-func (s *Server) mustExist(ctx context.Context, keys []engine.Key) error {
-	snap := s.syncer.Snapshot()
+func (s policyService) mustExist(ctx context.Context, keys []engine.Key) error {
+	snap := s.snaps.current()
 	for _, k := range keys {
 		if _, ok := snap.Get(k); ok {
 			continue

@@ -200,18 +200,21 @@ type Server struct {
 	log     *slog.Logger
 	syncer  syncer.API
 	store   Store
+	snaps   snapshots
 	confs   *apiconv.ConfCache
-	lists   listCache
 	metrics *metrics
 	// byPolicy counts decisions by deciding policy (decisionlog.go).
 	byPolicy *policyCounts
-	authLog  *rateLimit // WARNs of refused calls
+	auth     *authorizer
 	hub      *rulesHub
 	feed     *resourceFeed
 	// identities holds the tag sets registered through Identify (compact.go).
 	identities *engine.Registry
 	health     *health.Server
 	grpc       *grpc.Server
+
+	// The services, each holding only what it uses (New wires them).
+	policy policyService
 
 	stop     chan struct{} // closed when the server stops: streams end
 	stopOnce sync.Once
@@ -228,7 +231,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, store: cfg.Store,
 		confs: apiconv.NewConfCache(100_000), health: health.NewServer(), stop: make(chan struct{}),
-		authLog:    &rateLimit{interval: cfg.AuthLogInterval},
+		snaps:      snapshots{src: cfg.Syncer, wait: cfg.WaitTimeout},
+		auth:       newAuthorizer(&cfg),
 		identities: engine.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
 	}
 	m, err := newMetrics(cfg.MeterProvider, cfg.Syncer, cfg.Store)
@@ -249,7 +253,8 @@ func New(cfg Config) (*Server, error) {
 	s.feed = newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges)
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(s.grpc, decisionService{Server: s})
-	verdictv1.RegisterPolicyServiceServer(s.grpc, policyService{Server: s})
+	s.policy = policyService{log: cfg.Logger, snaps: s.snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{}}
+	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
 	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{Server: s})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{Server: s})
 	if !cfg.DisableExtAuthz {
@@ -312,13 +317,13 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			recovery.UnaryServerInterceptor(recoveryOpt),
-			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(s.authorize), authz),
+			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(s.auth.authorize), authz),
 			s.validationInterceptor,
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(recoveryOpt),
-			selector.StreamServerInterceptor(auth.StreamServerInterceptor(s.authorize), authz),
+			selector.StreamServerInterceptor(auth.StreamServerInterceptor(s.auth.authorize), authz),
 		),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgBytes),
 		grpc.ForceServerCodecV2(newRequestCodec()), // undecodable requests: INVALID_ARGUMENT, not INTERNAL
@@ -419,30 +424,53 @@ func (s *Server) stopping() bool {
 	}
 }
 
+// snapshotSource is what a read needs of the syncer: the current snapshot,
+// and a wait for one at or after a revision (syncer.API has both).
+type snapshotSource interface {
+	Snapshot() *engine.Snapshot
+	WaitFor(ctx context.Context, revision int64) (*engine.Snapshot, error)
+}
+
+// snapshots serves the reads that name a min_revision: the revision waiter
+// every service that reads a snapshot holds.
+type snapshots struct {
+	src  snapshotSource
+	wait time.Duration // Config.WaitTimeout: the wait of a request without a deadline
+}
+
+// current is the snapshot the replica serves now.
+func (s snapshots) current() *engine.Snapshot { return s.src.Snapshot() }
+
 // snapshotAt returns the current snapshot, or for rev > 0 one at or after rev,
 // waiting for the syncer until just before the request's deadline
 // (WaitTimeout without one); errNotCurrent when it does not get there.
-func (s *Server) snapshotAt(ctx context.Context, rev int64) (*engine.Snapshot, error) {
-	snap := s.syncer.Snapshot()
+func (s snapshots) snapshotAt(ctx context.Context, rev int64) (*engine.Snapshot, error) {
+	snap := s.src.Snapshot()
 	if rev <= 0 || snap.Revision() >= rev {
 		return snap, nil
 	}
 	// Stop waiting a little before the request's deadline, so that the answer
 	// is UNAVAILABLE (try another replica) rather than the client's own
 	// DEADLINE_EXCEEDED.
-	wait := s.cfg.WaitTimeout
+	wait := s.wait
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
 		wait = left - min(500*time.Millisecond, left/5)
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	snap, err := s.syncer.WaitFor(ctx, rev)
+	snap, err := s.src.WaitFor(ctx, rev)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: waited for revision %d, the snapshot is at %d", errNotCurrent, rev, s.syncer.Snapshot().Revision())
+		return nil, fmt.Errorf("%w: waited for revision %d, the snapshot is at %d", errNotCurrent, rev, s.src.Snapshot().Revision())
 	}
 	return snap, nil
+}
+
+// snapshotAt is snapshots.snapshotAt, for the handlers that still hold the
+// server.
+func (s *Server) snapshotAt(ctx context.Context, rev int64) (*engine.Snapshot, error) {
+	return s.snaps.snapshotAt(ctx, rev)
 }

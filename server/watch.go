@@ -95,7 +95,7 @@ func sendSnapshot(stream verdictv1.WatchService_WatchResourcesServer, rev int64,
 func (s watchService) WatchRules(req *verdictv1.WatchRulesRequest, stream verdictv1.WatchService_WatchRulesServer) error {
 	ctx := stream.Context()
 	if req.GetAddressSets() {
-		if _, err := s.authorize(ctx); err != nil {
+		if _, err := s.auth.authorize(ctx); err != nil {
 			return err // a status already (checkCaller)
 		}
 	}
