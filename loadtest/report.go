@@ -1,6 +1,6 @@
 // Package loadtest measures a running verdictd over gRPC, like ghz: unary
-// Decide in closed and open loop, DecideBatch, DecideStream, policy churn while
-// deciding, WatchRules fan-out, and the same harness against an empty handler
+// Decide in closed and open loop, DecideBatch, DecideStream, policy churn and
+// workload churn while deciding, WatchRules fan-out, and the same harness against an empty handler
 // (the ceiling). Every run is bounded in time and count and stops by itself.
 // cmd/verdict-loadtest is its command line.
 package loadtest

@@ -4,6 +4,13 @@
 // same harness against an empty handler served with verdictd's gRPC options,
 // in the same run. Every run is bounded and stops by itself.
 //
+// Named only: check and check-open (Envoy's ext_authz Check, issue 14),
+// compact and compact-stream (flows by identity, issue 13), and
+// workload-churn (issue 13 item 6): workload puts at --workload-rate on a
+// store preloaded with --workloads-loaded workloads while Decide runs by
+// address, each put's visibility awaited with min_revision, every answer
+// checked against the one before the churn.
+//
 //	verdict-loadtest [flags] [scenario...]
 package main
 
@@ -51,7 +58,12 @@ type Config struct {
 	ChurnRate   float64 // Decide calls/s during churn; 0: closed loop
 	EtcdParent  string  // where the started verdictd's etcd data directory is made
 	Unix        bool    // serve on Unix sockets instead of loopback TCP
-	Fanout      int     // WatchRules streams
+	// Workload churn (issue 13 item 6): puts/s, the goroutines making them,
+	// and the workloads loaded first.
+	WorkloadRate    float64
+	WorkloadWriters int
+	WorkloadsLoaded int
+	Fanout          int // WatchRules streams
 	Workloads   int     // distinct workloads the fan-out streams watch
 	JSON        bool
 	Scenarios   []string
@@ -68,7 +80,8 @@ type Config struct {
 // identities registered with Identify, flows by identity, packed).
 var (
 	defaultScenarios = []string{"unary", "open", "batch", "stream", "churn", "fanout"}
-	allScenarios     = append(slices.Clone(defaultScenarios), "check", "check-open", "compact", "compact-stream")
+	allScenarios     = append(slices.Clone(defaultScenarios), "check", "check-open", "compact", "compact-stream",
+		"workload-churn")
 )
 
 // Validate checks the configuration.
@@ -85,6 +98,12 @@ func (c *Config) Validate() error {
 	}
 	if c.WriteRate <= 0 || c.WriteRate > 10000 {
 		return fmt.Errorf("--write-rate must be in (0, 10000]")
+	}
+	if c.WorkloadRate <= 0 || c.WorkloadRate > 10000 || c.WorkloadWriters < 1 || c.WorkloadWriters > 64 {
+		return fmt.Errorf("--workload-rate must be in (0, 10000] and --workload-writers in [1, 64]")
+	}
+	if c.WorkloadsLoaded < 2 || c.WorkloadsLoaded > 1_000_000 {
+		return fmt.Errorf("--workloads-loaded must be in [2, 1000000]")
 	}
 	if c.ChurnRate < 0 || c.Rate < 0 {
 		return fmt.Errorf("--rate and --churn-rate must not be negative")
@@ -179,6 +198,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&c.WriteRate, "write-rate", 100, "churn: policy writes per second")
 	fs.Float64Var(&c.ChurnRate, "churn-rate", 10000,
 		"churn: Decide calls/s (open loop) during the writes; 0: closed loop at --concurrency, saturating the machine")
+	fs.Float64Var(&c.WorkloadRate, "workload-rate", 1000, "workload-churn: workload puts per second (≤ 10000)")
+	fs.IntVar(&c.WorkloadWriters, "workload-writers", 8,
+		"workload-churn: goroutines making the puts, each waiting for its put to be visible (≤ 64)")
+	fs.IntVar(&c.WorkloadsLoaded, "workloads-loaded", 10000, "workload-churn: workloads loaded before the churn (100000: issue 13's case)")
 	fs.BoolVar(&c.Unix, "unix", false, "serve the started verdictd and the baseline on Unix sockets instead of loopback TCP")
 	fs.StringVar(&c.EtcdParent, "etcd-tmpdir", "",
 		"directory for the started verdictd's etcd data (default: the system's; /dev/shm takes the disk's fsync out of the write lag)")

@@ -36,6 +36,10 @@ func TestSmokeEveryScenario(t *testing.T) {
 		smoke(t, dir, append(common, "--check-rate", "300", "--check-flows", "64", "check", "check-open"),
 			"check/baseline", "check/verdict", "check-open/baseline", "check-open/verdict")
 	})
+	t.Run("workload-churn", func(t *testing.T) {
+		smoke(t, dir, append(common, "--workloads-loaded", "400", "--workload-rate", "50", "--workload-writers", "2",
+			"workload-churn"), "workload-churn/baseline", "workload-churn/verdict")
+	})
 	t.Run("unix", func(t *testing.T) {
 		smoke(t, dir, append(common, "--unix", "unary", "stream"), "unary/baseline", "unary/verdict", "stream/verdict")
 	})
@@ -61,6 +65,11 @@ func smoke(t *testing.T, dir string, args []string, want ...string) {
 		}
 		if len(r.Errors) > 0 {
 			t.Errorf("%s/%s: errors %v", r.Scenario, r.Target, r.Errors)
+		}
+		// Workload churn made puts and saw each one visible.
+		if r.Scenario == "workload-churn" && r.Target == "verdict" &&
+			(r.Notes["puts"] == "" || r.Notes["puts"] == "0" || r.Lags["put → visible"].Max <= 0) {
+			t.Errorf("workload-churn: no put seen visible (notes %v, lags %v)", r.Notes, r.Lags)
 		}
 		if r.Target == "verdict" && r.Scenario != "churn" && r.Scenario != "fanout" && r.Ratio <= 0 {
 			t.Errorf("%s: no ratio to the baseline", r.Scenario)

@@ -18,6 +18,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -90,6 +91,13 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 			return false, fmt.Errorf("register %d identities: %w", len(endpoints), err)
 		}
 		fmt.Fprintf(stderr, "registered %d identities for %d compact batches\n", len(endpoints), len(compact))
+	}
+
+	var churn loadtest.WorkloadChurnConfig
+	if slices.Contains(cfg.Scenarios, "workload-churn") {
+		if churn, err = prepareWorkloadChurn(ctx, cfg, conns, set, stderr); err != nil {
+			return false, err
+		}
 	}
 
 	var base loadtest.Conns
@@ -167,6 +175,16 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 				engine.DefaultMesh, engine.DefaultType, lim)
 			r.Target = "verdict"
 			reports = append(reports, r)
+		case "workload-churn":
+			churn.Limits = lim
+			b := loadtest.Unary(ctx, base, churn.Probes, churn.Concurrency, churn.Rate, lim)
+			b.Scenario, b.Target = "workload-churn", "baseline"
+			v := loadtest.WorkloadChurn(ctx, conns, churn)
+			v.Target = "verdict"
+			if b.DecisionsPerSec > 0 {
+				v.BaselineDecisionsPerSec, v.Ratio = b.DecisionsPerSec, v.DecisionsPerSec/b.DecisionsPerSec
+			}
+			reports = append(reports, b, v)
 		case "fanout":
 			workloads := make([]engine.Tags, cfg.Workloads)
 			for i, f := range set.Flows(cfg.Seed+2, cfg.Workloads) {
@@ -195,10 +213,59 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 	return ok, ctx.Err()
 }
 
+// prepareWorkloadChurn loads the workload-churn scenario's inventory
+// (--workloads-loaded workloads over the generated flows' tag sets) and takes
+// each probe's answer before the churn, the answer every later one must equal.
+func prepareWorkloadChurn(ctx context.Context, cfg Config, conns loadtest.Conns, set *policygen.Set,
+	stderr io.Writer) (loadtest.WorkloadChurnConfig, error) {
+	workloads, probes := loadtest.ChurnWorkloads(set.Flows(cfg.Seed+4, 4096), cfg.WorkloadsLoaded)
+	res := make([]engine.Resource, len(workloads))
+	for i, w := range workloads {
+		res[i] = w
+	}
+	start := time.Now()
+	rev, err := load(ctx, conns[0], res)
+	if err != nil {
+		return loadtest.WorkloadChurnConfig{}, fmt.Errorf("load %d workloads: %w", len(workloads), err)
+	}
+	fmt.Fprintf(stderr, "loaded %d workloads in %v (revision %d)\n", len(workloads), time.Since(start).Round(time.Millisecond), rev)
+	expected, err := answers(ctx, conns[0], probes, rev)
+	if err != nil {
+		return loadtest.WorkloadChurnConfig{}, err
+	}
+	c := loadtest.WorkloadChurnConfig{Workloads: workloads, Probes: probes, Expected: expected,
+		Concurrency: cfg.Concurrency, Rate: cfg.ChurnRate, PutRate: cfg.WorkloadRate, Writers: cfg.WorkloadWriters}
+	if c.Rate > 0 {
+		c.Concurrency = 0 // open loop: the same in-flight bound as the open scenario
+	}
+	return c, nil
+}
+
+// answers decides every probe at revision rev or later; an end that did not
+// resolve to a workload is an error (the inventory is not what was loaded).
+func answers(ctx context.Context, conn *grpc.ClientConn, probes []*verdictv1.DecideRequest, rev int64) ([]*verdictv1.DecideResponse, error) {
+	client := verdictv1.NewDecisionServiceClient(conn)
+	out := make([]*verdictv1.DecideResponse, len(probes))
+	for i, p := range probes {
+		q := proto.Clone(p).(*verdictv1.DecideRequest)
+		q.MinRevision = rev
+		r, err := client.Decide(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("decide probe %d at revision %d: %w", i, rev, err)
+		}
+		if r.GetSourceResolution().GetWorkload() == "" || r.GetDestinationResolution().GetWorkload() == "" {
+			return nil, fmt.Errorf("probe %d: an address did not resolve to its workload (%v, %v)", i,
+				r.GetSourceResolution(), r.GetDestinationResolution())
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
 func needsBaseline(scenarios []string) bool {
 	for _, s := range scenarios {
 		if s == "unary" || s == "open" || s == "batch" || s == "stream" || s == "check" || s == "check-open" ||
-			s == "compact" || s == "compact-stream" {
+			s == "compact" || s == "compact-stream" || s == "workload-churn" {
 			return true
 		}
 	}
