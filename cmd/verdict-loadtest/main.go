@@ -64,9 +64,9 @@ type Config struct {
 	WorkloadWriters int
 	WorkloadsLoaded int
 	Fanout          int // WatchRules streams
-	Workloads   int     // distinct workloads the fan-out streams watch
-	JSON        bool
-	Scenarios   []string
+	Workloads       int // distinct workloads the fan-out streams watch
+	JSON            bool
+	Scenarios       []string
 	// DecisionLogAB compares verdictd with every decision logged and without
 	// (issue 17): Rounds alternated rounds per form, the log file in LogDir.
 	DecisionLogAB bool
