@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
 	"sync"
@@ -80,8 +81,10 @@ func rpcName(ctx context.Context) string {
 
 // decisionLogService implements verdict.v1.DecisionLogService.
 type decisionLogService struct {
-	*Server
 	verdictv1.UnimplementedDecisionLogServiceServer
+	log       *slog.Logger
+	stop      <-chan struct{}     // closed when the server stops: streams end
+	decisions *decisionlog.Logger // nil: the log is off
 }
 
 // followBuffer is how many records a follower may hold unsent before it is
@@ -92,7 +95,7 @@ const followBuffer = 1024
 // the server stops, or the follower falls behind (RESOURCE_EXHAUSTED).
 func (s decisionLogService) Follow(req *verdictv1.FollowRequest, stream grpc.ServerStreamingServer[verdictv1.FollowResponse]) error {
 	ctx := stream.Context()
-	l := s.cfg.DecisionLog
+	l := s.decisions
 	if l == nil {
 		return toStatus(ctx, s.log, errDecisionLogOff)
 	}

@@ -516,7 +516,7 @@ func withoutAudit(rs engine.RuleSet) engine.RuleSet {
 // consumer is dropped, counted in verdict_watch_dropped_total{rpc="WatchRules"},
 // and reconnects to a fresh copy), so the server holds no state and no
 // goroutine for it any more. Other streams are never held up by it.
-func (s *Server) serveRules(ctx context.Context, w *rulesWatcher, send func(*verdictv1.WatchRulesResponse) error) error {
+func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func(*verdictv1.WatchRulesResponse) error) error {
 	sent := make(chan error, 1) // buffered: a send still blocked when the stream ends exits when gRPC ends it
 	sending, pending := false, false
 	var behind *time.Timer
@@ -550,7 +550,7 @@ func (s *Server) serveRules(ctx context.Context, w *rulesWatcher, send func(*ver
 			}
 			pending = true
 			if behind == nil {
-				behind = time.NewTimer(s.cfg.RulesMaxLag)
+				behind = time.NewTimer(s.rulesMaxLag)
 				behindC = behind.C
 			}
 		case err := <-sent:
@@ -569,9 +569,9 @@ func (s *Server) serveRules(ctx context.Context, w *rulesWatcher, send func(*ver
 				}
 			}
 		case <-behindC:
-			s.metrics.rulesDropped(ctx)
+			s.dropped.rulesDropped(ctx)
 			return fmt.Errorf("%w: the rules of revision %d waited %v behind an unread message; reconnect",
-				errFellBehind, w.revision(), s.cfg.RulesMaxLag)
+				errFellBehind, w.revision(), s.rulesMaxLag)
 		}
 	}
 }

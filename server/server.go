@@ -255,8 +255,9 @@ func New(cfg Config) (*Server, error) {
 	verdictv1.RegisterDecisionServiceServer(s.grpc, decisionService{Server: s})
 	s.policy = policyService{log: cfg.Logger, snaps: s.snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{}}
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
-	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{Server: s})
-	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{Server: s})
+	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, stop: s.stop, feed: s.feed, hub: s.hub,
+		auth: s.auth, dropped: s.metrics, rulesMaxLag: cfg.RulesMaxLag})
+	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{log: cfg.Logger, stop: s.stop, decisions: cfg.DecisionLog})
 	if !cfg.DisableExtAuthz {
 		authv3.RegisterAuthorizationServer(s.grpc, authzService{Server: s})
 	}

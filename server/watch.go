@@ -1,7 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/verdictpdp/verdict/engine"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -9,8 +12,21 @@ import (
 
 // watchService implements verdict.v1.WatchService.
 type watchService struct {
-	*Server
 	verdictv1.UnimplementedWatchServiceServer
+	log         *slog.Logger
+	stop        <-chan struct{} // closed when the server stops: streams end
+	feed        *resourceFeed   // WatchResources
+	hub         *rulesHub       // WatchRules
+	auth        *authorizer     // WatchRules with address sets
+	dropped     dropCounter
+	rulesMaxLag time.Duration
+}
+
+// dropCounter counts the streams ended for falling behind
+// (verdict_watch_dropped_total{rpc}).
+type dropCounter interface {
+	watchDropped(ctx context.Context)
+	rulesDropped(ctx context.Context)
 }
 
 var _ verdictv1.WatchServiceServer = watchService{}
@@ -47,7 +63,7 @@ func (s watchService) WatchResources(req *verdictv1.WatchResourcesRequest, strea
 		switch {
 		case behind:
 			s.feed.dropped.Add(1)
-			s.metrics.watchDropped(ctx)
+			s.dropped.watchDropped(ctx)
 			return toStatus(ctx, s.log, fmt.Errorf("%w: fell behind; resume from revision %d", errFellBehind, rev))
 		case set == nil:
 			select {
