@@ -11,7 +11,13 @@
 // address, each put's visibility awaited with min_revision, every answer
 // checked against the one before the churn.
 //
+// The cold-start subcommand seeds a verdictd's embedded etcd with workloads
+// and policies (issue 13 item 6: 100,000 and 10,000), stops it, starts it
+// again on the same data and measures process start → SERVING and → deciding
+// at the seeded revision, then its live heap and resident set per workload.
+//
 //	verdict-loadtest [flags] [scenario...]
+//	verdict-loadtest cold-start [--workloads N] [--policies N] [--restarts N] [--json]
 package main
 
 import (
@@ -149,6 +155,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve-baseline" {
 		return serveBaseline(ctx, args[1:], stderr)
 	}
+	if len(args) > 0 && args[0] == "cold-start" {
+		return coldStart(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -215,7 +224,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Rounds, "rounds", 3, "--decision-log-ab: rounds per form and side")
 	fs.StringVar(&c.LogDir, "decision-log-dir", "", "--decision-log-ab: directory of the decision log file (default: the system's temporary directory)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n(default: %s)\n\n",
+		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n(default: %s)\n"+
+			"       verdict-loadtest cold-start [flags] (cold-start --help lists them)\n\n",
 			strings.Join(allScenarios, "|"), strings.Join(defaultScenarios, " "))
 		fs.PrintDefaults()
 	}
