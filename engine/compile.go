@@ -348,21 +348,11 @@ type compiledPolicy struct {
 	rules  []*rule // in the order of the policy's document
 	attach []*rule // targetRef attachment: one pseudo-rule per side the policy has items on
 	scope  *scopeInfo
-	audit  bool    // mode Audit, its own or its scope's: every rule is an audit rule
-	claims []*rule // select: PerDestination, its claims on inbounds (destindex.go)
+	audit  bool // mode Audit, its own or its scope's: every rule is an audit rule
 }
 
-// compilePolicy turns a valid policy into its rules (docs/order.md), and its
-// claims where its type's select is PerDestination.
+// compilePolicy turns a valid policy into its rules (docs/order.md).
 func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy {
-	cp := compileRules(p, s, scope)
-	if s.forType(p.Type).perDestination {
-		cp.claims = destClaims(cp, s.tieBreak)
-	}
-	return cp
-}
-
-func compileRules(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy {
 	cp := &compiledPolicy{p: p, scope: scope, audit: p.Mode == ModeAudit || scope != nil && scope.audit}
 	base := orderKey{priority: p.Priority}
 	var ord int32

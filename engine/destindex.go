@@ -1,83 +1,299 @@
 package engine
 
+import (
+	"sort"
+
+	"github.com/verdictpdp/verdict/engine/internal/pmap"
+)
+
 // The destination index of a PerDestination type (perdest.go): the inbound
 // side's choice — the policy most specific by its destination selector alone —
-// as a single-end query. Every policy of such a type has claims, one per
-// destination selector (S&D) or one for its targetRef when it has from items;
-// a claim is a pseudo-rule whose key is the choice's order (destChoice.better:
-// rank total desc, exact desc, then the mesh's tieBreak keys and the name) and
-// whose dst is the selector. Claims are filed in rule indexes of the
-// destination end only (index.go), the enforced policies' and the audit
-// ones' apart, so a probe reads the lists of the destination's tags and stops
-// in each at the first claim that matches and is attached (the destination a
-// member of the policy's scope), or as soon as the list's claims come after
-// the best one found. Updates are those of the rule index: O(change).
+// as a single-end query, the k-index idea of index.go on one end. Every valid
+// policy of such a type has claims, one per destination selector (S&D) or one
+// for its targetRef when it has from items. A claim is filed in one list,
+// under one term its selector requires (an exact tag, else the presence of a
+// key, else the always list; among several, the one whose list is shortest),
+// and lists are sorted by the choice's own order (destChoice.better: rank
+// total desc, exact desc, the mesh's tie-break, the name). A probe reads the
+// lists of the destination's tags and stops in each at the first claim that
+// matches and is attached (the destination a member of the policy's scope),
+// or as soon as the list's claims come after the best one found. Lists are
+// immutable slices in a persistent map: an update copies the lists it touches
+// and the map paths above them, O(change); readers take no lock. A claim is
+// 40 bytes, held in its list; claims are computed from the compiled policy
+// when it enters or leaves, so the policy stores nothing for them.
+
+// destClaim is a policy's claim on the inbounds its destination selector matches.
+type destClaim struct {
+	total, exact int16 // the selector's rank (targetRef: the level, exact 0)
+	item         int32 // the claim's place among its policy's claims
+	tb1, tb2     int64 // the mesh's tie-break (ruleTieBreak)
+	cp           *compiledPolicy
+	dst          *matcher
+}
+
+// less is the choice's order: more specific first, then the tie-break, then
+// the name; item keeps a policy's claims apart.
+func (a *destClaim) less(b *destClaim) bool {
+	if a.total != b.total {
+		return a.total > b.total
+	}
+	if a.exact != b.exact {
+		return a.exact > b.exact
+	}
+	if a.tb1 != b.tb1 {
+		return a.tb1 < b.tb1
+	}
+	if a.tb2 != b.tb2 {
+		return a.tb2 < b.tb2
+	}
+	if a.cp.p.Name != b.cp.p.Name {
+		return a.cp.p.Name < b.cp.p.Name
+	}
+	return a.item < b.item
+}
+
+func (a *destClaim) same(b *destClaim) bool { return a.cp == b.cp && a.item == b.item }
+
+// destClaims returns a compiled policy's claims, under the tie-break tb.
+func destClaims(cp *compiledPolicy, tb TieBreak, out []destClaim) []destClaim {
+	var k orderKey
+	ruleTieBreak(&k, cp.p, tb)
+	start := len(out)
+	mk := func(total, exact int16, dst *matcher) destClaim {
+		return destClaim{total: total, exact: exact, item: int32(len(out) - start), tb1: k.tb1, tb2: k.tb2, cp: cp, dst: dst}
+	}
+	if cp.p.TargetRef != nil {
+		// the top-level targetRef selects the destination of from items
+		for _, a := range cp.attach {
+			if a.sides == sideIn {
+				out = append(out, mk(a.key.total, 0, a.dst))
+			}
+		}
+		return out
+	}
+	// S&D rules are sources × destinations, source-major, and the
+	// destination matchers are shared: the first row holds each once.
+	for i, r := range cp.rules {
+		if i > 0 && r.dst == cp.rules[0].dst {
+			break
+		}
+		out = append(out, mk(r.dst.rank.total(), r.dst.rank.exact, r.dst))
+	}
+	return out
+}
+
+// claimTerm is a term a claim can be filed under: (key, value), or the
+// presence of key; the zero term is the always list.
+type claimTerm struct {
+	key, value string
+	presence   bool
+}
+
+func claimTermHash(t claimTerm) uint64 {
+	h := pmap.StringHash(t.key) ^ pmap.StringHash(t.value)*0x9E3779B97F4A7C15
+	if t.presence {
+		h ^= 0xA5A5A5A5A5A5A5A5
+	}
+	return h
+}
+
+type claimList []destClaim
+
+// claimIndex is one view's claims.
+type claimIndex struct {
+	lists  pmap.Map[claimTerm, claimList]
+	always claimList
+	size   int
+}
+
+// terms lists the terms a claim's selector requires: exact ones first, then
+// presence ones (the '*' entries, then the expressions that require the key).
+func (c *destClaim) terms(out []claimTerm) []claimTerm {
+	m := c.dst
+	for _, kv := range m.exact {
+		out = append(out, claimTerm{key: kv.k, value: kv.v})
+	}
+	for _, k := range m.present {
+		out = append(out, claimTerm{key: k, presence: true})
+	}
+	for i := range m.exprs {
+		switch e := &m.exprs[i]; e.op {
+		case OpIn, OpExists, OpPrefix, OpCIDR:
+			out = append(out, claimTerm{key: e.key, presence: true})
+		}
+	}
+	return out
+}
+
+func (ix *claimIndex) list(t claimTerm, lb *pmap.Builder[claimTerm, claimList]) claimList {
+	if t == (claimTerm{}) {
+		return ix.always
+	}
+	l, _ := lb.Get(t)
+	return l
+}
+
+// locate finds the term a filed claim is under: each of its terms' lists is
+// sorted, so a binary search per term finds it.
+func (ix *claimIndex) locate(c *destClaim, lb *pmap.Builder[claimTerm, claimList]) (claimTerm, bool) {
+	var buf [8]claimTerm
+	for _, t := range append(c.terms(buf[:0]), claimTerm{}) {
+		l := ix.list(t, lb)
+		if i := sort.Search(len(l), func(i int) bool { return !l[i].less(c) }); i < len(l) && l[i].same(c) {
+			return t, true
+		}
+	}
+	return claimTerm{}, false
+}
+
+// choose picks the term a new claim is filed under: an exact term if it has
+// one, else a presence term, else the always list; among several, the one
+// whose list (pending additions included) is shortest, so claims spread away
+// from common terms (env, region) that most destinations probe.
+func (ix *claimIndex) choose(c *destClaim, lb *pmap.Builder[claimTerm, claimList], pending map[claimTerm]int) claimTerm {
+	var buf [8]claimTerm
+	best, bestN, bestExact := claimTerm{}, -1, false
+	for _, t := range c.terms(buf[:0]) {
+		if bestN >= 0 && bestExact && t.presence {
+			break // exact terms come first
+		}
+		n := len(ix.list(t, lb)) + pending[t]
+		if bestN < 0 || n < bestN {
+			best, bestN, bestExact = t, n, !t.presence
+		}
+	}
+	return best
+}
+
+// update returns the index without the removed claims and with the added
+// ones; ix is not changed.
+func (ix *claimIndex) update(removed, added []destClaim) *claimIndex {
+	if len(removed) == 0 && len(added) == 0 {
+		return ix
+	}
+	out := &claimIndex{always: ix.always, size: ix.size}
+	lb := ix.lists.Builder()
+	type change struct{ del, add []destClaim }
+	changes := map[claimTerm]*change{}
+	get := func(t claimTerm) *change {
+		ch := changes[t]
+		if ch == nil {
+			ch = &change{}
+			changes[t] = ch
+		}
+		return ch
+	}
+	for i := range removed {
+		if t, ok := ix.locate(&removed[i], lb); ok {
+			get(t).del = append(get(t).del, removed[i])
+			out.size--
+		}
+	}
+	pending := map[claimTerm]int{}
+	for i := range added {
+		t := ix.choose(&added[i], lb, pending)
+		pending[t]++
+		get(t).add = append(get(t).add, added[i])
+		out.size++
+	}
+	for t, ch := range changes {
+		l := mergeClaims(ix.list(t, lb), ch.del, ch.add)
+		switch {
+		case t == claimTerm{}:
+			out.always = l
+		case len(l) == 0:
+			lb.Delete(t)
+		default:
+			lb.Set(t, l)
+		}
+	}
+	out.lists = lb.Map()
+	return out
+}
+
+// mergeClaims returns a new sorted list: l without del, with add.
+func mergeClaims(l claimList, del, add []destClaim) claimList {
+	type id struct {
+		cp   *compiledPolicy
+		item int32
+	}
+	gone := make(map[id]struct{}, len(del))
+	for _, c := range del {
+		gone[id{c.cp, c.item}] = struct{}{}
+	}
+	sort.Slice(add, func(i, j int) bool { return add[i].less(&add[j]) })
+	out := make(claimList, 0, len(l)+len(add)-len(del))
+	i := 0
+	for k := range l {
+		if _, ok := gone[id{l[k].cp, l[k].item}]; ok {
+			continue
+		}
+		for i < len(add) && add[i].less(&l[k]) {
+			out = append(out, add[i])
+			i++
+		}
+		out = append(out, l[k])
+	}
+	out = append(out, add[i:]...)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
 
 // destIndex is a partition's claims: views[0] of its enforced policies,
 // views[1] of its audit ones. nil: the type is not PerDestination, or no
 // policy of it has a claim.
 type destIndex struct {
-	views [2]*ruleIndex
+	views [2]*claimIndex
 }
 
-// destClaims returns a compiled policy's claims, under the mesh's tie-break.
-func destClaims(cp *compiledPolicy, tb TieBreak) []*rule {
-	mk := func(total, exact int16, item int32, dst *matcher) *rule {
-		k := orderKey{total: total, exact: exact, item: item}
-		ruleTieBreak(&k, cp.p, tb)
-		// action Allow: every claim is filed in the ALLOW lists
-		return &rule{key: k, policy: cp.p, dst: dst, action: Allow, sides: sideIn, scope: cp.scopeOrd(), id: "claim", audit: cp.audit}
+// updateDest returns the destination index of a partition of m's type typ
+// after the policies removed left it and added entered it (invalid ones are
+// in neither index and are skipped); d is not changed.
+func (d *destIndex) updateDest(m *meshState, typ string, removed, added []*compiledPolicy) *destIndex {
+	if !m.settings.forType(typ).perDestination {
+		return nil
 	}
-	var out []*rule
-	if cp.p.TargetRef != nil {
-		// the top-level targetRef selects the destination of from items
-		for _, a := range cp.attach {
-			if a.sides == sideIn {
-				out = append(out, mk(a.key.total, 0, int32(len(out)), a.dst))
-			}
+	var rm, add [2][]destClaim
+	for _, cp := range removed {
+		if cp.err == "" {
+			i := auditIdx(cp.audit)
+			rm[i] = destClaims(cp, m.settings.tieBreak, rm[i])
 		}
-		return out
 	}
-	// S&D rules are sources × destinations, source-major: the destination
-	// matchers are shared, so the first row holds each once.
-	seen := map[*matcher]bool{}
-	for _, r := range cp.rules {
-		if r.dst == nil || seen[r.dst] {
-			continue
+	for _, cp := range added {
+		if cp.err == "" {
+			i := auditIdx(cp.audit)
+			add[i] = destClaims(cp, m.settings.tieBreak, add[i])
 		}
-		seen[r.dst] = true
-		rk := r.dst.rank
-		out = append(out, mk(rk.total(), rk.exact, int32(len(out)), r.dst))
 	}
-	return out
-}
-
-// update returns the index without the removed claims and with the added
-// ones (per view); d is not changed.
-func (d *destIndex) update(removed, added [2][]*rule) *destIndex {
 	if d == nil {
-		if len(added[0]) == 0 && len(added[1]) == 0 {
+		if len(add[0]) == 0 && len(add[1]) == 0 {
 			return nil
 		}
-		d = &destIndex{views: [2]*ruleIndex{newIndex(endDst), newIndex(endDst)}}
+		d = &destIndex{views: [2]*claimIndex{{}, {}}}
+		for i := range d.views {
+			d.views[i].lists = pmap.New[claimTerm, claimList](claimTermHash)
+		}
 	}
 	out := &destIndex{}
 	for i := range out.views {
-		out.views[i] = d.views[i].update(removed[i], added[i])
+		out.views[i] = d.views[i].update(rm[i], add[i])
 	}
 	return out
 }
 
-// best returns the first claim, in the choice's order, that the destination
-// dst matches and is a member of the scope of (sc: the inbound side's
-// memberships), among the enforced claims and in the shadow view the audit
-// ones too; nil when none.
-func (d *destIndex) best(dst Tags, sc *scratch, shadow bool) *rule {
+// best returns the policy of the first claim, in the choice's order, that
+// the destination dst matches and is a member of the scope of (sc: the
+// inbound side's memberships), among the enforced claims and in the shadow
+// view the audit ones too; nil when none.
+func (d *destIndex) best(dst Tags, sc *scratch, shadow bool) *compiledPolicy {
 	if d == nil {
 		return nil
 	}
-	var best *rule
-	var bestOrd uint64
+	var best *destClaim
 	for i, ix := range d.views {
 		if i == 1 && !shadow {
 			break
@@ -85,44 +301,38 @@ func (d *destIndex) best(dst Tags, sc *scratch, shadow bool) *rule {
 		if ix.size == 0 {
 			continue
 		}
-		for cl := range ix.always {
-			best, bestOrd = scanClaims(ix.always[cl], dst, sc, best, bestOrd)
-		}
-		if ix.keys.Len() == 0 {
+		best = scanClaims(ix.always, dst, sc, best)
+		if ix.lists.Len() == 0 {
 			continue
 		}
 		for k, v := range dst {
-			tk := termKey{endDst, k}
-			kp, ok := ix.keys.GetHashed(tk, termKeyHash(tk))
-			if !ok {
-				continue
+			t := claimTerm{key: k, value: v}
+			if l, ok := ix.lists.GetHashed(t, claimTermHash(t)); ok {
+				best = scanClaims(l, dst, sc, best)
 			}
-			for cl := range kp.presence.lists {
-				best, bestOrd = scanClaims(kp.presence.lists[cl], dst, sc, best, bestOrd)
+			t = claimTerm{key: k, presence: true}
+			if l, ok := ix.lists.GetHashed(t, claimTermHash(t)); ok {
+				best = scanClaims(l, dst, sc, best)
 			}
-			if kp.exact.Len() > 0 {
-				if p, ok := kp.exact.Get(v); ok {
-					for cl := range p.lists {
-						best, bestOrd = scanClaims(p.lists[cl], dst, sc, best, bestOrd)
-					}
-				}
-			}
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return best.cp
+}
+
+// scanClaims returns the first claim of l before best that holds for the
+// destination, else best.
+func scanClaims(l claimList, dst Tags, sc *scratch, best *destClaim) *destClaim {
+	for i := range l {
+		c := &l[i]
+		if best != nil && !c.less(best) {
+			break // this list's claims all come after the best one
+		}
+		if sc.isMember(1, c.cp.scopeOrd()) && c.dst.matches(dst) {
+			return c
 		}
 	}
 	return best
-}
-
-// scanClaims returns the first claim of l before best (ord: its order
-// prefix) that holds for the destination, else best.
-func scanClaims(l plist, dst Tags, sc *scratch, best *rule, bestOrd uint64) (*rule, uint64) {
-	for i := range l {
-		e := &l[i]
-		if best != nil && !e.before(best, bestOrd) {
-			break // this list's claims all come after the best one
-		}
-		if sc.isMember(1, e.r.scope) && e.r.dst.matches(dst) {
-			return e.r, e.ord
-		}
-	}
-	return best, bestOrd
 }

@@ -48,12 +48,7 @@ func (ms *meshState) chooseForDestination(ts *typeState, dst Tags, sc *scratch, 
 	if ts == nil || ts.viewCounts(shadow).policies == 0 {
 		return nil
 	}
-	c := ts.dest.best(dst, sc, shadow)
-	if c == nil {
-		return nil
-	}
-	cp, _ := ts.policies.Get(c.policy.Name)
-	return cp
+	return ts.dest.best(dst, sc, shadow)
 }
 
 // firstRuleOf returns the first rule of a policy, in order, that is a

@@ -392,7 +392,7 @@ func (ts *typeState) enforcedCounts() formCounts {
 // ruleSets collects the rules of policies entering or leaving a partition, the
 // enforced ones at [0] and the audit ones at [1].
 type ruleSets struct {
-	rules, in, out, claims [2][]*rule
+	rules, in, out [2][]*rule
 }
 
 func auditIdx(audit bool) int {
@@ -419,10 +419,6 @@ func (rs *ruleSets) add(cp *compiledPolicy, sr [2][]int32, d int32) {
 		} else {
 			rs.out[i] = append(rs.out[i], a)
 		}
-	}
-	for _, c := range cp.claims {
-		i := auditIdx(c.audit)
-		rs.claims[i] = append(rs.claims[i], c)
 	}
 }
 
@@ -521,7 +517,7 @@ func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
 	ts.audit.rules = buildIndex(rs.rules[1], endSrc|endDst)
 	ts.audit.attachIn = buildIndex(rs.in[1], endDst)
 	ts.audit.attachOut = buildIndex(rs.out[1], endSrc)
-	ts.dest = (*destIndex)(nil).update([2][]*rule{}, rs.claims)
+	ts.dest = ts.dest.updateDest(m, ts.name, nil, entries)
 }
 
 func (cp *compiledPolicy) scopeOrd() int32 {
@@ -675,7 +671,7 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change) *typeSta
 	out.audit.rules = ts.audit.rules.update(gone.rules[1], added2.rules[1])
 	out.audit.attachIn = ts.audit.attachIn.update(gone.in[1], added2.in[1])
 	out.audit.attachOut = ts.audit.attachOut.update(gone.out[1], added2.out[1])
-	out.dest = ts.dest.update(gone.claims, added2.claims)
+	out.dest = ts.dest.updateDest(m, name, removed, added)
 	return &out
 }
 
