@@ -1,0 +1,45 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestDecisionLogABFlags: --decision-log-ab defaults to its four forms and
+// refuses what it cannot compare.
+func TestDecisionLogABFlags(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		wantErr   string
+		scenarios []string
+	}{
+		{"defaults to the four forms", nil, "", logABForms},
+		{"a subset", []string{"batch", "stream"}, "", []string{"batch", "stream"}},
+		{"a scenario it does not compare", []string{"churn"}, `scenario "churn" is not compared`, nil},
+		{"an existing verdictd", []string{"--addr", "127.0.0.1:7070"}, "no --addr", nil},
+		{"no rounds", []string{"--rounds", "0"}, "--rounds", nil},
+		{"open loop without a rate", []string{"--rate", "0", "open"}, "needs --rate", nil},
+		{"closed loop without a rate", []string{"--rate", "0", "unary"}, "", []string{"unary"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--verdictd", "/bin/true", "--decision-log-ab"}, tt.args...)
+			c, err := parseFlags(args, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.DecisionLogAB || !slices.Equal(c.Scenarios, tt.scenarios) {
+				t.Errorf("scenarios %v (on %v), want %v", c.Scenarios, c.DecisionLogAB, tt.scenarios)
+			}
+		})
+	}
+}
