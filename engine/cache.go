@@ -51,16 +51,19 @@ const (
 )
 
 type decisionCache struct {
-	seen    [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
-	seenN   atomic.Uint32
-	misses  atomic.Uint64 // lookups that found no entry (tests read it: a counter, not a timing)
-	buckets [cacheBuckets]cacheBucket
+	seen   [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
+	seenN  atomic.Uint32
+	misses atomic.Uint64 // lookups that found no entry (tests read it: a counter, not a timing)
+	// pairMisses counts identity-pair memo lookups that missed (pairmemo.go).
+	pairMisses atomic.Uint64
+	buckets    [cacheBuckets]cacheBucket
 }
 
 // memoEpoch marks the answers of one (mesh, type) partition: entries computed
 // under another epoch are stale. Compared by pointer; never zero-sized, so two
-// epochs never share an address.
-type memoEpoch struct{ _ byte }
+// epochs never share an address. It holds the partition's identity-pair memo
+// (pairmemo.go), created on first use, so a new epoch starts without one.
+type memoEpoch struct{ pairs atomic.Pointer[pairMemo] }
 
 // memoHolder is the memo shared by a lineage of snapshots (Build, then Apply
 // after Apply); created on first use.
@@ -146,16 +149,16 @@ func (c *decisionCache) bucketsOf(h uint64) [2]*cacheBucket {
 	return [2]*cacheBucket{&c.buckets[h&(cacheBuckets-1)], &c.buckets[(h>>22)&(cacheBuckets-1)]}
 }
 
-func (c *decisionCache) lookup(k *memoKey) (Decision, bool) {
+func (c *decisionCache) lookup(k *memoKey) (*cacheEntry, bool) {
 	bs := c.bucketsOf(k.h)
-	if d, ok := bs[0].lookup(k); ok {
-		return d, true
+	if e := bs[0].lookup(k); e != nil {
+		return e, true
 	}
-	if d, ok := bs[1].lookup(k); ok {
-		return d, true
+	if e := bs[1].lookup(k); e != nil {
+		return e, true
 	}
 	c.misses.Add(1)
-	return Decision{}, false
+	return nil, false
 }
 
 // sameFlow reports whether e holds the answer of exactly k's flow, in k's epoch.
@@ -166,7 +169,7 @@ func (e *cacheEntry) sameFlow(k *memoKey) bool {
 		(e.dstSet != nil && e.dstSet == k.dst || sameTags(e.dst, f.dst))
 }
 
-func (b *cacheBucket) lookup(k *memoKey) (Decision, bool) {
+func (b *cacheBucket) lookup(k *memoKey) *cacheEntry {
 	for i := range b.hashes {
 		if b.hashes[i].Load() != k.h {
 			continue
@@ -178,14 +181,16 @@ func (b *cacheBucket) lookup(k *memoKey) (Decision, bool) {
 		if n := e.hits.Load(); n < cacheMaxHits {
 			e.hits.Store(n + 1) // a lost increment only ages the entry a little sooner
 		}
-		return e.d, true
+		return e
 	}
-	return Decision{}, false
+	return nil
 }
 
-// store remembers d for the flow if the flow was seen before. An entry of the
-// same flow from an older epoch is replaced in place.
-func (c *decisionCache) store(k *memoKey, d Decision) {
+// store remembers d for the flow if the flow was seen before, and returns the
+// entry stored (nil: seen once so far). An entry of the same flow from an
+// older epoch is replaced in place. Entries are never modified once stored
+// (but for their hit counts).
+func (c *decisionCache) store(k *memoKey, d Decision) *cacheEntry {
 	h, f := k.h, &k.f
 	e := &cacheEntry{hash: h, epoch: k.epoch, srcSet: k.src, dstSet: k.dst, mesh: k.mesh, typ: k.typ,
 		proto: f.proto, port: f.port, d: d}
@@ -198,7 +203,7 @@ func (c *decisionCache) store(k *memoKey, d Decision) {
 				e.src, e.dst = old.src, old.dst
 				e.hits.Store(old.hits.Load())
 				cb.slots[i].Store(e) // the same flow, hash unchanged: readers verify the epoch
-				return
+				return e
 			}
 		}
 	}
@@ -213,7 +218,7 @@ func (c *decisionCache) store(k *memoKey, d Decision) {
 		}
 		w1.Or(m1)
 		w2.Or(m2)
-		return
+		return nil
 	}
 	e.src, e.dst = make([]tagKV, 0, len(f.src)), make([]tagKV, 0, len(f.dst))
 	for k, v := range f.src {
@@ -249,6 +254,7 @@ pick:
 	b.hashes[victim].Store(0)
 	b.slots[victim].Store(e)
 	b.hashes[victim].Store(h)
+	return e
 }
 
 // cache returns the memo of the snapshot's lineage, creating it on first use.

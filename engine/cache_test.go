@@ -19,7 +19,7 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 		t.Fatal("a flow seen once is cached")
 	}
 	c.store(key("m", "T", &base), d)
-	if got, ok := c.lookup(key("m", "T", &base)); !ok || got.Policy != "deny-db" {
+	if got, ok := c.lookup(key("m", "T", &base)); !ok || got.d.Policy != "deny-db" {
 		t.Fatalf("a flow seen twice is not cached: %+v %v", got, ok)
 	}
 	if _, ok := c.lookup(&memoKey{h: h, epoch: &memoEpoch{}, mesh: "m", typ: "T", f: base}); ok {

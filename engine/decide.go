@@ -255,7 +255,8 @@ func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64
 	}
 	k.h = flowHashOf(k.mesh, k.typ, srcHash, dstHash, k.f.proto, k.f.port)
 	c := s.cache()
-	if d, ok := c.lookup(k); ok {
+	if e, ok := c.lookup(k); ok {
+		d := e.d
 		d.Revision = s.revision // the entry may be from an earlier snapshot of the same answers
 		return d, nil
 	}

@@ -231,7 +231,7 @@ func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool,
 		if ms == nil {
 			return EndpointResolution{}, fmt.Errorf("%w: %d: mesh %q holds no resource", ErrIdentityNotFound, ep.Identity, mesh)
 		}
-		ts, err := ms.lookupIdentity(ep.Identity, reg)
+		ts, err := ms.lookupIdentity(ep.Identity, reg.Mesh(ms.name))
 		if err != nil {
 			return EndpointResolution{}, err
 		}

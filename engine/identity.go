@@ -96,15 +96,12 @@ type Registry struct {
 	// identity computes identities; tests replace it to make collisions.
 	identity func(mesh string, tags Tags) uint64
 
-	// shards hold the sets by identity, each an immutable map replaced
-	// whole by a writer (copy on write): a compact batch looks up thousands
-	// of identities from every core, and a read lock's reader count, written
-	// by every lookup, bounced between the cores (a quarter of a batch's
-	// CPU). A lookup is one atomic load and a map read; a write copies one
-	// shard (at most maxSets/registryShards entries).
-	shards [registryShards]registryShard
+	// meshes holds each mesh's sets, an immutable map replaced whole by a
+	// writer: a compact batch finds its mesh once (MeshRegistry), then looks
+	// up each identity by the integer alone, with no string hashed per flow.
+	meshes atomic.Pointer[map[string]*MeshRegistry]
 	// mu orders writers: the count, the CLOCK ring, the bytes. A writer
-	// takes mu, then the shard's lock.
+	// takes mu, then replaces a shard's map.
 	mu      sync.Mutex
 	count   int
 	ring    []*registryEntry // CLOCK order; nil: a free slot (listed in free)
@@ -116,42 +113,77 @@ type Registry struct {
 
 const registryShards = 64 // a power of 2
 
+// MeshRegistry is the part of a Registry that holds one mesh's sets, by
+// identity. Its shards hold immutable maps, each replaced whole by a writer
+// (copy on write): a compact batch looks up thousands of identities from
+// every core, and a read lock's reader count, written by every lookup,
+// bounced between the cores (a quarter of a batch's CPU). A lookup is one
+// atomic load and a map read keyed by the integer; a write copies one shard
+// (at most maxSets/registryShards entries of the mesh).
+type MeshRegistry struct {
+	mesh   string
+	count  int // sets held; Registry.mu
+	shards [registryShards]registryShard
+}
+
 type registryShard struct {
-	sets atomic.Pointer[map[registryKey]*registryEntry] // never modified once stored
+	sets atomic.Pointer[map[uint64]*registryEntry] // never modified once stored
 }
 
-func (r *Registry) shard(id uint64) *registryShard {
-	return &r.shards[mix64(id)&(registryShards-1)]
+func (mr *MeshRegistry) shard(id uint64) *registryShard {
+	return &mr.shards[mix64(id)&(registryShards-1)]
 }
 
-func (sh *registryShard) get(k registryKey) (*registryEntry, bool) {
-	e, ok := (*sh.sets.Load())[k]
+func (sh *registryShard) get(id uint64) (*registryEntry, bool) {
+	m := sh.sets.Load()
+	if m == nil {
+		return nil, false
+	}
+	e, ok := (*m)[id]
 	return e, ok
 }
 
-// set stores e under k, or deletes k when e is nil, in a copy of the
+// set stores e under id, or deletes id when e is nil, in a copy of the
 // shard's map. Registry.mu is held.
-func (sh *registryShard) set(k registryKey, e *registryEntry) {
-	old := *sh.sets.Load()
-	m := make(map[registryKey]*registryEntry, len(old)+1)
+func (sh *registryShard) set(id uint64, e *registryEntry) {
+	var old map[uint64]*registryEntry
+	if p := sh.sets.Load(); p != nil {
+		old = *p
+	}
+	m := make(map[uint64]*registryEntry, len(old)+1)
 	for k, v := range old {
 		m[k] = v
 	}
 	if e == nil {
-		delete(m, k)
+		delete(m, id)
 	} else {
-		m[k] = e
+		m[id] = e
 	}
 	sh.sets.Store(&m)
 }
 
-type registryKey struct {
-	mesh string
-	id   uint64
+func (mr *MeshRegistry) get(id uint64) (*registryEntry, bool) {
+	if mr == nil {
+		return nil, false
+	}
+	return mr.shard(id).get(id)
+}
+
+// Lookup returns the tag set registered under id in the mesh (mr may be nil:
+// a mesh with none).
+func (mr *MeshRegistry) Lookup(id uint64) (*TagSet, bool) {
+	e, ok := mr.get(id)
+	if !ok {
+		return nil, false
+	}
+	if !e.used.Load() {
+		e.used.Store(true)
+	}
+	return e.set, true
 }
 
 type registryEntry struct {
-	key  registryKey
+	mr   *MeshRegistry
 	set  *TagSet
 	size int64
 	slot int
@@ -168,9 +200,7 @@ func NewRegistry(maxSets int, maxBytes int64) *Registry {
 		maxBytes = DefaultRegistryMaxBytes
 	}
 	r := &Registry{maxSets: maxSets, maxBytes: maxBytes, identity: Identity}
-	for i := range r.shards {
-		r.shards[i].sets.Store(&map[registryKey]*registryEntry{})
-	}
+	r.meshes.Store(&map[string]*MeshRegistry{})
 	return r
 }
 
@@ -196,19 +226,21 @@ func setBytes(tags Tags) int64 {
 	return n
 }
 
+// Mesh returns the part of the registry that holds mesh's sets, nil when it
+// holds none: resolve it once, then look identities up with its Lookup.
+func (r *Registry) Mesh(mesh string) *MeshRegistry {
+	if r == nil {
+		return nil
+	}
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	return (*r.meshes.Load())[mesh]
+}
+
 // Lookup returns the tag set registered under id in mesh.
 func (r *Registry) Lookup(mesh string, id uint64) (*TagSet, bool) {
-	if r == nil {
-		return nil, false
-	}
-	e, ok := r.shard(id).get(registryKey{mesh, id})
-	if !ok {
-		return nil, false
-	}
-	if !e.used.Load() {
-		e.used.Store(true)
-	}
-	return e.set, true
+	return r.Mesh(mesh).Lookup(id)
 }
 
 // Register interns tags (reserved keys dropped; the caller must not modify
@@ -221,10 +253,7 @@ func (r *Registry) Register(mesh string, tags Tags) (*TagSet, error) {
 	}
 	own := ownTags(tags)
 	id := r.identity(mesh, own)
-	key := registryKey{mesh, id}
-	sh := r.shard(id)
-	e, ok := sh.get(key)
-	if ok {
+	if e, ok := r.Mesh(mesh).get(id); ok {
 		return r.existing(e, own)
 	}
 	size := setBytes(own)
@@ -233,11 +262,16 @@ func (r *Registry) Register(mesh string, tags Tags) (*TagSet, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := sh.get(key); ok { // registered meanwhile
+	if e, ok := r.Mesh(mesh).get(id); ok { // registered meanwhile
 		return r.existing(e, own)
 	}
 	r.makeRoom(size)
-	e = &registryEntry{key: key, set: newTagSet(id, own), size: size}
+	mr := r.Mesh(mesh) // after makeRoom, which may have dropped an emptied mesh
+	if mr == nil {
+		mr = &MeshRegistry{mesh: mesh}
+		r.setMesh(mesh, mr)
+	}
+	e := &registryEntry{mr: mr, set: newTagSet(id, own), size: size}
 	if n := len(r.free); n > 0 {
 		e.slot = r.free[n-1]
 		r.free = r.free[:n-1]
@@ -246,15 +280,32 @@ func (r *Registry) Register(mesh string, tags Tags) (*TagSet, error) {
 		e.slot = len(r.ring)
 		r.ring = append(r.ring, e)
 	}
-	sh.set(key, e)
+	mr.shard(id).set(id, e)
+	mr.count++
 	r.count++
 	r.bytes += size
 	return e.set, nil
 }
 
+// setMesh stores mr as mesh's part, or drops the mesh when mr is nil, in a
+// copy of the meshes' map. r.mu is held.
+func (r *Registry) setMesh(mesh string, mr *MeshRegistry) {
+	old := *r.meshes.Load()
+	m := make(map[string]*MeshRegistry, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	if mr == nil {
+		delete(m, mesh)
+	} else {
+		m[mesh] = mr
+	}
+	r.meshes.Store(&m)
+}
+
 func (r *Registry) existing(e *registryEntry, tags Tags) (*TagSet, error) {
 	if !sameTagSet(e.set.tags, tags) {
-		return nil, collision(e.key.mesh, e.key.id, e.set.tags, tags)
+		return nil, collision(e.mr.mesh, e.set.id, e.set.tags, tags)
 	}
 	e.used.Store(true)
 	return e.set, nil
@@ -278,7 +329,10 @@ func (r *Registry) makeRoom(size int64) {
 		case e.used.Load():
 			e.used.Store(false) // a second chance
 		default:
-			r.shard(e.key.id).set(e.key, nil)
+			e.mr.shard(e.set.id).set(e.set.id, nil)
+			if e.mr.count--; e.mr.count == 0 {
+				r.setMesh(e.mr.mesh, nil) // so meshes long gone hold no memory
+			}
 			r.count--
 			r.bytes -= e.size
 			r.ring[r.hand] = nil
@@ -302,17 +356,17 @@ func (s *Snapshot) LookupIdentity(mesh string, id uint64, reg *Registry) (*TagSe
 	if !ok {
 		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
 	}
-	return ms.lookupIdentity(id, reg)
+	return ms.lookupIdentity(id, reg.Mesh(mesh))
 }
 
-func (ms *meshState) lookupIdentity(id uint64, reg *Registry) (*TagSet, error) {
+func (ms *meshState) lookupIdentity(id uint64, reg *MeshRegistry) (*TagSet, error) {
 	var inv *TagSet
 	if ms.inv != nil {
 		if ts, ok := ms.inv.ids.Get(id); ok {
 			inv = ts.set
 		}
 	}
-	regSet, _ := reg.Lookup(ms.name, id)
+	regSet, _ := reg.Lookup(id)
 	switch {
 	case inv != nil && regSet != nil:
 		if !sameTagSet(inv.tags, regSet.tags) {

@@ -77,7 +77,6 @@ type compactScratch struct {
 	ids      [compactIDMemo]idMemo // identity → resolution, for this batch
 	policies map[string]uint32     // deciding policy → its index in the response, plus one
 	counts   []int64               // per policy index ×2 (allow, deny): the byPolicy metric
-	req      engine.SetRequest
 }
 
 const compactIDMemo = 256 // a power of 2
@@ -93,12 +92,12 @@ var compactPool = sync.Pool{New: func() any { return &compactScratch{policies: m
 
 // resolve returns the tag set of identity id, or the code of why it has none
 // (as a source); an error only for the batch as a whole.
-func (sc *compactScratch) resolve(s *Server, ctx context.Context, snap *engine.Snapshot, mesh string, id uint64) (*engine.TagSet, verdictv1.CompactCode, error) {
+func (sc *compactScratch) resolve(s *Server, ctx context.Context, scope *engine.PairScope, id uint64) (*engine.TagSet, verdictv1.CompactCode, error) {
 	m := &sc.ids[(id^id>>32)&(compactIDMemo-1)]
 	if m.gen == sc.gen && m.id == id {
 		return m.set, m.code, nil
 	}
-	set, err := snap.LookupIdentity(mesh, id, s.identities)
+	set, err := scope.Lookup(id)
 	code := verdictv1.CompactCode_COMPACT_CODE_UNSPECIFIED
 	switch {
 	case err == nil:
@@ -147,7 +146,9 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 	clear(sc.policies)
 	sc.counts = sc.counts[:0]
 	mesh, typ := r.GetMesh(), r.GetType()
-	if err := snap.CheckMeshType(mesh, typ); err != nil {
+	// The mesh, the type and the registry's part for the mesh, once per batch.
+	scope, err := snap.PairScope(mesh, typ, s.identities)
+	if err != nil {
 		return err
 	}
 	out.Revision = snap.Revision()
@@ -161,11 +162,11 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 	var audits [2]int64 // by shadow action: ALLOW, DENY
 	logging := s.cfg.DecisionLog != nil
 	for i := range srcs {
-		src, code, err := sc.resolve(s, ctx, snap, mesh, srcs[i])
+		src, code, err := sc.resolve(s, ctx, scope, srcs[i])
 		if err != nil {
 			return err
 		}
-		dst, dcode, err := sc.resolve(s, ctx, snap, mesh, dsts[i])
+		dst, dcode, err := sc.resolve(s, ctx, scope, dsts[i])
 		if err != nil {
 			return err
 		}
@@ -183,11 +184,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 			answers = append(answers, uint32(code)<<compactCodeShift)
 			continue
 		}
-		sc.req = engine.SetRequest{Mesh: mesh, Type: typ, Source: src, Destination: dst, Protocol: proto, Port: port}
-		d, err := snap.DecideSets(&sc.req)
-		if err != nil {
-			return err
-		}
+		d := scope.Decide(src, dst, proto, port) // shared with the memo: read only
 		a := uint32(compactAllow)
 		if d.Action == engine.Deny {
 			a = compactDeny
@@ -195,7 +192,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 		} else {
 			allow++
 		}
-		if auditDiffers(&d) {
+		if auditDiffers(d) {
 			a |= compactAudit
 			audits[b2i(d.Audit.Action == engine.Deny)]++ // counted once per batch, below
 		}
@@ -203,8 +200,10 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 		a |= pi << compactPolicyShift
 		sc.counts[2*int(pi-1)+int(b2i(d.Action == engine.Deny))]++
 		answers = append(answers, a)
-		if logging && s.cfg.DecisionLog.Wants(d.Action == engine.Deny, auditDiffers(&d)) {
-			s.logCompact(ctx, mesh, typ, src, dst, proto, port, d)
+		if logging && s.cfg.DecisionLog.Wants(d.Action == engine.Deny, auditDiffers(d)) {
+			dd := *d
+			dd.Revision = out.Revision
+			s.logCompact(ctx, mesh, typ, src, dst, proto, port, dd)
 		}
 	}
 	out.Answers = answers

@@ -1,0 +1,161 @@
+package engine
+
+// The compact path's scope and its identity-pair memo. A compact batch names
+// one (mesh, type) and thousands of flows as (source identity, destination
+// identity, protocol, port); PairScope resolves the partition once — the mesh,
+// the type's epoch, whether an invalid resource closes it, the registry's part
+// for the mesh — and each flow then costs two integer lookups and one memo
+// probe.
+//
+// The identity-pair memo sits in front of the tag memo (cache.go): keyed by the
+// two identities, the protocol and the port, it points at the tag memo's entry
+// for the flow, so a hit is one atomic load and a compare of three words and
+// two pointers, without the tag memo's hash over strings. It belongs to the
+// partition's epoch (memoEpoch.pairs): whatever renews the epoch — every
+// change that may alter the partition's answers — starts the next snapshots on
+// an empty pair memo, and whatever keeps it (a workload put, another type's
+// policy, another mesh) keeps the pair memo as well. A hit is verified against
+// the interned tag sets the flow's identities resolve to now (by pointer): an
+// identity that resolves to another set object (a workload re-interned, a set
+// registered again after eviction) misses here and is answered by the tag
+// memo, which compares the tags themselves. An identity that no longer
+// resolves never reaches the memo. The memo is a fixed array (pairSlots
+// pointers, two choices per flow): bounded, lock-free, and an entry is made
+// only for a flow the tag memo holds (seen twice), so one-off flows allocate
+// nothing here.
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+const pairSlots = 1 << 14 // a power of 2; 128 KiB of pointers per partition in use
+
+type pairMemo struct {
+	slots [pairSlots]atomic.Pointer[pairEntry]
+}
+
+// pairEntry is one flow between identities and the tag memo's entry that
+// answers it. Never modified once stored.
+type pairEntry struct {
+	src, dst       uint64
+	pp             uint64 // protocol<<32 | port
+	srcSet, dstSet *TagSet
+	e              *cacheEntry
+}
+
+func pairHash(src, dst, pp uint64) uint64 {
+	return mix64(src ^ mix64(dst+0x9E3779B97F4A7C15) ^ mix64(pp+0x632BE59BD9B4E019))
+}
+
+// PairScope is a (mesh, type) partition of one snapshot, resolved once for a
+// batch of flows between identities. Read-only once made: safe for
+// concurrent use.
+type PairScope struct {
+	s      *Snapshot
+	ms     *meshState // nil: the mesh holds no resource (then closed)
+	mesh   string
+	typ    string
+	closed *Decision // an invalid stored resource closes the partition: every flow is denied
+	epoch  *memoEpoch
+	reg    *MeshRegistry
+	pairs  *pairMemo
+	cache  *decisionCache
+}
+
+// PairScope resolves mesh and type ("" = the defaults) for flows between
+// identities registered in reg (may be nil). ErrMeshNotFound or
+// ErrTypeNotFound as CheckMeshType; a partition closed by an invalid stored
+// resource can be decided (it answers DENY).
+func (s *Snapshot) PairScope(mesh, typ string, reg *Registry) (*PairScope, error) {
+	if mesh == "" {
+		mesh = DefaultMesh
+	}
+	if typ == "" {
+		typ = DefaultType
+	}
+	ms, ok := s.meshes.Get(mesh)
+	p := &PairScope{s: s, mesh: mesh, typ: typ, reg: reg.Mesh(mesh)}
+	if ok {
+		p.ms = ms
+	}
+	if s.closedByType(mesh, p.ms, typ) != nil {
+		d := closedDecision(s.revision, false)
+		p.closed = &d
+		return p, nil
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
+	}
+	p.epoch = ms.epoch
+	if ts, ok := ms.types.Get(typ); ok {
+		p.epoch = ts.epoch
+	} else if err := ms.checkType(typ); err != nil {
+		return nil, err
+	}
+	p.cache = s.cache()
+	p.pairs = p.epoch.pairs.Load()
+	if p.pairs == nil {
+		m := &pairMemo{}
+		if !p.epoch.pairs.CompareAndSwap(nil, m) {
+			m = p.epoch.pairs.Load()
+		}
+		p.pairs = m
+	}
+	return p, nil
+}
+
+// Lookup returns the tag set of an identity in the scope's mesh, as
+// Snapshot.LookupIdentity.
+func (p *PairScope) Lookup(id uint64) (*TagSet, error) {
+	if p.ms == nil {
+		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, p.mesh)
+	}
+	return p.ms.lookupIdentity(id, p.reg)
+}
+
+// Decide answers a flow between interned tag sets (from Lookup) as DecideSets
+// does. The decision is shared with the memo: the caller must not modify it,
+// and its Revision may be an earlier snapshot's with the same answers (the
+// scope's snapshot's revision is the one to report).
+func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) *Decision {
+	if p.closed != nil {
+		return p.closed
+	}
+	pp := uint64(proto)<<32 | uint64(port)
+	h := pairHash(src.id, dst.id, pp)
+	s1, s2 := &p.pairs.slots[h&(pairSlots-1)], &p.pairs.slots[(h>>32)&(pairSlots-1)]
+	for _, sl := range [2]*atomic.Pointer[pairEntry]{s1, s2} {
+		if pe := sl.Load(); pe != nil && pe.src == src.id && pe.dst == dst.id && pe.pp == pp && pe.srcSet == src && pe.dstSet == dst {
+			return &pe.e.d
+		}
+	}
+	miss := p.cache.pairMisses.Add(1)
+	k := memoKey{epoch: p.epoch, mesh: p.mesh, typ: p.typ, f: flow{src: src.tags, dst: dst.tags, proto: proto, port: port}, src: src, dst: dst}
+	k.h = flowHashOf(p.mesh, p.typ, src.hash, dst.hash, proto, port)
+	e, ok := p.cache.lookup(&k)
+	if !ok {
+		d := p.s.decideUncached(p.ms, p.typ, &k.f)
+		if e = p.cache.store(&k, d); e == nil {
+			return &d // seen once: remembered by neither memo
+		}
+	}
+	pe := &pairEntry{src: src.id, dst: dst.id, pp: pp, srcSet: src, dstSet: dst, e: e}
+	// A free choice, else either (by the miss count's parity): a flow that
+	// keeps coming back is stored again when pushed out.
+	switch {
+	case s1.Load() == nil:
+		s1.Store(pe)
+	case s2.Load() == nil || miss&1 == 0:
+		s2.Store(pe)
+	default:
+		s1.Store(pe)
+	}
+	return &e.d
+}
+
+// Revision is the revision of the scope's snapshot.
+func (p *PairScope) Revision() int64 { return p.s.revision }
+
+// pairMisses is the number of identity-pair memo lookups that missed (tests).
+func (s *Snapshot) pairMisses() uint64 { return s.cache().pairMisses.Load() }
