@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unsafe"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/apiconv"
@@ -74,12 +75,25 @@ func (s *Server) identify(ctx context.Context, snap *engine.Snapshot, mesh strin
 // compactScratch is the working memory of one compact batch, pooled.
 type compactScratch struct {
 	gen      uint32
-	ids      [compactIDMemo]idMemo // identity → resolution, for this batch
-	policies map[string]uint32     // deciding policy → its index in the response, plus one
-	counts   []int64               // per policy index ×2 (allow, deny): the byPolicy metric
+	ids      [compactIDMemo]idMemo         // identity → resolution, for this batch
+	policies map[string]uint32             // deciding policy → its index in the response, plus one
+	recent   [compactPolicyMemo]policyMemo // in front of policies: no string hashed per flow
+	counts   []int64                       // per policy index ×2 (allow, deny): the byPolicy metric
 }
 
-const compactIDMemo = 256 // a power of 2
+const (
+	compactIDMemo     = 1024 // a power of 2
+	compactPolicyMemo = 1024 // a power of 2
+)
+
+// policyMemo is a deciding policy's index, found by where its name's bytes
+// sit (a policy's name is one string shared by its decisions) and verified
+// by the name.
+type policyMemo struct {
+	gen uint32
+	i   uint32
+	p   string
+}
 
 type idMemo struct {
 	gen  uint32
@@ -141,6 +155,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 	defer compactPool.Put(sc)
 	if sc.gen++; sc.gen == 0 {
 		sc.ids = [compactIDMemo]idMemo{}
+		sc.recent = [compactPolicyMemo]policyMemo{}
 		sc.gen = 1
 	}
 	clear(sc.policies)
@@ -239,12 +254,18 @@ func (s *Server) logCompact(ctx context.Context, mesh, typ string, src, dst *eng
 // one, adding it on first sight ("" too: a decision by no policy is counted
 // under "" as Decide's are).
 func (sc *compactScratch) policy(p string, out *verdictv1.DecideCompactResponse) uint32 {
+	m := &sc.recent[(uintptr(unsafe.Pointer(unsafe.StringData(p)))>>3^uintptr(len(p)))&(compactPolicyMemo-1)]
+	if m.gen == sc.gen && m.p == p {
+		return m.i
+	}
 	if i, ok := sc.policies[p]; ok {
+		*m = policyMemo{gen: sc.gen, i: i, p: p}
 		return i
 	}
 	out.Policies = append(out.Policies, p)
 	i := uint32(len(out.Policies))
 	sc.policies[p] = i
+	*m = policyMemo{gen: sc.gen, i: i, p: p}
 	sc.counts = append(sc.counts, 0, 0)
 	return i
 }
