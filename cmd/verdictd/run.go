@@ -133,7 +133,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 		log.Info("serving metrics", "addr", "http://"+mlis.Addr().String()+"/metrics")
-		hs := &http.Server{Handler: tel.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+		loopback, _ := isLoopback(cfg.MetricsListen)
+		hs := &http.Server{Handler: tel.metricsHandler(loopback), ReadHeaderTimeout: 5 * time.Second}
 		g.Go(func() error {
 			if err := hs.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("metrics: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"regexp"
 	"strings"
@@ -94,9 +95,21 @@ func serviceName() string {
 	return "verdictd"
 }
 
-// metricsHandler serves /metrics from the daemon's registry.
-func (t *telemetry) metricsHandler() http.Handler {
+// metricsHandler serves /metrics from the daemon's registry and, when the
+// listener is on loopback (or a Unix socket), Go's profiles under
+// /debug/pprof/ (net/http/pprof): a heap profile with ?gc=1 runs a GC first,
+// so that it, and go_gc_heap_live_bytes after it, says what is live now
+// rather than at the last GC (an idle daemon may run none for 2 minutes).
+// Profiles show the daemon's internals and cost CPU: never beyond loopback.
+func (t *telemetry) metricsHandler(loopback bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{}))
+	if loopback {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }

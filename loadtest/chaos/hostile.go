@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -116,6 +117,9 @@ type HostileScenario struct {
 	LagP99     time.Duration `json:"lagP99,omitempty"`
 	LagMax     time.Duration `json:"lagMax,omitempty"`
 	AnswerSize int           `json:"largestAnswerBytes,omitempty"`
+	// ProbesFailed: probe Decides sent during the scenario (the attack and
+	// its settling) that failed, timed out included.
+	ProbesFailed int64 `json:"probesFailed"`
 }
 
 // hostileMesh holds the policies of the explain flood: 201 of them match
@@ -149,7 +153,7 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 	}
 	rep := &HostileReport{config: cfg}
 	sleepCtx(ctx, 2*time.Second)
-	if rep.Baseline, err = scrape(ctx, r.metrics); err != nil {
+	if rep.Baseline, err = scrapeLive(ctx, r.metrics); err != nil {
 		return nil, err
 	}
 
@@ -180,13 +184,13 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 		setPhase(sc.name)
 		cfg.Logger.Info("scenario", "name", sc.name)
 		s := HostileScenario{Name: sc.name, Codes: map[string]int64{}}
-		s.Before, _ = scrape(ctx, r.metrics)
+		s.Before, _ = scrapeLive(ctx, r.metrics)
 		start := time.Now()
 		if err := sc.run(ctx, &s); err != nil {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %v", sc.name, err))
 		}
 		s.Duration = time.Since(start).Round(time.Millisecond)
-		s.Peak, _ = scrape(ctx, r.metrics)
+		s.Peak, _ = scrapeLive(ctx, r.metrics)
 		h.settle(ctx, s.Before, &s)
 		rep.Scenarios = append(rep.Scenarios, s)
 	}
@@ -196,6 +200,9 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 	st.mu.Lock()
 	rep.Probes = ReplicaReport{Name: r.name, Sent: st.sent, OK: st.ok, FailedLiveBy: st.liveFailed, Latency: summarize(&st.latency),
 		Failures: st.failures, Skipped: st.skipped}
+	for i := range rep.Scenarios {
+		rep.Scenarios[i].ProbesFailed = st.failedInPhase[rep.Scenarios[i].Name]
+	}
 	st.mu.Unlock()
 	for _, n := range rep.Probes.FailedLiveBy {
 		rep.Probes.FailedLive += n
@@ -236,13 +243,37 @@ func seedHostile(ctx context.Context, c *clients) error {
 	return nil
 }
 
+// scrapeLive asks verdictd for a heap profile with ?gc=1 (net/http/pprof on
+// its loopback metrics listener), which runs a GC, then scrapes: the live heap
+// it reads is the heap now. /metrics alone gives the heap marked live by the
+// last GC, and an idle daemon may run none for 2 minutes: a figure from before
+// the attack ended would look like retention.
+func scrapeLive(ctx context.Context, addr string) (Sample, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return Sample{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Sample{}, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Sample{}, fmt.Errorf("GET /debug/pprof/heap?gc=1: %s (verdictd serves it on a loopback --metrics-listen only)", resp.Status)
+	}
+	return scrape(ctx, addr)
+}
+
 // settle waits until the server's goroutines are back within 10% (+10) of
 // what they were before the scenario and its live heap within 10% (+4 MiB: one GC cycle's noise),
 // at most Settle.
 func (h *hostile) settle(ctx context.Context, base Sample, s *HostileScenario) {
 	start := time.Now()
 	for {
-		smp, err := scrape(ctx, h.r.metrics)
+		smp, err := scrapeLive(ctx, h.r.metrics)
 		if err == nil {
 			s.After = smp
 			if smp.Goroutines <= base.Goroutines*11/10+idleSlack && smp.HeapLive <= base.HeapLive*11/10+4<<20 {
@@ -596,6 +627,9 @@ func (rep *HostileReport) judge() {
 					rep.config.Settle, mib(s.Before.HeapLive)))
 			}
 		}
+		if s.ProbesFailed > 0 {
+			rep.Misses = append(rep.Misses, fmt.Sprintf("%s: %d probe Decides failed during it or its settling", s.Name, s.ProbesFailed))
+		}
 		if s.Missed > 0 {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the honest watcher never saw %d writes", s.Name, s.Missed))
 		}
@@ -649,6 +683,7 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 		if s.AnswerSize > 0 {
 			fmt.Fprintf(w, "  largest answer: %d bytes\n", s.AnswerSize)
 		}
+		fmt.Fprintf(w, "  probe Decides failed during it or its settling: %d\n", s.ProbesFailed)
 	}
 	p := rep.Probes
 	fmt.Fprintf(w, "\nprobe Decides: %d sent, %d answered, %d failed (target 0), %d skipped at the in-flight cap; p50 %s p99 %s max %s\n",

@@ -39,6 +39,7 @@ type callStats struct {
 	sent           int64
 	ok             int64
 	liveFailed     map[string]int64 // by code
+	failedInPhase  map[string]int64 // by the phase they were sent in
 	killedInFlight int64
 	down           int64 // sent while down or restarting
 	downOK         int64 // of which answered anyway
@@ -67,7 +68,7 @@ const maxInFlight = 512
 func newDeciders(rs []*replica, flows []*verdictv1.DecideRequest, rate float64, timeout time.Duration, obs *observer, phase func() string) *deciders {
 	d := &deciders{replicas: rs, flows: flows, rate: rate, timeout: timeout, obs: obs, phase: phase}
 	for range rs {
-		d.stats = append(d.stats, &callStats{liveFailed: map[string]int64{}})
+		d.stats = append(d.stats, &callStats{liveFailed: map[string]int64{}, failedInPhase: map[string]int64{}})
 	}
 	return d
 }
@@ -145,8 +146,10 @@ func (d *deciders) one(r *replica, st *callStats, flow *verdictv1.DecideRequest,
 			code = codes.DeadlineExceeded
 		}
 		st.liveFailed[code.String()]++
+		phase := d.phase()
+		st.failedInPhase[phase]++
 		if len(st.failures) < 20 {
-			st.failures = append(st.failures, Failure{At: sent.Sub(start), Replica: r.name, Phase: d.phase(),
+			st.failures = append(st.failures, Failure{At: sent.Sub(start), Replica: r.name, Phase: phase,
 				Code: code.String(), Message: status.Convert(err).Message()})
 		}
 	}
