@@ -73,6 +73,8 @@ type harness struct {
 	wat    verdictv1.WatchServiceClient
 	health healthpb.HealthClient
 	stop   func()
+	dial   func() *grpc.ClientConn // another connection to the server, closed at the end of the test
+	lis    *bufconn.Listener
 }
 
 // start serves b over bufconn with the generated clients; the server stops
@@ -98,13 +100,18 @@ func start(t testing.TB, b *backend, mod func(*Config), dialOpts ...grpc.DialOpt
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 	}, dialOpts...)
-	conn, err := grpc.NewClient("passthrough:///bufnet", opts...)
-	if err != nil {
-		t.Fatal(err)
+	dial := func() *grpc.ClientConn {
+		conn, err := grpc.NewClient("passthrough:///bufnet", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
 	}
+	conn := dial()
 	h := &harness{b: b, srv: srv, conn: conn,
 		dec: verdictv1.NewDecisionServiceClient(conn), pol: verdictv1.NewPolicyServiceClient(conn),
-		wat: verdictv1.NewWatchServiceClient(conn), health: healthpb.NewHealthClient(conn)}
+		wat: verdictv1.NewWatchServiceClient(conn), health: healthpb.NewHealthClient(conn), dial: dial, lis: lis}
 	stopped := false
 	h.stop = func() {
 		if stopped {

@@ -514,8 +514,9 @@ func withoutAudit(rs engine.RuleSet) engine.RuleSet {
 // gRPC's flow control; once a newer state has waited RulesMaxLag behind that
 // send, the stream ends with RESOURCE_EXHAUSTED (Typha's model: a slow
 // consumer is dropped, counted in verdict_watch_dropped_total{rpc="WatchRules"},
-// and reconnects to a fresh copy), so the server holds no state and no
-// goroutine for it any more. Other streams are never held up by it.
+// and reconnects to a fresh copy), and its connection is closed (see the
+// drop below), so the server holds no state, no goroutine and no buffer for
+// it any more. Streams on other connections are never held up by it.
 func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func(*verdictv1.WatchRulesResponse) error) error {
 	sent := make(chan error, 1) // buffered: a send still blocked when the stream ends exits when gRPC ends it
 	sending, pending := false, false
@@ -570,6 +571,14 @@ func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func
 			}
 		case <-behindC:
 			s.dropped.rulesDropped(ctx)
+			// gRPC keeps what it queued for the stream (up to its 64 KiB
+			// write quota, in pooled buffers, plus the message blocked in
+			// send) and sends the stream's end behind it: until the client
+			// reads or disconnects. A client that stopped reading does
+			// neither: close its connection, as Typha does, so that the
+			// memory goes with it. Its other streams and calls on that
+			// connection end UNAVAILABLE; gRPC clients reconnect.
+			closeCallerConn(ctx)
 			return fmt.Errorf("%w: the rules of revision %d waited %v behind an unread message; reconnect",
 				errFellBehind, w.revision(), s.rulesMaxLag)
 		}
