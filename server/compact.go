@@ -46,7 +46,7 @@ func (s decisionService) Identify(ctx context.Context, req *verdictv1.IdentifyRe
 	return out, nil
 }
 
-func (s *Server) identify(ctx context.Context, snap *engine.Snapshot, mesh string, i int, ep *verdictv1.Endpoint) *verdictv1.Identified {
+func (s decisionService) identify(ctx context.Context, snap *engine.Snapshot, mesh string, i int, ep *verdictv1.Endpoint) *verdictv1.Identified {
 	if mesh == "" {
 		mesh = engine.DefaultMesh
 	}
@@ -106,7 +106,7 @@ var compactPool = sync.Pool{New: func() any { return &compactScratch{policies: m
 
 // resolve returns the tag set of identity id, or the code of why it has none
 // (as a source); an error only for the batch as a whole.
-func (sc *compactScratch) resolve(s *Server, ctx context.Context, scope *engine.PairScope, id uint64) (*engine.TagSet, verdictv1.CompactCode, error) {
+func (sc *compactScratch) resolve(s decisionService, ctx context.Context, scope *engine.PairScope, id uint64) (*engine.TagSet, verdictv1.CompactCode, error) {
 	m := &sc.ids[(id^id>>32)&(compactIDMemo-1)]
 	if m.gen == sc.gen && m.id == id {
 		return m.set, m.code, nil
@@ -150,7 +150,7 @@ func compactRequest(r *verdictv1.DecideCompactRequest, prefix string) error {
 }
 
 // decideCompact answers a checked batch from snap into out (reset first).
-func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *verdictv1.DecideCompactRequest, out *verdictv1.DecideCompactResponse) error {
+func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapshot, r *verdictv1.DecideCompactRequest, out *verdictv1.DecideCompactResponse) error {
 	sc := compactPool.Get().(*compactScratch)
 	defer compactPool.Put(sc)
 	if sc.gen++; sc.gen == 0 {
@@ -175,7 +175,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 	}
 	var allow, deny int64
 	var audits [2]int64 // by shadow action: ALLOW, DENY
-	logging := s.cfg.DecisionLog != nil
+	logging := s.record.decisions != nil
 	for i := range srcs {
 		src, code, err := sc.resolve(s, ctx, scope, srcs[i])
 		if err != nil {
@@ -215,7 +215,7 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 		a |= pi << compactPolicyShift
 		sc.counts[2*int(pi-1)+int(b2i(d.Action == engine.Deny))]++
 		answers = append(answers, a)
-		if logging && s.cfg.DecisionLog.Wants(d.Action == engine.Deny, auditDiffers(d)) {
+		if logging && s.record.decisions.Wants(d.Action == engine.Deny, auditDiffers(d)) {
 			dd := *d
 			dd.Revision = out.Revision
 			s.logCompact(ctx, mesh, typ, src, dst, proto, port, dd)
@@ -225,13 +225,13 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 	s.metrics.decidedN(ctx, allow, deny)
 	for shadowDeny, n := range audits {
 		if n > 0 {
-			s.byPolicy.auditN(ctx, shadowDeny == 1, n)
+			s.record.byPolicy.auditN(ctx, shadowDeny == 1, n)
 		}
 	}
 	for i, p := range out.Policies {
 		for deny := 0; deny < 2; deny++ {
 			if n := sc.counts[2*i+deny]; n > 0 {
-				s.byPolicy.addN(ctx, p, deny == 1, n)
+				s.record.byPolicy.addN(ctx, p, deny == 1, n)
 			}
 		}
 	}
@@ -240,14 +240,14 @@ func (s *Server) decideCompact(ctx context.Context, snap *engine.Snapshot, r *ve
 
 // logCompact offers a compact decision to the decision log: the endpoints as
 // the identities given, with the tags they stand for.
-func (s *Server) logCompact(ctx context.Context, mesh, typ string, src, dst *engine.TagSet, proto engine.Protocol, port uint32, d engine.Decision) {
+func (s decisionService) logCompact(ctx context.Context, mesh, typ string, src, dst *engine.TagSet, proto engine.Protocol, port uint32, d engine.Decision) {
 	er := engine.Request{Mesh: mesh, Type: typ, Protocol: proto, Port: port,
 		SourceEndpoint: &engine.Endpoint{Identity: src.Identity()}, DestinationEndpoint: &engine.Endpoint{Identity: dst.Identity()}}
 	resolved := func(t *engine.TagSet) engine.EndpointResolution {
 		return engine.EndpointResolution{Form: engine.FormIdentity, ResolvedAs: engine.AsIdentity, Identity: t.Identity(), Tags: t.Tags()}
 	}
 	d.SourceResolution, d.DestinationResolution = resolved(src), resolved(dst)
-	s.logDecision(ctx, &er, &d, 0)
+	s.record.logDecision(ctx, &er, &d, 0)
 }
 
 // policy returns the index of the deciding policy p in out.Policies, plus
@@ -346,7 +346,7 @@ func (s decisionService) DecideCompactStream(stream verdictv1.DecisionService_De
 }
 
 // compactBatch answers one batch of a stream into out.
-func (s *Server) compactBatch(ctx context.Context, m *verdictv1.DecideCompactStreamRequest, out *verdictv1.DecideCompactResponse) error {
+func (s decisionService) compactBatch(ctx context.Context, m *verdictv1.DecideCompactStreamRequest, out *verdictv1.DecideCompactResponse) error {
 	if fe, ok := undecodable(m); ok {
 		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
 	}

@@ -35,12 +35,12 @@ func TestCompactAllocatesPerBatchNotPerFlow(t *testing.T) {
 	}
 	out := &verdictv1.DecideCompactResponse{}
 	for i := 0; i < 3; i++ { // into the memo (a flow is stored when seen twice)
-		if err := h.srv.decideCompact(ctx, snap, req, out); err != nil {
+		if err := h.srv.decision.decideCompact(ctx, snap, req, out); err != nil {
 			t.Fatal(err)
 		}
 	}
 	allocs := testing.AllocsPerRun(20, func() {
-		if err := h.srv.decideCompact(ctx, snap, req, out); err != nil {
+		if err := h.srv.decision.decideCompact(ctx, snap, req, out); err != nil {
 			t.Fatal(err)
 		}
 	})

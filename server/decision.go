@@ -16,10 +16,24 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// decisionService implements verdict.v1.DecisionService.
+// decisionService implements verdict.v1.DecisionService (compact.go has the
+// compact path).
 type decisionService struct {
-	*Server
 	verdictv1.UnimplementedDecisionServiceServer
+	*decider  // decisions, and the registry Identify fills
+	snapshots // reads at a min_revision
+	log       *slog.Logger
+	stop      <-chan struct{} // closed when the server stops: streams end
+}
+
+// decider answers validated requests from a snapshot: the engine's decision,
+// timed and counted, recorded (decisionRecorder), converted to the API's
+// answer. The decision service and Envoy's Check (extauthz.go) share it.
+type decider struct {
+	identities *engine.Registry // the tag sets registered through Identify
+	metrics    *metrics
+	record     decisionRecorder
+	confs      *apiconv.ConfCache
 }
 
 var _ verdictv1.DecisionServiceServer = decisionService{}
@@ -42,7 +56,7 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 }
 
 // decide answers a validated request from snap.
-func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, er *engine.Request) (*verdictv1.DecideResponse, error) {
+func (s *decider) decide(ctx context.Context, snap *engine.Snapshot, er *engine.Request) (*verdictv1.DecideResponse, error) {
 	start := time.Now()
 	er.Registry = s.identities // identities registered through Identify resolve too
 	d, err := snap.Decide(er)
@@ -51,7 +65,7 @@ func (s *Server) decide(ctx context.Context, snap *engine.Snapshot, er *engine.R
 	}
 	took := time.Since(start)
 	s.metrics.decided(ctx, d.Action, took)
-	s.recordDecision(ctx, er, &d, took)
+	s.record.recordDecision(ctx, er, &d, took)
 	resp := s.confs.DecideResponse(&d)
 	mesh := er.Mesh
 	if mesh == "" {
@@ -121,7 +135,7 @@ func (s decisionService) DecideBatch(ctx context.Context, req *verdictv1.DecideB
 // result answers one flow of a batch or a stream, or says why it cannot; the
 // fields of its errors start with prefix() ("requests[3]."), computed only for
 // a flow that has errors.
-func (s *Server) result(ctx context.Context, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest) *verdictv1.DecideResult {
+func (s decisionService) result(ctx context.Context, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest) *verdictv1.DecideResult {
 	var errs fieldErrors
 	er := errs.decide("", r)
 	errs.prefix(prefix)
@@ -220,12 +234,12 @@ func (s decisionService) DecideStream(stream verdictv1.DecisionService_DecideStr
 // whose min_revision is ahead of the snapshot gets nil (it must wait); with
 // wait, it waits up to WaitTimeout: a stream message has no deadline of its
 // own.
-func (s *Server) streamAnswer(ctx context.Context, m *verdictv1.DecideStreamRequest, wait bool) *verdictv1.DecideStreamResponse {
+func (s decisionService) streamAnswer(ctx context.Context, m *verdictv1.DecideStreamRequest, wait bool) *verdictv1.DecideStreamResponse {
 	if err := validateStreamRequest(m); err != nil {
 		return streamError(ctx, s.log, m, err)
 	}
 	rev := m.GetRequest().GetMinRevision()
-	snap := s.syncer.Snapshot()
+	snap := s.current()
 	if rev > snap.Revision() {
 		if !wait {
 			return nil

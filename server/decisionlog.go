@@ -21,17 +21,25 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
+// decisionRecorder is what a decision leaves behind: its count by deciding
+// policy (verdict_decisions_by_policy_total) and, when the decision log is on
+// and wants it, a record.
+type decisionRecorder struct {
+	byPolicy  *policyCounts
+	decisions *decisionlog.Logger // nil: the log is off
+}
+
 // recordDecision counts one decision by policy and offers it to the
 // decision log, if the log wants it (the record is built only then). It never
 // blocks.
-func (s *Server) recordDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
+func (s decisionRecorder) recordDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
 	s.byPolicy.add(ctx, d)
 	s.logDecision(ctx, er, d, took)
 }
 
 // logDecision offers a decision to the decision log, if its filter wants it.
-func (s *Server) logDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
-	l := s.cfg.DecisionLog
+func (s decisionRecorder) logDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
+	l := s.decisions
 	if !l.Wants(d.Action == engine.Deny, d.Audit != nil) {
 		return
 	}
@@ -86,6 +94,8 @@ type decisionLogService struct {
 	stop      <-chan struct{}     // closed when the server stops: streams end
 	decisions *decisionlog.Logger // nil: the log is off
 }
+
+var _ verdictv1.DecisionLogServiceServer = decisionLogService{}
 
 // followBuffer is how many records a follower may hold unsent before it is
 // dropped.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strconv"
 
@@ -131,8 +132,10 @@ func peerEndpoint(p *authv3.AttributeContext_Peer) (*verdictv1.Endpoint, string)
 
 // authzService implements envoy.service.auth.v3.Authorization.
 type authzService struct {
-	*Server
 	authv3.UnimplementedAuthorizationServer
+	log   *slog.Logger
+	snaps snapshots // the current snapshot: Check has no min_revision
+	dec   *decider
 }
 
 var _ authv3.AuthorizationServer = authzService{}
@@ -152,14 +155,14 @@ func (s authzService) Check(ctx context.Context, c *authv3.CheckRequest) (*authv
 	} else {
 		f = mapCheck(c)
 	}
-	snap := s.syncer.Snapshot()
+	snap := s.snaps.current()
 	if f.req == nil {
 		return deniedCheck(f.http, nil, snap.Revision(), "cannot be mapped to a flow: "+f.denial), nil
 	}
 	er, err := decideRequest(f.req)
 	var resp *verdictv1.DecideResponse
 	if err == nil {
-		resp, err = s.decide(ctx, snap, &er)
+		resp, err = s.dec.decide(ctx, snap, &er)
 	}
 	if err != nil {
 		st := status.Convert(toStatus(ctx, s.log, err))

@@ -99,7 +99,7 @@ func FuzzRequestMessages(f *testing.F) {
 		f.Fatal(err)
 	}
 	codec := newRequestCodec()
-	dec, pol := decisionService{Server: srv}, srv.policy
+	dec, pol := srv.decision, srv.policy
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		m := seeds[int(kind)%len(seeds)].ProtoReflect().New().Interface()
@@ -109,7 +109,7 @@ func FuzzRequestMessages(f *testing.F) {
 		var err error
 		switch r := m.(type) {
 		case *verdictv1.DecideStreamRequest:
-			ans := srv.streamAnswer(ctx, r, true)
+			ans := srv.decision.streamAnswer(ctx, r, true)
 			if ans.GetId() != r.GetId() {
 				t.Fatalf("answer id %q, want %q", ans.GetId(), r.GetId())
 			}

@@ -6,6 +6,10 @@
 // (logging, recovery, authorization, validation), limits, keepalive
 // enforcement, health, reflection, OpenTelemetry, and a graceful shutdown that
 // ends streams.
+//
+// Each service is a struct of exactly the dependencies it uses, wired by New
+// (see Server): a handler cannot reach the store, the syncer or the feed
+// unless its service holds them.
 package server
 
 import (
@@ -195,26 +199,29 @@ func (c *Config) Validate() error {
 func (c *Config) DevMode() bool { return c.Token == "" && len(c.AllowedIdentities) == 0 }
 
 // Server is verdict's gRPC server.
+//
+// The server runs what the services share — the rules hub, the change feed,
+// health, the stop — but hands no service itself: New gives each service a
+// struct of exactly what it uses (as etcd's v3rpc kvServer holds a RaftKV,
+// not the etcd server), narrow interfaces declared next to it
+// (snapshotSource, syncStatus, dropCounter) or small types (snapshots: reads
+// at a min_revision; decider: a decision counted, logged and converted;
+// authorizer).
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	syncer  syncer.API
-	store   Store
-	snaps   snapshots
-	confs   *apiconv.ConfCache
-	metrics *metrics
-	// byPolicy counts decisions by deciding policy (decisionlog.go).
-	byPolicy *policyCounts
-	auth     *authorizer
-	hub      *rulesHub
-	feed     *resourceFeed
+	cfg    Config
+	log    *slog.Logger
+	syncer syncer.API // watchSynced
+	auth   *authorizer
+	hub    *rulesHub
+	feed   *resourceFeed
 	// identities holds the tag sets registered through Identify (compact.go).
 	identities *engine.Registry
 	health     *health.Server
 	grpc       *grpc.Server
 
-	// The services, each holding only what it uses (New wires them).
-	policy policyService
+	// The services (New wires them; tests call them directly).
+	decision decisionService
+	policy   policyService
 
 	stop     chan struct{} // closed when the server stops: streams end
 	stopOnce sync.Once
@@ -229,19 +236,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, store: cfg.Store,
-		confs: apiconv.NewConfCache(100_000), health: health.NewServer(), stop: make(chan struct{}),
-		snaps:      snapshots{src: cfg.Syncer, wait: cfg.WaitTimeout},
+		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, health: health.NewServer(), stop: make(chan struct{}),
 		auth:       newAuthorizer(&cfg),
 		identities: engine.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
+		hub:        newRulesHub(cfg.Syncer, cfg.Logger),
+		feed:       newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges),
 	}
 	m, err := newMetrics(cfg.MeterProvider, cfg.Syncer, cfg.Store)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
-	s.metrics = m
 	meter := cfg.MeterProvider.Meter("github.com/verdictpdp/verdict/server")
-	if s.byPolicy, err = newPolicyCounts(meter); err != nil {
+	byPolicy, err := newPolicyCounts(meter)
+	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	if cfg.DecisionLog != nil {
@@ -249,17 +256,19 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
 	}
-	s.hub = newRulesHub(cfg.Syncer, cfg.Logger)
-	s.feed = newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges)
+	snaps := snapshots{src: cfg.Syncer, wait: cfg.WaitTimeout}
+	dec := &decider{identities: s.identities, metrics: m, confs: apiconv.NewConfCache(100_000),
+		record: decisionRecorder{byPolicy: byPolicy, decisions: cfg.DecisionLog}}
+	s.decision = decisionService{decider: dec, snapshots: snaps, log: cfg.Logger, stop: s.stop}
+	s.policy = policyService{log: cfg.Logger, snaps: snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{}}
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
-	verdictv1.RegisterDecisionServiceServer(s.grpc, decisionService{Server: s})
-	s.policy = policyService{log: cfg.Logger, snaps: s.snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{}}
+	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
 	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, stop: s.stop, feed: s.feed, hub: s.hub,
-		auth: s.auth, dropped: s.metrics, rulesMaxLag: cfg.RulesMaxLag})
+		auth: s.auth, dropped: m, rulesMaxLag: cfg.RulesMaxLag})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{log: cfg.Logger, stop: s.stop, decisions: cfg.DecisionLog})
 	if !cfg.DisableExtAuthz {
-		authv3.RegisterAuthorizationServer(s.grpc, authzService{Server: s})
+		authv3.RegisterAuthorizationServer(s.grpc, authzService{log: cfg.Logger, snaps: snaps, dec: dec})
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -468,10 +477,4 @@ func (s snapshots) snapshotAt(ctx context.Context, rev int64) (*engine.Snapshot,
 		return nil, fmt.Errorf("%w: waited for revision %d, the snapshot is at %d", errNotCurrent, rev, s.src.Snapshot().Revision())
 	}
 	return snap, nil
-}
-
-// snapshotAt is snapshots.snapshotAt, for the handlers that still hold the
-// server.
-func (s *Server) snapshotAt(ctx context.Context, rev int64) (*engine.Snapshot, error) {
-	return s.snaps.snapshotAt(ctx, rev)
 }
