@@ -26,7 +26,13 @@ type rulesStream = grpc.ServerStreamingClient[verdictv1.WatchRulesResponse]
 // apply writes resources and fails the test on an error.
 func (h *harness) apply(t *testing.T, ctx context.Context, rs ...*verdictv1.Resource) {
 	t.Helper()
-	if _, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: rs}); err != nil {
+	resp, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot may lag the write: wait until it holds it, so that a
+	// stream opened next sees the resources written.
+	if _, err := h.pol.Status(ctx, &verdictv1.StatusRequest{MinRevision: resp.GetRevision()}); err != nil {
 		t.Fatal(err)
 	}
 }
