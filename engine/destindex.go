@@ -13,8 +13,8 @@ import (
 // for its targetRef when it has from items. A claim is filed in one list,
 // under one term its selector requires (an exact tag, else the presence of a
 // key, else the always list; among several, the one whose list is shortest),
-// and lists are sorted by the choice's own order (destChoice.better: rank
-// total desc, exact desc, the mesh's tie-break, the name). A probe reads the
+// and lists are sorted by the choice's own order (destClaim.less: rank total
+// desc, exact desc, the mesh's tie-break, the name). A probe reads the
 // lists of the destination's tags and stops in each at the first claim that
 // matches and is attached (the destination a member of the policy's scope),
 // or as soon as the list's claims come after the best one found. Lists are

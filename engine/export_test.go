@@ -29,6 +29,32 @@ func PerDestinationChoices(s *Snapshot, req *Request) (got, want [2]string) {
 	return got, want
 }
 
+// destChoice is a policy's claim on an inbound: the rank of its best
+// destination selector that matches, then the tie-break.
+type destChoice struct {
+	cp  *compiledPolicy
+	key orderKey // total, exact, tb1, tb2, name
+}
+
+func (a *destChoice) better(b *destChoice) bool {
+	if b.cp == nil {
+		return true
+	}
+	if a.key.total != b.key.total {
+		return a.key.total > b.key.total
+	}
+	if a.key.exact != b.key.exact {
+		return a.key.exact > b.key.exact
+	}
+	if a.key.tb1 != b.key.tb1 {
+		return a.key.tb1 < b.key.tb1
+	}
+	if a.key.tb2 != b.key.tb2 {
+		return a.key.tb2 < b.key.tb2
+	}
+	return a.key.name < b.key.name
+}
+
 // chooseByScan is chooseForDestination by its definition: every valid
 // policy of the type, the best by destChoice.better.
 func (ms *meshState) chooseByScan(ts *typeState, dst Tags, sc *scratch, shadow bool) *compiledPolicy {

@@ -12,33 +12,8 @@ package engine
 // Cost: the choice is indexed (destindex.go): a probe reads the claim lists
 // of the destination's tags, each sorted by the choice's order, and stops in
 // each at the first claim that holds — about the cost of the destination half
-// of a decision's walk, not O(policies). destChoice.better is that order.
-
-// destChoice is a policy's claim on an inbound: the rank of its best
-// destination selector that matches, then the tie-break.
-type destChoice struct {
-	cp  *compiledPolicy
-	key orderKey // total, exact, tb1, tb2, name
-}
-
-func (a *destChoice) better(b *destChoice) bool {
-	if b.cp == nil {
-		return true
-	}
-	if a.key.total != b.key.total {
-		return a.key.total > b.key.total
-	}
-	if a.key.exact != b.key.exact {
-		return a.key.exact > b.key.exact
-	}
-	if a.key.tb1 != b.key.tb1 {
-		return a.key.tb1 < b.key.tb1
-	}
-	if a.key.tb2 != b.key.tb2 {
-		return a.key.tb2 < b.key.tb2
-	}
-	return a.key.name < b.key.name
-}
+// of a decision's walk, not O(policies). destClaim.less is the choice's order;
+// export_test.go keeps the scan by definition the tests compare it with.
 
 // chooseForDestination returns the policy chosen for an inbound of the
 // workload dst, or nil when no policy's destination selector matches it. A
