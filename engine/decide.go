@@ -100,9 +100,10 @@ type flow struct {
 // scratch is the per-call working memory of Decide, pooled so that a decision
 // allocates nothing.
 type scratch struct {
-	lists    [2][]plist // per action class (index.go)
-	vals     flowVals   // the flow's tags as ids of the type's rule index
-	pos      []int      // per list: where the scan resumes; -1 when done
+	lists    [2][]plist  // per action class (index.go)
+	vals     flowVals    // the flow's tags as ids of the type's rule index
+	pos      []int       // per list: where the scan resumes; -1 when done
+	cursors  []dimCursor // per dimension of a block (bitindex.go)
 	gen      uint32
 	own      [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
 	mem      [2][]uint32 // per side, per scope ord: == gen when the workload is a member
@@ -394,6 +395,12 @@ func scanRules(ix *ruleIndex, combine Combine, f *flow, sc *scratch, need [2]boo
 // scanFirstMatch improves best, per side, with the first rule in order that
 // matches the flow and is a candidate on that side.
 func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
+	if ix.bits != nil {
+		ix.flowIDs(f.src, f.dst, &sc.vals)
+		scanBits(ix.bits, classAllow, f, sc, need, best)
+		scanBits(ix.bits, classDeny, f, sc, need, best)
+		return
+	}
 	sc.vals.reset(ix.nextID)
 	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
 	for _, ls := range sc.lists {
@@ -487,14 +494,24 @@ func (m *matcher) exprsHold(tags Tags) bool {
 // first matching ALLOW rule (docs/order.md): the DENY lists first, then the
 // ALLOW lists only for a side no DENY decided.
 func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool, p *picks) {
-	sc.vals.reset(ix.nextID)
-	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
-	scanLists(sc.lists[classDeny], f, sc, need, &p.deny)
+	bitmaps := ix.bits != nil
+	if bitmaps {
+		ix.flowIDs(f.src, f.dst, &sc.vals)
+		scanBits(ix.bits, classDeny, f, sc, need, &p.deny)
+	} else {
+		sc.vals.reset(ix.nextID)
+		ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
+		scanLists(sc.lists[classDeny], f, sc, need, &p.deny)
+	}
 	for side := 0; side < 2; side++ {
 		need[side] = need[side] && p.deny[side] == nil
 	}
 	if need[0] || need[1] {
-		scanLists(sc.lists[classAllow], f, sc, need, &p.allow)
+		if bitmaps {
+			scanBits(ix.bits, classAllow, f, sc, need, &p.allow)
+		} else {
+			scanLists(sc.lists[classAllow], f, sc, need, &p.allow)
+		}
 	}
 	for side := 0; side < 2; side++ {
 		p.first[side] = p.deny[side]

@@ -152,6 +152,7 @@ type ruleIndex struct {
 	size   int
 	ends   uint8
 	nextID uint32
+	bits   *bitIndex // the decision procedure of an index of both ends (bitindex.go)
 }
 
 func newIndex(ends uint8) *ruleIndex {
@@ -391,6 +392,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		}
 	}
 	out.keys = kb.Map()
+	out.bits = out.updateBits(ix.bits, removed, added)
 	return out
 }
 

@@ -1,0 +1,437 @@
+package engine
+
+import (
+	"math/bits"
+	"slices"
+	"sort"
+)
+
+// Bit-vector classification (Lakshman & Stiliadis), the decision procedure of
+// the rule indexes of both ends (ruleIndex.bits). The rules are numbered in
+// the rule order and cut into blocks of at most blockMax rules. Per block and
+// per dimension — one (end, key) some rule of the block names — three sets:
+//
+//   - any: the rules that require no exact value of the key ('*', an
+//     expression on it, or nothing);
+//   - absent: the rules that require neither an exact value nor the key's
+//     presence ('*');
+//   - exact[value id]: the rules that require that exact value, as sorted
+//     positions (sparse: a value is named by few rules of a block).
+//
+// A flow's candidates in a block are the AND, over the block's dimensions, of
+// (any | exact[the flow's value]) where the flow has the key, else absent.
+// They match the flow on every exact and '*' term; what is left (ports,
+// expressions) is verified on the rule. The words are computed in order, one
+// at a time, the most selective dimension first, so a zero word skips the
+// other dimensions and the scan stops at the first verified rule: the cost
+// follows the position of the answer in the order, not the number of rules
+// that match. An update rebuilds only the blocks its rules fall in (a block
+// past blockMax splits), so it costs at most a few blocks, and readers see
+// immutable blocks.
+
+const (
+	blockMax  = 4096 // rules of a block at most
+	blockFill = 3072 // rules of a block a bulk load or a split leaves, room for inserts
+)
+
+// bitIndex is one sequence of blocks per action class: DenyOverrides scans
+// the DENY rules alone first, and FirstMatch scans both classes in turn, the
+// second bounded by the first's answer, which costs about what one sequence
+// of both would.
+type bitIndex struct {
+	classes [2][]*bitBlock
+}
+
+type bitBlock struct {
+	rules []*rule  // in order
+	ords  []uint64 // orderPrefix of each rule
+	all   []uint64 // every rule of the block
+	dims  []bitDim // most selective first
+}
+
+type bitDim struct {
+	kid    uint32
+	any    []uint64
+	absent []uint64
+	exact  map[uint32]exactSet
+}
+
+// exactSet is the rules of a block that require one value: a bitmap when they
+// are many (at least one per word on average), else their sorted positions.
+type exactSet struct {
+	bits []uint64
+	list []uint16
+}
+
+// words is the bitmap length of n rules: whole chunks of chunkWords words, so
+// a scan reads a chunk as an array.
+func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chunkWords }
+
+// buildBlock makes a block of rules (sorted) with the ids of their terms in ix.
+func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
+	n := len(rules)
+	nw := words(n)
+	b := &bitBlock{rules: rules, ords: make([]uint64, n)}
+	type dimBuild struct {
+		d           *bitDim
+		exact, pres []uint64 // rules requiring an exact value, the key's presence
+	}
+	byKid := map[uint32]*dimBuild{}
+	dim := func(end uint8, key string) (*dimBuild, *keyPostings) {
+		kp, ok := ix.keys.Get(termKey{end, key})
+		if !ok {
+			return nil, nil // every term of an indexed rule has its entry
+		}
+		db := byKid[kp.kid]
+		if db == nil {
+			db = &dimBuild{d: &bitDim{kid: kp.kid, exact: map[uint32]exactSet{}}, exact: make([]uint64, nw), pres: make([]uint64, nw)}
+			byKid[kp.kid] = db
+		}
+		return db, kp
+	}
+	type reqExact struct {
+		db  *dimBuild
+		vid uint32
+	}
+	var req []reqExact
+	for i, r := range rules {
+		req = req[:0]
+		b.ords[i] = orderPrefix(&r.key)
+		w, bit := i/64, uint64(1)<<(i%64)
+		for _, side := range [2]struct {
+			end uint8
+			m   *matcher
+		}{{endSrc, r.src}, {endDst, r.dst}} {
+			if side.m == nil {
+				continue
+			}
+			for _, kv := range side.m.exact {
+				db, kp := dim(side.end, kv.k)
+				if db == nil {
+					continue
+				}
+				db.exact[w] |= bit
+				vid := valueUnknown // never a flow's value id: the rule matches no flow
+				if p, ok := kp.exact.Get(kv.v); ok {
+					vid = p.vid
+				}
+				req = append(req, reqExact{db, vid})
+			}
+			for _, k := range side.m.present {
+				if db, _ := dim(side.end, k); db != nil {
+					db.pres[w] |= bit
+				}
+			}
+		}
+		// A rule is filed under its value of a key; one that requires two
+		// values of a key (a match entry and an In of one other value) can
+		// match no flow, and is filed under none.
+	exacts:
+		for j, q := range req {
+			for k, o := range req {
+				if o.db == q.db && (o.vid != q.vid || k < j) {
+					continue exacts
+				}
+			}
+			es := q.db.d.exact[q.vid]
+			es.list = append(es.list, uint16(i))
+			q.db.d.exact[q.vid] = es
+		}
+	}
+	all := make([]uint64, nw)
+	for i := 0; i < n; i++ {
+		all[i/64] |= 1 << (i % 64)
+	}
+	b.all = all
+	b.dims = make([]bitDim, 0, len(byKid))
+	for _, db := range byKid {
+		d := db.d
+		d.any, d.absent = make([]uint64, nw), make([]uint64, nw)
+		for w := range all {
+			d.any[w] = all[w] &^ db.exact[w]
+			d.absent[w] = all[w] &^ (db.exact[w] | db.pres[w])
+		}
+		for vid, es := range d.exact {
+			if len(es.list) >= nw {
+				es.bits = make([]uint64, nw)
+				for _, p := range es.list {
+					es.bits[p/64] |= 1 << (p % 64)
+				}
+				es.list = nil
+				d.exact[vid] = es
+			}
+		}
+		b.dims = append(b.dims, *d)
+	}
+	// Most selective first: the dimension that leaves the fewest rules
+	// unconstrained.
+	pop := func(ws []uint64) int {
+		c := 0
+		for _, w := range ws {
+			c += bits.OnesCount64(w)
+		}
+		return c
+	}
+	sort.Slice(b.dims, func(i, j int) bool {
+		pi, pj := pop(b.dims[i].any), pop(b.dims[j].any)
+		if pi != pj {
+			return pi < pj
+		}
+		return b.dims[i].kid < b.dims[j].kid
+	})
+	return b
+}
+
+// updateBits returns the blocks of ix (its keys already updated) without the
+// removed rules and with the added ones; old are the blocks before.
+func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule) *bitIndex {
+	if ix.ends != endSrc|endDst {
+		return nil
+	}
+	var rm, add [2][]*rule
+	for _, r := range removed {
+		rm[classOf(r)] = append(rm[classOf(r)], r)
+	}
+	for _, r := range added {
+		add[classOf(r)] = append(add[classOf(r)], r)
+	}
+	out := &bitIndex{}
+	for cl := range out.classes {
+		var blocks []*bitBlock
+		if old != nil {
+			blocks = old.classes[cl]
+		}
+		out.classes[cl] = ix.updateBlocks(blocks, rm[cl], add[cl])
+	}
+	return out
+}
+
+// updateBlocks returns blocks without the removed rules and with the added
+// ones: the blocks they fall in are rebuilt, the others shared.
+func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule) []*bitBlock {
+	if len(removed) == 0 && len(added) == 0 {
+		return blocks
+	}
+	adds := slices.Clone(added)
+	sort.Slice(adds, func(i, j int) bool { return adds[i].key.less(&adds[j].key) })
+	if len(blocks) == 0 {
+		return ix.chunk(adds)
+	}
+	gone := map[int]map[*rule]bool{}
+	for _, r := range removed {
+		if bi, ok := findRule(blocks, r); ok {
+			if gone[bi] == nil {
+				gone[bi] = map[*rule]bool{}
+			}
+			gone[bi][r] = true
+		}
+	}
+	into := map[int][]*rule{}
+	for _, r := range adds {
+		// The last block whose first rule is not after r.
+		bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].rules[0].key) }) - 1
+		bi = max(bi, 0)
+		into[bi] = append(into[bi], r)
+	}
+	out := make([]*bitBlock, 0, len(blocks)+1)
+	for bi, b := range blocks {
+		g, a := gone[bi], into[bi]
+		if len(g) == 0 && len(a) == 0 {
+			out = append(out, b)
+			continue
+		}
+		merged := make([]*rule, 0, len(b.rules)+len(a)-len(g))
+		i := 0
+		for _, r := range b.rules {
+			if g[r] {
+				continue
+			}
+			for i < len(a) && a[i].key.less(&r.key) {
+				merged = append(merged, a[i])
+				i++
+			}
+			merged = append(merged, r)
+		}
+		merged = append(merged, a[i:]...)
+		if len(merged) <= blockMax {
+			if len(merged) > 0 {
+				out = append(out, ix.buildBlock(merged))
+			}
+			continue
+		}
+		out = append(out, ix.chunk(merged)...)
+	}
+	return out
+}
+
+// chunk cuts sorted rules into blocks of about blockFill rules.
+func (ix *ruleIndex) chunk(rules []*rule) []*bitBlock {
+	if len(rules) == 0 {
+		return nil
+	}
+	k := (len(rules) + blockFill - 1) / blockFill
+	var out []*bitBlock
+	for i := 0; i < k; i++ {
+		out = append(out, ix.buildBlock(rules[len(rules)*i/k:len(rules)*(i+1)/k]))
+	}
+	return out
+}
+
+// findRule finds the block holding r: the blocks whose range of keys holds
+// r's key (rules of equal keys may straddle two).
+func findRule(blocks []*bitBlock, r *rule) (int, bool) {
+	bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].rules[0].key) }) - 1
+	for ; bi >= 0; bi-- {
+		b := blocks[bi]
+		for i := sort.Search(len(b.rules), func(i int) bool { return !b.rules[i].key.less(&r.key) }); i < len(b.rules) && !r.key.less(&b.rules[i].key); i++ {
+			if b.rules[i] == r {
+				return bi, true
+			}
+		}
+		if b.rules[0].key.less(&r.key) {
+			break // r's key starts inside this block: no earlier block holds it
+		}
+	}
+	return 0, false
+}
+
+// dimCursor is one dimension of a block as a flow sees it: the base bitmap and
+// the sparse positions of the flow's exact value, read in order.
+type dimCursor struct {
+	base  []uint64
+	ebits []uint64
+	list  []uint16
+	pos   int
+}
+
+// chunkWords is how many words of a block a scan computes at once.
+const chunkWords = 8
+
+// flowIDs records the flow's tags as ids (sc.vals) for the bitmaps.
+func (ix *ruleIndex) flowIDs(src, dst Tags, vals *flowVals) {
+	vals.reset(ix.nextID)
+	if ix.keys.Len() == 0 {
+		return
+	}
+	for _, side := range [2]struct {
+		end  uint8
+		tags Tags
+	}{{endSrc, src}, {endDst, dst}} {
+		for k, v := range side.tags {
+			tk := termKey{side.end, k}
+			kp, ok := ix.keys.GetHashed(tk, termKeyHash(tk))
+			if !ok {
+				continue
+			}
+			vid := valueUnknown
+			if kp.exact.Len() > 0 {
+				if p, ok := kp.exact.Get(v); ok {
+					vid = p.vid
+				}
+			}
+			vals.set(kp.kid, vid)
+		}
+	}
+}
+
+// scanBits improves best[side], for each side in need, with the first rule in
+// order of the class that matches the flow; sc.vals holds the flow's ids
+// (flowIDs).
+func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
+	var ord [2]uint64
+	for side := range best {
+		if best[side] != nil {
+			ord[side] = orderPrefix(&best[side].key)
+		}
+	}
+	vals := &sc.vals
+	for _, b := range bi.classes[class] {
+		if e := b.ords[0]; (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+			return
+		}
+		cur := sc.cursors[:0]
+		for di := range b.dims {
+			d := &b.dims[di]
+			c := dimCursor{base: d.absent}
+			if x := vals.vals[d.kid]; x>>32 == vals.gen {
+				c.base = d.any
+				if vid := uint32(x); vid != valueUnknown {
+					es := d.exact[vid]
+					c.ebits, c.list = es.bits, es.list
+				}
+			}
+			cur = append(cur, c)
+		}
+		sc.cursors = cur
+		nw := len(b.all)
+		for w0 := 0; w0 < nw; w0 += chunkWords {
+			if e := b.ords[w0*64]; (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+				return
+			}
+			acc := *(*[chunkWords]uint64)(b.all[w0 : w0+chunkWords])
+			any := acc[0] | acc[1] | acc[2] | acc[3] | acc[4] | acc[5] | acc[6] | acc[7]
+			for ci := range cur {
+				if any == 0 {
+					break
+				}
+				c := &cur[ci]
+				var t [chunkWords]uint64
+				if c.list != nil {
+					lo, hi := w0*64, (w0+chunkWords)*64
+					pos := c.pos
+					for pos < len(c.list) && int(c.list[pos]) < lo {
+						pos++
+					}
+					for ; pos < len(c.list) && int(c.list[pos]) < hi; pos++ {
+						p := int(c.list[pos]) - lo
+						t[(p/64)&(chunkWords-1)] |= 1 << (p % 64)
+					}
+					c.pos = pos
+				}
+				base := (*[chunkWords]uint64)(c.base[w0 : w0+chunkWords])
+				if c.ebits != nil {
+					e := (*[chunkWords]uint64)(c.ebits[w0 : w0+chunkWords])
+					for j := range acc {
+						acc[j] &= base[j] | e[j] | t[j]
+					}
+				} else {
+					for j := range acc {
+						acc[j] &= base[j] | t[j]
+					}
+				}
+				any = acc[0] | acc[1] | acc[2] | acc[3] | acc[4] | acc[5] | acc[6] | acc[7]
+			}
+			if any == 0 {
+				continue
+			}
+			for j := range acc {
+				for x := acc[j]; x != 0; x &= x - 1 {
+					i := (w0+j)*64 + bits.TrailingZeros64(x)
+					e := b.ords[i] // i < len(b.rules): padding bits are never set
+					// Past the best of every open side: done.
+					if (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+						return
+					}
+					r := b.rules[i]
+					if !r.matchesRest(f) {
+						continue
+					}
+					for side := 0; side < 2; side++ {
+						if need[side] && r.sides&sideBits[side] != 0 && (best[side] == nil || bitBefore(r, e, best[side], ord[side])) &&
+							sc.isMember(side, r.scope) {
+							best[side], ord[side] = r, e
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// bitBefore reports whether rule a (ord its prefix) comes before rule b.
+func bitBefore(a *rule, ord uint64, b *rule, bord uint64) bool {
+	if ord != bord {
+		return ord < bord
+	}
+	return a.key.less(&b.key)
+}
