@@ -307,36 +307,9 @@ type dimCursor struct {
 // chunkWords is how many words of a block a scan computes at once.
 const chunkWords = 8
 
-// flowIDs records the flow's tags as ids (sc.vals) for the bitmaps.
-func (ix *ruleIndex) flowIDs(src, dst Tags, vals *flowVals) {
-	vals.reset(ix.nextID)
-	if ix.keys.Len() == 0 {
-		return
-	}
-	for _, side := range [2]struct {
-		end  uint8
-		tags Tags
-	}{{endSrc, src}, {endDst, dst}} {
-		for k, v := range side.tags {
-			tk := termKey{side.end, k}
-			kp, ok := ix.keys.GetHashed(tk, termKeyHash(tk))
-			if !ok {
-				continue
-			}
-			vid := valueUnknown
-			if kp.exact.Len() > 0 {
-				if p, ok := kp.exact.Get(v); ok {
-					vid = p.vid
-				}
-			}
-			vals.set(kp.kid, vid)
-		}
-	}
-}
-
 // scanBits improves best[side], for each side in need, with the first rule in
 // order of the class that matches the flow; sc.vals holds the flow's ids
-// (flowIDs).
+// (ruleIndex.lists).
 func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
 	var ord [2]uint64
 	for side := range best {

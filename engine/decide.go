@@ -27,7 +27,16 @@ type Request struct {
 	// NoCache decides without the snapshot's decision cache (benchmarks of the
 	// scan itself; debugging). Explain never uses the cache.
 	NoCache bool
+	// procedure, for the engine's tests: with NoCache, the decision procedure
+	// every class is scanned with (procLists, procBits); 0 lets each flow choose.
+	procedure uint8
 }
+
+// Decision procedures (scanClass).
+const (
+	procLists uint8 = 1 + iota
+	procBits
+)
 
 // Reason says how a side was decided (docs/order.md).
 type Reason uint8
@@ -100,16 +109,18 @@ type flow struct {
 // scratch is the per-call working memory of Decide, pooled so that a decision
 // allocates nothing.
 type scratch struct {
-	lists    [2][]plist  // per action class (index.go)
-	vals     flowVals    // the flow's tags as ids of the type's rule index
-	pos      []int       // per list: where the scan resumes; -1 when done
-	cursors  []dimCursor // per dimension of a block (bitindex.go)
-	gen      uint32
-	own      [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
-	mem      [2][]uint32 // per side, per scope ord: == gen when the workload is a member
-	owned    [2][]int32  // per side: ords whose own selectors match
-	members  [2][]int32  // per side: member ords
-	specific [2]int32    // per side: the most specific member scope (the greatest ord), 0 for none
+	lists   [2][]plist  // per action class (index.go)
+	vals    flowVals    // the flow's tags as ids of the type's rule index
+	pos     []int       // per list: where the scan resumes; -1 when done
+	cursors []dimCursor // per dimension of a block (bitindex.go)
+	// procedure forces the decision procedure (Request.procedure); 0: chosen per flow
+	procedure uint8
+	gen       uint32
+	own       [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
+	mem       [2][]uint32 // per side, per scope ord: == gen when the workload is a member
+	owned     [2][]int32  // per side: ords whose own selectors match
+	members   [2][]int32  // per side: member ords
+	specific  [2]int32    // per side: the most specific member scope (the greatest ord), 0 for none
 	// per side: the most specific member scope of the enforced decision, which
 	// leaves audit scopes out (docs/audit.md)
 	specificEnf [2]int32
@@ -236,7 +247,7 @@ func (s *Snapshot) decideFlow(ms *meshState, meshName, typ string, req *Request,
 		if err := ms.checkType(typ); err != nil {
 			return Decision{}, err
 		}
-		d := s.decideUncached(ms, typ, f)
+		d := s.decideUncached(ms, typ, f, req.procedure)
 		if req.Explain {
 			d.Explain = ms.explain(typ, f, &d)
 		}
@@ -261,7 +272,7 @@ func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64
 		d.Revision = s.revision // the entry may be from an earlier snapshot of the same answers
 		return d, nil
 	}
-	d := s.decideUncached(ms, k.typ, &k.f)
+	d := s.decideUncached(ms, k.typ, &k.f, 0)
 	c.store(k, d)
 	return d, nil
 }
@@ -278,8 +289,9 @@ func (r *Request) resolve(ms *meshState, mesh string, destination bool) (Endpoin
 	return resolveEndpoint(ms, mesh, ep, destination, r.Port, r.Registry)
 }
 
-func (s *Snapshot) decideUncached(ms *meshState, typ string, f *flow) Decision {
+func (s *Snapshot) decideUncached(ms *meshState, typ string, f *flow, procedure uint8) Decision {
 	sc := scratchPool.Get().(*scratch)
+	sc.procedure = procedure
 	d := ms.decide(typ, f, sc)
 	scratchPool.Put(sc)
 	d.Revision = s.revision
@@ -385,27 +397,43 @@ func scanRules(ix *ruleIndex, combine Combine, f *flow, sc *scratch, need [2]boo
 }
 
 // The decision procedure. A flow's tags are resolved once to ids (the posting
-// lists of its terms and a (key id → value id) table), so a candidate costs a
-// few integer compares (flowVals.matchIDs) and the string checks only of the
-// expressions it has. Every posting list is sorted by the rule order and split
-// by action, and a list is left as soon as its next rule cannot improve on the
-// best found for every side still open, so a scan stops at the first match of
-// each list rather than visiting every matching rule.
+// lists of its terms and a (key id → value id) table). Then each action class
+// is scanned by one of two procedures, whichever the flow's lists say is
+// cheaper: when the posting lists the flow reaches hold few entries (sparse
+// sets, small sets), they are walked (scanLists); when they hold many (dense
+// sets, where many rules match a flow), the class's bitmaps are (scanBits,
+// bitindex.go), whose cost follows the position of the answer in the order,
+// not the number of rules the lists hold. Both stop at the first match.
+
+// bitsAbove is the number of posting-list entries a flow must reach in a
+// class for the bitmaps to scan it: a walk costs at most one entry each; the
+// bitmaps cost a block's setup and a chunk of 512 rules per dimension at least.
+const bitsAbove = 128
 
 // scanFirstMatch improves best, per side, with the first rule in order that
 // matches the flow and is a candidate on that side.
 func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
-	if ix.bits != nil {
-		ix.flowIDs(f.src, f.dst, &sc.vals)
-		scanBits(ix.bits, classAllow, f, sc, need, best)
-		scanBits(ix.bits, classDeny, f, sc, need, best)
-		return
-	}
 	sc.vals.reset(ix.nextID)
 	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
-	for _, ls := range sc.lists {
-		scanLists(ls, f, sc, need, best)
+	scanClass(ix, classAllow, f, sc, need, best)
+	scanClass(ix, classDeny, f, sc, need, best)
+}
+
+// scanClass improves best[side], for each side in need, with the first
+// matching candidate of the class; sc.lists and sc.vals hold the flow's lists
+// and ids.
+func scanClass(ix *ruleIndex, class int, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
+	if ix.bits != nil && sc.procedure != procLists {
+		n := 0
+		for _, l := range sc.lists[class] {
+			n += len(l)
+		}
+		if n > bitsAbove || sc.procedure == procBits {
+			scanBits(ix.bits, class, f, sc, need, best)
+			return
+		}
 	}
+	scanLists(sc.lists[class], f, sc, need, best)
 }
 
 // scanLists improves best[side], for each side in need, with the first matching
@@ -494,24 +522,14 @@ func (m *matcher) exprsHold(tags Tags) bool {
 // first matching ALLOW rule (docs/order.md): the DENY lists first, then the
 // ALLOW lists only for a side no DENY decided.
 func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool, p *picks) {
-	bitmaps := ix.bits != nil
-	if bitmaps {
-		ix.flowIDs(f.src, f.dst, &sc.vals)
-		scanBits(ix.bits, classDeny, f, sc, need, &p.deny)
-	} else {
-		sc.vals.reset(ix.nextID)
-		ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
-		scanLists(sc.lists[classDeny], f, sc, need, &p.deny)
-	}
+	sc.vals.reset(ix.nextID)
+	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
+	scanClass(ix, classDeny, f, sc, need, &p.deny)
 	for side := 0; side < 2; side++ {
 		need[side] = need[side] && p.deny[side] == nil
 	}
 	if need[0] || need[1] {
-		if bitmaps {
-			scanBits(ix.bits, classAllow, f, sc, need, &p.allow)
-		} else {
-			scanLists(sc.lists[classAllow], f, sc, need, &p.allow)
-		}
+		scanClass(ix, classAllow, f, sc, need, &p.allow)
 	}
 	for side := 0; side < 2; side++ {
 		p.first[side] = p.deny[side]

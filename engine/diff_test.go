@@ -300,9 +300,27 @@ func checkAgainstReference(t *testing.T, data []byte) {
 			t.Fatalf("Decide differs from the reference\nrequest: %+v\nengine:    %+v\nreference: %+v\nresources: %s",
 				req, got, want, describe(resources))
 		}
+		checkProcedures(t, snap, req, want, resources)
 		req.Explain = true
 		if _, err := snap.Decide(&req); err != nil {
 			t.Fatalf("Decide with explain: %v", err)
+		}
+	}
+}
+
+// checkProcedures holds each decision procedure (the posting lists, the
+// bitmaps) to the reference's answer: a flow chooses one by the size of its
+// lists, and the small worlds of these tests would leave the bitmaps unused.
+func checkProcedures(t *testing.T, snap *engine.Snapshot, req engine.Request, want engine.Decision, resources []engine.Resource) {
+	t.Helper()
+	for i, forced := range engine.Procedures(req) {
+		got, err := snap.Decide(&forced)
+		if err != nil {
+			t.Fatalf("Decide(%+v), procedure %d: %v", req, i, err)
+		}
+		if !sameDecision(got, want) {
+			t.Fatalf("procedure %d (0 lists, 1 bitmaps) differs from the reference\nrequest: %+v\nengine:    %+v\nreference: %+v\nresources: %s",
+				i, req, got, want, describe(resources))
 		}
 	}
 }
@@ -406,6 +424,8 @@ func TestIncrementalMatchesBuild(t *testing.T) {
 			}
 			if want, ok := refDecide(live, req); ok && !sameDecision(a, want) {
 				t.Fatalf("world %d: incremental %+v != reference %+v for %+v%s", i, a, want, req, describe(live))
+			} else if ok && errA == nil {
+				checkProcedures(t, snap, req, want, live)
 			}
 		}
 	}
@@ -531,7 +551,60 @@ func TestGeneratedSetsMatchReference(t *testing.T) {
 					if !sameDecision(got, want) {
 						t.Fatalf("%s/%s/scopes=%d flow %d %+v:\nengine    %+v\nreference %+v", pr.name, combine, scopes, i, flows[i], got, want)
 					}
+					checkProcedures(t, snap, flows[i], want, nil)
 				}
+			}
+		}
+	}
+}
+
+// TestBitmapBlocksUnderUpdates: a dense set grown and shrunk policy batch by
+// policy batch, so that the bitmaps' blocks (bitindex.go) split past their
+// bound and lose rules, decides like a snapshot built at once and like the
+// reference, by both procedures.
+func TestBitmapBlocksUnderUpdates(t *testing.T) {
+	t.Parallel()
+	for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
+		set := policygen.Generate(policygen.Config{Seed: 4, Policies: 9000, Combine: combine, Profile: policygen.Dense})
+		policies, rest := set.Resources[len(set.Resources)-9000:], set.Resources[:len(set.Resources)-9000]
+		snap := engine.Build(1, append(append([]engine.Resource(nil), rest...), policies[:2000]...))
+		rev := int64(1)
+		// Grow to 9000 in batches (blocks fill past blockMax and split), then
+		// delete every third policy (blocks shrink).
+		for i := 2000; i < len(policies); i += 500 {
+			rev++
+			snap = snap.Apply(rev, puts(policies[i:min(i+500, len(policies))]))
+		}
+		var live []engine.Resource
+		var dels []engine.Change
+		for i, p := range policies {
+			if i%3 == 0 {
+				dels = append(dels, engine.Delete(p.Key()))
+			} else {
+				live = append(live, p)
+			}
+		}
+		rev++
+		snap = snap.Apply(rev, dels)
+		live = append(live, rest...)
+		built := engine.Build(rev, live)
+		flows := set.Flows(5, 150)
+		for i := range flows {
+			want, ok := refDecide(live, flows[i])
+			if !ok {
+				t.Fatalf("reference: no mesh or type for %+v", flows[i])
+			}
+			for _, s := range []*engine.Snapshot{snap, built} {
+				f := flows[i]
+				f.NoCache = true
+				got, err := s.Decide(&f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !sameDecision(got, want) {
+					t.Fatalf("%s flow %d %+v:\nengine    %+v\nreference %+v", combine, i, flows[i], got, want)
+				}
+				checkProcedures(t, s, flows[i], want, nil)
 			}
 		}
 	}

@@ -97,3 +97,13 @@ func (ms *meshState) chooseByScan(ts *typeState, dst Tags, sc *scratch, shadow b
 	})
 	return best.cp
 }
+
+// Procedures returns req decided uncached by each decision procedure in turn:
+// the posting lists, then the bitmaps (decide.go, scanClass), so that the
+// differential tests hold both to the reference whatever a flow would choose.
+func Procedures(req Request) []Request {
+	req.NoCache = true
+	lists, bits := req, req
+	lists.procedure, bits.procedure = procLists, procBits
+	return []Request{lists, bits}
+}

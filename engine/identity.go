@@ -437,7 +437,7 @@ func (s *Snapshot) DecideSets(req *SetRequest) (Decision, error) {
 		if err := ms.checkType(typ); err != nil {
 			return Decision{}, err
 		}
-		return s.decideUncached(ms, typ, &f), nil
+		return s.decideUncached(ms, typ, &f, 0), nil
 	}
 	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f, src: req.Source, dst: req.Destination},
 		req.Source.hash, req.Destination.hash)

@@ -135,7 +135,7 @@ func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) *Decis
 	k.h = flowHashOf(p.mesh, p.typ, src.hash, dst.hash, proto, port)
 	e, ok := p.cache.lookup(&k)
 	if !ok {
-		d := p.s.decideUncached(p.ms, p.typ, &k.f)
+		d := p.s.decideUncached(p.ms, p.typ, &k.f, 0)
 		if e = p.cache.store(&k, d); e == nil {
 			return &d // seen once: remembered by neither memo
 		}
