@@ -565,15 +565,16 @@ func TestGeneratedSetsMatchReference(t *testing.T) {
 func TestBitmapBlocksUnderUpdates(t *testing.T) {
 	t.Parallel()
 	for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
-		set := policygen.Generate(policygen.Config{Seed: 4, Policies: 9000, Combine: combine, Profile: policygen.Dense})
-		policies, rest := set.Resources[len(set.Resources)-9000:], set.Resources[:len(set.Resources)-9000]
-		snap := engine.Build(1, append(append([]engine.Resource(nil), rest...), policies[:2000]...))
+		const n = 6000
+		set := policygen.Generate(policygen.Config{Seed: 4, Policies: n, Combine: combine, Profile: policygen.Dense})
+		policies, rest := set.Resources[len(set.Resources)-n:], set.Resources[:len(set.Resources)-n]
+		snap := engine.Build(1, append(append([]engine.Resource(nil), rest...), policies[:1000]...))
 		rev := int64(1)
-		// Grow to 9000 in batches (blocks fill past blockMax and split), then
+		// Grow to n in batches (blocks fill past blockMax and split), then
 		// delete every third policy (blocks shrink).
-		for i := 2000; i < len(policies); i += 500 {
+		for i := 1000; i < len(policies); i += 1000 {
 			rev++
-			snap = snap.Apply(rev, puts(policies[i:min(i+500, len(policies))]))
+			snap = snap.Apply(rev, puts(policies[i:min(i+1000, len(policies))]))
 		}
 		var live []engine.Resource
 		var dels []engine.Change
@@ -584,11 +585,14 @@ func TestBitmapBlocksUnderUpdates(t *testing.T) {
 				live = append(live, p)
 			}
 		}
+		if blocks := engine.BitBlocks(snap, set.Config.Mesh, set.Config.Type); blocks[0] < 2 {
+			t.Fatalf("%s: the ALLOW rules fill %d block(s): no block split", combine, blocks[0])
+		}
 		rev++
 		snap = snap.Apply(rev, dels)
 		live = append(live, rest...)
 		built := engine.Build(rev, live)
-		flows := set.Flows(5, 150)
+		flows := set.Flows(5, 60)
 		for i := range flows {
 			want, ok := refDecide(live, flows[i])
 			if !ok {

@@ -107,3 +107,17 @@ func Procedures(req Request) []Request {
 	lists.procedure, bits.procedure = procLists, procBits
 	return []Request{lists, bits}
 }
+
+// BitBlocks returns how many bitmap blocks the enforced rules of a mesh's type
+// are cut into, per action class.
+func BitBlocks(s *Snapshot, mesh, typ string) [2]int {
+	ms, ok := s.meshes.Get(mesh)
+	if !ok {
+		return [2]int{}
+	}
+	ts, ok := ms.types.Get(typ)
+	if !ok || ts.rules.bits == nil {
+		return [2]int{}
+	}
+	return [2]int{len(ts.rules.bits.classes[0]), len(ts.rules.bits.classes[1])}
+}
