@@ -53,14 +53,31 @@ type bitDim struct {
 	kid    uint32
 	any    []uint64
 	absent []uint64
-	exact  map[uint32]exactSet
+	// The rules that require each value: vids sorted, refs beside them,
+	// into pos (sorted positions, for a value few rules of the block name)
+	// or words (a bitmap, for a value with at least one rule per word on
+	// average). Flat slices: a block holds no map and no slice per value.
+	vids  []uint32
+	refs  []exactRef
+	pos   []uint16
+	words []uint64
 }
 
-// exactSet is the rules of a block that require one value: a bitmap when they
-// are many (at least one per word on average), else their sorted positions.
-type exactSet struct {
-	bits []uint64
-	list []uint16
+// exactRef locates one value's rules: pos[off:off+n], or with n == 0 the
+// bitmap words[off:off+len(any)].
+type exactRef struct{ off, n uint32 }
+
+// exact returns the rules of the block that require value vid of the key.
+func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
+	i, ok := slices.BinarySearch(d.vids, vid)
+	if !ok {
+		return nil, nil
+	}
+	r := d.refs[i]
+	if r.n == 0 {
+		return d.words[r.off : int(r.off)+len(d.any)], nil
+	}
+	return nil, d.pos[r.off : r.off+r.n]
 }
 
 // words is the bitmap length of n rules: whole chunks of chunkWords words, so
@@ -75,6 +92,7 @@ func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 	type dimBuild struct {
 		d           *bitDim
 		exact, pres []uint64 // rules requiring an exact value, the key's presence
+		values      map[uint32][]uint16
 	}
 	byKid := map[uint32]*dimBuild{}
 	dim := func(end uint8, key string) (*dimBuild, *keyPostings) {
@@ -84,7 +102,7 @@ func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 		}
 		db := byKid[kp.kid]
 		if db == nil {
-			db = &dimBuild{d: &bitDim{kid: kp.kid, exact: map[uint32]exactSet{}}, exact: make([]uint64, nw), pres: make([]uint64, nw)}
+			db = &dimBuild{d: &bitDim{kid: kp.kid}, exact: make([]uint64, nw), pres: make([]uint64, nw), values: map[uint32][]uint16{}}
 			byKid[kp.kid] = db
 		}
 		return db, kp
@@ -133,9 +151,7 @@ func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 					continue exacts
 				}
 			}
-			es := q.db.d.exact[q.vid]
-			es.list = append(es.list, uint16(i))
-			q.db.d.exact[q.vid] = es
+			q.db.values[q.vid] = append(q.db.values[q.vid], uint16(i))
 		}
 	}
 	all := make([]uint64, nw)
@@ -151,16 +167,26 @@ func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 			d.any[w] = all[w] &^ db.exact[w]
 			d.absent[w] = all[w] &^ (db.exact[w] | db.pres[w])
 		}
-		for vid, es := range d.exact {
-			if len(es.list) >= nw {
-				es.bits = make([]uint64, nw)
-				for _, p := range es.list {
-					es.bits[p/64] |= 1 << (p % 64)
-				}
-				es.list = nil
-				d.exact[vid] = es
-			}
+		for vid := range db.values {
+			d.vids = append(d.vids, vid)
 		}
+		slices.Sort(d.vids)
+		d.refs = make([]exactRef, len(d.vids))
+		for i, vid := range d.vids {
+			l := db.values[vid]
+			if len(l) < nw {
+				d.refs[i] = exactRef{off: uint32(len(d.pos)), n: uint32(len(l))}
+				d.pos = append(d.pos, l...)
+				continue
+			}
+			d.refs[i] = exactRef{off: uint32(len(d.words))}
+			ws := make([]uint64, nw)
+			for _, p := range l {
+				ws[p/64] |= 1 << (p % 64)
+			}
+			d.words = append(d.words, ws...)
+		}
+		d.pos, d.words = slices.Clip(d.pos), slices.Clip(d.words)
 		b.dims = append(b.dims, *d)
 	}
 	// Most selective first: the dimension that leaves the fewest rules
@@ -329,8 +355,7 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 			if x := vals.vals[d.kid]; x>>32 == vals.gen {
 				c.base = d.any
 				if vid := uint32(x); vid != valueUnknown {
-					es := d.exact[vid]
-					c.ebits, c.list = es.bits, es.list
+					c.ebits, c.list = d.exact(vid)
 				}
 			}
 			cur = append(cur, c)
