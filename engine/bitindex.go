@@ -44,8 +44,11 @@ type bitIndex struct {
 
 type bitBlock struct {
 	rules []*rule  // in order
-	ords  []uint64 // orderPrefix of each rule
 	all   []uint64 // every rule of the block
+	// resid: rules the bitmaps leave unconstrained on a key whose value no
+	// other rule of the block requires (a value of one rule is not worth a
+	// directory entry): they are verified whole (rule.matchesFlow).
+	resid []uint64
 	dims  []bitDim // most selective first
 }
 
@@ -88,7 +91,7 @@ func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chu
 func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 	n := len(rules)
 	nw := words(n)
-	b := &bitBlock{rules: rules, ords: make([]uint64, n)}
+	b := &bitBlock{rules: rules, resid: make([]uint64, nw)}
 	type dimBuild struct {
 		d           *bitDim
 		exact, pres []uint64 // rules requiring an exact value, the key's presence
@@ -114,7 +117,6 @@ func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 	var req []reqExact
 	for i, r := range rules {
 		req = req[:0]
-		b.ords[i] = orderPrefix(&r.key)
 		w, bit := i/64, uint64(1)<<(i%64)
 		for _, side := range [2]struct {
 			end uint8
@@ -166,6 +168,14 @@ func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 		for w := range all {
 			d.any[w] = all[w] &^ db.exact[w]
 			d.absent[w] = all[w] &^ (db.exact[w] | db.pres[w])
+		}
+		for vid, l := range db.values {
+			if len(l) == 1 { // the rule's own value: verified whole instead
+				p := l[0]
+				d.any[p/64] |= 1 << (p % 64)
+				b.resid[p/64] |= 1 << (p % 64)
+				delete(db.values, vid)
+			}
 		}
 		for vid := range db.values {
 			d.vids = append(d.vids, vid)
@@ -345,7 +355,7 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 	}
 	vals := &sc.vals
 	for _, b := range bi.classes[class] {
-		if e := b.ords[0]; (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+		if e := orderPrefix(&b.rules[0].key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 			return
 		}
 		cur := sc.cursors[:0]
@@ -363,7 +373,7 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 		sc.cursors = cur
 		nw := len(b.all)
 		for w0 := 0; w0 < nw; w0 += chunkWords {
-			if e := b.ords[w0*64]; (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+			if e := orderPrefix(&b.rules[w0*64].key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 				return
 			}
 			acc := *(*[chunkWords]uint64)(b.all[w0 : w0+chunkWords])
@@ -405,13 +415,17 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 			for j := range acc {
 				for x := acc[j]; x != 0; x &= x - 1 {
 					i := (w0+j)*64 + bits.TrailingZeros64(x)
-					e := b.ords[i] // i < len(b.rules): padding bits are never set
+					r := b.rules[i] // i < len(b.rules): padding bits are never set
+					e := orderPrefix(&r.key)
 					// Past the best of every open side: done.
 					if (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 						return
 					}
-					r := b.rules[i]
-					if !r.matchesRest(f) {
+					if b.resid[w0+j]&(1<<(i%64)) != 0 {
+						if !r.matchesFlow(f) {
+							continue
+						}
+					} else if !r.matchesRest(f) {
 						continue
 					}
 					for side := 0; side < 2; side++ {
