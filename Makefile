@@ -17,8 +17,8 @@ run: ## run verdictd on an embedded etcd (.data/), bootstrapped with examples/po
 	$(GO) run ./cmd/verdictd --data-dir .data/etcd --bootstrap examples/policies.yaml $(RUN_FLAGS)
 
 .PHONY: build
-build: ## build bin/verdictd, bin/verdictctl, bin/verdict-agent and the pinned grpcurl into bin/
-	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdictctl ./cmd/verdict-agent
+build: ## build bin/verdictd, bin/verdictctl, bin/verdict-agent, bin/verdict-loadtest and the pinned grpcurl into bin/
+	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdictctl ./cmd/verdict-agent ./cmd/verdict-loadtest
 	$(GO) build -modfile=tools/buf/go.mod -o bin/ github.com/fullstorydev/grpcurl/cmd/grpcurl
 
 .PHONY: test
