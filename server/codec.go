@@ -38,6 +38,20 @@ const undecodableField protowire.Number = protowire.MaxValidNumber
 // many passes.
 const maxLocateDepth = 8
 
+// Marshal implements encoding.CodecV2: an *encodedMsg is sent as the bytes
+// it holds (shared, never modified: gRPC only reads them, and a SliceBuffer's
+// Free does not recycle them); anything else as gRPC's proto codec does.
+func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*encodedMsg); ok {
+		b, err := e.bytes()
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
+
 // Unmarshal implements encoding.CodecV2.
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if m, ok := v.(proto.Message); ok {

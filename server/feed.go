@@ -60,6 +60,12 @@ type resourceFeed struct {
 	base    int64        // the history holds every change after base
 	nextSeq uint64       // seq of the next change set
 	wake    chan struct{}
+	// parts is the snapshot at partsRev under partsPrefix as the messages
+	// a stream starting from it is sent (snapshotParts), shared and encoded
+	// once: the current revision's only, dropped when the state moves on.
+	parts       []*encodedMsg
+	partsRev    int64
+	partsPrefix string
 }
 
 // feedEntry is a stored key as the feed holds it.
@@ -73,8 +79,9 @@ type changeSet struct {
 	seq     uint64
 	rev     int64
 	changes []*verdictv1.ResourceChange
-	// all is the CHANGES message of a stream with no prefix, shared.
-	all *verdictv1.WatchResourcesResponse
+	// all is the CHANGES message of a stream with no prefix, shared and
+	// encoded once.
+	all *encodedMsg
 }
 
 func newResourceFeed(sy syncer.API, log *slog.Logger, maxSets, maxChanges int) *resourceFeed {
@@ -162,7 +169,7 @@ func (f *resourceFeed) reset(snap *engine.Snapshot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if first {
-		f.rev, f.base, f.state, f.sorted = snap.Revision(), snap.Revision(), next, nil
+		f.rev, f.base, f.state, f.sorted, f.parts = snap.Revision(), snap.Revision(), next, nil, nil
 		close(f.ready)
 		return
 	}
@@ -209,9 +216,9 @@ func (f *resourceFeed) apply(rev int64, cs []engine.Change) {
 // pushLocked appends a change set at rev, trims the history and wakes the
 // streams.
 func (f *resourceFeed) pushLocked(rev int64, changes []*verdictv1.ResourceChange) {
-	f.rev, f.sorted = rev, nil
+	f.rev, f.sorted, f.parts = rev, nil, nil
 	set := &changeSet{seq: f.nextSeq, rev: rev, changes: changes,
-		all: &verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES, Revision: rev, Changes: changes}}
+		all: newEncoded(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES, Revision: rev, Changes: changes})}
 	f.nextSeq++
 	f.sets = append(f.sets, set)
 	f.held += len(changes)
@@ -287,6 +294,33 @@ func (f *resourceFeed) next(seq uint64) (set *changeSet, behind bool, wake <-cha
 	return f.sets[seq-f.sets[0].seq], false, nil
 }
 
+// snapshotParts is snapshot (the feed's state at rev, from start) under
+// prefix as the messages a new stream is sent: parts of at most
+// snapshotChunk resources (at least one, the first fresh), then the SYNCED
+// marker. They are made once per revision and prefix and shared by every
+// stream that starts there: a storm of 1,000 streams from revision 0 encodes
+// the snapshot once, not 1,000 times. One revision's parts are kept.
+func (f *resourceFeed) snapshotParts(rev int64, prefix string, snapshot []*verdictv1.ResourceChange) []*encodedMsg {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.parts != nil && f.partsRev == rev && f.partsPrefix == prefix {
+		return f.parts
+	}
+	changes := underPrefix(snapshot, prefix)
+	var parts []*encodedMsg
+	for first := true; first || len(changes) > 0; first = false {
+		n := min(len(changes), snapshotChunk)
+		parts = append(parts, newEncoded(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT,
+			Revision: rev, Fresh: first, Changes: changes[:n:n]}))
+		changes = changes[n:]
+	}
+	parts = append(parts, newEncoded(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED, Revision: rev}))
+	if rev == f.rev { // the state has not moved on since start
+		f.parts, f.partsRev, f.partsPrefix = parts, rev, prefix
+	}
+	return parts
+}
+
 // underPrefix returns the part of sorted (in key order) under prefix.
 func underPrefix(sorted []*verdictv1.ResourceChange, prefix string) []*verdictv1.ResourceChange {
 	if prefix == "" {
@@ -298,8 +332,9 @@ func underPrefix(sorted []*verdictv1.ResourceChange, prefix string) []*verdictv1
 }
 
 // response is the CHANGES message of set for a stream watching prefix; nil
-// when nothing in it is under the prefix.
-func (set *changeSet) response(prefix string) *verdictv1.WatchResourcesResponse {
+// when nothing in it is under the prefix. The message of a stream with no
+// prefix is the shared one, encoded once.
+func (set *changeSet) response(prefix string) any {
 	if prefix == "" {
 		return set.all
 	}

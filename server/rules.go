@@ -78,7 +78,7 @@ type rulesState struct {
 	named   []*peerSet    // address sets: the distinct sets the rules name, by name
 	// delta is the SET_DELTAS message from version-1 to this state; nil when
 	// this state's rules or resolution changed.
-	delta *verdictv1.WatchRulesResponse
+	delta *encodedMsg
 }
 
 type ruleGroup struct {
@@ -91,8 +91,8 @@ type ruleGroup struct {
 	state    rulesState
 	watchers map[*rulesWatcher]struct{}
 	// full is the RULES message of the current state at fullRev, shared by
-	// the streams that need it; never modified once made.
-	full        *verdictv1.WatchRulesResponse
+	// the streams that need it, encoded once; never modified once made.
+	full        *encodedMsg
 	fullVersion uint64
 	fullRev     int64
 }
@@ -230,8 +230,8 @@ func (h *rulesHub) advance(g *ruleGroup, st rulesState, rev int64) {
 		}
 		if len(deltas) > 0 {
 			st.version++
-			st.delta = &verdictv1.WatchRulesResponse{Revision: rev, Kind: verdictv1.WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS,
-				SetDeltas: deltas}
+			st.delta = newEncoded(&verdictv1.WatchRulesResponse{Revision: rev, Kind: verdictv1.WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS,
+				SetDeltas: deltas})
 		}
 	}
 	changed := st.version != g.state.version
@@ -333,8 +333,8 @@ func resolveWatched(snap *engine.Snapshot, mesh string, ep watched) (resolution,
 }
 
 // fullMessage is the group's RULES message at rev, made once per state and
-// revision and shared by the streams that need it.
-func (g *ruleGroup) fullMessage(rev int64) *verdictv1.WatchRulesResponse {
+// revision and shared, encoded once, by the streams that need it.
+func (g *ruleGroup) fullMessage(rev int64) *encodedMsg {
 	if g.full != nil && g.fullVersion == g.state.version && g.fullRev == rev {
 		return g.full
 	}
@@ -353,8 +353,8 @@ func (g *ruleGroup) fullMessage(rev int64) *verdictv1.WatchRulesResponse {
 		}
 		resp.WorkloadAddresses = st.res.addrs
 	}
-	g.full, g.fullVersion, g.fullRev = resp, st.version, rev
-	return resp
+	g.full, g.fullVersion, g.fullRev = newEncoded(resp), st.version, rev
+	return g.full
 }
 
 // watch registers a stream for a workload; its first message is ready at
@@ -395,7 +395,7 @@ func (h *rulesHub) watch(mesh, typ string, ep watched, sets, audit bool) (*rules
 
 // next is what the stream sends next: nil when it has the group's state;
 // the state's deltas when it has the state before; else the state in full.
-func (h *rulesHub) next(w *rulesWatcher) (*verdictv1.WatchRulesResponse, error) {
+func (h *rulesHub) next(w *rulesWatcher) (*encodedMsg, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := &w.group.state
@@ -517,7 +517,7 @@ func withoutAudit(rs engine.RuleSet) engine.RuleSet {
 // and reconnects to a fresh copy), and its connection is closed (see the
 // drop below), so the server holds no state, no goroutine and no buffer for
 // it any more. Streams on other connections are never held up by it.
-func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func(*verdictv1.WatchRulesResponse) error) error {
+func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func(any) error) error {
 	sent := make(chan error, 1) // buffered: a send still blocked when the stream ends exits when gRPC ends it
 	sending, pending := false, false
 	var behind *time.Timer

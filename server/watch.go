@@ -54,8 +54,10 @@ func (s watchService) WatchResources(req *verdictv1.WatchResourcesRequest, strea
 	prefix := req.GetPrefix()
 	snapshot, rev, seq := s.feed.start(req.GetFromRevision())
 	if snapshot != nil {
-		if err := sendSnapshot(stream, rev, underPrefix(snapshot, prefix)); err != nil {
-			return toStatus(ctx, s.log, err)
+		for _, part := range s.feed.snapshotParts(rev, prefix, snapshot) {
+			if err := stream.SendMsg(part); err != nil {
+				return toStatus(ctx, s.log, err)
+			}
 		}
 	}
 	for {
@@ -80,26 +82,12 @@ func (s watchService) WatchResources(req *verdictv1.WatchResourcesRequest, strea
 			continue // a resume from a revision ahead of the history
 		}
 		if resp := set.response(prefix); resp != nil {
-			if err := stream.Send(resp); err != nil {
+			if err := stream.SendMsg(resp); err != nil {
 				return toStatus(ctx, s.log, err)
 			}
 		}
 		rev = set.rev
 	}
-}
-
-// sendSnapshot sends a snapshot in parts of at most snapshotChunk resources
-// (at least one part, the first fresh), then the SYNCED marker.
-func sendSnapshot(stream verdictv1.WatchService_WatchResourcesServer, rev int64, changes []*verdictv1.ResourceChange) error {
-	for first := true; first || len(changes) > 0; first = false {
-		n := min(len(changes), snapshotChunk)
-		if err := stream.Send(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT,
-			Revision: rev, Fresh: first, Changes: changes[:n:n]}); err != nil {
-			return err
-		}
-		changes = changes[n:]
-	}
-	return stream.Send(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED, Revision: rev})
 }
 
 // WatchRules streams a workload's rules: in full first, then whenever they
@@ -123,7 +111,7 @@ func (s watchService) WatchRules(req *verdictv1.WatchRulesRequest, stream verdic
 		return toStatus(ctx, s.log, err)
 	}
 	defer w.close()
-	return toStatus(ctx, s.log, s.serveRules(ctx, w, stream.Send))
+	return toStatus(ctx, s.log, s.serveRules(ctx, w, stream.SendMsg))
 }
 
 // watchedOf is a validated request's workload.
