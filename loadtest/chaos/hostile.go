@@ -397,7 +397,12 @@ var hostileWorkload = map[string]string{engine.ServiceTag: "hostile-target"}
 // on its own connection measures how late it learns of each write. At the
 // end the silent streams are read to see how the server ended them.
 func (h *hostile) silentStreams(ctx context.Context, s *HostileScenario) error {
-	silent, err := h.dial()
+	// HTTP/2 flow control as a client that does not read gets it: fixed
+	// 64 KiB windows. gRPC's default (a window grown from bandwidth-delay
+	// estimates, up to 16 MiB per stream) would have this process's
+	// transport read and buffer everything for the streams, which measures
+	// this process's heap, not the server's handling of a client that stops.
+	silent, err := dialClients(h.r.addr, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	if err != nil {
 		return err
 	}

@@ -65,8 +65,8 @@ func newReplica(name, bin, dir string, endpoints []string) (*replica, error) {
 		logPath: filepath.Join(dir, name+".log")}, nil
 }
 
-func dialClients(addr string) (*clients, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func dialClients(addr string, opts ...grpc.DialOption) (*clients, error) {
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
