@@ -11,7 +11,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"sort"
+	"slices"
 )
 
 // The reserved tag keys: an endpoint resolved from an address carries `ip`, one
@@ -73,19 +73,18 @@ func Identity(mesh string, tags map[string]string) uint64 {
 			keys = append(keys, k)
 		}
 	}
-	sort.Strings(keys)
-	h := sha256.New()
-	var zero = []byte{0}
-	h.Write([]byte(mesh))
-	h.Write(zero)
+	slices.Sort(keys)
+	// The input in one buffer, on the stack for the usual tag set, hashed in
+	// one call: a hash.Hash and a []byte per Write would allocate on every
+	// tag-form answer (each reports its endpoints' identities).
+	var buf [512]byte
+	in := append(append(buf[:0], mesh...), 0)
 	for _, k := range keys {
-		h.Write([]byte(k))
-		h.Write(zero)
-		h.Write([]byte(tags[k]))
-		h.Write(zero)
+		in = append(append(in, k...), 0)
+		in = append(append(in, tags[k]...), 0)
 	}
-	var sum [sha256.Size]byte
-	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
+	sum := sha256.Sum256(in)
+	return binary.BigEndian.Uint64(sum[:8])
 }
 
 // CanonicalAddress parses an IP address as workloads and requests give it and
