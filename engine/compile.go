@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -47,22 +48,31 @@ func (a *orderKey) less(b *orderKey) bool {
 	if a.priority != b.priority {
 		return a.priority < b.priority
 	}
-	if a.total != b.total {
-		return a.total > b.total
-	}
-	if a.exact != b.exact {
-		return a.exact > b.exact
-	}
-	if a.tb1 != b.tb1 {
-		return a.tb1 < b.tb1
-	}
-	if a.tb2 != b.tb2 {
-		return a.tb2 < b.tb2
+	if c := rankCmp(a.total, a.exact, a.tb1, a.tb2, b.total, b.exact, b.tb1, b.tb2); c != 0 {
+		return c < 0
 	}
 	if a.name != b.name {
 		return a.name < b.name
 	}
 	return a.item < b.item
+}
+
+// rankCmp compares two places of the order from the specificity on (docs/order.md):
+// the greater total, then the more exact entries, then the smaller tie-break
+// values come first. It returns -1 when a comes first, 1 when b does, 0 on a tie
+// (the name and the item decide then). PerDestination's choice (destindex.go)
+// orders its claims by the same rule.
+func rankCmp(aTotal, aExact int16, aTb1, aTb2 int64, bTotal, bExact int16, bTb1, bTb2 int64) int {
+	if c := cmp.Compare(bTotal, aTotal); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(bExact, aExact); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(aTb1, bTb1); c != 0 {
+		return c
+	}
+	return cmp.Compare(aTb2, bTb2)
 }
 
 // rule is one compiled entry of the order: a (source, destination) selector pair

@@ -35,17 +35,8 @@ type destClaim struct {
 // less is the choice's order: more specific first, then the tie-break, then
 // the name; item keeps a policy's claims apart.
 func (a *destClaim) less(b *destClaim) bool {
-	if a.total != b.total {
-		return a.total > b.total
-	}
-	if a.exact != b.exact {
-		return a.exact > b.exact
-	}
-	if a.tb1 != b.tb1 {
-		return a.tb1 < b.tb1
-	}
-	if a.tb2 != b.tb2 {
-		return a.tb2 < b.tb2
+	if c := rankCmp(a.total, a.exact, a.tb1, a.tb2, b.total, b.exact, b.tb1, b.tb2); c != 0 {
+		return c < 0
 	}
 	if a.cp.p.Name != b.cp.p.Name {
 		return a.cp.p.Name < b.cp.p.Name

@@ -50,22 +50,7 @@ func decideAll(t *testing.T, s *Snapshot) (uint64, []Decision) {
 // are counted (memo misses), never timed.
 func TestMemoSurvivesUnrelatedChanges(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		change Change
-		kept   bool
-	}{
-		{"a workload put", Put(&Workload{Mesh: "m", Name: "db-1", Tags: Tags{"app": "db"}, Addresses: []string{"10.0.0.2"}}), true},
-		{"a workload put that changes a tag set", Put(&Workload{Mesh: "m", Name: "web-1", Tags: Tags{"app": "web", "v": "2"}}), true},
-		{"a workload delete", Delete(Key{Kind: KindWorkload, Mesh: "m", Name: "web-1"}), true},
-		{"a policy of another type", Put(&Policy{Mesh: "m", Name: "log2", Type: "TrafficLog", Sources: []Selector{{}}, Destinations: []Selector{{}}}), true},
-		{"another mesh's policy", Put(&Policy{Mesh: "other", Name: "p", Type: DefaultType, Sources: []Selector{{}}, Destinations: []Selector{{}}}), true},
-		{"a policy of the type", Put(&Policy{Mesh: "m", Name: "deny-api", Type: DefaultType, Action: Deny,
-			Sources: []Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []Selector{{}}}), false},
-		{"a policy of the type deleted", Delete(Key{Kind: KindPolicy, Mesh: "m", Type: DefaultType, Name: "web-to-db"}), false},
-		{"the mesh document", Put(&Mesh{Name: "m", DefaultAction: Allow}), false},
-		{"a scope", Put(&Scope{Mesh: "m", Name: "s", Selectors: []Selector{{}}, Enforced: true}), false},
-	} {
+	for _, tc := range memoChanges(Allow) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := memoWorld(t)
@@ -249,5 +234,30 @@ func TestLookupIdentity(t *testing.T) {
 	}
 	if _, err := s.LookupIdentity("nope", 1, reg); !errors.Is(err, ErrMeshNotFound) {
 		t.Errorf("an unknown mesh: %v", err)
+	}
+}
+
+// memoChange is a change and whether a (mesh, type)'s memo survives it.
+type memoChange struct {
+	name   string
+	change Change
+	kept   bool
+}
+
+// memoChanges lists the changes the memo tests apply to memoWorld: those that
+// cannot alter the answers of mesh m's TrafficPermission (kept) and those that
+// can; the mesh document is put with meshDefault.
+func memoChanges(meshDefault Action) []memoChange {
+	return []memoChange{
+		{"a workload put", Put(&Workload{Mesh: "m", Name: "db-1", Tags: Tags{"app": "db"}, Addresses: []string{"10.0.0.2"}}), true},
+		{"a workload put that changes a tag set", Put(&Workload{Mesh: "m", Name: "web-1", Tags: Tags{"app": "web", "v": "2"}}), true},
+		{"a workload delete", Delete(Key{Kind: KindWorkload, Mesh: "m", Name: "web-1"}), true},
+		{"a policy of another type", Put(&Policy{Mesh: "m", Name: "log2", Type: "TrafficLog", Sources: []Selector{{}}, Destinations: []Selector{{}}}), true},
+		{"another mesh's policy", Put(&Policy{Mesh: "other", Name: "p", Type: DefaultType, Sources: []Selector{{}}, Destinations: []Selector{{}}}), true},
+		{"a policy of the type", Put(&Policy{Mesh: "m", Name: "deny-api", Type: DefaultType, Action: Deny,
+			Sources: []Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []Selector{{}}}), false},
+		{"a policy of the type deleted", Delete(Key{Kind: KindPolicy, Mesh: "m", Type: DefaultType, Name: "web-to-db"}), false},
+		{"the mesh document", Put(&Mesh{Name: "m", DefaultAction: meshDefault}), false},
+		{"a scope", Put(&Scope{Mesh: "m", Name: "s", Selectors: []Selector{{}}, Enforced: true}), false},
 	}
 }

@@ -69,22 +69,7 @@ func decidePairs(t *testing.T, s *Snapshot, reg *Registry) (uint64, []Decision) 
 // then. Hits are counted (misses), never timed.
 func TestPairMemoSurvivesUnrelatedChanges(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		change Change
-		kept   bool
-	}{
-		{"a workload put", Put(&Workload{Mesh: "m", Name: "db-1", Tags: Tags{"app": "db"}, Addresses: []string{"10.0.0.2"}}), true},
-		{"a workload put that changes a tag set", Put(&Workload{Mesh: "m", Name: "web-1", Tags: Tags{"app": "web", "v": "2"}}), true},
-		{"a workload delete", Delete(Key{Kind: KindWorkload, Mesh: "m", Name: "web-1"}), true},
-		{"a policy of another type", Put(&Policy{Mesh: "m", Name: "log2", Type: "TrafficLog", Sources: []Selector{{}}, Destinations: []Selector{{}}}), true},
-		{"another mesh's policy", Put(&Policy{Mesh: "other", Name: "p", Type: DefaultType, Sources: []Selector{{}}, Destinations: []Selector{{}}}), true},
-		{"a policy of the type", Put(&Policy{Mesh: "m", Name: "deny-api", Type: DefaultType, Action: Deny,
-			Sources: []Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []Selector{{}}}), false},
-		{"a policy of the type deleted", Delete(Key{Kind: KindPolicy, Mesh: "m", Type: DefaultType, Name: "web-to-db"}), false},
-		{"the mesh document", Put(&Mesh{Name: "m", DefaultAction: Deny}), false},
-		{"a scope", Put(&Scope{Mesh: "m", Name: "s", Selectors: []Selector{{}}, Enforced: true}), false},
-	} {
+	for _, tc := range memoChanges(Deny) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, reg := memoWorld(t), NewRegistry(0, 0)

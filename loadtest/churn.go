@@ -36,17 +36,7 @@ func Churn(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, c
 	go func() {
 		defer wg.Done()
 		r := rand.New(rand.NewPCG(7, 7))
-		interval := time.Duration(float64(time.Second) / writeRate)
-		next := time.Now()
-		for i := 0; wctx.Err() == nil && time.Now().Before(stopAt); i++ {
-			if d := time.Until(next); d > 0 {
-				select {
-				case <-time.After(d):
-				case <-wctx.Done():
-					return
-				}
-			}
-			next = next.Add(interval)
+		paced(wctx, writeRate, stopAt, func(i int) {
 			p := &engine.Policy{Mesh: mesh, Type: typ, Name: fmt.Sprintf("churn-%03d", i%100), Action: engine.Allow,
 				Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("churn-src-%d", r.IntN(1000))}}},
 				Destinations: []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("churn-dst-%d", r.IntN(1000))}}}}
@@ -65,7 +55,7 @@ func Churn(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, c
 					writeErrors["Apply "+codeName(err)]++
 				}
 				ccancel()
-				continue
+				return
 			}
 			t1 := time.Now()
 			probe := proto.Clone(flows[i%len(flows)]).(*verdictv1.DecideRequest)
@@ -77,12 +67,12 @@ func Churn(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, c
 				if wctx.Err() == nil {
 					writeErrors["Decide(min_revision) "+codeName(err)]++
 				}
-				continue
+				return
 			}
 			ack.Record(t1.Sub(t0))
 			visible.Record(t2.Sub(t1))
 			total.Record(t2.Sub(t0))
-		}
+		})
 	}()
 	r := Unary(ctx, conns, flows, concurrency, rate, lim)
 	wg.Wait()

@@ -212,3 +212,22 @@ func openLoop(ctx context.Context, name string, rate float64, maxInFlight int, l
 	}
 	return r
 }
+
+// paced calls tick(i) for i = 0, 1, … at rate per second until ctx ends or
+// stopAt passes. Ticks keep their schedule from the start: a late tick runs at
+// once and the next one is due on time, not one interval after it.
+func paced(ctx context.Context, rate float64, stopAt time.Time, tick func(i int)) {
+	interval := time.Duration(float64(time.Second) / rate)
+	next := time.Now()
+	for i := 0; ctx.Err() == nil && time.Now().Before(stopAt); i++ {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return
+			}
+		}
+		next = next.Add(interval)
+		tick(i)
+	}
+}

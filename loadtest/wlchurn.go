@@ -154,23 +154,13 @@ func WorkloadChurn(ctx context.Context, conns Conns, cfg WorkloadChurnConfig) *R
 	}
 	go func() {
 		defer close(ticks)
-		interval := time.Duration(float64(time.Second) / cfg.PutRate)
-		next := time.Now()
-		for i := 0; wctx.Err() == nil && time.Now().Before(stopAt); i++ {
-			if d := time.Until(next); d > 0 {
-				select {
-				case <-time.After(d):
-				case <-wctx.Done():
-					return
-				}
-			}
-			next = next.Add(interval)
+		paced(wctx, cfg.PutRate, stopAt, func(i int) {
 			select {
 			case ticks <- i:
 			default:
 				skipped.Add(1)
 			}
-		}
+		})
 	}()
 
 	// The load: Decide by address over the probes; one call in 16 is checked
