@@ -96,17 +96,7 @@ func TestWatchRulesSilentConnectionFreed(t *testing.T) {
 	if _, err := conn.Write(out.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s: %d streams registered", what, h.srv.hub.watcherCount())
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}
-	waitFor("the silent streams registered", func() bool { return h.srv.hub.watcherCount() == silent+1 })
+	waitWatchers(ctx, t, h, "the silent streams registered", silent+1)
 
 	for i := range writes { // each changes app=web's rules; the honest watcher sees it
 		ap, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{
@@ -122,7 +112,7 @@ func TestWatchRulesSilentConnectionFreed(t *testing.T) {
 			}
 		}
 	}
-	waitFor("the silent streams dropped", func() bool { return h.srv.hub.watcherCount() == 1 })
+	waitWatchers(ctx, t, h, "the silent streams dropped", 1)
 
 	// What the silent streams had queued goes with their connection; polled
 	// (gRPC frees it once its transport has seen the close).

@@ -64,17 +64,7 @@ func TestWatchRulesDropsSlowConsumers(t *testing.T) {
 		}
 		slowStreams = append(slowStreams, s)
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s: %d streams registered", what, h.srv.hub.watcherCount())
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}
-	waitFor("all streams registered", func() bool { return h.srv.hub.watcherCount() == slow+1 })
+	waitWatchers(ctx, t, h, "all streams registered", slow+1)
 
 	write := func(i int) {
 		t.Helper()
@@ -100,7 +90,7 @@ func TestWatchRulesDropsSlowConsumers(t *testing.T) {
 	}
 	// The slow streams fall behind (their ~300 KB of updates outgrow the
 	// flow-control windows) and are dropped; the honest one stays.
-	waitFor("slow streams dropped", func() bool { return h.srv.hub.watcherCount() == 1 })
+	waitWatchers(ctx, t, h, "slow streams dropped", 1)
 	write(writes)
 
 	for i, s := range slowStreams {
@@ -146,4 +136,17 @@ func droppedCount(rm metricdata.ResourceMetrics, rpc string) int64 {
 		}
 	}
 	return 0
+}
+
+// waitWatchers waits until the rules hub holds n watchers, failing the test
+// (with the count it saw) when ctx ends first.
+func waitWatchers(ctx context.Context, t *testing.T, h *harness, what string, n int) {
+	t.Helper()
+	for h.srv.hub.watcherCount() != n {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %d streams registered, want %d", what, h.srv.hub.watcherCount(), n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

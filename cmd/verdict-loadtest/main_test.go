@@ -3,15 +3,50 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/verdictpdp/verdict/loadtest"
 )
+
+// The tests' verdictd and verdict-loadtest, built once for all of them.
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binaries builds verdictd and this command once and returns their directory.
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "verdict-loadtest-test-"); buildErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", binDir+"/", "../verdictd", ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
 
 // TestSmokeEveryScenario runs every scenario for about a second against a real
 // verdictd (built here) on an embedded etcd, and checks each report: calls
@@ -21,11 +56,7 @@ func TestSmokeEveryScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs verdictd")
 	}
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+"/", "../verdictd", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	dir := binaries(t)
 	common := []string{"--verdictd", filepath.Join(dir, "verdictd"),
 		"--policies", "500", "--duration", "1s", "--warmup", "200ms", "--rate", "500", "--concurrency", "8",
 		"--fanout-streams", "100", "--fanout-workloads", "10", "--write-rate", "20", "--churn-rate", "500",
@@ -98,15 +129,12 @@ func TestDecisionLogAB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs verdictd")
 	}
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+"/", "../verdictd", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	dir := binaries(t)
+	logDir := t.TempDir()
 	const rounds = 2
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(dir, "verdict-loadtest"), "--verdictd", filepath.Join(dir, "verdictd"),
-		"--decision-log-ab", "--rounds", "2", "--decision-log-dir", dir,
+		"--decision-log-ab", "--rounds", "2", "--decision-log-dir", logDir,
 		"--policies", "200", "--duration", "300ms", "--warmup", "100ms", "--rate", "300", "--concurrency", "4",
 		"--batch-size", "20", "--streams", "2", "--window", "16", "--timeout", "3m", "--json")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -168,14 +196,11 @@ func TestColdStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs verdictd")
 	}
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+"/", "../verdictd", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	dir := binaries(t)
+	etcdDir := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(dir, "verdict-loadtest"), "cold-start", "--verdictd", filepath.Join(dir, "verdictd"),
-		"--workloads", "300", "--policies", "50", "--restarts", "2", "--etcd-tmpdir", dir, "--timeout", "2m", "--json")
+		"--workloads", "300", "--policies", "50", "--restarts", "2", "--etcd-tmpdir", etcdDir, "--timeout", "2m", "--json")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("verdict-loadtest cold-start: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
