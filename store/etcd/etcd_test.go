@@ -400,6 +400,45 @@ func TestQuietWatchReportsDisconnected(t *testing.T) {
 	}
 }
 
+// TestQuietWatchCreationReportsDisconnected: a watch whose creation waits on
+// an etcd that went silent (here: a resume from a revision, which lists
+// nothing first) says so after one and a half progress intervals, as a
+// running watch does; it used to leave the store connected until the liveness
+// timeout replaced it (found under load: TestQuietWatchReportsDisconnected's
+// blackhole fell between the list and the watch's creation, and waited an
+// hour's liveness timeout).
+func TestQuietWatchCreationReportsDisconnected(t *testing.T) {
+	e := startEtcd(t)
+	p, err := embedetcd.NewProxy(e.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	st, err := etcd.New(storetest.Context(t), etcd.Config{Endpoints: []string{p.Endpoint()}, DialTimeout: 2 * time.Second,
+		RequestTimeout: 2 * time.Second, ProgressInterval: 100 * time.Millisecond, LivenessTimeout: time.Hour, Logger: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rev := storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "a", 0)))
+	storetest.Eventually(t, "the store to be connected", func() bool { return st.Health().Connected })
+
+	p.Blackhole()
+	f := storetest.Follow(t, st, rev) // no list: straight to the watch's creation, which waits
+	// Far longer than the 150 ms it takes, far shorter than the liveness
+	// timeout the old code waited for: a bound on a wait, not a timing.
+	for deadline := time.Now().Add(30 * time.Second); st.Health().Connected; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the store still says connected 30 s into a silent watch creation")
+		}
+	}
+	p.Restore()
+	writer := newStore(t, e.Endpoints())
+	last := storetest.Apply(t, writer, storetest.Put(storetest.Policy(t, "default", "b", 0)))
+	f.WaitRevision(t, last)
+	storetest.Eventually(t, "the store to be connected again", func() bool { return st.Health().Connected })
+}
+
 // TestApplyAnswersBeforeTheCallerGivesUp: with etcd down, an Apply whose
 // caller has less time than RequestTimeout fails with ErrUnavailable while
 // the caller still waits (a tenth of its time early), so the API answers

@@ -146,8 +146,18 @@ func (w *watcher) follow(ctx context.Context) error {
 	//
 	// Watch returns once etcd has confirmed the watch: a hung etcd would block
 	// it for good, so the liveness timeout covers the creation too.
+	//
+	// The silence is said meanwhile as it is once the watch runs (below): a
+	// watch whose creation waits on an etcd that went away right after the
+	// list would otherwise leave Health connected for the whole liveness
+	// timeout.
+	quietAfter := s.cfg.ProgressInterval + s.cfg.ProgressInterval/2
 	expire := time.AfterFunc(s.cfg.LivenessTimeout, cancel)
+	creating := time.AfterFunc(quietAfter, func() {
+		s.lost(fmt.Errorf("%w for %v creating the watch (it is replaced after %v)", errSilent, quietAfter, s.cfg.LivenessTimeout))
+	})
 	wch := s.cli.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(max(w.rev, 1)), clientv3.WithProgressNotify())
+	creating.Stop()
 	if !expire.Stop() {
 		return fmt.Errorf("%w (creating the watch)", errSilent)
 	}
@@ -162,7 +172,6 @@ func (w *watcher) follow(ctx context.Context) error {
 	// liveness timeout replaces it. A stopped member leaves the client
 	// redialling with no error, a partition leaves it silent: either way,
 	// this is what notices first.
-	quietAfter := s.cfg.ProgressInterval + s.cfg.ProgressInterval/2
 	quiet := time.NewTimer(quietAfter)
 	defer quiet.Stop()
 	heard := func() {
