@@ -378,18 +378,7 @@ func TestQuietWatchReportsDisconnected(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := startEtcd(t)
-			p, err := embedetcd.NewProxy(e.Endpoints()[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { p.Close() })
-			// A liveness timeout of an hour: only the quiet watch can say it.
-			st, err := etcd.New(storetest.Context(t), etcd.Config{Endpoints: []string{p.Endpoint()}, DialTimeout: 2 * time.Second,
-				RequestTimeout: 2 * time.Second, ProgressInterval: 100 * time.Millisecond, LivenessTimeout: time.Hour, Logger: logger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
+			p, st := quietStore(t, e)
 			rev := storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "a", 0)))
 			f := storetest.Follow(t, st, 0)
 			f.WaitRevision(t, rev)
@@ -421,17 +410,7 @@ func TestQuietWatchReportsDisconnected(t *testing.T) {
 // hour's liveness timeout).
 func TestQuietWatchCreationReportsDisconnected(t *testing.T) {
 	e := startEtcd(t)
-	p, err := embedetcd.NewProxy(e.Endpoints()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	st, err := etcd.New(storetest.Context(t), etcd.Config{Endpoints: []string{p.Endpoint()}, DialTimeout: 2 * time.Second,
-		RequestTimeout: 2 * time.Second, ProgressInterval: 100 * time.Millisecond, LivenessTimeout: time.Hour, Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	p, st := quietStore(t, e)
 	rev := storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "a", 0)))
 	storetest.Eventually(t, "the store to be connected", func() bool { return st.Health().Connected })
 
@@ -479,4 +458,23 @@ func TestApplyAnswersBeforeTheCallerGivesUp(t *testing.T) {
 	if st.Health().Connected {
 		t.Fatal("Health still says connected")
 	}
+}
+
+// quietStore is a store reaching e through a proxy the test can cut, with
+// progress asked every 100 ms and a liveness timeout of an hour: only the
+// quiet watch can say the store is cut off.
+func quietStore(t *testing.T, e *embedetcd.Etcd) (*embedetcd.Proxy, *etcd.Store) {
+	t.Helper()
+	p, err := embedetcd.NewProxy(e.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	st, err := etcd.New(storetest.Context(t), etcd.Config{Endpoints: []string{p.Endpoint()}, DialTimeout: 2 * time.Second,
+		RequestTimeout: 2 * time.Second, ProgressInterval: 100 * time.Millisecond, LivenessTimeout: time.Hour, Logger: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return p, st
 }
