@@ -35,7 +35,7 @@ func StartCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
 }
 
 func startCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
-	ports, err := listen.FreePorts(2 * n)
+	ports, err := listen.FreePorts(3 * n)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
@@ -45,8 +45,9 @@ func startCluster(ctx context.Context, n int, dir string) (*Cluster, error) {
 		cfgs[i] = Config{
 			Name:         fmt.Sprintf("m%d", i),
 			Dir:          filepath.Join(dir, fmt.Sprintf("m%d", i)),
-			ClientURL:    LoopbackURL(ports[2*i]),
-			PeerURL:      LoopbackURL(ports[2*i+1]),
+			ClientURL:    LoopbackURL(ports[3*i]),
+			PeerURL:      LoopbackURL(ports[3*i+1]),
+			HTTPURL:      LoopbackURL(ports[3*i+2]),
 			Fast:         true,
 			NoFsync:      true,
 			ClusterToken: filepath.Base(dir) + "-" + fmt.Sprint(ports[0]),

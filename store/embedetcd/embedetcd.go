@@ -55,6 +55,13 @@ type Config struct {
 	// loopback port. Hosts must be loopback addresses.
 	ClientURL string
 	PeerURL   string
+	// HTTPURL serves the member's HTTP endpoints (/health, /metrics,
+	// /version: etcd's --listen-client-http-urls), so that ClientURL serves
+	// gRPC alone, on grpc-go's own transport. A client URL that serves both
+	// hands gRPC to net/http's HTTP/2 server through grpc-go's ServeHTTP
+	// adapter (with TLS, always): a goroutine and a flush per message more,
+	// on every transaction and watch event. Empty: a free loopback port.
+	HTTPURL string
 	// Fast uses a 10 ms heartbeat and a 100 ms election timeout (tests); the
 	// default is etcd's 100 ms and 1 s.
 	Fast bool
@@ -87,7 +94,7 @@ func (c Config) Validate() error {
 	if c.Private && c.InitialCluster != "" {
 		return fmt.Errorf("%w: a Private member runs alone (no InitialCluster)", ErrInvalidConfig)
 	}
-	for _, u := range []string{c.ClientURL, c.PeerURL} {
+	for _, u := range []string{c.ClientURL, c.PeerURL, c.HTTPURL} {
 		if u == "" {
 			continue
 		}
@@ -142,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	if cfg.Name == "" {
 		cfg.Name = "default"
 	}
-	auto := cfg.ClientURL == "" || cfg.PeerURL == ""
+	auto := cfg.ClientURL == "" || cfg.PeerURL == "" || cfg.HTTPURL == ""
 	var private *privateCerts
 	if cfg.Private {
 		var err error
@@ -152,8 +159,8 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	}
 	for attempt := 0; ; attempt++ {
 		m := &Etcd{cfg: cfg, auto: auto, private: private}
-		if m.cfg.ClientURL == "" || m.cfg.PeerURL == "" {
-			ports, err := listen.FreePorts(2)
+		if auto {
+			ports, err := listen.FreePorts(3)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrStart, err)
 			}
@@ -166,6 +173,9 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 			}
 			if m.cfg.PeerURL == "" {
 				m.cfg.PeerURL = mkURL(ports[1])
+			}
+			if m.cfg.HTTPURL == "" {
+				m.cfg.HTTPURL = mkURL(ports[2])
 			}
 		}
 		err := m.start(ctx, true)
@@ -238,7 +248,12 @@ func (m *Etcd) embedConfig() (*embed.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
+	hu, err := url.Parse(c.HTTPURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	ec.ListenClientHttpUrls = []url.URL{*hu}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	ec.InitialCluster = c.Name + "=" + c.PeerURL
 	if c.InitialCluster != "" {
@@ -311,6 +326,10 @@ func (m *Etcd) ClientTLS() *tls.Config {
 	}
 	return m.private.client.Clone()
 }
+
+// HTTPURL returns the URL of the member's HTTP endpoints (/health,
+// /metrics, /version); its client URL serves gRPC only.
+func (m *Etcd) HTTPURL() string { return m.cfg.HTTPURL }
 
 // PeerURL returns the member's peer URL.
 func (m *Etcd) PeerURL() string { return m.cfg.PeerURL }

@@ -283,3 +283,53 @@ func TestPrivateMemberIsNoSideDoor(t *testing.T) {
 		t.Fatalf("a refused client planted %q", got)
 	}
 }
+
+// TestClientURLServesGRPCOnly: the member's HTTP endpoints are on their own
+// URL, so that its client URL serves gRPC on grpc-go's transport; with TLS,
+// etcd otherwise serves gRPC through net/http's server (ServeHTTP), at about
+// twice the cost per transaction (store/etcd's BenchmarkPutVisible, private).
+// On the client URL an HTTP/1.1 request is not answered; on HTTPURL /health
+// is, and for a Private member only with the member's client certificate.
+func TestClientURLServesGRPCOnly(t *testing.T) {
+	for _, private := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "private"}[private], func(t *testing.T) {
+			e, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: t.TempDir(), Fast: true, NoFsync: true, Private: private})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close() })
+			httpGet := func(tlsc *tls.Config, url string) (int, error) {
+				tr := &http.Transport{TLSClientConfig: tlsc}
+				defer tr.CloseIdleConnections()
+				resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: tr}).Get(url)
+				if err != nil {
+					return 0, err
+				}
+				resp.Body.Close()
+				return resp.StatusCode, nil
+			}
+			if code, err := httpGet(e.ClientTLS(), e.Endpoints()[0]+"/health"); err == nil {
+				t.Errorf("GET /health on the client URL answered %d: it serves HTTP beside gRPC", code)
+			}
+			if code, err := httpGet(e.ClientTLS(), e.HTTPURL()+"/health"); err != nil || code != http.StatusOK {
+				t.Errorf("GET /health on the HTTP URL: %d, %v; want 200", code, err)
+			}
+			if private {
+				noCert := e.ClientTLS()
+				noCert.Certificates = nil
+				if code, err := httpGet(noCert, e.HTTPURL()+"/health"); err == nil {
+					t.Errorf("GET /health on the HTTP URL without a client certificate answered %d", code)
+				}
+			}
+			c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), TLS: e.ClientTLS(), DialTimeout: 30 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			put(t, c, "k", "v")
+			if got := get(t, c, "k"); got != "v" {
+				t.Fatalf("gRPC on the client URL: got %q", got)
+			}
+		})
+	}
+}
