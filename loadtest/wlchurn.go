@@ -68,6 +68,10 @@ func answerOf(r *verdictv1.DecideResponse) answer {
 		src: r.GetSourceResolution().GetWorkload(), dst: r.GetDestinationResolution().GetWorkload()}
 }
 
+// maxVisibilityChecks bounds the workload-churn puts whose visibility is
+// being awaited at once.
+const maxVisibilityChecks = 1024
+
 // WorkloadChurnConfig configures WorkloadChurn.
 type WorkloadChurnConfig struct {
 	Workloads   []*engine.Workload          // the preloaded inventory (ChurnWorkloads)
@@ -76,7 +80,7 @@ type WorkloadChurnConfig struct {
 	Concurrency int                         // closed loop workers, or the open loop's in-flight bound (0 picks)
 	Rate        float64                     // Decide calls/s; 0: closed loop
 	PutRate     float64                     // workload puts/s
-	Writers     int                         // goroutines making the puts (each put waits for its own visibility)
+	Writers     int                         // goroutines making the puts (each waits for its put's acknowledgement)
 	Limits      Limits
 }
 
@@ -90,8 +94,11 @@ type WorkloadChurnConfig struct {
 // acknowledged → visible and put → visible; every answer (the probes' and,
 // sampled, the load's) is compared with the one taken before the churn, and a
 // difference counts as the error "wrong answer". Puts are paced by one ticker
-// and made by Writers goroutines; a tick that finds every writer busy is
-// skipped and counted (note "puts skipped"), so the writes stay bounded.
+// and made by Writers goroutines, each waiting for its put's acknowledgement
+// only: the probe that awaits the put's visibility runs beside it (at most
+// maxVisibilityChecks at once), so the visibility lag does not bound the put
+// rate. A tick that finds every writer busy is skipped and counted (note
+// "puts skipped"), so the writes stay bounded.
 func WorkloadChurn(ctx context.Context, conns Conns, cfg WorkloadChurnConfig) *Report {
 	lim := cfg.Limits.withDefaults()
 	stopAt := time.Now().Add(lim.Warmup + lim.Duration)
@@ -107,7 +114,11 @@ func WorkloadChurn(ctx context.Context, conns Conns, cfg WorkloadChurnConfig) *R
 	}
 	var skipped, gen atomic.Int64
 	ticks := make(chan int, cfg.Writers)
-	var wg sync.WaitGroup
+	var wg, checks sync.WaitGroup
+	// Visibility is awaited beside the writers, so that a writer's next put
+	// does not wait for its last one to be visible: at most maxVisibilityChecks
+	// in flight (then a writer waits for one to end).
+	inFlight := make(chan struct{}, maxVisibilityChecks)
 	for w := 0; w < cfg.Writers; w++ {
 		wg.Add(1)
 		go func() {
@@ -132,23 +143,32 @@ func WorkloadChurn(ctx context.Context, conns Conns, cfg WorkloadChurnConfig) *R
 				t1 := time.Now()
 				probe := proto.Clone(cfg.Probes[k]).(*verdictv1.DecideRequest)
 				probe.MinRevision = resp.Revision
-				got, err := decisions.Decide(cctx, probe)
-				t2 := time.Now()
-				ccancel()
-				if err != nil {
-					if wctx.Err() == nil {
-						fail("Decide(min_revision) " + codeName(err))
-					}
+				select {
+				case inFlight <- struct{}{}:
+				case <-wctx.Done():
+					ccancel()
 					continue
 				}
-				if answerOf(got) != answerOf(cfg.Expected[k]) {
-					fail("wrong answer")
-				}
-				mu.Lock()
-				ack.Record(t1.Sub(t0))
-				visible.Record(t2.Sub(t1))
-				total.Record(t2.Sub(t0))
-				mu.Unlock()
+				checks.Go(func() {
+					defer func() { <-inFlight }()
+					defer ccancel()
+					got, err := decisions.Decide(cctx, probe)
+					t2 := time.Now()
+					if err != nil {
+						if wctx.Err() == nil {
+							fail("Decide(min_revision) " + codeName(err))
+						}
+						return
+					}
+					if answerOf(got) != answerOf(cfg.Expected[k]) {
+						fail("wrong answer")
+					}
+					mu.Lock()
+					ack.Record(t1.Sub(t0))
+					visible.Record(t2.Sub(t1))
+					total.Record(t2.Sub(t0))
+					mu.Unlock()
+				})
 			}
 		}()
 	}
@@ -184,6 +204,7 @@ func WorkloadChurn(ctx context.Context, conns Conns, cfg WorkloadChurnConfig) *R
 		r = closedLoop(ctx, "workload-churn", cfg.Concurrency, lim, fn)
 	}
 	wg.Wait()
+	checks.Wait()
 	r.Scenario = "workload-churn"
 	r.Mode += fmt.Sprintf(", %.0f workload puts/s by %d writers, %d workloads", cfg.PutRate, cfg.Writers, len(cfg.Workloads))
 	r.Lags = map[string]Latency{

@@ -43,3 +43,26 @@ func TestDecisionLogABFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestProfileFlags: --profile-dir needs a metrics listener to read from: the
+// started verdictd gets one, an existing one (--addr) must be named.
+func TestProfileFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"a started verdictd", []string{"--verdictd", "/bin/true", "--profile-dir", "p"}, ""},
+		{"an existing verdictd without its metrics listener", []string{"--addr", "127.0.0.1:7070", "--profile-dir", "p"}, "needs --verdictd-metrics"},
+		{"an existing verdictd with it", []string{"--addr", "127.0.0.1:7070", "--verdictd-metrics", "127.0.0.1:7071", "--profile-dir", "p"}, ""},
+		{"the decision log A/B", []string{"--verdictd", "/bin/true", "--decision-log-ab", "--profile-dir", "p"}, "does not take profiles"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseFlags(tt.args, io.Discard)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("err %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -64,6 +64,12 @@ type Config struct {
 	ChurnRate   float64 // Decide calls/s during churn; 0: closed loop
 	EtcdParent  string  // where the started verdictd's etcd data directory is made
 	Unix        bool    // serve on Unix sockets instead of loopback TCP
+	// Metrics is the started verdictd's --metrics-listen (127.0.0.1:0: a
+	// free port; empty: none), or with Addr that verdictd's metrics listener.
+	Metrics string
+	// ProfileDir receives a CPU profile of verdictd per scenario run against
+	// it (<scenario>.cpu.pprof), from its loopback metrics listener.
+	ProfileDir string
 	// Workload churn (issue 13 item 6): puts/s, the goroutines making them,
 	// and the workloads loaded first.
 	WorkloadRate    float64
@@ -117,7 +123,13 @@ func (c *Config) Validate() error {
 	if c.CheckRate <= 0 || c.CheckFlows < 1 || c.CheckFlows > 8192 {
 		return fmt.Errorf("--check-rate must be positive and --check-flows in [1, 8192]")
 	}
+	if c.ProfileDir != "" && c.Addr != "" && c.Metrics == "" {
+		return fmt.Errorf("--profile-dir with --addr needs --verdictd-metrics: that verdictd's loopback metrics listener")
+	}
 	if c.DecisionLogAB {
+		if c.ProfileDir != "" {
+			return fmt.Errorf("--decision-log-ab does not take profiles (--profile-dir)")
+		}
 		if c.Addr != "" {
 			return fmt.Errorf("--decision-log-ab starts its own two verdictd processes: no --addr")
 		}
@@ -208,12 +220,18 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&c.ChurnRate, "churn-rate", 10000,
 		"churn: Decide calls/s (open loop) during the writes; 0: closed loop at --concurrency, saturating the machine")
 	fs.Float64Var(&c.WorkloadRate, "workload-rate", 1000, "workload-churn: workload puts per second (≤ 10000)")
-	fs.IntVar(&c.WorkloadWriters, "workload-writers", 8,
-		"workload-churn: goroutines making the puts, each waiting for its put to be visible (≤ 64)")
+	fs.IntVar(&c.WorkloadWriters, "workload-writers", 32,
+		"workload-churn: goroutines making the puts, each waiting for its put's acknowledgement (its visibility is awaited beside it; ≤ 64)")
 	fs.IntVar(&c.WorkloadsLoaded, "workloads-loaded", 10000, "workload-churn: workloads loaded before the churn (100000: issue 13's case)")
 	fs.BoolVar(&c.Unix, "unix", false, "serve the started verdictd and the baseline on Unix sockets instead of loopback TCP")
 	fs.StringVar(&c.EtcdParent, "etcd-tmpdir", "",
 		"directory for the started verdictd's etcd data (default: the system's; /dev/shm takes the disk's fsync out of the write lag)")
+	fs.StringVar(&c.Metrics, "verdictd-metrics", "",
+		"the started verdictd's --metrics-listen (loopback; 127.0.0.1:0 picks a free port; default none), or with --addr "+
+			"that verdictd's metrics listener; it serves /debug/pprof")
+	fs.StringVar(&c.ProfileDir, "profile-dir", "",
+		"write a CPU profile of verdictd for each scenario run against it to DIR/<scenario>.cpu.pprof, taken from its "+
+			"loopback metrics listener (started on a free port unless --verdictd-metrics names one)")
 	fs.IntVar(&c.Fanout, "fanout-streams", 2000, "fanout: WatchRules streams")
 	fs.IntVar(&c.Workloads, "fanout-workloads", 50, "fanout: distinct workloads the streams watch")
 	fs.BoolVar(&c.JSON, "json", false, "print the reports as JSON")

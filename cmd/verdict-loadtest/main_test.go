@@ -70,8 +70,15 @@ func TestSmokeEveryScenario(t *testing.T) {
 			"check/baseline", "check/verdict", "check-open/baseline", "check-open/verdict")
 	})
 	t.Run("workload-churn", func(t *testing.T) {
+		// With a CPU profile of verdictd taken from its loopback metrics
+		// listener, started on a free port.
+		profiles := t.TempDir()
 		smoke(t, dir, append(common, "--workloads-loaded", "400", "--workload-rate", "50", "--workload-writers", "2",
-			"workload-churn"), "workload-churn/baseline", "workload-churn/verdict")
+			"--profile-dir", profiles, "workload-churn"), "workload-churn/baseline", "workload-churn/verdict")
+		b, err := os.ReadFile(filepath.Join(profiles, "workload-churn.cpu.pprof"))
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("verdictd's CPU profile: %d bytes, %v; want a gzipped profile", len(b), err)
+		}
 	})
 	t.Run("unix", func(t *testing.T) {
 		smoke(t, dir, append(common, "--unix", "unary", "stream"), "unary/baseline", "unary/verdict", "stream/verdict")

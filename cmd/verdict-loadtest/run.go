@@ -33,15 +33,38 @@ import (
 // Run runs the configured scenarios and prints the reports. ok is false when a
 // scenario saw errors or a fan-out did not reach every stream.
 func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Logger) (ok bool, err error) {
-	addr := cfg.Addr
+	addr, metrics := cfg.Addr, cfg.Metrics
 	if addr == "" {
-		d, err := startProcess(ctx, cfg.Verdictd, cfg.EtcdParent, stderr, "--listen", listenArg(cfg), "--metrics-listen", "",
+		if metrics == "" && cfg.ProfileDir != "" {
+			metrics = "127.0.0.1:0"
+		}
+		d, err := startProcess(ctx, cfg.Verdictd, cfg.EtcdParent, stderr, "--listen", listenArg(cfg), "--metrics-listen", metrics,
 			"--data-dir", "", "--log-level", "warn")
 		if err != nil {
 			return false, fmt.Errorf("start verdictd: %w", err)
 		}
 		defer d.stop()
-		addr = d.addr
+		addr, metrics = d.addr, d.metrics
+	}
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return false, err
+		}
+	}
+	// profiled runs one scenario against verdictd, under a CPU profile of it
+	// with --profile-dir.
+	profiled := func(name string, run func() *loadtest.Report) *loadtest.Report {
+		if cfg.ProfileDir == "" {
+			return run()
+		}
+		wait := cpuProfile(ctx, metrics, cfg.ProfileDir, name, cfg.Warmup+cfg.Duration)
+		r := run()
+		if path, err := wait(); err != nil {
+			fmt.Fprintf(stderr, "verdict-loadtest: %s: no CPU profile of verdictd: %v\n", name, err)
+		} else {
+			fmt.Fprintf(stderr, "%s: CPU profile of verdictd in %s\n", name, path)
+		}
+		return r
 	}
 	conns, err := dial(addr, cfg.Connections)
 	if err != nil {
@@ -119,17 +142,18 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 	lim := loadtest.Limits{Duration: cfg.Duration, Requests: cfg.Requests, Warmup: cfg.Warmup}
 	var reports []*loadtest.Report
 	ok = true
+	var sc string // the scenario running
 	pair := func(run func(loadtest.Conns) *loadtest.Report) {
 		b := run(base)
 		b.Target = "baseline"
-		v := run(conns)
+		v := profiled(sc, func() *loadtest.Report { return run(conns) })
 		v.Target = "verdict"
 		if b.DecisionsPerSec > 0 {
 			v.BaselineDecisionsPerSec, v.Ratio = b.DecisionsPerSec, v.DecisionsPerSec/b.DecisionsPerSec
 		}
 		reports = append(reports, b, v)
 	}
-	for _, sc := range cfg.Scenarios {
+	for _, sc = range cfg.Scenarios {
 		if ctx.Err() != nil {
 			break
 		}
@@ -171,15 +195,17 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 			if cfg.ChurnRate > 0 {
 				concurrency = 0 // open loop: the same in-flight bound as the open scenario
 			}
-			r := loadtest.Churn(ctx, conns, flows, concurrency, cfg.ChurnRate, cfg.WriteRate,
-				engine.DefaultMesh, engine.DefaultType, lim)
+			r := profiled(sc, func() *loadtest.Report {
+				return loadtest.Churn(ctx, conns, flows, concurrency, cfg.ChurnRate, cfg.WriteRate,
+					engine.DefaultMesh, engine.DefaultType, lim)
+			})
 			r.Target = "verdict"
 			reports = append(reports, r)
 		case "workload-churn":
 			churn.Limits = lim
 			b := loadtest.Unary(ctx, base, churn.Probes, churn.Concurrency, churn.Rate, lim)
 			b.Scenario, b.Target = "workload-churn", "baseline"
-			v := loadtest.WorkloadChurn(ctx, conns, churn)
+			v := profiled(sc, func() *loadtest.Report { return loadtest.WorkloadChurn(ctx, conns, churn) })
 			v.Target = "verdict"
 			if b.DecisionsPerSec > 0 {
 				v.BaselineDecisionsPerSec, v.Ratio = b.DecisionsPerSec, v.DecisionsPerSec/b.DecisionsPerSec
@@ -190,8 +216,10 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 			for i, f := range set.Flows(cfg.Seed+2, cfg.Workloads) {
 				workloads[i] = f.Destination
 			}
-			r := loadtest.Fanout(ctx, conns, workloads, cfg.Fanout, engine.DefaultMesh, engine.DefaultType,
-				cfg.Duration+30*time.Second)
+			r := profiled(sc, func() *loadtest.Report {
+				return loadtest.Fanout(ctx, conns, workloads, cfg.Fanout, engine.DefaultMesh, engine.DefaultType,
+					cfg.Duration+30*time.Second)
+			})
 			if r.Count < int64(cfg.Fanout) {
 				ok = false
 			}
@@ -335,10 +363,11 @@ func waitServing(ctx context.Context, c *grpc.ClientConn) error {
 
 // process is a child process serving gRPC on a loopback port.
 type process struct {
-	cmd  *exec.Cmd
-	addr string
-	dirs []string
-	done chan error
+	cmd     *exec.Cmd
+	addr    string
+	metrics string // its --metrics-listen, a free port in place of 127.0.0.1:0
+	dirs    []string
+	done    chan error
 }
 
 // listenArg is where the started servers listen: a free loopback port, or
@@ -380,6 +409,15 @@ func startOnce(ctx context.Context, bin, tmpParent string, stderr io.Writer, arg
 			}
 			p.addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 			args[i+1] = p.addr
+		case args[i] == "--metrics-listen" && args[i+1] == "127.0.0.1:0":
+			ports, err := listen.FreePorts(1)
+			if err != nil {
+				return nil, err
+			}
+			args[i+1] = fmt.Sprintf("127.0.0.1:%d", ports[0])
+			p.metrics = args[i+1]
+		case args[i] == "--metrics-listen":
+			p.metrics = args[i+1]
 		case args[i] == "--listen" && args[i+1] == "unix:":
 			dir, err := os.MkdirTemp("", "verdict-loadtest-sock")
 			if err != nil {
