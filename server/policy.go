@@ -188,8 +188,30 @@ func (s policyService) write(ctx context.Context, w *write, dryRun bool) (int64,
 	if dryRun {
 		return snap.Revision(), warnings, nil
 	}
+	for i := range w.ops {
+		w.ops[i].Current = currentOf(snap, w.ops[i].Key)
+	}
 	rev, err := s.store.Apply(ctx, w.ops)
 	return rev, warnings, err
+}
+
+// currentOf is what the snapshot says k holds (store.Current): the store may
+// write with it in one round trip instead of reading k first; a snapshot that
+// lags only costs the store that read. Nil when the snapshot holds k as a
+// value that does not decode (its creationTime is unknown here).
+func currentOf(snap *engine.Snapshot, k engine.Key) *store.Current {
+	e, ok := snap.Get(k)
+	if !ok {
+		return &store.Current{}
+	}
+	if e.Resource == nil {
+		return nil
+	}
+	m := e.Resource.Metadata()
+	if m.ModRevision == 0 {
+		return nil
+	}
+	return &store.Current{ModRevision: m.ModRevision, CreationTime: m.CreationTime}
 }
 
 // mustExist fails with NotFound for the first key that holds nothing. The

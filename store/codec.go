@@ -143,9 +143,27 @@ func ExpectationHolds(expected, actual int64) bool {
 // (stored nil) the times the resource carries are kept and missing ones are
 // now. Times are UTC.
 func Stamp(r engine.Resource, stored []byte, now time.Time) engine.Resource {
+	var created time.Time
+	ok := false
+	if stored != nil {
+		created, ok = storedCreationTime(stored)
+	}
+	return stamp(r, stored != nil, created, ok, now)
+}
+
+// StampCurrent is Stamp with the stored value known by its Current (its
+// creationTime, zero when it has none; nothing stored when its ModRevision
+// is 0).
+func StampCurrent(r engine.Resource, cur Current, now time.Time) engine.Resource {
+	return stamp(r, cur.ModRevision != 0, cur.CreationTime, !cur.CreationTime.IsZero(), now)
+}
+
+// stamp is Stamp's rule: exists says a value is stored, created its
+// creationTime when known.
+func stamp(r engine.Resource, exists bool, created time.Time, known bool, now time.Time) engine.Resource {
 	now = now.UTC()
 	m := r.Metadata()
-	if stored == nil {
+	if !exists {
 		if m.CreationTime.IsZero() {
 			m.CreationTime = now
 		}
@@ -153,8 +171,8 @@ func Stamp(r engine.Resource, stored []byte, now time.Time) engine.Resource {
 			m.ModificationTime = now
 		}
 	} else {
-		if t, ok := storedCreationTime(stored); ok {
-			m.CreationTime = t
+		if known {
+			m.CreationTime = created
 		} else if m.CreationTime.IsZero() {
 			m.CreationTime = now
 		}

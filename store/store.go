@@ -12,6 +12,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/verdictpdp/verdict/engine"
 )
@@ -66,6 +67,23 @@ type Op struct {
 	// must hold now (a delete with a revision deletes only that version). A
 	// delete with AnyRevision of a key that holds nothing is not an error.
 	ExpectedRevision int64
+	// Current is what the caller believes the key holds now (from its
+	// snapshot), or nil. A store may take it instead of reading the key.
+	Current *Current
+}
+
+// Current is what a write's caller believes a key holds now: the mod
+// revision of the stored value (0: nothing stored) and the creationTime that
+// value carries (zero: none) — both read from one version of the key, as a
+// snapshot holds it. A store may write with it instead of reading the key
+// first, guarding the write with that mod revision: when it is current the
+// write costs one round trip instead of two; when it is stale (the caller's
+// snapshot lags) the guard fails and the store reads the key and writes
+// again. A stale Current never makes a write wrong: the stored creationTime
+// is kept and a conflict is reported only from what is stored.
+type Current struct {
+	ModRevision  int64
+	CreationTime time.Time
 }
 
 // Item is a stored resource as read back.

@@ -166,6 +166,7 @@ type Store struct {
 
 	skipped atomic.Int64
 	watchID atomic.Int64
+	reads   atomic.Int64 // Apply's reads before its transaction (tests)
 
 	mu     sync.Mutex
 	health store.Health

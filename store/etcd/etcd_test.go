@@ -478,3 +478,44 @@ func quietStore(t *testing.T, e *embedetcd.Etcd) (*embedetcd.Proxy, *etcd.Store)
 	t.Cleanup(func() { st.Close() })
 	return p, st
 }
+
+// TestApplyWithCurrentReadsNothing: a write whose ops say what their keys
+// hold (store.Op.Current, from the server's snapshot) is one transaction, with
+// no read before it; a stale Current costs the read (and a second
+// transaction), as does none. The suite's "a stale Current changes no
+// outcome" holds the results.
+func TestApplyWithCurrentReadsNothing(t *testing.T) {
+	e := startEtcd(t)
+	st := newStore(t, e.Endpoints())
+	ctx := storetest.Context(t)
+	p := storetest.Policy(t, "default", "p", 0)
+	rev := storetest.Apply(t, st, storetest.Put(p))
+	it, err := st.Get(ctx, p.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := it.Resource.Metadata().CreationTime
+	steps := []struct {
+		name  string
+		cur   *store.Current
+		reads int64
+	}{
+		{"a current Current", &store.Current{ModRevision: rev, CreationTime: created}, 0},
+		{"a stale Current", &store.Current{ModRevision: rev, CreationTime: created}, 1}, // rev was the previous write's
+		{"none", nil, 1},
+		{"a create, its key absent", &store.Current{}, 0},
+	}
+	for i, s := range steps {
+		r := storetest.Policy(t, "default", "p", i+1)
+		if s.name == "a create, its key absent" {
+			r = storetest.Policy(t, "default", "q", 0)
+		}
+		before := st.ApplyReads()
+		if rev, err = st.Apply(ctx, []store.Op{{Key: r.Key(), Resource: r, Current: s.cur}}); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := st.ApplyReads() - before; got != s.reads {
+			t.Errorf("%s: %d reads before the transaction, want %d", s.name, got, s.reads)
+		}
+	}
+}

@@ -87,6 +87,65 @@ func runWrites(t *testing.T, newHarness Factory) {
 		}
 	})
 
+	t.Run("a stale Current changes no outcome", func(t *testing.T) {
+		// Op.Current is what the caller's snapshot says a key holds; a store
+		// may write with it without reading the key. Stale (its mod revision
+		// is not the key's), it must cost at most a retry: the stored
+		// creationTime is kept, a create keeps the times it carries,
+		// conflicts and missing scopes are still reported.
+		st := newHarness(t).Store
+		ctx := Context(t)
+		t2020 := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+		t1999 := time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC)
+		p := Policy(t, "default", "cur", 0)
+		rev := Apply(t, st, Put(p.WithMeta(engine.Meta{CreationTime: t2020, ModificationTime: t2020})))
+		with := func(r engine.Resource, expected int64, cur store.Current) store.Op {
+			return store.Op{Key: r.Key(), Resource: r, ExpectedRevision: expected, Current: &cur}
+		}
+		created := func(k engine.Key) time.Time {
+			it, err := st.Get(ctx, k)
+			if err != nil || it.Resource == nil {
+				t.Fatalf("Get %s: %+v, %v", k, it, err)
+			}
+			return it.Resource.Metadata().CreationTime
+		}
+		updates := []struct {
+			name string
+			cur  store.Current
+		}{
+			{"right", store.Current{ModRevision: rev, CreationTime: t2020}},
+			{"a stale mod revision and another creationTime", store.Current{ModRevision: 1, CreationTime: t1999}},
+			{"nothing stored", store.Current{}},
+		}
+		for i, u := range updates {
+			cur := u.cur
+			if _, err := st.Apply(ctx, []store.Op{with(Policy(t, "default", "cur", i+1), store.AnyRevision, cur)}); err != nil {
+				t.Fatalf("update with %s Current: %v", u.name, err)
+			}
+			if got := created(p.Key()); !got.Equal(t2020) {
+				t.Fatalf("update with %s Current: creationTime %v, want the stored %v", u.name, got, t2020)
+			}
+		}
+		n := Policy(t, "default", "new", 0).WithMeta(engine.Meta{CreationTime: t1999, ModificationTime: t1999})
+		if _, err := st.Apply(ctx, []store.Op{with(n, store.AnyRevision, store.Current{ModRevision: rev, CreationTime: t2020})}); err != nil {
+			t.Fatalf("create with a Current saying it exists: %v", err)
+		}
+		if got := created(n.Key()); !got.Equal(t1999) {
+			t.Fatalf("create with a Current saying it exists: creationTime %v, want the carried %v", got, t1999)
+		}
+		if _, err := st.Apply(ctx, []store.Op{with(p, store.MustNotExist, store.Current{})}); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("a create of an existing key, with a Current saying it is absent: %v, want ErrConflict", err)
+		}
+		if _, err := st.Apply(ctx, []store.Op{with(p, rev, store.Current{ModRevision: rev})}); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("an update at a stale revision, with a Current agreeing: %v, want ErrConflict", err)
+		}
+		q := &engine.Policy{Mesh: "default", Name: "scoped", Type: engine.DefaultType, Scope: "Nope", Action: engine.Deny,
+			Sources: []engine.Selector{{}}, Destinations: []engine.Selector{{}}}
+		if _, err := st.Apply(ctx, []store.Op{with(q, store.AnyRevision, store.Current{})}); !errors.Is(err, store.ErrIntegrity) {
+			t.Fatalf("a policy in a missing scope, with a Current: %v, want ErrIntegrity", err)
+		}
+	})
+
 	t.Run("expected revisions", func(t *testing.T) {
 		st := newHarness(t).Store
 		ctx := Context(t)
