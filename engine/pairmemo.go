@@ -117,27 +117,30 @@ func (p *PairScope) Lookup(id uint64) (*TagSet, error) {
 // Decide answers a flow between interned tag sets (from Lookup) as DecideSets
 // does. The decision is shared with the memo: the caller must not modify it,
 // and its Revision may be an earlier snapshot's with the same answers (the
-// scope's snapshot's revision is the one to report).
-func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) *Decision {
+// scope's snapshot's revision is the one to report). memo is true when a memo
+// (the identity-pair memo or the tag memo behind it) gave the answer, false
+// when the decision procedure ran (or the partition is closed): what the
+// server's memo counter counts.
+func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *Decision, memo bool) {
 	if p.closed != nil {
-		return p.closed
+		return p.closed, false
 	}
 	pp := uint64(proto)<<32 | uint64(port)
 	h := pairHash(src.id, dst.id, pp)
 	s1, s2 := &p.pairs.slots[h&(pairSlots-1)], &p.pairs.slots[(h>>32)&(pairSlots-1)]
 	for _, sl := range [2]*atomic.Pointer[pairEntry]{s1, s2} {
 		if pe := sl.Load(); pe != nil && pe.src == src.id && pe.dst == dst.id && pe.pp == pp && pe.srcSet == src && pe.dstSet == dst {
-			return &pe.e.d
+			return &pe.e.d, true
 		}
 	}
 	miss := p.cache.pairMisses.Add(1)
 	k := memoKey{epoch: p.epoch, mesh: p.mesh, typ: p.typ, f: flow{src: src.tags, dst: dst.tags, proto: proto, port: port}, src: src, dst: dst}
 	k.h = flowHashOf(p.mesh, p.typ, src.hash, dst.hash, proto, port)
-	e, ok := p.cache.lookup(&k)
-	if !ok {
+	e, memo := p.cache.lookup(&k)
+	if !memo {
 		d := p.s.decideUncached(p.ms, p.typ, &k.f, 0)
 		if e = p.cache.store(&k, d); e == nil {
-			return &d // seen once: remembered by neither memo
+			return &d, false // seen once: remembered by neither memo
 		}
 	}
 	pe := &pairEntry{src: src.id, dst: dst.id, pp: pp, srcSet: src, dstSet: dst, e: e}
@@ -151,7 +154,7 @@ func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) *Decis
 	default:
 		s1.Store(pe)
 	}
-	return &e.d
+	return &e.d, memo
 }
 
 // Revision is the revision of the scope's snapshot.

@@ -48,7 +48,8 @@ func decidePairs(t *testing.T, s *Snapshot, reg *Registry) (uint64, []Decision) 
 		if dst, err = scope.Lookup(dst.Identity()); err != nil {
 			t.Fatal(err)
 		}
-		got := *scope.Decide(src, dst, f.proto, f.port)
+		gotp, _ := scope.Decide(src, dst, f.proto, f.port)
+		got := *gotp
 		want, err := s.Decide(&Request{Mesh: "m", Source: f.src, Destination: f.dst, Protocol: f.proto, Port: f.port, NoCache: true})
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +107,8 @@ func TestPairMemoNeverServesStale(t *testing.T) {
 		}
 		var d Decision
 		for i := 0; i < 3; i++ { // warm: stored on the second sight, a pair hit on the third
-			d = *scope.Decide(web, db, TCP, 5432)
+			dp, _ := scope.Decide(web, db, TCP, 5432)
+			d = *dp
 		}
 		return d
 	}
@@ -168,7 +170,7 @@ func TestPairMemoVerifiesTagSets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := scope.Decide(src, dst, TCP, 5432); d.Policy != want {
+			if d, _ := scope.Decide(src, dst, TCP, 5432); d.Policy != want {
 				t.Errorf("round %d, identity 42 as %v: decided by %q, want %q", round, src.Tags(), d.Policy, want)
 			}
 		}

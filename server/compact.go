@@ -173,7 +173,7 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	if cap(answers) < len(srcs) {
 		answers = make([]uint32, 0, len(srcs))
 	}
-	var allow, deny int64
+	var allow, deny, memoHits int64
 	var audits [2]int64 // by shadow action: ALLOW, DENY
 	logging := s.record.decisions != nil
 	for i := range srcs {
@@ -199,7 +199,8 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 			answers = append(answers, uint32(code)<<compactCodeShift)
 			continue
 		}
-		d := scope.Decide(src, dst, proto, port) // shared with the memo: read only
+		d, memo := scope.Decide(src, dst, proto, port) // shared with the memo: read only
+		memoHits += b2i(memo)
 		a := uint32(compactAllow)
 		if d.Action == engine.Deny {
 			a = compactDeny
@@ -223,6 +224,7 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	}
 	out.Answers = answers
 	s.metrics.decidedN(ctx, allow, deny)
+	s.metrics.memoN(ctx, memoHits, allow+deny-memoHits)
 	for shadowDeny, n := range audits {
 		if n > 0 {
 			s.record.byPolicy.auditN(ctx, shadowDeny == 1, n)

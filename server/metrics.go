@@ -22,6 +22,9 @@ import (
 // verdict_watch_dropped_total{rpc}.
 type metrics struct {
 	decisions metric.Int64Counter
+	memo      metric.Int64Counter
+	memoHit   metric.AddOption
+	memoMiss  metric.AddOption
 	duration  metric.Float64Histogram
 	dropped   metric.Int64Counter
 	allow     metric.AddOption
@@ -31,12 +34,19 @@ type metrics struct {
 func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, error) {
 	meter := mp.Meter("github.com/verdictpdp/verdict/server")
 	m := &metrics{
-		allow: metric.WithAttributeSet(attribute.NewSet(attribute.String("action", "ALLOW"))),
-		deny:  metric.WithAttributeSet(attribute.NewSet(attribute.String("action", "DENY"))),
+		allow:    metric.WithAttributeSet(attribute.NewSet(attribute.String("action", "ALLOW"))),
+		deny:     metric.WithAttributeSet(attribute.NewSet(attribute.String("action", "DENY"))),
+		memoHit:  metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "hit"))),
+		memoMiss: metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "miss"))),
 	}
 	var err error
 	if m.decisions, err = meter.Int64Counter("verdict.decisions",
 		metric.WithDescription("Flows decided (Decide, DecideBatch, DecideStream), by final action.")); err != nil {
+		return nil, err
+	}
+	if m.memo, err = meter.Int64Counter("verdict.decision_memo.lookups",
+		metric.WithDescription("Compact-path flows (DecideCompact, DecideCompactStream) answered from the decision memo (result hit) "+
+			"or by the decision procedure (miss); counted per batch.")); err != nil {
 		return nil, err
 	}
 	if m.duration, err = meter.Float64Histogram("verdict.decide.duration", metric.WithUnit("s"),
@@ -154,6 +164,17 @@ func (m *metrics) decidedN(ctx context.Context, allow, deny int64) {
 	}
 	if deny > 0 {
 		m.decisions.Add(ctx, deny, m.deny)
+	}
+}
+
+// memoN counts a batch's memo hits and misses (the compact path: a batch's
+// counts are added once, not per flow).
+func (m *metrics) memoN(ctx context.Context, hits, misses int64) {
+	if hits > 0 {
+		m.memo.Add(ctx, hits, m.memoHit)
+	}
+	if misses > 0 {
+		m.memo.Add(ctx, misses, m.memoMiss)
 	}
 }
 

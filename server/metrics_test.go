@@ -9,6 +9,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/policygen"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // The metrics name the keys of invalid resources (SPEC section 10), at most
@@ -62,5 +66,125 @@ func TestMetricsNameInvalidKeys(t *testing.T) {
 	}
 	if keys[0] != "default/policies/TrafficPermission/broken" || keys[len(keys)-1] != fmt.Sprintf("default/policies/TrafficPermission/x%03d", MaxInvalidKeyLabels-2) {
 		t.Errorf("keys are not the first %d in key order: %s … %s", MaxInvalidKeyLabels, keys[0], keys[len(keys)-1])
+	}
+}
+
+// collectInt64Sums returns every int64 sum data point of the named metric,
+// by the value of attribute key.
+func collectInt64Sums(t *testing.T, reader sdkmetric.Reader, name, key string) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			s, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				t.Fatalf("%s is a %T, not an int64 sum", name, m.Data)
+			}
+			for _, dp := range s.DataPoints {
+				v, _ := dp.Attributes.Value(attribute.Key(key))
+				out[v.AsString()] += dp.Value
+			}
+		}
+	}
+	return out
+}
+
+// The compact path counts its memo hits and misses (issue 13: the memo
+// survives workload churn): a batch's first sight is all misses, a warm
+// batch all hits, and a workload put changes nothing of that.
+func TestCompactMemoCounter(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	set := policygen.Generate(policygen.Config{Seed: 5, Policies: 200})
+	be := newBackend()
+	applyAll(t, be, set.Resources)
+	h := start(t, be, func(c *Config) { c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)) })
+	defer h.stop()
+	ctx := ctxT(t)
+
+	req := &verdictv1.DecideCompactRequest{}
+	seen := map[[3]uint64]bool{}
+	for _, f := range set.Flows(5, 300) {
+		src, dst := engine.Identity("default", f.Source), engine.Identity("default", f.Destination)
+		pp := f.Port | uint32(f.Protocol)<<16
+		if seen[[3]uint64{src, dst, uint64(pp)}] {
+			continue // distinct flows: each batch's counts are exact
+		}
+		seen[[3]uint64{src, dst, uint64(pp)}] = true
+		if _, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{{Tags: f.Source}, {Tags: f.Destination}}}); err != nil {
+			t.Fatal(err)
+		}
+		req.SourceIds = append(req.SourceIds, src)
+		req.DestinationIds = append(req.DestinationIds, dst)
+		req.PortProtocols = append(req.PortProtocols, pp)
+	}
+	n := int64(len(req.SourceIds))
+	var last map[string]int64
+	batch := func(what string, hits, misses int64) {
+		t.Helper()
+		resp, err := h.dec.DecideCompact(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range unpack(t, resp) {
+			if a.code != 0 {
+				t.Fatalf("%s: flow %d answered %v", what, i, a.code)
+			}
+		}
+		got := collectInt64Sums(t, reader, "verdict.decision_memo.lookups", "result")
+		if d := (map[string]int64{"hit": got["hit"] - last["hit"], "miss": got["miss"] - last["miss"]}); d["hit"] != hits || d["miss"] != misses {
+			t.Fatalf("%s: %d hits and %d misses counted, want %d and %d", what, d["hit"], d["miss"], hits, misses)
+		}
+		last = got
+	}
+	batch("first sight", 0, n)
+	batch("second sight (stored now)", 0, n)
+	batch("warm", n, 0)
+	resp0rev := be.Snapshot().Revision()
+	applyAll(t, be, []engine.Resource{&engine.Workload{Mesh: "default", Name: "churn", Tags: engine.Tags{"app": "churn"},
+		Addresses: []string{"10.9.9.9"}}})
+	if rev := be.Snapshot().Revision(); rev <= resp0rev {
+		t.Fatalf("the workload put is not in the snapshot (revision %d)", rev)
+	}
+	batch("after a workload put", n, 0)
+}
+
+// The counts by deciding policy add up to the flows decided, name the first
+// maxPolicyLabels policies and count the rest as "other".
+func TestPolicyCountsBoundLabels(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	p, err := newPolicyCounts(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range maxPolicyLabels + 10 {
+		p.addN(ctx, fmt.Sprintf("p%03d", i), false, 2)
+		p.addN(ctx, fmt.Sprintf("p%03d", i), true, 1)
+	}
+	p.add(ctx, &engine.Decision{Action: engine.Deny, Policy: "p000"})
+	got := collectInt64Sums(t, reader, "verdict.decisions.by_policy", "policy")
+	if len(got) != maxPolicyLabels+1 {
+		t.Errorf("%d policy labels, want %d and other", len(got), maxPolicyLabels)
+	}
+	if got["p000"] != 4 || got["p255"] != 3 || got["other"] != 30 {
+		t.Errorf("p000 %d (want 4), p255 %d (want 3), other %d (want 30)", got["p000"], got["p255"], got["other"])
+	}
+	deny := 0
+	for a, v := range collectInt64Sums(t, reader, "verdict.decisions.by_policy", "action") {
+		if a == "DENY" {
+			deny = int(v)
+		}
+	}
+	if deny != maxPolicyLabels+10+1 {
+		t.Errorf("%d DENY counted, want %d", deny, maxPolicyLabels+11)
 	}
 }
