@@ -109,6 +109,10 @@ type Registry struct {
 	hand    int
 	bytes   int64
 	evicted uint64
+	// gen changes after every change of the registry (a set added, evicted,
+	// or given its second chance by the CLOCK hand): the identity-pair memo's
+	// entries resolved at one gen are valid while it stays (pairmemo.go).
+	gen atomic.Uint64
 }
 
 const registryShards = 64 // a power of 2
@@ -284,6 +288,7 @@ func (r *Registry) Register(mesh string, tags Tags) (*TagSet, error) {
 	mr.count++
 	r.count++
 	r.bytes += size
+	r.gen.Add(1) // after the changes (makeRoom's too): scopes made from now on do not trust what was resolved before them
 	return e.set, nil
 }
 
@@ -464,4 +469,12 @@ func (s *Snapshot) CheckMeshType(mesh, typ string) error {
 		return fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
 	}
 	return ms.checkType(typ)
+}
+
+// generation is the registry's gen (0 for nil: no registry, no change).
+func (r *Registry) generation() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.gen.Load()
 }

@@ -9,6 +9,7 @@ package engine
 import (
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 )
@@ -24,7 +25,15 @@ type inventory struct {
 	principals pmap.Map[string, *principalSet] // valid holders only
 	ids        pmap.Map[uint64, *tagSet]       // own tag sets of valid workloads
 	invalid    int
+	// gen names what ids resolves: renewed (from inventoryGens, unique) when
+	// an identity enters or leaves ids or changes its tags, kept when a
+	// change only re-interns a set (a put that keeps a workload's tags). The
+	// identity-pair memo's entries are valid while it stays (pairmemo.go).
+	gen uint64
 }
+
+// inventoryGens hands out inventory generations.
+var inventoryGens atomic.Uint64
 
 type claim struct {
 	name string
@@ -60,6 +69,7 @@ func newInventory() *inventory {
 		claims:     pmap.New[string, []claim](pmap.StringHash),
 		principals: pmap.New[string, *principalSet](pmap.StringHash),
 		ids:        pmap.New[uint64, *tagSet](func(x uint64) uint64 { return mix64(x) }),
+		gen:        inventoryGens.Add(1),
 	}
 }
 
@@ -119,8 +129,10 @@ func (inv *inventory) apply(changes []Change) *inventory {
 	sort.Strings(order)
 
 	// Take out what the affected workloads contributed while valid.
+	var touched []uint64 // the identities whose holders may change
 	for _, n := range order {
 		if e, ok := names.Get(n); ok {
+			touched = append(touched, e.id)
 			if e.err == "" {
 				removeContribution(principals, ids, e)
 			} else {
@@ -174,6 +186,7 @@ func (inv *inventory) apply(changes []Change) *inventory {
 			e = &ne
 			names.Set(n, e)
 		}
+		touched = append(touched, e.id)
 		if why != "" {
 			out.invalid++
 			continue
@@ -184,6 +197,14 @@ func (inv *inventory) apply(changes []Change) *inventory {
 	out.claims = claims.Map()
 	out.principals = principals.Map()
 	out.ids = ids.Map()
+	for _, id := range touched {
+		was, before := inv.ids.Get(id)
+		is, after := out.ids.Get(id)
+		if before != after || (before && !sameTagSet(was.tags, is.tags)) {
+			out.gen = inventoryGens.Add(1)
+			break
+		}
+	}
 	return &out
 }
 

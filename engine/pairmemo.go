@@ -23,16 +23,35 @@ package engine
 // pointers, two choices per flow): bounded, lock-free, and an entry is made
 // only for a flow the tag memo holds (seen twice), so one-off flows allocate
 // nothing here.
+//
+// A flow the memo holds is answered by its identities alone (DecideIDs),
+// without resolving them, while the resolutions its entry was verified with
+// still hold: an entry carries the generations of the inventory's identities
+// and of the registry at which its sets were last resolved, and a scope
+// trusts it when both are the scope's own. A workload put that changes no
+// identity keeps the inventory's generation, so workload churn leaves the
+// shortcut on; any change of the registry (a set added or evicted, the CLOCK
+// hand's pass) renews its generation, and the next resolution of each flow
+// (the full path) renews its entry. The CLOCK's second chance stays exact: the
+// hand renews the generation when it clears a set's mark, so a set in use is
+// resolved — and marked — again before the hand comes back to it.
 
 import (
 	"fmt"
 	"sync/atomic"
 )
 
+// resolutionGen is what the identities of a partition resolve to: the
+// inventory's generation (0: no inventory) and the registry's.
+type resolutionGen struct{ inv, reg uint64 }
+
 const pairSlots = 1 << 14 // a power of 2; 128 KiB of pointers per partition in use
 
 type pairMemo struct {
 	slots [pairSlots]atomic.Pointer[pairEntry]
+	// gen is the last scope's resolutionGen, shared by the scopes that have
+	// the same, so that an entry's check is a pointer compare.
+	gen atomic.Pointer[resolutionGen]
 }
 
 // pairEntry is one flow between identities and the tag memo's entry that
@@ -42,6 +61,10 @@ type pairEntry struct {
 	pp             uint64 // protocol<<32 | port
 	srcSet, dstSet *TagSet
 	e              *cacheEntry
+	// valid is the resolutionGen at which srcSet and dstSet were last what
+	// src and dst resolve to (the only field written after the entry is
+	// stored).
+	valid atomic.Pointer[resolutionGen]
 }
 
 func pairHash(src, dst, pp uint64) uint64 {
@@ -61,6 +84,7 @@ type PairScope struct {
 	reg    *MeshRegistry
 	pairs  *pairMemo
 	cache  *decisionCache
+	gen    *resolutionGen // loaded before any of the scope's lookups
 }
 
 // PairScope resolves mesh and type ("" = the defaults) for flows between
@@ -75,6 +99,12 @@ func (s *Snapshot) PairScope(mesh, typ string, reg *Registry) (*PairScope, error
 		typ = DefaultType
 	}
 	ms, ok := s.meshes.Get(mesh)
+	// The generations first: what the scope resolves later is at least as
+	// new as they say.
+	gen := resolutionGen{reg: reg.generation()}
+	if ok && ms.inv != nil {
+		gen.inv = ms.inv.gen
+	}
 	p := &PairScope{s: s, mesh: mesh, typ: typ, reg: reg.Mesh(mesh)}
 	if ok {
 		p.ms = ms
@@ -102,7 +132,35 @@ func (s *Snapshot) PairScope(mesh, typ string, reg *Registry) (*PairScope, error
 		}
 		p.pairs = m
 	}
+	if g := p.pairs.gen.Load(); g != nil && *g == gen {
+		p.gen = g
+	} else {
+		p.gen = &gen
+		p.pairs.gen.Store(p.gen)
+	}
 	return p, nil
+}
+
+// DecideIDs answers a flow between identities from the identity-pair memo
+// alone, without resolving them, when the memo holds the flow and both
+// identities resolve as they did when its entry was last verified (the
+// scope's generations). It returns what they resolve to, for the decision
+// log. ok false: resolve them (Lookup) and call Decide. The decision is
+// shared, as Decide's.
+func (p *PairScope) DecideIDs(src, dst uint64, proto Protocol, port uint32) (d *Decision, srcSet, dstSet *TagSet, ok bool) {
+	if p.closed != nil {
+		return nil, nil, nil, false
+	}
+	pp := uint64(proto)<<32 | uint64(port)
+	h := pairHash(src, dst, pp)
+	for _, sl := range [2]*atomic.Pointer[pairEntry]{&p.pairs.slots[h&(pairSlots-1)], &p.pairs.slots[(h>>32)&(pairSlots-1)]} {
+		if pe := sl.Load(); pe != nil && pe.src == src && pe.dst == dst && pe.pp == pp {
+			if v := pe.valid.Load(); v == p.gen || (v != nil && *v == *p.gen) {
+				return &pe.e.d, pe.srcSet, pe.dstSet, true
+			}
+		}
+	}
+	return nil, nil, nil, false
 }
 
 // Lookup returns the tag set of an identity in the scope's mesh, as
@@ -130,6 +188,9 @@ func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *De
 	s1, s2 := &p.pairs.slots[h&(pairSlots-1)], &p.pairs.slots[(h>>32)&(pairSlots-1)]
 	for _, sl := range [2]*atomic.Pointer[pairEntry]{s1, s2} {
 		if pe := sl.Load(); pe != nil && pe.src == src.id && pe.dst == dst.id && pe.pp == pp && pe.srcSet == src && pe.dstSet == dst {
+			if pe.valid.Load() != p.gen { // resolved again, at the scope's generations: DecideIDs may trust it
+				pe.valid.Store(p.gen)
+			}
 			return &pe.e.d, true
 		}
 	}
@@ -144,6 +205,7 @@ func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *De
 		}
 	}
 	pe := &pairEntry{src: src.id, dst: dst.id, pp: pp, srcSet: src, dstSet: dst, e: e}
+	pe.valid.Store(p.gen)
 	// A free choice, else either (by the miss count's parity): a flow that
 	// keeps coming back is stored again when pushed out.
 	switch {

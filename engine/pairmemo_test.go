@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -174,5 +176,112 @@ func TestPairMemoVerifiesTagSets(t *testing.T) {
 				t.Errorf("round %d, identity 42 as %v: decided by %q, want %q", round, src.Tags(), d.Policy, want)
 			}
 		}
+	}
+}
+
+// byIDs answers every pair flow through DecideIDs of a new scope of s: the
+// answers, and how many flows it answered (the rest need the full path).
+func byIDs(t *testing.T, s *Snapshot, reg *Registry) (int, []*Decision) {
+	t.Helper()
+	scope, err := s.PairScope("m", "", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, out := 0, make([]*Decision, len(pairFlows))
+	for i, f := range pairFlows {
+		src, dst := Identity("m", f.src), Identity("m", f.dst)
+		d, srcSet, dstSet, ok := scope.DecideIDs(src, dst, f.proto, f.port)
+		if !ok {
+			continue
+		}
+		if srcSet.Identity() != src || dstSet.Identity() != dst {
+			t.Fatalf("flow %d: DecideIDs gave the sets of %d and %d", i, srcSet.Identity(), dstSet.Identity())
+		}
+		n, out[i] = n+1, d
+	}
+	return n, out
+}
+
+// TestPairMemoByIdentities: a flow the pair memo holds is answered by its
+// identities alone while they resolve as when its entry was verified — kept
+// by workload churn that changes no identity — and not after a change that
+// may alter a resolution (a registry change, an identity entering or leaving
+// the inventory), until the full path has verified the entry again.
+func TestPairMemoByIdentities(t *testing.T) {
+	t.Parallel()
+	s, reg := memoWorld(t), NewRegistry(0, 0)
+	if n, _ := byIDs(t, s, reg); n != 0 {
+		t.Fatalf("a cold memo answered %d flows by identities", n)
+	}
+	decidePairs(t, s, reg)
+	_, want := decidePairs(t, s, reg) // seen twice: stored
+	n, got := byIDs(t, s, reg)
+	if n != len(pairFlows) {
+		t.Fatalf("warm: %d of %d flows answered by identities", n, len(pairFlows))
+	}
+	for i := range got {
+		if !sameDecisionIgnoringRevision(*got[i], want[i]) {
+			t.Errorf("flow %d: by identities %+v, by tag sets %+v", i, *got[i], want[i])
+		}
+	}
+
+	steps := []struct {
+		name string
+		do   func() *Snapshot // the snapshot after the step
+		kept bool
+	}{
+		{"a workload put that keeps its tags", func() *Snapshot {
+			return s.Apply(2, []Change{Put(&Workload{Mesh: "m", Name: "web-1", Tags: Tags{"app": "web"}, Addresses: []string{"10.0.0.9"}})})
+		}, true},
+		{"a workload with a new identity", func() *Snapshot {
+			return s.Apply(3, []Change{Put(&Workload{Mesh: "m", Name: "db-1", Tags: Tags{"app": "db"}})})
+		}, false},
+		{"a workload whose identity leaves the inventory", func() *Snapshot {
+			return s.Apply(4, []Change{Delete(Key{Kind: KindWorkload, Mesh: "m", Name: "web-1"})})
+		}, false},
+		{"a set registered", func() *Snapshot {
+			if _, err := s.Identify("m", Tags{"app": "new"}, reg); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}, false},
+	}
+	for _, st := range steps {
+		s = st.do()
+		if n, _ := byIDs(t, s, reg); (n == len(pairFlows)) != st.kept || (!st.kept && n != 0) {
+			t.Fatalf("after %s: %d of %d flows answered by identities, want %s", st.name, n, len(pairFlows),
+				map[bool]string{true: "all", false: "none"}[st.kept])
+		}
+		decidePairs(t, s, reg) // the full path verifies the entries again
+		if n, _ := byIDs(t, s, reg); n != len(pairFlows) {
+			t.Fatalf("after %s and the full path: %d of %d flows answered by identities", st.name, n, len(pairFlows))
+		}
+	}
+}
+
+// TestPairMemoByIdentitiesSeesEviction: a set evicted from the registry is
+// not answered by a flow's identities: the full path finds it gone.
+func TestPairMemoByIdentitiesSeesEviction(t *testing.T) {
+	t.Parallel()
+	s, reg := memoWorld(t), NewRegistry(3, 0) // pairFlows' three sets fill it
+	decidePairs(t, s, reg)
+	decidePairs(t, s, reg)
+	if n, _ := byIDs(t, s, reg); n != len(pairFlows) {
+		t.Fatalf("warm: %d of %d flows answered by identities", n, len(pairFlows))
+	}
+	for i := range 3 { // evicts every one of them (their marks first, then them)
+		if _, err := s.Identify("m", Tags{"app": fmt.Sprint("filler", i)}, reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := byIDs(t, s, reg); n != 0 {
+		t.Fatalf("after the eviction: %d flows answered by identities", n)
+	}
+	scope, err := s.PairScope("m", "", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scope.Lookup(Identity("m", pairFlows[0].src)); !errors.Is(err, ErrIdentityNotFound) {
+		t.Fatalf("an evicted set: %v, want ErrIdentityNotFound", err)
 	}
 }

@@ -177,29 +177,33 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	var audits [2]int64 // by shadow action: ALLOW, DENY
 	logging := s.record.decisions != nil
 	for i := range srcs {
-		src, code, err := sc.resolve(s, ctx, scope, srcs[i])
-		if err != nil {
-			return err
-		}
-		dst, dcode, err := sc.resolve(s, ctx, scope, dsts[i])
-		if err != nil {
-			return err
-		}
-		if code == 0 && dcode != 0 {
-			code = dcode
-			if code == verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE {
-				code = verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION
-			}
-		}
 		port, proto := pps[i]&0xffff, engine.Protocol(pps[i]>>16)
-		if code == 0 && proto > engine.ICMP {
-			code = verdictv1.CompactCode_COMPACT_CODE_INVALID_PORT_PROTOCOL
+		// A flow the pair memo holds, its identities resolving as when it
+		// was stored, is answered without resolving them.
+		d, src, dst, memo := scope.DecideIDs(srcs[i], dsts[i], proto, port)
+		if !memo {
+			var code, dcode verdictv1.CompactCode
+			if src, code, err = sc.resolve(s, ctx, scope, srcs[i]); err != nil {
+				return err
+			}
+			if dst, dcode, err = sc.resolve(s, ctx, scope, dsts[i]); err != nil {
+				return err
+			}
+			if code == 0 && dcode != 0 {
+				code = dcode
+				if code == verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE {
+					code = verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION
+				}
+			}
+			if code == 0 && proto > engine.ICMP {
+				code = verdictv1.CompactCode_COMPACT_CODE_INVALID_PORT_PROTOCOL
+			}
+			if code != 0 {
+				answers = append(answers, uint32(code)<<compactCodeShift)
+				continue
+			}
+			d, memo = scope.Decide(src, dst, proto, port) // shared with the memo: read only
 		}
-		if code != 0 {
-			answers = append(answers, uint32(code)<<compactCodeShift)
-			continue
-		}
-		d, memo := scope.Decide(src, dst, proto, port) // shared with the memo: read only
 		memoHits += b2i(memo)
 		a := uint32(compactAllow)
 		if d.Action == engine.Deny {
