@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc"
+
 	"github.com/verdictpdp/verdict/engine"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -56,29 +58,26 @@ func RegisterIdentities(ctx context.Context, conns Conns, mesh string, endpoints
 	return nil
 }
 
-// compactErr is the first per-flow error code of a compact answer, as an error.
-func compactErr(resp *verdictv1.DecideCompactResponse) error {
-	for i, a := range resp.GetAnswers() {
-		if code := a >> 3 & 15; code != 0 {
-			return fmt.Errorf("flow %d: %s", i, verdictv1.CompactCode(code))
-		}
-	}
-	return nil
-}
-
 // Compact runs DecideCompact, closed loop, concurrency workers; a call counts
 // its flows as decisions, and a flow answered with an error code fails it.
+// The batches are encoded once and read without building messages
+// (compactwire.go).
 func Compact(ctx context.Context, conns Conns, batches []*verdictv1.DecideCompactRequest, concurrency int, lim Limits) *Report {
-	clients := make([]verdictv1.DecisionServiceClient, len(conns))
-	for i, c := range conns {
-		clients[i] = verdictv1.NewDecisionServiceClient(c)
-	}
+	enc, encErr := encodeBatches(batches)
+	codec := grpc.ForceCodecV2(newCompactCodec())
+	got := make([]answers, concurrency)
 	r := closedLoop(ctx, "compact", concurrency, lim, func(ctx context.Context, w int, i int64) (int, error) {
-		resp, err := clients[w%len(clients)].DecideCompact(ctx, batches[i%int64(len(batches))])
-		if err != nil {
+		if encErr != nil {
+			return 0, encErr
+		}
+		b, a := &enc[i%int64(len(enc))], &got[w]
+		if err := conns[w%len(conns)].Invoke(ctx, verdictv1.DecisionService_DecideCompact_FullMethodName, b, a, codec); err != nil {
 			return 0, err
 		}
-		return len(resp.GetAnswers()), compactErr(resp)
+		if a.err == nil && a.n != b.n {
+			a.err = fmt.Errorf("%d answers to %d flows: %w", a.n, b.n, errShortAnswer)
+		}
+		return a.n, a.err
 	})
 	r.Mode += fmt.Sprintf(", %d flows per call", len(batches[0].GetSourceIds()))
 	return r
@@ -89,28 +88,37 @@ func Compact(ctx context.Context, conns Conns, batches []*verdictv1.DecideCompac
 func CompactStream(ctx context.Context, conns Conns, batches []*verdictv1.DecideCompactRequest, streams int, lim Limits) *Report {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	open := make([]verdictv1.DecisionService_DecideCompactStreamClient, streams)
+	enc, encErr := encodeBatches(batches)
+	codec := grpc.ForceCodecV2(newCompactCodec())
+	open := make([]grpc.ClientStream, streams)
+	msgs := make([]streamMessage, streams)
+	got := make([]answers, streams)
 	r := closedLoop(ctx, "compact-stream", streams, lim, func(_ context.Context, w int, i int64) (int, error) {
+		if encErr != nil {
+			return 0, encErr
+		}
 		if open[w] == nil { // on the run's context: a call's own timeout must not end the stream
-			st, err := verdictv1.NewDecisionServiceClient(conns.pick(w)).DecideCompactStream(sctx)
+			st, err := verdictv1.NewDecisionServiceClient(conns.pick(w)).DecideCompactStream(sctx, codec)
 			if err != nil {
 				return 0, err
 			}
 			open[w] = st
 		}
-		if err := open[w].Send(&verdictv1.DecideCompactStreamRequest{Id: uint64(i), Batch: batches[i%int64(len(batches))]}); err != nil {
+		b, m, a := &enc[i%int64(len(enc))], &msgs[w], &got[w]
+		m.set(uint64(i), b.b)
+		if err := open[w].SendMsg(m); err != nil {
 			open[w] = nil
 			return 0, err
 		}
-		m, err := open[w].Recv()
-		if err != nil {
+		a.stream = true
+		if err := open[w].RecvMsg(a); err != nil {
 			open[w] = nil
 			return 0, err
 		}
-		if e := m.GetError(); e != nil {
-			return 0, fmt.Errorf("%s: %s", e.GetCode(), e.GetMessage())
+		if a.err == nil && a.n != b.n {
+			a.err = fmt.Errorf("%d answers to %d flows: %w", a.n, b.n, errShortAnswer)
 		}
-		return len(m.GetBatch().GetAnswers()), compactErr(m.GetBatch())
+		return a.n, a.err
 	})
 	for _, st := range open {
 		if st != nil {
