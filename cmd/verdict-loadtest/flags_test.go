@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -64,5 +66,18 @@ func TestProfileFlags(t *testing.T) {
 				t.Fatalf("err %v, want %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestCPUProfile: --cpuprofile's file holds a profile once the run stops it.
+func TestCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lt.pprof")
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("the profile: %v, %v", fi, err)
 	}
 }

@@ -70,6 +70,9 @@ type Config struct {
 	// ProfileDir receives a CPU profile of verdictd per scenario run against
 	// it (<scenario>.cpu.pprof), from its loopback metrics listener.
 	ProfileDir string
+	// CPUProfile receives the load tester's own CPU profile of the run: it
+	// shares the cores with the server it measures.
+	CPUProfile string
 	// Workload churn (issue 13 item 6): puts/s, the goroutines making them,
 	// and the workloads loaded first.
 	WorkloadRate    float64
@@ -185,6 +188,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.DecisionLogAB {
 		measure = func() (bool, error) { return RunDecisionLogAB(ctx, cfg, stdout, stderr) }
 	}
+	if cfg.CPUProfile != "" {
+		stopProfile, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "verdict-loadtest:", err)
+			return 3
+		}
+		defer stopProfile()
+	}
 	ok, err := measure()
 	if err != nil {
 		fmt.Fprintln(stderr, "verdict-loadtest:", err)
@@ -229,6 +240,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.Metrics, "verdictd-metrics", "",
 		"the started verdictd's --metrics-listen (loopback; 127.0.0.1:0 picks a free port; default none), or with --addr "+
 			"that verdictd's metrics listener; it serves /debug/pprof")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the load tester's own CPU profile of the whole run to this file")
 	fs.StringVar(&c.ProfileDir, "profile-dir", "",
 		"write a CPU profile of verdictd for each scenario run against it to DIR/<scenario>.cpu.pprof, taken from its "+
 			"loopback metrics listener (started on a free port unless --verdictd-metrics names one)")
