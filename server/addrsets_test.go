@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -344,4 +345,54 @@ func TestPeerSetDeltas(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWorkloadPutResolvesOnlyTheGroupsItTouches: after a workload put with
+// no policy change, a WatchRules group given by name or address is resolved
+// again only when the put can change its resolution — its workload, or one
+// holding its address before or after — so 1k workload puts/s do not cost a
+// resolution per watched workload each (it was every name and address group
+// of the mesh, per put). Streams still follow their workload.
+func TestWorkloadPutResolvesOnlyTheGroupsItTouches(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	ctx := ctxT(t)
+	h.apply(t, ctx, wl("a", app("backend"), "10.0.4.1"), wl("b", app("backend"), "10.0.4.2"), wl("c", app("web"), "10.0.4.3"))
+	open := func(ep *verdictv1.Endpoint) rulesStream {
+		s, err := h.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: ep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recvN(t, s, 1)
+		return s
+	}
+	byName := open(&verdictv1.Endpoint{Workload: "a"})
+	open(&verdictv1.Endpoint{Workload: "b"})
+	byAddr := open(&verdictv1.Endpoint{Address: "10.0.4.1"})
+	external := open(&verdictv1.Endpoint{Address: "10.0.4.9"})
+	open(&verdictv1.Endpoint{Tags: app("backend")})
+	put := func(what string, r *verdictv1.Resource, want int) {
+		t.Helper()
+		before := h.srv.hub.reresolvedCount()
+		h.apply(t, ctx, r)
+		rev := h.b.Snapshot().Revision()
+		for h.srv.hub.revision() < rev { // the hub follows the syncer
+			time.Sleep(time.Millisecond)
+		}
+		if got := h.srv.hub.reresolvedCount() - before; got != want {
+			t.Errorf("%s: %d groups resolved again, want %d", what, got, want)
+		}
+	}
+	put("a put of c, held by no group", wl("c", app("web"), "10.0.4.3", "10.0.4.4"), 0)
+	put("a put of a, watched by name and by address", wl("a", app("db"), "10.0.4.1"), 2)
+	for _, s := range []rulesStream{byName, byAddr} {
+		if m := recvN(t, s, 1)[0]; len(m.GetInbound().GetRules()) != 1 || m.GetInbound().GetRules()[0].GetPolicy() != "deny-db" {
+			t.Fatalf("a as db: %v", m)
+		}
+	}
+	put("a new workload taking a watched external address", wl("d", app("db"), "10.0.4.9"), 1)
+	if m := recvN(t, external, 1)[0]; m.GetWorkload().GetWorkload() != "d" {
+		t.Fatalf("10.0.4.9 as d: %v", m)
+	}
+	put("a put of c again, held by no group", wl("c", app("web"), "10.0.4.3"), 0)
 }

@@ -39,6 +39,9 @@ type rulesHub struct {
 	snap   *engine.Snapshot
 	groups map[string]*ruleGroup
 	sets   *setRegistry
+	// reresolved counts the groups resolved again after a workload change
+	// without a policy change in their mesh (tests).
+	reresolved int
 }
 
 // watched is the workload of a WatchRules request, as given.
@@ -167,16 +170,25 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 			policyMeshes[c.Key.Mesh] = true
 		}
 	}
-	touched := map[string][]string{}
+	// The workloads a mesh's changes touch (the changed ones and those
+	// claiming their addresses), computed once per mesh.
+	touched := map[string]*touchedWorkloads{}
+	touchedIn := func(mesh string) *touchedWorkloads {
+		tw, ok := touched[mesh]
+		if !ok {
+			tw = newTouchedWorkloads(snap, prev, mesh, workloads[mesh])
+			touched[mesh] = tw
+		}
+		return tw
+	}
 	for _, ps := range h.sets.byKey {
 		if !incremental {
 			ps.update(snap, nil, true)
 			continue
 		}
-		names, ok := touched[ps.mesh]
-		if !ok && len(workloads[ps.mesh]) > 0 {
-			names = snap.TouchedWorkloads(prev, ps.mesh, workloads[ps.mesh])
-			touched[ps.mesh] = names
+		var names []string
+		if len(workloads[ps.mesh]) > 0 {
+			names = touchedIn(ps.mesh).names
 		}
 		ps.update(snap, names, false)
 	}
@@ -187,11 +199,12 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 		if incremental && !policyMeshes[g.mesh] && g.state.err == nil {
 			// The mesh's policies are unchanged: so are the rules, unless the
 			// workload resolves differently (a name or address, after a
-			// workload change in its mesh).
-			if g.ep.tags != nil || len(workloads[g.mesh]) == 0 {
+			// change of a workload it can resolve to).
+			if g.ep.tags != nil || len(workloads[g.mesh]) == 0 || !touchedIn(g.mesh).mayResolve(g) {
 				h.advance(g, g.state, rev)
 				continue
 			}
+			h.reresolved++
 			if res, err := resolveWatched(snap, g.mesh, g.ep); err == nil && res.equal(g.state.res) {
 				h.advance(g, g.state, rev)
 				continue
@@ -213,6 +226,52 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 		g.wake()
 	}
 	h.snap = snap
+}
+
+// touchedWorkloads is what a snapshot's workload changes in one mesh can
+// alter the resolution of: the workloads touched (Snapshot.TouchedWorkloads:
+// the changed ones and those claiming their addresses, sorted) and the
+// addresses those hold before or after.
+type touchedWorkloads struct {
+	names []string
+	addrs map[string]bool
+}
+
+func newTouchedWorkloads(snap, prev *engine.Snapshot, mesh string, changed []string) *touchedWorkloads {
+	tw := &touchedWorkloads{addrs: map[string]bool{}}
+	if len(changed) == 0 {
+		return tw
+	}
+	tw.names = snap.TouchedWorkloads(prev, mesh, changed)
+	for _, n := range tw.names {
+		for _, s := range []*engine.Snapshot{prev, snap} {
+			addrs, _ := s.WorkloadAddresses(mesh, n)
+			for _, a := range addrs {
+				tw.addrs[a] = true
+			}
+		}
+	}
+	return tw
+}
+
+// mayResolve reports whether g's workload, given by name or address, may
+// resolve differently after the change: its name is touched, or its address
+// is held by a touched workload (before or after), or it resolved to one. A
+// workload given by tags never changes with the inventory. Any other group's
+// resolution is the same as before, so a workload put costs the groups
+// nothing but this test (it was a resolution per group).
+func (tw *touchedWorkloads) mayResolve(g *ruleGroup) bool {
+	has := func(name string) bool {
+		_, ok := slices.BinarySearch(tw.names, name)
+		return ok
+	}
+	switch {
+	case g.ep.name != "":
+		return has(g.ep.name)
+	case g.ep.address != "":
+		return tw.addrs[g.ep.address] || g.state.res.rep.GetWorkload() != "" && has(g.state.res.rep.GetWorkload())
+	}
+	return false
 }
 
 // advance moves a group whose rules and resolution are unchanged to rev: the
@@ -436,6 +495,24 @@ func (h *rulesHub) groupCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.groups)
+}
+
+// revision is the revision the hub's groups and sets reflect (for tests).
+func (h *rulesHub) revision() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.snap == nil {
+		return 0
+	}
+	return h.snap.Revision()
+}
+
+// reresolvedCount is the number of groups resolved again after workload
+// changes (for tests).
+func (h *rulesHub) reresolvedCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reresolved
 }
 
 // setCount is the number of address sets in use (for tests).
