@@ -96,6 +96,10 @@ type cacheEntry struct {
 	port     uint32
 	src, dst []tagKV
 	d        Decision
+	// ids are the identities of the source's and the destination's tags in
+	// mesh (Identity), computed once when the entry is made: a hit reports
+	// them without hashing the tags again (Decide).
+	ids [2]uint64
 }
 
 var cacheSeed = maphash.MakeSeed()
@@ -200,7 +204,7 @@ func (c *decisionCache) store(k *memoKey, d Decision) *cacheEntry {
 				continue
 			}
 			if old := cb.slots[i].Load(); old != nil && old.epoch != k.epoch && old.sameFlow(k) {
-				e.src, e.dst = old.src, old.dst
+				e.src, e.dst, e.ids = old.src, old.dst, old.ids
 				e.hits.Store(old.hits.Load())
 				cb.slots[i].Store(e) // the same flow, hash unchanged: readers verify the epoch
 				return e
@@ -227,6 +231,7 @@ func (c *decisionCache) store(k *memoKey, d Decision) *cacheEntry {
 	for k, v := range f.dst {
 		e.dst = append(e.dst, tagKV{k, v})
 	}
+	e.ids = [2]uint64{setIdentity(k.mesh, k.src, f.src), setIdentity(k.mesh, k.dst, f.dst)}
 	var b *cacheBucket
 	victim, fewest := -1, uint32(cacheMaxHits+1)
 pick:
@@ -255,6 +260,15 @@ pick:
 	b.slots[victim].Store(e)
 	b.hashes[victim].Store(h)
 	return e
+}
+
+// setIdentity is the identity of tags in mesh: the interned set's when the
+// caller has it (set, of tags), else computed.
+func setIdentity(mesh string, set *TagSet, tags Tags) uint64 {
+	if set != nil {
+		return set.id
+	}
+	return Identity(mesh, tags)
 }
 
 // cache returns the memo of the snapshot's lineage, creating it on first use.

@@ -27,6 +27,11 @@ type Request struct {
 	// NoCache decides without the snapshot's decision cache (benchmarks of the
 	// scan itself; debugging). Explain never uses the cache.
 	NoCache bool
+	// TagIdentities asks for the identity of a side given as tags too
+	// (EndpointResolution.Identity): from the memo when it answers (an entry
+	// keeps its tag sets' identities), else computed. Without it that
+	// identity is 0, and a decision hashes no tags.
+	TagIdentities bool
 	// procedure, for the engine's tests: with NoCache, the decision procedure
 	// every class is scanned with (procLists, procBits); 0 lets each flow choose.
 	procedure uint8
@@ -222,6 +227,7 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 		// when it succeeds.
 		d.SourceResolution, _ = req.resolve(ms, meshName, false)
 		d.DestinationResolution, _ = req.resolve(ms, meshName, true)
+		req.identify(meshName, &d, 0, 0)
 		return d, nil
 	}
 	if !ok {
@@ -236,8 +242,29 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 		return Decision{}, err
 	}
 	d, err := s.decideFlow(ms, meshName, typ, req, &flow{src: src.Tags, dst: dst.Tags, proto: req.Protocol, port: req.Port})
+	srcID, dstID := d.SourceResolution.Identity, d.DestinationResolution.Identity // the memo's, if it answered
 	d.SourceResolution, d.DestinationResolution = src, dst
+	req.identify(meshName, &d, srcID, dstID)
 	return d, err
+}
+
+// identify completes the identities of d's resolutions that are wanted: a
+// side given by an endpoint, or as tags with TagIdentities. It takes those
+// the memo gave (srcID, dstID; 0: none), else computes them.
+func (r *Request) identify(mesh string, d *Decision, srcID, dstID uint64) {
+	for _, side := range [2]struct {
+		res  *EndpointResolution
+		memo uint64
+		ep   *Endpoint
+	}{{&d.SourceResolution, srcID, r.SourceEndpoint}, {&d.DestinationResolution, dstID, r.DestinationEndpoint}} {
+		switch {
+		case side.ep == nil && !r.TagIdentities, side.res.Identity != 0, side.res.Form == 0: // not wanted, known, or not resolved
+		case side.memo != 0:
+			side.res.Identity = side.memo
+		default:
+			side.res.Identity = Identity(mesh, side.res.Tags)
+		}
+	}
 }
 
 // decideFlow decides a resolved flow, through the cache unless the request
@@ -257,7 +284,9 @@ func (s *Snapshot) decideFlow(ms *meshState, meshName, typ string, req *Request,
 }
 
 // decideMemo answers k's flow from the memo, else decides it and remembers
-// the answer (cache.go). srcHash and dstHash are the tag sets' tagsHash.
+// the answer (cache.go). srcHash and dstHash are the tag sets' tagsHash. An
+// answer that has a memo entry carries the identities of the flow's tag sets
+// in its resolutions (Identity alone: the rest is Decide's).
 func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64) (Decision, error) {
 	k.epoch = ms.epoch
 	if ts, ok := ms.types.Get(k.typ); ok {
@@ -270,10 +299,13 @@ func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64
 	if e, ok := c.lookup(k); ok {
 		d := e.d
 		d.Revision = s.revision // the entry may be from an earlier snapshot of the same answers
+		d.SourceResolution.Identity, d.DestinationResolution.Identity = e.ids[0], e.ids[1]
 		return d, nil
 	}
 	d := s.decideUncached(ms, k.typ, &k.f, 0)
-	c.store(k, d)
+	if e := c.store(k, d); e != nil {
+		d.SourceResolution.Identity, d.DestinationResolution.Identity = e.ids[0], e.ids[1]
+	}
 	return d, nil
 }
 
@@ -286,7 +318,7 @@ func (r *Request) resolve(ms *meshState, mesh string, destination bool) (Endpoin
 	if ep == nil {
 		return EndpointResolution{Form: FormTags, ResolvedAs: AsTags, Tags: tags}, nil // Identity left to the caller
 	}
-	return resolveEndpoint(ms, mesh, ep, destination, r.Port, r.Registry)
+	return resolveEndpoint(ms, mesh, ep, destination, r.Port, r.Registry, false)
 }
 
 func (s *Snapshot) decideUncached(ms *meshState, typ string, f *flow, procedure uint8) Decision {

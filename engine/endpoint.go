@@ -154,8 +154,8 @@ type EndpointResolution struct {
 	Holders    int    // the valid workloads holding the principal (principal form)
 	// Identity is the identity of Tags, reserved keys excluded — except for
 	// a side Request.Source or Destination gave as tags, where Decide leaves
-	// it 0 rather than hash the tags of every decision: compute it with
-	// Identity(mesh, Tags) when it is wanted.
+	// it 0 rather than hash the tags of every decision, unless the request
+	// asks for it (Request.TagIdentities).
 	Identity uint64
 	Tags     Tags // the tags the flow is decided on (shared: do not modify)
 }
@@ -173,12 +173,14 @@ func (s *Snapshot) ResolveEndpoint(mesh string, ep *Endpoint, destination bool, 
 		mesh = DefaultMesh
 	}
 	ms, _ := s.meshes.Get(mesh)
-	return resolveEndpoint(ms, mesh, ep, destination, port, reg)
+	return resolveEndpoint(ms, mesh, ep, destination, port, reg, true)
 }
 
 // resolveEndpoint resolves ep in the mesh of ms (nil: a mesh that holds no
-// resource, named mesh).
-func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool, port uint32, reg *Registry) (EndpointResolution, error) {
+// resource, named mesh). Without withID, an identity that would have to be
+// computed from the resolved tags is left 0 (Decide takes it from the memo
+// when it can: Request.identify).
+func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool, port uint32, reg *Registry, withID bool) (EndpointResolution, error) {
 	var inv *inventory
 	if ms != nil {
 		inv = ms.inv
@@ -241,7 +243,9 @@ func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool,
 		}
 		return r, nil
 	}
-	r.Identity = Identity(mesh, r.Tags)
+	if withID {
+		r.Identity = Identity(mesh, r.Tags)
+	}
 	return r, nil
 }
 

@@ -619,3 +619,71 @@ func checkEndpointForms(t *testing.T, data []byte) {
 func equalTags(a, b engine.Tags) bool {
 	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
 }
+
+// Every side's identity is that of its resolved tags, whether the memo
+// answered (its entry keeps them) or not (first sight, NoCache, Explain): a
+// side given by an endpoint always gets it, a side given as tags only with
+// TagIdentities (else 0: Decide hashes no tags).
+func TestDecideReportsIdentities(t *testing.T) {
+	t.Parallel()
+	s := endpointSnapshot(t, `
+---
+kind: Policy
+type: TrafficPermission
+name: web-to-db
+sources: [{match: {kuma.io/service: web}}]
+destinations: [{match: {kuma.io/service: db}}]
+action: ALLOW
+`)
+	web, db := engine.Tags{"kuma.io/service": "web", "env": "prod"}, engine.Tags{"kuma.io/service": "db"}
+	flows := []struct {
+		name string
+		req  engine.Request
+	}{
+		{"tags", engine.Request{Source: web, Destination: db}},
+		{"tags with reserved keys", engine.Request{Source: engine.Tags{"kuma.io/service": "web", "ip": "10.1.1.1"},
+			Destination: engine.Tags{"kuma.io/service": "db", "principal": "spiffe://default/db"}}},
+		{"a workload to a known address", engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
+			DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.3"}, Port: 8080}},
+		{"a principal to an external address", engine.Request{SourceEndpoint: &engine.Endpoint{Principal: "spiffe://default/web"},
+			DestinationEndpoint: &engine.Endpoint{Address: "10.9.9.9"}}},
+		{"an endpoint given as tags to a destination port's tags", engine.Request{SourceEndpoint: &engine.Endpoint{Tags: web},
+			DestinationEndpoint: &engine.Endpoint{Workload: "web-1"}, Port: 9090}},
+	}
+	for _, f := range flows {
+		for _, tagIDs := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/TagIdentities=%v", f.name, tagIDs), func(t *testing.T) {
+				t.Parallel()
+				check := func(how string, req engine.Request) {
+					t.Helper()
+					req.TagIdentities = tagIDs
+					d, err := s.Decide(&req)
+					if err != nil {
+						t.Fatalf("%s: %v", how, err)
+					}
+					for _, side := range []struct {
+						res   engine.EndpointResolution
+						given bool // by an endpoint
+					}{{d.SourceResolution, req.SourceEndpoint != nil}, {d.DestinationResolution, req.DestinationEndpoint != nil}} {
+						want := engine.Identity("default", side.res.Tags)
+						if !side.given && !tagIDs {
+							want = 0
+						}
+						if side.res.Identity != want {
+							t.Fatalf("%s: %s side identity %d, want %d (%+v)", how, side.res.Form, side.res.Identity, want, side.res)
+						}
+					}
+				}
+				for i := range 3 { // seen once, stored, answered by the memo
+					check(fmt.Sprintf("memo, decision %d", i), f.req)
+				}
+				nc := f.req
+				nc.NoCache = true
+				check("NoCache", nc)
+				ex := f.req
+				ex.Explain = true
+				check("Explain", ex)
+			})
+		}
+	}
+}

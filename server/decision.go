@@ -59,6 +59,7 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 func (s *decider) decide(ctx context.Context, snap *engine.Snapshot, er *engine.Request) (*verdictv1.DecideResponse, error) {
 	start := time.Now()
 	er.Registry = s.identities // identities registered through Identify resolve too
+	er.TagIdentities = true    // the answer reports every side's identity (from the memo when it answers)
 	d, err := snap.Decide(er)
 	if err != nil {
 		return nil, err

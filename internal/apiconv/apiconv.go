@@ -128,7 +128,8 @@ func Endpoint(e *verdictv1.Endpoint) (engine.Tags, *engine.Endpoint) {
 
 // EndpointResolution translates how one end of a flow was resolved in mesh;
 // the tags are given only with explain (they can be many). A side given as
-// tags gets its identity computed here (the engine leaves it 0).
+// tags whose identity the engine was not asked for (engine.Request's
+// TagIdentities) gets it computed here.
 func EndpointResolution(mesh string, r *engine.EndpointResolution, explain bool) *verdictv1.EndpointResolution {
 	id := r.Identity
 	if id == 0 && r.Form == engine.FormTags {
