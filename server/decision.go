@@ -48,15 +48,16 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	resp, err := s.decide(ctx, snap, &er)
+	resp, err := s.decide(ctx, snap, &er, new(apiconv.DecideAnswer))
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
 	return resp, nil
 }
 
-// decide answers a validated request from snap.
-func (s *decider) decide(ctx context.Context, snap *engine.Snapshot, er *engine.Request) (*verdictv1.DecideResponse, error) {
+// decide answers a validated request from snap in a (zero), whose response
+// it returns.
+func (s *decider) decide(ctx context.Context, snap *engine.Snapshot, er *engine.Request, a *apiconv.DecideAnswer) (*verdictv1.DecideResponse, error) {
 	start := time.Now()
 	er.Registry = s.identities // identities registered through Identify resolve too
 	er.TagIdentities = true    // the answer reports every side's identity (from the memo when it answers)
@@ -67,13 +68,11 @@ func (s *decider) decide(ctx context.Context, snap *engine.Snapshot, er *engine.
 	took := time.Since(start)
 	s.metrics.decided(ctx, d.Action, took)
 	s.record.recordDecision(ctx, er, &d, took)
-	resp := s.confs.DecideResponse(&d)
 	mesh := er.Mesh
 	if mesh == "" {
 		mesh = engine.DefaultMesh
 	}
-	resp.SourceResolution = apiconv.EndpointResolution(mesh, &d.SourceResolution, er.Explain)
-	resp.DestinationResolution = apiconv.EndpointResolution(mesh, &d.DestinationResolution, er.Explain)
+	resp := s.confs.DecideAnswer(a, mesh, &d, er.Explain)
 	if ex := resp.GetExplanation(); ex != nil {
 		boundTrace(ex.GetOutbound(), MaxExplainBytes/2)
 		boundTrace(ex.GetInbound(), MaxExplainBytes/2)
@@ -126,28 +125,41 @@ func (s decisionService) DecideBatch(ctx context.Context, req *verdictv1.DecideB
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	out := &verdictv1.DecideBatchResponse{Results: make([]*verdictv1.DecideResult, len(req.GetRequests())), Revision: snap.Revision()}
-	for i, r := range req.GetRequests() {
-		out.Results[i] = s.result(ctx, snap, func() string { return fmt.Sprintf("requests[%d].", i) }, r)
+	flows := req.GetRequests()
+	out := &verdictv1.DecideBatchResponse{Results: make([]*verdictv1.DecideResult, len(flows)), Revision: snap.Revision()}
+	answers := make([]flowAnswer, len(flows)) // one allocation for the batch's answers
+	for i, r := range flows {
+		out.Results[i] = s.result(ctx, snap, func() string { return fmt.Sprintf("requests[%d].", i) }, r, &answers[i])
 	}
 	return out, nil
 }
 
-// result answers one flow of a batch or a stream, or says why it cannot; the
-// fields of its errors start with prefix() ("requests[3]."), computed only for
-// a flow that has errors.
-func (s decisionService) result(ctx context.Context, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest) *verdictv1.DecideResult {
+// flowAnswer holds the messages of one flow's answer in a batch or a stream,
+// allocated together.
+type flowAnswer struct {
+	result   verdictv1.DecideResult
+	response verdictv1.DecideResult_Response
+	apiconv.DecideAnswer
+}
+
+// result answers one flow of a batch or a stream in a (zero), or says why it
+// cannot; the fields of its errors start with prefix() ("requests[3]."),
+// computed only for a flow that has errors.
+func (s decisionService) result(ctx context.Context, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest, a *flowAnswer) *verdictv1.DecideResult {
 	var errs fieldErrors
 	er := errs.decide("", r)
 	errs.prefix(prefix)
 	err := errs.err()
 	if err == nil {
 		var resp *verdictv1.DecideResponse
-		if resp, err = s.decide(ctx, snap, &er); err == nil {
-			return &verdictv1.DecideResult{Result: &verdictv1.DecideResult_Response{Response: resp}}
+		if resp, err = s.decide(ctx, snap, &er, &a.DecideAnswer); err == nil {
+			a.response.Response = resp
+			a.result.Result = &a.response
+			return &a.result
 		}
 	}
-	return &verdictv1.DecideResult{Result: &verdictv1.DecideResult_Error{Error: errorEntry(ctx, s.log, err)}}
+	a.result.Result = &verdictv1.DecideResult_Error{Error: errorEntry(ctx, s.log, err)}
+	return &a.result
 }
 
 // MaxStreamWaiting bounds the messages of one DecideStream that wait for their
@@ -253,7 +265,17 @@ func (s decisionService) streamAnswer(ctx context.Context, m *verdictv1.DecideSt
 			return streamError(ctx, s.log, m, err)
 		}
 	}
-	return &verdictv1.DecideStreamResponse{Id: m.GetId(), Result: s.result(ctx, snap, func() string { return "request." }, m.GetRequest())}
+	a := new(streamAnswer)
+	a.resp.Id = m.GetId()
+	a.resp.Result = s.result(ctx, snap, func() string { return "request." }, m.GetRequest(), &a.flowAnswer)
+	return &a.resp
+}
+
+// streamAnswer holds the messages of one DecideStream answer, allocated
+// together.
+type streamAnswer struct {
+	resp verdictv1.DecideStreamResponse
+	flowAnswer
 }
 
 func streamError(ctx context.Context, log *slog.Logger, m *verdictv1.DecideStreamRequest, err error) *verdictv1.DecideStreamResponse {

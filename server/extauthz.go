@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -162,7 +163,7 @@ func (s authzService) Check(ctx context.Context, c *authv3.CheckRequest) (*authv
 	er, err := decideRequest(f.req)
 	var resp *verdictv1.DecideResponse
 	if err == nil {
-		resp, err = s.dec.decide(ctx, snap, &er)
+		resp, err = s.dec.decide(ctx, snap, &er, new(apiconv.DecideAnswer))
 	}
 	if err != nil {
 		st := status.Convert(toStatus(ctx, s.log, err))

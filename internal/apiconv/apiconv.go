@@ -131,16 +131,21 @@ func Endpoint(e *verdictv1.Endpoint) (engine.Tags, *engine.Endpoint) {
 // tags whose identity the engine was not asked for (engine.Request's
 // TagIdentities) gets it computed here.
 func EndpointResolution(mesh string, r *engine.EndpointResolution, explain bool) *verdictv1.EndpointResolution {
+	out := &verdictv1.EndpointResolution{}
+	fillResolution(out, mesh, r, explain)
+	return out
+}
+
+func fillResolution(out *verdictv1.EndpointResolution, mesh string, r *engine.EndpointResolution, explain bool) {
 	id := r.Identity
 	if id == 0 && r.Form == engine.FormTags {
 		id = engine.Identity(mesh, r.Tags)
 	}
-	out := &verdictv1.EndpointResolution{Form: EndpointForm(r.Form), ResolvedAs: ResolvedAs(r.ResolvedAs),
-		Workload: r.Workload, Holders: uint32(r.Holders), Identity: id}
+	out.Form, out.ResolvedAs = EndpointForm(r.Form), ResolvedAs(r.ResolvedAs)
+	out.Workload, out.Holders, out.Identity = r.Workload, uint32(r.Holders), id
 	if explain {
 		out.Tags = r.Tags
 	}
-	return out
 }
 
 func EndpointForm(f engine.EndpointForm) verdictv1.EndpointForm {
@@ -208,20 +213,41 @@ func Reason(r engine.Reason) verdictv1.Reason {
 }
 
 func Side(s *engine.SideDecision) *verdictv1.SideDecision {
-	return &verdictv1.SideDecision{Action: Action(s.Action), Policy: s.Policy, Scope: s.Scope, Rule: s.Rule,
-		Reason: Reason(s.Reason)}
+	out := &verdictv1.SideDecision{}
+	fillSide(out, s)
+	return out
 }
 
-// DecideResponse translates a decision; confs come from the cache.
-func (c *ConfCache) DecideResponse(d *engine.Decision) *verdictv1.DecideResponse {
-	out := &verdictv1.DecideResponse{
-		Action: Action(d.Action), Outbound: Side(&d.Outbound), Inbound: Side(&d.Inbound),
-		Policy: d.Policy, Conf: c.Get(d.Conf), Revision: d.Revision,
-	}
+func fillSide(out *verdictv1.SideDecision, s *engine.SideDecision) {
+	out.Action, out.Policy, out.Scope, out.Rule, out.Reason = Action(s.Action), s.Policy, s.Scope, s.Rule, Reason(s.Reason)
+}
+
+// DecideAnswer holds the messages of one decision's answer, so that they are
+// allocated together: one allocation for the five of an answer (DecideAnswer
+// fills it), or one for a whole batch's in a slice of them.
+type DecideAnswer struct {
+	Response    verdictv1.DecideResponse
+	sides       [2]verdictv1.SideDecision
+	resolutions [2]verdictv1.EndpointResolution
+}
+
+// DecideAnswer translates a decision on a flow of mesh into a (zero, or
+// never sent) and returns its response: the sides, the conf from the cache,
+// the explanation, the audit, and how each end was resolved (their tags only
+// with explain).
+func (c *ConfCache) DecideAnswer(a *DecideAnswer, mesh string, d *engine.Decision, explain bool) *verdictv1.DecideResponse {
+	out := &a.Response
+	fillSide(&a.sides[0], &d.Outbound)
+	fillSide(&a.sides[1], &d.Inbound)
+	out.Action, out.Outbound, out.Inbound = Action(d.Action), &a.sides[0], &a.sides[1]
+	out.Policy, out.Conf, out.Revision = d.Policy, c.Get(d.Conf), d.Revision
 	if d.Explain != nil {
 		out.Explanation = &verdictv1.Explanation{Outbound: Trace(&d.Explain.Outbound), Inbound: Trace(&d.Explain.Inbound)}
 	}
 	out.Audit = Audit(d.Audit)
+	fillResolution(&a.resolutions[0], mesh, &d.SourceResolution, explain)
+	fillResolution(&a.resolutions[1], mesh, &d.DestinationResolution, explain)
+	out.SourceResolution, out.DestinationResolution = &a.resolutions[0], &a.resolutions[1]
 	return out
 }
 
