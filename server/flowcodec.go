@@ -2,6 +2,7 @@ package server
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -59,7 +60,8 @@ func decodeFlows(data mem.BufferSlice, v any) bool {
 	}
 	switch m := v.(type) {
 	case *verdictv1.DecideRequest:
-		return decodeDecide(b, m)
+		var eps endpointSlab
+		return decodeDecide(b, m, &eps)
 	case *verdictv1.DecideBatchRequest:
 		return decodeBatch(b, m)
 	case *verdictv1.DecideStreamRequest:
@@ -69,6 +71,12 @@ func decodeFlows(data mem.BufferSlice, v any) bool {
 }
 
 func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
+	// The flows and their endpoints come from two slices sized by a first
+	// pass: three allocations per batch instead of three per flow.
+	n := countFlows(b)
+	flows := make([]verdictv1.DecideRequest, n)
+	eps := endpointSlab(make([]verdictv1.Endpoint, 2*n))
+	m.Requests = slices.Grow(m.Requests, n)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -81,8 +89,13 @@ func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
 			if n < 0 {
 				return false
 			}
-			r := &verdictv1.DecideRequest{}
-			if !decodeDecide(v, r) {
+			var r *verdictv1.DecideRequest
+			if len(flows) > 0 {
+				r, flows = &flows[0], flows[1:]
+			} else {
+				r = &verdictv1.DecideRequest{}
+			}
+			if !decodeDecide(v, r, &eps) {
 				return false
 			}
 			m.Requests = append(m.Requests, r)
@@ -99,6 +112,42 @@ func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
 		}
 	}
 	return true
+}
+
+// countFlows counts the flows (field 1) of a batch's bytes, up to MaxBatch+1
+// (a larger batch is refused: its flows beyond are allocated one by one); it
+// stops at the first malformed field (decodeBatch then declines).
+func countFlows(b []byte) int {
+	n := 0
+	for len(b) > 0 && n <= MaxBatch {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			break
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(num, typ, b)
+		if l < 0 {
+			break
+		}
+		b = b[l:]
+		if num == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// endpointSlab hands out the endpoints of a batch's flows from one slice; an
+// empty slab allocates each.
+type endpointSlab []verdictv1.Endpoint
+
+func (s *endpointSlab) next() *verdictv1.Endpoint {
+	if len(*s) == 0 {
+		return &verdictv1.Endpoint{}
+	}
+	e := &(*s)[0]
+	*s = (*s)[1:]
+	return e
 }
 
 func decodeStreamRequest(b []byte, m *verdictv1.DecideStreamRequest) bool {
@@ -123,7 +172,8 @@ func decodeStreamRequest(b []byte, m *verdictv1.DecideStreamRequest) bool {
 			if m.Request == nil {
 				m.Request = &verdictv1.DecideRequest{}
 			}
-			if !decodeDecide(v, m.Request) { // a repeated message field merges
+			var eps endpointSlab
+			if !decodeDecide(v, m.Request, &eps) { // a repeated message field merges
 				return false
 			}
 		default:
@@ -133,7 +183,8 @@ func decodeStreamRequest(b []byte, m *verdictv1.DecideStreamRequest) bool {
 	return true
 }
 
-func decodeDecide(b []byte, m *verdictv1.DecideRequest) bool {
+// decodeDecide adds the fields of b to m; its endpoints come from eps.
+func decodeDecide(b []byte, m *verdictv1.DecideRequest, eps *endpointSlab) bool {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -177,12 +228,12 @@ func decodeDecide(b []byte, m *verdictv1.DecideRequest) bool {
 			m.Protocol, ok = internString(v)
 		case 3:
 			if m.Source == nil {
-				m.Source = &verdictv1.Endpoint{}
+				m.Source = eps.next()
 			}
 			ok = decodeWorkload(v, m.Source)
 		case 4:
 			if m.Destination == nil {
-				m.Destination = &verdictv1.Endpoint{}
+				m.Destination = eps.next()
 			}
 			ok = decodeWorkload(v, m.Destination)
 		}
