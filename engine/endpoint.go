@@ -221,7 +221,7 @@ func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool,
 		}
 	case FormPrincipal:
 		if ps, ok := inv.principal(ep.Principal); ok {
-			r.ResolvedAs, r.Holders = AsPrincipalHolders, ps.holders.Len()
+			r.ResolvedAs, r.Holders = AsPrincipalHolders, ps.len()
 			r.Tags = withTag(ps.shared, PrincipalTag, ep.Principal)
 		} else if svc, ok := kumaSpiffeService(mesh, ep.Principal); ok {
 			r.ResolvedAs = AsKumaSpiffe

@@ -8,6 +8,7 @@ package engine
 
 import (
 	"fmt"
+	"reflect"
 	"sort"
 	"sync/atomic"
 
@@ -56,11 +57,28 @@ type tagSet struct {
 }
 
 // principalSet is the valid workloads holding one principal, and the tags they
-// all share.
+// all share. A principal held by one workload (a SPIFFE ID per workload, the
+// usual case) costs one small struct: its holder, whose tags are the shared
+// ones (the same map, never modified); the holders' maps and pair counts are
+// made only for two holders or more.
 type principalSet struct {
+	one    *workloadEntry // the only holder; nil when many is set
+	many   *principalHolders
+	shared Tags
+}
+
+// principalHolders is a principal's holders when there are two or more.
+type principalHolders struct {
 	holders pmap.Map[string, *workloadEntry]
 	counts  pmap.Map[string, int] // "key\x00value" → holders that have the pair
-	shared  Tags
+}
+
+// len is the number of holders.
+func (ps *principalSet) len() int {
+	if ps.many != nil {
+		return ps.many.holders.Len()
+	}
+	return 1
 }
 
 func newInventory() *inventory {
@@ -175,14 +193,28 @@ func (inv *inventory) apply(changes []Change) *inventory {
 				break
 			}
 		}
+		var interned Tags // the tag set's map, held already by another workload
 		if why == "" {
-			if ts, ok := ids.Get(e.id); ok && !sameTagSet(ts.tags, e.w.Tags) {
-				why = fmt.Sprintf("its tags have identity %d, as do other tags (%v) of another workload: an identity collision", e.id, ts.tags)
+			if ts, ok := ids.Get(e.id); ok {
+				if !sameTagSet(ts.tags, e.w.Tags) {
+					why = fmt.Sprintf("its tags have identity %d, as do other tags (%v) of another workload: an identity collision", e.id, ts.tags)
+				} else if !sameMap(ts.tags, e.w.Tags) {
+					interned = ts.tags
+				}
 			}
 		}
-		if why != e.err {
+		if why != e.err || interned != nil {
 			ne := *e
 			ne.err = why
+			if interned != nil {
+				// Workloads with one tag set share one map: the entry holds
+				// a copy of the workload with the interned map, and the
+				// decoded one's map goes (100k workloads over a few thousand
+				// tag sets keep a few thousand maps).
+				w := *e.w
+				w.Tags = interned
+				ne.w = &w
+			}
 			e = &ne
 			names.Set(n, e)
 		}
@@ -206,6 +238,11 @@ func (inv *inventory) apply(changes []Change) *inventory {
 		}
 	}
 	return &out
+}
+
+// sameMap reports whether a and b are the same map (not only equal ones).
+func sameMap(a, b Tags) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func claimsOf(get func(string) ([]claim, bool), addr string) []claim {
@@ -249,12 +286,18 @@ func removeContribution(principals *pmap.Builder[string, *principalSet], ids *pm
 	if !ok {
 		return
 	}
-	if ps.holders.Len() <= 1 {
+	if ps.many == nil {
 		principals.Delete(e.w.Principal)
 		return
 	}
-	np := &principalSet{holders: ps.holders.Delete(e.w.Name), counts: ps.counts}
-	cb := ps.counts.Builder()
+	holders := ps.many.holders.Delete(e.w.Name)
+	if holders.Len() == 1 {
+		var rest *workloadEntry
+		holders.Range(func(_ string, h *workloadEntry) bool { rest = h; return false })
+		principals.Set(e.w.Principal, &principalSet{one: rest, shared: rest.w.Tags})
+		return
+	}
+	cb := ps.many.counts.Builder()
 	for k, v := range e.w.Tags {
 		pair := k + "\x00" + v
 		if n, _ := cb.Get(pair); n <= 1 {
@@ -263,9 +306,8 @@ func removeContribution(principals *pmap.Builder[string, *principalSet], ids *pm
 			cb.Set(pair, n-1)
 		}
 	}
-	np.counts = cb.Map()
-	np.shared = np.sharedTags()
-	principals.Set(e.w.Principal, np)
+	many := &principalHolders{holders: holders, counts: cb.Map()}
+	principals.Set(e.w.Principal, &principalSet{many: many, shared: many.sharedTags()})
 }
 
 func addContribution(principals *pmap.Builder[string, *principalSet], ids *pmap.Builder[uint64, *tagSet], e *workloadEntry) {
@@ -279,33 +321,45 @@ func addContribution(principals *pmap.Builder[string, *principalSet], ids *pmap.
 	}
 	ps, ok := principals.Get(e.w.Principal)
 	if !ok {
-		ps = &principalSet{holders: pmap.New[string, *workloadEntry](pmap.StringHash),
-			counts: pmap.New[string, int](pmap.StringHash)}
+		principals.Set(e.w.Principal, &principalSet{one: e, shared: e.w.Tags})
+		return
 	}
-	np := &principalSet{holders: ps.holders.Set(e.w.Name, e)}
-	cb := ps.counts.Builder()
-	for k, v := range e.w.Tags {
+	var many principalHolders
+	if ps.many != nil {
+		many = *ps.many
+	} else {
+		many.holders = pmap.New[string, *workloadEntry](pmap.StringHash).Set(ps.one.w.Name, ps.one)
+		many.counts = pmap.New[string, int](pmap.StringHash)
+		many.counts = countPairs(many.counts, ps.one.w.Tags)
+	}
+	many.holders = many.holders.Set(e.w.Name, e)
+	many.counts = countPairs(many.counts, e.w.Tags)
+	principals.Set(e.w.Principal, &principalSet{many: &many, shared: many.sharedTags()})
+}
+
+// countPairs adds one holder's pairs to counts.
+func countPairs(counts pmap.Map[string, int], tags Tags) pmap.Map[string, int] {
+	cb := counts.Builder()
+	for k, v := range tags {
 		pair := k + "\x00" + v
 		n, _ := cb.Get(pair)
 		cb.Set(pair, n+1)
 	}
-	np.counts = cb.Map()
-	np.shared = np.sharedTags()
-	principals.Set(e.w.Principal, np)
+	return cb.Map()
 }
 
 // sharedTags is the pairs every holder has: those of any one holder whose
 // count is the number of holders. O(tags of one holder).
-func (ps *principalSet) sharedTags() Tags {
-	n := ps.holders.Len()
+func (ph *principalHolders) sharedTags() Tags {
+	n := ph.holders.Len()
 	var any *workloadEntry
-	ps.holders.Range(func(_ string, e *workloadEntry) bool { any = e; return false })
+	ph.holders.Range(func(_ string, e *workloadEntry) bool { any = e; return false })
 	out := Tags{}
 	if any == nil {
 		return out
 	}
 	for k, v := range any.w.Tags {
-		if c, _ := ps.counts.Get(k + "\x00" + v); c == n {
+		if c, _ := ph.counts.Get(k + "\x00" + v); c == n {
 			out[k] = v
 		}
 	}

@@ -209,3 +209,75 @@ func BenchmarkIdentity(b *testing.B) {
 		_ = engine.Identity("default", tags)
 	}
 }
+
+// A principal's holders come and go: one holder (kept without maps of holders
+// and pair counts), two, one again, none; the resolution's tags and holder
+// count follow at each step.
+func TestPrincipalHoldersComeAndGo(t *testing.T) {
+	t.Parallel()
+	const p = "spiffe://default/web"
+	withPrincipal := func(w *engine.Workload) *engine.Workload { w.Principal = p; return w }
+	a := withPrincipal(workload("a", 1, map[string]string{"app": "web", "env": "prod"}, "10.0.0.1"))
+	b := withPrincipal(workload("b", 2, map[string]string{"app": "web", "env": "dev"}, "10.0.0.2"))
+	resolve := func(s *engine.Snapshot) (engine.EndpointResolution, error) {
+		return s.ResolveEndpoint("", &engine.Endpoint{Principal: p}, false, 0, nil)
+	}
+	steps := []struct {
+		name    string
+		change  engine.Change
+		holders int
+		tags    engine.Tags
+	}{
+		{"one holder: its tags", engine.Put(a), 1, engine.Tags{"app": "web", "env": "prod", "principal": p}},
+		{"two holders: the tags they share", engine.Put(b), 2, engine.Tags{"app": "web", "principal": p}},
+		{"the first goes: the second's tags", engine.Delete(a.Key()), 1, engine.Tags{"app": "web", "env": "dev", "principal": p}},
+		{"back to two", engine.Put(a), 2, engine.Tags{"app": "web", "principal": p}},
+		{"the second goes", engine.Delete(b.Key()), 1, engine.Tags{"app": "web", "env": "prod", "principal": p}},
+		{"none: unknown", engine.Delete(a.Key()), 0, engine.Tags{"principal": p}},
+	}
+	s := engine.Empty()
+	for i, st := range steps {
+		s = s.Apply(int64(i+3), []engine.Change{st.change})
+		r, err := resolve(s)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		want := engine.AsPrincipalHolders
+		if st.holders == 0 {
+			want = engine.AsKumaSpiffe
+			st.tags = engine.Tags{"kuma.io/service": "web", "principal": p}
+		}
+		if r.ResolvedAs != want || r.Holders != st.holders || !reflect.DeepEqual(r.Tags, st.tags) {
+			t.Fatalf("%s: got %v, %d holders, %v; want %v, %d, %v", st.name, r.ResolvedAs, r.Holders, r.Tags, want, st.holders, st.tags)
+		}
+	}
+}
+
+// Workloads with one tag set share its map in the snapshot; each still reads
+// as written (its own name, addresses and revisions), and a tag change of one
+// leaves the other's tags alone.
+func TestWorkloadTagSetsShared(t *testing.T) {
+	t.Parallel()
+	a := workload("a", 1, map[string]string{"app": "web"}, "10.0.0.1")
+	b := workload("b", 2, map[string]string{"app": "web"}, "10.0.0.2")
+	s := engine.Build(2, []engine.Resource{a, b})
+	for _, w := range []*engine.Workload{a, b} {
+		e, ok := s.Get(w.Key())
+		if !ok || e.Err != nil || !reflect.DeepEqual(e.Resource, engine.Resource(w)) {
+			t.Fatalf("Get(%s) = %+v, want %+v", w.Name, e.Resource, w)
+		}
+	}
+	ga, _ := s.Get(a.Key())
+	gb, _ := s.Get(b.Key())
+	if reflect.ValueOf(ga.Resource.(*engine.Workload).Tags).UnsafePointer() != reflect.ValueOf(gb.Resource.(*engine.Workload).Tags).UnsafePointer() {
+		t.Fatal("the two workloads' equal tag sets are two maps")
+	}
+	moved := workload("b", 3, map[string]string{"app": "db"}, "10.0.0.2")
+	s = s.Apply(3, []engine.Change{engine.Put(moved)})
+	ga, _ = s.Get(a.Key())
+	gb, _ = s.Get(b.Key())
+	if !reflect.DeepEqual(ga.Resource.(*engine.Workload).Tags, map[string]string{"app": "web"}) ||
+		!reflect.DeepEqual(gb.Resource.(*engine.Workload).Tags, map[string]string{"app": "db"}) {
+		t.Fatalf("after b moved: a %v, b %v", ga.Resource.(*engine.Workload).Tags, gb.Resource.(*engine.Workload).Tags)
+	}
+}
