@@ -66,13 +66,13 @@ type Syncer struct {
 	wake chan struct{} // closed and replaced on each new snapshot
 	subs map[*subscription]struct{}
 
-	// owned by the Run goroutine
-	applied map[string]appliedEntry
-}
-
-type appliedEntry struct {
-	key engine.Key
-	mod int64
+	// owned by the Run goroutine: what is applied, path → mod revision (the
+	// diff state of a Reset). A path's key is engine.ParseKey(path); the
+	// few whose key is not (a path rendered from a key that is not UTF-8)
+	// are in oddKeys. 110k keys cost a few MB, not a key and a resource
+	// each.
+	applied map[string]int64
+	oddKeys map[string]engine.Key
 }
 
 var _ API = (*Syncer)(nil)
@@ -92,7 +92,8 @@ func New(cfg Config) (*Syncer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Syncer{cfg: cfg, log: log, epoch: time.Now(), wake: make(chan struct{}), subs: map[*subscription]struct{}{}, applied: map[string]appliedEntry{}}
+	s := &Syncer{cfg: cfg, log: log, epoch: time.Now(), wake: make(chan struct{}), subs: map[*subscription]struct{}{},
+		applied: map[string]int64{}, oddKeys: map[string]engine.Key{}}
 	s.snap.Store(engine.Empty())
 	return s, nil
 }
@@ -217,9 +218,24 @@ func (s *Syncer) markSynced(snap *engine.Snapshot) {
 func (s *Syncer) record(c engine.Change) {
 	if c.Resource == nil && c.Err == nil {
 		delete(s.applied, c.Path)
+		delete(s.oddKeys, c.Path)
 		return
 	}
-	s.applied[c.Path] = appliedEntry{key: c.Key, mod: modRevision(c)}
+	s.applied[c.Path] = modRevision(c)
+	if k, _ := engine.ParseKey(c.Path); k != c.Key {
+		s.oddKeys[c.Path] = c.Key
+	} else if len(s.oddKeys) > 0 {
+		delete(s.oddKeys, c.Path)
+	}
+}
+
+// appliedKey is the key of an applied path.
+func (s *Syncer) appliedKey(path string) engine.Key {
+	if k, ok := s.oddKeys[path]; ok {
+		return k
+	}
+	k, _ := engine.ParseKey(path)
+	return k
 }
 
 func modRevision(c engine.Change) int64 {
@@ -237,7 +253,7 @@ func modRevision(c engine.Change) int64 {
 // the snapshot update stays O(difference).
 func (s *Syncer) diff(changes, full []engine.Change) []engine.Change {
 	if len(s.applied) == 0 { // the first list: everything is new
-		s.applied = make(map[string]appliedEntry, len(full))
+		s.applied = make(map[string]int64, len(full))
 		for _, c := range full {
 			s.record(c)
 		}
@@ -247,18 +263,20 @@ func (s *Syncer) diff(changes, full []engine.Change) []engine.Change {
 	for _, c := range full {
 		present[c.Path] = struct{}{}
 		old, ok := s.applied[c.Path]
-		if ok && old.mod == modRevision(c) && old.mod != 0 {
+		if ok && old == modRevision(c) && old != 0 {
 			continue
 		}
 		s.record(c)
 		changes = append(changes, c)
 	}
-	for path, e := range s.applied {
+	for path := range s.applied {
 		if _, ok := present[path]; ok {
 			continue
 		}
+		key := s.appliedKey(path)
 		delete(s.applied, path)
-		changes = append(changes, engine.Change{Path: path, Key: e.key})
+		delete(s.oddKeys, path)
+		changes = append(changes, engine.Change{Path: path, Key: key})
 	}
 	return changes
 }

@@ -205,6 +205,49 @@ func TestResetAppliesTheDifference(t *testing.T) {
 	}
 }
 
+// A Reset's deletes name the keys of what they delete: the syncer keeps only
+// paths and revisions, and gives a deleted path its key again — a resource's,
+// a broken value's under a valid key, and the zero key of a broken value whose
+// key is not one (its path rendered from bytes that are not UTF-8).
+func TestResetDeletesNameTheirKeys(t *testing.T) {
+	st := newScripted(0)
+	sy := run(t, syncer.Config{Store: st})
+	sub := sy.Subscribe(8)
+	defer sub.Close()
+	broken := store.DecodeItem("default/policies/TrafficPermission/broken", []byte("{"), 6, 6).Change()
+	odd := store.DecodeItem("default/policies/TrafficPermission/\xffodd", []byte("{}"), 7, 7).Change()
+	if broken.Err == nil || broken.Key.Name != "broken" || odd.Err == nil || odd.Key != (engine.Key{}) {
+		t.Fatalf("setup: %+v, %+v", broken, odd)
+	}
+	st.events <- store.Event{Revision: 10, Reset: true, Changes: []engine.Change{put(t, "a", 3), broken, odd}}
+	waitFor(t, sy, 10)
+	if n := len(sy.Snapshot().Invalid()); n != 2 {
+		t.Fatalf("%d invalid, want 2", n)
+	}
+	st.events <- store.Event{Revision: 20, Reset: true}
+	snap := waitFor(t, sy, 20)
+	<-sub.Updates()
+	u := <-sub.Updates()
+	got := map[string]engine.Key{}
+	for _, c := range u.Changes {
+		if c.Resource != nil || c.Err != nil {
+			t.Fatalf("the second Reset puts %s", c.Path)
+		}
+		got[c.Path] = c.Key
+	}
+	want := map[string]engine.Key{
+		"default/policies/TrafficPermission/a":      {Kind: engine.KindPolicy, Mesh: "default", Type: "TrafficPermission", Name: "a"},
+		"default/policies/TrafficPermission/broken": broken.Key,
+		odd.Path: {},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("deletes of the second Reset: %v, want %v", got, want)
+	}
+	if snap.Len() != 0 || len(snap.Invalid()) != 0 {
+		t.Fatalf("after the second Reset: %d resources, %d invalid", snap.Len(), len(snap.Invalid()))
+	}
+}
+
 // Events already queued are applied as one change set.
 func TestQueuedEventsBuildOneSnapshot(t *testing.T) {
 	const n = 2000
