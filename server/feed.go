@@ -25,10 +25,12 @@ const (
 // syncer's updates), so that the number of streams costs etcd nothing: one
 // etcd watch per replica (the syncer's), no etcd read per stream.
 //
-// It keeps the store's state at its revision (path → the change that put it,
-// converted to the API's message once) and a bounded history of the recent
-// change sets, each converted once and shared, never modified, by every
-// stream. A stream is a cursor into that history:
+// It keeps the store's state at its revision (path → what is stored there:
+// the engine's resource, shared with the snapshots, or a broken value's
+// error — converted to the API's messages only when a stream asks for a
+// snapshot, once per revision) and a bounded history of the recent change
+// sets, each converted once and shared, never modified, by every stream. A
+// stream is a cursor into that history:
 //   - from_revision 0, or one older than the history: a snapshot of the state
 //     from memory (sorted once per revision, shared), then the change sets
 //     after it;
@@ -68,10 +70,19 @@ type resourceFeed struct {
 	partsPrefix string
 }
 
-// feedEntry is a stored key as the feed holds it.
+// feedEntry is a stored key as the feed holds it: a resource, or a broken
+// value's error. The API's message is made from it when a snapshot is asked
+// for (change): 110k API copies of the store cost the daemon ~1 KB per
+// workload at rest.
 type feedEntry struct {
 	mod int64 // the revision that wrote it (0: unknown, never equal)
-	rc  *verdictv1.ResourceChange
+	res engine.Resource
+	err error
+}
+
+// change is the entry at path as a change (a put, or a broken value).
+func (e feedEntry) change(path string) engine.Change {
+	return engine.Change{Path: path, Resource: e.res, Err: e.err, ModRevision: e.mod}
 }
 
 // changeSet is the changes that brought the store to rev, converted once.
@@ -127,7 +138,7 @@ func (f *resourceFeed) follow(ctx context.Context, sub syncer.Subscription) {
 			if !ok {
 				return
 			}
-			f.apply(u.Snapshot.Revision(), u.Changes)
+			f.apply(u.Snapshot, u.Changes)
 		}
 	}
 }
@@ -147,9 +158,10 @@ func (f *resourceFeed) reset(snap *engine.Snapshot) {
 			next[path] = e
 			return
 		}
-		rc := encodeChange(f.log, c)
-		next[path] = feedEntry{mod: mod, rc: rc}
-		changes = append(changes, rc)
+		next[path] = feedEntry{mod: mod, res: c.Resource, err: c.Err}
+		if !first { // the first state is no change set: its messages are made when asked for
+			changes = append(changes, encodeChange(f.log, c))
+		}
 	}
 	snap.Resources(func(e engine.Entry) bool {
 		path := e.Resource.Key().String()
@@ -181,8 +193,9 @@ func (f *resourceFeed) reset(snap *engine.Snapshot) {
 	f.pushLocked(max(snap.Revision(), f.rev), changes)
 }
 
-// apply records one update of the syncer.
-func (f *resourceFeed) apply(rev int64, cs []engine.Change) {
+// apply records one update of the syncer: the changes that made snap.
+func (f *resourceFeed) apply(snap *engine.Snapshot, cs []engine.Change) {
+	rev := snap.Revision()
 	f.mu.Lock()
 	if rev <= f.rev || len(cs) == 0 {
 		f.mu.Unlock() // already in the state (an update before the snapshot reset read)
@@ -204,11 +217,16 @@ func (f *resourceFeed) apply(rev int64, cs []engine.Change) {
 			delete(f.state, path)
 			continue
 		}
-		mod := c.ModRevision
-		if c.Resource != nil {
-			mod = c.Resource.Metadata().ModRevision
+		mod, res := c.ModRevision, c.Resource
+		if res != nil {
+			mod = res.Metadata().ModRevision
+			// The snapshot's copy, when it holds this one: the engine's
+			// (a workload's tags shared with its tag set's other holders).
+			if e, ok := snap.Get(res.Key()); ok && e.Resource != nil && e.Resource.Metadata().ModRevision == mod {
+				res = e.Resource
+			}
 		}
-		f.state[path] = feedEntry{mod: mod, rc: changes[i]}
+		f.state[path] = feedEntry{mod: mod, res: res, err: c.Err}
 	}
 	f.pushLocked(rev, changes)
 }
@@ -254,7 +272,12 @@ func encodeChange(log *slog.Logger, c engine.Change) *verdictv1.ResourceChange {
 // first change set it reads. Call once the feed is ready.
 func (f *resourceFeed) start(from int64) (snapshot []*verdictv1.ResourceChange, rev int64, seq uint64) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			f.mu.Unlock()
+		}
+	}()
 	// A resume is served from the history only from a set's boundary: the
 	// revision of a message the client received (or the history's base). A
 	// revision inside a set the syncer coalesced (an Apply's, say) would get
@@ -269,14 +292,35 @@ func (f *resourceFeed) start(from int64) (snapshot []*verdictv1.ResourceChange, 
 			return nil, from, f.nextSeq
 		}
 	}
-	if f.sorted == nil {
-		f.sorted = make([]*verdictv1.ResourceChange, 0, len(f.state))
-		for _, e := range f.state {
-			f.sorted = append(f.sorted, e.rc)
-		}
-		sort.Slice(f.sorted, func(i, j int) bool { return f.sorted[i].GetKey() < f.sorted[j].GetKey() })
+	if f.sorted != nil {
+		return f.sorted, f.rev, f.nextSeq
 	}
-	return f.sorted, f.rev, f.nextSeq
+	// The state's messages are made outside the lock (110k conversions would
+	// hold up the feed's updates and every stream's next): from a copy of the
+	// state at rev, and kept for rev's other streams if the state has not
+	// moved on meanwhile. A stream reads the change sets after seq either way.
+	rev, seq = f.rev, f.nextSeq
+	type stored struct {
+		path string
+		e    feedEntry
+	}
+	entries := make([]stored, 0, len(f.state))
+	for path, e := range f.state {
+		entries = append(entries, stored{path, e})
+	}
+	f.mu.Unlock()
+	locked = false
+	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
+	snapshot = make([]*verdictv1.ResourceChange, len(entries))
+	for i, s := range entries {
+		snapshot[i] = encodeChange(f.log, s.e.change(s.path))
+	}
+	f.mu.Lock()
+	locked = true
+	if f.rev == rev && f.sorted == nil {
+		f.sorted = snapshot
+	}
+	return snapshot, rev, seq
 }
 
 // next returns the change set seq, or (nil, false, wake) when it is not made
