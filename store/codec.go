@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -30,6 +32,15 @@ func RenderPath(raw string) string { return engine.RenderPath(raw) }
 // carries the revisions and the SHA-256 of value in its Meta (the snapshot's
 // Digest hashes the stored bytes, not a re-encoding).
 func DecodeItem(path string, value []byte, createRevision, modRevision int64) Item {
+	return DecodeItemInterned(path, value, createRevision, modRevision, nil)
+}
+
+// DecodeItemInterned is DecodeItem giving a decoded workload the map of its
+// tags that tags holds (or adding its own to it); tags may be nil. A store's
+// full list decodes with one TagInterner: 100k workloads over a few thousand
+// tag sets keep a few thousand maps, not 100k (the engine would otherwise copy
+// each workload to share its tag set's map).
+func DecodeItemInterned(path string, value []byte, createRevision, modRevision int64, tags *TagInterner) Item {
 	it := Item{Path: RenderPath(path), Value: value, CreateRevision: createRevision, ModRevision: modRevision}
 	key, err := engine.ParseKey(path)
 	if err != nil {
@@ -46,11 +57,50 @@ func DecodeItem(path string, value []byte, createRevision, modRevision int64) It
 		it.Err = fmt.Errorf("%w: the value is %s %q, not the resource its key names", engine.ErrInvalid, r.Key().Kind, r.Key().String())
 		return it
 	}
+	if w, ok := r.(*engine.Workload); ok && tags != nil {
+		w.Tags = tags.intern(w.Tags) // r is ours: WithMeta copies it below
+	}
 	m := r.Metadata()
 	m.CreateRevision, m.ModRevision = createRevision, modRevision
 	m.ValueHash = sha256.Sum256(value)
 	it.Resource = r.WithMeta(m)
 	return it
+}
+
+// TagInterner hands out one map per distinct tag set (DecodeItemInterned).
+// Safe for concurrent use; the zero value is ready. Its maps are shared:
+// never modified (resources are immutable once decoded).
+type TagInterner struct {
+	mu   sync.Mutex
+	maps map[string]map[string]string // canonical text of the set → its map
+}
+
+func (ti *TagInterner) intern(tags map[string]string) map[string]string {
+	if len(tags) == 0 {
+		return tags
+	}
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(tags[k])
+		b.WriteByte(0)
+	}
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	if m, ok := ti.maps[b.String()]; ok {
+		return m
+	}
+	if ti.maps == nil {
+		ti.maps = map[string]map[string]string{}
+	}
+	ti.maps[b.String()] = tags
+	return tags
 }
 
 // Change is the item as a change for engine.Snapshot.Apply: a put, or a broken

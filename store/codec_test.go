@@ -3,6 +3,7 @@ package store_test
 import (
 	"crypto/sha256"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -192,4 +193,40 @@ func FuzzDecodePageToken(f *testing.F) {
 			t.Fatalf("accepted revision %d, after %q for prefix %q", rev, after, prefix)
 		}
 	})
+}
+
+// A TagInterner gives decoded workloads with equal tag sets one map (and
+// leaves each workload's other fields, and other tag sets, its own); without
+// one, each decodes its own.
+func TestDecodeItemInternsTags(t *testing.T) {
+	t.Parallel()
+	item := func(name string, tags map[string]string, in *store.TagInterner) *engine.Workload {
+		t.Helper()
+		w := &engine.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: []string{"10.0.0.1"}}
+		b, err := engine.EncodeJSON(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it := store.DecodeItemInterned("default/workloads/"+name, b, 1, 2, in)
+		if it.Err != nil {
+			t.Fatal(it.Err)
+		}
+		got := it.Resource.(*engine.Workload)
+		if got.Name != name || !reflect.DeepEqual(got.Tags, tags) || got.Meta.ModRevision != 2 {
+			t.Fatalf("decoded %+v", got)
+		}
+		return got
+	}
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	web, db := map[string]string{"app": "web", "env": "prod"}, map[string]string{"app": "db"}
+	var in store.TagInterner
+	a, b, c := item("a", web, &in), item("b", web, &in), item("c", db, &in)
+	if !same(a.Tags, b.Tags) || same(a.Tags, c.Tags) {
+		t.Fatalf("interned: a and b share %v, a and c share %v", same(a.Tags, b.Tags), same(a.Tags, c.Tags))
+	}
+	if x, y := item("x", web, nil), item("y", web, nil); same(x.Tags, y.Tags) {
+		t.Fatal("without an interner two workloads share a map")
+	}
 }

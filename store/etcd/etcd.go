@@ -280,8 +280,9 @@ func (s *Store) checkOpen() error {
 }
 
 // item decodes a stored key-value, counting and logging a broken value.
-func (s *Store) item(key string, value []byte, create, mod int64) store.Item {
-	it := store.DecodeItem(strings.TrimPrefix(key, s.prefix), value, create, mod)
+// tags, if not nil, interns the tags of workloads (a full list's).
+func (s *Store) item(key string, value []byte, create, mod int64, tags *store.TagInterner) store.Item {
+	it := store.DecodeItemInterned(strings.TrimPrefix(key, s.prefix), value, create, mod, tags)
 	if it.Err != nil {
 		s.skipped.Add(1)
 		s.log.Warn("skipping a stored value that does not decode", "path", it.Path, "mod_revision", mod, "error", it.Err)
@@ -310,7 +311,7 @@ func (s *Store) Get(ctx context.Context, key engine.Key) (store.Item, error) {
 		return store.Item{}, fmt.Errorf("%w: %s", store.ErrNotFound, key.String())
 	}
 	kv := resp.Kvs[0]
-	return s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision), nil
+	return s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision, nil), nil
 }
 
 // List implements store.Store.
@@ -345,7 +346,7 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListPag
 	}
 	page := store.ListPage{Revision: rev, Items: make([]store.Item, len(resp.Kvs))}
 	for i, kv := range resp.Kvs {
-		page.Items[i] = s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision)
+		page.Items[i] = s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision, nil)
 	}
 	if resp.More && len(page.Items) > 0 {
 		// The stored key, not the item's Path (a rendering when it is not UTF-8).

@@ -280,7 +280,7 @@ func (w *watcher) take(resp clientv3.WatchResponse) {
 		if ev.Type == mvccpb.DELETE {
 			p.Changes = append(p.Changes, store.DeleteChange(w.s.path(kv.Key), kv.ModRevision))
 		} else {
-			p.Changes = append(p.Changes, w.s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision).Change())
+			p.Changes = append(p.Changes, w.s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision, nil).Change())
 		}
 		w.rev = max(w.rev, kv.ModRevision)
 	}
@@ -306,13 +306,14 @@ func (s *Store) listAll(ctx context.Context) (store.Event, error) {
 		changes []engine.Change
 	}
 	work := make(chan *page, runtime.GOMAXPROCS(0))
+	tags := &store.TagInterner{} // the list's workloads share their tag sets' maps
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for p := range work {
 				p.changes = make([]engine.Change, len(p.kvs))
 				for i, kv := range p.kvs {
-					p.changes[i] = s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision).Change()
+					p.changes[i] = s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision, tags).Change()
 				}
 				p.kvs = nil // the response can go
 			}
