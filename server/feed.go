@@ -25,12 +25,12 @@ const (
 // syncer's updates), so that the number of streams costs etcd nothing: one
 // etcd watch per replica (the syncer's), no etcd read per stream.
 //
-// It keeps the store's state at its revision (path → what is stored there:
-// the engine's resource, shared with the snapshots, or a broken value's
-// error — converted to the API's messages only when a stream asks for a
-// snapshot, once per revision) and a bounded history of the recent change
-// sets, each converted once and shared, never modified, by every stream. A
-// stream is a cursor into that history:
+// It keeps the store's state at its revision — the syncer's snapshot at that
+// revision, which holds every stored resource and broken value: the feed
+// holds no copy of the store; the API's messages of the state are made when a
+// stream asks for a snapshot, once per revision — and a bounded history of
+// the recent change sets, each converted once and shared, never modified, by
+// every stream. A stream is a cursor into that history:
 //   - from_revision 0, or one older than the history: a snapshot of the state
 //     from memory (sorted once per revision, shared), then the change sets
 //     after it;
@@ -54,8 +54,8 @@ type resourceFeed struct {
 	started bool          // ready is closed (owned by run)
 
 	mu      sync.Mutex
-	rev     int64                // the revision of state
-	state   map[string]feedEntry // every stored key at rev
+	rev     int64            // the revision of state
+	state   *engine.Snapshot // every stored key at rev (nil before the first reset)
 	sorted  []*verdictv1.ResourceChange
 	sets    []*changeSet // the history, oldest first
 	held    int          // changes in sets
@@ -70,19 +70,19 @@ type resourceFeed struct {
 	partsPrefix string
 }
 
-// feedEntry is a stored key as the feed holds it: a resource, or a broken
-// value's error. The API's message is made from it when a snapshot is asked
-// for (change): 110k API copies of the store cost the daemon ~1 KB per
-// workload at rest.
-type feedEntry struct {
-	mod int64 // the revision that wrote it (0: unknown, never equal)
-	res engine.Resource
-	err error
-}
-
-// change is the entry at path as a change (a put, or a broken value).
-func (e feedEntry) change(path string) engine.Change {
-	return engine.Change{Path: path, Resource: e.res, Err: e.err, ModRevision: e.mod}
+// eachStored calls f with every key snap holds, as the change that put it:
+// its resources (valid or not) and its broken values.
+func eachStored(snap *engine.Snapshot, f func(c engine.Change)) {
+	snap.Resources(func(e engine.Entry) bool {
+		f(engine.Change{Path: e.Resource.Key().String(), Key: e.Resource.Key(), Resource: e.Resource,
+			ModRevision: e.Resource.Metadata().ModRevision})
+		return true
+	})
+	for _, inv := range snap.Invalid() {
+		if inv.Resource == nil {
+			f(engine.Change{Path: inv.Path, Key: inv.Key, Err: inv.Err, ModRevision: inv.ModRevision})
+		}
+	}
 }
 
 // changeSet is the changes that brought the store to rev, converted once.
@@ -97,7 +97,7 @@ type changeSet struct {
 
 func newResourceFeed(sy syncer.API, log *slog.Logger, maxSets, maxChanges int) *resourceFeed {
 	return &resourceFeed{syncer: sy, log: log, maxSets: maxSets, maxChanges: maxChanges,
-		ready: make(chan struct{}), state: map[string]feedEntry{}, wake: make(chan struct{})}
+		ready: make(chan struct{}), wake: make(chan struct{})}
 }
 
 // run follows the syncer until ctx ends, from its first synced snapshot. A
@@ -151,45 +151,34 @@ func (f *resourceFeed) reset(snap *engine.Snapshot) {
 	f.mu.Unlock()
 	first := !f.started
 	f.started = true
-	next := make(map[string]feedEntry, snap.Len())
-	var changes []*verdictv1.ResourceChange
-	put := func(path string, mod int64, c engine.Change) {
-		if e, ok := old[path]; ok && e.mod == mod && mod != 0 {
-			next[path] = e
-			return
-		}
-		next[path] = feedEntry{mod: mod, res: c.Resource, err: c.Err}
-		if !first { // the first state is no change set: its messages are made when asked for
-			changes = append(changes, encodeChange(f.log, c))
-		}
-	}
-	snap.Resources(func(e engine.Entry) bool {
-		path := e.Resource.Key().String()
-		put(path, e.Resource.Metadata().ModRevision, engine.Change{Path: path, Key: e.Resource.Key(), Resource: e.Resource})
-		return true
-	})
-	for _, inv := range snap.Invalid() {
-		if inv.Resource == nil {
-			put(inv.Path, inv.ModRevision, engine.Change{Path: inv.Path, Key: inv.Key, Err: inv.Err, ModRevision: inv.ModRevision})
-		}
-	}
-	for path := range old {
-		if _, ok := next[path]; !ok {
-			changes = append(changes, &verdictv1.ResourceChange{Key: path, Deleted: true})
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if first {
-		f.rev, f.base, f.state, f.sorted, f.parts = snap.Revision(), snap.Revision(), next, nil, nil
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.rev, f.base, f.state, f.sorted, f.parts = snap.Revision(), snap.Revision(), snap, nil, nil
 		close(f.ready)
 		return
 	}
+	mods := map[string]int64{} // what old holds: path → mod revision (0: unknown, never equal)
+	eachStored(old, func(c engine.Change) { mods[c.Path] = c.ModRevision })
+	var changes []*verdictv1.ResourceChange
+	eachStored(snap, func(c engine.Change) {
+		mod, ok := mods[c.Path]
+		delete(mods, c.Path)
+		if ok && mod == c.ModRevision && mod != 0 {
+			return
+		}
+		changes = append(changes, encodeChange(f.log, c))
+	})
+	for path := range mods {
+		changes = append(changes, &verdictv1.ResourceChange{Key: path, Deleted: true})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if snap.Revision() <= f.rev && len(changes) == 0 {
 		return
 	}
 	sort.Slice(changes, func(i, j int) bool { return changes[i].GetKey() < changes[j].GetKey() })
-	f.state = next
+	f.state = snap
 	f.pushLocked(max(snap.Revision(), f.rev), changes)
 }
 
@@ -211,23 +200,7 @@ func (f *resourceFeed) apply(snap *engine.Snapshot, cs []engine.Change) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for i, c := range cs {
-		path := changes[i].GetKey()
-		if c.Resource == nil && c.Err == nil {
-			delete(f.state, path)
-			continue
-		}
-		mod, res := c.ModRevision, c.Resource
-		if res != nil {
-			mod = res.Metadata().ModRevision
-			// The snapshot's copy, when it holds this one: the engine's
-			// (a workload's tags shared with its tag set's other holders).
-			if e, ok := snap.Get(res.Key()); ok && e.Resource != nil && e.Resource.Metadata().ModRevision == mod {
-				res = e.Resource
-			}
-		}
-		f.state[path] = feedEntry{mod: mod, res: res, err: c.Err}
-	}
+	f.state = snap // what the changes made
 	f.pushLocked(rev, changes)
 }
 
@@ -296,25 +269,16 @@ func (f *resourceFeed) start(from int64) (snapshot []*verdictv1.ResourceChange, 
 		return f.sorted, f.rev, f.nextSeq
 	}
 	// The state's messages are made outside the lock (110k conversions would
-	// hold up the feed's updates and every stream's next): from a copy of the
-	// state at rev, and kept for rev's other streams if the state has not
-	// moved on meanwhile. A stream reads the change sets after seq either way.
-	rev, seq = f.rev, f.nextSeq
-	type stored struct {
-		path string
-		e    feedEntry
-	}
-	entries := make([]stored, 0, len(f.state))
-	for path, e := range f.state {
-		entries = append(entries, stored{path, e})
-	}
+	// hold up the feed's updates and every stream's next), from the snapshot
+	// at rev (immutable), and kept for rev's other streams if the state has
+	// not moved on meanwhile. A stream reads the change sets after seq either
+	// way.
+	state, rev, seq := f.state, f.rev, f.nextSeq
 	f.mu.Unlock()
 	locked = false
-	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
-	snapshot = make([]*verdictv1.ResourceChange, len(entries))
-	for i, s := range entries {
-		snapshot[i] = encodeChange(f.log, s.e.change(s.path))
-	}
+	snapshot = make([]*verdictv1.ResourceChange, 0, state.Len())
+	eachStored(state, func(c engine.Change) { snapshot = append(snapshot, encodeChange(f.log, c)) })
+	sort.Slice(snapshot, func(i, j int) bool { return snapshot[i].GetKey() < snapshot[j].GetKey() })
 	f.mu.Lock()
 	locked = true
 	if f.rev == rev && f.sorted == nil {
