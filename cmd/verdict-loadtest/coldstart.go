@@ -21,6 +21,7 @@ import (
 	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/loadtest"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store/embedetcd"
 )
 
 // ColdStartResult is what the cold-start subcommand measures (issue 13 item 6):
@@ -52,6 +53,12 @@ type ColdStart struct {
 	RSSPerWorkload  float64 `json:"rssPerWorkload"`
 	// HeapOverEmptyPerWorkload subtracts the empty verdictd's live heap first.
 	HeapOverEmptyPerWorkload float64 `json:"heapOverEmptyPerWorkload"`
+	// AfterGC is the memory read again after a forced GC (verdictd's
+	// /debug/pprof/heap?gc=1): Memory's live heap is the last GC's, which
+	// may have run during the build, with its garbage still live.
+	// LivePerWorkload divides AfterGC's live heap by the workloads.
+	AfterGC         Memory  `json:"afterGC"`
+	LivePerWorkload float64 `json:"livePerWorkload"`
 	// Checked probes answered as before the restart.
 	Checked int `json:"checked"`
 }
@@ -79,6 +86,11 @@ func coldStart(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	tmp := fs.String("etcd-tmpdir", "", "directory for the etcd data (default: the system's temporary directory)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "bound on the whole run")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	external := fs.Bool("external-etcd", false, "run etcd in this process (embedded, loopback) and start verdictd with --etcd-endpoints: "+
+		"verdictd's heap then excludes etcd's own memory")
+	pprofDir := fs.String("pprof-dir", "", "write each start's CPU profile (its first --pprof-seconds from the metrics listener's start) and "+
+		"heap profile (/debug/pprof/heap?gc=1, once deciding) into this directory")
+	pprofSeconds := fs.Int("pprof-seconds", 5, "length of each start's CPU profile with --pprof-dir")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -92,7 +104,8 @@ func coldStart(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	res, err := measureColdStart(ctx, *bin, *tmp, *workloads, *policies, *seed, *restarts, stderr)
+	opts := coldStartOptions{external: *external, pprofDir: *pprofDir, pprofSeconds: *pprofSeconds}
+	res, err := measureColdStart(ctx, *bin, *tmp, *workloads, *policies, *seed, *restarts, opts, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "verdict-loadtest cold-start:", err)
 		return 3
@@ -109,13 +122,29 @@ func coldStart(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
+// coldStartOptions are cold-start's optional measurements.
+type coldStartOptions struct {
+	external     bool   // etcd in this process, verdictd with --etcd-endpoints
+	pprofDir     string // profiles of each start go here
+	pprofSeconds int
+}
+
 func measureColdStart(ctx context.Context, bin, tmp string, workloads, policies int, seed uint64, restarts int,
-	stderr io.Writer) (*ColdStartResult, error) {
+	opts coldStartOptions, stderr io.Writer) (*ColdStartResult, error) {
 	dir, err := os.MkdirTemp(tmp, "verdict-cold-start")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	store := []string{"--data-dir", dir + "/etcd"}
+	if opts.external {
+		e, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir + "/external-etcd", ProgressNotifyInterval: 5 * time.Second})
+		if err != nil {
+			return nil, fmt.Errorf("external etcd: %w", err)
+		}
+		defer e.Close()
+		store = []string{"--etcd-endpoints", strings.Join(e.Endpoints(), ",")}
+	}
 	start := func() (*process, string, time.Time, error) {
 		ports, err := listen.FreePorts(1)
 		if err != nil {
@@ -123,8 +152,8 @@ func measureColdStart(ctx context.Context, bin, tmp string, workloads, policies 
 		}
 		metrics := fmt.Sprintf("127.0.0.1:%d", ports[0])
 		t0 := time.Now()
-		p, err := startProcess(ctx, bin, "", stderr, "--listen", "127.0.0.1:0", "--metrics-listen", metrics,
-			"--data-dir", dir+"/etcd", "--log-level", "warn")
+		args := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", metrics, "--log-level", "warn"}, store...)
+		p, err := startProcess(ctx, bin, "", stderr, args...)
 		return p, metrics, t0, err
 	}
 
@@ -182,7 +211,20 @@ func measureColdStart(ctx context.Context, bin, tmp string, workloads, policies 
 		if err != nil {
 			return nil, fmt.Errorf("restart verdictd: %w", err)
 		}
+		var cpu chan error
+		if opts.pprofDir != "" {
+			cpu = make(chan error, 1)
+			go func() {
+				cpu <- saveProfile(ctx, metrics, fmt.Sprintf("/debug/pprof/profile?seconds=%d", opts.pprofSeconds),
+					fmt.Sprintf("%s/cpu-start%d.pb.gz", opts.pprofDir, i+1))
+			}()
+		}
 		cs, err := measureStart(ctx, p.addr, metrics, t0, res.Revision, probes, expected)
+		if err == nil && cpu != nil {
+			if err = <-cpu; err == nil {
+				err = saveProfile(ctx, metrics, "/debug/pprof/heap?gc=1", fmt.Sprintf("%s/heap-start%d.pb.gz", opts.pprofDir, i+1))
+			}
+		}
 		p.stop()
 		if err != nil {
 			return nil, fmt.Errorf("start %d: %w", i+1, err)
@@ -190,6 +232,7 @@ func measureColdStart(ctx context.Context, bin, tmp string, workloads, policies 
 		cs.HeapPerWorkload = cs.Memory.HeapLive / float64(workloads)
 		cs.RSSPerWorkload = cs.Memory.RSS / float64(workloads)
 		cs.HeapOverEmptyPerWorkload = (cs.Memory.HeapLive - res.Empty.HeapLive) / float64(workloads)
+		cs.LivePerWorkload = cs.AfterGC.HeapLive / float64(workloads)
 		res.Starts = append(res.Starts, cs)
 	}
 	return res, nil
@@ -236,8 +279,46 @@ func measureStart(ctx context.Context, addr, metrics string, t0 time.Time, rev i
 		}
 	}
 	cs.Checked = len(got)
-	cs.Memory, err = readMemory(ctx, metrics)
+	if cs.Memory, err = readMemory(ctx, metrics); err != nil {
+		return cs, err
+	}
+	if err := saveProfile(ctx, metrics, "/debug/pprof/heap?gc=1", os.DevNull); err != nil {
+		return cs, err
+	}
+	cs.AfterGC, err = readMemory(ctx, metrics)
 	return cs, err
+}
+
+// saveProfile writes the profile at http://metrics+path into file, trying
+// again while the metrics listener is not up yet.
+func saveProfile(ctx context.Context, metrics, path, file string) error {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metrics+path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", path, resp.Status)
+		}
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
 }
 
 // answerKey is what a probe must answer alike before and after a restart.
@@ -289,8 +370,9 @@ func writeColdStart(w io.Writer, r *ColdStartResult) {
 	fmt.Fprintf(w, "  empty verdictd: heap live %.1f MiB, RSS %.1f MiB\n", r.Empty.HeapLive/(1<<20), r.Empty.RSS/(1<<20))
 	for i, s := range r.Starts {
 		fmt.Fprintf(w, "  start %d: start → SERVING %v, start → deciding at revision %v; heap live %.1f MiB (%.0f B/workload, %.0f over the empty one), "+
-			"in use %.1f MiB, RSS %.1f MiB (%.0f B/workload); %d probes answered as before\n",
+			"in use %.1f MiB, RSS %.1f MiB (%.0f B/workload); after a forced GC: heap live %.1f MiB (%.0f B/workload); %d probes answered as before\n",
 			i+1, s.ToServing.Round(time.Millisecond), s.ToReady.Round(time.Millisecond), s.Memory.HeapLive/(1<<20),
-			s.HeapPerWorkload, s.HeapOverEmptyPerWorkload, s.Memory.HeapInuse/(1<<20), s.Memory.RSS/(1<<20), s.RSSPerWorkload, s.Checked)
+			s.HeapPerWorkload, s.HeapOverEmptyPerWorkload, s.Memory.HeapInuse/(1<<20), s.Memory.RSS/(1<<20), s.RSSPerWorkload,
+			s.AfterGC.HeapLive/(1<<20), s.LivePerWorkload, s.Checked)
 	}
 }

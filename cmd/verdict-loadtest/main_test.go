@@ -197,43 +197,60 @@ func TestDecisionLogAB(t *testing.T) {
 
 // TestColdStart runs the cold-start subcommand (issue 13 item 6) small: it
 // must seed, restart verdictd on the same data, find it deciding at the seeded
-// revision with the answers it gave before, and report memory figures.
-// Timings are not asserted.
+// revision with the answers it gave before, and report memory figures — with
+// verdictd's embedded etcd, and with an etcd of the load tester's
+// (--external-etcd), there with each start's profiles. Timings are not
+// asserted.
 func TestColdStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs verdictd")
 	}
 	dir := binaries(t)
-	etcdDir := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(dir, "verdict-loadtest"), "cold-start", "--verdictd", filepath.Join(dir, "verdictd"),
-		"--workloads", "300", "--policies", "50", "--restarts", "2", "--etcd-tmpdir", etcdDir, "--timeout", "2m", "--json")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("verdict-loadtest cold-start: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	var res ColdStartResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		t.Fatalf("result: %v\n%s", err, stdout.String())
-	}
-	if res.Workloads != 300 || res.Keys < 350 || res.Revision <= 0 || res.Empty.HeapLive <= 0 {
-		t.Errorf("seeding: %+v", res)
-	}
-	if len(res.Starts) != 2 {
-		t.Fatalf("%d starts, want 2", len(res.Starts))
-	}
-	for i, s := range res.Starts {
-		if s.ToServing <= 0 || s.ToReady <= 0 || s.Checked == 0 || s.Memory.HeapLive <= 0 || s.Memory.RSS <= 0 ||
-			s.HeapPerWorkload <= 0 || s.RSSPerWorkload <= 0 {
-			t.Errorf("start %d: missing figures: %+v", i+1, s)
-		}
-	}
-	if entries, err := os.ReadDir(dir); err != nil || slices.ContainsFunc(entries, func(e os.DirEntry) bool {
-		return strings.HasPrefix(e.Name(), "verdict-cold-start")
-	}) {
-		t.Errorf("the etcd data directory was left behind (%v)", err)
-	}
-	if t.Failed() || strings.Contains(stderr.String(), "panic") {
-		t.Logf("stderr:\n%s", stderr.String())
+	for _, external := range []bool{false, true} {
+		t.Run(fmt.Sprintf("external etcd %v", external), func(t *testing.T) {
+			etcdDir, pprofDir := t.TempDir(), t.TempDir()
+			var stdout, stderr bytes.Buffer
+			args := []string{"cold-start", "--verdictd", filepath.Join(dir, "verdictd"),
+				"--workloads", "300", "--policies", "50", "--restarts", "2", "--etcd-tmpdir", etcdDir, "--timeout", "2m", "--json"}
+			if external {
+				args = append(args, "--external-etcd", "--pprof-dir", pprofDir, "--pprof-seconds", "1")
+			}
+			cmd := exec.Command(filepath.Join(dir, "verdict-loadtest"), args...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("verdict-loadtest cold-start: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+			}
+			var res ColdStartResult
+			if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+				t.Fatalf("result: %v\n%s", err, stdout.String())
+			}
+			if res.Workloads != 300 || res.Keys < 350 || res.Revision <= 0 || res.Empty.HeapLive <= 0 {
+				t.Errorf("seeding: %+v", res)
+			}
+			if len(res.Starts) != 2 {
+				t.Fatalf("%d starts, want 2", len(res.Starts))
+			}
+			for i, s := range res.Starts {
+				if s.ToServing <= 0 || s.ToReady <= 0 || s.Checked == 0 || s.Memory.HeapLive <= 0 || s.Memory.RSS <= 0 ||
+					s.HeapPerWorkload <= 0 || s.RSSPerWorkload <= 0 || s.AfterGC.HeapLive <= 0 || s.LivePerWorkload <= 0 {
+					t.Errorf("start %d: missing figures: %+v", i+1, s)
+				}
+			}
+			if external {
+				for _, f := range []string{"cpu-start1.pb.gz", "heap-start1.pb.gz", "cpu-start2.pb.gz", "heap-start2.pb.gz"} {
+					if st, err := os.Stat(filepath.Join(pprofDir, f)); err != nil || st.Size() == 0 {
+						t.Errorf("profile %s: %v", f, err)
+					}
+				}
+			}
+			if entries, err := os.ReadDir(etcdDir); err != nil || slices.ContainsFunc(entries, func(e os.DirEntry) bool {
+				return strings.HasPrefix(e.Name(), "verdict-cold-start")
+			}) {
+				t.Errorf("the etcd data directory was left behind (%v)", err)
+			}
+			if t.Failed() || strings.Contains(stderr.String(), "panic") {
+				t.Logf("stderr:\n%s", stderr.String())
+			}
+		})
 	}
 }
