@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -88,9 +89,9 @@ func coldStart(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	external := fs.Bool("external-etcd", false, "run etcd in this process (embedded, loopback) and start verdictd with --etcd-endpoints: "+
 		"verdictd's heap then excludes etcd's own memory")
-	pprofDir := fs.String("pprof-dir", "", "write each start's CPU profile (its first --pprof-seconds from the metrics listener's start) and "+
+	pprofDir := fs.String("profile-dir", "", "write each start's CPU profile (its first --profile-seconds from the metrics listener's start) and "+
 		"heap profile (/debug/pprof/heap?gc=1, once deciding) into this directory")
-	pprofSeconds := fs.Int("pprof-seconds", 5, "length of each start's CPU profile with --pprof-dir")
+	pprofSeconds := fs.Int("profile-seconds", 5, "length of each start's CPU profile with --profile-dir")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -290,34 +291,14 @@ func measureStart(ctx context.Context, addr, metrics string, t0 time.Time, rev i
 }
 
 // saveProfile writes the profile at http://metrics+path into file, trying
-// again while the metrics listener is not up yet.
+// again while the metrics listener is not up yet (the process is starting).
 func saveProfile(ctx context.Context, metrics, path, file string) error {
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metrics+path, nil)
-		if err != nil {
+		err := fetchProfile(ctx, "http://"+metrics+path, file, 2*time.Minute)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
 			return err
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", path, resp.Status)
-		}
-		f, err := os.Create(file)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(f, resp.Body); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
+		time.Sleep(time.Millisecond)
 	}
 }
 

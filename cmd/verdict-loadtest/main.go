@@ -17,7 +17,7 @@
 // at the seeded revision, then its live heap and resident set per workload.
 //
 //	verdict-loadtest [flags] [scenario...]
-//	verdict-loadtest cold-start [--workloads N] [--policies N] [--restarts N] [--external-etcd] [--pprof-dir DIR] [--json]
+//	verdict-loadtest cold-start [--workloads N] [--policies N] [--restarts N] [--external-etcd] [--profile-dir DIR] [--json]
 package main
 
 import (

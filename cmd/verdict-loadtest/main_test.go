@@ -213,7 +213,7 @@ func TestColdStart(t *testing.T) {
 			args := []string{"cold-start", "--verdictd", filepath.Join(dir, "verdictd"),
 				"--workloads", "300", "--policies", "50", "--restarts", "2", "--etcd-tmpdir", etcdDir, "--timeout", "2m", "--json"}
 			if external {
-				args = append(args, "--external-etcd", "--pprof-dir", pprofDir, "--pprof-seconds", "1")
+				args = append(args, "--external-etcd", "--profile-dir", pprofDir, "--profile-seconds", "1")
 			}
 			cmd := exec.Command(filepath.Join(dir, "verdict-loadtest"), args...)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
