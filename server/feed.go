@@ -70,21 +70,6 @@ type resourceFeed struct {
 	partsPrefix string
 }
 
-// eachStored calls f with every key snap holds, as the change that put it:
-// its resources (valid or not) and its broken values.
-func eachStored(snap *engine.Snapshot, f func(c engine.Change)) {
-	snap.Resources(func(e engine.Entry) bool {
-		f(engine.Change{Path: e.Resource.Key().String(), Key: e.Resource.Key(), Resource: e.Resource,
-			ModRevision: e.Resource.Metadata().ModRevision})
-		return true
-	})
-	for _, inv := range snap.Invalid() {
-		if inv.Resource == nil {
-			f(engine.Change{Path: inv.Path, Key: inv.Key, Err: inv.Err, ModRevision: inv.ModRevision})
-		}
-	}
-}
-
 // changeSet is the changes that brought the store to rev, converted once.
 type changeSet struct {
 	seq     uint64
@@ -159,9 +144,9 @@ func (f *resourceFeed) reset(snap *engine.Snapshot) {
 		return
 	}
 	mods := map[string]int64{} // what old holds: path → mod revision (0: unknown, never equal)
-	eachStored(old, func(c engine.Change) { mods[c.Path] = c.ModRevision })
+	syncer.EachStored(old, func(c engine.Change) { mods[c.Path] = c.ModRevision })
 	var changes []*verdictv1.ResourceChange
-	eachStored(snap, func(c engine.Change) {
+	syncer.EachStored(snap, func(c engine.Change) {
 		mod, ok := mods[c.Path]
 		delete(mods, c.Path)
 		if ok && mod == c.ModRevision && mod != 0 {
@@ -277,7 +262,7 @@ func (f *resourceFeed) start(from int64) (snapshot []*verdictv1.ResourceChange, 
 	f.mu.Unlock()
 	locked = false
 	snapshot = make([]*verdictv1.ResourceChange, 0, state.Len())
-	eachStored(state, func(c engine.Change) { snapshot = append(snapshot, encodeChange(f.log, c)) })
+	syncer.EachStored(state, func(c engine.Change) { snapshot = append(snapshot, encodeChange(f.log, c)) })
 	sort.Slice(snapshot, func(i, j int) bool { return snapshot[i].GetKey() < snapshot[j].GetKey() })
 	f.mu.Lock()
 	locked = true

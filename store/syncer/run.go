@@ -65,14 +65,6 @@ type Syncer struct {
 	mu   sync.Mutex
 	wake chan struct{} // closed and replaced on each new snapshot
 	subs map[*subscription]struct{}
-
-	// owned by the Run goroutine: what is applied, path → mod revision (the
-	// diff state of a Reset). A path's key is engine.ParseKey(path); the
-	// few whose key is not (a path rendered from a key that is not UTF-8)
-	// are in oddKeys. 110k keys cost a few MB, not a key and a resource
-	// each.
-	applied map[string]int64
-	oddKeys map[string]engine.Key
 }
 
 var _ API = (*Syncer)(nil)
@@ -92,8 +84,7 @@ func New(cfg Config) (*Syncer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Syncer{cfg: cfg, log: log, epoch: time.Now(), wake: make(chan struct{}), subs: map[*subscription]struct{}{},
-		applied: map[string]int64{}, oddKeys: map[string]engine.Key{}}
+	s := &Syncer{cfg: cfg, log: log, epoch: time.Now(), wake: make(chan struct{}), subs: map[*subscription]struct{}{}}
 	s.snap.Store(engine.Empty())
 	return s, nil
 }
@@ -183,12 +174,16 @@ func (s *Syncer) apply(batch []store.Event) {
 	reset := false
 	for _, ev := range batch {
 		if ev.Reset {
-			changes = s.diff(changes, ev.Changes)
+			// The Reset's difference from what is applied: prev with the
+			// batch's changes before it (few: a Reset comes alone, or after
+			// the watch's last events).
+			applied := prev
+			if len(changes) > 0 {
+				applied = prev.Apply(rev, changes)
+			}
+			changes = diff(changes, applied, ev.Changes)
 			reset = true
 		} else {
-			for _, c := range ev.Changes {
-				s.record(c)
-			}
 			changes = append(changes, ev.Changes...)
 		}
 		rev = max(rev, ev.Revision)
@@ -214,28 +209,22 @@ func (s *Syncer) markSynced(snap *engine.Snapshot) {
 	}
 }
 
-// record notes what a change leaves applied at its path.
-func (s *Syncer) record(c engine.Change) {
-	if c.Resource == nil && c.Err == nil {
-		delete(s.applied, c.Path)
-		delete(s.oddKeys, c.Path)
-		return
+// EachStored calls f with every key snap holds, as the change that put it
+// there: its resources, valid or not (Path their key's text, ModRevision
+// theirs), and its broken values (Err set). The syncer's snapshot is the
+// store at its revision: a Reset is diffed against it, and the server's
+// WatchResources feed shows it, with no copy of the store of their own.
+func EachStored(snap *engine.Snapshot, f func(c engine.Change)) {
+	snap.Resources(func(e engine.Entry) bool {
+		f(engine.Change{Path: e.Resource.Key().String(), Key: e.Resource.Key(), Resource: e.Resource,
+			ModRevision: e.Resource.Metadata().ModRevision})
+		return true
+	})
+	for _, inv := range snap.Invalid() {
+		if inv.Resource == nil {
+			f(engine.Change{Path: inv.Path, Key: inv.Key, Err: inv.Err, ModRevision: inv.ModRevision})
+		}
 	}
-	s.applied[c.Path] = modRevision(c)
-	if k, _ := engine.ParseKey(c.Path); k != c.Key {
-		s.oddKeys[c.Path] = c.Key
-	} else if len(s.oddKeys) > 0 {
-		delete(s.oddKeys, c.Path)
-	}
-}
-
-// appliedKey is the key of an applied path.
-func (s *Syncer) appliedKey(path string) engine.Key {
-	if k, ok := s.oddKeys[path]; ok {
-		return k
-	}
-	k, _ := engine.ParseKey(path)
-	return k
 }
 
 func modRevision(c engine.Change) int64 {
@@ -247,36 +236,35 @@ func modRevision(c engine.Change) int64 {
 	return c.ModRevision
 }
 
-// diff appends to changes what turns the applied state into the full state
-// of a Reset: the puts and broken values whose mod revision differs, and a
-// delete for every path the Reset does not hold. O(state) to compare, but
-// the snapshot update stays O(difference).
-func (s *Syncer) diff(changes, full []engine.Change) []engine.Change {
-	if len(s.applied) == 0 { // the first list: everything is new
-		s.applied = make(map[string]int64, len(full))
-		for _, c := range full {
-			s.record(c)
-		}
+// diff appends to changes what turns applied (a snapshot) into the full
+// state of a Reset: the puts and broken values whose mod revision differs,
+// and a delete for every key the Reset does not hold. O(state) to compare
+// (a transient map of applied's keys), but the snapshot update stays
+// O(difference); at rest the syncer holds no state but its snapshot.
+func diff(changes []engine.Change, applied *engine.Snapshot, full []engine.Change) []engine.Change {
+	if applied.Len() == 0 { // the first list: everything is new
 		return append(changes, full...)
 	}
-	present := make(map[string]struct{}, len(full))
+	type entry struct {
+		key engine.Key
+		mod int64
+	}
+	have := make(map[string]entry, applied.Len())
+	EachStored(applied, func(c engine.Change) { have[c.Path] = entry{c.Key, c.ModRevision} })
 	for _, c := range full {
-		present[c.Path] = struct{}{}
-		old, ok := s.applied[c.Path]
-		if ok && old == modRevision(c) && old != 0 {
+		path := c.Path
+		if path == "" && c.Resource != nil {
+			path = c.Resource.Key().String()
+		}
+		old, ok := have[path]
+		delete(have, path)
+		if ok && old.mod == modRevision(c) && old.mod != 0 {
 			continue
 		}
-		s.record(c)
 		changes = append(changes, c)
 	}
-	for path := range s.applied {
-		if _, ok := present[path]; ok {
-			continue
-		}
-		key := s.appliedKey(path)
-		delete(s.applied, path)
-		delete(s.oddKeys, path)
-		changes = append(changes, engine.Change{Path: path, Key: key})
+	for path, e := range have {
+		changes = append(changes, engine.Change{Path: path, Key: e.key})
 	}
 	return changes
 }

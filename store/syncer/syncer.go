@@ -16,8 +16,9 @@
 //     set), never allowed to block the syncer.
 //   - Bursts are coalesced: events already queued are applied as one change set,
 //     so a 10k-policy bulk write builds a few snapshots, not 10k.
-//   - A Reset (a store's full list) is applied as its difference from what is
-//     applied (path → mod revision), so the snapshot update stays O(changes).
+//   - A Reset (a store's full list) is applied as its difference from the
+//     snapshot (key → mod revision), so the snapshot update stays O(changes);
+//     the syncer keeps no copy of the store's state beside its snapshot.
 package syncer
 
 import (
