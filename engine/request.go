@@ -87,7 +87,7 @@ func (s *Snapshot) CheckApply(puts []Resource, deletes []Key) error {
 	for _, inv := range s.Invalid() {
 		before[inv.Path] = true
 	}
-	after := s.Apply(rev, changes)
+	after := s.apply(rev, changes, true) // validity only: no rule index is updated
 	invalid := after.Invalid()
 	sort.Slice(invalid, func(i, j int) bool { return invalid[i].Path < invalid[j].Path })
 	for _, inv := range invalid {

@@ -90,6 +90,14 @@ func (s *Snapshot) Len() int { return s.count + s.broken.Len() }
 // Apply returns the snapshot after changes, at revision. Later changes to one key
 // win over earlier ones. s is not modified.
 func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
+	return s.apply(revision, changes, false)
+}
+
+// apply is Apply; with check, the result serves only to tell which resources
+// it holds and which are invalid (CheckApply): a policy partition updated
+// incrementally keeps its predecessor's rule indexes, which then do not
+// match its policies — such a snapshot must never decide nor be served.
+func (s *Snapshot) apply(revision int64, changes []Change, check bool) *Snapshot {
 	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count, memo: s.memo}
 	if len(changes) == 0 {
 		return out
@@ -144,7 +152,7 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 	mb := s.meshes.Builder()
 	for _, name := range meshOrder {
 		old, _ := mb.Get(name)
-		nm := old.applyAll(name, byMesh[name])
+		nm := old.applyAll(name, byMesh[name], check)
 		if old != nil {
 			out.count -= old.total()
 		}
@@ -182,7 +190,7 @@ func (m *meshState) total() int { return m.count + m.inv.len() }
 // applyAll returns the mesh after changes; nil when it holds no resource.
 // Workload changes update the inventory alone: they never recompile scopes or
 // policies.
-func (m *meshState) applyAll(name string, changes []Change) *meshState {
+func (m *meshState) applyAll(name string, changes []Change, check bool) *meshState {
 	nw := 0
 	for _, c := range changes {
 		if c.Key.Kind == KindWorkload {
@@ -207,7 +215,7 @@ func (m *meshState) applyAll(name string, changes []Change) *meshState {
 	var out *meshState
 	switch {
 	case len(rest) > 0 || m == nil:
-		out = m.apply(name, rest)
+		out = m.apply(name, rest, check)
 	default:
 		c := *m
 		out = &c
@@ -219,8 +227,9 @@ func (m *meshState) applyAll(name string, changes []Change) *meshState {
 	return out
 }
 
-// apply returns the mesh after changes to its document, scopes and policies.
-func (m *meshState) apply(name string, changes []Change) *meshState {
+// apply returns the mesh after changes to its document, scopes and policies
+// (with check, see Snapshot.apply).
+func (m *meshState) apply(name string, changes []Change, check bool) *meshState {
 	rebuild := m == nil
 	for _, c := range changes {
 		if c.Key.Kind != KindPolicy {
@@ -242,7 +251,7 @@ func (m *meshState) apply(name string, changes []Change) *meshState {
 	tb := m.types.Builder()
 	for _, t := range typeOrder {
 		old, _ := tb.Get(t)
-		nt := old.apply(t, &out, byType[t])
+		nt := old.apply(t, &out, byType[t], check)
 		if old != nil {
 			out.count -= old.policies.Len()
 			out.invalid -= old.invalid
@@ -586,7 +595,7 @@ func blockKind(p *Policy) string {
 }
 
 // apply returns the partition after policy changes; nil when it holds none.
-func (ts *typeState) apply(name string, m *meshState, changes []Change) *typeState {
+func (ts *typeState) apply(name string, m *meshState, changes []Change, check bool) *typeState {
 	if ts == nil {
 		var list []*Policy
 		for _, c := range changes {
@@ -665,6 +674,12 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change) *typeSta
 		added2.add(cp, sr, 1)
 	}
 	out.scopeRules, out.audit.scopeRules = sr[0], sr[1]
+	if check {
+		// Validity is settled above; the indexes (rules, attachments,
+		// PerDestination claims) are half of a policy write's cost and a
+		// check reads none of them.
+		return &out
+	}
 	out.rules = ts.rules.update(gone.rules[0], added2.rules[0])
 	out.attachIn = ts.attachIn.update(gone.in[0], added2.in[0])
 	out.attachOut = ts.attachOut.update(gone.out[0], added2.out[0])
