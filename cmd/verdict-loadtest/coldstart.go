@@ -19,7 +19,6 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
-	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/loadtest"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store/embedetcd"
@@ -147,15 +146,15 @@ func measureColdStart(ctx context.Context, bin, tmp string, workloads, policies 
 		store = []string{"--etcd-endpoints", strings.Join(e.Endpoints(), ",")}
 	}
 	start := func() (*process, string, time.Time, error) {
-		ports, err := listen.FreePorts(1)
-		if err != nil {
-			return nil, "", time.Time{}, err
-		}
-		metrics := fmt.Sprintf("127.0.0.1:%d", ports[0])
 		t0 := time.Now()
-		args := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", metrics, "--log-level", "warn"}, store...)
+		// Free ports picked per attempt: a start that loses its port to
+		// another process is tried again on new ones.
+		args := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--log-level", "warn"}, store...)
 		p, err := startProcess(ctx, bin, "", stderr, args...)
-		return p, metrics, t0, err
+		if err != nil {
+			return nil, "", t0, err
+		}
+		return p, p.metrics, t0, nil
 	}
 
 	// Seed through the first verdictd.
