@@ -254,14 +254,23 @@ func BenchmarkDecideIdentityPair(b *testing.B) {
 // deployment: 1,000 services in three environments and three versions (about
 // 9,000 distinct tag sets, so identities are shared), one IPv4 address each, a
 // SPIFFE principal per service.
+// benchWorkloads gives workloads with one tag set one map, as the store's full
+// list decodes them (store.TagInterner): the engine copies a workload whose
+// map is not its tag set's to share it, and "heap" would count those copies
+// while the originals stay held here.
 func benchWorkloads(n int) []engine.Resource {
 	envs, versions := []string{"prod", "staging", "dev"}, []string{"v1", "v2", "v3"}
 	out := make([]engine.Resource, n)
+	sets := map[string]map[string]string{}
 	for i := range n {
 		svc := fmt.Sprintf("svc-%03d", i%1000)
+		env, version := envs[(i/1000)%3], versions[(i/3000)%3]
+		set := svc + "/" + env + "/" + version
+		if sets[set] == nil {
+			sets[set] = map[string]string{engine.ServiceTag: svc, "env": env, "version": version, "kuma.io/zone": "zone-a"}
+		}
 		out[i] = &engine.Workload{Mesh: engine.DefaultMesh, Name: fmt.Sprintf("%s-%d", svc, i),
-			Tags: map[string]string{engine.ServiceTag: svc, "env": envs[(i/1000)%3], "version": versions[(i/3000)%3],
-				"kuma.io/zone": "zone-a"},
+			Tags:      sets[set],
 			Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)},
 			Principal: "spiffe://default/" + svc,
 			Meta:      engine.Meta{CreateRevision: 1, ModRevision: 1}}
