@@ -87,8 +87,9 @@ func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
 // a scan reads a chunk as an array.
 func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chunkWords }
 
-// buildBlock makes a block of rules (sorted) with the ids of their terms in ix.
-func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
+// buildBlock makes a block of rules (sorted); ids holds the term ids of the
+// rules this update adds (termIDs), the others' are looked up in ix.
+func (ix *ruleIndex) buildBlock(rules []*rule, ids map[*rule][]idTerm) *bitBlock {
 	n := len(rules)
 	nw := words(n)
 	b := &bitBlock{rules: rules, resid: make([]uint64, nw)}
@@ -98,50 +99,35 @@ func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 		values      map[uint32][]uint16
 	}
 	byKid := map[uint32]*dimBuild{}
-	dim := func(end uint8, key string) (*dimBuild, *keyPostings) {
-		kp, ok := ix.keys.Get(termKey{end, key})
-		if !ok {
-			return nil, nil // every term of an indexed rule has its entry
-		}
-		db := byKid[kp.kid]
+	dim := func(kid uint32) *dimBuild {
+		db := byKid[kid]
 		if db == nil {
-			db = &dimBuild{d: &bitDim{kid: kp.kid}, exact: make([]uint64, nw), pres: make([]uint64, nw), values: map[uint32][]uint16{}}
-			byKid[kp.kid] = db
+			db = &dimBuild{d: &bitDim{kid: kid}, exact: make([]uint64, nw), pres: make([]uint64, nw), values: map[uint32][]uint16{}}
+			byKid[kid] = db
 		}
-		return db, kp
+		return db
 	}
 	type reqExact struct {
 		db  *dimBuild
 		vid uint32
 	}
 	var req []reqExact
+	var buf [16]idTerm
 	for i, r := range rules {
 		req = req[:0]
 		w, bit := i/64, uint64(1)<<(i%64)
-		for _, side := range [2]struct {
-			end uint8
-			m   *matcher
-		}{{endSrc, r.src}, {endDst, r.dst}} {
-			if side.m == nil {
+		rids, ok := ids[r]
+		if !ok {
+			rids = ix.lookupIDs(r, buf[:0])
+		}
+		for _, id := range rids {
+			db := dim(id.kid)
+			if id.vid == 0 {
+				db.pres[w] |= bit
 				continue
 			}
-			for _, kv := range side.m.exact {
-				db, kp := dim(side.end, kv.k)
-				if db == nil {
-					continue
-				}
-				db.exact[w] |= bit
-				vid := valueUnknown // never a flow's value id: the rule matches no flow
-				if p, ok := kp.exact.Get(kv.v); ok {
-					vid = p.vid
-				}
-				req = append(req, reqExact{db, vid})
-			}
-			for _, k := range side.m.present {
-				if db, _ := dim(side.end, k); db != nil {
-					db.pres[w] |= bit
-				}
-			}
+			db.exact[w] |= bit
+			req = append(req, reqExact{db, id.vid})
 		}
 		// A rule is filed under its value of a key; one that requires two
 		// values of a key (a match entry and an In of one other value) can
@@ -218,9 +204,39 @@ func (ix *ruleIndex) buildBlock(rules []*rule) *bitBlock {
 	return b
 }
 
+// lookupIDs appends the ids of a filed rule's exact and '*' terms, looked up
+// in ix, as termIDs computes them when the rule is added.
+func (ix *ruleIndex) lookupIDs(r *rule, out []idTerm) []idTerm {
+	for _, side := range [2]struct {
+		end uint8
+		m   *matcher
+	}{{endDst, r.dst}, {endSrc, r.src}} {
+		if side.m == nil {
+			continue
+		}
+		for _, kv := range side.m.exact {
+			kp, ok := ix.keys.Get(termKey{side.end, kv.k})
+			if !ok {
+				continue // every term of an indexed rule has its entry
+			}
+			vid := valueUnknown // never a flow's value id: the rule matches no flow
+			if p, ok := kp.exact.Get(kv.v); ok {
+				vid = p.vid
+			}
+			out = append(out, idTerm{kp.kid, vid})
+		}
+		for _, k := range side.m.present {
+			if kp, ok := ix.keys.Get(termKey{side.end, k}); ok {
+				out = append(out, idTerm{kp.kid, 0})
+			}
+		}
+	}
+	return out
+}
+
 // updateBits returns the blocks of ix (its keys already updated) without the
 // removed rules and with the added ones; old are the blocks before.
-func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule) *bitIndex {
+func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule, ids map[*rule][]idTerm) *bitIndex {
 	if ix.ends != endSrc|endDst {
 		return nil
 	}
@@ -237,21 +253,21 @@ func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule) *bitIndex
 		if old != nil {
 			blocks = old.classes[cl]
 		}
-		out.classes[cl] = ix.updateBlocks(blocks, rm[cl], add[cl])
+		out.classes[cl] = ix.updateBlocks(blocks, rm[cl], add[cl], ids)
 	}
 	return out
 }
 
 // updateBlocks returns blocks without the removed rules and with the added
 // ones: the blocks they fall in are rebuilt, the others shared.
-func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule) []*bitBlock {
+func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, ids map[*rule][]idTerm) []*bitBlock {
 	if len(removed) == 0 && len(added) == 0 {
 		return blocks
 	}
 	adds := slices.Clone(added)
 	sort.Slice(adds, func(i, j int) bool { return adds[i].key.less(&adds[j].key) })
 	if len(blocks) == 0 {
-		return ix.chunk(adds)
+		return ix.chunk(adds, ids)
 	}
 	gone := map[int]map[*rule]bool{}
 	for _, r := range removed {
@@ -291,24 +307,24 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule) []
 		merged = append(merged, a[i:]...)
 		if len(merged) <= blockMax {
 			if len(merged) > 0 {
-				out = append(out, ix.buildBlock(merged))
+				out = append(out, ix.buildBlock(merged, ids))
 			}
 			continue
 		}
-		out = append(out, ix.chunk(merged)...)
+		out = append(out, ix.chunk(merged, ids)...)
 	}
 	return out
 }
 
 // chunk cuts sorted rules into blocks of about blockFill rules.
-func (ix *ruleIndex) chunk(rules []*rule) []*bitBlock {
+func (ix *ruleIndex) chunk(rules []*rule, ids map[*rule][]idTerm) []*bitBlock {
 	if len(rules) == 0 {
 		return nil
 	}
 	k := (len(rules) + blockFill - 1) / blockFill
 	var out []*bitBlock
 	for i := 0; i < k; i++ {
-		out = append(out, ix.buildBlock(rules[len(rules)*i/k:len(rules)*(i+1)/k]))
+		out = append(out, ix.buildBlock(rules[len(rules)*i/k:len(rules)*(i+1)/k], ids))
 	}
 	return out
 }

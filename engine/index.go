@@ -361,8 +361,11 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		kb.Set(tk, &nkp)
 	}
 	out.keys = kb.Map()
+	// Every added rule's term ids, computed once: its posting entry and its
+	// bitmap block read them (termIDs).
+	ids := out.termIDs(added, changes)
 	for cl := range out.always {
-		out.always[cl] = out.mergeList(out.always[cl], always.del[cl], always.add[cl], idTerm{}, changes)
+		out.always[cl] = out.mergeList(out.always[cl], always.del[cl], always.add[cl], idTerm{}, ids)
 	}
 	kb = out.keys.Builder()
 	for tk, ts := range byKey {
@@ -372,13 +375,13 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			c := changes[t]
 			if t.presence {
 				for cl := range kp.presence.lists {
-					kp.presence.lists[cl] = out.mergeList(kp.presence.lists[cl], c.del[cl], c.add[cl], c.id, changes)
+					kp.presence.lists[cl] = out.mergeList(kp.presence.lists[cl], c.del[cl], c.add[cl], c.id, ids)
 				}
 				continue
 			}
 			p, _ := eb.Get(t.value)
 			for cl := range p.lists {
-				p.lists[cl] = out.mergeList(p.lists[cl], c.del[cl], c.add[cl], c.id, changes)
+				p.lists[cl] = out.mergeList(p.lists[cl], c.del[cl], c.add[cl], c.id, ids)
 			}
 			if p.df <= 0 && p.empty() {
 				eb.Delete(t.value)
@@ -392,41 +395,52 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		}
 	}
 	out.keys = kb.Map()
-	out.bits = out.updateBits(ix.bits, removed, added)
+	out.bits = out.updateBits(ix.bits, removed, added, ids)
 	return out
 }
 
-// ruleIDs returns the ids of a rule's exact and '*' terms, the term the rule is
-// filed under (skip) left out; every term has its id in changes, since its df
-// changed with the rule. Only indexes of both ends use ids.
-func (ix *ruleIndex) ruleIDs(r *rule, skip idTerm, changes map[term]*termChange, out []idTerm) []idTerm {
-	if ix.ends != endSrc|endDst {
-		return out
+// termIDs returns the ids of each rule's exact and '*' terms (presence: vid
+// 0), the destination's first, exact before '*' on each end; every term has
+// its id in changes, since its df changed with the rule. Only indexes of both
+// ends use ids (nil otherwise).
+func (ix *ruleIndex) termIDs(rules []*rule, changes map[term]*termChange) map[*rule][]idTerm {
+	if ix.ends != endSrc|endDst || len(rules) == 0 {
+		return nil
 	}
-	for _, side := range [2]struct {
-		end uint8
-		m   *matcher
-	}{{endDst, r.dst}, {endSrc, r.src}} {
-		if side.m == nil {
-			continue
-		}
-		for _, kv := range side.m.exact {
-			if id := changes[term{end: side.end, key: kv.k, value: kv.v}].id; id != skip {
-				out = append(out, id)
+	out := make(map[*rule][]idTerm, len(rules))
+	n := 0
+	for _, r := range rules {
+		for _, m := range [2]*matcher{r.dst, r.src} {
+			if m != nil {
+				n += len(m.exact) + len(m.present)
 			}
 		}
-		for _, k := range side.m.present {
-			if id := changes[term{end: side.end, key: k, presence: true}].id; id != skip {
-				out = append(out, id)
+	}
+	flat := make([]idTerm, 0, n)
+	for _, r := range rules {
+		start := len(flat)
+		for _, side := range [2]struct {
+			end uint8
+			m   *matcher
+		}{{endDst, r.dst}, {endSrc, r.src}} {
+			if side.m == nil {
+				continue
+			}
+			for _, kv := range side.m.exact {
+				flat = append(flat, changes[term{end: side.end, key: kv.k, value: kv.v}].id)
+			}
+			for _, k := range side.m.present {
+				flat = append(flat, changes[term{end: side.end, key: k, presence: true}].id)
 			}
 		}
+		out[r] = flat[start:len(flat):len(flat)]
 	}
 	return out
 }
 
 // mergeList returns a new sorted list: l without del, with add (as entries
 // whose ids leave out the term t the list is filed under).
-func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, changes map[term]*termChange) plist {
+func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, ids map[*rule][]idTerm) plist {
 	if len(del) == 0 && len(add) == 0 {
 		return l
 	}
@@ -436,7 +450,7 @@ func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, changes m
 	}
 	adds := make(plist, len(add))
 	for i, r := range add {
-		adds[i] = ix.entry(r, skip, changes)
+		adds[i] = entry(r, skip, ids[r])
 	}
 	sort.Slice(adds, func(i, j int) bool { return adds[i].r.key.less(&adds[j].r.key) })
 	out := make(plist, 0, len(l)+len(adds)-len(del))
@@ -458,19 +472,26 @@ func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, changes m
 	return out
 }
 
-// entry makes a rule's posting in the list whose term has id skip. A rule with
-// more terms than an entry holds is marked overflowIDs: its first ones are
-// checked as ids, then the whole rule as strings (matchesFlow).
-func (ix *ruleIndex) entry(r *rule, skip idTerm, changes map[term]*termChange) posting {
+// entry makes a rule's posting in the list whose term has id skip; ids are
+// the rule's term ids (termIDs). A rule with more terms than an entry holds is
+// marked overflowIDs: its first ones are checked as ids, then the whole rule
+// as strings (matchesFlow).
+func entry(r *rule, skip idTerm, ids []idTerm) posting {
 	e := posting{ord: orderPrefix(&r.key), r: r}
 	e.plain = len(r.ports) == 0 && (r.src == nil || len(r.src.exprs) == 0) && (r.dst == nil || len(r.dst.exprs) == 0)
-	var buf [16]idTerm
-	ids := ix.ruleIDs(r, skip, changes, buf[:0])
-	n := copy(e.ids[:], ids)
-	e.n = uint8(n)
-	if len(ids) > n {
-		e.n, e.plain = overflowIDs, false
+	n := 0
+	for _, id := range ids {
+		if id == skip {
+			continue
+		}
+		if n == len(e.ids) {
+			e.n, e.plain = overflowIDs, false
+			return e
+		}
+		e.ids[n] = id
+		n++
 	}
+	e.n = uint8(n)
 	return e
 }
 
