@@ -324,16 +324,22 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		out.size++
 	}
 	// First every term's entry with its df and ids, then the lists (their
-	// entries carry the ids of their rules' terms).
+	// entries carry the ids of their rules' terms); one builder per map for
+	// both, so a node the first pass copies is not copied again.
 	byKey := map[termKey][]term{}
 	for t := range changes {
 		tk := termKey{t.end, t.key}
 		byKey[tk] = append(byKey[tk], t)
 	}
+	type keyBuild struct {
+		kp *keyPostings // this update's own copy
+		eb *pmap.Builder[string, postings]
+	}
+	builds := make(map[termKey]keyBuild, len(byKey))
 	for tk, ts := range byKey {
-		var nkp keyPostings
+		nkp := &keyPostings{}
 		if kp, ok := kb.Get(tk); ok {
-			nkp = *kp
+			*nkp = *kp
 		} else {
 			nkp.exact = pmap.New[string, postings](pmap.StringHash)
 			nkp.kid = out.nextID
@@ -357,20 +363,16 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			c.id = idTerm{nkp.kid, np.vid}
 			eb.Set(t.value, np)
 		}
-		nkp.exact = eb.Map()
-		kb.Set(tk, &nkp)
+		builds[tk] = keyBuild{nkp, eb}
 	}
-	out.keys = kb.Map()
 	// Every added rule's term ids, computed once: its posting entry and its
 	// bitmap block read them (termIDs).
 	ids := out.termIDs(added, changes)
 	for cl := range out.always {
 		out.always[cl] = out.mergeList(out.always[cl], always.del[cl], always.add[cl], idTerm{}, ids)
 	}
-	kb = out.keys.Builder()
 	for tk, ts := range byKey {
-		kp, _ := kb.Get(tk) // this update's own copy: changed in place
-		eb := kp.exact.Builder()
+		kp, eb := builds[tk].kp, builds[tk].eb
 		for _, t := range ts {
 			c := changes[t]
 			if t.presence {
@@ -392,6 +394,8 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		kp.exact = eb.Map()
 		if kp.presence.df <= 0 && kp.presence.empty() && kp.exact.Len() == 0 {
 			kb.Delete(tk)
+		} else {
+			kb.Set(tk, kp)
 		}
 	}
 	out.keys = kb.Map()
