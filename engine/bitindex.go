@@ -43,7 +43,10 @@ type bitIndex struct {
 }
 
 type bitBlock struct {
-	rules []*rule  // in order
+	// rules: the slots in order (patching, below), in chunks of slotChunk
+	// (the scan's chunks), so that a patch copies only the chunks it changes.
+	rules [][]*rule
+	n     int      // slots
 	all   []uint64 // every rule of the block
 	// resid: rules the bitmaps leave unconstrained on a key whose value no
 	// other rule of the block requires (a value of one rule is not worth a
@@ -70,6 +73,25 @@ type bitDim struct {
 // bitmap words[off:off+len(any)].
 type exactRef struct{ off, n uint32 }
 
+// slotChunk is the slots of a chunk of b.rules: a chunk of words of a scan.
+const slotChunk = chunkWords * 64
+
+// at returns the rule in slot i.
+func (b *bitBlock) at(i int) *rule { return b.rules[i/slotChunk][i%slotChunk] }
+
+// first returns the rule in slot 0: no rule of the block comes before it.
+func (b *bitBlock) first() *rule { return b.rules[0][0] }
+
+// chunkSlots cuts slots into chunks of slotChunk (sharing their array).
+func chunkSlots(rules []*rule) [][]*rule {
+	var out [][]*rule
+	for i := 0; i < len(rules); i += slotChunk {
+		j := min(i+slotChunk, len(rules))
+		out = append(out, rules[i:j:j])
+	}
+	return out
+}
+
 // exact returns the rules of the block that require value vid of the key.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
 	i, ok := slices.BinarySearch(d.vids, vid)
@@ -92,7 +114,7 @@ func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chu
 func (ix *ruleIndex) buildBlock(rules []*rule, ids map[*rule][]idTerm) *bitBlock {
 	n := len(rules)
 	nw := words(n)
-	b := &bitBlock{rules: rules, resid: make([]uint64, nw)}
+	b := &bitBlock{rules: chunkSlots(rules), n: n, resid: make([]uint64, nw)}
 	type dimBuild struct {
 		d           *bitDim
 		exact, pres []uint64 // rules requiring an exact value, the key's presence
@@ -259,7 +281,8 @@ func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule, ids map[*
 }
 
 // updateBlocks returns blocks without the removed rules and with the added
-// ones: the blocks they fall in are rebuilt, the others shared.
+// ones: the blocks they fall in are patched (patchBlock) or, when a block has
+// no room, rebuilt; the others are shared.
 func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, ids map[*rule][]idTerm) []*bitBlock {
 	if len(removed) == 0 && len(added) == 0 {
 		return blocks
@@ -269,19 +292,16 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 	if len(blocks) == 0 {
 		return ix.chunk(adds, ids)
 	}
-	gone := map[int]map[*rule]bool{}
+	gone := map[int][]int{} // block → slots
 	for _, r := range removed {
-		if bi, ok := findRule(blocks, r); ok {
-			if gone[bi] == nil {
-				gone[bi] = map[*rule]bool{}
-			}
-			gone[bi][r] = true
+		if bi, slot, ok := findRule(blocks, r); ok {
+			gone[bi] = append(gone[bi], slot)
 		}
 	}
 	into := map[int][]*rule{}
 	for _, r := range adds {
-		// The last block whose first rule is not after r.
-		bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].rules[0].key) }) - 1
+		// The last block whose first slot is not after r.
+		bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].first().key) }) - 1
 		bi = max(bi, 0)
 		into[bi] = append(into[bi], r)
 	}
@@ -292,12 +312,23 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 			out = append(out, b)
 			continue
 		}
-		merged := make([]*rule, 0, len(b.rules)+len(a)-len(g))
+		if nb, ok := patchBlock(b, g, a, ids); ok {
+			if nb.live() > 0 {
+				out = append(out, nb)
+			}
+			continue
+		}
+		removedSlot := make(map[int]bool, len(g))
+		for _, s := range g {
+			removedSlot[s] = true
+		}
+		merged := make([]*rule, 0, b.n+len(a))
 		i := 0
-		for _, r := range b.rules {
-			if g[r] {
+		for s := 0; s < b.n; s++ {
+			if removedSlot[s] || !b.holds(s) {
 				continue
 			}
+			r := b.at(s)
 			for i < len(a) && a[i].key.less(&r.key) {
 				merged = append(merged, a[i])
 				i++
@@ -329,22 +360,22 @@ func (ix *ruleIndex) chunk(rules []*rule, ids map[*rule][]idTerm) []*bitBlock {
 	return out
 }
 
-// findRule finds the block holding r: the blocks whose range of keys holds
-// r's key (rules of equal keys may straddle two).
-func findRule(blocks []*bitBlock, r *rule) (int, bool) {
-	bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].rules[0].key) }) - 1
+// findRule finds the block and the slot holding r: the blocks whose range of
+// keys holds r's key (rules of equal keys may straddle two).
+func findRule(blocks []*bitBlock, r *rule) (int, int, bool) {
+	bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].first().key) }) - 1
 	for ; bi >= 0; bi-- {
 		b := blocks[bi]
-		for i := sort.Search(len(b.rules), func(i int) bool { return !b.rules[i].key.less(&r.key) }); i < len(b.rules) && !r.key.less(&b.rules[i].key); i++ {
-			if b.rules[i] == r {
-				return bi, true
+		for i := sort.Search(b.n, func(i int) bool { return !b.at(i).key.less(&r.key) }); i < b.n && !r.key.less(&b.at(i).key); i++ {
+			if b.at(i) == r && b.holds(i) {
+				return bi, i, true
 			}
 		}
-		if b.rules[0].key.less(&r.key) {
+		if b.first().key.less(&r.key) {
 			break // r's key starts inside this block: no earlier block holds it
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // dimCursor is one dimension of a block as a flow sees it: the base bitmap and
@@ -371,7 +402,7 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 	}
 	vals := &sc.vals
 	for _, b := range bi.classes[class] {
-		if e := orderPrefix(&b.rules[0].key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+		if e := orderPrefix(&b.first().key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 			return
 		}
 		cur := sc.cursors[:0]
@@ -389,7 +420,8 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 		sc.cursors = cur
 		nw := len(b.all)
 		for w0 := 0; w0 < nw; w0 += chunkWords {
-			if e := orderPrefix(&b.rules[w0*64].key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+			rs := b.rules[w0/chunkWords] // slots w0*64 on
+			if e := orderPrefix(&rs[0].key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 				return
 			}
 			acc := *(*[chunkWords]uint64)(b.all[w0 : w0+chunkWords])
@@ -431,7 +463,7 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 			for j := range acc {
 				for x := acc[j]; x != 0; x &= x - 1 {
 					i := (w0+j)*64 + bits.TrailingZeros64(x)
-					r := b.rules[i] // i < len(b.rules): padding bits are never set
+					r := rs[i-w0*64] // a slot: bits past the slots are never set
 					e := orderPrefix(&r.key)
 					// Past the best of every open side: done.
 					if (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
@@ -462,4 +494,329 @@ func bitBefore(a *rule, ord uint64, b *rule, bord uint64) bool {
 		return ord < bord
 	}
 	return a.key.less(&b.key)
+}
+
+// Patching. A block's rules are slots: slot i holds a rule of the block when
+// bit i of all is set, else it is free — a removed rule's slot keeps that rule
+// as a bound of the order (the slots stay sorted, ghosts included: the scan's
+// early exits read b.rules[0] and b.rules[w0*64], findRule and updateBlocks
+// search them), and whatever bits it left elsewhere are never read, since a
+// scan starts from all. A removal clears the slot's bit in all. An insertion
+// takes a free slot next to its place in the order, shifting the slots
+// between it and the nearest free one (every bitmap of the block shifts the
+// same range of bits, the sparse positions in the range move by one), then
+// clears the slot and sets the rule's bits from its term ids. A value no rule
+// of the block's directory names, and a key that is no dimension of the block,
+// leave the rule unconstrained there and verified whole (resid). The block is
+// copied first: readers keep the old one.
+
+// holds reports whether slot i holds a rule of the block.
+func (b *bitBlock) holds(i int) bool { return b.all[i/64]&(1<<(i%64)) != 0 }
+
+// live is the number of rules the block holds.
+func (b *bitBlock) live() int {
+	n := 0
+	for _, w := range b.all {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// clone copies everything a patch may change but the chunks of rules
+// (patcher.setRule copies those it changes).
+func (b *bitBlock) clone() *bitBlock {
+	nb := &bitBlock{rules: slices.Clone(b.rules), n: b.n, all: slices.Clone(b.all), resid: slices.Clone(b.resid), dims: slices.Clone(b.dims)}
+	for i := range nb.dims {
+		d := &nb.dims[i]
+		d.any, d.absent = slices.Clone(d.any), slices.Clone(d.absent)
+		d.vids, d.refs = slices.Clone(d.vids), slices.Clone(d.refs)
+		d.pos, d.words = slices.Clone(d.pos), slices.Clone(d.words)
+	}
+	return nb
+}
+
+// patchBlock returns a copy of b without the rules in slots gone and with
+// adds (sorted), or false if b has no room for them or an added rule has no
+// ids (the caller rebuilds the block).
+func patchBlock(b *bitBlock, gone []int, adds []*rule, ids map[*rule][]idTerm) (*bitBlock, bool) {
+	for _, r := range adds {
+		if _, ok := ids[r]; !ok {
+			return nil, false
+		}
+	}
+	nb := b.clone()
+	p := &patcher{b: nb, owned: make([]bool, len(nb.rules))}
+	for _, s := range gone {
+		nb.all[s/64] &^= 1 << (s % 64)
+	}
+	// A free slot holds a neighbour, not the removed rule, which it would
+	// keep alive: the previous slot's rule, or for slot 0 (and the free slots
+	// after it) the first rule held.
+	slices.Sort(gone)
+	for _, s := range gone {
+		if s > 0 {
+			p.setRule(s, nb.at(s-1))
+			continue
+		}
+		j := 1
+		for j < nb.n && !nb.holds(j) {
+			j++
+		}
+		if j < nb.n { // the free slots before it too: the slots stay sorted
+			for k := 0; k < j; k++ {
+				p.setRule(k, nb.at(j))
+			}
+		}
+	}
+	for _, r := range adds {
+		s, ok := p.makeRoom(r)
+		if !ok {
+			return nil, false
+		}
+		nb.clearSlot(s)
+		p.place(s, r, ids[r])
+	}
+	return nb, true
+}
+
+// patcher changes a block's copy: the chunks of its rules it has copied.
+type patcher struct {
+	b     *bitBlock
+	owned []bool
+}
+
+// setRule puts r in slot i, copying its chunk first.
+func (p *patcher) setRule(i int, r *rule) {
+	c := i / slotChunk
+	if !p.owned[c] {
+		p.b.rules[c], p.owned[c] = slices.Clone(p.b.rules[c]), true
+	}
+	p.b.rules[c][i%slotChunk] = r
+}
+
+// grow adds a slot past the end holding r; its bits are clear.
+func (p *patcher) grow(r *rule) {
+	b := p.b
+	if b.n%slotChunk == 0 {
+		b.rules = append(b.rules, make([]*rule, 0, slotChunk))
+		p.owned = append(p.owned, true)
+	}
+	c := len(b.rules) - 1
+	if !p.owned[c] {
+		b.rules[c], p.owned[c] = slices.Clone(b.rules[c]), true
+	}
+	b.rules[c] = append(b.rules[c], r)
+	b.n++
+}
+
+// makeRoom returns a free slot where r (not yet in b) can go in the order,
+// shifting the slots between its place and the nearest free one.
+func (p *patcher) makeRoom(r *rule) (int, bool) {
+	b := p.b
+	n := b.n
+	i := sort.Search(n, func(i int) bool { return r.key.less(&b.at(i).key) }) // r goes before slot i
+	if i > 0 && !b.holds(i-1) {
+		return i - 1, true
+	}
+	if i < n && !b.holds(i) {
+		return i, true
+	}
+	up := i
+	for up < n && b.holds(up) {
+		up++
+	}
+	if up == n && n >= min(len(b.all)*64, blockMax) {
+		up = -1 // no free slot above, and no room to grow
+	}
+	down := i - 2
+	for down >= 0 && b.holds(down) {
+		down--
+	}
+	switch {
+	case up >= 0 && (down < 0 || up-i <= i-1-down):
+		if up == n {
+			p.grow(r)
+		}
+		b.clearSlot(up)
+		p.shift(i, up, 1)
+		return i, true
+	case down >= 0:
+		b.clearSlot(down)
+		p.shift(down, i-1, -1)
+		return i - 1, true
+	}
+	return 0, false
+}
+
+// shift moves slots [lo, hi) up one (delta 1: slot hi is free and lo becomes
+// free) or slots (lo, hi] down one (delta -1: slot lo is free and hi becomes
+// free), with every bitmap and position of the block.
+func (p *patcher) shift(lo, hi, delta int) {
+	if lo >= hi {
+		return
+	}
+	b := p.b
+	move := func(ws []uint64) {
+		if delta > 0 {
+			moveUp(ws, lo, hi)
+		} else {
+			moveDown(ws, lo, hi)
+		}
+	}
+	move(b.all)
+	move(b.resid)
+	nw := len(b.all)
+	for di := range b.dims {
+		d := &b.dims[di]
+		move(d.any)
+		move(d.absent)
+		for off := 0; off < len(d.words); off += nw {
+			move(d.words[off : off+nw])
+		}
+		for k, p := range d.pos {
+			if delta > 0 && int(p) >= lo && int(p) < hi || delta < 0 && int(p) > lo && int(p) <= hi {
+				d.pos[k] = uint16(int(p) + delta)
+			}
+		}
+	}
+	if delta > 0 {
+		for i := hi; i > lo; i-- {
+			p.setRule(i, b.at(i-1))
+		}
+	} else {
+		for i := lo; i < hi; i++ {
+			p.setRule(i, b.at(i+1))
+		}
+	}
+}
+
+// rangeMask is the bits of word w in slots [lo, hi].
+func rangeMask(w, lo, hi int) uint64 {
+	a, z := max(lo, w*64)-w*64, min(hi, w*64+63)-w*64
+	return ^uint64(0) >> (63 - z) &^ (1<<a - 1)
+}
+
+// moveUp moves bits [lo, hi) of ws to [lo+1, hi] and clears bit lo.
+func moveUp(ws []uint64, lo, hi int) {
+	for w := hi / 64; w >= lo/64; w-- {
+		x := ws[w] << 1
+		if w > 0 {
+			x |= ws[w-1] >> 63
+		}
+		m := rangeMask(w, lo, hi)
+		ws[w] = ws[w]&^m | x&m
+	}
+	ws[lo/64] &^= 1 << (lo % 64)
+}
+
+// moveDown moves bits (lo, hi] of ws to [lo, hi) and clears bit hi.
+func moveDown(ws []uint64, lo, hi int) {
+	for w := lo / 64; w <= hi/64; w++ {
+		x := ws[w] >> 1
+		if w+1 < len(ws) {
+			x |= ws[w+1] << 63
+		}
+		m := rangeMask(w, lo, hi)
+		ws[w] = ws[w]&^m | x&m
+	}
+	ws[hi/64] &^= 1 << (hi % 64)
+}
+
+// clearSlot clears slot s in every bitmap and position list of the block.
+func (b *bitBlock) clearSlot(s int) {
+	w, bit := s/64, uint64(1)<<(s%64)
+	b.all[w] &^= bit
+	b.resid[w] &^= bit
+	nw := len(b.all)
+	for di := range b.dims {
+		d := &b.dims[di]
+		d.any[w] &^= bit
+		d.absent[w] &^= bit
+		for off := 0; off < len(d.words); off += nw {
+			d.words[off+w] &^= bit
+		}
+		for i := 0; i < len(d.refs); i++ {
+			r := d.refs[i]
+			if r.n == 0 {
+				continue
+			}
+			l := d.pos[r.off : r.off+r.n]
+			j, ok := slices.BinarySearch(l, uint16(s))
+			if !ok {
+				continue
+			}
+			d.pos = slices.Delete(d.pos, int(r.off)+j, int(r.off)+j+1)
+			d.shiftRefs(i, -1)
+			if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
+				d.vids = slices.Delete(d.vids, i, i+1)
+				d.refs = slices.Delete(d.refs, i, i+1)
+				i--
+			}
+		}
+	}
+}
+
+// shiftRefs adds delta to the length of value i's positions and to the
+// offsets of the positions after them.
+func (d *bitDim) shiftRefs(i, delta int) {
+	d.refs[i].n = uint32(int(d.refs[i].n) + delta)
+	for k := i + 1; k < len(d.refs); k++ {
+		if d.refs[k].n != 0 {
+			d.refs[k].off = uint32(int(d.refs[k].off) + delta)
+		}
+	}
+}
+
+// place puts rule r, with term ids rids, in the free and cleared slot s.
+func (p *patcher) place(s int, r *rule, rids []idTerm) {
+	b := p.b
+	w, bit := s/64, uint64(1)<<(s%64)
+	p.setRule(s, r)
+	b.all[w] |= bit
+	for di := range b.dims {
+		d := &b.dims[di]
+		var vid uint32
+		pres, conflict := false, false
+		for _, id := range rids {
+			switch {
+			case id.kid != d.kid:
+			case id.vid == 0:
+				pres = true
+			case vid == 0:
+				vid = id.vid
+			case vid != id.vid:
+				conflict = true
+			}
+		}
+		switch {
+		case conflict: // two values of one key: the rule matches no flow
+		case vid != 0:
+			i, ok := slices.BinarySearch(d.vids, vid)
+			if !ok { // a value of no other rule here: verified whole
+				d.any[w] |= bit
+				b.resid[w] |= bit
+				break
+			}
+			if ref := d.refs[i]; ref.n == 0 {
+				d.words[int(ref.off)+w] |= bit
+			} else {
+				l := d.pos[ref.off : ref.off+ref.n]
+				j, _ := slices.BinarySearch(l, uint16(s))
+				d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
+				d.shiftRefs(i, 1)
+			}
+		case pres:
+			d.any[w] |= bit
+		default:
+			d.any[w] |= bit
+			d.absent[w] |= bit
+		}
+	}
+	// Terms of keys that are no dimension of the block: verified whole.
+	for _, id := range rids {
+		if !slices.ContainsFunc(b.dims, func(d bitDim) bool { return d.kid == id.kid }) {
+			b.resid[w] |= bit
+			break
+		}
+	}
 }

@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"fmt"
+	"slices"
+)
+
 // PerDestinationChoices returns, for the destination of a tag-form request,
 // the policy PerDestination chooses in the enforced view ([0]) and the shadow
 // view ([1]): as the destination index answers (got) and as a scan over every
@@ -120,4 +125,162 @@ func BitBlocks(s *Snapshot, mesh, typ string) [2]int {
 		return [2]int{}
 	}
 	return [2]int{len(ts.rules.bits.classes[0]), len(ts.rules.bits.classes[1])}
+}
+
+// CheckBitmaps holds the bitmaps of every index of s to the rules the index
+// files: per class, the blocks' slots in order (free ones too), every rule
+// held once, and per held slot and dimension exactly the bits its terms ask
+// (a rule verified whole, resid, may have more candidates, never fewer); no
+// bit past the slots. It returns the first difference.
+func CheckBitmaps(s *Snapshot) error {
+	var err error
+	s.meshes.Range(func(mesh string, ms *meshState) bool {
+		ms.types.Range(func(typ string, ts *typeState) bool {
+			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
+				if ix == nil || ix.bits == nil {
+					continue
+				}
+				if err = checkBits(ix); err != nil {
+					err = fmt.Errorf("%s/%s: %w", mesh, typ, err)
+					return false
+				}
+			}
+			return true
+		})
+		return err == nil
+	})
+	return err
+}
+
+func checkBits(ix *ruleIndex) error {
+	want := map[*rule]bool{}
+	ix.each(func(r *rule) { want[r] = true })
+	for cl, blocks := range ix.bits.classes {
+		var prev *rule
+		for bi, b := range blocks {
+			if b.n > len(b.all)*64 || b.n > blockMax || len(b.rules) != (b.n+slotChunk-1)/slotChunk {
+				return fmt.Errorf("class %d block %d: %d slots in %d words, %d chunks", cl, bi, b.n, len(b.all), len(b.rules))
+			}
+			held := 0
+			for s := 0; s < b.n; s++ {
+				r := b.at(s)
+				if prev != nil && r.key.less(&prev.key) {
+					return fmt.Errorf("class %d block %d slot %d: out of order", cl, bi, s)
+				}
+				prev = r
+				if !b.holds(s) {
+					continue
+				}
+				held++
+				if !want[r] || classOf(r) != cl {
+					return fmt.Errorf("class %d block %d slot %d: a rule the index does not file here (or twice)", cl, bi, s)
+				}
+				delete(want, r)
+				if err := checkSlot(ix, b, s, r); err != nil {
+					return fmt.Errorf("class %d block %d slot %d (%s): %w", cl, bi, s, r.id, err)
+				}
+			}
+			if held == 0 {
+				return fmt.Errorf("class %d block %d: empty", cl, bi)
+			}
+			past := func(ws []uint64) bool {
+				for p := b.n; p < len(ws)*64; p++ {
+					if ws[p/64]&(1<<(p%64)) != 0 {
+						return true
+					}
+				}
+				return false
+			}
+			if past(b.all) || past(b.resid) {
+				return fmt.Errorf("class %d block %d: bits past the slots", cl, bi)
+			}
+			for _, d := range b.dims {
+				if past(d.any) || past(d.absent) {
+					return fmt.Errorf("class %d block %d: bits past the slots", cl, bi)
+				}
+				for _, r := range d.refs {
+					if r.n != 0 && !slices.IsSorted(d.pos[r.off:r.off+r.n]) {
+						return fmt.Errorf("class %d block %d: positions out of order", cl, bi)
+					}
+				}
+			}
+		}
+	}
+	if len(want) > 0 {
+		return fmt.Errorf("%d rules filed in no block", len(want))
+	}
+	return nil
+}
+
+// checkSlot holds slot s of b, which holds r, to r's terms.
+func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule) error {
+	resid := b.resid[s/64]&(1<<(s%64)) != 0
+	rids := ix.lookupIDs(r, nil)
+	bit := func(ws []uint64) bool { return ws[s/64]&(1<<(s%64)) != 0 }
+	for _, id := range rids {
+		if !slices.ContainsFunc(b.dims, func(d bitDim) bool { return d.kid == id.kid }) && !resid {
+			return fmt.Errorf("key %d is no dimension and the rule is not verified whole", id.kid)
+		}
+	}
+	for _, d := range b.dims {
+		var vid uint32
+		pres, conflict := false, false
+		for _, id := range rids {
+			switch {
+			case id.kid != d.kid:
+			case id.vid == 0:
+				pres = true
+			case vid == 0:
+				vid = id.vid
+			case vid != id.vid:
+				conflict = true
+			}
+		}
+		var in []uint32 // the values whose rules hold s
+		for _, v := range d.vids {
+			if eb, list := d.exact(v); eb != nil && bit(eb) || slices.Contains(list, uint16(s)) {
+				in = append(in, v)
+			}
+		}
+		any, absent := bit(d.any), bit(d.absent)
+		var ok bool
+		switch {
+		case conflict: // filed under no value
+			ok = !any && !absent && len(in) == 0
+		case vid != 0: // under its value, or verified whole
+			ok = !absent && (!any && len(in) == 1 && in[0] == vid || resid && any && len(in) == 0)
+		case pres:
+			ok = any && !absent && len(in) == 0
+		default:
+			ok = any && absent && len(in) == 0
+		}
+		if !ok {
+			return fmt.Errorf("dimension %d: any %v absent %v values %v resid %v; the rule: value %d presence %v conflict %v",
+				d.kid, any, absent, in, resid, vid, pres, conflict)
+		}
+	}
+	return nil
+}
+
+// FreeSlots counts the free slots inside the bitmaps' blocks of s (slots a
+// patch freed and none took since): a snapshot built at once has none.
+func FreeSlots(s *Snapshot) int {
+	n := 0
+	s.meshes.Range(func(_ string, ms *meshState) bool {
+		ms.types.Range(func(_ string, ts *typeState) bool {
+			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
+				if ix == nil || ix.bits == nil {
+					continue
+				}
+				for _, blocks := range ix.bits.classes {
+					for _, b := range blocks {
+						n += b.n - b.live()
+					}
+				}
+			}
+			return true
+		})
+		return true
+	})
+	return n
 }
