@@ -507,8 +507,9 @@ func bitBefore(a *rule, ord uint64, b *rule, bord uint64) bool {
 // same range of bits, the sparse positions in the range move by one), then
 // clears the slot and sets the rule's bits from its term ids. A value no rule
 // of the block's directory names, and a key that is no dimension of the block,
-// leave the rule unconstrained there and verified whole (resid). The block is
-// copied first: readers keep the old one.
+// leave the rule unconstrained there and verified whole (resid). Readers keep
+// the old block: a patch copies each slice of it before its first write to it
+// (a change copies a few words and one chunk of slots, not the block).
 
 // holds reports whether slot i holds a rule of the block.
 func (b *bitBlock) holds(i int) bool { return b.all[i/64]&(1<<(i%64)) != 0 }
@@ -522,32 +523,20 @@ func (b *bitBlock) live() int {
 	return n
 }
 
-// clone copies everything a patch may change but the chunks of rules
-// (patcher.setRule copies those it changes).
-func (b *bitBlock) clone() *bitBlock {
-	nb := &bitBlock{rules: slices.Clone(b.rules), n: b.n, all: slices.Clone(b.all), resid: slices.Clone(b.resid), dims: slices.Clone(b.dims)}
-	for i := range nb.dims {
-		d := &nb.dims[i]
-		d.any, d.absent = slices.Clone(d.any), slices.Clone(d.absent)
-		d.vids, d.refs = slices.Clone(d.vids), slices.Clone(d.refs)
-		d.pos, d.words = slices.Clone(d.pos), slices.Clone(d.words)
-	}
-	return nb
-}
-
-// patchBlock returns a copy of b without the rules in slots gone and with
-// adds (sorted), or false if b has no room for them or an added rule has no
-// ids (the caller rebuilds the block).
+// patchBlock returns b without the rules in slots gone and with adds
+// (sorted), or false if b has no room for them or an added rule has no ids
+// (the caller rebuilds the block). b itself is not changed.
 func patchBlock(b *bitBlock, gone []int, adds []*rule, ids map[*rule][]idTerm) (*bitBlock, bool) {
 	for _, r := range adds {
 		if _, ok := ids[r]; !ok {
 			return nil, false
 		}
 	}
-	nb := b.clone()
-	p := &patcher{b: nb, owned: make([]bool, len(nb.rules))}
+	nb := *b
+	nb.rules, nb.dims = slices.Clone(b.rules), slices.Clone(b.dims)
+	p := &patcher{b: &nb, chunks: make([]bool, len(nb.rules)), dims: make([]dimOwned, len(nb.dims))}
 	for _, s := range gone {
-		nb.all[s/64] &^= 1 << (s % 64)
+		p.clear(&nb.all, &p.top, s)
 	}
 	// A free slot holds a neighbour, not the removed rule, which it would
 	// keep alive: the previous slot's rule, or for slot 0 (and the free slots
@@ -573,24 +562,52 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids map[*rule][]idTerm) (
 		if !ok {
 			return nil, false
 		}
-		nb.clearSlot(s)
+		p.clearSlot(s)
 		p.place(s, r, ids[r])
 	}
-	return nb, true
+	return &nb, true
 }
 
-// patcher changes a block's copy: the chunks of its rules it has copied.
+// patcher changes a copy of a block that shares every slice with the
+// original until it writes one: it copies a slice on its first write (the
+// flags say which it owns).
 type patcher struct {
-	b     *bitBlock
-	owned []bool
+	b      *bitBlock
+	chunks []bool // of b.rules
+	top    bool   // all
+	resid  bool
+	dims   []dimOwned
+}
+
+type dimOwned struct{ any, absent, words, lists bool } // lists: vids, refs and pos
+
+// own copies *ws unless owned.
+func own[T any](ws *[]T, owned *bool) {
+	if !*owned {
+		*ws, *owned = slices.Clone(*ws), true
+	}
+}
+
+// set sets bit s of *ws, copying it first if the bit changes.
+func (p *patcher) set(ws *[]uint64, owned *bool, s int) {
+	if (*ws)[s/64]&(1<<(s%64)) == 0 {
+		own(ws, owned)
+		(*ws)[s/64] |= 1 << (s % 64)
+	}
+}
+
+// clear clears bit s of *ws, copying it first if the bit changes.
+func (p *patcher) clear(ws *[]uint64, owned *bool, s int) {
+	if (*ws)[s/64]&(1<<(s%64)) != 0 {
+		own(ws, owned)
+		(*ws)[s/64] &^= 1 << (s % 64)
+	}
 }
 
 // setRule puts r in slot i, copying its chunk first.
 func (p *patcher) setRule(i int, r *rule) {
 	c := i / slotChunk
-	if !p.owned[c] {
-		p.b.rules[c], p.owned[c] = slices.Clone(p.b.rules[c]), true
-	}
+	own(&p.b.rules[c], &p.chunks[c])
 	p.b.rules[c][i%slotChunk] = r
 }
 
@@ -599,18 +616,16 @@ func (p *patcher) grow(r *rule) {
 	b := p.b
 	if b.n%slotChunk == 0 {
 		b.rules = append(b.rules, make([]*rule, 0, slotChunk))
-		p.owned = append(p.owned, true)
+		p.chunks = append(p.chunks, true)
 	}
 	c := len(b.rules) - 1
-	if !p.owned[c] {
-		b.rules[c], p.owned[c] = slices.Clone(b.rules[c]), true
-	}
+	own(&b.rules[c], &p.chunks[c])
 	b.rules[c] = append(b.rules[c], r)
 	b.n++
 }
 
-// makeRoom returns a free slot where r (not yet in b) can go in the order,
-// shifting the slots between its place and the nearest free one.
+// makeRoom returns a free slot where r (not yet in the block) can go in the
+// order, shifting the slots between its place and the nearest free one.
 func (p *patcher) makeRoom(r *rule) (int, bool) {
 	b := p.b
 	n := b.n
@@ -637,20 +652,20 @@ func (p *patcher) makeRoom(r *rule) (int, bool) {
 		if up == n {
 			p.grow(r)
 		}
-		b.clearSlot(up)
+		p.clearSlot(up)
 		p.shift(i, up, 1)
 		return i, true
 	case down >= 0:
-		b.clearSlot(down)
+		p.clearSlot(down)
 		p.shift(down, i-1, -1)
 		return i - 1, true
 	}
 	return 0, false
 }
 
-// shift moves slots [lo, hi) up one (delta 1: slot hi is free and lo becomes
-// free) or slots (lo, hi] down one (delta -1: slot lo is free and hi becomes
-// free), with every bitmap and position of the block.
+// shift moves slots [lo, hi) up one (delta 1: slot hi is free and cleared,
+// lo becomes free) or slots (lo, hi] down one (delta -1: slot lo is free and
+// cleared, hi becomes free), with every bitmap and position of the block.
 func (p *patcher) shift(lo, hi, delta int) {
 	if lo >= hi {
 		return
@@ -663,19 +678,37 @@ func (p *patcher) shift(lo, hi, delta int) {
 			moveDown(ws, lo, hi)
 		}
 	}
-	move(b.all)
-	move(b.resid)
+	// A bitmap with no bit in [lo, hi] stays as it is (and shared).
+	moveOwned := func(ws *[]uint64, owned *bool) {
+		for w := lo / 64; w <= hi/64; w++ {
+			if (*ws)[w]&rangeMask(w, lo, hi) != 0 {
+				own(ws, owned)
+				move(*ws)
+				return
+			}
+		}
+	}
+	moveOwned(&b.all, &p.top)
+	moveOwned(&b.resid, &p.resid)
 	nw := len(b.all)
 	for di := range b.dims {
-		d := &b.dims[di]
-		move(d.any)
-		move(d.absent)
+		d, o := &b.dims[di], &p.dims[di]
+		moveOwned(&d.any, &o.any)
+		moveOwned(&d.absent, &o.absent)
 		for off := 0; off < len(d.words); off += nw {
-			move(d.words[off : off+nw])
+			seg := d.words[off : off+nw]
+			for w := lo / 64; w <= hi/64; w++ {
+				if seg[w]&rangeMask(w, lo, hi) != 0 {
+					own(&d.words, &o.words)
+					move(d.words[off : off+nw])
+					break
+				}
+			}
 		}
-		for k, p := range d.pos {
-			if delta > 0 && int(p) >= lo && int(p) < hi || delta < 0 && int(p) > lo && int(p) <= hi {
-				d.pos[k] = uint16(int(p) + delta)
+		for k, q := range d.pos {
+			if delta > 0 && int(q) >= lo && int(q) < hi || delta < 0 && int(q) > lo && int(q) <= hi {
+				p.ownLists(di)
+				d.pos[k] = uint16(int(q) + delta)
 			}
 		}
 	}
@@ -723,28 +756,31 @@ func moveDown(ws []uint64, lo, hi int) {
 }
 
 // clearSlot clears slot s in every bitmap and position list of the block.
-func (b *bitBlock) clearSlot(s int) {
-	w, bit := s/64, uint64(1)<<(s%64)
-	b.all[w] &^= bit
-	b.resid[w] &^= bit
+func (p *patcher) clearSlot(s int) {
+	b := p.b
+	p.clear(&b.all, &p.top, s)
+	p.clear(&b.resid, &p.resid, s)
 	nw := len(b.all)
 	for di := range b.dims {
-		d := &b.dims[di]
-		d.any[w] &^= bit
-		d.absent[w] &^= bit
+		d, o := &b.dims[di], &p.dims[di]
+		p.clear(&d.any, &o.any, s)
+		p.clear(&d.absent, &o.absent, s)
 		for off := 0; off < len(d.words); off += nw {
-			d.words[off+w] &^= bit
+			if d.words[off+s/64]&(1<<(s%64)) != 0 {
+				own(&d.words, &o.words)
+				d.words[off+s/64] &^= 1 << (s % 64)
+			}
 		}
 		for i := 0; i < len(d.refs); i++ {
 			r := d.refs[i]
 			if r.n == 0 {
 				continue
 			}
-			l := d.pos[r.off : r.off+r.n]
-			j, ok := slices.BinarySearch(l, uint16(s))
+			j, ok := slices.BinarySearch(d.pos[r.off:r.off+r.n], uint16(s))
 			if !ok {
 				continue
 			}
+			p.ownLists(di)
 			d.pos = slices.Delete(d.pos, int(r.off)+j, int(r.off)+j+1)
 			d.shiftRefs(i, -1)
 			if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
@@ -753,6 +789,15 @@ func (b *bitBlock) clearSlot(s int) {
 				i--
 			}
 		}
+	}
+}
+
+// ownLists copies dimension di's directory (vids, refs, pos) unless owned.
+func (p *patcher) ownLists(di int) {
+	d, o := &p.b.dims[di], &p.dims[di]
+	if !o.lists {
+		d.vids, d.refs, d.pos = slices.Clone(d.vids), slices.Clone(d.refs), slices.Clone(d.pos)
+		o.lists = true
 	}
 }
 
@@ -770,11 +815,10 @@ func (d *bitDim) shiftRefs(i, delta int) {
 // place puts rule r, with term ids rids, in the free and cleared slot s.
 func (p *patcher) place(s int, r *rule, rids []idTerm) {
 	b := p.b
-	w, bit := s/64, uint64(1)<<(s%64)
 	p.setRule(s, r)
-	b.all[w] |= bit
+	p.set(&b.all, &p.top, s)
 	for di := range b.dims {
-		d := &b.dims[di]
+		d, o := &b.dims[di], &p.dims[di]
 		var vid uint32
 		pres, conflict := false, false
 		for _, id := range rids {
@@ -793,29 +837,30 @@ func (p *patcher) place(s int, r *rule, rids []idTerm) {
 		case vid != 0:
 			i, ok := slices.BinarySearch(d.vids, vid)
 			if !ok { // a value of no other rule here: verified whole
-				d.any[w] |= bit
-				b.resid[w] |= bit
+				p.set(&d.any, &o.any, s)
+				p.set(&b.resid, &p.resid, s)
 				break
 			}
 			if ref := d.refs[i]; ref.n == 0 {
-				d.words[int(ref.off)+w] |= bit
+				own(&d.words, &o.words)
+				d.words[int(ref.off)+s/64] |= 1 << (s % 64)
 			} else {
-				l := d.pos[ref.off : ref.off+ref.n]
-				j, _ := slices.BinarySearch(l, uint16(s))
+				p.ownLists(di)
+				j, _ := slices.BinarySearch(d.pos[ref.off:ref.off+ref.n], uint16(s))
 				d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
 				d.shiftRefs(i, 1)
 			}
 		case pres:
-			d.any[w] |= bit
+			p.set(&d.any, &o.any, s)
 		default:
-			d.any[w] |= bit
-			d.absent[w] |= bit
+			p.set(&d.any, &o.any, s)
+			p.set(&d.absent, &o.absent, s)
 		}
 	}
 	// Terms of keys that are no dimension of the block: verified whole.
 	for _, id := range rids {
 		if !slices.ContainsFunc(b.dims, func(d bitDim) bool { return d.kid == id.kid }) {
-			b.resid[w] |= bit
+			p.set(&b.resid, &p.resid, s)
 			break
 		}
 	}

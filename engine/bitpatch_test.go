@@ -12,7 +12,8 @@ import (
 // TestBitmapPatchesMatchABuild: random sequences of puts (new policies,
 // policies moved in the order, destinations of values no other rule names)
 // and deletes, a few per change, patch the bitmaps' blocks (bitindex.go,
-// patchBlock); every ten changes each held slot must carry exactly the bits
+// patchBlock), never changing the snapshot they start from; every ten
+// changes each held slot must carry exactly the bits
 // its rule's terms ask (engine.CheckBitmaps, which fails on one wrong bit),
 // and at the end the snapshot decides like one built at once and like the
 // reference, by both procedures.
@@ -93,7 +94,11 @@ func TestBitmapPatchesMatchABuild(t *testing.T) {
 					}
 				}
 				rev++
+				prev, digest := snap, engine.BitmapsDigest(snap)
 				snap = snap.Apply(rev, changes)
+				if engine.BitmapsDigest(prev) != digest {
+					t.Fatalf("step %d: the update changed the blocks of the snapshot it started from", step)
+				}
 				if step%10 == 9 {
 					if err := engine.CheckBitmaps(snap); err != nil {
 						t.Fatalf("step %d: %v", step, err)

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 )
 
 // PerDestinationChoices returns, for the destination of a tag-form request,
@@ -283,4 +284,55 @@ func FreeSlots(s *Snapshot) int {
 		return true
 	})
 	return n
+}
+
+// BitmapsDigest hashes every block of every index of s (slots, bitmaps,
+// directories): a snapshot's digest never changes, whatever later snapshots
+// an update makes from it.
+func BitmapsDigest(s *Snapshot) uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(x uint64) { h = (h ^ x) * 1099511628211 }
+	words := func(ws []uint64) {
+		mix(uint64(len(ws)))
+		for _, w := range ws {
+			mix(w)
+		}
+	}
+	s.meshes.Range(func(_ string, ms *meshState) bool {
+		ms.types.Range(func(_ string, ts *typeState) bool {
+			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
+				if ix == nil || ix.bits == nil {
+					continue
+				}
+				for _, blocks := range ix.bits.classes {
+					for _, b := range blocks {
+						mix(uint64(b.n))
+						for i := 0; i < b.n; i++ {
+							mix(uint64(uintptr(unsafe.Pointer(b.at(i)))))
+						}
+						words(b.all)
+						words(b.resid)
+						for _, d := range b.dims {
+							mix(uint64(d.kid))
+							words(d.any)
+							words(d.absent)
+							words(d.words)
+							for _, v := range d.vids {
+								mix(uint64(v))
+							}
+							for _, r := range d.refs {
+								mix(uint64(r.off)<<32 | uint64(r.n))
+							}
+							for _, q := range d.pos {
+								mix(uint64(q))
+							}
+						}
+					}
+				}
+			}
+			return true
+		})
+		return true
+	})
+	return h
 }
