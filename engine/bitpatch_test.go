@@ -113,7 +113,7 @@ func TestBitmapPatchesMatchABuild(t *testing.T) {
 			if err := engine.CheckBitmaps(built); err != nil {
 				t.Fatalf("built: %v", err)
 			}
-			flows := set.Flows(7, 150)
+			flows := set.Flows(7, 60)
 			for i := range flows {
 				want, ok := refDecide(resources, flows[i])
 				if !ok {

@@ -162,6 +162,23 @@ func checkBits(ix *ruleIndex) error {
 			if b.n > len(b.all)*64 || b.n > blockMax || len(b.rules) != (b.n+slotChunk-1)/slotChunk {
 				return fmt.Errorf("class %d block %d: %d slots in %d words, %d chunks", cl, bi, b.n, len(b.all), len(b.rules))
 			}
+			// Per dimension, the values whose rules hold each slot.
+			in := make([]map[int][]uint32, len(b.dims))
+			for di := range b.dims {
+				d := &b.dims[di]
+				in[di] = map[int][]uint32{}
+				for _, v := range d.vids {
+					eb, list := d.exact(v)
+					for s := 0; s < b.n; s++ {
+						if eb != nil && eb[s/64]&(1<<(s%64)) != 0 {
+							in[di][s] = append(in[di][s], v)
+						}
+					}
+					for _, s := range list {
+						in[di][int(s)] = append(in[di][int(s)], v)
+					}
+				}
+			}
 			held := 0
 			for s := 0; s < b.n; s++ {
 				r := b.at(s)
@@ -177,7 +194,7 @@ func checkBits(ix *ruleIndex) error {
 					return fmt.Errorf("class %d block %d slot %d: a rule the index does not file here (or twice)", cl, bi, s)
 				}
 				delete(want, r)
-				if err := checkSlot(ix, b, s, r); err != nil {
+				if err := checkSlot(ix, b, s, r, in); err != nil {
 					return fmt.Errorf("class %d block %d slot %d (%s): %w", cl, bi, s, r.id, err)
 				}
 			}
@@ -213,8 +230,9 @@ func checkBits(ix *ruleIndex) error {
 	return nil
 }
 
-// checkSlot holds slot s of b, which holds r, to r's terms.
-func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule) error {
+// checkSlot holds slot s of b, which holds r, to r's terms; values are the
+// values whose rules hold each slot, per dimension.
+func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule, values []map[int][]uint32) error {
 	resid := b.resid[s/64]&(1<<(s%64)) != 0
 	rids := ix.lookupIDs(r, nil)
 	bit := func(ws []uint64) bool { return ws[s/64]&(1<<(s%64)) != 0 }
@@ -223,7 +241,7 @@ func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule) error {
 			return fmt.Errorf("key %d is no dimension and the rule is not verified whole", id.kid)
 		}
 	}
-	for _, d := range b.dims {
+	for di, d := range b.dims {
 		var vid uint32
 		pres, conflict := false, false
 		for _, id := range rids {
@@ -237,12 +255,7 @@ func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule) error {
 				conflict = true
 			}
 		}
-		var in []uint32 // the values whose rules hold s
-		for _, v := range d.vids {
-			if eb, list := d.exact(v); eb != nil && bit(eb) || slices.Contains(list, uint16(s)) {
-				in = append(in, v)
-			}
-		}
+		in := values[di][s] // the values whose rules hold s
 		any, absent := bit(d.any), bit(d.absent)
 		var ok bool
 		switch {
