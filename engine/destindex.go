@@ -250,13 +250,13 @@ func (d *destIndex) updateDest(m *meshState, typ string, removed, added []*compi
 	var rm, add [2][]destClaim
 	for _, cp := range removed {
 		if cp.err == "" {
-			i := auditIdx(cp.audit)
+			i := auditIdx(cp.audit())
 			rm[i] = destClaims(cp, m.settings.tieBreak, rm[i])
 		}
 	}
 	for _, cp := range added {
 		if cp.err == "" {
-			i := auditIdx(cp.audit)
+			i := auditIdx(cp.audit())
 			add[i] = destClaims(cp, m.settings.tieBreak, add[i])
 		}
 	}

@@ -69,7 +69,7 @@ func (ms *meshState) chooseByScan(ts *typeState, dst Tags, sc *scratch, shadow b
 	}
 	var best destChoice
 	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-		if cp.err != "" || cp.audit && !shadow || !sc.isMember(1, cp.scopeOrd()) {
+		if cp.err != "" || cp.audit() && !shadow || !sc.isMember(1, cp.scopeOrd()) {
 			return true
 		}
 		c := destChoice{cp: cp}

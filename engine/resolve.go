@@ -213,7 +213,7 @@ func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch,
 			continue
 		}
 		if r.audit {
-			if cp, _ := ts.policies.Get(r.policy.Name); cp.audit && (len(audited) == 0 || audited[len(audited)-1] != r.policy.Name) {
+			if cp, _ := ts.policies.Get(r.policy.Name); cp.audit() && (len(audited) == 0 || audited[len(audited)-1] != r.policy.Name) {
 				audited = append(audited, r.policy.Name)
 			}
 			continue
@@ -322,7 +322,7 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 	}
 	var audited []string
 	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-		if cp.err != "" || perDest && !cp.audit && cp != chosen {
+		if cp.err != "" || perDest && !cp.audit() && cp != chosen {
 			return true
 		}
 		p := cp.p
@@ -330,7 +330,7 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 			if !compileSelector(targetSelector(*p.TargetRef)).matches(workload) {
 				return true
 			}
-			if cp.audit {
+			if cp.audit() {
 				audited = append(audited, p.Name)
 				return true
 			}
@@ -350,7 +350,7 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 				first = r
 			}
 		}
-		if first != nil && cp.audit {
+		if first != nil && cp.audit() {
 			audited = append(audited, p.Name)
 		} else if first != nil {
 			entries = append(entries, foldEntry{p: p, key: first.key})

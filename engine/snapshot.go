@@ -515,7 +515,7 @@ func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
 			continue
 		}
 		ts.valid.add(cp.p, 1)
-		if cp.audit {
+		if cp.audit() {
 			ts.validAudit.add(cp.p, 1)
 		}
 		rs.add(cp, [2][]int32{ts.scopeRules, ts.audit.scopeRules}, 1)
@@ -657,7 +657,7 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change, check bo
 			continue
 		}
 		out.valid.add(cp.p, -1)
-		if cp.audit {
+		if cp.audit() {
 			out.validAudit.add(cp.p, -1)
 		}
 		gone.add(cp, sr, -1)
@@ -668,7 +668,7 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change, check bo
 			continue
 		}
 		out.valid.add(cp.p, 1)
-		if cp.audit {
+		if cp.audit() {
 			out.validAudit.add(cp.p, 1)
 		}
 		added2.add(cp, sr, 1)
