@@ -812,6 +812,24 @@ func (d *bitDim) shiftRefs(i, delta int) {
 	}
 }
 
+// dimTerm says what a rule, by its term ids rids, requires of key kid: one
+// exact value (vid), the key's presence ('*'), or two values (conflict: the
+// rule matches no flow).
+func dimTerm(rids []idTerm, kid uint32) (vid uint32, pres, conflict bool) {
+	for _, id := range rids {
+		switch {
+		case id.kid != kid:
+		case id.vid == 0:
+			pres = true
+		case vid == 0:
+			vid = id.vid
+		case vid != id.vid:
+			conflict = true
+		}
+	}
+	return vid, pres, conflict
+}
+
 // place puts rule r, with term ids rids, in the free and cleared slot s.
 func (p *patcher) place(s int, r *rule, rids []idTerm) {
 	b := p.b
@@ -819,19 +837,7 @@ func (p *patcher) place(s int, r *rule, rids []idTerm) {
 	p.set(&b.all, &p.top, s)
 	for di := range b.dims {
 		d, o := &b.dims[di], &p.dims[di]
-		var vid uint32
-		pres, conflict := false, false
-		for _, id := range rids {
-			switch {
-			case id.kid != d.kid:
-			case id.vid == 0:
-				pres = true
-			case vid == 0:
-				vid = id.vid
-			case vid != id.vid:
-				conflict = true
-			}
-		}
+		vid, pres, conflict := dimTerm(rids, d.kid)
 		switch {
 		case conflict: // two values of one key: the rule matches no flow
 		case vid != 0:

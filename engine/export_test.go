@@ -242,19 +242,7 @@ func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule, values []map[int][]ui
 		}
 	}
 	for di, d := range b.dims {
-		var vid uint32
-		pres, conflict := false, false
-		for _, id := range rids {
-			switch {
-			case id.kid != d.kid:
-			case id.vid == 0:
-				pres = true
-			case vid == 0:
-				vid = id.vid
-			case vid != id.vid:
-				conflict = true
-			}
-		}
+		vid, pres, conflict := dimTerm(rids, d.kid)
 		in := values[di][s] // the values whose rules hold s
 		any, absent := bit(d.any), bit(d.absent)
 		var ok bool

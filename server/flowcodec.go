@@ -73,7 +73,7 @@ func decodeFlows(data mem.BufferSlice, v any) bool {
 func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
 	// The flows and their endpoints come from two slices sized by a first
 	// pass: three allocations per batch instead of three per flow.
-	n := countFlows(b)
+	n := countFields(b, 1, MaxBatch+1)
 	flows := make([]verdictv1.DecideRequest, n)
 	eps := endpointSlab(make([]verdictv1.Endpoint, 2*n))
 	m.Requests = slices.Grow(m.Requests, n)
@@ -114,12 +114,14 @@ func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
 	return true
 }
 
-// countFlows counts the flows (field 1) of a batch's bytes, up to MaxBatch+1
-// (a larger batch is refused: its flows beyond are allocated one by one); it
-// stops at the first malformed field (decodeBatch then declines).
-func countFlows(b []byte) int {
+// countFields counts the top-level fields of b numbered field (any, with
+// 0), up to limit, to size a slice or map once; it stops at the first
+// malformed field (the decoder then declines). countFields(b, 1,
+// MaxBatch+1) counts a batch's flows: a larger batch is refused, its flows
+// beyond allocated one by one.
+func countFields(b []byte, field protowire.Number, limit int) int {
 	n := 0
-	for len(b) > 0 && n <= MaxBatch {
+	for len(b) > 0 && n < limit {
 		num, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {
 			break
@@ -130,7 +132,7 @@ func countFlows(b []byte) int {
 			break
 		}
 		b = b[l:]
-		if num == 1 {
+		if field == 0 || num == field {
 			n++
 		}
 	}
@@ -248,7 +250,7 @@ func decodeDecide(b []byte, m *verdictv1.DecideRequest, eps *endpointSlab) bool 
 // tags add up, a scalar's last value wins).
 func decodeWorkload(b []byte, w *verdictv1.Endpoint) bool {
 	if w.Tags == nil {
-		w.Tags = make(map[string]string, countEntries(b))
+		w.Tags = make(map[string]string, countFields(b, 0, 1<<10))
 	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -317,26 +319,6 @@ func decodeWorkload(b []byte, w *verdictv1.Endpoint) bool {
 		w.Tags[key] = value // a repeated key: the last wins, as in protobuf-go
 	}
 	return true
-}
-
-// countEntries counts the top-level fields of b, to size a tag map once; it
-// stops at the first malformed field (decodeWorkload then declines).
-func countEntries(b []byte) int {
-	n := 0
-	for len(b) > 0 && n < 1<<10 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			break
-		}
-		b = b[l:]
-		l = protowire.ConsumeFieldValue(num, typ, b)
-		if l < 0 {
-			break
-		}
-		b = b[l:]
-		n++
-	}
-	return n
 }
 
 // The intern table: a fixed number of slots, each holding the last string
