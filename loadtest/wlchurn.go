@@ -213,7 +213,7 @@ func WorkloadChurn(ctx context.Context, conns Conns, cfg WorkloadChurnConfig) *R
 		"put → visible":          summarize(&total),
 	}
 	r.Notes = map[string]string{"puts": fmt.Sprint(total.Count()), "puts skipped": fmt.Sprint(skipped.Load()),
-		"memo misses": "not exposed by verdictd (no metric)"}
+		"memo misses": "counted for the compact path only (verdict_decision_memo_lookups_total); this scenario decides by address"}
 	for k, v := range putErrors {
 		if r.Errors == nil {
 			r.Errors = map[string]int64{}
