@@ -142,7 +142,7 @@ func measureColdStart(ctx context.Context, bin, tmp string, workloads, policies 
 		if err != nil {
 			return nil, fmt.Errorf("external etcd: %w", err)
 		}
-		defer e.Close()
+		defer func() { _ = e.Close() }() // the measured daemon's own exit is what counts
 		store = []string{"--etcd-endpoints", strings.Join(e.Endpoints(), ",")}
 	}
 	start := func() (*process, string, time.Time, error) {

@@ -47,7 +47,7 @@ func fetchProfile(ctx context.Context, url, path string, timeout time.Duration) 
 		return err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+		_ = f.Close() // the copy's error is the one to report
 		return err
 	}
 	return f.Close()
@@ -60,11 +60,13 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		_ = f.Close() // the profiler's error is the one to report
 		return nil, err
 	}
 	return func() {
 		pprof.StopCPUProfile()
-		f.Close()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "cpu profile %s: %v\n", path, err)
+		}
 	}, nil
 }

@@ -511,7 +511,7 @@ func TestApplyWithCurrentReadsNothing(t *testing.T) {
 			r = storetest.Policy(t, "default", "q", 0)
 		}
 		before := st.ApplyReads()
-		if rev, err = st.Apply(ctx, []store.Op{{Key: r.Key(), Resource: r, Current: s.cur}}); err != nil {
+		if _, err := st.Apply(ctx, []store.Op{{Key: r.Key(), Resource: r, Current: s.cur}}); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		if got := st.ApplyReads() - before; got != s.reads {
