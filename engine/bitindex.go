@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 	"sort"
@@ -111,7 +112,7 @@ func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chu
 
 // buildBlock makes a block of rules (sorted); ids holds the term ids of the
 // rules this update adds (termIDs), the others' are looked up in ix.
-func (ix *ruleIndex) buildBlock(rules []*rule, ids map[*rule][]idTerm) *bitBlock {
+func (ix *ruleIndex) buildBlock(rules []*rule, ids *addedIDs) *bitBlock {
 	n := len(rules)
 	nw := words(n)
 	b := &bitBlock{rules: chunkSlots(rules), n: n, resid: make([]uint64, nw)}
@@ -138,7 +139,7 @@ func (ix *ruleIndex) buildBlock(rules []*rule, ids map[*rule][]idTerm) *bitBlock
 	for i, r := range rules {
 		req = req[:0]
 		w, bit := i/64, uint64(1)<<(i%64)
-		rids, ok := ids[r]
+		rids, ok := ids.of(r)
 		if !ok {
 			rids = ix.lookupIDs(r, buf[:0])
 		}
@@ -258,7 +259,7 @@ func (ix *ruleIndex) lookupIDs(r *rule, out []idTerm) []idTerm {
 
 // updateBits returns the blocks of ix (its keys already updated) without the
 // removed rules and with the added ones; old are the blocks before.
-func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule, ids map[*rule][]idTerm) *bitIndex {
+func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule, ids *addedIDs) *bitIndex {
 	if ix.ends != endSrc|endDst {
 		return nil
 	}
@@ -283,31 +284,47 @@ func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule, ids map[*
 // updateBlocks returns blocks without the removed rules and with the added
 // ones: the blocks they fall in are patched (patchBlock) or, when a block has
 // no room, rebuilt; the others are shared.
-func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, ids map[*rule][]idTerm) []*bitBlock {
+func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, ids *addedIDs) []*bitBlock {
 	if len(removed) == 0 && len(added) == 0 {
 		return blocks
 	}
 	adds := slices.Clone(added)
-	sort.Slice(adds, func(i, j int) bool { return adds[i].key.less(&adds[j].key) })
+	if len(adds) > 1 {
+		slices.SortFunc(adds, byKeyCmp)
+	}
 	if len(blocks) == 0 {
 		return ix.chunk(adds, ids)
 	}
-	gone := map[int][]int{} // block → slots
+	// The removed rules' slots, by block, and the block each added rule
+	// goes in (adds are sorted, so their blocks are too).
+	type slot struct{ bi, s int }
+	gone := make([]slot, 0, len(removed))
 	for _, r := range removed {
-		if bi, slot, ok := findRule(blocks, r); ok {
-			gone[bi] = append(gone[bi], slot)
+		if bi, s, ok := findRule(blocks, r); ok {
+			gone = append(gone, slot{bi, s})
 		}
 	}
-	into := map[int][]*rule{}
-	for _, r := range adds {
+	slices.SortFunc(gone, func(a, b slot) int { return cmp.Or(a.bi-b.bi, a.s-b.s) })
+	into := make([]int, len(adds))
+	for i, r := range adds {
 		// The last block whose first slot is not after r.
 		bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].first().key) }) - 1
-		bi = max(bi, 0)
-		into[bi] = append(into[bi], r)
+		into[i] = max(bi, 0)
 	}
 	out := make([]*bitBlock, 0, len(blocks)+1)
+	var g []int // one block's slots, sorted
 	for bi, b := range blocks {
-		g, a := gone[bi], into[bi]
+		g = g[:0]
+		for len(gone) > 0 && gone[0].bi == bi {
+			g = append(g, gone[0].s)
+			gone = gone[1:]
+		}
+		k := 0
+		for k < len(into) && into[k] == bi {
+			k++
+		}
+		a := adds[:k:k]
+		adds, into = adds[k:], into[k:]
 		if len(g) == 0 && len(a) == 0 {
 			out = append(out, b)
 			continue
@@ -318,14 +335,14 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 			}
 			continue
 		}
-		removedSlot := make(map[int]bool, len(g))
-		for _, s := range g {
-			removedSlot[s] = true
-		}
 		merged := make([]*rule, 0, b.n+len(a))
-		i := 0
+		i, gi := 0, 0
 		for s := 0; s < b.n; s++ {
-			if removedSlot[s] || !b.holds(s) {
+			if gi < len(g) && g[gi] == s {
+				gi++
+				continue
+			}
+			if !b.holds(s) {
 				continue
 			}
 			r := b.at(s)
@@ -348,7 +365,7 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 }
 
 // chunk cuts sorted rules into blocks of about blockFill rules.
-func (ix *ruleIndex) chunk(rules []*rule, ids map[*rule][]idTerm) []*bitBlock {
+func (ix *ruleIndex) chunk(rules []*rule, ids *addedIDs) []*bitBlock {
 	if len(rules) == 0 {
 		return nil
 	}
@@ -526,9 +543,9 @@ func (b *bitBlock) live() int {
 // patchBlock returns b without the rules in slots gone and with adds
 // (sorted), or false if b has no room for them or an added rule has no ids
 // (the caller rebuilds the block). b itself is not changed.
-func patchBlock(b *bitBlock, gone []int, adds []*rule, ids map[*rule][]idTerm) (*bitBlock, bool) {
+func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock, bool) {
 	for _, r := range adds {
-		if _, ok := ids[r]; !ok {
+		if _, ok := ids.of(r); !ok {
 			return nil, false
 		}
 	}
@@ -563,7 +580,8 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids map[*rule][]idTerm) (
 			return nil, false
 		}
 		p.clearSlot(s)
-		p.place(s, r, ids[r])
+		rids, _ := ids.of(r)
+		p.place(s, r, rids)
 	}
 	return &nb, true
 }

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 )
@@ -201,20 +203,16 @@ func (ix *ruleIndex) terms(r *rule, out []term) []term {
 	return out
 }
 
-// postingsOf returns a term's postings as the builder holds them (nil: none).
-func postingsOf(t term, kb *pmap.Builder[termKey, *keyPostings]) *postings {
+// termEntry returns a term's postings as the builder holds them.
+func termEntry(t term, kb *pmap.Builder[termKey, *keyPostings]) (postings, bool) {
 	kp, ok := kb.Get(termKey{t.end, t.key})
 	if !ok {
-		return nil
+		return postings{}, false
 	}
 	if t.presence {
-		return &kp.presence
+		return kp.presence, true
 	}
-	p, ok := kp.exact.Get(t.value)
-	if !ok {
-		return nil
-	}
-	return &p
+	return kp.exact.Get(t.value)
 }
 
 // chooseTerm picks the term a rule is filed under: an exact term if it has one,
@@ -222,7 +220,7 @@ func postingsOf(t term, kb *pmap.Builder[termKey, *keyPostings]) *postings {
 // rarest — the one the fewest rules carry (df, the pending changes included) —
 // so that rules leave the lists of common terms (env, region, zone) that most
 // flows probe.
-func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings], pending map[term]*termChange) term {
+func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings], pending *termChanges) term {
 	var buf [8]term
 	best, bestDF, bestExact := term{}, int32(-1), false
 	for _, t := range ix.terms(r, buf[:0]) {
@@ -231,10 +229,10 @@ func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings]
 			break // exact terms come first
 		}
 		var n int32
-		if p := postingsOf(t, kb); p != nil {
+		if p, ok := termEntry(t, kb); ok {
 			n = p.df
 		}
-		if c := pending[t]; c != nil {
+		if c := pending.find(t); c != nil {
 			n += c.df
 		}
 		if bestDF < 0 || n < bestDF {
@@ -253,7 +251,7 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 		var l plist
 		if t.end == 0 {
 			l = ix.always[class]
-		} else if p := postingsOf(t, kb); p != nil {
+		} else if p, ok := termEntry(t, kb); ok {
 			l = p.lists[class]
 		}
 		// Keys are unique within a side; a from and a to item of one policy may
@@ -270,9 +268,101 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 // termChange is what an update does to one term: rules filed and unfiled per
 // class, and the change of its df.
 type termChange struct {
+	t        term
 	add, del [2][]*rule
 	df       int32
 	id       idTerm // the term's ids once its entry exists
+}
+
+// changed reports whether the term's entry changes: its df or its lists (a
+// rule replaced by one with the same terms changes neither).
+func (c *termChange) changed() bool {
+	return c.df != 0 || len(c.add[0])+len(c.add[1])+len(c.del[0])+len(c.del[1]) > 0
+}
+
+// termChanges is an update's changes per term: a slice searched linearly for
+// a change of a few rules (the common case: no map to build and hash into),
+// a map for a bulk load.
+type termChanges struct {
+	small []termChange // at most smallTerms; never grows past its capacity
+	m     map[term]*termChange
+	all   []*termChange // every change, in the order of their first get
+}
+
+// smallTerms bounds the terms of an update searched linearly.
+const smallTerms = 32
+
+// newTermChanges makes room for the changes of at most n terms.
+func newTermChanges(n int) *termChanges {
+	if n <= smallTerms {
+		return &termChanges{small: make([]termChange, 0, n), all: make([]*termChange, 0, n)}
+	}
+	return &termChanges{m: make(map[term]*termChange, n/2)}
+}
+
+// find returns t's change, nil if none.
+func (cs *termChanges) find(t term) *termChange {
+	if cs.m != nil {
+		return cs.m[t]
+	}
+	for i := range cs.small {
+		if cs.small[i].t == t {
+			return &cs.small[i]
+		}
+	}
+	return nil
+}
+
+// get returns t's change, made if none.
+func (cs *termChanges) get(t term) *termChange {
+	if c := cs.find(t); c != nil {
+		return c
+	}
+	var c *termChange
+	if cs.m != nil {
+		c = &termChange{t: t}
+		cs.m[t] = c
+	} else {
+		cs.small = append(cs.small, termChange{t: t}) // within capacity: pointers stay valid
+		c = &cs.small[len(cs.small)-1]
+	}
+	cs.all = append(cs.all, c)
+	return c
+}
+
+// byKey returns the changes in runs of one (end, key).
+func (cs *termChanges) byKey() [][]*termChange {
+	if cs.m == nil {
+		slices.SortFunc(cs.all, func(a, b *termChange) int {
+			if a.t.end != b.t.end {
+				return int(a.t.end) - int(b.t.end)
+			}
+			return strings.Compare(a.t.key, b.t.key)
+		})
+		var out [][]*termChange
+		for i := 0; i < len(cs.all); {
+			j := i + 1
+			for j < len(cs.all) && cs.all[j].t.end == cs.all[i].t.end && cs.all[j].t.key == cs.all[i].t.key {
+				j++
+			}
+			out = append(out, cs.all[i:j:j])
+			i = j
+		}
+		return out
+	}
+	at := make(map[termKey]int, len(cs.all)/2)
+	var out [][]*termChange
+	for _, c := range cs.all {
+		tk := termKey{c.t.end, c.t.key}
+		i, ok := at[tk]
+		if !ok {
+			i = len(out)
+			at[tk] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], c)
+	}
+	return out
 }
 
 // update returns an index without the removed rules and with the added ones.
@@ -283,20 +373,21 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	}
 	out := &ruleIndex{ends: ix.ends, size: ix.size, always: ix.always, nextID: ix.nextID}
 	kb := ix.keys.Builder()
-	changes := map[term]*termChange{}
+	var buf [8]term
+	n := 0
+	for _, rs := range [2][]*rule{removed, added} {
+		for _, r := range rs {
+			n += len(ix.terms(r, buf[:0]))
+		}
+	}
+	changes := newTermChanges(n)
 	var always termChange
 	get := func(t term) *termChange {
 		if t.end == 0 {
 			return &always
 		}
-		c := changes[t]
-		if c == nil {
-			c = &termChange{}
-			changes[t] = c
-		}
-		return c
+		return changes.get(t)
 	}
-	var buf [8]term
 	for _, r := range removed {
 		t, ok := ix.locate(r, kb)
 		if !ok {
@@ -325,20 +416,30 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	}
 	// First every term's entry with its df and ids, then the lists (their
 	// entries carry the ids of their rules' terms); one builder per map for
-	// both, so a node the first pass copies is not copied again.
-	byKey := map[termKey][]term{}
-	for t := range changes {
-		tk := termKey{t.end, t.key}
-		byKey[tk] = append(byKey[tk], t)
-	}
+	// both, so a node the first pass copies is not copied again. A key none
+	// of whose terms changes (a rule replaced by one of the same terms) is
+	// only read, for its ids.
+	groups := changes.byKey()
 	type keyBuild struct {
-		kp *keyPostings // this update's own copy
+		kp *keyPostings // this update's own copy; nil: the key does not change
 		eb *pmap.Builder[string, postings]
 	}
-	builds := make(map[termKey]keyBuild, len(byKey))
-	for tk, ts := range byKey {
+	builds := make([]keyBuild, len(groups))
+	for gi, ts := range groups {
+		tk := termKey{ts[0].t.end, ts[0].t.key}
+		kp, ok := kb.Get(tk)
+		if ok && !slices.ContainsFunc(ts, (*termChange).changed) {
+			for _, c := range ts {
+				c.id = idTerm{kp.kid, 0}
+				if !c.t.presence {
+					p, _ := kp.exact.Get(c.t.value) // present: a rule carries it
+					c.id.vid = p.vid
+				}
+			}
+			continue
+		}
 		nkp := &keyPostings{}
-		if kp, ok := kb.Get(tk); ok {
+		if ok {
 			*nkp = *kp
 		} else {
 			nkp.exact = pmap.New[string, postings](pmap.StringHash)
@@ -347,23 +448,26 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			out.nextID++
 		}
 		eb := nkp.exact.Builder()
-		for _, t := range ts {
-			c := changes[t]
-			if t.presence {
+		for _, c := range ts {
+			if c.t.presence {
 				nkp.presence.df += c.df
 				c.id = idTerm{nkp.kid, 0}
 				continue
 			}
-			np, ok := eb.Get(t.value)
+			np, ok := eb.Get(c.t.value)
+			if ok && !c.changed() {
+				c.id = idTerm{nkp.kid, np.vid}
+				continue
+			}
 			if !ok {
 				np = postings{vid: out.nextID}
 				out.nextID++
 			}
 			np.df += c.df
 			c.id = idTerm{nkp.kid, np.vid}
-			eb.Set(t.value, np)
+			eb.Set(c.t.value, np)
 		}
-		builds[tk] = keyBuild{nkp, eb}
+		builds[gi] = keyBuild{nkp, eb}
 	}
 	// Every added rule's term ids, computed once: its posting entry and its
 	// bitmap block read them (termIDs).
@@ -371,24 +475,30 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	for cl := range out.always {
 		out.always[cl] = out.mergeList(out.always[cl], always.del[cl], always.add[cl], idTerm{}, ids)
 	}
-	for tk, ts := range byKey {
-		kp, eb := builds[tk].kp, builds[tk].eb
-		for _, t := range ts {
-			c := changes[t]
-			if t.presence {
+	for gi, ts := range groups {
+		kp, eb := builds[gi].kp, builds[gi].eb
+		if kp == nil {
+			continue
+		}
+		tk := termKey{ts[0].t.end, ts[0].t.key}
+		for _, c := range ts {
+			if c.t.presence {
 				for cl := range kp.presence.lists {
 					kp.presence.lists[cl] = out.mergeList(kp.presence.lists[cl], c.del[cl], c.add[cl], c.id, ids)
 				}
 				continue
 			}
-			p, _ := eb.Get(t.value)
+			if !c.changed() {
+				continue
+			}
+			p, _ := eb.Get(c.t.value)
 			for cl := range p.lists {
 				p.lists[cl] = out.mergeList(p.lists[cl], c.del[cl], c.add[cl], c.id, ids)
 			}
 			if p.df <= 0 && p.empty() {
-				eb.Delete(t.value)
+				eb.Delete(c.t.value)
 			} else {
-				eb.Set(t.value, p)
+				eb.Set(c.t.value, p)
 			}
 		}
 		kp.exact = eb.Map()
@@ -403,15 +513,47 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	return out
 }
 
+// addedIDs holds the term ids of the rules an update adds (termIDs), found
+// by a linear search among a few rules, by a map among many.
+type addedIDs struct {
+	rules []*rule
+	ids   [][]idTerm // beside rules
+	at    map[*rule]int32
+}
+
+// smallAdds bounds the added rules searched linearly.
+const smallAdds = 16
+
+// of returns r's term ids, false if r is not an added rule (nil: none is).
+func (a *addedIDs) of(r *rule) ([]idTerm, bool) {
+	if a == nil {
+		return nil, false
+	}
+	if a.at != nil {
+		i, ok := a.at[r]
+		if !ok {
+			return nil, false
+		}
+		return a.ids[i], true
+	}
+	if i := slices.Index(a.rules, r); i >= 0 {
+		return a.ids[i], true
+	}
+	return nil, false
+}
+
 // termIDs returns the ids of each rule's exact and '*' terms (presence: vid
 // 0), the destination's first, exact before '*' on each end; every term has
 // its id in changes, since its df changed with the rule. Only indexes of both
 // ends use ids (nil otherwise).
-func (ix *ruleIndex) termIDs(rules []*rule, changes map[term]*termChange) map[*rule][]idTerm {
+func (ix *ruleIndex) termIDs(rules []*rule, changes *termChanges) *addedIDs {
 	if ix.ends != endSrc|endDst || len(rules) == 0 {
 		return nil
 	}
-	out := make(map[*rule][]idTerm, len(rules))
+	out := &addedIDs{rules: rules, ids: make([][]idTerm, len(rules))}
+	if len(rules) > smallAdds {
+		out.at = make(map[*rule]int32, len(rules))
+	}
 	n := 0
 	for _, r := range rules {
 		for _, m := range [2]*matcher{r.dst, r.src} {
@@ -421,7 +563,7 @@ func (ix *ruleIndex) termIDs(rules []*rule, changes map[term]*termChange) map[*r
 		}
 	}
 	flat := make([]idTerm, 0, n)
-	for _, r := range rules {
+	for i, r := range rules {
 		start := len(flat)
 		for _, side := range [2]struct {
 			end uint8
@@ -431,49 +573,76 @@ func (ix *ruleIndex) termIDs(rules []*rule, changes map[term]*termChange) map[*r
 				continue
 			}
 			for _, kv := range side.m.exact {
-				flat = append(flat, changes[term{end: side.end, key: kv.k, value: kv.v}].id)
+				flat = append(flat, changes.find(term{end: side.end, key: kv.k, value: kv.v}).id)
 			}
 			for _, k := range side.m.present {
-				flat = append(flat, changes[term{end: side.end, key: k, presence: true}].id)
+				flat = append(flat, changes.find(term{end: side.end, key: k, presence: true}).id)
 			}
 		}
-		out[r] = flat[start:len(flat):len(flat)]
+		out.ids[i] = flat[start:len(flat):len(flat)]
+		if out.at != nil {
+			out.at[r] = int32(i)
+		}
 	}
 	return out
 }
 
 // mergeList returns a new sorted list: l without del, with add (as entries
 // whose ids leave out the term t the list is filed under).
-func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, ids map[*rule][]idTerm) plist {
+func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, ids *addedIDs) plist {
 	if len(del) == 0 && len(add) == 0 {
 		return l
 	}
-	gone := make(map[*rule]struct{}, len(del))
-	for _, r := range del {
-		gone[r] = struct{}{}
+	var gone map[*rule]struct{} // a few are searched in del
+	if len(del) > 8 {
+		gone = make(map[*rule]struct{}, len(del))
+		for _, r := range del {
+			gone[r] = struct{}{}
+		}
 	}
-	adds := make(plist, len(add))
-	for i, r := range add {
-		adds[i] = entry(r, skip, ids[r])
+	isGone := func(r *rule) bool {
+		if gone != nil {
+			_, ok := gone[r]
+			return ok
+		}
+		return slices.Contains(del, r)
 	}
-	sort.Slice(adds, func(i, j int) bool { return adds[i].r.key.less(&adds[j].r.key) })
+	adds := slices.Clone(add)
+	if len(adds) > 1 {
+		slices.SortFunc(adds, byKeyCmp)
+	}
 	out := make(plist, 0, len(l)+len(adds)-len(del))
 	i := 0
 	for _, e := range l {
-		if _, ok := gone[e.r]; ok {
+		if len(del) > 0 && isGone(e.r) {
 			continue
 		}
-		for i < len(adds) && adds[i].r.key.less(&e.r.key) {
-			out = append(out, adds[i])
+		for i < len(adds) && adds[i].key.less(&e.r.key) {
+			rids, _ := ids.of(adds[i])
+			out = append(out, entry(adds[i], skip, rids))
 			i++
 		}
 		out = append(out, e)
 	}
-	out = append(out, adds[i:]...)
+	for _, r := range adds[i:] {
+		rids, _ := ids.of(r)
+		out = append(out, entry(r, skip, rids))
+	}
 	if len(out) == 0 {
 		return nil
 	}
 	return out
+}
+
+// byKeyCmp orders rules by their order keys.
+func byKeyCmp(a, b *rule) int {
+	switch {
+	case a.key.less(&b.key):
+		return -1
+	case b.key.less(&a.key):
+		return 1
+	}
+	return 0
 }
 
 // entry makes a rule's posting in the list whose term has id skip; ids are
