@@ -45,7 +45,7 @@ type bitIndex struct {
 
 type bitBlock struct {
 	// rules: the slots in order (patching, below), in chunks of slotChunk
-	// (the scan's chunks), so that a patch copies only the chunks it changes.
+	// (a word's), so that a patch copies only the few slots it changes.
 	rules [][]*rule
 	n     int      // slots
 	all   []uint64 // every rule of the block
@@ -74,8 +74,9 @@ type bitDim struct {
 // bitmap words[off:off+len(any)].
 type exactRef struct{ off, n uint32 }
 
-// slotChunk is the slots of a chunk of b.rules: a chunk of words of a scan.
-const slotChunk = chunkWords * 64
+// slotChunk is the slots of a chunk of b.rules: a word's (b.rules[w] holds
+// the rules of word w of the bitmaps).
+const slotChunk = 64
 
 // at returns the rule in slot i.
 func (b *bitBlock) at(i int) *rule { return b.rules[i/slotChunk][i%slotChunk] }
@@ -437,8 +438,7 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 		sc.cursors = cur
 		nw := len(b.all)
 		for w0 := 0; w0 < nw; w0 += chunkWords {
-			rs := b.rules[w0/chunkWords] // slots w0*64 on
-			if e := orderPrefix(&rs[0].key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+			if e := orderPrefix(&b.rules[w0][0].key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 				return
 			}
 			acc := *(*[chunkWords]uint64)(b.all[w0 : w0+chunkWords])
@@ -478,9 +478,13 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best 
 				continue
 			}
 			for j := range acc {
+				if acc[j] == 0 {
+					continue
+				}
+				rs := b.rules[w0+j] // a word with a bit set holds slots
 				for x := acc[j]; x != 0; x &= x - 1 {
 					i := (w0+j)*64 + bits.TrailingZeros64(x)
-					r := rs[i-w0*64] // a slot: bits past the slots are never set
+					r := rs[i%64] // a slot: bits past the slots are never set
 					e := orderPrefix(&r.key)
 					// Past the best of every open side: done.
 					if (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {

@@ -14,7 +14,8 @@ import (
 // and deletes, a few per change, patch the bitmaps' blocks (bitindex.go,
 // patchBlock), never changing the snapshot they start from; every ten
 // changes each held slot must carry exactly the bits
-// its rule's terms ask (engine.CheckBitmaps, which fails on one wrong bit),
+// its rule's terms ask (engine.CheckBitmaps, which fails on one wrong bit)
+// and each posting list its rules and their ids (engine.CheckLists),
 // and at the end the snapshot decides like one built at once and like the
 // reference, by both procedures.
 func TestBitmapPatchesMatchABuild(t *testing.T) {
@@ -103,6 +104,9 @@ func TestBitmapPatchesMatchABuild(t *testing.T) {
 					if err := engine.CheckBitmaps(snap); err != nil {
 						t.Fatalf("step %d: %v", step, err)
 					}
+					if err := engine.CheckLists(snap); err != nil {
+						t.Fatalf("step %d: %v", step, err)
+					}
 				}
 			}
 			if engine.FreeSlots(snap) == 0 {
@@ -111,6 +115,9 @@ func TestBitmapPatchesMatchABuild(t *testing.T) {
 			resources := current()
 			built := engine.Build(rev, resources)
 			if err := engine.CheckBitmaps(built); err != nil {
+				t.Fatalf("built: %v", err)
+			}
+			if err := engine.CheckLists(built); err != nil {
 				t.Fatalf("built: %v", err)
 			}
 			flows := set.Flows(7, 60)

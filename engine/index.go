@@ -107,13 +107,38 @@ func (e *posting) before(b *rule, ord uint64) bool {
 // ALLOW rules ordered above the best DENY. df counts the rules that carry the
 // term, filed here or elsewhere; it chooses where new rules are filed, and it
 // keeps the term's entry (and its ids) alive while any rule needs it.
+//
+// Both lists share one slice (in the map of a key's values, an entry's size
+// is what an update copies per node and what the map holds per term): the
+// ALLOW list is l, the DENY list follows it in l's capacity.
 type postings struct {
-	lists [2]plist
-	df    int32
-	vid   uint32 // the value id of an exact term (valueUnknown for presence)
+	l   plist
+	df  int32
+	vid uint32 // the value id of an exact term (valueUnknown for presence)
 }
 
-func (p *postings) empty() bool { return len(p.lists[0]) == 0 && len(p.lists[1]) == 0 }
+func (p *postings) empty() bool { return cap(p.l) == 0 }
+
+// list returns the posting list of class cl.
+func (p *postings) list(cl int) plist {
+	if cl == classAllow {
+		return p.l[:len(p.l):len(p.l)]
+	}
+	return p.l[len(p.l):cap(p.l)]
+}
+
+// reach appends the term's non-empty lists to lists, per class.
+func (p *postings) reach(lists *[2][]plist) {
+	if cap(p.l) == 0 {
+		return
+	}
+	if n := len(p.l); n > 0 {
+		lists[classAllow] = append(lists[classAllow], p.l[:n:n])
+	}
+	if d := p.l[len(p.l):cap(p.l)]; len(d) > 0 {
+		lists[classDeny] = append(lists[classDeny], d)
+	}
+}
 
 // Action classes of the posting lists.
 const (
@@ -252,7 +277,7 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 		if t.end == 0 {
 			l = ix.always[class]
 		} else if p, ok := termEntry(t, kb); ok {
-			l = p.lists[class]
+			l = p.list(class)
 		}
 		// Keys are unique within a side; a from and a to item of one policy may
 		// share one, so look through the run of equal keys.
@@ -473,7 +498,9 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	// bitmap block read them (termIDs).
 	ids := out.termIDs(added, changes)
 	for cl := range out.always {
-		out.always[cl] = out.mergeList(out.always[cl], always.del[cl], always.add[cl], idTerm{}, ids)
+		if len(always.del[cl])+len(always.add[cl]) > 0 {
+			out.always[cl] = out.mergeList(nil, out.always[cl], always.del[cl], always.add[cl], idTerm{}, ids)
+		}
 	}
 	for gi, ts := range groups {
 		kp, eb := builds[gi].kp, builds[gi].eb
@@ -483,18 +510,14 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		tk := termKey{ts[0].t.end, ts[0].t.key}
 		for _, c := range ts {
 			if c.t.presence {
-				for cl := range kp.presence.lists {
-					kp.presence.lists[cl] = out.mergeList(kp.presence.lists[cl], c.del[cl], c.add[cl], c.id, ids)
-				}
+				out.merge(&kp.presence, c, ids)
 				continue
 			}
 			if !c.changed() {
 				continue
 			}
 			p, _ := eb.Get(c.t.value)
-			for cl := range p.lists {
-				p.lists[cl] = out.mergeList(p.lists[cl], c.del[cl], c.add[cl], c.id, ids)
-			}
+			out.merge(&p, c, ids)
 			if p.df <= 0 && p.empty() {
 				eb.Delete(c.t.value)
 			} else {
@@ -587,12 +610,31 @@ func (ix *ruleIndex) termIDs(rules []*rule, changes *termChanges) *addedIDs {
 	return out
 }
 
-// mergeList returns a new sorted list: l without del, with add (as entries
-// whose ids leave out the term t the list is filed under).
-func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, ids *addedIDs) plist {
-	if len(del) == 0 && len(add) == 0 {
-		return l
+// merge applies c's deletions and additions to p's lists: a new slice for
+// both, if either changes.
+func (ix *ruleIndex) merge(p *postings, c *termChange, ids *addedIDs) {
+	n := cap(p.l) // a deleted rule is in its list: the lists' new length
+	for cl := range c.add {
+		n += len(c.add[cl]) - len(c.del[cl])
 	}
+	if n == cap(p.l) && len(c.add[0])+len(c.add[1]) == 0 {
+		return
+	}
+	out := make(plist, 0, n)
+	out = ix.mergeList(out, p.list(classAllow), c.del[classAllow], c.add[classAllow], c.id, ids)
+	na := len(out)
+	out = ix.mergeList(out, p.list(classDeny), c.del[classDeny], c.add[classDeny], c.id, ids)
+	if len(out) == 0 {
+		p.l = nil
+		return
+	}
+	p.l = out[:na:len(out)]
+}
+
+// mergeList appends to dst (nil: a new list) the sorted list l without del,
+// with add (as entries whose ids leave out the term t the list is filed
+// under).
+func (ix *ruleIndex) mergeList(dst, l plist, del, add []*rule, skip idTerm, ids *addedIDs) plist {
 	var gone map[*rule]struct{} // a few are searched in del
 	if len(del) > 8 {
 		gone = make(map[*rule]struct{}, len(del))
@@ -607,11 +649,15 @@ func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, ids *adde
 		}
 		return slices.Contains(del, r)
 	}
-	adds := slices.Clone(add)
+	adds := add
 	if len(adds) > 1 {
+		adds = slices.Clone(add)
 		slices.SortFunc(adds, byKeyCmp)
 	}
-	out := make(plist, 0, len(l)+len(adds)-len(del))
+	out := dst
+	if out == nil {
+		out = make(plist, 0, len(l)+len(adds)-len(del))
+	}
 	i := 0
 	for _, e := range l {
 		if len(del) > 0 && isGone(e.r) {
@@ -628,7 +674,7 @@ func (ix *ruleIndex) mergeList(l plist, del, add []*rule, skip idTerm, ids *adde
 		rids, _ := ids.of(r)
 		out = append(out, entry(r, skip, rids))
 	}
-	if len(out) == 0 {
+	if dst == nil && len(out) == 0 {
 		return nil
 	}
 	return out
@@ -680,19 +726,11 @@ func (ix *ruleIndex) collect(end uint8, tags Tags, lists *[2][]plist, vals *flow
 			continue
 		}
 		vid := valueUnknown
-		for cl := range kp.presence.lists {
-			if len(kp.presence.lists[cl]) > 0 {
-				lists[cl] = append(lists[cl], kp.presence.lists[cl])
-			}
-		}
+		kp.presence.reach(lists)
 		if kp.exact.Len() > 0 {
 			if p, ok := kp.exact.Get(v); ok {
 				vid = p.vid
-				for cl := range p.lists {
-					if len(p.lists[cl]) > 0 {
-						lists[cl] = append(lists[cl], p.lists[cl])
-					}
-				}
+				p.reach(lists)
 			}
 		}
 		if vals != nil {
@@ -745,16 +783,12 @@ func (ix *ruleIndex) each(f func(*rule)) {
 		}
 	}
 	ix.keys.Range(func(_ termKey, kp *keyPostings) bool {
-		for cl := range kp.presence.lists {
-			for _, e := range kp.presence.lists[cl] {
-				f(e.r)
-			}
+		for _, e := range kp.presence.l[:cap(kp.presence.l)] {
+			f(e.r)
 		}
 		kp.exact.Range(func(_ string, p postings) bool {
-			for cl := range p.lists {
-				for _, e := range p.lists[cl] {
-					f(e.r)
-				}
+			for _, e := range p.l[:cap(p.l)] {
+				f(e.r)
 			}
 			return true
 		})

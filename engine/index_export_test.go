@@ -1,0 +1,80 @@
+package engine
+
+import "fmt"
+
+// CheckLists holds the posting lists of every rule index of s of both ends to
+// the rules they file: each list sorted, of its class, each rule filed once
+// (the index's size), and each entry's ids its rule's term ids without the
+// term of its list. It returns the first difference.
+func CheckLists(s *Snapshot) error {
+	var err error
+	s.meshes.Range(func(mesh string, ms *meshState) bool {
+		ms.types.Range(func(typ string, ts *typeState) bool {
+			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
+				if ix == nil || ix.ends != endSrc|endDst {
+					continue
+				}
+				if err = checkLists(ix); err != nil {
+					err = fmt.Errorf("%s/%s: %w", mesh, typ, err)
+					return false
+				}
+			}
+			return true
+		})
+		return err == nil
+	})
+	return err
+}
+
+func checkLists(ix *ruleIndex) error {
+	seen := map[*rule]bool{}
+	check := func(name string, l plist, cl int, skip idTerm) error {
+		for i := range l {
+			e := &l[i]
+			if i > 0 && e.r.key.less(&l[i-1].r.key) {
+				return fmt.Errorf("%s class %d: out of order at %d", name, cl, i)
+			}
+			if classOf(e.r) != cl {
+				return fmt.Errorf("%s class %d: a rule of class %d", name, cl, classOf(e.r))
+			}
+			if seen[e.r] {
+				return fmt.Errorf("%s: rule %s filed twice", name, e.r.id)
+			}
+			seen[e.r] = true
+			want := entry(e.r, skip, ix.lookupIDs(e.r, nil))
+			if *e != want {
+				return fmt.Errorf("%s: rule %s: entry %+v, want %+v", name, e.r.id, *e, want)
+			}
+		}
+		return nil
+	}
+	for cl, l := range ix.always {
+		if err := check("always", l, cl, idTerm{}); err != nil {
+			return err
+		}
+	}
+	var err error
+	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
+		for cl := range 2 {
+			if err = check(fmt.Sprintf("%d/%s", tk.end, tk.key), kp.presence.list(cl), cl, idTerm{kp.kid, 0}); err != nil {
+				return false
+			}
+		}
+		kp.exact.Range(func(v string, p postings) bool {
+			for cl := range 2 {
+				if err = check(fmt.Sprintf("%d/%s=%s", tk.end, tk.key, v), p.list(cl), cl, idTerm{kp.kid, p.vid}); err != nil {
+					return false
+				}
+			}
+			return true
+		})
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(seen) != ix.size {
+		return fmt.Errorf("%d rules filed, size %d", len(seen), ix.size)
+	}
+	return nil
+}
