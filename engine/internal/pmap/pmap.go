@@ -34,8 +34,11 @@ type node[K comparable, V any] struct {
 	edit    *edit
 }
 
+// An entry keeps no hash of its key: a lookup compares the key itself (what a
+// hit does anyway), and only a slot two keys share needs the hash again, to
+// push them down (a node's copy is what an update pays per level, and every
+// entry of every map is memory held).
 type entry[K comparable, V any] struct {
-	hash  uint64
 	key   K
 	val   V
 	child *node[K, V]
@@ -158,7 +161,7 @@ func (m Map[K, V]) GetHashed(k K, h uint64) (V, bool) {
 			n = e.child
 			continue
 		}
-		if e.hash == h && e.key == k {
+		if e.key == k {
 			return e.val, true
 		}
 		break
@@ -260,7 +263,7 @@ func (b *Builder[K, V]) set(n *node[K, V], shift uint, h uint64, k K, v V, added
 			}
 		}
 		n = grown(b.edit, n)
-		n.entries = append(n.entries, entry[K, V]{hash: h, key: k, val: v})
+		n.entries = append(n.entries, entry[K, V]{key: k, val: v})
 		*added = true
 		return n
 	}
@@ -270,7 +273,7 @@ func (b *Builder[K, V]) set(n *node[K, V], shift uint, h uint64, k K, v V, added
 		n = grown(b.edit, b.owned(n))
 		n.entries = append(n.entries, entry[K, V]{})
 		copy(n.entries[idx+1:], n.entries[idx:])
-		n.entries[idx] = entry[K, V]{hash: h, key: k, val: v}
+		n.entries[idx] = entry[K, V]{key: k, val: v}
 		n.bitmap |= bit
 		*added = true
 		return n
@@ -284,7 +287,7 @@ func (b *Builder[K, V]) set(n *node[K, V], shift uint, h uint64, k K, v V, added
 			n.entries[idx].child = child
 		}
 		return n
-	case e.hash == h && e.key == k:
+	case e.key == k:
 		n = b.owned(n)
 		n.entries[idx].val = v
 		return n
@@ -292,7 +295,7 @@ func (b *Builder[K, V]) set(n *node[K, V], shift uint, h uint64, k K, v V, added
 		// Two keys share this slot: push both one level down.
 		child := newNode[K, V](b.edit, 2)
 		var ignore bool
-		child = b.set(child, shift+bitsPerLevel, e.hash, e.key, e.val, &ignore)
+		child = b.set(child, shift+bitsPerLevel, b.m.hash(e.key), e.key, e.val, &ignore)
 		child = b.set(child, shift+bitsPerLevel, h, k, v, added)
 		n = b.owned(n)
 		n.entries[idx] = entry[K, V]{child: child}
@@ -358,7 +361,7 @@ func (b *Builder[K, V]) del(n *node[K, V], shift uint, h uint64, k K, removed *b
 		n.entries[idx].child = child
 		return n
 	}
-	if e.hash != h || e.key != k {
+	if e.key != k {
 		return n
 	}
 	*removed = true
