@@ -45,8 +45,9 @@ type bitIndex struct {
 
 type bitBlock struct {
 	// rules: the slots in order (patching, below), in chunks of slotChunk
-	// (a word's), so that a patch copies only the few slots it changes.
-	rules [][]*rule
+	// (a word's), so that a patch copies only the few slots it changes, and
+	// the block's copy of the chunks' directory is 8 bytes per chunk.
+	rules []*slots
 	n     int      // slots
 	all   []uint64 // every rule of the block
 	// resid: rules the bitmaps leave unconstrained on a key whose value no
@@ -84,12 +85,16 @@ func (b *bitBlock) at(i int) *rule { return b.rules[i/slotChunk][i%slotChunk] }
 // first returns the rule in slot 0: no rule of the block comes before it.
 func (b *bitBlock) first() *rule { return b.rules[0][0] }
 
-// chunkSlots cuts slots into chunks of slotChunk (sharing their array).
-func chunkSlots(rules []*rule) [][]*rule {
-	var out [][]*rule
-	for i := 0; i < len(rules); i += slotChunk {
-		j := min(i+slotChunk, len(rules))
-		out = append(out, rules[i:j:j])
+// slots is a chunk of a block's slots; those past the block's n are nil.
+type slots [slotChunk]*rule
+
+// chunkSlots cuts slots into chunks of slotChunk (one array for them all).
+func chunkSlots(rules []*rule) []*slots {
+	arr := make([]slots, (len(rules)+slotChunk-1)/slotChunk)
+	out := make([]*slots, len(arr))
+	for c := range arr {
+		copy(arr[c][:], rules[c*slotChunk:])
+		out[c] = &arr[c]
 	}
 	return out
 }
@@ -629,7 +634,10 @@ func (p *patcher) clear(ws *[]uint64, owned *bool, s int) {
 // setRule puts r in slot i, copying its chunk first.
 func (p *patcher) setRule(i int, r *rule) {
 	c := i / slotChunk
-	own(&p.b.rules[c], &p.chunks[c])
+	if !p.chunks[c] {
+		cp := *p.b.rules[c]
+		p.b.rules[c], p.chunks[c] = &cp, true
+	}
 	p.b.rules[c][i%slotChunk] = r
 }
 
@@ -637,13 +645,11 @@ func (p *patcher) setRule(i int, r *rule) {
 func (p *patcher) grow(r *rule) {
 	b := p.b
 	if b.n%slotChunk == 0 {
-		b.rules = append(b.rules, make([]*rule, 0, slotChunk))
+		b.rules = append(b.rules, new(slots))
 		p.chunks = append(p.chunks, true)
 	}
-	c := len(b.rules) - 1
-	own(&b.rules[c], &p.chunks[c])
-	b.rules[c] = append(b.rules[c], r)
 	b.n++
+	p.setRule(b.n-1, r)
 }
 
 // makeRoom returns a free slot where r (not yet in the block) can go in the
