@@ -186,12 +186,6 @@ func newIndex(ends uint8) *ruleIndex {
 	return &ruleIndex{keys: pmap.New[termKey, *keyPostings](termKeyHash), ends: ends, nextID: firstID}
 }
 
-// buildIndex files rules from scratch.
-func buildIndex(rules []*rule, ends uint8) *ruleIndex {
-	ix := newIndex(ends)
-	return ix.update(nil, rules)
-}
-
 // terms lists the terms a rule carries and could be filed under: exact terms,
 // then presence terms, of the ends the index covers. Presence terms of
 // expressions (In with several values, Exists, Prefix, CIDR) come last, after

@@ -1,0 +1,287 @@
+package engine
+
+import (
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/verdictpdp/verdict/engine/internal/pmap"
+)
+
+// A bulk build (a cold start, a resync, a Mesh or Scope change) compiles whole
+// partitions from scratch. It files every rule as ruleIndex.update does on an
+// empty index — under the globally rarest term, in the same lists, with the
+// same ids and bitmaps (TestBuildIndexMatchesUpdate) — without update's
+// per-change bookkeeping: each term is looked up once per rule that carries
+// it, each class is sorted once (its lists are filled in order, so no list is
+// sorted or merged), and the independent parts (partitions, the indexes of a
+// partition, the bitmap blocks of an index) are built concurrently.
+
+// buildIndex files rules from scratch.
+func buildIndex(rules []*rule, ends uint8) *ruleIndex {
+	ix := newIndex(ends)
+	if len(rules) == 0 {
+		return ix
+	}
+	// Every term the rules carry, once; per rule its terms as slots of tv, in
+	// the order ix.terms lists them.
+	type bulkTerm struct {
+		t    term
+		df   int32
+		id   idTerm
+		n    [2]int32 // rules filed under it, per class
+		list [2]plist
+	}
+	slot := make(map[term]int32, len(rules))
+	tv := make([]bulkTerm, 0, len(rules))
+	termOf := make([]int32, 0, 3*len(rules))
+	off := make([]int32, len(rules)+1)
+	var buf [8]term
+	for i, r := range rules {
+		for _, t := range ix.terms(r, buf[:0]) {
+			k, ok := slot[t]
+			if !ok {
+				k = int32(len(tv))
+				slot[t] = k
+				tv = append(tv, bulkTerm{t: t})
+			}
+			tv[k].df++ // per occurrence, as update counts it
+			termOf = append(termOf, k)
+		}
+		off[i+1] = int32(len(termOf))
+	}
+	// The term each rule is filed under (chooseTerm over the whole set): an
+	// exact term if it has one, else a presence term, the rarest first seen;
+	// -1 for the always list.
+	chosen := make([]int32, len(rules))
+	var always [2]int
+	for i, r := range rules {
+		best, bestDF, bestExact := int32(-1), int32(-1), false
+		for _, k := range termOf[off[i]:off[i+1]] {
+			exact := !tv[k].t.presence
+			if bestDF >= 0 && bestExact && !exact {
+				break
+			}
+			if n := tv[k].df; bestDF < 0 || n < bestDF {
+				best, bestDF, bestExact = k, n, exact
+			}
+		}
+		chosen[i] = best
+		if best < 0 {
+			r.filed = 0
+			always[classOf(r)]++
+		} else {
+			r.filed = tv[best].t.end
+			tv[best].n[classOf(r)]++
+		}
+	}
+	// Ids: per (end, key) its key id, then the value ids of its exact terms,
+	// in the order the terms were first seen.
+	type bulkKey struct {
+		kp    *keyPostings
+		terms []int32
+	}
+	keySlot := make(map[termKey]int32)
+	var keys []bulkKey
+	for k := range tv {
+		tk := termKey{tv[k].t.end, tv[k].t.key}
+		ks, ok := keySlot[tk]
+		if !ok {
+			ks = int32(len(keys))
+			keySlot[tk] = ks
+			keys = append(keys, bulkKey{})
+		}
+		keys[ks].terms = append(keys[ks].terms, int32(k))
+	}
+	for i := range keys {
+		kp := &keyPostings{kid: ix.nextID, presence: postings{vid: valueUnknown}}
+		ix.nextID++
+		for _, k := range keys[i].terms {
+			if tv[k].t.presence {
+				tv[k].id = idTerm{kp.kid, 0}
+				continue
+			}
+			tv[k].id = idTerm{kp.kid, ix.nextID}
+			ix.nextID++
+		}
+		keys[i].kp = kp
+	}
+	// Every rule's term ids (termIDs' order: the destination's first, exact
+	// before '*' on each end), for the entries and the bitmaps.
+	var ids map[*rule][]idTerm
+	if ends == endSrc|endDst {
+		ids = make(map[*rule][]idTerm, len(rules))
+		flat := make([]idTerm, 0, len(termOf))
+		for i, r := range rules {
+			// ix.terms' order: exact (source, destination), then per end its
+			// '*' terms and its expressions' presence terms.
+			ks := termOf[off[i]:off[i+1]]
+			se, de := r.src.countTerms(), r.dst.countTerms()
+			srcExact, ks := ks[:se.exact], ks[se.exact:]
+			dstExact, ks := ks[:de.exact], ks[de.exact:]
+			srcPresent, ks := ks[:se.present], ks[se.present+se.exprs:]
+			dstPresent := ks[:de.present]
+			start := len(flat)
+			for _, part := range [4][]int32{dstExact, dstPresent, srcExact, srcPresent} {
+				for _, k := range part {
+					flat = append(flat, tv[k].id)
+				}
+			}
+			ids[r] = flat[start:len(flat):len(flat)]
+		}
+	}
+	// Each class sorted once; the bitmap blocks of a class are cut from it,
+	// and the lists filled in its order are sorted.
+	var sorted [2][]int32
+	for i, r := range rules {
+		sorted[classOf(r)] = append(sorted[classOf(r)], int32(i))
+	}
+	for cl := range sorted {
+		slices.SortFunc(sorted[cl], func(a, b int32) int {
+			switch {
+			case rules[a].key.less(&rules[b].key):
+				return -1
+			case rules[b].key.less(&rules[a].key):
+				return 1
+			}
+			return int(a - b)
+		})
+	}
+	var jobs []blockJob
+	if ends == endSrc|endDst {
+		ix.bits = &bitIndex{}
+		jobs = ix.bits.jobs(rules, sorted)
+	}
+	lists := func() {
+		for cl := range sorted {
+			if always[cl] > 0 {
+				ix.always[cl] = make(plist, 0, always[cl])
+			}
+			for k := range tv {
+				if n := tv[k].n[cl]; n > 0 {
+					tv[k].list[cl] = make(plist, 0, n)
+				}
+			}
+			for _, i := range sorted[cl] {
+				r := rules[i]
+				if k := chosen[i]; k < 0 {
+					ix.always[cl] = append(ix.always[cl], entry(r, idTerm{}, ids[r]))
+				} else {
+					tv[k].list[cl] = append(tv[k].list[cl], entry(r, tv[k].id, ids[r]))
+				}
+			}
+		}
+		kb := ix.keys.Builder()
+		for i := range keys {
+			kp := keys[i].kp
+			eb := pmap.New[string, postings](pmap.StringHash).Builder()
+			for _, k := range keys[i].terms {
+				bt := &tv[k]
+				if bt.t.presence {
+					kp.presence.df, kp.presence.lists = bt.df, bt.list
+					continue
+				}
+				eb.Set(bt.t.value, postings{lists: bt.list, df: bt.df, vid: bt.id.vid})
+			}
+			kp.exact = eb.Map()
+			first := tv[keys[i].terms[0]].t
+			kb.Set(termKey{first.end, first.key}, kp)
+		}
+		ix.keys = kb.Map()
+	}
+	// The lists and the blocks concurrently: buildBlock reads nothing of ix
+	// when ids holds every rule.
+	parallel(1+len(jobs), func(j int) {
+		if j == 0 {
+			lists()
+			return
+		}
+		jb := &jobs[j-1]
+		ix.bits.classes[jb.cl][jb.bi] = ix.buildBlock(jb.rules, ids)
+	})
+	ix.size = len(rules)
+	return ix
+}
+
+// blockJob is one bitmap block a bulk build makes.
+type blockJob struct {
+	cl, bi int
+	rules  []*rule
+}
+
+// jobs cuts every class (sorted: the class's rules in order) into blocks as
+// chunk cuts them, and makes room for them in bits.
+func (bits *bitIndex) jobs(rules []*rule, sorted [2][]int32) []blockJob {
+	var jobs []blockJob
+	for cl := range sorted {
+		if len(sorted[cl]) == 0 {
+			continue
+		}
+		list := make([]*rule, len(sorted[cl]))
+		for j, i := range sorted[cl] {
+			list[j] = rules[i]
+		}
+		k := (len(list) + blockFill - 1) / blockFill
+		bits.classes[cl] = make([]*bitBlock, k)
+		for i := 0; i < k; i++ {
+			jobs = append(jobs, blockJob{cl, i, list[len(list)*i/k : len(list)*(i+1)/k]})
+		}
+	}
+	return jobs
+}
+
+// termCounts are the terms of one end a matcher gives ruleIndex.terms.
+type termCounts struct{ exact, present, exprs int }
+
+func (m *matcher) countTerms() termCounts {
+	if m == nil {
+		return termCounts{}
+	}
+	c := termCounts{exact: len(m.exact), present: len(m.present)}
+	for i := range m.exprs {
+		switch m.exprs[i].op {
+		case OpIn, OpExists, OpPrefix, OpCIDR:
+			c.exprs++
+		}
+	}
+	return c
+}
+
+// helpers counts the goroutines parallel runs beside its callers, over every
+// call: nested calls (partitions, their indexes, an index's blocks) share one
+// bound.
+var helpers atomic.Int32
+
+// parallel calls f(0), ..., f(n-1) and returns when every call has returned.
+// The caller runs calls itself; other goroutines help while the process has
+// fewer than GOMAXPROCS-1 helping in all, so nested calls never run more than
+// GOMAXPROCS calls at once. The calls must not depend on one another's order.
+func parallel(n int, f func(int)) {
+	var next atomic.Int64
+	work := func() {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= n {
+				return
+			}
+			f(i)
+		}
+	}
+	var wg sync.WaitGroup
+	if n > 1 {
+		limit := int32(runtime.GOMAXPROCS(0) - 1)
+		for spawned := 1; spawned < n; spawned++ {
+			h := helpers.Load()
+			if h >= limit || !helpers.CompareAndSwap(h, h+1) {
+				break
+			}
+			wg.Go(func() {
+				defer helpers.Add(-1)
+				work()
+			})
+		}
+	}
+	work()
+	wg.Wait()
+}
