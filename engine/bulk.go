@@ -190,14 +190,15 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 		}
 		ix.keys = kb.Map()
 	}
-	// The lists and the blocks concurrently: buildBlock reads nothing of ix
-	// when ids holds every rule.
-	parallel(1+len(jobs), func(j int) {
-		if j == 0 {
+	// The blocks and the lists concurrently (buildBlock reads nothing of ix
+	// when ids holds every rule); the lists last, so that a helper freed
+	// meanwhile finds blocks to build.
+	parallel(len(jobs)+1, func(j int) {
+		if j == len(jobs) {
 			lists()
 			return
 		}
-		jb := &jobs[j-1]
+		jb := &jobs[j]
 		ix.bits.classes[jb.cl][jb.bi] = ix.buildBlock(jb.rules, ids)
 	})
 	ix.size = len(rules)
@@ -254,34 +255,43 @@ func (m *matcher) countTerms() termCounts {
 var helpers atomic.Int32
 
 // parallel calls f(0), ..., f(n-1) and returns when every call has returned.
-// The caller runs calls itself; other goroutines help while the process has
-// fewer than GOMAXPROCS-1 helping in all, so nested calls never run more than
-// GOMAXPROCS calls at once. The calls must not depend on one another's order.
+// The caller makes calls itself; before each call, a goroutine of the call
+// starts one more to help while calls are left and fewer than GOMAXPROCS-1
+// help in the whole process, so nested calls never run more than GOMAXPROCS
+// calls at once and a helper freed by one call is taken up by another. The
+// calls must not depend on one another's order.
 func parallel(n int, f func(int)) {
 	var next atomic.Int64
-	work := func() {
+	var wg sync.WaitGroup
+	var work func()
+	work = func() {
 		for {
 			i := int(next.Add(1)) - 1
 			if i >= n {
 				return
 			}
-			f(i)
-		}
-	}
-	var wg sync.WaitGroup
-	if n > 1 {
-		limit := int32(runtime.GOMAXPROCS(0) - 1)
-		for spawned := 1; spawned < n; spawned++ {
-			h := helpers.Load()
-			if h >= limit || !helpers.CompareAndSwap(h, h+1) {
-				break
+			if i+1 < n && acquireHelper() {
+				wg.Go(func() {
+					defer helpers.Add(-1)
+					work()
+				})
 			}
-			wg.Go(func() {
-				defer helpers.Add(-1)
-				work()
-			})
+			f(i)
 		}
 	}
 	work()
 	wg.Wait()
+}
+
+func acquireHelper() bool {
+	limit := int32(runtime.GOMAXPROCS(0) - 1)
+	for {
+		h := helpers.Load()
+		if h >= limit {
+			return false
+		}
+		if helpers.CompareAndSwap(h, h+1) {
+			return true
+		}
+	}
 }

@@ -325,20 +325,28 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 	if doc != nil {
 		m.count++
 	}
-	tb := m.types.Builder()
+	var typeNames []string
 	for t, byName := range policies {
-		if len(byName) == 0 {
-			continue
+		if len(byName) > 0 {
+			typeNames = append(typeNames, t)
 		}
+	}
+	// Partitions are independent: built concurrently, each reading m alone.
+	built := make([]*typeState, len(typeNames))
+	parallel(len(typeNames), func(i int) {
+		byName := policies[typeNames[i]]
 		list := make([]*Policy, 0, len(byName))
 		for _, p := range byName {
 			list = append(list, p)
 		}
 		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-		ts := buildType(t, m, list)
+		built[i] = buildType(typeNames[i], m, list)
+	})
+	tb := m.types.Builder()
+	for i, ts := range built {
 		m.count += ts.policies.Len()
 		m.invalid += ts.invalid
-		tb.Set(t, ts)
+		tb.Set(typeNames[i], ts)
 	}
 	m.types = tb.Map()
 	return m
@@ -478,19 +486,25 @@ func (m *meshState) scopeCheck(p *Policy) (*scopeInfo, string) {
 // buildType compiles a type partition from scratch.
 func buildType(name string, m *meshState, list []*Policy) *typeState {
 	ts := &typeState{name: name, policies: pmap.New[string, *compiledPolicy](pmap.StringHash), epoch: &memoEpoch{}}
-	pb := ts.policies.Builder()
-	entries := make([]*compiledPolicy, 0, len(list))
-	for _, p := range list {
-		si, why := m.scopeCheck(p)
-		var cp *compiledPolicy
-		if why != "" {
-			cp = &compiledPolicy{p: p, err: why}
-		} else {
-			cp = compilePolicy(p, &m.settings, si)
-			ts.counts.add(p, 1)
+	// Policies compile independently: in chunks, concurrently.
+	entries := make([]*compiledPolicy, len(list))
+	const chunk = 256
+	parallel((len(list)+chunk-1)/chunk, func(c int) {
+		for i := c * chunk; i < min(len(list), (c+1)*chunk); i++ {
+			p := list[i]
+			if si, why := m.scopeCheck(p); why != "" {
+				entries[i] = &compiledPolicy{p: p, err: why}
+			} else {
+				entries[i] = compilePolicy(p, &m.settings, si)
+			}
 		}
-		entries = append(entries, cp)
-		pb.Set(p.Name, cp)
+	})
+	pb := ts.policies.Builder()
+	for _, cp := range entries {
+		if cp.err == "" {
+			ts.counts.add(cp.p, 1)
+		}
+		pb.Set(cp.p.Name, cp)
 	}
 	ts.policies = pb.Map()
 	if ts.counts.mixed() {
@@ -520,13 +534,18 @@ func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
 		}
 		rs.add(cp, [2][]int32{ts.scopeRules, ts.audit.scopeRules}, 1)
 	}
-	ts.rules = buildIndex(rs.rules[0], endSrc|endDst)
-	ts.attachIn = buildIndex(rs.in[0], endDst)
-	ts.attachOut = buildIndex(rs.out[0], endSrc)
-	ts.audit.rules = buildIndex(rs.rules[1], endSrc|endDst)
-	ts.audit.attachIn = buildIndex(rs.in[1], endDst)
-	ts.audit.attachOut = buildIndex(rs.out[1], endSrc)
-	ts.dest = ts.dest.updateDest(m, ts.name, nil, entries)
+	// Seven independent structures, each over rules of its own (an index
+	// owns its rules' terms and sets their filed end): built concurrently.
+	builds := [...]func(){
+		func() { ts.rules = buildIndex(rs.rules[0], endSrc|endDst) },
+		func() { ts.audit.rules = buildIndex(rs.rules[1], endSrc|endDst) },
+		func() { ts.attachIn = buildIndex(rs.in[0], endDst) },
+		func() { ts.attachOut = buildIndex(rs.out[0], endSrc) },
+		func() { ts.audit.attachIn = buildIndex(rs.in[1], endDst) },
+		func() { ts.audit.attachOut = buildIndex(rs.out[1], endSrc) },
+		func() { ts.dest = ts.dest.updateDest(m, ts.name, nil, entries) },
+	}
+	parallel(len(builds), func(i int) { builds[i]() })
 }
 
 func (cp *compiledPolicy) scopeOrd() int32 {
