@@ -1,0 +1,25 @@
+package engine
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// TestCompiledSizes holds the compiled structures to the size classes their
+// comments claim: a byte more moves each into the next class, paid per
+// selector, rule or policy.
+func TestCompiledSizes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		size uintptr
+		max  uintptr
+	}{
+		{"matcher", unsafe.Sizeof(matcher{}), 80},
+		{"rule", unsafe.Sizeof(rule{}), 144},
+		{"compiledPolicy", unsafe.Sizeof(compiledPolicy{}), 80},
+	} {
+		if c.size > c.max {
+			t.Errorf("%s: %d bytes, more than %d", c.name, c.size, c.max)
+		}
+	}
+}
