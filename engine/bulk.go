@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"runtime"
 	"slices"
 	"sync"
@@ -33,8 +34,8 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 		n    [2]int32 // rules filed under it, per class
 		list [2]plist
 	}
-	slot := make(map[term]int32, len(rules))
-	tv := make([]bulkTerm, 0, len(rules))
+	slot := make(map[term]int32, len(rules)/4)
+	tv := make([]bulkTerm, 0, len(rules)/4)
 	termOf := make([]int32, 0, 3*len(rules))
 	off := make([]int32, len(rules)+1)
 	var buf [8]term
@@ -133,20 +134,32 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 	}
 	// Each class sorted once; the bitmap blocks of a class are cut from it,
 	// and the lists filled in its order are sorted.
-	var sorted [2][]int32
-	for i, r := range rules {
-		sorted[classOf(r)] = append(sorted[classOf(r)], int32(i))
+	// The order prefix decides most comparisons (orderPrefix).
+	type sortKey struct {
+		ord uint64
+		i   int32
 	}
-	for cl := range sorted {
-		slices.SortFunc(sorted[cl], func(a, b int32) int {
+	var byOrd [2][]sortKey
+	for i, r := range rules {
+		byOrd[classOf(r)] = append(byOrd[classOf(r)], sortKey{orderPrefix(&r.key), int32(i)})
+	}
+	var sorted [2][]int32
+	for cl := range byOrd {
+		slices.SortFunc(byOrd[cl], func(a, b sortKey) int {
 			switch {
-			case rules[a].key.less(&rules[b].key):
+			case a.ord != b.ord:
+				return cmp.Compare(a.ord, b.ord)
+			case rules[a.i].key.less(&rules[b.i].key):
 				return -1
-			case rules[b].key.less(&rules[a].key):
+			case rules[b.i].key.less(&rules[a.i].key):
 				return 1
 			}
-			return int(a - b)
+			return cmp.Compare(a.i, b.i)
 		})
+		sorted[cl] = make([]int32, len(byOrd[cl]))
+		for j, k := range byOrd[cl] {
+			sorted[cl][j] = k.i
+		}
 	}
 	var jobs []blockJob
 	if ends == endSrc|endDst {

@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 )
@@ -141,9 +144,17 @@ func (s *Snapshot) apply(revision int64, changes []Change, check bool) *Snapshot
 		}
 		if _, ok := byMesh[c.Key.Mesh]; !ok {
 			meshOrder = append(meshOrder, c.Key.Mesh)
+			if perMesh[c.Key.Mesh] == len(changes) {
+				// One mesh takes every change, each the last of its
+				// path (a cold start): its list is changes itself.
+				byMesh[c.Key.Mesh] = changes
+				continue
+			}
 			byMesh[c.Key.Mesh] = make([]Change, 0, perMesh[c.Key.Mesh])
 		}
-		byMesh[c.Key.Mesh] = append(byMesh[c.Key.Mesh], c)
+		if perMesh[c.Key.Mesh] != len(changes) {
+			byMesh[c.Key.Mesh] = append(byMesh[c.Key.Mesh], c)
+		}
 	}
 	out.broken = bb.Map()
 	if brokenChanged {
@@ -197,12 +208,15 @@ func (m *meshState) applyAll(name string, changes []Change, check bool) *meshSta
 			nw++
 		}
 	}
-	workloads, rest := make([]Change, 0, nw), make([]Change, 0, len(changes)-nw)
-	for _, c := range changes {
-		if c.Key.Kind == KindWorkload {
-			workloads = append(workloads, c)
-		} else {
-			rest = append(rest, c)
+	workloads, rest := []Change(nil), changes
+	if nw > 0 {
+		workloads, rest = make([]Change, 0, nw), make([]Change, 0, len(changes)-nw)
+		for _, c := range changes {
+			if c.Key.Kind == KindWorkload {
+				workloads = append(workloads, c)
+			} else {
+				rest = append(rest, c)
+			}
 		}
 	}
 	var inv *inventory
@@ -272,23 +286,19 @@ func (m *meshState) apply(name string, changes []Change, check bool) *meshState 
 func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 	var doc *Mesh
 	scopes := pmap.New[string, *Scope](pmap.StringHash)
-	policies := map[string]map[string]*Policy{} // type → name → policy
-	put := func(p *Policy) {
-		m := policies[p.Type]
-		if m == nil {
-			m = map[string]*Policy{}
-			policies[p.Type] = m
-		}
-		m[p.Name] = p
-	}
+	// Per type, its policies then, in order, the puts and deletes of the
+	// changes; sorted by name below, where the last of a name wins.
+	policies := map[string][]namedPolicy{}
 	if old != nil {
 		doc = old.doc
 		scopes = old.scopeDocs
 		old.types.Range(func(t string, ts *typeState) bool {
-			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-				put(cp.p)
+			list := make([]namedPolicy, 0, ts.policies.Len())
+			ts.policies.Range(func(name string, cp *compiledPolicy) bool {
+				list = append(list, namedPolicy{name, cp.p})
 				return true
 			})
+			policies[t] = list
 			return true
 		})
 	}
@@ -305,9 +315,9 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 			}
 		case KindPolicy:
 			if p, ok := c.Resource.(*Policy); ok {
-				put(p)
-			} else {
-				delete(policies[c.Key.Type], c.Key.Name)
+				policies[p.Type] = append(policies[p.Type], namedPolicy{p.Name, p})
+			} else if l, ok := policies[c.Key.Type]; ok {
+				policies[c.Key.Type] = append(l, namedPolicy{c.Key.Name, nil})
 			}
 		}
 	}
@@ -325,31 +335,59 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 	if doc != nil {
 		m.count++
 	}
-	var typeNames []string
-	for t, byName := range policies {
-		if len(byName) > 0 {
-			typeNames = append(typeNames, t)
-		}
+	typeNames := make([]string, 0, len(policies))
+	for t := range policies {
+		typeNames = append(typeNames, t)
 	}
 	// Partitions are independent: built concurrently, each reading m alone.
 	built := make([]*typeState, len(typeNames))
 	parallel(len(typeNames), func(i int) {
-		byName := policies[typeNames[i]]
-		list := make([]*Policy, 0, len(byName))
-		for _, p := range byName {
-			list = append(list, p)
+		if list := byName(policies[typeNames[i]]); len(list) > 0 {
+			built[i] = buildType(typeNames[i], m, list)
 		}
-		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-		built[i] = buildType(typeNames[i], m, list)
 	})
 	tb := m.types.Builder()
 	for i, ts := range built {
+		if ts == nil {
+			continue
+		}
 		m.count += ts.policies.Len()
 		m.invalid += ts.invalid
 		tb.Set(typeNames[i], ts)
 	}
 	m.types = tb.Map()
 	return m
+}
+
+// namedPolicy is a put (p set) or a delete (p nil) of a policy by name.
+type namedPolicy struct {
+	name string
+	p    *Policy
+}
+
+// byName returns the policies of l sorted by name: of several entries of a
+// name, the last in l wins (a delete removes the name).
+func byName(l []namedPolicy) []*Policy {
+	idx := make([]int32, len(l))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(a, b int32) int {
+		if c := strings.Compare(l[a].name, l[b].name); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	out := make([]*Policy, 0, len(l))
+	for j, i := range idx {
+		if j+1 < len(idx) && l[idx[j+1]].name == l[i].name {
+			continue // a later entry of the name wins
+		}
+		if l[i].p != nil {
+			out = append(out, l[i].p)
+		}
+	}
+	return out
 }
 
 // typeState is the partition of one mesh and type: its policies and rule index.
