@@ -28,11 +28,12 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 	// Every term the rules carry, once; per rule its terms as slots of tv, in
 	// the order ix.terms lists them.
 	type bulkTerm struct {
-		t    term
-		df   int32
-		id   idTerm
-		n    [2]int32 // rules filed under it, per class
-		list [2]plist
+		t      term
+		df     int32
+		id     idTerm
+		n      [2]int32 // rules filed under it, per class
+		l      plist    // its lists, ALLOW's first
+		nAllow int
 	}
 	slot := make(map[term]int32, len(rules)/4)
 	tv := make([]bulkTerm, 0, len(rules)/4)
@@ -110,9 +111,12 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 	}
 	// Every rule's term ids (termIDs' order: the destination's first, exact
 	// before '*' on each end), for the entries and the bitmaps.
-	var ids map[*rule][]idTerm
+	var ids *addedIDs
 	if ends == endSrc|endDst {
-		ids = make(map[*rule][]idTerm, len(rules))
+		ids = &addedIDs{rules: rules, ids: make([][]idTerm, len(rules))}
+		if len(rules) > smallAdds {
+			ids.at = make(map[*rule]int32, len(rules))
+		}
 		flat := make([]idTerm, 0, len(termOf))
 		for i, r := range rules {
 			// ix.terms' order: exact (source, destination), then per end its
@@ -129,8 +133,17 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 					flat = append(flat, tv[k].id)
 				}
 			}
-			ids[r] = flat[start:len(flat):len(flat)]
+			ids.ids[i] = flat[start:len(flat):len(flat)]
+			if ids.at != nil {
+				ids.at[r] = int32(i)
+			}
 		}
+	}
+	idsOf := func(i int32) []idTerm {
+		if ids == nil {
+			return nil
+		}
+		return ids.ids[i]
 	}
 	// Each class sorted once; the bitmap blocks of a class are cut from it,
 	// and the lists filled in its order are sorted.
@@ -167,21 +180,28 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 		jobs = ix.bits.jobs(rules, sorted)
 	}
 	lists := func() {
+		// A term's two lists share one slice: ALLOW's its length, DENY's
+		// the rest of its capacity (postings.list).
+		for k := range tv {
+			if n := tv[k].n[classAllow] + tv[k].n[classDeny]; n > 0 {
+				tv[k].l = make(plist, 0, n)
+			}
+		}
 		for cl := range sorted {
 			if always[cl] > 0 {
 				ix.always[cl] = make(plist, 0, always[cl])
 			}
-			for k := range tv {
-				if n := tv[k].n[cl]; n > 0 {
-					tv[k].list[cl] = make(plist, 0, n)
-				}
-			}
 			for _, i := range sorted[cl] {
 				r := rules[i]
 				if k := chosen[i]; k < 0 {
-					ix.always[cl] = append(ix.always[cl], entry(r, idTerm{}, ids[r]))
+					ix.always[cl] = append(ix.always[cl], entry(r, idTerm{}, idsOf(i)))
 				} else {
-					tv[k].list[cl] = append(tv[k].list[cl], entry(r, tv[k].id, ids[r]))
+					tv[k].l = append(tv[k].l, entry(r, tv[k].id, idsOf(i)))
+				}
+			}
+			if cl == classAllow {
+				for k := range tv {
+					tv[k].nAllow = len(tv[k].l)
 				}
 			}
 		}
@@ -191,11 +211,15 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 			eb := pmap.New[string, postings](pmap.StringHash).Builder()
 			for _, k := range keys[i].terms {
 				bt := &tv[k]
+				p := postings{df: bt.df, vid: bt.id.vid}
+				if bt.l != nil {
+					p.l = bt.l[:bt.nAllow:len(bt.l)]
+				}
 				if bt.t.presence {
-					kp.presence.df, kp.presence.lists = bt.df, bt.list
+					kp.presence.df, kp.presence.l = p.df, p.l
 					continue
 				}
-				eb.Set(bt.t.value, postings{lists: bt.list, df: bt.df, vid: bt.id.vid})
+				eb.Set(bt.t.value, p)
 			}
 			kp.exact = eb.Map()
 			first := tv[keys[i].terms[0]].t

@@ -60,6 +60,11 @@ func checkBulk(ix *ruleIndex) error {
 	if len(g) != len(w) {
 		return fmt.Errorf("got %d lists, terms and blocks, want %d", len(g), len(w))
 	}
+	if got.ends == endSrc|endDst {
+		if err := checkLists(got); err != nil {
+			return err
+		}
+	}
 	return checkBitsIfAny(got)
 }
 
@@ -106,12 +111,12 @@ func dumpIndex(ix *ruleIndex) map[string]string {
 		out[fmt.Sprint("always ", cl)] = list(ix.always[cl])
 	}
 	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
-		for cl := range kp.presence.lists {
-			out[fmt.Sprintf("%d:%s=* class %d df %d", tk.end, tk.key, cl, kp.presence.df)] = list(kp.presence.lists[cl])
+		for cl := range 2 {
+			out[fmt.Sprintf("%d:%s=* class %d df %d", tk.end, tk.key, cl, kp.presence.df)] = list(kp.presence.list(cl))
 		}
 		kp.exact.Range(func(v string, p postings) bool {
-			for cl := range p.lists {
-				out[fmt.Sprintf("%d:%s=%s class %d df %d", tk.end, tk.key, v, cl, p.df)] = list(p.lists[cl])
+			for cl := range 2 {
+				out[fmt.Sprintf("%d:%s=%s class %d df %d", tk.end, tk.key, v, cl, p.df)] = list(p.list(cl))
 			}
 			return true
 		})
