@@ -194,10 +194,10 @@ func (b *cacheBucket) lookup(k *memoKey) *cacheEntry {
 // entry stored (nil: seen once so far). An entry of the same flow from an
 // older epoch is replaced in place. Entries are never modified once stored
 // (but for their hit counts).
-func (c *decisionCache) store(k *memoKey, d Decision) *cacheEntry {
+func (c *decisionCache) store(k *memoKey, d *Decision) *cacheEntry {
 	h, f := k.h, &k.f
 	e := &cacheEntry{hash: h, epoch: k.epoch, srcSet: k.src, dstSet: k.dst, mesh: k.mesh, typ: k.typ,
-		proto: f.proto, port: f.port, d: d}
+		proto: f.proto, port: f.port, d: *d}
 	for _, cb := range c.bucketsOf(h) {
 		for i := range cb.hashes {
 			if cb.hashes[i].Load() != h {

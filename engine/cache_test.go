@@ -14,11 +14,11 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 	key := func(mesh, typ string, f *flow) *memoKey {
 		return &memoKey{h: h, epoch: epoch, mesh: mesh, typ: typ, f: *f}
 	}
-	c.store(key("m", "T", &base), d) // first sight: the doorkeeper only
+	c.store(key("m", "T", &base), &d) // first sight: the doorkeeper only
 	if _, ok := c.lookup(key("m", "T", &base)); ok {
 		t.Fatal("a flow seen once is cached")
 	}
-	c.store(key("m", "T", &base), d)
+	c.store(key("m", "T", &base), &d)
 	if got, ok := c.lookup(key("m", "T", &base)); !ok || got.d.Policy != "deny-db" {
 		t.Fatalf("a flow seen twice is not cached: %+v %v", got, ok)
 	}
@@ -65,7 +65,7 @@ func cycleHitRate(n, rounds int) float64 {
 			k := &memoKey{h: flowHash("m", "T", &flows[i]), epoch: epoch, mesh: "m", typ: "T", f: flows[i]}
 			_, ok := c.lookup(k)
 			if !ok {
-				c.store(k, Decision{Action: Allow})
+				c.store(k, &Decision{Action: Allow})
 			}
 			if r >= rounds-3 {
 				asked++

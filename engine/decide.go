@@ -212,6 +212,16 @@ var sideBits = [2]uint8{sideOut, sideIn}
 // know, ErrEndpointNotFound for an unknown workload name, or
 // ErrIdentityNotFound or ErrIdentityCollision for an identity (LookupIdentity).
 func (s *Snapshot) Decide(req *Request) (Decision, error) {
+	var d Decision
+	err := s.decideInto(req, &d)
+	return d, err
+}
+
+// decideInto is Decide, answering in d (zero). The path fills one Decision in
+// place instead of returning it by value from call to call: a memo hit's
+// frames stay small, so the goroutine of an RPC (which starts with a small
+// stack) does not grow its stack for a decision (server BenchmarkDecide).
+func (s *Snapshot) decideInto(req *Request, d *Decision) error {
 	meshName := req.Mesh
 	if meshName == "" {
 		meshName = DefaultMesh
@@ -222,91 +232,125 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 		typ = DefaultType
 	}
 	if s.closedByType(meshName, ms, typ) != nil {
-		d := closedDecision(s.revision, req.Explain)
-		// DENY whatever the endpoints are; their resolution is reported
-		// when it succeeds.
-		d.SourceResolution, _ = req.resolve(ms, meshName, false)
-		d.DestinationResolution, _ = req.resolve(ms, meshName, true)
-		req.identify(meshName, &d, 0, 0)
-		return d, nil
+		s.decideClosed(ms, meshName, req, d)
+		return nil
 	}
 	if !ok {
-		return Decision{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
+		return errNoMesh(meshName)
 	}
-	src, err := req.resolve(ms, meshName, false)
-	if err != nil {
-		return Decision{}, err
+	if err := req.resolveSides(ms, meshName, d); err != nil {
+		return err
 	}
-	dst, err := req.resolve(ms, meshName, true)
-	if err != nil {
-		return Decision{}, err
+	f := flow{src: d.SourceResolution.Tags, dst: d.DestinationResolution.Tags, proto: req.Protocol, port: req.Port}
+	var ids [2]uint64 // the memo's identities of the sides' tags, if it answered
+	var err error
+	if req.Explain || req.NoCache {
+		err = s.decideDirect(ms, typ, req, &f, d)
+	} else {
+		ids, err = s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f}, tagsHash(f.src), tagsHash(f.dst), d)
 	}
-	d, err := s.decideFlow(ms, meshName, typ, req, &flow{src: src.Tags, dst: dst.Tags, proto: req.Protocol, port: req.Port})
-	srcID, dstID := d.SourceResolution.Identity, d.DestinationResolution.Identity // the memo's, if it answered
-	d.SourceResolution, d.DestinationResolution = src, dst
-	req.identify(meshName, &d, srcID, dstID)
-	return d, err
+	req.identify(meshName, d, ids)
+	return err
+}
+
+func errNoMesh(mesh string) error {
+	return fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
+}
+
+// decideClosed answers a flow of a closed mesh and type in d: DENY whatever
+// the endpoints are; their resolution is reported when it succeeds.
+func (s *Snapshot) decideClosed(ms *meshState, mesh string, req *Request, d *Decision) {
+	*d = closedDecision(s.revision, req.Explain)
+	d.SourceResolution, _ = req.resolve(ms, mesh, false)
+	d.DestinationResolution, _ = req.resolve(ms, mesh, true)
+	req.identify(mesh, d, [2]uint64{})
+}
+
+// resolveSides resolves the request's source and destination into d's
+// resolutions.
+func (r *Request) resolveSides(ms *meshState, mesh string, d *Decision) error {
+	var err error
+	if d.SourceResolution, err = r.resolve(ms, mesh, false); err != nil {
+		return err
+	}
+	d.DestinationResolution, err = r.resolve(ms, mesh, true)
+	return err
 }
 
 // identify completes the identities of d's resolutions that are wanted: a
 // side given by an endpoint, or as tags with TagIdentities. It takes those
-// the memo gave (srcID, dstID; 0: none), else computes them.
-func (r *Request) identify(mesh string, d *Decision, srcID, dstID uint64) {
-	for _, side := range [2]struct {
-		res  *EndpointResolution
-		memo uint64
-		ep   *Endpoint
-	}{{&d.SourceResolution, srcID, r.SourceEndpoint}, {&d.DestinationResolution, dstID, r.DestinationEndpoint}} {
+// the memo gave (memo; 0: none), else computes them.
+func (r *Request) identify(mesh string, d *Decision, memo [2]uint64) {
+	for i, side := range [2]struct {
+		res *EndpointResolution
+		ep  *Endpoint
+	}{{&d.SourceResolution, r.SourceEndpoint}, {&d.DestinationResolution, r.DestinationEndpoint}} {
 		switch {
 		case side.ep == nil && !r.TagIdentities, side.res.Identity != 0, side.res.Form == 0: // not wanted, known, or not resolved
-		case side.memo != 0:
-			side.res.Identity = side.memo
+		case memo[i] != 0:
+			side.res.Identity = memo[i]
 		default:
 			side.res.Identity = Identity(mesh, side.res.Tags)
 		}
 	}
 }
 
-// decideFlow decides a resolved flow, through the cache unless the request
-// asks for Explain or NoCache.
-func (s *Snapshot) decideFlow(ms *meshState, meshName, typ string, req *Request, f *flow) (Decision, error) {
-	if req.Explain || req.NoCache {
-		if err := ms.checkType(typ); err != nil {
-			return Decision{}, err
-		}
-		d := s.decideUncached(ms, typ, f, req.procedure)
-		if req.Explain {
-			d.Explain = ms.explain(typ, f, &d)
-		}
-		return d, nil
-	}
-	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: *f}, tagsHash(f.src), tagsHash(f.dst))
+// setAnswer copies a's answer into d: every field but the resolutions, which
+// are d's own (the endpoints as this request gave them).
+func (d *Decision) setAnswer(a *Decision) {
+	src, dst := d.SourceResolution, d.DestinationResolution
+	*d = *a
+	d.SourceResolution, d.DestinationResolution = src, dst
 }
 
-// decideMemo answers k's flow from the memo, else decides it and remembers
-// the answer (cache.go). srcHash and dstHash are the tag sets' tagsHash. An
-// answer that has a memo entry carries the identities of the flow's tag sets
-// in its resolutions (Identity alone: the rest is Decide's).
-func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64) (Decision, error) {
+// decideDirect decides a resolved flow without the memo (Explain, NoCache)
+// into d (zero but for its resolutions).
+func (s *Snapshot) decideDirect(ms *meshState, typ string, req *Request, f *flow, d *Decision) error {
+	if err := ms.checkType(typ); err != nil {
+		return err
+	}
+	s.decideUncached(ms, typ, f, req.procedure, d)
+	if req.Explain {
+		d.Explain = ms.explain(typ, f, d)
+	}
+	return nil
+}
+
+// decideMemo answers k's flow from the memo into d, else decides it and
+// remembers the answer (cache.go). srcHash and dstHash are the tag sets'
+// tagsHash. It returns the identities of the flow's tag sets when the answer
+// has a memo entry (0s otherwise); d's resolutions are left as they are.
+func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64, d *Decision) ([2]uint64, error) {
 	k.epoch = ms.epoch
 	if ts, ok := ms.types.Get(k.typ); ok {
 		k.epoch = ts.epoch
 	} else if err := ms.checkType(k.typ); err != nil {
-		return Decision{}, err // only known types are remembered
+		return [2]uint64{}, err // only known types are remembered
 	}
 	k.h = flowHashOf(k.mesh, k.typ, srcHash, dstHash, k.f.proto, k.f.port)
 	c := s.cache()
-	if e, ok := c.lookup(k); ok {
-		d := e.d
-		d.Revision = s.revision // the entry may be from an earlier snapshot of the same answers
-		d.SourceResolution.Identity, d.DestinationResolution.Identity = e.ids[0], e.ids[1]
-		return d, nil
+	e, ok := c.lookup(k)
+	if !ok {
+		if e = s.decideMiss(ms, c, k, d); e == nil {
+			return [2]uint64{}, nil
+		}
 	}
-	d := s.decideUncached(ms, k.typ, &k.f, 0)
-	if e := c.store(k, d); e != nil {
-		d.SourceResolution.Identity, d.DestinationResolution.Identity = e.ids[0], e.ids[1]
+	d.setAnswer(&e.d)
+	d.Revision = s.revision // the entry may be from an earlier snapshot of the same answers
+	return e.ids, nil
+}
+
+// decideMiss decides k's flow, which the memo does not hold, and stores the
+// answer; it returns the entry stored, or nil (the flow was seen once) with
+// the answer in d.
+func (s *Snapshot) decideMiss(ms *meshState, c *decisionCache, k *memoKey, d *Decision) *cacheEntry {
+	var a Decision // without resolutions: the memo keeps answers only
+	s.decideUncached(ms, k.typ, &k.f, 0, &a)
+	e := c.store(k, &a)
+	if e == nil {
+		d.setAnswer(&a)
 	}
-	return d, nil
+	return e
 }
 
 // resolve resolves the request's source (or destination) in the mesh.
@@ -321,16 +365,19 @@ func (r *Request) resolve(ms *meshState, mesh string, destination bool) (Endpoin
 	return resolveEndpoint(ms, mesh, ep, destination, r.Port, r.Registry, false)
 }
 
-func (s *Snapshot) decideUncached(ms *meshState, typ string, f *flow, procedure uint8) Decision {
+// decideUncached decides a flow with the decision procedure into d's answer:
+// every field but Explain and the resolutions, which it leaves as they are.
+// Like the rest of the procedure, it fills d in place rather than return a
+// Decision by value from call to call (each return copied it).
+func (s *Snapshot) decideUncached(ms *meshState, typ string, f *flow, procedure uint8, d *Decision) {
 	sc := scratchPool.Get().(*scratch)
 	sc.procedure = procedure
-	d := ms.decide(typ, f, sc)
+	ms.decide(typ, f, sc, d)
 	scratchPool.Put(sc)
 	d.Revision = s.revision
-	return d
 }
 
-func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {
+func (ms *meshState) decide(typ string, f *flow, sc *scratch, d *Decision) {
 	ts, _ := ms.types.Get(typ)
 	set := ms.settings.forType(typ)
 	nScopes := ms.scopes.size()
@@ -340,21 +387,27 @@ func (ms *meshState) decide(typ string, f *flow, sc *scratch) Decision {
 		sc.computeMembers(ms.scopes, 1, f.dst)
 	}
 	var found picks
-	d := ms.decideView(ts, typ, set, f, sc, false, &found)
+	ms.decideView(ts, typ, set, f, sc, false, &found, d)
+	d.Audit = nil
 	if ms.scopes.audit || ts.audited() {
-		// The shadow decision (docs/audit.md): one more pass, over the audit
-		// rules only, bounded by the enforced rules already found.
-		shadow := ms.decideView(ts, typ, set, f, sc, true, &found)
-		if shadow.Action != d.Action {
-			side := deciderSide(shadow.Outbound, shadow.Inbound)
-			sd := shadow.Outbound
-			if side == 1 {
-				sd = shadow.Inbound
-			}
-			d.Audit = &Audit{Action: shadow.Action, Policy: sd.Policy, Scope: sd.Scope, Rule: sd.Rule, Side: sideNames[side]}
-		}
+		ms.decideShadow(ts, typ, set, f, sc, &found, d)
 	}
-	return d
+}
+
+// decideShadow sets d.Audit from the shadow decision (docs/audit.md): one more
+// pass, over the audit rules only, bounded by the enforced rules already
+// found.
+func (ms *meshState) decideShadow(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, found *picks, d *Decision) {
+	var shadow Decision
+	ms.decideView(ts, typ, set, f, sc, true, found, &shadow)
+	if shadow.Action != d.Action {
+		side := deciderSide(&shadow.Outbound, &shadow.Inbound)
+		sd := &shadow.Outbound
+		if side == 1 {
+			sd = &shadow.Inbound
+		}
+		d.Audit = &Audit{Action: shadow.Action, Policy: sd.Policy, Scope: sd.Scope, Rule: sd.Rule, Side: sideNames[side]}
+	}
 }
 
 // picks are the rules a scan found, per side: the first match, and under
@@ -366,26 +419,28 @@ type picks struct {
 
 // decideView decides the flow as the enforced decision sees the mesh (shadow
 // false: audit rules and scopes left out), or as the shadow decision does
-// (every rule enforced). The enforced view records the rules it found in
-// found; the shadow view starts from them and scans the audit rules alone.
-func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, shadow bool, found *picks) Decision {
-	var res [2]SideDecision
+// (every rule enforced), into d's sides and final action. The enforced view
+// records the rules it found in found; the shadow view starts from them and
+// scans the audit rules alone.
+func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, shadow bool, found *picks, d *Decision) {
+	res := [2]*SideDecision{&d.Outbound, &d.Inbound}
 	var need [2]bool
 	for side := 0; side < 2; side++ {
 		switch {
 		case ts.notApplicable(side, shadow) || set.perDestination && side == 0:
-			res[side] = SideDecision{Action: Allow, Reason: ReasonNotApplicable}
+			*res[side] = SideDecision{Action: Allow, Reason: ReasonNotApplicable}
 		case ms.unenforcedScope(sc, side, shadow):
-			res[side] = SideDecision{Action: set.unenforcedAction, Reason: ReasonUnenforced}
+			*res[side] = SideDecision{Action: set.unenforcedAction, Reason: ReasonUnenforced}
 		default:
 			need[side] = true
 		}
 	}
 	if set.perDestination { // perdest.go
 		if need[1] {
-			res[1] = ms.decidePerDestination(ts, typ, set, f, sc, shadow)
+			*res[1] = ms.decidePerDestination(ts, typ, set, f, sc, shadow)
 		}
-		return finalDecision(res[0], res[1])
+		d.finish()
+		return
 	}
 	if need[0] || need[1] {
 		var p picks
@@ -405,11 +460,11 @@ func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *
 		}
 		for side := 0; side < 2; side++ {
 			if need[side] {
-				res[side] = ms.sideResult(ts, typ, set, f, sc, side, p.first[side], shadow)
+				*res[side] = ms.sideResult(ts, typ, set, f, sc, side, p.first[side], shadow)
 			}
 		}
 	}
-	return finalDecision(res[0], res[1])
+	d.finish()
 }
 
 // scanRules finds, per side in need, the rule of ix that decides the side,
@@ -689,25 +744,25 @@ func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
 	return false
 }
 
-// finalDecision combines the sides (docs/order.md): the flow passes iff every
-// applicable side allows; the deciding side is the denying one if exactly one
-// denies, otherwise the inbound side, or the outbound side when the inbound side
-// was decided by no rule.
-func finalDecision(out, in SideDecision) Decision {
-	d := Decision{Outbound: out, Inbound: in, Action: Allow}
+// finish combines d's sides into its final action (docs/order.md): the flow
+// passes iff every applicable side allows; the deciding side is the denying
+// one if exactly one denies, otherwise the inbound side, or the outbound side
+// when the inbound side was decided by no rule.
+func (d *Decision) finish() {
+	out, in := &d.Outbound, &d.Inbound
+	d.Action = Allow
 	if out.Reason != ReasonNotApplicable && out.Action == Deny || in.Reason != ReasonNotApplicable && in.Action == Deny {
 		d.Action = Deny
 	}
-	decider := &d.Inbound
+	decider := in
 	if deciderSide(out, in) == 0 {
-		decider = &d.Outbound
+		decider = out
 	}
 	d.Policy, d.Conf = decider.Policy, decider.Conf
-	return d
 }
 
 // deciderSide is the side that decides the final action: 0 outbound, 1 inbound.
-func deciderSide(out, in SideDecision) int {
+func deciderSide(out, in *SideDecision) int {
 	denyOut := out.Reason != ReasonNotApplicable && out.Action == Deny
 	denyIn := in.Reason != ReasonNotApplicable && in.Action == Deny
 	switch {

@@ -442,10 +442,15 @@ func (s *Snapshot) DecideSets(req *SetRequest) (Decision, error) {
 		if err := ms.checkType(typ); err != nil {
 			return Decision{}, err
 		}
-		return s.decideUncached(ms, typ, &f, 0), nil
+		var d Decision
+		s.decideUncached(ms, typ, &f, 0, &d)
+		return d, nil
 	}
-	return s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f, src: req.Source, dst: req.Destination},
-		req.Source.hash, req.Destination.hash)
+	var d Decision
+	ids, err := s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f, src: req.Source, dst: req.Destination},
+		req.Source.hash, req.Destination.hash, &d)
+	d.SourceResolution.Identity, d.DestinationResolution.Identity = ids[0], ids[1]
+	return d, err
 }
 
 // memoMisses is the number of memo lookups that missed (tests).

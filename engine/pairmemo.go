@@ -199,9 +199,10 @@ func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *De
 	k.h = flowHashOf(p.mesh, p.typ, src.hash, dst.hash, proto, port)
 	e, memo := p.cache.lookup(&k)
 	if !memo {
-		d := p.s.decideUncached(p.ms, p.typ, &k.f, 0)
+		d := new(Decision)
+		p.s.decideUncached(p.ms, p.typ, &k.f, 0, d)
 		if e = p.cache.store(&k, d); e == nil {
-			return &d, false // seen once: remembered by neither memo
+			return d, false // seen once: remembered by neither memo
 		}
 	}
 	pe := &pairEntry{src: src.id, dst: dst.id, pp: pp, srcSet: src, dstSet: dst, e: e}
