@@ -294,46 +294,80 @@ func decodeWorkload(b []byte, w *verdictv1.Endpoint) bool {
 			return false
 		}
 		b = b[n:]
-		var key, value string // an entry without a key or value has it empty
-		for len(entry) > 0 {
-			num, typ, n := protowire.ConsumeTag(entry)
-			if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
-				return false
-			}
-			entry = entry[n:]
-			v, n := protowire.ConsumeBytes(entry)
-			if n < 0 {
-				return false
-			}
-			entry = entry[n:]
-			s, ok := internString(v)
-			if !ok {
-				return false
-			}
-			if num == 1 {
-				key = s
-			} else {
-				value = s
-			}
+		key, value, ok := internTag(entry)
+		if !ok {
+			return false
 		}
 		w.Tags[key] = value // a repeated key: the last wins, as in protobuf-go
 	}
 	return true
 }
 
-// The intern table: a fixed number of slots, each holding the last string
-// stored there; a hit costs a hash and a comparison, a miss one allocation (as
-// protobuf-go would make anyway). Hostile input can only evict: the table
-// never grows.
+// decodeTag decodes a tag map entry: an entry without a key or value has it
+// empty; a field given twice, the last wins.
+func decodeTag(entry []byte) (key, value string, ok bool) {
+	for len(entry) > 0 {
+		num, typ, n := protowire.ConsumeTag(entry)
+		if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
+			return "", "", false
+		}
+		entry = entry[n:]
+		v, n := protowire.ConsumeBytes(entry)
+		if n < 0 {
+			return "", "", false
+		}
+		entry = entry[n:]
+		s, ok := internString(v)
+		if !ok {
+			return "", "", false
+		}
+		if num == 1 {
+			key = s
+		} else {
+			value = s
+		}
+	}
+	return key, value, true
+}
+
+// The intern tables: a fixed number of slots, each holding the last string
+// (or tag) stored there; a hit costs a hash and a comparison, a miss one
+// allocation (as protobuf-go would make anyway). Hostile input can only evict:
+// the tables never grow.
 const (
 	internSlots  = 1 << 13
 	internMaxLen = 64 // longer strings are copied, not kept
+	// tags whose entry is longer are decoded string by string
+	internMaxTagLen = 2*internMaxLen + 4
 )
 
 var (
 	internSeed  = maphash.MakeSeed()
 	internTable [internSlots]atomic.Pointer[string]
+	tagTable    [internSlots]atomic.Pointer[internedTag]
 )
+
+// internedTag is a tag map entry's bytes and what they decode to.
+type internedTag struct{ entry, key, value string }
+
+// internTag decodes a tag map entry (decodeTag), from the tag table when the
+// same bytes came before: a sidecar sends the same tags again and again, and
+// one hash of the entry replaces two lookups of its strings. ok is false when
+// the entry is not one the decoder takes (decodeTag). Only an entry decodeTag
+// took is stored, so a hit needs no check.
+func internTag(entry []byte) (key, value string, ok bool) {
+	if len(entry) > internMaxTagLen {
+		return decodeTag(entry)
+	}
+	slot := &tagTable[maphash.Bytes(internSeed, entry)&(internSlots-1)]
+	if p := slot.Load(); p != nil && p.entry == string(entry) { // the conversion does not allocate
+		return p.key, p.value, true
+	}
+	if key, value, ok = decodeTag(entry); ok {
+		slot.Store(&internedTag{entry: string(entry), key: key, value: value})
+	}
+	return key, value, ok
+}
 
 // internString returns b as a string, shared with earlier calls for the same
 // bytes when it can; ok is false when b is not valid UTF-8 (protobuf-go refuses

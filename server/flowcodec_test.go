@@ -250,3 +250,46 @@ func mustBatch(tb testing.TB, b []byte) *verdictv1.DecideBatchRequest {
 }
 
 func unsafeData(s string) *byte { return unsafe.StringData(s) }
+
+// TestInternTag: a tag entry decodes as decodeTag decodes it, the first time
+// and from the tag table after (without allocating); an entry the decoder
+// declines is declined every time.
+func TestInternTag(t *testing.T) {
+	entry := func(fields ...string) []byte { // number, value, number, value...
+		var b []byte
+		for i := 0; i < len(fields); i += 2 {
+			b = protowire.AppendString(protowire.AppendTag(b, protowire.Number(fields[i][0]-'0'), protowire.BytesType), fields[i+1])
+		}
+		return b
+	}
+	long := string(make([]byte, internMaxLen))
+	for name, c := range map[string]struct {
+		b          []byte
+		key, value string
+		ok         bool
+	}{
+		"tag":                  {entry("1", "app", "2", "web"), "app", "web", true},
+		"value first":          {entry("2", "web", "1", "app"), "app", "web", true},
+		"key twice":            {entry("1", "a", "1", "app", "2", "web"), "app", "web", true},
+		"only a key":           {entry("1", "app"), "app", "", true},
+		"empty":                {nil, "", "", true},
+		"long":                 {entry("1", long, "2", long+"x"), long, long + "x", true},
+		"invalid UTF-8":        {entry("1", "app", "2", "\xff"), "", "", false},
+		"unknown field":        {entry("3", "app"), "", "", false},
+		"truncated":            {entry("1", "app")[:3], "", "", false},
+		"a varint, not a tag":  {protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 7), "", "", false},
+		"the same bytes again": {entry("1", "app", "2", "web"), "app", "web", true},
+	} {
+		for round := range 2 {
+			key, value, ok := internTag(c.b)
+			if ok != c.ok || ok && (key != c.key || value != c.value) {
+				t.Errorf("%s, round %d: %q %q %v, want %q %q %v", name, round, key, value, ok, c.key, c.value, c.ok)
+			}
+		}
+	}
+	b := entry("1", "kuma.io/service", "2", "web")
+	internTag(b)
+	if n := testing.AllocsPerRun(100, func() { internTag(b) }); n != 0 {
+		t.Errorf("%v allocations for an interned tag", n)
+	}
+}
