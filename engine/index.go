@@ -157,6 +157,58 @@ type keyPostings struct {
 	kid      uint32 // the key id of this (end, key): ids are per index, never reused
 	presence postings
 	exact    pmap.Map[string, postings]
+	// pend holds changes of the df of exact terms not yet written to exact:
+	// a change that moves only a term's df (a rule that carries the term, not
+	// filed under it, comes or goes) would copy the map's nodes on the path
+	// to it, a few KB in a key of thousands of values. A term whose df falls
+	// to 0 stays in exact (its lists empty, its ids kept) while pending, so
+	// one that comes back costs nothing either. Past pendMax values, every
+	// pending change is written (and dead terms deleted) at once.
+	pend []dfDelta
+}
+
+// dfDelta is a pending change of the df of the exact term of value v.
+type dfDelta struct {
+	v string
+	d int32
+}
+
+// pendMax bounds a key's pending df changes.
+const pendMax = 16
+
+// pending returns the pending change of value v's df.
+func (kp *keyPostings) pending(v string) int32 {
+	for _, x := range kp.pend {
+		if x.v == v {
+			return x.d
+		}
+	}
+	return 0
+}
+
+// addPending adds d to value v's pending change (the slice is kp's own).
+func (kp *keyPostings) addPending(v string, d int32) {
+	for i := range kp.pend {
+		if kp.pend[i].v == v {
+			if kp.pend[i].d += d; kp.pend[i].d == 0 {
+				kp.pend = slices.Delete(kp.pend, i, i+1)
+			}
+			return
+		}
+	}
+	kp.pend = append(kp.pend, dfDelta{v, d})
+}
+
+// takePending removes value v's pending change and returns it (the slice is kp's own).
+func (kp *keyPostings) takePending(v string) int32 {
+	for i := range kp.pend {
+		if kp.pend[i].v == v {
+			d := kp.pend[i].d
+			kp.pend = slices.Delete(kp.pend, i, i+1)
+			return d
+		}
+	}
+	return 0
 }
 
 // Ids. A flow's tags are resolved once per decision to (key id, value id) pairs
@@ -222,7 +274,8 @@ func (ix *ruleIndex) terms(r *rule, out []term) []term {
 	return out
 }
 
-// termEntry returns a term's postings as the builder holds them.
+// termEntry returns a term's postings as the builder holds them, its df
+// with its pending change.
 func termEntry(t term, kb *pmap.Builder[termKey, *keyPostings]) (postings, bool) {
 	kp, ok := kb.Get(termKey{t.end, t.key})
 	if !ok {
@@ -231,7 +284,9 @@ func termEntry(t term, kb *pmap.Builder[termKey, *keyPostings]) (postings, bool)
 	if t.presence {
 		return kp.presence, true
 	}
-	return kp.exact.Get(t.value)
+	p, ok := kp.exact.Get(t.value)
+	p.df += kp.pending(t.value)
+	return p, ok
 }
 
 // chooseTerm picks the term a rule is filed under: an exact term if it has one,
@@ -291,6 +346,7 @@ type termChange struct {
 	add, del [2][]*rule
 	df       int32
 	id       idTerm // the term's ids once its entry exists
+	pended   bool   // only its df changes, and the change is pending (keyPostings.pend)
 }
 
 // changed reports whether the term's entry changes: its df or its lists (a
@@ -460,6 +516,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		nkp := &keyPostings{}
 		if ok {
 			*nkp = *kp
+			nkp.pend = slices.Clone(kp.pend)
 		} else {
 			nkp.exact = pmap.New[string, postings](pmap.StringHash)
 			nkp.kid = out.nextID
@@ -478,13 +535,29 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 				c.id = idTerm{nkp.kid, np.vid}
 				continue
 			}
+			if ok && len(c.add[0])+len(c.add[1])+len(c.del[0])+len(c.del[1]) == 0 {
+				nkp.addPending(c.t.value, c.df)
+				c.id, c.pended = idTerm{nkp.kid, np.vid}, true
+				continue
+			}
 			if !ok {
 				np = postings{vid: out.nextID}
 				out.nextID++
 			}
-			np.df += c.df
+			np.df += c.df + nkp.takePending(c.t.value)
 			c.id = idTerm{nkp.kid, np.vid}
 			eb.Set(c.t.value, np)
+		}
+		if len(nkp.pend) > pendMax {
+			for _, x := range nkp.pend {
+				p, _ := eb.Get(x.v)
+				if p.df += x.d; p.df <= 0 && p.empty() {
+					eb.Delete(x.v)
+				} else {
+					eb.Set(x.v, p)
+				}
+			}
+			nkp.pend = nil
 		}
 		builds[gi] = keyBuild{nkp, eb}
 	}
@@ -507,7 +580,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 				out.merge(&kp.presence, c, ids)
 				continue
 			}
-			if !c.changed() {
+			if !c.changed() || c.pended {
 				continue
 			}
 			p, _ := eb.Get(c.t.value)

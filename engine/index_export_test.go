@@ -76,5 +76,58 @@ func checkLists(ix *ruleIndex) error {
 	if len(seen) != ix.size {
 		return fmt.Errorf("%d rules filed, size %d", len(seen), ix.size)
 	}
+	return checkDF(ix, seen)
+}
+
+// checkDF holds every term's df, with its pending change, to the rules that
+// carry it; a term no rule carries may stay only while its change is pending.
+func checkDF(ix *ruleIndex, rules map[*rule]bool) error {
+	want := map[term]int32{}
+	var buf [8]term
+	for r := range rules {
+		for _, t := range ix.terms(r, buf[:0]) {
+			want[t]++
+		}
+	}
+	var err error
+	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
+		pt := term{end: tk.end, key: tk.key, presence: true}
+		if kp.presence.df != want[pt] {
+			err = fmt.Errorf("%v: df %d, %d rules carry it", pt, kp.presence.df, want[pt])
+			return false
+		}
+		delete(want, pt)
+		if len(kp.pend) > pendMax {
+			err = fmt.Errorf("%d/%s: %d pending changes", tk.end, tk.key, len(kp.pend))
+			return false
+		}
+		for _, x := range kp.pend {
+			if _, ok := kp.exact.Get(x.v); !ok || x.d == 0 {
+				err = fmt.Errorf("%d/%s=%s: a pending change %d of no term", tk.end, tk.key, x.v, x.d)
+				return false
+			}
+		}
+		kp.exact.Range(func(v string, p postings) bool {
+			t := term{end: tk.end, key: tk.key, value: v}
+			df := p.df + kp.pending(v)
+			switch {
+			case df != want[t]:
+				err = fmt.Errorf("%v: df %d (%d pending), %d rules carry it", t, df, kp.pending(v), want[t])
+			case df == 0 && (kp.pending(v) == 0 || !p.empty()):
+				err = fmt.Errorf("%v: no rule carries it, yet it stays", t)
+			}
+			delete(want, t)
+			return err == nil
+		})
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	for t, n := range want {
+		if t.end != 0 && n > 0 {
+			return fmt.Errorf("%v: carried by %d rules, no entry", t, n)
+		}
+	}
 	return nil
 }
