@@ -112,7 +112,10 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 	// Every rule's term ids (termIDs' order: the destination's first, exact
 	// before '*' on each end), for the entries and the bitmaps.
 	var ids *addedIDs
-	if ends == endSrc|endDst {
+	termIDs := func() {
+		if ends != endSrc|endDst {
+			return
+		}
 		ids = &addedIDs{rules: rules, ids: make([][]idTerm, len(rules))}
 		if len(rules) > smallAdds {
 			ids.at = make(map[*rule]int32, len(rules))
@@ -139,15 +142,9 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 			}
 		}
 	}
-	idsOf := func(i int32) []idTerm {
-		if ids == nil {
-			return nil
-		}
-		return ids.ids[i]
-	}
-	// Each class sorted once; the bitmap blocks of a class are cut from it,
-	// and the lists filled in its order are sorted.
-	// The order prefix decides most comparisons (orderPrefix).
+	// Each class sorted once, the order prefix deciding most comparisons:
+	// the bitmap blocks of a class are cut from it, and the lists filled in
+	// its order are sorted.
 	type sortKey struct {
 		ord uint64
 		i   int32
@@ -157,23 +154,51 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 		byOrd[classOf(r)] = append(byOrd[classOf(r)], sortKey{orderPrefix(&r.key), int32(i)})
 	}
 	var sorted [2][]int32
-	for cl := range byOrd {
-		slices.SortFunc(byOrd[cl], func(a, b sortKey) int {
-			switch {
-			case a.ord != b.ord:
-				return cmp.Compare(a.ord, b.ord)
-			case rules[a.i].key.less(&rules[b.i].key):
-				return -1
-			case rules[b.i].key.less(&rules[a.i].key):
-				return 1
+	order := func() {
+		for cl := range byOrd {
+			slices.SortFunc(byOrd[cl], func(a, b sortKey) int {
+				switch {
+				case a.ord != b.ord:
+					return cmp.Compare(a.ord, b.ord)
+				case rules[a.i].key.less(&rules[b.i].key):
+					return -1
+				case rules[b.i].key.less(&rules[a.i].key):
+					return 1
+				}
+				return cmp.Compare(a.i, b.i)
+			})
+			sorted[cl] = make([]int32, len(byOrd[cl]))
+			for j, k := range byOrd[cl] {
+				sorted[cl][j] = k.i
 			}
-			return cmp.Compare(a.i, b.i)
-		})
-		sorted[cl] = make([]int32, len(byOrd[cl]))
-		for j, k := range byOrd[cl] {
-			sorted[cl][j] = k.i
 		}
 	}
+	// Every rule's posting entry, made in the rules' order (the order of
+	// their allocation: the lists below visit them in the rule order, which
+	// jumps through memory).
+	ents := make([]posting, len(rules))
+	entries := func() {
+		termIDs()
+		for i, r := range rules {
+			var rids []idTerm
+			if ids != nil {
+				rids = ids.ids[i]
+			}
+			skip := idTerm{}
+			if k := chosen[i]; k >= 0 {
+				skip = tv[k].id
+			}
+			ents[i] = entry(r, skip, rids)
+		}
+	}
+	// The order and the entries are independent: made concurrently.
+	parallel(2, func(i int) {
+		if i == 0 {
+			order()
+		} else {
+			entries()
+		}
+	})
 	var jobs []blockJob
 	if ends == endSrc|endDst {
 		ix.bits = &bitIndex{}
@@ -192,11 +217,10 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 				ix.always[cl] = make(plist, 0, always[cl])
 			}
 			for _, i := range sorted[cl] {
-				r := rules[i]
 				if k := chosen[i]; k < 0 {
-					ix.always[cl] = append(ix.always[cl], entry(r, idTerm{}, idsOf(i)))
+					ix.always[cl] = append(ix.always[cl], ents[i])
 				} else {
-					tv[k].l = append(tv[k].l, entry(r, tv[k].id, idsOf(i)))
+					tv[k].l = append(tv[k].l, ents[i])
 				}
 			}
 			if cl == classAllow {

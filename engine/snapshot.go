@@ -537,19 +537,28 @@ func buildType(name string, m *meshState, list []*Policy) *typeState {
 			}
 		}
 	})
-	pb := ts.policies.Builder()
 	for _, cp := range entries {
 		if cp.err == "" {
 			ts.counts.add(cp.p, 1)
 		}
-		pb.Set(cp.p.Name, cp)
 	}
-	ts.policies = pb.Map()
 	if ts.counts.mixed() {
 		ts.conflicted = true
 		resolveConflicts(entries)
 	}
-	ts.index(m, entries)
+	// The indexes and the map of policies by name concurrently: the map
+	// holds the entries and reads only their names.
+	parallel(2, func(i int) {
+		if i == 0 {
+			ts.index(m, entries)
+			return
+		}
+		pb := ts.policies.Builder()
+		for _, cp := range entries {
+			pb.Set(cp.p.Name, cp)
+		}
+		ts.policies = pb.Map()
+	})
 	return ts
 }
 
