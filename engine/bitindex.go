@@ -606,7 +606,7 @@ type patcher struct {
 	dims   []dimOwned
 }
 
-type dimOwned struct{ any, absent, words, lists bool } // lists: vids, refs and pos
+type dimOwned struct{ any, absent, words, vids, refs, pos bool }
 
 // own copies *ws unless owned.
 func own[T any](ws *[]T, owned *bool) {
@@ -735,7 +735,7 @@ func (p *patcher) shift(lo, hi, delta int) {
 		}
 		for k, q := range d.pos {
 			if delta > 0 && int(q) >= lo && int(q) < hi || delta < 0 && int(q) > lo && int(q) <= hi {
-				p.ownLists(di)
+				own(&d.pos, &p.dims[di].pos) // a shift moves positions only
 				d.pos[k] = uint16(int(q) + delta)
 			}
 		}
@@ -808,24 +808,17 @@ func (p *patcher) clearSlot(s int) {
 			if !ok {
 				continue
 			}
-			p.ownLists(di)
+			own(&d.pos, &o.pos)
+			own(&d.refs, &o.refs)
 			d.pos = slices.Delete(d.pos, int(r.off)+j, int(r.off)+j+1)
 			d.shiftRefs(i, -1)
 			if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
+				own(&d.vids, &o.vids)
 				d.vids = slices.Delete(d.vids, i, i+1)
 				d.refs = slices.Delete(d.refs, i, i+1)
 				i--
 			}
 		}
-	}
-}
-
-// ownLists copies dimension di's directory (vids, refs, pos) unless owned.
-func (p *patcher) ownLists(di int) {
-	d, o := &p.b.dims[di], &p.dims[di]
-	if !o.lists {
-		d.vids, d.refs, d.pos = slices.Clone(d.vids), slices.Clone(d.refs), slices.Clone(d.pos)
-		o.lists = true
 	}
 }
 
@@ -879,7 +872,8 @@ func (p *patcher) place(s int, r *rule, rids []idTerm) {
 				own(&d.words, &o.words)
 				d.words[int(ref.off)+s/64] |= 1 << (s % 64)
 			} else {
-				p.ownLists(di)
+				own(&d.pos, &o.pos)
+				own(&d.refs, &o.refs)
 				j, _ := slices.BinarySearch(d.pos[ref.off:ref.off+ref.n], uint16(s))
 				d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
 				d.shiftRefs(i, 1)
