@@ -584,11 +584,13 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock
 		}
 	}
 	for _, r := range adds {
-		s, ok := p.makeRoom(r)
+		s, clean, ok := p.makeRoom(r)
 		if !ok {
 			return nil, false
 		}
-		p.clearSlot(s)
+		if !clean {
+			p.clearSlot(s)
+		}
 		rids, _ := ids.of(r)
 		p.place(s, r, rids)
 	}
@@ -653,16 +655,18 @@ func (p *patcher) grow(r *rule) {
 }
 
 // makeRoom returns a free slot where r (not yet in the block) can go in the
-// order, shifting the slots between its place and the nearest free one.
-func (p *patcher) makeRoom(r *rule) (int, bool) {
+// order, shifting the slots between its place and the nearest free one; clean
+// when a shift left the slot with no bit set (a free slot as found keeps the
+// bits of the rule it held).
+func (p *patcher) makeRoom(r *rule) (slot int, clean, ok bool) {
 	b := p.b
 	n := b.n
 	i := sort.Search(n, func(i int) bool { return r.key.less(&b.at(i).key) }) // r goes before slot i
 	if i > 0 && !b.holds(i-1) {
-		return i - 1, true
+		return i - 1, false, true
 	}
 	if i < n && !b.holds(i) {
-		return i, true
+		return i, false, true
 	}
 	up := i
 	for up < n && b.holds(up) {
@@ -682,13 +686,13 @@ func (p *patcher) makeRoom(r *rule) (int, bool) {
 		}
 		p.clearSlot(up)
 		p.shift(i, up, 1)
-		return i, true
+		return i, true, true
 	case down >= 0:
 		p.clearSlot(down)
 		p.shift(down, i-1, -1)
-		return i - 1, true
+		return i - 1, true, true
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // shift moves slots [lo, hi) up one (delta 1: slot hi is free and cleared,
@@ -804,7 +808,11 @@ func (p *patcher) clearSlot(s int) {
 			if r.n == 0 {
 				continue
 			}
-			j, ok := slices.BinarySearch(d.pos[r.off:r.off+r.n], uint16(s))
+			ps := d.pos[r.off : r.off+r.n]
+			if uint16(s) < ps[0] || uint16(s) > ps[len(ps)-1] {
+				continue
+			}
+			j, ok := slices.BinarySearch(ps, uint16(s))
 			if !ok {
 				continue
 			}
