@@ -56,7 +56,15 @@ func (r rank) total() int16 { return r.exact + r.wildcard }
 func (r rank) add(o rank) rank { return rank{r.exact + o.exact, r.wildcard + o.wildcard} }
 
 func compileSelector(s *Selector) *matcher {
-	m := &matcher{sel: s, matcherRest: noRest}
+	m := &matcher{}
+	m.compile(s)
+	return m
+}
+
+// compile fills m, a zero matcher, from s (compileSelector; a policy's
+// matchers are compiled in one allocation).
+func (m *matcher) compile(s *Selector) {
+	m.sel, m.matcherRest = s, noRest
 	var kb [8]string
 	keys := kb[:0]
 	n := 0 // exact entries
@@ -115,7 +123,6 @@ func compileSelector(s *Selector) *matcher {
 	if len(present) > 0 || len(exprs) > 0 {
 		m.matcherRest = &matcherRest{present: present, exprs: exprs}
 	}
-	return m
 }
 
 // targetSelector is the selector a targetRef compiles to (docs/resources.md).

@@ -17,6 +17,7 @@ func TestCompiledSizes(t *testing.T) {
 		{"matcher", unsafe.Sizeof(matcher{}), 80},
 		{"rule", unsafe.Sizeof(rule{}), 144},
 		{"compiledPolicy", unsafe.Sizeof(compiledPolicy{}), 80},
+		{"onePolicy", unsafe.Sizeof(onePolicy{}), 224},
 	} {
 		if c.size > c.max {
 			t.Errorf("%s: %d bytes, more than %d", c.name, c.size, c.max)
