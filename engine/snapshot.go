@@ -679,14 +679,16 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change, check bo
 	pb := ts.policies.Builder()
 	var removed, added []*compiledPolicy
 	for _, c := range changes {
-		if old, ok := pb.Get(c.Key.Name); ok {
+		p, ok := c.Resource.(*Policy)
+		if old, had := pb.Get(c.Key.Name); had {
 			removed = append(removed, old)
 			if old.scopeValid(m) {
 				out.counts.add(old.p, -1)
 			}
-			pb.Delete(c.Key.Name)
+			if !ok || p.Name != c.Key.Name {
+				pb.Delete(c.Key.Name) // a put of the same name replaces it below: a Delete would copy the path twice
+			}
 		}
-		p, ok := c.Resource.(*Policy)
 		if !ok {
 			continue
 		}
