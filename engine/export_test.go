@@ -134,14 +134,21 @@ func BitBlocks(s *Snapshot, mesh, typ string) [2]int {
 // (a rule verified whole, resid, may have more candidates, never fewer); no
 // bit past the slots. It returns the first difference.
 func CheckBitmaps(s *Snapshot) error {
+	return checkRuleIndexes(s, func(ix *ruleIndex) bool { return ix.bits != nil }, checkBits)
+}
+
+// checkRuleIndexes runs check on each rule index of both ends of s (the
+// policies' and the audit's) that keep selects, and returns the first error,
+// named by its mesh and type.
+func checkRuleIndexes(s *Snapshot, keep func(*ruleIndex) bool, check func(*ruleIndex) error) error {
 	var err error
 	s.meshes.Range(func(mesh string, ms *meshState) bool {
 		ms.types.Range(func(typ string, ts *typeState) bool {
 			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
-				if ix == nil || ix.bits == nil {
+				if ix == nil || !keep(ix) {
 					continue
 				}
-				if err = checkBits(ix); err != nil {
+				if err = check(ix); err != nil {
 					err = fmt.Errorf("%s/%s: %w", mesh, typ, err)
 					return false
 				}

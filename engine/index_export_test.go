@@ -7,23 +7,7 @@ import "fmt"
 // (the index's size), and each entry's ids its rule's term ids without the
 // term of its list. It returns the first difference.
 func CheckLists(s *Snapshot) error {
-	var err error
-	s.meshes.Range(func(mesh string, ms *meshState) bool {
-		ms.types.Range(func(typ string, ts *typeState) bool {
-			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
-				if ix == nil || ix.ends != endSrc|endDst {
-					continue
-				}
-				if err = checkLists(ix); err != nil {
-					err = fmt.Errorf("%s/%s: %w", mesh, typ, err)
-					return false
-				}
-			}
-			return true
-		})
-		return err == nil
-	})
-	return err
+	return checkRuleIndexes(s, func(ix *ruleIndex) bool { return ix.ends == endSrc|endDst }, checkLists)
 }
 
 func checkLists(ix *ruleIndex) error {
