@@ -12,7 +12,6 @@ import (
 
 	"github.com/verdictpdp/verdict/internal/buildinfo"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
-	"github.com/verdictpdp/verdict/server"
 )
 
 // runVersion prints the client's version and the server's (from Status's
@@ -44,7 +43,7 @@ func runVersion(ctx context.Context, args []string, e *env) int {
 		var header metadata.MD
 		_, err = verdictv1.NewPolicyServiceClient(conn).Status(cctx, &verdictv1.StatusRequest{}, grpc.Header(&header))
 		cancel()
-		switch v := header.Get(server.VersionHeader); {
+		switch v := header.Get(buildinfo.Header); {
 		case err != nil:
 			fail(e, "version", err, nil)
 			res["server"] = "unknown"

@@ -8,6 +8,11 @@ import (
 	"strings"
 )
 
+// Header is the response header of Status naming verdictd's build (Version):
+// verdictctl version compares it with its own. It lives here, not in the
+// server, so that verdictctl does not link the server to read it.
+const Header = "verdict-version"
+
 // Version is "v1.2.3", or "(devel)" for a build from a work tree, followed by
 // the VCS revision ("(devel) 47e95c3b2a1f", "+dirty" when modified); "unknown"
 // without build information.
