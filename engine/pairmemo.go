@@ -35,9 +35,18 @@ package engine
 // (the full path) renews its entry. The CLOCK's second chance stays exact: the
 // hand renews the generation when it clears a set's mark, so a set in use is
 // resolved — and marked — again before the hand comes back to it.
+//
+// An entry carries its answer packed (PairAnswer: the final action, the audit
+// bits, the deciding policy's number), so a hit reads one entry and no
+// Decision. The number is the pair memo's own (PolicyNumbers): a policy name
+// gets one when a decision by it is first packed, and the numbering lives and
+// dies with the pair memo, hence with the epoch — whatever changes the
+// partition's answers starts a new numbering, and no number is reused within
+// one.
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 )
 
@@ -52,19 +61,112 @@ type pairMemo struct {
 	// gen is the last scope's resolutionGen, shared by the scopes that have
 	// the same, so that an entry's check is a pointer compare.
 	gen atomic.Pointer[resolutionGen]
+	// policies numbers the policies its entries' answers name.
+	policies PolicyNumbers
 }
 
-// pairEntry is one flow between identities and the tag memo's entry that
-// answers it. Never modified once stored.
+// pairEntry is one flow between identities, its packed answer and the tag
+// memo's entry that answers it. Never modified once stored. 64 bytes: a hit
+// reads one cache line.
 type pairEntry struct {
-	src, dst       uint64
-	pp             uint64 // protocol<<32 | port
-	srcSet, dstSet *TagSet
-	e              *cacheEntry
+	src, dst uint64
+	pp       uint64 // protocol<<32 | port
+	ans      PairAnswer
 	// valid is the resolutionGen at which srcSet and dstSet were last what
 	// src and dst resolve to (the only field written after the entry is
 	// stored).
-	valid atomic.Pointer[resolutionGen]
+	valid          atomic.Pointer[resolutionGen]
+	srcSet, dstSet *TagSet
+	e              *cacheEntry
+}
+
+// PairAnswer is a decision packed for the compact path: the final action,
+// whether the shadow (audit) result differs and its action, and the number
+// of the deciding policy in the scope's PolicyNumbers.
+type PairAnswer uint64
+
+const (
+	answerDeny      PairAnswer = 1 << 32 // the final action is DENY (else ALLOW)
+	answerAudit     PairAnswer = 1 << 33 // the shadow result differs (Decision.Audit set)
+	answerAuditDeny PairAnswer = 1 << 34 // the shadow action is DENY
+)
+
+// Deny reports whether the final action is DENY (else it is ALLOW).
+func (a PairAnswer) Deny() bool { return a&answerDeny != 0 }
+
+// AuditDiffers reports whether the shadow result has another final action
+// (Decision.Audit != nil); AuditDeny whether that action is DENY.
+func (a PairAnswer) AuditDiffers() bool { return a&answerAudit != 0 }
+
+// AuditDeny reports whether the shadow action is DENY (when AuditDiffers).
+func (a PairAnswer) AuditDeny() bool { return a&answerAuditDeny != 0 }
+
+// Policy is the deciding policy's number in the scope's PolicyNumbers; 0 is
+// no policy ("").
+func (a PairAnswer) Policy() uint32 { return uint32(a) }
+
+func packAnswer(d *Decision, pn *PolicyNumbers) PairAnswer {
+	a := PairAnswer(pn.number(d.Policy))
+	if d.Action == Deny {
+		a |= answerDeny
+	}
+	if d.Audit != nil {
+		a |= answerAudit
+		if d.Audit.Action == Deny {
+			a |= answerAuditDeny
+		}
+	}
+	return a
+}
+
+// PolicyNumbers numbers the policies that decide a partition's flows, densely
+// from 1 in the order they are first seen; 0 is no policy (""). Within one
+// numbering a number names one policy and a policy has one number, forever;
+// two scopes with the same numbering (PairScope.Policies) agree. Safe for
+// concurrent use; Name never locks.
+type PolicyNumbers struct {
+	byName sync.Map // policy name → uint32
+	mu     sync.Mutex
+	all    []string                 // under mu; all[n] is number n's name
+	names  atomic.Pointer[[]string] // a prefix of all, published
+}
+
+// noPolicies is the numbering of a closed partition, whose one decision is by
+// no policy.
+var noPolicies PolicyNumbers
+
+func (pn *PolicyNumbers) number(name string) uint32 {
+	if name == "" {
+		return 0
+	}
+	if n, ok := pn.byName.Load(name); ok {
+		return n.(uint32)
+	}
+	pn.mu.Lock()
+	defer pn.mu.Unlock()
+	if n, ok := pn.byName.Load(name); ok {
+		return n.(uint32)
+	}
+	if len(pn.all) == 0 {
+		pn.all = append(pn.all, "")
+	}
+	// Appended past every published length: a reader of an earlier prefix
+	// never reads the element written here.
+	pn.all = append(pn.all, name)
+	names := pn.all
+	pn.names.Store(&names)
+	n := uint32(len(names) - 1)
+	pn.byName.Store(name, n)
+	return n
+}
+
+// Name is the name of policy number n, as the answers that carry n were
+// packed with ("" for 0).
+func (pn *PolicyNumbers) Name(n uint32) string {
+	if n == 0 {
+		return ""
+	}
+	return (*pn.names.Load())[n]
 }
 
 func pairHash(src, dst, pp uint64) uint64 {
@@ -141,27 +243,49 @@ func (s *Snapshot) PairScope(mesh, typ string, reg *Registry) (*PairScope, error
 	return p, nil
 }
 
+// Policies is the numbering of the policies in the scope's answers
+// (PairAnswer.Policy). Scopes of one partition share it while the partition's
+// answers stay the same (the epoch); a change that may alter them gives the
+// next snapshots' scopes a new one.
+func (p *PairScope) Policies() *PolicyNumbers {
+	if p.closed != nil {
+		return &noPolicies
+	}
+	return &p.pairs.policies
+}
+
 // DecideIDs answers a flow between identities from the identity-pair memo
 // alone, without resolving them, when the memo holds the flow and both
 // identities resolve as they did when its entry was last verified (the
-// scope's generations). It returns what they resolve to, for the decision
-// log. ok false: resolve them (Lookup) and call Decide. The decision is
-// shared, as Decide's.
-func (p *PairScope) DecideIDs(src, dst uint64, proto Protocol, port uint32) (d *Decision, srcSet, dstSet *TagSet, ok bool) {
+// scope's generations). It returns the packed answer and the entry that
+// holds it, whose decision and tag sets (what the identities resolve to) are
+// for the decision log: reading them costs a cache line the answer does not.
+// ok false: resolve them (Lookup) and call Answer.
+func (p *PairScope) DecideIDs(src, dst uint64, proto Protocol, port uint32) (a PairAnswer, pe *PairEntry, ok bool) {
 	if p.closed != nil {
-		return nil, nil, nil, false
+		return 0, nil, false
 	}
 	pp := uint64(proto)<<32 | uint64(port)
 	h := pairHash(src, dst, pp)
 	for _, sl := range [2]*atomic.Pointer[pairEntry]{&p.pairs.slots[h&(pairSlots-1)], &p.pairs.slots[(h>>32)&(pairSlots-1)]} {
 		if pe := sl.Load(); pe != nil && pe.src == src && pe.dst == dst && pe.pp == pp {
 			if v := pe.valid.Load(); v == p.gen || (v != nil && *v == *p.gen) {
-				return &pe.e.d, pe.srcSet, pe.dstSet, true
+				return pe.ans, (*PairEntry)(pe), true
 			}
 		}
 	}
-	return nil, nil, nil, false
+	return 0, nil, false
 }
+
+// PairEntry is the pair memo's entry that answered a flow (DecideIDs): its
+// decision and tag sets, read only when needed (the decision log).
+type PairEntry pairEntry
+
+// Decision is the entry's decision, shared with the memo: read only.
+func (e *PairEntry) Decision() *Decision { return &e.e.d }
+
+// Sets are the tag sets the flow's identities resolve to.
+func (e *PairEntry) Sets() (src, dst *TagSet) { return e.srcSet, e.dstSet }
 
 // Lookup returns the tag set of an identity in the scope's mesh, as
 // Snapshot.LookupIdentity.
@@ -180,8 +304,14 @@ func (p *PairScope) Lookup(id uint64) (*TagSet, error) {
 // when the decision procedure ran (or the partition is closed): what the
 // server's memo counter counts.
 func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *Decision, memo bool) {
+	_, d, memo = p.Answer(src, dst, proto, port)
+	return d, memo
+}
+
+// Answer is Decide with the decision packed as well (numbered in Policies).
+func (p *PairScope) Answer(src, dst *TagSet, proto Protocol, port uint32) (a PairAnswer, d *Decision, memo bool) {
 	if p.closed != nil {
-		return p.closed, false
+		return answerDeny, p.closed, false
 	}
 	pp := uint64(proto)<<32 | uint64(port)
 	h := pairHash(src.id, dst.id, pp)
@@ -191,7 +321,7 @@ func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *De
 			if pe.valid.Load() != p.gen { // resolved again, at the scope's generations: DecideIDs may trust it
 				pe.valid.Store(p.gen)
 			}
-			return &pe.e.d, true
+			return pe.ans, &pe.e.d, true
 		}
 	}
 	miss := p.cache.pairMisses.Add(1)
@@ -202,10 +332,10 @@ func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *De
 		d := new(Decision)
 		p.s.decideUncached(p.ms, p.typ, &k.f, 0, d)
 		if e = p.cache.store(&k, d); e == nil {
-			return d, false // seen once: remembered by neither memo
+			return packAnswer(d, &p.pairs.policies), d, false // seen once: remembered by neither memo
 		}
 	}
-	pe := &pairEntry{src: src.id, dst: dst.id, pp: pp, srcSet: src, dstSet: dst, e: e}
+	pe := &pairEntry{src: src.id, dst: dst.id, pp: pp, ans: packAnswer(&e.d, &p.pairs.policies), srcSet: src, dstSet: dst, e: e}
 	pe.valid.Store(p.gen)
 	// A free choice, else either (by the miss count's parity): a flow that
 	// keeps coming back is stored again when pushed out.
@@ -217,7 +347,7 @@ func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *De
 	default:
 		s1.Store(pe)
 	}
-	return &e.d, memo
+	return pe.ans, &e.d, memo
 }
 
 // Revision is the revision of the scope's snapshot.

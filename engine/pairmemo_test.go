@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -50,7 +51,8 @@ func decidePairs(t *testing.T, s *Snapshot, reg *Registry) (uint64, []Decision) 
 		if dst, err = scope.Lookup(dst.Identity()); err != nil {
 			t.Fatal(err)
 		}
-		gotp, _ := scope.Decide(src, dst, f.proto, f.port)
+		a, gotp, _ := scope.Answer(src, dst, f.proto, f.port)
+		checkAnswer(t, scope, a, gotp)
 		got := *gotp
 		want, err := s.Decide(&Request{Mesh: "m", Source: f.src, Destination: f.dst, Protocol: f.proto, Port: f.port, NoCache: true})
 		if err != nil {
@@ -190,13 +192,15 @@ func byIDs(t *testing.T, s *Snapshot, reg *Registry) (int, []*Decision) {
 	n, out := 0, make([]*Decision, len(pairFlows))
 	for i, f := range pairFlows {
 		src, dst := Identity("m", f.src), Identity("m", f.dst)
-		d, srcSet, dstSet, ok := scope.DecideIDs(src, dst, f.proto, f.port)
+		a, pe, ok := scope.DecideIDs(src, dst, f.proto, f.port)
 		if !ok {
 			continue
 		}
-		if srcSet.Identity() != src || dstSet.Identity() != dst {
+		if srcSet, dstSet := pe.Sets(); srcSet.Identity() != src || dstSet.Identity() != dst {
 			t.Fatalf("flow %d: DecideIDs gave the sets of %d and %d", i, srcSet.Identity(), dstSet.Identity())
 		}
+		d := pe.Decision()
+		checkAnswer(t, scope, a, d)
 		n, out[i] = n+1, d
 	}
 	return n, out
@@ -283,5 +287,125 @@ func TestPairMemoByIdentitiesSeesEviction(t *testing.T) {
 	}
 	if _, err := scope.Lookup(Identity("m", pairFlows[0].src)); !errors.Is(err, ErrIdentityNotFound) {
 		t.Fatalf("an evicted set: %v, want ErrIdentityNotFound", err)
+	}
+}
+
+// checkAnswer fails unless a packs d: its action, its audit bits, and a
+// policy number that scope's numbering names as d's policy.
+func checkAnswer(t *testing.T, scope *PairScope, a PairAnswer, d *Decision) {
+	t.Helper()
+	if a.Deny() != (d.Action == Deny) || a.AuditDiffers() != (d.Audit != nil) || (d.Audit != nil && a.AuditDeny() != (d.Audit.Action == Deny)) {
+		t.Errorf("answer %#x packs another decision than %+v", uint64(a), d)
+	}
+	if got := scope.Policies().Name(a.Policy()); got != d.Policy {
+		t.Errorf("answer %#x: policy number %d names %q, the decision is by %q", uint64(a), a.Policy(), got, d.Policy)
+	}
+}
+
+// TestPairAnswerPolicyNumbers: within a scope's numbering a policy has one
+// number and a number one policy, whether the answer came from the pair memo,
+// the tag memo or the decision procedure; a change that keeps the partition's
+// answers keeps the numbering, and one that renames the deciding policy gives
+// the next scopes a new numbering that names the new policy — the old
+// numbers are never read against the new names.
+func TestPairAnswerPolicyNumbers(t *testing.T) {
+	t.Parallel()
+	s, reg := memoWorld(t), NewRegistry(0, 0)
+	s = s.Apply(2, []Change{Put(&Policy{Mesh: "m", Name: "deny-api", Type: DefaultType, Action: Deny, Priority: 10,
+		Sources: []Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []Selector{{}}})})
+	// numbers decides every pair flow three times (a miss, stored, a pair
+	// hit) and returns the policy's number by name, checking that no number
+	// names two policies.
+	numbers := func(s *Snapshot) (*PolicyNumbers, map[string]uint32) {
+		t.Helper()
+		decidePairs(t, s, reg)
+		decidePairs(t, s, reg)
+		decidePairs(t, s, reg)
+		scope, err := s.PairScope("m", "", reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName, byNumber := map[string]uint32{}, map[uint32]string{}
+		for _, f := range pairFlows {
+			a, pe, ok := scope.DecideIDs(Identity("m", f.src), Identity("m", f.dst), f.proto, f.port)
+			if !ok {
+				t.Fatalf("flow %v → %v not answered by identities when warm", f.src, f.dst)
+			}
+			p := pe.Decision().Policy
+			checkAnswer(t, scope, a, pe.Decision())
+			if n, ok := byName[p]; ok && n != a.Policy() {
+				t.Errorf("policy %q numbered %d and %d", p, n, a.Policy())
+			}
+			if q, ok := byNumber[a.Policy()]; ok && q != p {
+				t.Errorf("number %d names %q and %q", a.Policy(), q, p)
+			}
+			byName[p], byNumber[a.Policy()] = a.Policy(), p
+		}
+		return scope.Policies(), byName
+	}
+	pn, before := numbers(s)
+	if len(before) != 3 || before[""] != 0 {
+		t.Fatalf("the flows are decided by %v: want web-to-db, deny-api and no policy (0)", before)
+	}
+
+	kept := s.Apply(3, []Change{Put(&Workload{Mesh: "m", Name: "db-1", Tags: Tags{"app": "db"}, Addresses: []string{"10.0.0.2"}})})
+	if pn2, after := numbers(kept); pn2 != pn || fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("after a workload put: numbering %p %v, was %p %v", pn2, after, pn, before)
+	}
+
+	renamed := kept.Apply(4, []Change{
+		Delete(Key{Kind: KindPolicy, Mesh: "m", Type: DefaultType, Name: "web-to-db"}),
+		Put(&Policy{Mesh: "m", Name: "web-to-db-2", Type: DefaultType, Action: Allow,
+			Sources: []Selector{{Match: map[string]string{"app": "web"}}}, Destinations: []Selector{{Match: map[string]string{"app": "db"}}}}),
+	})
+	pn3, after := numbers(renamed)
+	if pn3 == pn {
+		t.Fatal("a renamed deciding policy kept the numbering")
+	}
+	if _, ok := after["web-to-db"]; ok || len(after) != 3 {
+		t.Errorf("after the rename the flows are decided by %v: want web-to-db-2, deny-api and no policy", after)
+	}
+	if got := pn.Name(before["web-to-db"]); got != "web-to-db" {
+		t.Errorf("the old numbering's number %d now names %q", before["web-to-db"], got)
+	}
+}
+
+// TestPolicyNumbersConcurrent: numbers given out concurrently are dense and
+// distinct, and each names the policy it was given for.
+func TestPolicyNumbersConcurrent(t *testing.T) {
+	t.Parallel()
+	var pn PolicyNumbers
+	const names, workers = 200, 4
+	got := make([][names]uint32, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range names {
+				j := (i*7 + w*31) % names // each worker in another order
+				got[w][j] = pn.number(fmt.Sprint("p", j))
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[uint32]bool{}
+	for j := range names {
+		n := got[0][j]
+		for w := 1; w < workers; w++ {
+			if got[w][j] != n {
+				t.Fatalf("policy p%d numbered %d and %d", j, n, got[w][j])
+			}
+		}
+		if n == 0 || n > names || seen[n] {
+			t.Fatalf("policy p%d numbered %d: not dense from 1 or given twice", j, n)
+		}
+		seen[n] = true
+		if pn.Name(n) != fmt.Sprint("p", j) {
+			t.Fatalf("number %d names %q, given for p%d", n, pn.Name(n), j)
+		}
+	}
+	if pn.number("") != 0 || pn.Name(0) != "" {
+		t.Fatal("no policy is not number 0")
 	}
 }

@@ -5,7 +5,11 @@ package server
 // server's registry; DecideCompact and DecideCompactStream decide flows named
 // by identities, packed, answered packed. The path per flow: identity →
 // interned tag set (a per-call memo, then the inventory and the registry) →
-// the engine's memoised decision → one word. No map is built per flow.
+// the engine's memoised decision → one word; a flow the identity-pair memo
+// holds skips the resolution and reads its packed answer (engine.PairAnswer).
+// The batch's table of deciding policies is a slice indexed by the policy's
+// number in the scope's numbering (engine.PolicyNumbers), the metric counts
+// are summed per policy once per batch. No map is read or built per flow.
 
 import (
 	"context"
@@ -13,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"unsafe"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/internal/apiconv"
@@ -74,25 +77,30 @@ func (s decisionService) identify(ctx context.Context, snap *engine.Snapshot, me
 
 // compactScratch is the working memory of one compact batch, pooled.
 type compactScratch struct {
-	gen      uint32
-	ids      [compactIDMemo]idMemo         // identity → resolution, for this batch
-	policies map[string]uint32             // deciding policy → its index in the response, plus one
-	recent   [compactPolicyMemo]policyMemo // in front of policies: no string hashed per flow
-	counts   []int64                       // per policy index ×2 (allow, deny): the byPolicy metric
+	gen uint32
+	ids [compactIDMemo]idMemo // identity → resolution, for this batch
+	// byNumber is the batch's table of deciding policies, indexed by their
+	// number in the scope's engine.PolicyNumbers: valid when its gen is the
+	// batch's.
+	byNumber []policySlot
+	numbers  []uint32 // out.Policies[i]'s number
+	// cells are the per-policy metric cells by number, for the numbering
+	// and the counters they were found in (kept from batch to batch).
+	cellsOf struct {
+		nums   *engine.PolicyNumbers
+		counts *policyCounts
+	}
+	cells []*policyCell
 }
 
-const (
-	compactIDMemo     = 1024 // a power of 2
-	compactPolicyMemo = 1024 // a power of 2
-)
+const compactIDMemo = 1024 // a power of 2
 
-// policyMemo is a deciding policy's index, found by where its name's bytes
-// sit (a policy's name is one string shared by its decisions) and verified
-// by the name.
-type policyMemo struct {
+// policySlot is a deciding policy's place in one batch's answer: its index in
+// out.Policies plus one, and its decisions so far by final action.
+type policySlot struct {
 	gen uint32
 	i   uint32
-	p   string
+	n   [2]uint32 // ALLOW, DENY
 }
 
 type idMemo struct {
@@ -102,7 +110,7 @@ type idMemo struct {
 	code verdictv1.CompactCode // for the source; the destination's is code+1
 }
 
-var compactPool = sync.Pool{New: func() any { return &compactScratch{policies: map[string]uint32{}} }}
+var compactPool = sync.Pool{New: func() any { return &compactScratch{} }}
 
 // resolve returns the tag set of identity id, or the code of why it has none
 // (as a source); an error only for the batch as a whole.
@@ -155,17 +163,17 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	defer compactPool.Put(sc)
 	if sc.gen++; sc.gen == 0 {
 		sc.ids = [compactIDMemo]idMemo{}
-		sc.recent = [compactPolicyMemo]policyMemo{}
+		clear(sc.byNumber)
 		sc.gen = 1
 	}
-	clear(sc.policies)
-	sc.counts = sc.counts[:0]
+	sc.numbers = sc.numbers[:0]
 	mesh, typ := r.GetMesh(), r.GetType()
 	// The mesh, the type and the registry's part for the mesh, once per batch.
 	scope, err := snap.PairScope(mesh, typ, s.identities)
 	if err != nil {
 		return err
 	}
+	nums := scope.Policies()
 	out.Revision = snap.Revision()
 	out.Policies = out.Policies[:0]
 	srcs, dsts, pps := r.GetSourceIds(), r.GetDestinationIds(), r.GetPortProtocols()
@@ -173,14 +181,17 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	if cap(answers) < len(srcs) {
 		answers = make([]uint32, 0, len(srcs))
 	}
-	var allow, deny, memoHits int64
+	var memoHits int64
 	var audits [2]int64 // by shadow action: ALLOW, DENY
 	logging := s.record.decisions != nil
 	for i := range srcs {
 		port, proto := pps[i]&0xffff, engine.Protocol(pps[i]>>16)
 		// A flow the pair memo holds, its identities resolving as when it
-		// was stored, is answered without resolving them.
-		d, src, dst, memo := scope.DecideIDs(srcs[i], dsts[i], proto, port)
+		// was stored, is answered without resolving them: its packed answer
+		// alone, no Decision read.
+		a, pe, memo := scope.DecideIDs(srcs[i], dsts[i], proto, port)
+		var d *engine.Decision
+		var src, dst *engine.TagSet
 		if !memo {
 			var code, dcode verdictv1.CompactCode
 			if src, code, err = sc.resolve(s, ctx, scope, srcs[i]); err != nil {
@@ -202,31 +213,53 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 				answers = append(answers, uint32(code)<<compactCodeShift)
 				continue
 			}
-			d, memo = scope.Decide(src, dst, proto, port) // shared with the memo: read only
+			a, d, memo = scope.Answer(src, dst, proto, port) // shared with the memo: read only
 		}
 		memoHits += b2i(memo)
-		a := uint32(compactAllow)
-		if d.Action == engine.Deny {
-			a = compactDeny
-			deny++
-		} else {
-			allow++
+		n := a.Policy()
+		if int(n) >= len(sc.byNumber) {
+			sc.byNumber = append(sc.byNumber, make([]policySlot, int(n)+1-len(sc.byNumber))...)
 		}
-		if auditDiffers(d) {
-			a |= compactAudit
-			audits[b2i(d.Audit.Action == engine.Deny)]++ // counted once per batch, below
+		p := &sc.byNumber[n]
+		if p.gen != sc.gen {
+			out.Policies = append(out.Policies, nums.Name(n))
+			sc.numbers = append(sc.numbers, n)
+			*p = policySlot{gen: sc.gen, i: uint32(len(out.Policies))}
 		}
-		pi := sc.policy(d.Policy, out)
-		a |= pi << compactPolicyShift
-		sc.counts[2*int(pi-1)+int(b2i(d.Action == engine.Deny))]++
-		answers = append(answers, a)
-		if logging && s.record.decisions.Wants(d.Action == engine.Deny, auditDiffers(d)) {
+		deny := a.Deny()
+		p.n[b2i(deny)]++
+		w := uint32(compactAllow)
+		if deny {
+			w = compactDeny
+		}
+		w |= p.i << compactPolicyShift
+		if a.AuditDiffers() { // the shadow result has another final action (docs/audit.md)
+			w |= compactAudit
+			audits[b2i(a.AuditDeny())]++ // counted once per batch, below
+		}
+		answers = append(answers, w)
+		if logging && s.record.decisions.Wants(deny, a.AuditDiffers()) {
+			if d == nil {
+				d = pe.Decision()
+				src, dst = pe.Sets()
+			}
 			dd := *d
 			dd.Revision = out.Revision
 			s.logCompact(ctx, mesh, typ, src, dst, proto, port, dd)
 		}
 	}
 	out.Answers = answers
+	var allow, deny int64
+	for i, n := range sc.numbers {
+		p := &sc.byNumber[n]
+		allow, deny = allow+int64(p.n[0]), deny+int64(p.n[1])
+		c := sc.cell(s.record.byPolicy, nums, n, out.Policies[i])
+		for act, k := range p.n {
+			if k > 0 {
+				c.n[act].Add(int64(k))
+			}
+		}
+	}
 	s.metrics.decidedN(ctx, allow, deny)
 	s.metrics.memoN(ctx, memoHits, allow+deny-memoHits)
 	for shadowDeny, n := range audits {
@@ -234,14 +267,25 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 			s.record.byPolicy.auditN(ctx, shadowDeny == 1, n)
 		}
 	}
-	for i, p := range out.Policies {
-		for deny := 0; deny < 2; deny++ {
-			if n := sc.counts[2*i+deny]; n > 0 {
-				s.record.byPolicy.addN(ctx, p, deny == 1, n)
-			}
-		}
-	}
 	return nil
+}
+
+// cell is the metric cell of policy number n (named name) in nums, found in
+// counts once per numbering: a policy's cell never changes (policyCounts.cell).
+func (sc *compactScratch) cell(counts *policyCounts, nums *engine.PolicyNumbers, n uint32, name string) *policyCell {
+	if sc.cellsOf.nums != nums || sc.cellsOf.counts != counts {
+		sc.cellsOf.nums, sc.cellsOf.counts = nums, counts
+		clear(sc.cells)
+	}
+	if int(n) >= len(sc.cells) {
+		sc.cells = append(sc.cells, make([]*policyCell, int(n)+1-len(sc.cells))...)
+	}
+	c := sc.cells[n]
+	if c == nil {
+		c = counts.cell(name)
+		sc.cells[n] = c
+	}
+	return c
 }
 
 // logCompact offers a compact decision to the decision log: the endpoints as
@@ -255,31 +299,6 @@ func (s decisionService) logCompact(ctx context.Context, mesh, typ string, src, 
 	d.SourceResolution, d.DestinationResolution = resolved(src), resolved(dst)
 	s.record.logDecision(ctx, &er, &d, 0)
 }
-
-// policy returns the index of the deciding policy p in out.Policies, plus
-// one, adding it on first sight ("" too: a decision by no policy is counted
-// under "" as Decide's are).
-func (sc *compactScratch) policy(p string, out *verdictv1.DecideCompactResponse) uint32 {
-	m := &sc.recent[(uintptr(unsafe.Pointer(unsafe.StringData(p)))>>3^uintptr(len(p)))&(compactPolicyMemo-1)]
-	if m.gen == sc.gen && m.p == p {
-		return m.i
-	}
-	if i, ok := sc.policies[p]; ok {
-		*m = policyMemo{gen: sc.gen, i: i, p: p}
-		return i
-	}
-	out.Policies = append(out.Policies, p)
-	i := uint32(len(out.Policies))
-	sc.policies[p] = i
-	*m = policyMemo{gen: sc.gen, i: i, p: p}
-	sc.counts = append(sc.counts, 0, 0)
-	return i
-}
-
-// auditDiffers reports whether a decision's shadow result (audit rules
-// enforced) has another final action: the compact answer's audit bit
-// (docs/audit.md).
-func auditDiffers(d *engine.Decision) bool { return d.Audit != nil }
 
 // DecideCompact answers a packed batch of flows between identities.
 func (s decisionService) DecideCompact(ctx context.Context, req *verdictv1.DecideCompactRequest) (*verdictv1.DecideCompactResponse, error) {

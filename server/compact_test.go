@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -364,5 +365,127 @@ func TestCompactDecisionLog(t *testing.T) {
 	if r.Source.Identity != web || r.Source.Tags["app"] != "web" || r.Destination.Identity != db || r.Destination.Tags["app"] != "db" ||
 		r.Action != "DENY" || r.RPC != "DecideCompact" {
 		t.Fatalf("record %+v", r)
+	}
+}
+
+// TestCompactPolicyTableAcrossChanges: a batch's table of deciding policies
+// names each policy once and every answer its own policy, when batches on a
+// snapshot whose deciding policy was renamed, then removed, alternate with
+// batches on the snapshot before (each partition's pair memo still holding
+// its entries, one pooled table reused): no policy index or metric cell is
+// carried from one policy numbering to another. The counts by policy add up
+// to what the answers say.
+func TestCompactPolicyTableAcrossChanges(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	set := policygen.Generate(policygen.Config{Seed: 6, Policies: 200, WildcardPercent: 30})
+	be := newBackend()
+	applyAll(t, be, set.Resources)
+	h := start(t, be, func(c *Config) { c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)) })
+	ctx := ctxT(t)
+	flows := set.Flows(6, 500)
+	req := &verdictv1.DecideCompactRequest{}
+	for _, f := range flows {
+		src, err := be.Snapshot().Identify("", f.Source, h.srv.identities)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, err := be.Snapshot().Identify("", f.Destination, h.srv.identities)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SourceIds = append(req.SourceIds, src.Identity())
+		req.DestinationIds = append(req.DestinationIds, dst.Identity())
+		req.PortProtocols = append(req.PortProtocols, packPP(f.Protocol, f.Port))
+	}
+	// byPolicy is what the tag form of snap decides by policy, "" included.
+	want := func(snap *engine.Snapshot) (answers []compactAnswer, byPolicy map[string]int64) {
+		byPolicy = map[string]int64{}
+		for _, f := range flows {
+			d, err := snap.Decide(&engine.Request{Source: ownTags(f.Source), Destination: ownTags(f.Destination), Protocol: f.Protocol, Port: f.Port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			answers = append(answers, compactAnswer{action: verdictv1.Action(d.Action), audit: d.Audit != nil, policy: d.Policy})
+			byPolicy[d.Policy]++
+		}
+		return answers, byPolicy
+	}
+	var counted map[string]int64 // verdict.decisions.by_policy at the last check
+	expect := map[string]int64{} // what the batches since added to it
+	batch := func(what string, snap *engine.Snapshot) {
+		t.Helper()
+		wantAnswers, byPolicy := want(snap)
+		out := &verdictv1.DecideCompactResponse{}
+		if err := h.srv.decision.decideCompact(ctx, snap, req, out); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, p := range out.GetPolicies() {
+			if seen[p] {
+				t.Fatalf("%s: policy %q twice in the batch's table %q", what, p, out.GetPolicies())
+			}
+			seen[p] = true
+		}
+		for i, g := range unpack(t, out) {
+			if g != wantAnswers[i] {
+				t.Fatalf("%s: flow %d answered %+v, the tag form %+v", what, i, g, wantAnswers[i])
+			}
+		}
+		for p, n := range byPolicy {
+			expect[p] += n
+		}
+	}
+	checkCounts := func(what string) {
+		t.Helper()
+		got := collectInt64Sums(t, reader, "verdict.decisions.by_policy", "policy")
+		for p, n := range expect {
+			if got[p]-counted[p] != n {
+				t.Errorf("%s: %d decisions counted by %q, the answers say %d", what, got[p]-counted[p], p, n)
+			}
+		}
+		counted, expect = got, map[string]int64{}
+	}
+	checkCounts("before")
+
+	before := be.Snapshot()
+	answers, byPolicy := want(before)
+	top := ""
+	for p, n := range byPolicy { // the policy that decides the most flows
+		if p != "" && (top == "" || n > byPolicy[top]) {
+			top = p
+		}
+	}
+	var old *engine.Policy
+	for _, r := range set.Resources {
+		if p, ok := r.(*engine.Policy); ok && p.Name == top {
+			old = p
+		}
+	}
+	if old == nil || byPolicy[top] < 2 || len(answers) != len(flows) {
+		t.Fatalf("no policy decides two flows (%v): the test's premise is wrong", byPolicy)
+	}
+	renamedPolicy := *old
+	renamedPolicy.Name = top + "-renamed"
+	if _, err := be.Apply(ctx, []store.Op{{Key: old.Key()}, {Key: renamedPolicy.Key(), Resource: &renamedPolicy}}); err != nil {
+		t.Fatal(err)
+	}
+	renamed := be.Snapshot()
+	if _, err := be.Apply(ctx, []store.Op{{Key: renamedPolicy.Key()}}); err != nil {
+		t.Fatal(err)
+	}
+	removed := be.Snapshot()
+	if _, byRenamed := want(renamed); byRenamed[top] != 0 || byRenamed[renamedPolicy.Name] != byPolicy[top] {
+		t.Fatalf("after the rename the tag form decides by %v: the test's premise is wrong", byRenamed)
+	}
+
+	for round := range 4 { // warm from the second round: pair memo hits
+		for _, s := range []struct {
+			name string
+			snap *engine.Snapshot
+		}{{"before", before}, {"renamed", renamed}, {"removed", removed}} {
+			batch(fmt.Sprintf("round %d, %s", round, s.name), s.snap)
+		}
+		checkCounts(fmt.Sprintf("round %d", round))
 	}
 }
