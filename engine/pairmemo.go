@@ -277,9 +277,48 @@ func (p *PairScope) DecideIDs(src, dst uint64, proto Protocol, port uint32) (a P
 	return 0, nil, false
 }
 
+// DecideIDsN is DecideIDs for a batch of flows: flow i is srcs[i] → dsts[i]
+// at pps[i] (port | protocol<<16, the compact path's packing), and ents[i]
+// becomes the entry that answers it (Answer), or nil (resolve its identities
+// and call Answer). ents must hold 2×len(srcs) entries; only the first
+// len(srcs) mean anything after the call. The slots of every flow are read
+// before any entry, so that the cache misses of many flows overlap instead of
+// following one another.
+func (p *PairScope) DecideIDsN(srcs, dsts []uint64, pps []uint32, ents []*PairEntry) {
+	n := len(srcs)
+	ents, dsts, pps = ents[:2*n], dsts[:n], pps[:n]
+	if p.closed != nil {
+		clear(ents)
+		return
+	}
+	slots := &p.pairs.slots
+	for i := range n {
+		h := pairHash(srcs[i], dsts[i], uint64(pps[i]>>16)<<32|uint64(pps[i]&0xffff))
+		ents[2*i] = (*PairEntry)(slots[h&(pairSlots-1)].Load())
+		ents[2*i+1] = (*PairEntry)(slots[(h>>32)&(pairSlots-1)].Load())
+	}
+	gen := p.gen
+	for i := range n {
+		pp := uint64(pps[i]>>16)<<32 | uint64(pps[i]&0xffff)
+		var hit *PairEntry
+		for _, pe := range ents[2*i : 2*i+2] {
+			if pe != nil && pe.src == srcs[i] && pe.dst == dsts[i] && pe.pp == pp {
+				if v := pe.valid.Load(); v == gen || (v != nil && *v == *gen) {
+					hit = pe
+					break
+				}
+			}
+		}
+		ents[i] = hit // i ≤ 2i: the pairs of the flows after i are still unread
+	}
+}
+
 // PairEntry is the pair memo's entry that answered a flow (DecideIDs): its
 // decision and tag sets, read only when needed (the decision log).
 type PairEntry pairEntry
+
+// Answer is the entry's packed answer.
+func (e *PairEntry) Answer() PairAnswer { return e.ans }
 
 // Decision is the entry's decision, shared with the memo: read only.
 func (e *PairEntry) Decision() *Decision { return &e.e.d }

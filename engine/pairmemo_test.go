@@ -190,11 +190,24 @@ func byIDs(t *testing.T, s *Snapshot, reg *Registry) (int, []*Decision) {
 		t.Fatal(err)
 	}
 	n, out := 0, make([]*Decision, len(pairFlows))
+	var srcs, dsts []uint64
+	var pps []uint32
+	for _, f := range pairFlows {
+		srcs, dsts, pps = append(srcs, Identity("m", f.src)), append(dsts, Identity("m", f.dst)), append(pps, f.port|uint32(f.proto)<<16)
+	}
+	ents := make([]*PairEntry, 2*len(pairFlows))
+	scope.DecideIDsN(srcs, dsts, pps, ents)
 	for i, f := range pairFlows {
 		src, dst := Identity("m", f.src), Identity("m", f.dst)
 		a, pe, ok := scope.DecideIDs(src, dst, f.proto, f.port)
+		if ents[i] != pe {
+			t.Fatalf("flow %d: DecideIDsN gave entry %p, DecideIDs %p", i, ents[i], pe)
+		}
 		if !ok {
 			continue
+		}
+		if pe.Answer() != a {
+			t.Fatalf("flow %d: the entry's answer %#x, DecideIDs %#x", i, uint64(pe.Answer()), uint64(a))
 		}
 		if srcSet, dstSet := pe.Sets(); srcSet.Identity() != src || dstSet.Identity() != dst {
 			t.Fatalf("flow %d: DecideIDs gave the sets of %d and %d", i, srcSet.Identity(), dstSet.Identity())

@@ -83,7 +83,8 @@ type compactScratch struct {
 	// number in the scope's engine.PolicyNumbers: valid when its gen is the
 	// batch's.
 	byNumber []policySlot
-	numbers  []uint32 // out.Policies[i]'s number
+	numbers  []uint32            // out.Policies[i]'s number
+	ents     []*engine.PairEntry // the pair memo's entry answering each flow, or nil (DecideIDsN)
 	// cells are the per-policy metric cells by number, for the numbering
 	// and the counters they were found in (kept from batch to batch).
 	cellsOf struct {
@@ -184,15 +185,25 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	var memoHits int64
 	var audits [2]int64 // by shadow action: ALLOW, DENY
 	logging := s.record.decisions != nil
+	// A flow the pair memo holds, its identities resolving as when it was
+	// stored, is answered without resolving them: its packed answer alone,
+	// no Decision read. The whole batch is looked up first.
+	if cap(sc.ents) < 2*len(srcs) {
+		sc.ents = make([]*engine.PairEntry, 2*len(srcs))
+	}
+	ents := sc.ents[:2*len(srcs)]
+	defer clear(ents) // no entry kept alive by the pool
+	scope.DecideIDsN(srcs, dsts, pps, ents)
 	for i := range srcs {
 		port, proto := pps[i]&0xffff, engine.Protocol(pps[i]>>16)
-		// A flow the pair memo holds, its identities resolving as when it
-		// was stored, is answered without resolving them: its packed answer
-		// alone, no Decision read.
-		a, pe, memo := scope.DecideIDs(srcs[i], dsts[i], proto, port)
+		pe := ents[i]
+		var a engine.PairAnswer
 		var d *engine.Decision
 		var src, dst *engine.TagSet
-		if !memo {
+		memo := pe != nil
+		if memo {
+			a = pe.Answer()
+		} else {
 			var code, dcode verdictv1.CompactCode
 			if src, code, err = sc.resolve(s, ctx, scope, srcs[i]); err != nil {
 				return err
