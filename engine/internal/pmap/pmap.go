@@ -28,10 +28,20 @@ type Map[K comparable, V any] struct {
 	hash func(K) uint64
 }
 
+// A node keeps its entries and its children apart (the CHAMP layout:
+// Steindorfer and Vinju, "Optimizing Hash-Array Mapped Tries for Fast and Lean
+// Immutable JVM Collections", 2015): datamap marks the slots that hold an
+// entry, nodemap those that hold a child, and each array is in slot order. An
+// update copies every node on its path; an upper node holds only children, so
+// its copy is 32 pointers, not 32 entries each with room for a child; a lower
+// node holds mostly entries, none with room for a child. A node at maxShift
+// holds colliding entries, its maps unused.
 type node[K comparable, V any] struct {
-	bitmap  uint32
-	entries []entry[K, V]
-	edit    *edit
+	datamap  uint32
+	nodemap  uint32
+	entries  []entry[K, V]
+	children []*node[K, V]
+	edit     *edit
 }
 
 // An entry keeps no hash of its key: a lookup compares the key itself (what a
@@ -39,83 +49,144 @@ type node[K comparable, V any] struct {
 // push them down (a node's copy is what an update pays per level, and every
 // entry of every map is memory held).
 type entry[K comparable, V any] struct {
-	key   K
-	val   V
-	child *node[K, V]
+	key K
+	val V
 }
 
 type edit struct{ open bool }
 
-// Nodes are allocated together with their entries (in size classes), so a
-// lookup touches one allocation per level, not two: at 100k keys that is half
-// the cache misses.
+// A node is allocated together with its entries, or, holding none, with its
+// children (in size classes), so a lookup touches one allocation per level,
+// not two: at 100k keys that is half the cache misses. A node that holds both
+// (near the leaves: a slot two keys share beside plain entries) has its
+// children apart.
 type (
-	node1[K comparable, V any] struct {
+	nodeE1[K comparable, V any] struct {
 		n   node[K, V]
 		buf [1]entry[K, V]
 	}
-	node2[K comparable, V any] struct {
+	nodeE2[K comparable, V any] struct {
 		n   node[K, V]
 		buf [2]entry[K, V]
 	}
-	node4[K comparable, V any] struct {
+	nodeE4[K comparable, V any] struct {
 		n   node[K, V]
 		buf [4]entry[K, V]
 	}
-	node8[K comparable, V any] struct {
+	nodeE8[K comparable, V any] struct {
 		n   node[K, V]
 		buf [8]entry[K, V]
 	}
-	node16[K comparable, V any] struct {
+	nodeE16[K comparable, V any] struct {
 		n   node[K, V]
 		buf [16]entry[K, V]
 	}
-	node32[K comparable, V any] struct {
+	nodeE32[K comparable, V any] struct {
 		n   node[K, V]
 		buf [32]entry[K, V]
 	}
+	nodeC1[K comparable, V any] struct {
+		n   node[K, V]
+		buf [1]*node[K, V]
+	}
+	nodeC2[K comparable, V any] struct {
+		n   node[K, V]
+		buf [2]*node[K, V]
+	}
+	nodeC4[K comparable, V any] struct {
+		n   node[K, V]
+		buf [4]*node[K, V]
+	}
+	nodeC8[K comparable, V any] struct {
+		n   node[K, V]
+		buf [8]*node[K, V]
+	}
+	nodeC16[K comparable, V any] struct {
+		n   node[K, V]
+		buf [16]*node[K, V]
+	}
+	nodeC32[K comparable, V any] struct {
+		n   node[K, V]
+		buf [32]*node[K, V]
+	}
 )
 
-// newNode returns an empty node owned by e with room for at least size entries.
-func newNode[K comparable, V any](e *edit, size int) *node[K, V] {
+// withEntries returns an empty node with room for at least size entries.
+func withEntries[K comparable, V any](size int) *node[K, V] {
 	switch {
+	case size == 0:
+		return &node[K, V]{}
 	case size <= 1:
-		x := &node1[K, V]{}
-		x.n.entries, x.n.edit = x.buf[:0], e
+		x := &nodeE1[K, V]{}
+		x.n.entries = x.buf[:0]
 		return &x.n
 	case size <= 2:
-		x := &node2[K, V]{}
-		x.n.entries, x.n.edit = x.buf[:0], e
+		x := &nodeE2[K, V]{}
+		x.n.entries = x.buf[:0]
 		return &x.n
 	case size <= 4:
-		x := &node4[K, V]{}
-		x.n.entries, x.n.edit = x.buf[:0], e
+		x := &nodeE4[K, V]{}
+		x.n.entries = x.buf[:0]
 		return &x.n
 	case size <= 8:
-		x := &node8[K, V]{}
-		x.n.entries, x.n.edit = x.buf[:0], e
+		x := &nodeE8[K, V]{}
+		x.n.entries = x.buf[:0]
 		return &x.n
 	case size <= 16:
-		x := &node16[K, V]{}
-		x.n.entries, x.n.edit = x.buf[:0], e
+		x := &nodeE16[K, V]{}
+		x.n.entries = x.buf[:0]
 		return &x.n
 	case size <= 32:
-		x := &node32[K, V]{}
-		x.n.entries, x.n.edit = x.buf[:0], e
+		x := &nodeE32[K, V]{}
+		x.n.entries = x.buf[:0]
 		return &x.n
 	}
-	return &node[K, V]{edit: e, entries: make([]entry[K, V], 0, size)}
+	return &node[K, V]{entries: make([]entry[K, V], 0, size)} // colliding entries
 }
 
-// grown returns n, or a copy of it (owned by e) with room for one more entry.
-func grown[K comparable, V any](e *edit, n *node[K, V]) *node[K, V] {
-	if len(n.entries) < cap(n.entries) {
-		return n
+// withChildren returns an empty node with room for at least size children.
+func withChildren[K comparable, V any](size int) *node[K, V] {
+	switch {
+	case size <= 1:
+		x := &nodeC1[K, V]{}
+		x.n.children = x.buf[:0]
+		return &x.n
+	case size <= 2:
+		x := &nodeC2[K, V]{}
+		x.n.children = x.buf[:0]
+		return &x.n
+	case size <= 4:
+		x := &nodeC4[K, V]{}
+		x.n.children = x.buf[:0]
+		return &x.n
+	case size <= 8:
+		x := &nodeC8[K, V]{}
+		x.n.children = x.buf[:0]
+		return &x.n
+	case size <= 16:
+		x := &nodeC16[K, V]{}
+		x.n.children = x.buf[:0]
+		return &x.n
 	}
-	c := newNode[K, V](e, len(n.entries)+1)
-	c.bitmap = n.bitmap
-	c.entries = append(c.entries, n.entries...)
-	return c
+	x := &nodeC32[K, V]{}
+	x.n.children = x.buf[:0]
+	return &x.n
+}
+
+// newNode returns an empty node owned by e with room for ne entries and nc children.
+func newNode[K comparable, V any](e *edit, ne, nc int) *node[K, V] {
+	var n *node[K, V]
+	switch {
+	case nc == 0:
+		n = withEntries[K, V](ne)
+	case ne == 0:
+		n = withChildren[K, V](nc)
+	default:
+		n = withEntries[K, V](ne)
+		n.children = make([]*node[K, V], 0, nc)
+	}
+	n.edit = e
+	return n
 }
 
 // New returns an empty map hashing keys with hash.
@@ -153,22 +224,23 @@ func (m Map[K, V]) GetHashed(k K, h uint64) (V, bool) {
 			break
 		}
 		bit := uint32(1) << ((h >> shift) & mask)
-		if n.bitmap&bit == 0 {
+		if n.datamap&bit != 0 {
+			if e := &n.entries[slot(n.datamap, bit)]; e.key == k {
+				return e.val, true
+			}
 			break
 		}
-		e := &n.entries[bits.OnesCount32(n.bitmap&(bit-1))]
-		if e.child != nil {
-			n = e.child
-			continue
+		if n.nodemap&bit == 0 {
+			break
 		}
-		if e.key == k {
-			return e.val, true
-		}
-		break
+		n = n.children[slot(n.nodemap, bit)]
 	}
 	var zero V
 	return zero, false
 }
+
+// slot returns the index in its array of the slot bit of a node whose slots in that array are set in m.
+func slot(m, bit uint32) int { return bits.OnesCount32(m & (bit - 1)) }
 
 // Range calls f for every entry, in no particular order, until f returns false.
 func (m Map[K, V]) Range(f func(K, V) bool) {
@@ -177,18 +249,32 @@ func (m Map[K, V]) Range(f func(K, V) bool) {
 	}
 }
 
+// each visits the node's slots in order (entries and children interleaved).
 func (n *node[K, V]) each(f func(K, V) bool) bool {
-	for i := range n.entries {
-		e := &n.entries[i]
-		if e.child != nil {
-			if !e.child.each(f) {
+	all := n.datamap | n.nodemap
+	if all == 0 { // colliding entries, or the empty root
+		for i := range n.entries {
+			if !f(n.entries[i].key, n.entries[i].val) {
 				return false
 			}
+		}
+		return true
+	}
+	var ei, ci int
+	for all != 0 {
+		bit := all & -all
+		all &^= bit
+		if n.datamap&bit != 0 {
+			if !f(n.entries[ei].key, n.entries[ei].val) {
+				return false
+			}
+			ei++
 			continue
 		}
-		if !f(e.key, e.val) {
+		if !n.children[ci].each(f) {
 			return false
 		}
+		ci++
 	}
 	return true
 }
@@ -230,13 +316,29 @@ func (b *Builder[K, V]) Map() Map[K, V] {
 	return b.m
 }
 
-func (b *Builder[K, V]) owned(n *node[K, V]) *node[K, V] {
-	if n.edit == b.edit {
+// mutable returns n, if the builder owns it and it has room for de more
+// entries and dc more children, or else a copy owned by the builder with
+// that room. A node shared with other versions is copied once, at its own
+// size (what an update of one key pays per level); a node the builder owns
+// grows its arrays in doubling classes (what a batch of many keys pays).
+func (b *Builder[K, V]) mutable(n *node[K, V], de, dc int) *node[K, V] {
+	ne, nc := len(n.entries)+de, len(n.children)+dc
+	owned := n.edit == b.edit
+	if owned && cap(n.entries) >= ne {
+		if cap(n.children) < nc {
+			c := make([]*node[K, V], len(n.children), max(nc, 2*cap(n.children)))
+			copy(c, n.children)
+			n.children = c
+		}
 		return n
 	}
-	c := newNode[K, V](b.edit, len(n.entries))
-	c.bitmap = n.bitmap
+	if owned && nc > 0 {
+		nc = max(nc, cap(n.children))
+	}
+	c := newNode[K, V](b.edit, ne, nc)
+	c.datamap, c.nodemap = n.datamap, n.nodemap
 	c.entries = append(c.entries, n.entries...)
+	c.children = append(c.children, n.children...)
 	return c
 }
 
@@ -244,7 +346,7 @@ func (b *Builder[K, V]) owned(n *node[K, V]) *node[K, V] {
 func (b *Builder[K, V]) Set(k K, v V) {
 	h := b.m.hash(k)
 	if b.m.root == nil {
-		b.m.root = newNode[K, V](b.edit, 1)
+		b.m.root = newNode[K, V](b.edit, 1, 0)
 	}
 	var added bool
 	b.m.root = b.set(b.m.root, 0, h, k, v, &added)
@@ -255,52 +357,69 @@ func (b *Builder[K, V]) Set(k K, v V) {
 
 func (b *Builder[K, V]) set(n *node[K, V], shift uint, h uint64, k K, v V, added *bool) *node[K, V] {
 	if shift >= maxShift {
-		n = b.owned(n)
 		for i := range n.entries {
 			if n.entries[i].key == k {
+				n = b.mutable(n, 0, 0)
 				n.entries[i].val = v
 				return n
 			}
 		}
-		n = grown(b.edit, n)
+		n = b.mutable(n, 1, 0)
 		n.entries = append(n.entries, entry[K, V]{key: k, val: v})
 		*added = true
 		return n
 	}
 	bit := uint32(1) << ((h >> shift) & mask)
-	idx := bits.OnesCount32(n.bitmap & (bit - 1))
-	if n.bitmap&bit == 0 {
-		n = grown(b.edit, b.owned(n))
-		n.entries = append(n.entries, entry[K, V]{})
-		copy(n.entries[idx+1:], n.entries[idx:])
-		n.entries[idx] = entry[K, V]{key: k, val: v}
-		n.bitmap |= bit
+	switch {
+	case n.nodemap&bit != 0:
+		i := slot(n.nodemap, bit)
+		child := b.set(n.children[i], shift+bitsPerLevel, h, k, v, added)
+		if child != n.children[i] {
+			n = b.mutable(n, 0, 0)
+			n.children[i] = child
+		}
+		return n
+	case n.datamap&bit == 0:
+		n = b.mutable(n, 1, 0)
+		n.entries = insertAt(n.entries, slot(n.datamap, bit), entry[K, V]{key: k, val: v})
+		n.datamap |= bit
 		*added = true
 		return n
 	}
-	e := n.entries[idx]
-	switch {
-	case e.child != nil:
-		child := b.set(e.child, shift+bitsPerLevel, h, k, v, added)
-		if child != e.child {
-			n = b.owned(n)
-			n.entries[idx].child = child
-		}
-		return n
-	case e.key == k:
-		n = b.owned(n)
-		n.entries[idx].val = v
-		return n
-	default:
-		// Two keys share this slot: push both one level down.
-		child := newNode[K, V](b.edit, 2)
-		var ignore bool
-		child = b.set(child, shift+bitsPerLevel, b.m.hash(e.key), e.key, e.val, &ignore)
-		child = b.set(child, shift+bitsPerLevel, h, k, v, added)
-		n = b.owned(n)
-		n.entries[idx] = entry[K, V]{child: child}
+	i := slot(n.datamap, bit)
+	if n.entries[i].key == k {
+		n = b.mutable(n, 0, 0)
+		n.entries[i].val = v
 		return n
 	}
+	// Two keys share this slot: push both one level down.
+	e := n.entries[i]
+	child := newNode[K, V](b.edit, 2, 0)
+	var ignore bool
+	child = b.set(child, shift+bitsPerLevel, b.m.hash(e.key), e.key, e.val, &ignore)
+	child = b.set(child, shift+bitsPerLevel, h, k, v, added)
+	n = b.mutable(n, 0, 1)
+	n.entries = removeAt(n.entries, i)
+	n.datamap &^= bit
+	n.children = insertAt(n.children, slot(n.nodemap, bit), child)
+	n.nodemap |= bit
+	return n
+}
+
+// insertAt inserts x at s[i]; s has room for it.
+func insertAt[T any](s []T, i int, x T) []T {
+	s = s[:len(s)+1]
+	copy(s[i+1:], s[i:])
+	s[i] = x
+	return s
+}
+
+// removeAt removes s[i], clearing the slot it frees (the array may outlive the slice).
+func removeAt[T any](s []T, i int) []T {
+	copy(s[i:], s[i+1:])
+	var zero T
+	s[len(s)-1] = zero
+	return s[:len(s)-1]
 }
 
 // Delete removes k.
@@ -316,7 +435,7 @@ func (b *Builder[K, V]) Delete(k K) {
 	}
 	b.m.size--
 	if root == nil {
-		root = newNode[K, V](b.edit, 1)
+		root = newNode[K, V](b.edit, 1, 0)
 	}
 	b.m.root = root
 }
@@ -330,52 +449,54 @@ func (b *Builder[K, V]) del(n *node[K, V], shift uint, h uint64, k K, removed *b
 				if len(n.entries) == 1 {
 					return nil
 				}
-				n = b.owned(n)
-				n.entries = append(n.entries[:i], n.entries[i+1:]...)
+				n = b.mutable(n, 0, 0)
+				n.entries = removeAt(n.entries, i)
 				return n
 			}
 		}
 		return n
 	}
 	bit := uint32(1) << ((h >> shift) & mask)
-	if n.bitmap&bit == 0 {
-		return n
-	}
-	idx := bits.OnesCount32(n.bitmap & (bit - 1))
-	e := n.entries[idx]
-	if e.child != nil {
-		child := b.del(e.child, shift+bitsPerLevel, h, k, removed)
-		if !*removed {
+	switch {
+	case n.datamap&bit != 0:
+		i := slot(n.datamap, bit)
+		if n.entries[i].key != k {
 			return n
 		}
-		if child == nil {
-			return b.removeSlot(n, idx, bit)
+		*removed = true
+		if len(n.entries) == 1 && len(n.children) == 0 {
+			return nil
 		}
-		// A child left with one plain entry folds back into this node.
-		if len(child.entries) == 1 && child.entries[0].child == nil {
-			n = b.owned(n)
-			n.entries[idx] = child.entries[0]
-			return n
-		}
-		n = b.owned(n)
-		n.entries[idx].child = child
+		n = b.mutable(n, 0, 0)
+		n.entries = removeAt(n.entries, i)
+		n.datamap &^= bit
+		return n
+	case n.nodemap&bit == 0:
 		return n
 	}
-	if e.key != k {
+	i := slot(n.nodemap, bit)
+	child := b.del(n.children[i], shift+bitsPerLevel, h, k, removed)
+	switch {
+	case !*removed:
+		return n
+	case child == nil: // a child holds two entries or more; kept for safety
+		if len(n.children) == 1 && len(n.entries) == 0 {
+			return nil
+		}
+		n = b.mutable(n, 0, 0)
+		n.children = removeAt(n.children, i)
+		n.nodemap &^= bit
+		return n
+	case len(child.entries) == 1 && len(child.children) == 0:
+		// A child left with one entry folds back into this node.
+		n = b.mutable(n, 1, 0)
+		n.children = removeAt(n.children, i)
+		n.nodemap &^= bit
+		n.entries = insertAt(n.entries, slot(n.datamap, bit), child.entries[0])
+		n.datamap |= bit
 		return n
 	}
-	*removed = true
-	return b.removeSlot(n, idx, bit)
-}
-
-func (b *Builder[K, V]) removeSlot(n *node[K, V], idx int, bit uint32) *node[K, V] {
-	if len(n.entries) == 1 {
-		return nil
-	}
-	n = b.owned(n)
-	copy(n.entries[idx:], n.entries[idx+1:])
-	n.entries[len(n.entries)-1] = entry[K, V]{}
-	n.entries = n.entries[:len(n.entries)-1]
-	n.bitmap &^= bit
+	n = b.mutable(n, 0, 0)
+	n.children[i] = child
 	return n
 }
