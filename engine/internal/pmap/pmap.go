@@ -56,7 +56,8 @@ type entry[K comparable, V any] struct {
 type edit struct{ open bool }
 
 // A node is allocated together with its entries, or, holding none, with its
-// children (in size classes), so a lookup touches one allocation per level,
+// children (in size classes, finer for entries: a lower node's copy is what
+// an update pays most, and a class's room past the entries is copied too), so a lookup touches one allocation per level,
 // not two: at 100k keys that is half the cache misses. A node that holds both
 // (near the leaves: a slot two keys share beside plain entries) has its
 // children apart.
@@ -69,17 +70,33 @@ type (
 		n   node[K, V]
 		buf [2]entry[K, V]
 	}
+	nodeE3[K comparable, V any] struct {
+		n   node[K, V]
+		buf [3]entry[K, V]
+	}
 	nodeE4[K comparable, V any] struct {
 		n   node[K, V]
 		buf [4]entry[K, V]
+	}
+	nodeE6[K comparable, V any] struct {
+		n   node[K, V]
+		buf [6]entry[K, V]
 	}
 	nodeE8[K comparable, V any] struct {
 		n   node[K, V]
 		buf [8]entry[K, V]
 	}
+	nodeE12[K comparable, V any] struct {
+		n   node[K, V]
+		buf [12]entry[K, V]
+	}
 	nodeE16[K comparable, V any] struct {
 		n   node[K, V]
 		buf [16]entry[K, V]
+	}
+	nodeE24[K comparable, V any] struct {
+		n   node[K, V]
+		buf [24]entry[K, V]
 	}
 	nodeE32[K comparable, V any] struct {
 		n   node[K, V]
@@ -124,16 +141,32 @@ func withEntries[K comparable, V any](size int) *node[K, V] {
 		x := &nodeE2[K, V]{}
 		x.n.entries = x.buf[:0]
 		return &x.n
+	case size <= 3:
+		x := &nodeE3[K, V]{}
+		x.n.entries = x.buf[:0]
+		return &x.n
 	case size <= 4:
 		x := &nodeE4[K, V]{}
+		x.n.entries = x.buf[:0]
+		return &x.n
+	case size <= 6:
+		x := &nodeE6[K, V]{}
 		x.n.entries = x.buf[:0]
 		return &x.n
 	case size <= 8:
 		x := &nodeE8[K, V]{}
 		x.n.entries = x.buf[:0]
 		return &x.n
+	case size <= 12:
+		x := &nodeE12[K, V]{}
+		x.n.entries = x.buf[:0]
+		return &x.n
 	case size <= 16:
 		x := &nodeE16[K, V]{}
+		x.n.entries = x.buf[:0]
+		return &x.n
+	case size <= 24:
+		x := &nodeE24[K, V]{}
 		x.n.entries = x.buf[:0]
 		return &x.n
 	case size <= 32:
