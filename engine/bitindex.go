@@ -269,13 +269,7 @@ func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule, ids *adde
 	if ix.ends != endSrc|endDst {
 		return nil
 	}
-	var rm, add [2][]*rule
-	for _, r := range removed {
-		rm[classOf(r)] = append(rm[classOf(r)], r)
-	}
-	for _, r := range added {
-		add[classOf(r)] = append(add[classOf(r)], r)
-	}
+	rm, add := byClass(removed), byClass(added)
 	out := &bitIndex{}
 	for cl := range out.classes {
 		var blocks []*bitBlock
@@ -287,6 +281,22 @@ func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule, ids *adde
 	return out
 }
 
+// byClass splits rules by action class; rules of one class are passed as they are.
+func byClass(rules []*rule) (out [2][]*rule) {
+	if len(rules) == 0 {
+		return out
+	}
+	cl := classOf(rules[0])
+	if !slices.ContainsFunc(rules, func(r *rule) bool { return classOf(r) != cl }) {
+		out[cl] = rules
+		return out
+	}
+	for _, r := range rules {
+		out[classOf(r)] = append(out[classOf(r)], r)
+	}
+	return out
+}
+
 // updateBlocks returns blocks without the removed rules and with the added
 // ones: the blocks they fall in are patched (patchBlock) or, when a block has
 // no room, rebuilt; the others are shared.
@@ -294,8 +304,9 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 	if len(removed) == 0 && len(added) == 0 {
 		return blocks
 	}
-	adds := slices.Clone(added)
+	adds := added // read only, unless sorted
 	if len(adds) > 1 {
+		adds = slices.Clone(added)
 		slices.SortFunc(adds, byKeyCmp)
 	}
 	if len(blocks) == 0 {
@@ -304,14 +315,24 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 	// The removed rules' slots, by block, and the block each added rule
 	// goes in (adds are sorted, so their blocks are too).
 	type slot struct{ bi, s int }
-	gone := make([]slot, 0, len(removed))
+	var goneBuf [4]slot
+	gone := goneBuf[:0]
+	if len(removed) > len(goneBuf) {
+		gone = make([]slot, 0, len(removed))
+	}
 	for _, r := range removed {
 		if bi, s, ok := findRule(blocks, r); ok {
 			gone = append(gone, slot{bi, s})
 		}
 	}
 	slices.SortFunc(gone, func(a, b slot) int { return cmp.Or(a.bi-b.bi, a.s-b.s) })
-	into := make([]int, len(adds))
+	var intoBuf [4]int
+	var into []int
+	if len(adds) <= len(intoBuf) {
+		into = intoBuf[:len(adds)]
+	} else {
+		into = make([]int, len(adds))
+	}
 	for i, r := range adds {
 		// The last block whose first slot is not after r.
 		bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].first().key) }) - 1
@@ -560,7 +581,16 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock
 	}
 	nb := *b
 	nb.rules, nb.dims = slices.Clone(b.rules), slices.Clone(b.dims)
-	p := &patcher{b: &nb, chunks: make([]bool, len(nb.rules)), dims: make([]dimOwned, len(nb.dims))}
+	// The flags on the stack: a block has blockMax slots at most, and most
+	// have few dimensions.
+	var chunks [blockMax / slotChunk]bool
+	var dims [16]dimOwned
+	p := patcher{b: &nb, chunks: chunks[:len(nb.rules)]}
+	if len(nb.dims) <= len(dims) {
+		p.dims = dims[:len(nb.dims)]
+	} else {
+		p.dims = make([]dimOwned, len(nb.dims))
+	}
 	for _, s := range gone {
 		p.clear(&nb.all, &p.top, s)
 	}
@@ -635,12 +665,16 @@ func (p *patcher) clear(ws *[]uint64, owned *bool, s int) {
 
 // setRule puts r in slot i, copying its chunk first.
 func (p *patcher) setRule(i int, r *rule) {
-	c := i / slotChunk
+	p.ownChunk(i / slotChunk)[i%slotChunk] = r
+}
+
+// ownChunk returns chunk c of the slots, copying it first.
+func (p *patcher) ownChunk(c int) *slots {
 	if !p.chunks[c] {
 		cp := *p.b.rules[c]
 		p.b.rules[c], p.chunks[c] = &cp, true
 	}
-	p.b.rules[c][i%slotChunk] = r
+	return p.b.rules[c]
 }
 
 // grow adds a slot past the end holding r; its bits are clear.
@@ -648,7 +682,8 @@ func (p *patcher) grow(r *rule) {
 	b := p.b
 	if b.n%slotChunk == 0 {
 		b.rules = append(b.rules, new(slots))
-		p.chunks = append(p.chunks, true)
+		p.chunks = p.chunks[:len(p.chunks)+1] // within blockMax slots: room in the flags' array
+		p.chunks[len(p.chunks)-1] = true
 	}
 	b.n++
 	p.setRule(b.n-1, r)
@@ -737,20 +772,61 @@ func (p *patcher) shift(lo, hi, delta int) {
 				}
 			}
 		}
-		for k, q := range d.pos {
-			if delta > 0 && int(q) >= lo && int(q) < hi || delta < 0 && int(q) > lo && int(q) <= hi {
-				own(&d.pos, &p.dims[di].pos) // a shift moves positions only
-				d.pos[k] = uint16(int(q) + delta)
+		// The positions that move: [lo, hi) up, (lo, hi] down; q-first
+		// wraps past span for a position below first.
+		first, span := uint16(lo), uint16(hi-lo-1)
+		if delta < 0 {
+			first++
+		}
+		k := 0
+		for k < len(d.pos) && d.pos[k]-first > span {
+			k++
+		}
+		if k == len(d.pos) {
+			continue
+		}
+		own(&d.pos, &o.pos) // a shift moves positions only
+		for pos := d.pos; k < len(pos); k++ {
+			if pos[k]-first <= span {
+				pos[k] = uint16(int(pos[k]) + delta)
 			}
 		}
 	}
-	if delta > 0 {
-		for i := hi; i > lo; i-- {
-			p.setRule(i, b.at(i-1))
+	p.moveRules(lo, hi, delta)
+}
+
+// moveRules moves the rules of slots [lo, hi) up one slot (delta 1) or of
+// slots (lo, hi] down one (delta -1), a chunk at a time (the chunks written
+// are copied first).
+func (p *patcher) moveRules(lo, hi, delta int) {
+	dlo, dhi := lo+1, hi // the slots written
+	if delta < 0 {
+		dlo, dhi = lo, hi-1
+	}
+	clo, chi := dlo/slotChunk, dhi/slotChunk
+	for c := clo; c <= chi; c++ {
+		p.ownChunk(c)
+	}
+	rs := p.b.rules
+	if delta > 0 { // from the top chunk down: a chunk's last slot is read before it moves
+		for c := chi; c >= clo; c-- {
+			from, to := max(dlo, c*slotChunk), min(dhi, c*slotChunk+slotChunk-1)
+			if f := max(from, c*slotChunk+1); f <= to { // within the chunk first
+				copy(rs[c][f%slotChunk:to%slotChunk+1], rs[c][f%slotChunk-1:])
+			}
+			if from == c*slotChunk {
+				rs[c][0] = rs[c-1][slotChunk-1]
+			}
 		}
-	} else {
-		for i := lo; i < hi; i++ {
-			p.setRule(i, b.at(i+1))
+		return
+	}
+	for c := clo; c <= chi; c++ { // from the bottom chunk up: a chunk's first slot is read before it moves
+		from, to := max(dlo, c*slotChunk), min(dhi, c*slotChunk+slotChunk-1)
+		if t := min(to, c*slotChunk+slotChunk-2); from <= t { // within the chunk first
+			copy(rs[c][from%slotChunk:t%slotChunk+1], rs[c][from%slotChunk+1:])
+		}
+		if to == c*slotChunk+slotChunk-1 {
+			rs[c][slotChunk-1] = rs[c+1][0]
 		}
 	}
 }

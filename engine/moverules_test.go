@@ -1,0 +1,55 @@
+package engine
+
+import "testing"
+
+// TestMoveRulesMatchesSlotBySlot: a patch's shift of slots [lo, hi) up or
+// (lo, hi] down, moved a chunk at a time, leaves every slot as moving one
+// slot at a time does, copies the chunks it writes and no other, and leaves
+// the block it patches unchanged.
+func TestMoveRulesMatchesSlotBySlot(t *testing.T) {
+	t.Parallel()
+	const n = 4 * slotChunk
+	rules := make([]*rule, n)
+	for i := range rules {
+		rules[i] = &rule{}
+	}
+	for _, delta := range []int{1, -1} {
+		for lo := 0; lo < n; lo++ {
+			for hi := lo + 1; hi < n; hi++ {
+				b := &bitBlock{rules: chunkSlots(rules), n: n}
+				nb := *b
+				nb.rules = append([]*slots(nil), b.rules...)
+				p := &patcher{b: &nb, chunks: make([]bool, len(nb.rules))}
+				p.moveRules(lo, hi, delta)
+				want := append([]*rule(nil), rules...)
+				if delta > 0 {
+					for i := hi; i > lo; i-- {
+						want[i] = want[i-1]
+					}
+				} else {
+					for i := lo; i < hi; i++ {
+						want[i] = want[i+1]
+					}
+				}
+				dlo, dhi := lo+1, hi
+				if delta < 0 {
+					dlo, dhi = lo, hi-1
+				}
+				for i := range want {
+					if nb.at(i) != want[i] {
+						t.Fatalf("delta %d, [%d, %d]: slot %d holds the wrong rule", delta, lo, hi, i)
+					}
+					if b.at(i) != rules[i] {
+						t.Fatalf("delta %d, [%d, %d]: the old block's slot %d changed", delta, lo, hi, i)
+					}
+				}
+				for c := range nb.rules {
+					written := c >= dlo/slotChunk && c <= dhi/slotChunk
+					if p.chunks[c] != written || (nb.rules[c] != b.rules[c]) != written {
+						t.Fatalf("delta %d, [%d, %d]: chunk %d copied %v, written %v", delta, lo, hi, c, p.chunks[c], written)
+					}
+				}
+			}
+		}
+	}
+}
