@@ -496,8 +496,8 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	// only read, for its ids.
 	groups := changes.byKey()
 	type keyBuild struct {
-		kp *keyPostings // this update's own copy; nil: the key does not change
-		eb *pmap.Builder[string, postings]
+		kp *keyPostings                   // this update's own copy; nil: the key does not change
+		eb pmap.Builder[string, postings] // here, not apart
 	}
 	builds := make([]keyBuild, len(groups))
 	for gi, ts := range groups {
@@ -523,7 +523,8 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			nkp.presence.vid = valueUnknown
 			out.nextID++
 		}
-		eb := nkp.exact.Builder()
+		eb := &builds[gi].eb
+		*eb = *nkp.exact.Builder()
 		for _, c := range ts {
 			if c.t.presence {
 				nkp.presence.df += c.df
@@ -559,7 +560,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			}
 			nkp.pend = nil
 		}
-		builds[gi] = keyBuild{nkp, eb}
+		builds[gi].kp = nkp
 	}
 	// Every added rule's term ids, computed once: its posting entry and its
 	// bitmap block read them (termIDs).
@@ -570,7 +571,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		}
 	}
 	for gi, ts := range groups {
-		kp, eb := builds[gi].kp, builds[gi].eb
+		kp, eb := builds[gi].kp, &builds[gi].eb
 		if kp == nil {
 			continue
 		}
