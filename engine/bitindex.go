@@ -561,6 +561,38 @@ func bitBefore(a *rule, ord uint64, b *rule, bord uint64) bool {
 // holds reports whether slot i holds a rule of the block.
 func (b *bitBlock) holds(i int) bool { return b.all[i/64]&(1<<(i%64)) != 0 }
 
+// freeFrom returns the first slot from i up that holds no rule, n if none
+// (a word of all at a time; the bits past n are clear).
+func (b *bitBlock) freeFrom(i int) int {
+	for w := i / 64; w < len(b.all); w++ {
+		x := ^b.all[w]
+		if w == i/64 {
+			x &= ^uint64(0) << (i % 64)
+		}
+		if x != 0 {
+			return min(w*64+bits.TrailingZeros64(x), b.n)
+		}
+	}
+	return b.n
+}
+
+// freeTo returns the last slot from j down that holds no rule, -1 if none.
+func (b *bitBlock) freeTo(j int) int {
+	if j < 0 {
+		return -1
+	}
+	for w := j / 64; w >= 0; w-- {
+		x := ^b.all[w]
+		if w == j/64 {
+			x &= ^uint64(0) >> (63 - j%64)
+		}
+		if x != 0 {
+			return w*64 + 63 - bits.LeadingZeros64(x)
+		}
+	}
+	return -1
+}
+
 // live is the number of rules the block holds.
 func (b *bitBlock) live() int {
 	n := 0
@@ -703,17 +735,11 @@ func (p *patcher) makeRoom(r *rule) (slot int, clean, ok bool) {
 	if i < n && !b.holds(i) {
 		return i, false, true
 	}
-	up := i
-	for up < n && b.holds(up) {
-		up++
-	}
+	up := b.freeFrom(i)
 	if up == n && n >= min(len(b.all)*64, blockMax) {
 		up = -1 // no free slot above, and no room to grow
 	}
-	down := i - 2
-	for down >= 0 && b.holds(down) {
-		down--
-	}
+	down := b.freeTo(i - 2)
 	switch {
 	case up >= 0 && (down < 0 || up-i <= i-1-down):
 		if up == n {
@@ -878,6 +904,9 @@ func (p *patcher) clearSlot(s int) {
 				own(&d.words, &o.words)
 				d.words[off+s/64] &^= 1 << (s % 64)
 			}
+		}
+		if !slices.Contains(d.pos, uint16(s)) {
+			continue // no value's positions hold the slot (most dimensions)
 		}
 		for i := 0; i < len(d.refs); i++ {
 			r := d.refs[i]

@@ -1,6 +1,9 @@
 package engine
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+)
 
 // TestMoveRulesMatchesSlotBySlot: a patch's shift of slots [lo, hi) up or
 // (lo, hi] down, moved a chunk at a time, leaves every slot as moving one
@@ -49,6 +52,41 @@ func TestMoveRulesMatchesSlotBySlot(t *testing.T) {
 						t.Fatalf("delta %d, [%d, %d]: chunk %d copied %v, written %v", delta, lo, hi, c, p.chunks[c], written)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestFreeSlotsMatchSlotBySlot: freeFrom and freeTo, a word at a time, find
+// the free slot a walk slot by slot finds.
+func TestFreeSlotsMatchSlotBySlot(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	for round := 0; round < 200; round++ {
+		n := 1 + r.IntN(5*64)
+		b := &bitBlock{n: n, all: make([]uint64, (n+63)/64+r.IntN(2))}
+		dense := r.IntN(4) != 0 // mostly held, as blocks are
+		for s := 0; s < n; s++ {
+			if !dense || r.IntN(50) != 0 {
+				if dense || r.IntN(2) == 0 {
+					b.all[s/64] |= 1 << (s % 64)
+				}
+			}
+		}
+		for i := 0; i <= n; i++ {
+			up := i
+			for up < n && b.holds(up) {
+				up++
+			}
+			if got := b.freeFrom(i); got != up {
+				t.Fatalf("n %d: freeFrom(%d) = %d, want %d", n, i, got, up)
+			}
+			down := i - 2
+			for down >= 0 && b.holds(down) {
+				down--
+			}
+			if got := b.freeTo(i - 2); got != max(down, -1) {
+				t.Fatalf("n %d: freeTo(%d) = %d, want %d", n, i-2, got, down)
 			}
 		}
 	}
