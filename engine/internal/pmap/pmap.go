@@ -57,50 +57,61 @@ type edit struct{ open bool }
 
 // A node is allocated together with its entries, or, holding none, with its
 // children (in size classes, finer for entries: a lower node's copy is what
-// an update pays most, and a class's room past the entries is copied too), so a lookup touches one allocation per level,
-// not two: at 100k keys that is half the cache misses. A node that holds both
-// (near the leaves: a slot two keys share beside plain entries) has its
-// children apart.
+// an update pays most, and a class's room past the entries is copied too), so
+// a lookup touches one allocation per level, not two: at 100k keys that is
+// half the cache misses. A node of entries has room for one child beside them
+// (near the leaves, a slot two keys share among plain entries); more children
+// have an array of their own.
 type (
 	nodeE1[K comparable, V any] struct {
 		n   node[K, V]
 		buf [1]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE2[K comparable, V any] struct {
 		n   node[K, V]
 		buf [2]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE3[K comparable, V any] struct {
 		n   node[K, V]
 		buf [3]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE4[K comparable, V any] struct {
 		n   node[K, V]
 		buf [4]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE6[K comparable, V any] struct {
 		n   node[K, V]
 		buf [6]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE8[K comparable, V any] struct {
 		n   node[K, V]
 		buf [8]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE12[K comparable, V any] struct {
 		n   node[K, V]
 		buf [12]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE16[K comparable, V any] struct {
 		n   node[K, V]
 		buf [16]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE24[K comparable, V any] struct {
 		n   node[K, V]
 		buf [24]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeE32[K comparable, V any] struct {
 		n   node[K, V]
 		buf [32]entry[K, V]
+		kid [1]*node[K, V]
 	}
 	nodeC1[K comparable, V any] struct {
 		n   node[K, V]
@@ -128,50 +139,51 @@ type (
 	}
 )
 
-// withEntries returns an empty node with room for at least size entries.
+// withEntries returns an empty node with room for at least size entries and
+// for one child.
 func withEntries[K comparable, V any](size int) *node[K, V] {
 	switch {
 	case size == 0:
 		return &node[K, V]{}
 	case size <= 1:
 		x := &nodeE1[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 2:
 		x := &nodeE2[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 3:
 		x := &nodeE3[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 4:
 		x := &nodeE4[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 6:
 		x := &nodeE6[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 8:
 		x := &nodeE8[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 12:
 		x := &nodeE12[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 16:
 		x := &nodeE16[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 24:
 		x := &nodeE24[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	case size <= 32:
 		x := &nodeE32[K, V]{}
-		x.n.entries = x.buf[:0]
+		x.n.entries, x.n.children = x.buf[:0], x.kid[:0]
 		return &x.n
 	}
 	return &node[K, V]{entries: make([]entry[K, V], 0, size)} // colliding entries
@@ -216,7 +228,9 @@ func newNode[K comparable, V any](e *edit, ne, nc int) *node[K, V] {
 		n = withChildren[K, V](nc)
 	default:
 		n = withEntries[K, V](ne)
-		n.children = make([]*node[K, V], 0, nc)
+		if nc > cap(n.children) {
+			n.children = make([]*node[K, V], 0, nc)
+		}
 	}
 	n.edit = e
 	return n
