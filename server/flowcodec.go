@@ -294,7 +294,7 @@ func decodeWorkload(b []byte, w *verdictv1.Endpoint) bool {
 			return false
 		}
 		b = b[n:]
-		key, value, ok := internTag(entry)
+		key, value, ok := decodeTag(entry)
 		if !ok {
 			return false
 		}
@@ -330,44 +330,22 @@ func decodeTag(entry []byte) (key, value string, ok bool) {
 	return key, value, true
 }
 
-// The intern tables: a fixed number of slots, each holding the last string
-// (or tag) stored there; a hit costs a hash and a comparison, a miss one
-// allocation (as protobuf-go would make anyway). Hostile input can only evict:
-// the tables never grow.
+// The intern table: a fixed number of slots, each holding the last string
+// stored there; a hit costs a hash and a comparison, a miss one allocation (as
+// protobuf-go would make anyway). Hostile input can only evict: the table never
+// grows. (A second table of whole tag entries, d4e01ca, won in a benchmark of
+// a few repeated flows and lost in make loadtest's, whose ends name 40k
+// workloads: a miss there cost a third lookup before the two it meant to
+// save. Removed; BENCHMARKS.md, file 64.)
 const (
 	internSlots  = 1 << 13
 	internMaxLen = 64 // longer strings are copied, not kept
-	// tags whose entry is longer are decoded string by string
-	internMaxTagLen = 2*internMaxLen + 4
 )
 
 var (
 	internSeed  = maphash.MakeSeed()
 	internTable [internSlots]atomic.Pointer[string]
-	tagTable    [internSlots]atomic.Pointer[internedTag]
 )
-
-// internedTag is a tag map entry's bytes and what they decode to.
-type internedTag struct{ entry, key, value string }
-
-// internTag decodes a tag map entry (decodeTag), from the tag table when the
-// same bytes came before: a sidecar sends the same tags again and again, and
-// one hash of the entry replaces two lookups of its strings. ok is false when
-// the entry is not one the decoder takes (decodeTag). Only an entry decodeTag
-// took is stored, so a hit needs no check.
-func internTag(entry []byte) (key, value string, ok bool) {
-	if len(entry) > internMaxTagLen {
-		return decodeTag(entry)
-	}
-	slot := &tagTable[maphash.Bytes(internSeed, entry)&(internSlots-1)]
-	if p := slot.Load(); p != nil && p.entry == string(entry) { // the conversion does not allocate
-		return p.key, p.value, true
-	}
-	if key, value, ok = decodeTag(entry); ok {
-		slot.Store(&internedTag{entry: string(entry), key: key, value: value})
-	}
-	return key, value, ok
-}
 
 // internString returns b as a string, shared with earlier calls for the same
 // bytes when it can; ok is false when b is not valid UTF-8 (protobuf-go refuses

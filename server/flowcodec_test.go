@@ -251,10 +251,10 @@ func mustBatch(tb testing.TB, b []byte) *verdictv1.DecideBatchRequest {
 
 func unsafeData(s string) *byte { return unsafe.StringData(s) }
 
-// TestInternTag: a tag entry decodes as decodeTag decodes it, the first time
-// and from the tag table after (without allocating); an entry the decoder
+// TestDecodeTag: a tag entry decodes the same the first time and after, its
+// strings from the string table (without allocating); an entry the decoder
 // declines is declined every time.
-func TestInternTag(t *testing.T) {
+func TestDecodeTag(t *testing.T) {
 	entry := func(fields ...string) []byte { // number, value, number, value...
 		var b []byte
 		for i := 0; i < len(fields); i += 2 {
@@ -281,15 +281,15 @@ func TestInternTag(t *testing.T) {
 		"the same bytes again": {entry("1", "app", "2", "web"), "app", "web", true},
 	} {
 		for round := range 2 {
-			key, value, ok := internTag(c.b)
+			key, value, ok := decodeTag(c.b)
 			if ok != c.ok || ok && (key != c.key || value != c.value) {
 				t.Errorf("%s, round %d: %q %q %v, want %q %q %v", name, round, key, value, ok, c.key, c.value, c.ok)
 			}
 		}
 	}
 	b := entry("1", "kuma.io/service", "2", "web")
-	internTag(b)
-	if n := testing.AllocsPerRun(100, func() { internTag(b) }); n != 0 {
+	decodeTag(b)
+	if n := testing.AllocsPerRun(100, func() { decodeTag(b) }); n != 0 {
 		t.Errorf("%v allocations for an interned tag", n)
 	}
 }
