@@ -264,13 +264,16 @@ func (ix *ruleIndex) lookupIDs(r *rule, out []idTerm) []idTerm {
 }
 
 // updateBits returns the blocks of ix (its keys already updated) without the
-// removed rules and with the added ones; old are the blocks before.
-func (ix *ruleIndex) updateBits(old *bitIndex, removed, added []*rule, ids *addedIDs) *bitIndex {
+// removed rules and with the added ones, in out (its own: nil, a new one);
+// old are the blocks before.
+func (ix *ruleIndex) updateBits(out, old *bitIndex, removed, added []*rule, ids *addedIDs) *bitIndex {
 	if ix.ends != endSrc|endDst {
 		return nil
 	}
 	rm, add := byClass(removed), byClass(added)
-	out := &bitIndex{}
+	if out == nil {
+		out = &bitIndex{}
+	}
 	for cl := range out.classes {
 		var blocks []*bitBlock
 		if old != nil {
@@ -611,13 +614,13 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock
 			return nil, false
 		}
 	}
-	nb := *b
-	nb.rules, nb.dims = slices.Clone(b.rules), slices.Clone(b.dims)
+	nb := copyBlock(b)
+	nb.rules = slices.Clone(b.rules)
 	// The flags on the stack: a block has blockMax slots at most, and most
 	// have few dimensions.
 	var chunks [blockMax / slotChunk]bool
 	var dims [16]dimOwned
-	p := patcher{b: &nb, chunks: chunks[:len(nb.rules)]}
+	p := patcher{b: nb, chunks: chunks[:len(nb.rules)]}
 	if len(nb.dims) <= len(dims) {
 		p.dims = dims[:len(nb.dims)]
 	} else {
@@ -656,7 +659,75 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock
 		rids, _ := ids.of(r)
 		p.place(s, r, rids)
 	}
-	return &nb, true
+	return nb, true
+}
+
+// A patched block's copy and its copy of the dimensions, in one allocation
+// for a block of a few dimensions: a patch always copies both, and a later
+// patch copies them again, so they live and die together.
+type (
+	blockD1 struct {
+		b bitBlock
+		d [1]bitDim
+	}
+	blockD2 struct {
+		b bitBlock
+		d [2]bitDim
+	}
+	blockD3 struct {
+		b bitBlock
+		d [3]bitDim
+	}
+	blockD4 struct {
+		b bitBlock
+		d [4]bitDim
+	}
+	blockD6 struct {
+		b bitBlock
+		d [6]bitDim
+	}
+	blockD8 struct {
+		b bitBlock
+		d [8]bitDim
+	}
+)
+
+// copyBlock returns a copy of b with its own copy of b.dims (its other
+// slices shared).
+func copyBlock(b *bitBlock) *bitBlock {
+	var nb *bitBlock
+	var ds []bitDim
+	switch n := len(b.dims); {
+	case n == 0:
+		nb = new(bitBlock)
+	case n <= 1:
+		x := new(blockD1)
+		nb, ds = &x.b, x.d[:]
+	case n <= 2:
+		x := new(blockD2)
+		nb, ds = &x.b, x.d[:]
+	case n <= 3:
+		x := new(blockD3)
+		nb, ds = &x.b, x.d[:]
+	case n <= 4:
+		x := new(blockD4)
+		nb, ds = &x.b, x.d[:]
+	case n <= 6:
+		x := new(blockD6)
+		nb, ds = &x.b, x.d[:]
+	case n <= 8:
+		x := new(blockD8)
+		nb, ds = &x.b, x.d[:]
+	default:
+		ds = make([]bitDim, n)
+		nb = new(bitBlock)
+	}
+	*nb = *b
+	if len(b.dims) > 0 {
+		n := copy(ds, b.dims)
+		nb.dims = ds[:n:n]
+	}
+	return nb
 }
 
 // patcher changes a copy of a block that shares every slice with the

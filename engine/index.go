@@ -362,6 +362,22 @@ type termChanges struct {
 	small []termChange // at most smallTerms; never grows past its capacity
 	m     map[term]*termChange
 	all   []*termChange // every change, in the order of their first get
+	// rules backs the first rule of each add and del list (most hold one):
+	// one array for the update, not one per list. A list's slice has no room
+	// past its rule, so a second append copies it out.
+	rules []*rule
+}
+
+// push appends r to the list *l, in rules' array if the list is empty and
+// the array has room.
+func (cs *termChanges) push(l *[]*rule, r *rule) {
+	if len(*l) == 0 && len(cs.rules) < cap(cs.rules) {
+		cs.rules = append(cs.rules, r)
+		n := len(cs.rules)
+		*l = cs.rules[n-1 : n : n]
+		return
+	}
+	*l = append(*l, r)
 }
 
 // smallTerms bounds the terms of an update searched linearly.
@@ -446,7 +462,20 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	if len(removed) == 0 && len(added) == 0 {
 		return ix
 	}
-	out := &ruleIndex{ends: ix.ends, size: ix.size, always: ix.always, nextID: ix.nextID}
+	// An index of both ends gets its bitmaps' index in the same allocation:
+	// it is its own, and lives as long.
+	var out *ruleIndex
+	var bits *bitIndex
+	if ix.ends == endSrc|endDst {
+		both := &struct {
+			ix   ruleIndex
+			bits bitIndex
+		}{}
+		out, bits = &both.ix, &both.bits
+	} else {
+		out = &ruleIndex{}
+	}
+	out.ends, out.size, out.always, out.nextID = ix.ends, ix.size, ix.always, ix.nextID
 	kb := ix.keys.Builder()
 	var buf [8]term
 	n := 0
@@ -456,6 +485,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		}
 	}
 	changes := newTermChanges(n)
+	changes.rules = make([]*rule, 0, len(removed)+len(added))
 	var always termChange
 	get := func(t term) *termChange {
 		if t.end == 0 {
@@ -469,7 +499,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			continue // not filed here: nothing to remove
 		}
 		c := get(t)
-		c.del[classOf(r)] = append(c.del[classOf(r)], r)
+		changes.push(&c.del[classOf(r)], r)
 		out.size--
 		for _, t := range ix.terms(r, buf[:0]) {
 			get(t).df--
@@ -486,7 +516,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		t := ix.chooseTerm(r, kb, changes)
 		r.filed = t.end // rules are fresh here: filed in this index only
 		c := get(t)
-		c.add[classOf(r)] = append(c.add[classOf(r)], r)
+		changes.push(&c.add[classOf(r)], r)
 		out.size++
 	}
 	// First every term's entry with its df and ids, then the lists (their
@@ -600,7 +630,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		}
 	}
 	out.keys = kb.Map()
-	out.bits = out.updateBits(ix.bits, removed, added, ids)
+	out.bits = out.updateBits(bits, ix.bits, removed, added, ids)
 	return out
 }
 
@@ -610,6 +640,7 @@ type addedIDs struct {
 	rules []*rule
 	ids   [][]idTerm // beside rules
 	at    map[*rule]int32
+	buf   [4][]idTerm // ids' array for a few rules
 }
 
 // smallAdds bounds the added rules searched linearly.
@@ -641,7 +672,12 @@ func (ix *ruleIndex) termIDs(rules []*rule, changes *termChanges) *addedIDs {
 	if ix.ends != endSrc|endDst || len(rules) == 0 {
 		return nil
 	}
-	out := &addedIDs{rules: rules, ids: make([][]idTerm, len(rules))}
+	out := &addedIDs{rules: rules}
+	if len(rules) <= len(out.buf) {
+		out.ids = out.buf[:len(rules)]
+	} else {
+		out.ids = make([][]idTerm, len(rules))
+	}
 	if len(rules) > smallAdds {
 		out.at = make(map[*rule]int32, len(rules))
 	}

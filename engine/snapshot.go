@@ -718,7 +718,11 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change, check bo
 		return buildType(name, m, list)
 	}
 	var gone, added2 ruleSets
-	sr := [2][]int32{append([]int32(nil), ts.scopeRules...), append([]int32(nil), ts.audit.scopeRules...)}
+	// Both counts' copies in one array: neither is written after this.
+	srs := make([]int32, len(ts.scopeRules)+len(ts.audit.scopeRules))
+	na := copy(srs, ts.scopeRules)
+	copy(srs[na:], ts.audit.scopeRules)
+	sr := [2][]int32{srs[:na:na], srs[na:]}
 	for _, cp := range removed {
 		if cp.err != "" {
 			out.invalid--
