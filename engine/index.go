@@ -34,9 +34,9 @@ func termKeyHash(k termKey) uint64 {
 
 type term struct {
 	end      uint8 // 0: the always list
+	presence bool
 	key      string
 	value    string
-	presence bool
 }
 
 // plist is a posting list: entries sorted by the rule order. An entry carries
@@ -339,20 +339,39 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 	return term{}, false
 }
 
-// termChange is what an update does to one term: rules filed and unfiled per
-// class, and the change of its df.
+// termChange is what an update does to one term: rules unfiled and filed,
+// and the change of its df (88 bytes: an update makes one per term of each
+// rule it changes).
 type termChange struct {
-	t        term
-	add, del [2][]*rule
-	df       int32
-	id       idTerm // the term's ids once its entry exists
-	pended   bool   // only its df changes, and the change is pending (keyPostings.pend)
+	t      term
+	rs     []*rule // the rules unfiled (rs[:ndel]), then those filed
+	ndel   int32
+	df     int32
+	id     idTerm // the term's ids once its entry exists
+	pended bool   // only its df changes, and the change is pending (keyPostings.pend)
 }
 
 // changed reports whether the term's entry changes: its df or its lists (a
 // rule replaced by one with the same terms changes neither).
 func (c *termChange) changed() bool {
-	return c.df != 0 || len(c.add[0])+len(c.add[1])+len(c.del[0])+len(c.del[1]) > 0
+	return c.df != 0 || len(c.rs) > 0
+}
+
+// lists returns the rules unfiled and filed per class (rs reordered in place).
+func (c *termChange) lists() (del, add [2][]*rule) {
+	return byClassIn(c.rs[:c.ndel]), byClassIn(c.rs[c.ndel:])
+}
+
+// byClassIn orders rs by class in place and returns each class's run.
+func byClassIn(rs []*rule) (out [2][]*rule) {
+	i := 0
+	for j, r := range rs {
+		if classOf(r) == classAllow {
+			rs[i], rs[j] = rs[j], rs[i]
+			i++
+		}
+	}
+	return [2][]*rule{rs[:i:i], rs[i:len(rs):len(rs)]}
 }
 
 // termChanges is an update's changes per term: a slice searched linearly for
@@ -362,22 +381,28 @@ type termChanges struct {
 	small []termChange // at most smallTerms; never grows past its capacity
 	m     map[term]*termChange
 	all   []*termChange // every change, in the order of their first get
-	// rules backs the first rule of each add and del list (most hold one):
-	// one array for the update, not one per list. A list's slice has no room
-	// past its rule, so a second append copies it out.
+	// rules backs the first rule of each change's rs (most hold one): one
+	// array for the update, not one per change. A change's slice has no room
+	// past its rule, so a second push copies it out.
 	rules []*rule
 }
 
-// push appends r to the list *l, in rules' array if the list is empty and
-// the array has room.
-func (cs *termChanges) push(l *[]*rule, r *rule) {
-	if len(*l) == 0 && len(cs.rules) < cap(cs.rules) {
+// push adds r to c's rules, unfiled (del) or filed, in rules' array if c has
+// none yet and the array has room.
+func (cs *termChanges) push(c *termChange, r *rule, del bool) {
+	switch {
+	case len(c.rs) == 0 && len(cs.rules) < cap(cs.rules):
 		cs.rules = append(cs.rules, r)
 		n := len(cs.rules)
-		*l = cs.rules[n-1 : n : n]
-		return
+		c.rs = cs.rules[n-1 : n : n]
+	case del:
+		c.rs = slices.Insert(c.rs, int(c.ndel), r)
+	default:
+		c.rs = append(c.rs, r)
 	}
-	*l = append(*l, r)
+	if del {
+		c.ndel++
+	}
 }
 
 // smallTerms bounds the terms of an update searched linearly.
@@ -499,7 +524,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 			continue // not filed here: nothing to remove
 		}
 		c := get(t)
-		changes.push(&c.del[classOf(r)], r)
+		changes.push(c, r, true)
 		out.size--
 		for _, t := range ix.terms(r, buf[:0]) {
 			get(t).df--
@@ -516,7 +541,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		t := ix.chooseTerm(r, kb, changes)
 		r.filed = t.end // rules are fresh here: filed in this index only
 		c := get(t)
-		changes.push(&c.add[classOf(r)], r)
+		changes.push(c, r, false)
 		out.size++
 	}
 	// First every term's entry with its df and ids, then the lists (their
@@ -566,7 +591,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 				c.id = idTerm{nkp.kid, np.vid}
 				continue
 			}
-			if ok && len(c.add[0])+len(c.add[1])+len(c.del[0])+len(c.del[1]) == 0 {
+			if ok && len(c.rs) == 0 {
 				nkp.addPending(c.t.value, c.df)
 				c.id, c.pended = idTerm{nkp.kid, np.vid}, true
 				continue
@@ -595,9 +620,10 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 	// Every added rule's term ids, computed once: its posting entry and its
 	// bitmap block read them (termIDs).
 	ids := out.termIDs(added, changes)
+	adel, aadd := always.lists()
 	for cl := range out.always {
-		if len(always.del[cl])+len(always.add[cl]) > 0 {
-			out.always[cl] = out.mergeList(nil, out.always[cl], always.del[cl], always.add[cl], idTerm{}, ids)
+		if len(adel[cl])+len(aadd[cl]) > 0 {
+			out.always[cl] = out.mergeList(nil, out.always[cl], adel[cl], aadd[cl], idTerm{}, ids)
 		}
 	}
 	for gi, ts := range groups {
@@ -718,16 +744,15 @@ func (ix *ruleIndex) termIDs(rules []*rule, changes *termChanges) *addedIDs {
 // both, if either changes.
 func (ix *ruleIndex) merge(p *postings, c *termChange, ids *addedIDs) {
 	n := cap(p.l) // a deleted rule is in its list: the lists' new length
-	for cl := range c.add {
-		n += len(c.add[cl]) - len(c.del[cl])
-	}
-	if n == cap(p.l) && len(c.add[0])+len(c.add[1]) == 0 {
+	n += len(c.rs) - 2*int(c.ndel)
+	if n == cap(p.l) && len(c.rs) == int(c.ndel) {
 		return
 	}
 	out := make(plist, 0, n)
-	out = ix.mergeList(out, p.list(classAllow), c.del[classAllow], c.add[classAllow], c.id, ids)
+	del, add := c.lists()
+	out = ix.mergeList(out, p.list(classAllow), del[classAllow], add[classAllow], c.id, ids)
 	na := len(out)
-	out = ix.mergeList(out, p.list(classDeny), c.del[classDeny], c.add[classDeny], c.id, ids)
+	out = ix.mergeList(out, p.list(classDeny), del[classDeny], add[classDeny], c.id, ids)
 	if len(out) == 0 {
 		p.l = nil
 		return
