@@ -268,13 +268,21 @@ func (p *PairScope) DecideIDs(src, dst uint64, proto Protocol, port uint32) (a P
 	pp := uint64(proto)<<32 | uint64(port)
 	h := pairHash(src, dst, pp)
 	for _, sl := range [2]*atomic.Pointer[pairEntry]{&p.pairs.slots[h&(pairSlots-1)], &p.pairs.slots[(h>>32)&(pairSlots-1)]} {
-		if pe := sl.Load(); pe != nil && pe.src == src && pe.dst == dst && pe.pp == pp {
-			if v := pe.valid.Load(); v == p.gen || (v != nil && *v == *p.gen) {
-				return pe.ans, (*PairEntry)(pe), true
-			}
+		if pe := sl.Load(); p.answers(pe, src, dst, pp) {
+			return pe.ans, (*PairEntry)(pe), true
 		}
 	}
 	return 0, nil, false
+}
+
+// answers reports whether pe (nil: no) is the flow's entry and its identities
+// still resolve as when it was last verified (the scope's generations).
+func (p *PairScope) answers(pe *pairEntry, src, dst, pp uint64) bool {
+	if pe == nil || pe.src != src || pe.dst != dst || pe.pp != pp {
+		return false
+	}
+	v := pe.valid.Load()
+	return v == p.gen || v != nil && *v == *p.gen
 }
 
 // DecideIDsN is DecideIDs for a batch of flows: flow i is srcs[i] → dsts[i]
@@ -297,16 +305,13 @@ func (p *PairScope) DecideIDsN(srcs, dsts []uint64, pps []uint32, ents []*PairEn
 		ents[2*i] = (*PairEntry)(slots[h&(pairSlots-1)].Load())
 		ents[2*i+1] = (*PairEntry)(slots[(h>>32)&(pairSlots-1)].Load())
 	}
-	gen := p.gen
 	for i := range n {
 		pp := uint64(pps[i]>>16)<<32 | uint64(pps[i]&0xffff)
 		var hit *PairEntry
 		for _, pe := range ents[2*i : 2*i+2] {
-			if pe != nil && pe.src == srcs[i] && pe.dst == dsts[i] && pe.pp == pp {
-				if v := pe.valid.Load(); v == gen || (v != nil && *v == *gen) {
-					hit = pe
-					break
-				}
+			if p.answers((*pairEntry)(pe), srcs[i], dsts[i], pp) {
+				hit = pe
+				break
 			}
 		}
 		ents[i] = hit // i ≤ 2i: the pairs of the flows after i are still unread
