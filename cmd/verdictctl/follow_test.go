@@ -99,11 +99,13 @@ func TestLogs(t *testing.T) {
 func TestWatchRulesAddressSets(t *testing.T) {
 	ts := startServer(t)
 	c := ctl{ts: ts}
+	t.Cleanup(func() { c.run(t, "", "delete", "--prefix", "as/") }) // the server is shared: -count=N starts afresh
 	if r := c.run(t, "kind: Policy\nmesh: as\nname: w2b\nsources: [{match: {app: web}}]\ndestinations: [{match: {app: backend}}]\n---\n"+
 		"kind: Workload\nmesh: as\nname: b1\ntags: {app: backend}\naddresses: [10.1.0.1]\n---\n"+
 		"kind: Workload\nmesh: as\nname: w1\ntags: {app: web}\naddresses: [10.1.0.2]\n", "apply", "-f", "-"); r.code != 0 {
 		t.Fatalf("apply: %s%s", r.out, r.errOut)
 	}
+	ts.keys(t, "as/") // the replica holds b1 (apply returns when etcd does)
 	w := c.start("watch", "rules", "--mesh", "as", "--workload-name", "b1", "--address-sets")
 	w.waitFor(t, "workload b1 [10.1.0.1]")
 	w.waitFor(t, ": 10.1.0.2\n")

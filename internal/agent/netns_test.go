@@ -185,6 +185,11 @@ func TestAgentEnforcesTheStream(t *testing.T) {
 		t.Error("a new connection passes the DENY")
 	}
 	f.publish(bRules(3, verdictv1.Action_ACTION_ALLOW, []string{"10.250.1.2"}, "10.250.2.2"))
+	// The revision is set after the apply is counted: reading the count
+	// before it could miss rev 3's own full apply.
+	eventually(t, "ALLOW again programmed", func() bool {
+		return testutil.ToFloat64(a.m.revision.WithLabelValues("workload/b")) == 3
+	})
 	eventually(t, "ALLOW again: a → b:8080 connects", func() bool { return netnstest.Connects(t, tp.A, b8080) })
 
 	// Membership alone: set elements only.
