@@ -48,7 +48,11 @@ type bitBlock struct {
 	// (a word's), so that a patch copies only the few slots it changes, and
 	// the block's copy of the chunks' directory is 8 bytes per chunk.
 	rules []*slots
-	n     int      // slots
+	n     int // slots
+	// stale bounds the free slots that may still hold the rule removed from
+	// them (a patch leaves it, at most staleMax, rather than copy a chunk of
+	// slots to write a neighbour over it).
+	stale int
 	all   []uint64 // every rule of the block
 	// resid: rules the bitmaps leave unconstrained on a key whose value no
 	// other rule of the block requires (a value of one rule is not worth a
@@ -99,6 +103,28 @@ func chunkSlots(rules []*rule) []*slots {
 	return out
 }
 
+// gapEvery is the rules a built block lays out per free slot it leaves
+// between them, as the words its bitmaps have anyway allow: an insertion then
+// finds a free slot within about gapEvery/2 slots of its place, and its shift
+// moves that many slots, not every slot up to the block's end (a gapped
+// array). A rule moved in the order leaves a free slot where it was, which
+// the next move back takes without a shift.
+const gapEvery = 32
+
+// gapSlots returns the slot of each of n sorted rules in a block built from
+// them, with free slots spread between them (gapEvery), and the block's slots.
+// The bitmaps keep the length n rules need (words(n)): the gaps cost a scan
+// nothing.
+func gapSlots(n int) (slotOf func(i int) int, slots int) {
+	gaps := min(n/gapEvery, words(n)*64-n, blockMax-n)
+	if gaps <= 0 {
+		return func(i int) int { return i }, n
+	}
+	// Rule i moves up by the gaps before it: one more every n/(gaps+1)
+	// rules, all of them by the last rule (gaps < n).
+	return func(i int) int { return i + i*(gaps+1)/n }, n + gaps
+}
+
 // exact returns the rules of the block that require value vid of the key.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
 	i, ok := slices.BinarySearch(d.vids, vid)
@@ -119,9 +145,19 @@ func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chu
 // buildBlock makes a block of rules (sorted); ids holds the term ids of the
 // rules this update adds (termIDs), the others' are looked up in ix.
 func (ix *ruleIndex) buildBlock(rules []*rule, ids *addedIDs) *bitBlock {
-	n := len(rules)
+	slotOf, n := gapSlots(len(rules))
 	nw := words(n)
-	b := &bitBlock{rules: chunkSlots(rules), n: n, resid: make([]uint64, nw)}
+	// A free slot holds the rule before it, as a bound of the order.
+	laid := make([]*rule, n)
+	for i, r := range rules {
+		laid[slotOf(i)] = r
+	}
+	for s := 1; s < n; s++ {
+		if laid[s] == nil {
+			laid[s] = laid[s-1]
+		}
+	}
+	b := &bitBlock{rules: chunkSlots(laid), n: n, resid: make([]uint64, nw)}
 	type dimBuild struct {
 		d           *bitDim
 		exact, pres []uint64 // rules requiring an exact value, the key's presence
@@ -142,9 +178,12 @@ func (ix *ruleIndex) buildBlock(rules []*rule, ids *addedIDs) *bitBlock {
 	}
 	var req []reqExact
 	var buf [16]idTerm
+	all := make([]uint64, nw)
 	for i, r := range rules {
 		req = req[:0]
-		w, bit := i/64, uint64(1)<<(i%64)
+		slot := slotOf(i)
+		w, bit := slot/64, uint64(1)<<(slot%64)
+		all[w] |= bit
 		rids, ok := ids.of(r)
 		if !ok {
 			rids = ix.lookupIDs(r, buf[:0])
@@ -168,12 +207,8 @@ func (ix *ruleIndex) buildBlock(rules []*rule, ids *addedIDs) *bitBlock {
 					continue exacts
 				}
 			}
-			q.db.values[q.vid] = append(q.db.values[q.vid], uint16(i))
+			q.db.values[q.vid] = append(q.db.values[q.vid], uint16(slot))
 		}
-	}
-	all := make([]uint64, nw)
-	for i := 0; i < n; i++ {
-		all[i/64] |= 1 << (i % 64)
 	}
 	b.all = all
 	b.dims = make([]bitDim, 0, len(byKid))
@@ -547,15 +582,19 @@ func bitBefore(a *rule, ord uint64, b *rule, bord uint64) bool {
 }
 
 // Patching. A block's rules are slots: slot i holds a rule of the block when
-// bit i of all is set, else it is free — a removed rule's slot keeps that rule
-// as a bound of the order (the slots stay sorted, ghosts included: the scan's
-// early exits read b.rules[0] and b.rules[w0*64], findRule and updateBlocks
-// search them), and whatever bits it left elsewhere are never read, since a
-// scan starts from all. A removal clears the slot's bit in all. An insertion
-// takes a free slot next to its place in the order, shifting the slots
-// between it and the nearest free one (every bitmap of the block shifts the
-// same range of bits, the sparse positions in the range move by one), then
-// clears the slot and sets the rule's bits from its term ids. A value no rule
+// bit i of all is set, else it is free — a free slot holds a rule as a bound
+// of the order (the slots stay sorted, ghosts included: the scan's early exits
+// read b.rules[0] and b.rules[w0*64], findRule and updateBlocks search them),
+// and whatever bits it left elsewhere are never read, since a scan starts
+// from all. A build leaves a free slot every gapEvery rules where the words
+// allow (gapSlots); a gap holds the rule before it. A removal clears the
+// slot's bit in all and leaves the removed rule in the slot, up to staleMax
+// per block (then every free slot gets a neighbour: sweepGhosts), so a
+// removal copies no chunk of slots. An insertion takes a free slot next to
+// its place in the order, shifting the slots between it and the nearest free
+// one (every bitmap of the block shifts the same range of bits, the sparse
+// positions in the range move by one), then clears the slot and sets the
+// rule's bits from its term ids. A value no rule
 // of the block's directory names, and a key that is no dimension of the block,
 // leave the rule unconstrained there and verified whole (resid). Readers keep
 // the old block: a patch copies each slice of it before its first write to it
@@ -629,24 +668,11 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock
 	for _, s := range gone {
 		p.clear(&nb.all, &p.top, s)
 	}
-	// A free slot holds a neighbour, not the removed rule, which it would
-	// keep alive: the previous slot's rule, or for slot 0 (and the free slots
-	// after it) the first rule held.
-	slices.Sort(gone)
-	for _, s := range gone {
-		if s > 0 {
-			p.setRule(s, nb.at(s-1))
-			continue
-		}
-		j := 1
-		for j < nb.n && !nb.holds(j) {
-			j++
-		}
-		if j < nb.n { // the free slots before it too: the slots stay sorted
-			for k := 0; k < j; k++ {
-				p.setRule(k, nb.at(j))
-			}
-		}
+	// A removed rule's slot keeps it (its key is a bound of the order) until
+	// staleMax such slots would keep removed rules alive; then every free
+	// slot gets a neighbour.
+	if nb.stale += len(gone); nb.stale > staleMax {
+		p.sweepGhosts()
 	}
 	for _, r := range adds {
 		s, clean, ok := p.makeRoom(r)
@@ -660,6 +686,51 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock
 		p.place(s, r, rids)
 	}
 	return nb, true
+}
+
+// staleMax bounds the free slots of a block that hold a removed rule, which
+// they keep alive (block.stale).
+const staleMax = 16
+
+// sweepGhosts gives every free slot a neighbour, not a removed rule: the rule
+// of the slot before it, or for the free slots before the first rule held,
+// that rule (the slots stay sorted).
+func (p *patcher) sweepGhosts() {
+	b := p.b
+	b.stale = 0
+	j := -1
+	for w, held := range b.all {
+		if held != 0 {
+			j = w*64 + bits.TrailingZeros64(held)
+			break
+		}
+	}
+	if j < 0 {
+		return // no rule left: the block is dropped
+	}
+	prev := b.at(j)
+	for w, held := range b.all {
+		lo, hi := w*64, min(w*64+64, b.n)
+		if lo >= hi {
+			break
+		}
+		free := ^held
+		if hi-lo < 64 {
+			free &= 1<<(hi-lo) - 1
+		}
+		if free == 0 { // every slot of the word holds a rule
+			prev = b.at(hi - 1)
+			continue
+		}
+		for s := lo; s < hi; s++ {
+			switch {
+			case b.holds(s):
+				prev = b.at(s)
+			case b.at(s) != prev:
+				p.setRule(s, prev)
+			}
+		}
+	}
 }
 
 // A patched block's copy and its copy of the dimensions, in one allocation

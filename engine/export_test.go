@@ -161,8 +161,8 @@ func checkRuleIndexes(s *Snapshot, keep func(*ruleIndex) bool, check func(*ruleI
 }
 
 func checkBits(ix *ruleIndex) error {
-	want := map[*rule]bool{}
-	ix.each(func(r *rule) { want[r] = true })
+	want, live := map[*rule]bool{}, map[*rule]bool{}
+	ix.each(func(r *rule) { want[r], live[r] = true, true })
 	for cl, blocks := range ix.bits.classes {
 		var prev *rule
 		for bi, b := range blocks {
@@ -187,6 +187,7 @@ func checkBits(ix *ruleIndex) error {
 				}
 			}
 			held := 0
+			removed := map[*rule]bool{} // kept alive by free slots
 			for s := 0; s < b.n; s++ {
 				r := b.at(s)
 				if prev != nil && r.key.less(&prev.key) {
@@ -194,6 +195,9 @@ func checkBits(ix *ruleIndex) error {
 				}
 				prev = r
 				if !b.holds(s) {
+					if !live[r] {
+						removed[r] = true
+					}
 					continue
 				}
 				held++
@@ -207,6 +211,9 @@ func checkBits(ix *ruleIndex) error {
 			}
 			if held == 0 {
 				return fmt.Errorf("class %d block %d: empty", cl, bi)
+			}
+			if len(removed) > b.stale || b.stale > staleMax {
+				return fmt.Errorf("class %d block %d: free slots keep %d removed rules alive, %d counted (at most %d)", cl, bi, len(removed), b.stale, staleMax)
 			}
 			past := func(ws []uint64) bool {
 				for p := b.n; p < len(ws)*64; p++ {
