@@ -675,15 +675,12 @@ func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock
 		p.sweepGhosts()
 	}
 	for _, r := range adds {
-		s, clean, ok := p.makeRoom(r)
+		s, ok := p.makeRoom(r)
 		if !ok {
 			return nil, false
 		}
-		if !clean {
-			p.clearSlot(s)
-		}
 		rids, _ := ids.of(r)
-		p.place(s, r, rids)
+		p.assign(s, r, rids)
 	}
 	return nb, true
 }
@@ -864,18 +861,18 @@ func (p *patcher) grow(r *rule) {
 }
 
 // makeRoom returns a free slot where r (not yet in the block) can go in the
-// order, shifting the slots between its place and the nearest free one; clean
-// when a shift left the slot with no bit set (a free slot as found keeps the
-// bits of the rule it held).
-func (p *patcher) makeRoom(r *rule) (slot int, clean, ok bool) {
+// order, shifting the slots between its place and the nearest free one (a
+// free slot as found keeps the bits of the rule it held; one a shift left
+// has none).
+func (p *patcher) makeRoom(r *rule) (slot int, ok bool) {
 	b := p.b
 	n := b.n
 	i := sort.Search(n, func(i int) bool { return r.key.less(&b.at(i).key) }) // r goes before slot i
 	if i > 0 && !b.holds(i-1) {
-		return i - 1, false, true
+		return i - 1, true
 	}
 	if i < n && !b.holds(i) {
-		return i, false, true
+		return i, true
 	}
 	up := b.freeFrom(i)
 	if up == n && n >= min(len(b.all)*64, blockMax) {
@@ -889,13 +886,13 @@ func (p *patcher) makeRoom(r *rule) (slot int, clean, ok bool) {
 		}
 		p.clearSlot(up)
 		p.shift(i, up, 1)
-		return i, true, true
+		return i, true
 	case down >= 0:
 		p.clearSlot(down)
 		p.shift(down, i-1, -1)
-		return i - 1, true, true
+		return i - 1, true
 	}
-	return 0, false, false
+	return 0, false
 }
 
 // shift moves slots [lo, hi) up one (delta 1: slot hi is free and cleared,
@@ -1047,32 +1044,37 @@ func (p *patcher) clearSlot(s int) {
 				d.words[off+s/64] &^= 1 << (s % 64)
 			}
 		}
-		if !slices.Contains(d.pos, uint16(s)) {
-			continue // no value's positions hold the slot (most dimensions)
+		if slices.Contains(d.pos, uint16(s)) { // most dimensions: no value's positions hold the slot
+			p.unlist(d, o, s, 0)
 		}
-		for i := 0; i < len(d.refs); i++ {
-			r := d.refs[i]
-			if r.n == 0 {
-				continue
-			}
-			ps := d.pos[r.off : r.off+r.n]
-			if uint16(s) < ps[0] || uint16(s) > ps[len(ps)-1] {
-				continue
-			}
-			j, ok := slices.BinarySearch(ps, uint16(s))
-			if !ok {
-				continue
-			}
-			own(&d.pos, &o.pos)
-			own(&d.refs, &o.refs)
-			d.pos = slices.Delete(d.pos, int(r.off)+j, int(r.off)+j+1)
-			d.shiftRefs(i, -1)
-			if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
-				own(&d.vids, &o.vids)
-				d.vids = slices.Delete(d.vids, i, i+1)
-				d.refs = slices.Delete(d.refs, i, i+1)
-				i--
-			}
+	}
+}
+
+// unlist takes slot s out of the positions of every value of d but keep (0:
+// none); a value whose last position leaves, leaves the directory.
+func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
+	for i := 0; i < len(d.refs); i++ {
+		r := d.refs[i]
+		if r.n == 0 || d.vids[i] == keep {
+			continue
+		}
+		ps := d.pos[r.off : r.off+r.n]
+		if uint16(s) < ps[0] || uint16(s) > ps[len(ps)-1] {
+			continue
+		}
+		j, ok := slices.BinarySearch(ps, uint16(s))
+		if !ok {
+			continue
+		}
+		own(&d.pos, &o.pos)
+		own(&d.refs, &o.refs)
+		d.pos = slices.Delete(d.pos, int(r.off)+j, int(r.off)+j+1)
+		d.shiftRefs(i, -1)
+		if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
+			own(&d.vids, &o.vids)
+			d.vids = slices.Delete(d.vids, i, i+1)
+			d.refs = slices.Delete(d.refs, i, i+1)
+			i--
 		}
 	}
 }
@@ -1106,45 +1108,76 @@ func dimTerm(rids []idTerm, kid uint32) (vid uint32, pres, conflict bool) {
 	return vid, pres, conflict
 }
 
-// place puts rule r, with term ids rids, in the free and cleared slot s.
-func (p *patcher) place(s int, r *rule, rids []idTerm) {
+// assign puts rule r, with term ids rids, in the free slot s, giving every
+// bitmap and position list the bit r's terms ask there. A bitmap whose bit
+// is already as asked (left by the rule the slot held, which a policy's new
+// version mostly shares) is neither written nor copied.
+func (p *patcher) assign(s int, r *rule, rids []idTerm) {
 	b := p.b
 	p.setRule(s, r)
-	p.set(&b.all, &p.top, s)
+	p.setTo(&b.all, &p.top, s, true)
+	resid := false
+	nw := len(b.all)
 	for di := range b.dims {
 		d, o := &b.dims[di], &p.dims[di]
 		vid, pres, conflict := dimTerm(rids, d.kid)
+		if conflict { // two values of one key: the rule matches no flow
+			vid = 0
+		}
+		// The positions of other values than vid leave s first: a value
+		// whose last position leaves, leaves the directory.
+		if slices.Contains(d.pos, uint16(s)) {
+			p.unlist(d, o, s, vid)
+		}
+		any, absent, dense := false, false, -1
 		switch {
-		case conflict: // two values of one key: the rule matches no flow
+		case conflict:
 		case vid != 0:
 			i, ok := slices.BinarySearch(d.vids, vid)
-			if !ok { // a value of no other rule here: verified whole
-				p.set(&d.any, &o.any, s)
-				p.set(&b.resid, &p.resid, s)
-				break
-			}
-			if ref := d.refs[i]; ref.n == 0 {
-				own(&d.words, &o.words)
-				d.words[int(ref.off)+s/64] |= 1 << (s % 64)
-			} else {
-				own(&d.pos, &o.pos)
-				own(&d.refs, &o.refs)
-				j, _ := slices.BinarySearch(d.pos[ref.off:ref.off+ref.n], uint16(s))
-				d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
-				d.shiftRefs(i, 1)
+			switch {
+			case !ok: // a value of no other rule here: verified whole
+				any, resid = true, true
+			case d.refs[i].n == 0:
+				dense = int(d.refs[i].off)
+			default:
+				ref := d.refs[i]
+				ps := d.pos[ref.off : ref.off+ref.n]
+				if j, in := slices.BinarySearch(ps, uint16(s)); !in {
+					own(&d.pos, &o.pos)
+					own(&d.refs, &o.refs)
+					d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
+					d.shiftRefs(i, 1)
+				}
 			}
 		case pres:
-			p.set(&d.any, &o.any, s)
+			any = true
 		default:
-			p.set(&d.any, &o.any, s)
-			p.set(&d.absent, &o.absent, s)
+			any, absent = true, true
+		}
+		p.setTo(&d.any, &o.any, s, any)
+		p.setTo(&d.absent, &o.absent, s, absent)
+		for off := 0; off < len(d.words); off += nw {
+			if has := d.words[off+s/64]&(1<<(s%64)) != 0; has != (off == dense) {
+				own(&d.words, &o.words)
+				d.words[off+s/64] ^= 1 << (s % 64)
+			}
 		}
 	}
 	// Terms of keys that are no dimension of the block: verified whole.
 	for _, id := range rids {
 		if !slices.ContainsFunc(b.dims, func(d bitDim) bool { return d.kid == id.kid }) {
-			p.set(&b.resid, &p.resid, s)
+			resid = true
 			break
 		}
+	}
+	p.setTo(&b.resid, &p.resid, s, resid)
+}
+
+// setTo gives bit s of *ws the value v, copying it first if the bit changes.
+func (p *patcher) setTo(ws *[]uint64, owned *bool, s int, v bool) {
+	if v {
+		p.set(ws, owned, s)
+	} else {
+		p.clear(ws, owned, s)
 	}
 }
