@@ -37,6 +37,7 @@ type rulesHub struct {
 
 	mu     sync.Mutex
 	snap   *engine.Snapshot
+	moved  chan struct{} // closed when snap moves on (await)
 	groups map[string]*ruleGroup
 	sets   *setRegistry
 	// reresolved counts the groups resolved again after a workload change
@@ -112,7 +113,7 @@ type rulesWatcher struct {
 }
 
 func newRulesHub(sy syncer.API, log *slog.Logger) *rulesHub {
-	return &rulesHub{syncer: sy, log: log, groups: map[string]*ruleGroup{}, sets: newSetRegistry()}
+	return &rulesHub{syncer: sy, log: log, groups: map[string]*ruleGroup{}, sets: newSetRegistry(), moved: make(chan struct{})}
 }
 
 // run follows the syncer's snapshots until ctx ends. A dropped subscription
@@ -225,7 +226,44 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 		g.state = st
 		g.wake()
 	}
+	h.setSnap(snap)
+}
+
+// setSnap moves the hub to snap and wakes those awaiting it.
+func (h *rulesHub) setSnap(snap *engine.Snapshot) {
 	h.snap = snap
+	close(h.moved)
+	h.moved = make(chan struct{})
+}
+
+// hubCatchUp bounds how long a new stream waits for the hub to reach the
+// replica's revision (await): the hub follows the replica within
+// milliseconds; past the bound the stream starts from the hub's snapshot.
+const hubCatchUp = 2 * time.Second
+
+// await returns once the hub's snapshot is at revision rev or later (or it
+// has none yet: a new group then starts from the replica's), ctx ends, or
+// hubCatchUp passes. A stream opened after a write the replica serves then
+// sees it: a workload just applied is found, not NOT_FOUND.
+func (h *rulesHub) await(ctx context.Context, rev int64) {
+	timeout := time.NewTimer(hubCatchUp)
+	defer timeout.Stop()
+	for {
+		h.mu.Lock()
+		if h.snap == nil || h.snap.Revision() >= rev {
+			h.mu.Unlock()
+			return
+		}
+		moved := h.moved
+		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-timeout.C:
+			return
+		case <-moved:
+		}
+	}
 }
 
 // touchedWorkloads is what a snapshot's workload changes in one mesh can
@@ -416,9 +454,11 @@ func (g *ruleGroup) fullMessage(rev int64) *encodedMsg {
 	return g.full
 }
 
-// watch registers a stream for a workload; its first message is ready at
-// once. A mesh that holds no resource, or an unknown workload, is NotFound.
-func (h *rulesHub) watch(mesh, typ string, ep watched, sets, audit bool) (*rulesWatcher, error) {
+// watch registers a stream for a workload, once the hub holds what the
+// replica serves (await); its first message is ready at once. A mesh that
+// holds no resource, or an unknown workload, is NotFound.
+func (h *rulesHub) watch(ctx context.Context, mesh, typ string, ep watched, sets, audit bool) (*rulesWatcher, error) {
+	h.await(ctx, h.syncer.Snapshot().Revision())
 	if mesh == "" {
 		mesh = engine.DefaultMesh
 	}
@@ -429,7 +469,7 @@ func (h *rulesHub) watch(mesh, typ string, ep watched, sets, audit bool) (*rules
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.snap == nil { // the hub has not run yet: it starts from this snapshot
-		h.snap = h.syncer.Snapshot()
+		h.setSnap(h.syncer.Snapshot())
 	}
 	g, ok := h.groups[key]
 	if !ok {

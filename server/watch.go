@@ -106,7 +106,7 @@ func (s watchService) WatchRules(req *verdictv1.WatchRulesRequest, stream verdic
 	if err := validateRequest(req); err != nil {
 		return toStatus(ctx, s.log, err)
 	}
-	w, err := s.hub.watch(req.GetMesh(), req.GetType(), watchedOf(req.GetWorkload()), req.GetAddressSets(), req.GetIncludeAudit())
+	w, err := s.hub.watch(ctx, req.GetMesh(), req.GetType(), watchedOf(req.GetWorkload()), req.GetAddressSets(), req.GetIncludeAudit())
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
