@@ -593,10 +593,11 @@ func bitBefore(a *rule, ord uint64, b *rule, bord uint64) bool {
 // removal copies no chunk of slots. An insertion takes a free slot next to
 // its place in the order, shifting the slots between it and the nearest free
 // one (every bitmap of the block shifts the same range of bits, the sparse
-// positions in the range move by one), then clears the slot and sets the
-// rule's bits from its term ids. A value no rule
-// of the block's directory names, and a key that is no dimension of the block,
-// leave the rule unconstrained there and verified whole (resid). Readers keep
+// positions in the range move by one), then gives every bitmap the bit the
+// rule's term ids ask there, writing only those that differ (assign). A
+// value no rule of the block's directory names, and a key that is no
+// dimension of the block, leave the rule unconstrained there and verified
+// whole (resid). Readers keep
 // the old block: a patch copies each slice of it before its first write to it
 // (a change copies a few words and one chunk of slots, not the block).
 
@@ -1044,7 +1045,7 @@ func (p *patcher) clearSlot(s int) {
 				d.words[off+s/64] &^= 1 << (s % 64)
 			}
 		}
-		if slices.Contains(d.pos, uint16(s)) { // most dimensions: no value's positions hold the slot
+		if slices.Contains(d.pos, uint16(s)) { // in most dimensions no value's positions hold it
 			p.unlist(d, o, s, 0)
 		}
 	}
@@ -1115,7 +1116,7 @@ func dimTerm(rids []idTerm, kid uint32) (vid uint32, pres, conflict bool) {
 func (p *patcher) assign(s int, r *rule, rids []idTerm) {
 	b := p.b
 	p.setRule(s, r)
-	p.setTo(&b.all, &p.top, s, true)
+	p.set(&b.all, &p.top, s)
 	resid := false
 	nw := len(b.all)
 	for di := range b.dims {
