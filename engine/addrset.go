@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // ErrPeerNotAddressable: a peer selector that cannot be given as addresses.
@@ -59,12 +61,12 @@ type PeerPlan struct {
 var everyAddress = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
 
 // PlanPeer compiles a peer selector for address sets.
-func PlanPeer(sel Selector) (*PeerPlan, error) {
+func PlanPeer(sel resource.Selector) (*PeerPlan, error) {
 	p := &PeerPlan{m: compileSelector(&sel), externalOK: true}
 	ext := everyAddress
 	onlyIP := true
 	for k, v := range sel.Match {
-		if k != IPTag {
+		if k != resource.IPTag {
 			onlyIP = false
 			p.externalOK = false
 			continue
@@ -74,33 +76,33 @@ func PlanPeer(sel Selector) (*PeerPlan, error) {
 		}
 	}
 	for _, e := range sel.Expressions {
-		if e.Key != IPTag {
+		if e.Key != resource.IPTag {
 			onlyIP = false
-			if e.Operator != OpNotIn && e.Operator != OpDoesNotExist {
+			if e.Operator != resource.OpNotIn && e.Operator != resource.OpDoesNotExist {
 				p.externalOK = false
 			}
 			continue
 		}
 		switch e.Operator {
-		case OpIn:
+		case resource.OpIn:
 			ext = intersectPrefixes(ext, addressPoints(e.Values))
-		case OpNotIn:
+		case resource.OpNotIn:
 			for _, pt := range addressPoints(e.Values) {
 				ext = subtractAddress(ext, pt.Addr())
 			}
-		case OpCIDR:
+		case resource.OpCIDR:
 			var ps []netip.Prefix
 			for _, v := range e.Values {
-				if c, err := parseCIDR(v); err == nil {
+				if c, err := resource.ParseCIDR(v); err == nil {
 					ps = append(ps, c)
 				}
 			}
 			ext = intersectPrefixes(ext, ps)
-		case OpExists:
-		case OpDoesNotExist:
+		case resource.OpExists:
+		case resource.OpDoesNotExist:
 			ext = nil
 		default:
-			return nil, fmt.Errorf("%w: %s on %s (a text prefix of addresses): use CIDR", ErrPeerNotAddressable, e.Operator, IPTag)
+			return nil, fmt.Errorf("%w: %s on %s (a text prefix of addresses): use CIDR", ErrPeerNotAddressable, e.Operator, resource.IPTag)
 		}
 	}
 	if p.externalOK {
@@ -231,12 +233,12 @@ func (p *PeerPlan) member(e *workloadEntry) (PeerMember, bool) {
 		return PeerMember{}, false
 	}
 	var m PeerMember
-	tags := make(Tags, len(e.w.Tags)+1)
+	tags := make(resource.Tags, len(e.w.Tags)+1)
 	for k, v := range e.w.Tags {
 		tags[k] = v
 	}
 	for _, a := range e.w.Addresses {
-		tags[IPTag] = a
+		tags[resource.IPTag] = a
 		if p.m.matches(tags) {
 			m.In = append(m.In, a)
 		} else if p.externalOK && p.inExternal(a) {
@@ -358,7 +360,7 @@ func (s *Snapshot) inventoryOf(mesh string) *inventory {
 		return nil
 	}
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	ms, ok := s.meshes.Get(mesh)
 	if !ok || ms == nil {

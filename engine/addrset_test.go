@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // setOf is what a kernel would hold for a selector at s: its CIDRs, or the
 // set's addresses and identities.
-func setOf(t *testing.T, s *engine.Snapshot, sel engine.Selector) (kind engine.PeerKind, addrs []string, ids []uint64) {
+func setOf(t *testing.T, s *engine.Snapshot, sel resource.Selector) (kind engine.PeerKind, addrs []string, ids []uint64) {
 	t.Helper()
 	p, err := engine.PlanPeer(sel)
 	if err != nil {
@@ -47,41 +48,41 @@ func TestPeerAddressSets(t *testing.T) {
 	t.Parallel()
 	web := map[string]string{"app": "web"}
 	db := map[string]string{"app": "db", "env": "prod"}
-	s := engine.Build(3, []engine.Resource{
+	s := engine.Build(3, []resource.Resource{
 		workload("web-1", 1, web, "10.0.0.1", "2001:db8::1"),
 		workload("web-2", 2, web, "10.1.0.2"),
 		workload("db-1", 3, db, "10.0.0.3"),
 	})
-	idWeb, idDB := engine.Identity("default", web), engine.Identity("default", db)
+	idWeb, idDB := resource.Identity("default", web), resource.Identity("default", db)
 	webIDs := []uint64{idWeb}
 	dbIDs := []uint64{idDB}
 	tests := []struct {
 		name  string
-		sel   engine.Selector
+		sel   resource.Selector
 		kind  engine.PeerKind
 		addrs []string
 		ids   []uint64
 	}{
-		{"tags: the matching workloads' addresses", engine.Selector{Match: web}, engine.PeerSet,
+		{"tags: the matching workloads' addresses", resource.Selector{Match: web}, engine.PeerSet,
 			[]string{"10.0.0.1", "10.1.0.2", "2001:db8::1"}, webIDs},
-		{"no workload matches: an empty set", engine.Selector{Match: map[string]string{"app": "none"}}, engine.PeerSet, nil, nil},
-		{"only an ip CIDR: passed through", engine.Selector{Expressions: []engine.Expression{
-			{Key: "ip", Operator: engine.OpCIDR, Values: []string{"192.168.0.0/16", "10.0.0.0/8"}}}}, engine.PeerCIDRs,
+		{"no workload matches: an empty set", resource.Selector{Match: map[string]string{"app": "none"}}, engine.PeerSet, nil, nil},
+		{"only an ip CIDR: passed through", resource.Selector{Expressions: []resource.Expression{
+			{Key: "ip", Operator: resource.OpCIDR, Values: []string{"192.168.0.0/16", "10.0.0.0/8"}}}}, engine.PeerCIDRs,
 			[]string{"10.0.0.0/8", "192.168.0.0/16"}, nil},
-		{"an exact ip: passed through", engine.Selector{Match: map[string]string{"ip": "10.9.9.9"}}, engine.PeerCIDRs,
+		{"an exact ip: passed through", resource.Selector{Match: map[string]string{"ip": "10.9.9.9"}}, engine.PeerCIDRs,
 			[]string{"10.9.9.9"}, nil},
-		{"tags and an ip CIDR: the matching workloads' addresses within it", engine.Selector{Match: web,
-			Expressions: []engine.Expression{{Key: "ip", Operator: engine.OpCIDR, Values: []string{"10.0.0.0/16"}}}},
+		{"tags and an ip CIDR: the matching workloads' addresses within it", resource.Selector{Match: web,
+			Expressions: []resource.Expression{{Key: "ip", Operator: resource.OpCIDR, Values: []string{"10.0.0.0/16"}}}},
 			engine.PeerSet, []string{"10.0.0.1"}, webIDs},
-		{"NotIn on a tag, within a CIDR: the CIDR less the workloads that fail it", engine.Selector{Expressions: []engine.Expression{
-			{Key: "env", Operator: engine.OpNotIn, Values: []string{"prod"}},
-			{Key: "ip", Operator: engine.OpCIDR, Values: []string{"10.0.0.0/30"}}}},
+		{"NotIn on a tag, within a CIDR: the CIDR less the workloads that fail it", resource.Selector{Expressions: []resource.Expression{
+			{Key: "env", Operator: resource.OpNotIn, Values: []string{"prod"}},
+			{Key: "ip", Operator: resource.OpCIDR, Values: []string{"10.0.0.0/30"}}}},
 			engine.PeerSet, []string{"10.0.0.0/31", "10.0.0.2"}, webIDs},
-		{"ip DoesNotExist: nothing a kernel sees", engine.Selector{Match: web, Expressions: []engine.Expression{
-			{Key: "ip", Operator: engine.OpDoesNotExist}}}, engine.PeerSet, nil, nil},
-		{"a principal: no address carries one", engine.Selector{Match: map[string]string{"principal": "spiffe://x"}},
+		{"ip DoesNotExist: nothing a kernel sees", resource.Selector{Match: web, Expressions: []resource.Expression{
+			{Key: "ip", Operator: resource.OpDoesNotExist}}}, engine.PeerSet, nil, nil},
+		{"a principal: no address carries one", resource.Selector{Match: map[string]string{"principal": "spiffe://x"}},
 			engine.PeerSet, nil, nil},
-		{"In on a tag", engine.Selector{Expressions: []engine.Expression{{Key: "app", Operator: engine.OpIn, Values: []string{"db", "x"}}}},
+		{"In on a tag", resource.Selector{Expressions: []resource.Expression{{Key: "app", Operator: resource.OpIn, Values: []string{"db", "x"}}}},
 			engine.PeerSet, []string{"10.0.0.3"}, dbIDs},
 	}
 	for _, tc := range tests {
@@ -97,7 +98,7 @@ func TestPeerAddressSets(t *testing.T) {
 
 func TestPeerPrefixOnIPRefused(t *testing.T) {
 	t.Parallel()
-	_, err := engine.PlanPeer(engine.Selector{Expressions: []engine.Expression{{Key: "ip", Operator: engine.OpPrefix, Values: []string{"10."}}}})
+	_, err := engine.PlanPeer(resource.Selector{Expressions: []resource.Expression{{Key: "ip", Operator: resource.OpPrefix, Values: []string{"10."}}}})
 	if !errors.Is(err, engine.ErrPeerNotAddressable) {
 		t.Fatalf("err %v", err)
 	}
@@ -110,12 +111,12 @@ func TestTouchedWorkloads(t *testing.T) {
 	a := workload("a", 1, map[string]string{"app": "a"}, "10.0.0.1")
 	b := workload("b", 2, map[string]string{"app": "b"}, "10.0.0.1", "10.0.0.2")
 	c := workload("c", 2, map[string]string{"app": "c"}, "10.0.0.3")
-	s1 := engine.Build(2, []engine.Resource{a, b, c})
+	s1 := engine.Build(2, []resource.Resource{a, b, c})
 	s2 := s1.Apply(3, []engine.Change{engine.Delete(a.Key())})
 	if got := s2.TouchedWorkloads(s1, "default", []string{"a"}); !reflect.DeepEqual(got, []string{"a", "b"}) {
 		t.Fatalf("touched %v", got)
 	}
-	p, _ := engine.PlanPeer(engine.Selector{Match: map[string]string{"app": "b"}})
+	p, _ := engine.PlanPeer(resource.Selector{Match: map[string]string{"app": "b"}})
 	if _, ok := p.Member(s1, "default", "b"); ok {
 		t.Fatal("b is invalid at s1, yet a member")
 	}

@@ -7,21 +7,22 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // TestAudit checks audit mode (docs/audit.md): audit rules never change the
 // enforced answer; the shadow result is reported iff its final action differs.
 func TestAudit(t *testing.T) {
 	t.Parallel()
-	web, api := engine.Tags{"app": "web"}, engine.Tags{"app": "api"}
+	web, api := resource.Tags{"app": "web"}, resource.Tags{"app": "api"}
 	cases := []struct {
 		name     string
 		world    string
 		typ      string
-		src, dst engine.Tags
-		action   engine.Action // enforced
-		policy   string        // enforced deciding policy
-		audit    *engine.Audit // nil: the shadow decision agrees
+		src, dst resource.Tags
+		action   resource.Action // enforced
+		policy   string          // enforced deciding policy
+		audit    *engine.Audit   // nil: the shadow decision agrees
 	}{
 		{name: "an audit DENY policy over an enforced ALLOW", world: `
 kind: Policy
@@ -36,8 +37,8 @@ rank: Absolute
 sources: [{match: {app: web}}]
 destinations: [{match: {app: api}}]
 action: DENY
-`, src: web, dst: api, action: engine.Allow, policy: "allow-all",
-			audit: &engine.Audit{Action: engine.Deny, Policy: "deny-web", Rule: "sources[0]/destinations[0]", Side: "inbound"}},
+`, src: web, dst: api, action: resource.Allow, policy: "allow-all",
+			audit: &engine.Audit{Action: resource.Deny, Policy: "deny-web", Rule: "sources[0]/destinations[0]", Side: "inbound"}},
 		{name: "an audit policy that does not match: no audit", world: `
 kind: Policy
 name: allow-all
@@ -51,7 +52,7 @@ rank: Absolute
 sources: [{match: {app: web}}]
 destinations: [{match: {app: db}}]
 action: DENY
-`, src: web, dst: api, action: engine.Allow, policy: "allow-all"},
+`, src: web, dst: api, action: resource.Allow, policy: "allow-all"},
 		{name: "an audit policy that agrees with the enforced answer: no audit", world: `
 kind: Policy
 name: allow-all
@@ -64,7 +65,7 @@ mode: Audit
 rank: Absolute
 sources: [{match: {app: web}}]
 destinations: [{}]
-`, src: web, dst: api, action: engine.Allow, policy: "allow-all"},
+`, src: web, dst: api, action: resource.Allow, policy: "allow-all"},
 		{name: "an audit ALLOW over an enforced DENY (defaultAction)", world: `
 kind: Policy
 name: allow-web
@@ -76,8 +77,8 @@ kind: Policy
 name: allow-db
 sources: [{match: {app: db}}]
 destinations: [{}]
-`, src: web, dst: api, action: engine.Deny,
-			audit: &engine.Audit{Action: engine.Allow, Policy: "allow-web", Rule: "sources[0]/destinations[0]", Side: "inbound"}},
+`, src: web, dst: api, action: resource.Deny,
+			audit: &engine.Audit{Action: resource.Allow, Policy: "allow-web", Rule: "sources[0]/destinations[0]", Side: "inbound"}},
 		{name: "an audit scope's policies and catch-all are audit", world: `
 kind: Scope
 name: apps
@@ -89,7 +90,7 @@ kind: Policy
 name: allow-all
 sources: [{}]
 destinations: [{}]
-`, src: web, dst: api, action: engine.Allow, policy: "allow-all"},
+`, src: web, dst: api, action: resource.Allow, policy: "allow-all"},
 		{name: "an audit scope's catch-all decides the shadow result", world: `
 kind: Scope
 name: apps
@@ -106,8 +107,8 @@ name: allow-db
 scope: other
 sources: [{}]
 destinations: [{}]
-`, src: web, dst: api, action: engine.Allow,
-			audit: &engine.Audit{Action: engine.Deny, Scope: "apps", Rule: "catchAll", Side: "inbound"}},
+`, src: web, dst: api, action: resource.Allow,
+			audit: &engine.Audit{Action: resource.Deny, Scope: "apps", Rule: "catchAll", Side: "inbound"}},
 		{name: "a child of an audit scope is audit too", world: `
 kind: Scope
 name: parent
@@ -130,8 +131,8 @@ kind: Policy
 name: allow-all
 sources: [{}]
 destinations: [{}]
-`, src: web, dst: api, action: engine.Allow, policy: "allow-all",
-			audit: &engine.Audit{Action: engine.Deny, Policy: "deny-web", Scope: "child", Rule: "sources[0]/destinations[0]", Side: "inbound"}},
+`, src: web, dst: api, action: resource.Allow, policy: "allow-all",
+			audit: &engine.Audit{Action: resource.Deny, Policy: "deny-web", Scope: "child", Rule: "sources[0]/destinations[0]", Side: "inbound"}},
 		{name: "an audit scope is not the most specific scope of the enforced decision", world: `
 kind: Scope
 name: open
@@ -145,8 +146,8 @@ priority: 1
 selectors: [{match: {app: api}}]
 mode: Audit
 catchAll: DENY
-`, src: web, dst: api, action: engine.Allow,
-			audit: &engine.Audit{Action: engine.Deny, Scope: "trial", Rule: "catchAll", Side: "inbound"}},
+`, src: web, dst: api, action: resource.Allow,
+			audit: &engine.Audit{Action: resource.Deny, Scope: "trial", Rule: "catchAll", Side: "inbound"}},
 		{name: "DenyOverrides: an audit DENY anywhere in order", world: `
 kind: Mesh
 name: default
@@ -165,8 +166,8 @@ priority: 9
 sources: [{}]
 destinations: [{}]
 action: DENY
-`, src: web, dst: api, action: engine.Allow, policy: "allow-web",
-			audit: &engine.Audit{Action: engine.Deny, Policy: "deny-late", Rule: "sources[0]/destinations[0]", Side: "inbound"}},
+`, src: web, dst: api, action: resource.Allow, policy: "allow-web",
+			audit: &engine.Audit{Action: resource.Deny, Policy: "deny-late", Rule: "sources[0]/destinations[0]", Side: "inbound"}},
 		{name: "an enforced DENY beats an audit ALLOW placed later", world: `
 kind: Policy
 name: deny-web
@@ -180,7 +181,7 @@ name: allow-web
 mode: Audit
 sources: [{match: {app: web}}]
 destinations: [{}]
-`, src: web, dst: api, action: engine.Deny, policy: "deny-web"},
+`, src: web, dst: api, action: resource.Deny, policy: "deny-web"},
 		{name: "Kuma AllowWithShadowDeny: enforced ALLOW, audit DENY", typ: "MeshTrafficPermission", world: `
 type: MeshTrafficPermission
 name: mtp
@@ -190,14 +191,14 @@ spec:
   from:
   - targetRef: {kind: MeshSubset, tags: {app: web}}
     default: {action: AllowWithShadowDeny}
-`, src: web, dst: api, action: engine.Allow, policy: "mtp",
-			audit: &engine.Audit{Action: engine.Deny, Policy: "mtp", Rule: "from[0]", Side: "inbound"}},
+`, src: web, dst: api, action: resource.Allow, policy: "mtp",
+			audit: &engine.Audit{Action: resource.Deny, Policy: "mtp", Rule: "from[0]", Side: "inbound"}},
 		{name: "no audit in the mesh: the plain answer", world: `
 kind: Policy
 name: allow-all
 sources: [{}]
 destinations: [{}]
-`, src: web, dst: api, action: engine.Allow, policy: "allow-all"},
+`, src: web, dst: api, action: resource.Allow, policy: "allow-all"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -263,7 +264,7 @@ mode: Audit
 targetRef: {kind: Mesh}
 from: [{targetRef: {kind: Mesh}, conf: {idle: 1s}}]
 `))
-	web, api := engine.Tags{"app": "web"}, engine.Tags{"app": "api"}
+	web, api := resource.Tags{"app": "web"}, resource.Tags{"app": "api"}
 	d, err := snap.Decide(&engine.Request{Source: web, Destination: api, Explain: true})
 	if err != nil {
 		t.Fatal(err)
@@ -277,10 +278,10 @@ from: [{targetRef: {kind: Mesh}, conf: {idle: 1s}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Main.RuleValues(); !reflect.DeepEqual(got, engine.Object{"idle": "10s"}) {
+	if got := res.Main.RuleValues(); !reflect.DeepEqual(got, resource.Object{"idle": "10s"}) {
 		t.Fatalf("resolve rules %v, want the enforced policy's", got)
 	}
-	if got := res.Main.StatusMap(); !reflect.DeepEqual(got, engine.Object{"timeout": "Enforced", "timeout-trial": "Audit"}) {
+	if got := res.Main.StatusMap(); !reflect.DeepEqual(got, resource.Object{"timeout": "Enforced", "timeout-trial": "Audit"}) {
 		t.Fatalf("resolve status %v", got)
 	}
 	rs, err := snap.RulesFor("", "", web)
@@ -300,7 +301,7 @@ from: [{targetRef: {kind: Mesh}, conf: {idle: 1s}}]
 // (naming the field), and written back.
 func TestAuditDecodeEncode(t *testing.T) {
 	t.Parallel()
-	_, err := engine.DecodeYAML([]byte("kind: Policy\nname: p\nmode: Shadow\nsources: [{}]\ndestinations: [{}]\n"))
+	_, err := resource.DecodeYAML([]byte("kind: Policy\nname: p\nmode: Shadow\nsources: [{}]\ndestinations: [{}]\n"))
 	if err == nil || !strings.Contains(err.Error(), "mode") {
 		t.Fatalf("mode Shadow: %v, want an error naming mode", err)
 	}
@@ -310,23 +311,23 @@ func TestAuditDecodeEncode(t *testing.T) {
 		"kind: Policy\nname: p\ntype: MeshTrafficPermission\ntargetRef: {kind: Mesh}\nfrom: [{targetRef: {kind: Mesh}, action: AllowWithShadowDeny}]\n",
 	} {
 		rs := mustYAML(t, doc)
-		b, err := engine.EncodeJSON(rs[0])
+		b, err := resource.EncodeJSON(rs[0])
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(string(b), `"mode":"Audit"`) && !strings.Contains(string(b), `"AllowWithShadowDeny"`) {
 			t.Fatalf("encoded without its audit: %s", b)
 		}
-		back, err := engine.DecodeJSON(b)
+		back, err := resource.DecodeJSON(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(engine.DocumentOf(back), engine.DocumentOf(rs[0])) {
+		if !reflect.DeepEqual(resource.DocumentOf(back), resource.DocumentOf(rs[0])) {
 			t.Fatalf("round trip changed %s", b)
 		}
 	}
 	rs := mustYAML(t, "kind: Policy\nname: p\nmode: Enforce\nsources: [{}]\ndestinations: [{}]\n")
-	if p := rs[0].(*engine.Policy); p.Mode != engine.ModeEnforce {
+	if p := rs[0].(*resource.Policy); p.Mode != resource.ModeEnforce {
 		t.Fatalf("mode Enforce read as %v", p.Mode)
 	}
 }
@@ -355,24 +356,24 @@ func checkAuditWorld(t *testing.T, data []byte) int {
 	c := newChoices(data)
 	world := genWorld(c)
 	auditScopes := map[string]bool{}
-	var withAudit, deleted []engine.Resource
+	var withAudit, deleted []resource.Resource
 	for _, r := range world {
 		switch v := r.(type) {
-		case *engine.Scope:
+		case *resource.Scope:
 			if auditScopes[v.Parent] || c.chance(20) {
 				auditScopes[v.Name] = true
 				if !auditScopes[v.Parent] {
 					s := *v
-					s.Mode = engine.ModeAudit
+					s.Mode = resource.ModeAudit
 					withAudit = append(withAudit, &s)
 					continue
 				}
 			}
-		case *engine.Policy:
+		case *resource.Policy:
 			if auditScopes[v.Scope] || c.chance(25) {
 				if !auditScopes[v.Scope] {
 					p := *v
-					p.Mode = engine.ModeAudit
+					p.Mode = resource.ModeAudit
 					withAudit = append(withAudit, &p)
 					continue
 				}
@@ -381,7 +382,7 @@ func checkAuditWorld(t *testing.T, data []byte) int {
 			}
 		}
 		withAudit = append(withAudit, r)
-		if s, ok := r.(*engine.Scope); !ok || !auditScopes[s.Name] {
+		if s, ok := r.(*resource.Scope); !ok || !auditScopes[s.Name] {
 			deleted = append(deleted, r)
 		}
 	}
@@ -392,17 +393,17 @@ func checkAuditWorld(t *testing.T, data []byte) int {
 		// the same world applied one change at a time, policies first
 		sa = engine.Empty()
 		for i, r := range withAudit {
-			if _, ok := r.(*engine.Policy); ok {
+			if _, ok := r.(*resource.Policy); ok {
 				sa = sa.Apply(int64(i+1), []engine.Change{engine.Put(r)})
 			}
 		}
 		for i, r := range withAudit {
-			if _, ok := r.(*engine.Policy); !ok {
+			if _, ok := r.(*resource.Policy); !ok {
 				sa = sa.Apply(int64(len(withAudit)+i+1), []engine.Change{engine.Put(r)})
 			}
 		}
 		for _, r := range withAudit {
-			if p, ok := r.(*engine.Policy); ok && p.Mode == engine.ModeAudit {
+			if p, ok := r.(*resource.Policy); ok && p.Mode == resource.ModeAudit {
 				sa = sa.Apply(sa.Revision()+1, []engine.Change{engine.Put(r)}) // rewritten: an incremental update
 			}
 		}
@@ -451,7 +452,7 @@ func checkAuditWorld(t *testing.T, data []byte) int {
 // side was decided by no rule.
 func deciderIsOutbound(d engine.Decision) bool {
 	denies := func(s engine.SideDecision) bool {
-		return s.Reason != engine.ReasonNotApplicable && s.Action == engine.Deny
+		return s.Reason != engine.ReasonNotApplicable && s.Action == resource.Deny
 	}
 	if denies(d.Outbound) != denies(d.Inbound) {
 		return denies(d.Outbound)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // The engine's figures (README, "Engine performance"): make bench, or
@@ -45,10 +46,10 @@ var profiles = []struct {
 // has neither, so they run without it.
 func BenchmarkDecide(b *testing.B) {
 	for _, pr := range profiles {
-		for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
+		for _, combine := range []resource.Combine{resource.FirstMatch, resource.DenyOverrides} {
 			for _, n := range sizes(b) {
 				scopeCounts := []int{0}
-				if pr.profile == policygen.Sparse && combine == engine.FirstMatch {
+				if pr.profile == policygen.Sparse && combine == resource.FirstMatch {
 					scopeCounts = []int{0, 50}
 				}
 				for _, scopes := range scopeCounts {
@@ -59,7 +60,7 @@ func BenchmarkDecide(b *testing.B) {
 		}
 		for _, n := range sizes(b) {
 			benchDecide(b, fmt.Sprintf("%s/FirstMatch-perdest/policies=%d/scopes=0", pr.name, n),
-				policygen.Config{Seed: 1, Policies: n, Profile: pr.profile, Select: engine.SelectPerDestination})
+				policygen.Config{Seed: 1, Policies: n, Profile: pr.profile, Select: resource.SelectPerDestination})
 			benchDecide(b, fmt.Sprintf("%s/FirstMatch-audit=10/policies=%d/scopes=0", pr.name, n),
 				policygen.Config{Seed: 1, Policies: n, Profile: pr.profile, AuditPercent: 10})
 		}
@@ -99,7 +100,7 @@ func benchDecide(b *testing.B, name string, cfg policygen.Config) {
 			}
 		}
 	})
-	if cfg.Scopes > 0 || cfg.Select != engine.SelectUnset || cfg.AuditPercent > 0 {
+	if cfg.Scopes > 0 || cfg.Select != resource.SelectUnset || cfg.AuditPercent > 0 {
 		return // the quick index covers unscoped sets, default select, no audit
 	}
 	q, err := policygen.NewQuickIndex(set)
@@ -159,8 +160,8 @@ func BenchmarkApplyOne(b *testing.B) {
 		base := set.Policies()[n/2]
 		alt := *base
 		alt.Priority = base.Priority + 1
-		alt.Destinations = []engine.Selector{{Match: map[string]string{engine.ServiceTag: "svc-moved"}}}
-		versions := []engine.Resource{&alt, base}
+		alt.Destinations = []resource.Selector{{Match: map[string]string{resource.ServiceTag: "svc-moved"}}}
+		versions := []resource.Resource{&alt, base}
 		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			rev := int64(1)
@@ -258,22 +259,22 @@ func BenchmarkDecideIdentityPair(b *testing.B) {
 // list decodes them (store.TagInterner): the engine copies a workload whose
 // map is not its tag set's to share it, and "heap" would count those copies
 // while the originals stay held here.
-func benchWorkloads(n int) []engine.Resource {
+func benchWorkloads(n int) []resource.Resource {
 	envs, versions := []string{"prod", "staging", "dev"}, []string{"v1", "v2", "v3"}
-	out := make([]engine.Resource, n)
+	out := make([]resource.Resource, n)
 	sets := map[string]map[string]string{}
 	for i := range n {
 		svc := fmt.Sprintf("svc-%03d", i%1000)
 		env, version := envs[(i/1000)%3], versions[(i/3000)%3]
 		set := svc + "/" + env + "/" + version
 		if sets[set] == nil {
-			sets[set] = map[string]string{engine.ServiceTag: svc, "env": env, "version": version, "kuma.io/zone": "zone-a"}
+			sets[set] = map[string]string{resource.ServiceTag: svc, "env": env, "version": version, "kuma.io/zone": "zone-a"}
 		}
-		out[i] = &engine.Workload{Mesh: engine.DefaultMesh, Name: fmt.Sprintf("%s-%d", svc, i),
+		out[i] = &resource.Workload{Mesh: resource.DefaultMesh, Name: fmt.Sprintf("%s-%d", svc, i),
 			Tags:      sets[set],
 			Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)},
 			Principal: "spiffe://default/" + svc,
-			Meta:      engine.Meta{CreateRevision: 1, ModRevision: 1}}
+			Meta:      resource.Meta{CreateRevision: 1, ModRevision: 1}}
 	}
 	return out
 }
@@ -290,7 +291,7 @@ func BenchmarkWorkloads(b *testing.B) {
 	const nw = 100_000
 	set := benchSet(10_000, 50)
 	wls := benchWorkloads(nw)
-	all := append(append([]engine.Resource(nil), set.Resources...), wls...)
+	all := append(append([]resource.Resource(nil), set.Resources...), wls...)
 	b.Run("build", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -314,10 +315,10 @@ func BenchmarkWorkloads(b *testing.B) {
 	})
 	b.Run("put", func(b *testing.B) {
 		snap := engine.Build(1, all)
-		w := *wls[nw/2].(*engine.Workload)
+		w := *wls[nw/2].(*resource.Workload)
 		alt := w
-		alt.Tags = map[string]string{engine.ServiceTag: "svc-moved", "env": "prod", "version": "v9", "kuma.io/zone": "zone-a"}
-		versions := []engine.Resource{&alt, &w}
+		alt.Tags = map[string]string{resource.ServiceTag: "svc-moved", "env": "prod", "version": "v9", "kuma.io/zone": "zone-a"}
+		versions := []resource.Resource{&alt, &w}
 		b.ReportAllocs()
 		rev := int64(1)
 		for i := 0; b.Loop(); i++ {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // TestBitmapPatchesMatchABuild: random sequences of puts (new policies,
@@ -23,13 +24,13 @@ func TestBitmapPatchesMatchABuild(t *testing.T) {
 	cases := []struct {
 		name    string
 		profile policygen.Profile
-		combine engine.Combine
+		combine resource.Combine
 		n       int
 		scopes  int
 	}{
-		{"sparse", policygen.Sparse, engine.FirstMatch, 8000, 5},
-		{"dense", policygen.Dense, engine.FirstMatch, 5000, 0},
-		{"dense", policygen.Dense, engine.DenyOverrides, 5000, 0},
+		{"sparse", policygen.Sparse, resource.FirstMatch, 8000, 5},
+		{"dense", policygen.Dense, resource.FirstMatch, 5000, 0},
+		{"dense", policygen.Dense, resource.DenyOverrides, 5000, 0},
 	}
 	for ci, c := range cases {
 		t.Run(fmt.Sprintf("%s/%s", c.name, c.combine), func(t *testing.T) {
@@ -38,7 +39,7 @@ func TestBitmapPatchesMatchABuild(t *testing.T) {
 			pols := set.Policies()
 			rest := set.Resources[:len(set.Resources)-c.n]
 			const reserve = 400
-			live := map[string]*engine.Policy{}
+			live := map[string]*resource.Policy{}
 			var names []string // live and reserve, stable order
 			for i, p := range pols {
 				names = append(names, p.Name)
@@ -46,12 +47,12 @@ func TestBitmapPatchesMatchABuild(t *testing.T) {
 					live[p.Name] = p
 				}
 			}
-			byName := map[string]*engine.Policy{}
+			byName := map[string]*resource.Policy{}
 			for _, p := range pols {
 				byName[p.Name] = p
 			}
-			current := func() []engine.Resource {
-				out := append([]engine.Resource(nil), rest...)
+			current := func() []resource.Resource {
+				out := append([]resource.Resource(nil), rest...)
 				for _, name := range names {
 					if p, ok := live[name]; ok {
 						out = append(out, p)
@@ -84,7 +85,7 @@ func TestBitmapPatchesMatchABuild(t *testing.T) {
 						changes = append(changes, engine.Delete(p.Key()))
 					case op == 1 && len(p.Destinations) > 0: // a value no other rule names
 						alt := *p
-						alt.Destinations = []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-new-%d", step)}}}
+						alt.Destinations = []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("svc-new-%d", step)}}}
 						live[name] = &alt
 						changes = append(changes, engine.Put(&alt))
 					default: // moved in the order

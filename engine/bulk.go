@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // A bulk build (a cold start, a resync, a Mesh or Scope change) compiles whole
@@ -303,7 +304,7 @@ func (m *matcher) countTerms() termCounts {
 	c := termCounts{exact: len(m.exact), present: len(m.present)}
 	for i := range m.exprs {
 		switch m.exprs[i].op {
-		case OpIn, OpExists, OpPrefix, OpCIDR:
+		case resource.OpIn, resource.OpExists, resource.OpPrefix, resource.OpCIDR:
 			c.exprs++
 		}
 	}

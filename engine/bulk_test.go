@@ -6,6 +6,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // TestBuildIndexMatchesUpdate: a bulk build files every index as update does
@@ -16,9 +17,9 @@ func TestBuildIndexMatchesUpdate(t *testing.T) {
 	configs := []policygen.Config{
 		{Seed: 1, Policies: 3000},
 		{Seed: 2, Policies: 3000, Scopes: 20, AuditPercent: 10},
-		{Seed: 3, Policies: 3000, Profile: policygen.Dense, Combine: engine.DenyOverrides},
+		{Seed: 3, Policies: 3000, Profile: policygen.Dense, Combine: resource.DenyOverrides},
 		{Seed: 4, Policies: 12000, Profile: policygen.Dense},
-		{Seed: 5, Policies: 2000, Select: engine.SelectPerDestination, WildcardPercent: 40},
+		{Seed: 5, Policies: 2000, Select: resource.SelectPerDestination, WildcardPercent: 40},
 	}
 	for _, c := range configs {
 		t.Run(fmt.Sprintf("seed=%d/policies=%d", c.Seed, c.Policies), func(t *testing.T) {

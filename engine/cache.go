@@ -3,6 +3,8 @@ package engine
 import (
 	"hash/maphash"
 	"sync/atomic"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // The decision cache (the memo). Sidecars ask about the same flows over and
@@ -92,7 +94,7 @@ type cacheEntry struct {
 	dstSet   *TagSet
 	mesh     string
 	typ      string
-	proto    Protocol
+	proto    resource.Protocol
 	port     uint32
 	src, dst []tagKV
 	d        Decision
@@ -114,7 +116,7 @@ func mix64(x uint64) uint64 {
 }
 
 // tagsHash hashes a tag set independently of map order.
-func tagsHash(tags Tags) uint64 {
+func tagsHash(tags resource.Tags) uint64 {
 	var sum uint64
 	for k, v := range tags {
 		sum += mix64(maphash.String(cacheSeed, k) ^ maphash.String(cacheSeed, v)*0x9E3779B97F4A7C15)
@@ -127,7 +129,7 @@ func flowHash(mesh, typ string, f *flow) uint64 {
 }
 
 // flowHashOf is flowHash from the tag sets' hashes (tagsHash).
-func flowHashOf(mesh, typ string, src, dst uint64, proto Protocol, port uint32) uint64 {
+func flowHashOf(mesh, typ string, src, dst uint64, proto resource.Protocol, port uint32) uint64 {
 	h := maphash.String(cacheSeed, mesh) ^ mix64(maphash.String(cacheSeed, typ))
 	h ^= mix64(src + 0x632BE59BD9B4E019)
 	h ^= mix64(dst*3 + 0x8CB92BA72F3D8DD7)
@@ -136,7 +138,7 @@ func flowHashOf(mesh, typ string, src, dst uint64, proto Protocol, port uint32) 
 }
 
 // sameTags reports whether a request's tags are exactly the entry's.
-func sameTags(want []tagKV, tags Tags) bool {
+func sameTags(want []tagKV, tags resource.Tags) bool {
 	if len(want) != len(tags) {
 		return false
 	}
@@ -264,11 +266,11 @@ pick:
 
 // setIdentity is the identity of tags in mesh: the interned set's when the
 // caller has it (set, of tags), else computed.
-func setIdentity(mesh string, set *TagSet, tags Tags) uint64 {
+func setIdentity(mesh string, set *TagSet, tags resource.Tags) uint64 {
 	if set != nil {
 		return set.id
 	}
-	return Identity(mesh, tags)
+	return resource.Identity(mesh, tags)
 }
 
 // cache returns the memo of the snapshot's lineage, creating it on first use.

@@ -1,15 +1,19 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/verdictpdp/verdict/engine/resource"
+)
 
 // TestCacheVerifiesEveryField: an entry found under a flow's hash answers only
 // that exact flow; a colliding hash is a miss, never another flow's answer.
 func TestCacheVerifiesEveryField(t *testing.T) {
 	t.Parallel()
-	base := flow{src: Tags{"app": "web"}, dst: Tags{"app": "db", "env": "prod"}, proto: TCP, port: 5432}
+	base := flow{src: resource.Tags{"app": "web"}, dst: resource.Tags{"app": "db", "env": "prod"}, proto: resource.TCP, port: 5432}
 	const h = 0x1234_5678_9abc_def0
 	c := &decisionCache{}
-	d := Decision{Action: Deny, Policy: "deny-db"}
+	d := Decision{Action: resource.Deny, Policy: "deny-db"}
 	epoch := &memoEpoch{}
 	key := func(mesh, typ string, f *flow) *memoKey {
 		return &memoKey{h: h, epoch: epoch, mesh: mesh, typ: typ, f: *f}
@@ -35,12 +39,12 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 	}{
 		"mesh":            {"other", "T", base},
 		"type":            {"m", "U", base},
-		"protocol":        {"m", "T", flow{src: base.src, dst: base.dst, proto: UDP, port: 5432}},
-		"port":            {"m", "T", flow{src: base.src, dst: base.dst, proto: TCP, port: 5433}},
-		"source value":    {"m", "T", flow{src: Tags{"app": "api"}, dst: base.dst, proto: TCP, port: 5432}},
-		"source extra":    {"m", "T", flow{src: Tags{"app": "web", "v": "1"}, dst: base.dst, proto: TCP, port: 5432}},
-		"destination key": {"m", "T", flow{src: base.src, dst: Tags{"app": "db", "zone": "prod"}, proto: TCP, port: 5432}},
-		"destination one": {"m", "T", flow{src: base.src, dst: Tags{"app": "db"}, proto: TCP, port: 5432}},
+		"protocol":        {"m", "T", flow{src: base.src, dst: base.dst, proto: resource.UDP, port: 5432}},
+		"port":            {"m", "T", flow{src: base.src, dst: base.dst, proto: resource.TCP, port: 5433}},
+		"source value":    {"m", "T", flow{src: resource.Tags{"app": "api"}, dst: base.dst, proto: resource.TCP, port: 5432}},
+		"source extra":    {"m", "T", flow{src: resource.Tags{"app": "web", "v": "1"}, dst: base.dst, proto: resource.TCP, port: 5432}},
+		"destination key": {"m", "T", flow{src: base.src, dst: resource.Tags{"app": "db", "zone": "prod"}, proto: resource.TCP, port: 5432}},
+		"destination one": {"m", "T", flow{src: base.src, dst: resource.Tags{"app": "db"}, proto: resource.TCP, port: 5432}},
 	}
 	for name, o := range others {
 		if got, ok := c.lookup(key(o.mesh, o.typ, &o.f)); ok {
@@ -57,7 +61,7 @@ func cycleHitRate(n, rounds int) float64 {
 	epoch := &memoEpoch{}
 	flows := make([]flow, n)
 	for i := range flows {
-		flows[i] = flow{src: Tags{"app": "web", "i": itoa(i)}, dst: Tags{"app": "db"}, proto: TCP, port: 5432}
+		flows[i] = flow{src: resource.Tags{"app": "web", "i": itoa(i)}, dst: resource.Tags{"app": "db"}, proto: resource.TCP, port: 5432}
 	}
 	hits, asked := 0, 0
 	for r := 0; r < rounds; r++ {
@@ -65,7 +69,7 @@ func cycleHitRate(n, rounds int) float64 {
 			k := &memoKey{h: flowHash("m", "T", &flows[i]), epoch: epoch, mesh: "m", typ: "T", f: flows[i]}
 			_, ok := c.lookup(k)
 			if !ok {
-				c.store(k, &Decision{Action: Allow})
+				c.store(k, &Decision{Action: resource.Allow})
 			}
 			if r >= rounds-3 {
 				asked++

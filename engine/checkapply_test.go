@@ -8,6 +8,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // TestCheckApplyAgreesWithApply: CheckApply builds the next snapshot without
@@ -23,16 +24,16 @@ func TestCheckApplyAgreesWithApply(t *testing.T) {
 	snap := engine.Build(1, set.Resources)
 	pols := set.Policies()
 	r := rand.New(rand.NewPCG(5, 5))
-	var scopes []engine.Key
+	var scopes []resource.Key
 	for _, res := range set.Resources {
-		if res.Key().Kind == engine.KindScope {
+		if res.Key().Kind == resource.KindScope {
 			scopes = append(scopes, res.Key())
 		}
 	}
 	checked, refused := 0, 0
 	for round := range 300 {
-		var puts []engine.Resource
-		var deletes []engine.Key
+		var puts []resource.Resource
+		var deletes []resource.Key
 		used := map[string]bool{}
 		for i := range 1 + r.IntN(3) {
 			p := *pols[r.IntN(len(pols))]
@@ -91,8 +92,8 @@ func TestCheckApplyAgreesWithApply(t *testing.T) {
 // checkByApply is CheckApply's error computed from the complete next
 // snapshot (Apply), as CheckApply did before it skipped the indexes: one
 // "field: reason" per new invalid resource, in path order, as
-// engine.ValidationError renders them ("" when none).
-func checkByApply(s *engine.Snapshot, puts []engine.Resource, deletes []engine.Key) string {
+// resource.ValidationError renders them ("" when none).
+func checkByApply(s *engine.Snapshot, puts []resource.Resource, deletes []resource.Key) string {
 	before := map[string]bool{}
 	for _, inv := range s.Invalid() {
 		before[inv.Path] = true
@@ -117,18 +118,18 @@ func checkByApply(s *engine.Snapshot, puts []engine.Resource, deletes []engine.K
 		}
 		return 0
 	})
-	var errs []engine.FieldError
+	var errs []resource.FieldError
 	for _, inv := range after {
 		i, written := idx[inv.Path]
 		switch {
 		case written && i >= 0:
-			errs = append(errs, engine.FieldError{Field: fmt.Sprintf("resources[%d]", i), Reason: inv.Err.Error()})
+			errs = append(errs, resource.FieldError{Field: fmt.Sprintf("resources[%d]", i), Reason: inv.Err.Error()})
 		case !before[inv.Path]:
-			errs = append(errs, engine.FieldError{Field: inv.Path, Reason: "this write would make it invalid: " + inv.Err.Error()})
+			errs = append(errs, resource.FieldError{Field: inv.Path, Reason: "this write would make it invalid: " + inv.Err.Error()})
 		}
 	}
 	if len(errs) == 0 {
 		return ""
 	}
-	return (&engine.ValidationError{Errors: errs}).Error()
+	return (&resource.ValidationError{Errors: errs}).Error()
 }

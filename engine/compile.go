@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Phases of the order (docs/order.md, key 1).
@@ -79,18 +81,18 @@ func rankCmp(aTotal, aExact int16, aTb1, aTb2 int64, bTotal, bExact int16, bTb1,
 // of an S&D policy, a from or to item of a targetRef policy, or a scope's catch-all.
 type rule struct {
 	key    orderKey
-	policy *Policy // nil for a catch-all
+	policy *resource.Policy // nil for a catch-all
 	src    *matcher
 	dst    *matcher
-	ports  []PortEntry
+	ports  []resource.PortEntry
 	// The small fields together (136 bytes, the 144-byte size class; 160
 	// when they were scattered), beside what a scan reads with them.
-	action Action
+	action resource.Action
 	sides  uint8
 	filed  uint8 // the end of the term the rule is filed under (endSrc, endDst; 0: the always list)
 	audit  bool  // decides the shadow decision only (docs/audit.md)
 	scope  int32 // position of the rule's scope in the mesh's scope order; 0 = the mesh root
-	conf   Object
+	conf   resource.Object
 	id     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
 }
 
@@ -116,52 +118,52 @@ func (r *rule) policyName() string {
 
 // meshSettings are a mesh's settings with every default resolved.
 type meshSettings struct {
-	defaultAction    Action
-	unenforcedAction Action
-	tieBreak         TieBreak
-	itemOrder        ItemOrder
-	profile          Profile
-	types            map[string]TypeSettings
+	defaultAction    resource.Action
+	unenforcedAction resource.Action
+	tieBreak         resource.TieBreak
+	itemOrder        resource.ItemOrder
+	profile          resource.Profile
+	types            map[string]resource.TypeSettings
 }
 
 // profileDefaults are the defaults a profile sets (docs/kuma.md).
 var profileDefaults = [...]struct {
-	tieBreak  TieBreak
-	itemOrder ItemOrder
-	types     map[string]TypeSettings // fields a profile sets per type
+	tieBreak  resource.TieBreak
+	itemOrder resource.ItemOrder
+	types     map[string]resource.TypeSettings // fields a profile sets per type
 }{
-	ProfileNone: {tieBreak: TieBreakName, itemOrder: FirstWins},
+	resource.ProfileNone: {tieBreak: resource.TieBreakName, itemOrder: resource.FirstWins},
 	// Kuma's code: equal rank → the newest created; to/from items → LastWins (>= 2.6);
 	// MeshTrafficPermission with mTLS and no policy → denied; TrafficPermission one
 	// policy per inbound.
-	ProfileKuma: {tieBreak: TieBreakNewestCreated, itemOrder: LastWins, types: map[string]TypeSettings{
-		"MeshTrafficPermission": {UnenforcedAction: Deny},
-		"TrafficPermission":     {Select: SelectPerDestination},
+	resource.ProfileKuma: {tieBreak: resource.TieBreakNewestCreated, itemOrder: resource.LastWins, types: map[string]resource.TypeSettings{
+		"MeshTrafficPermission": {UnenforcedAction: resource.Deny},
+		"TrafficPermission":     {Select: resource.SelectPerDestination},
 	}},
 	// Kong Mesh's docs (seed 001): equal rank → the newest one (modification).
-	ProfileKongMesh: {tieBreak: TieBreakNewestModified, itemOrder: LastWins, types: map[string]TypeSettings{
-		"MeshTrafficPermission": {UnenforcedAction: Deny},
-		"TrafficPermission":     {Select: SelectPerDestination},
+	resource.ProfileKongMesh: {tieBreak: resource.TieBreakNewestModified, itemOrder: resource.LastWins, types: map[string]resource.TypeSettings{
+		"MeshTrafficPermission": {UnenforcedAction: resource.Deny},
+		"TrafficPermission":     {Select: resource.SelectPerDestination},
 	}},
 }
 
 // settingsOf resolves a mesh's settings: a field set on the Mesh beats its
 // profile, which beats verdict's defaults.
-func settingsOf(m *Mesh) meshSettings {
-	s := meshSettings{defaultAction: Deny, unenforcedAction: Allow, tieBreak: TieBreakName, itemOrder: FirstWins}
+func settingsOf(m *resource.Mesh) meshSettings {
+	s := meshSettings{defaultAction: resource.Deny, unenforcedAction: resource.Allow, tieBreak: resource.TieBreakName, itemOrder: resource.FirstWins}
 	if m == nil {
 		return s
 	}
 	pd := &profileDefaults[m.Profile]
 	s.profile = m.Profile
-	s.defaultAction = m.DefaultAction.or(Deny)
-	s.unenforcedAction = m.UnenforcedAction.or(Allow)
+	s.defaultAction = m.DefaultAction.Or(resource.Deny)
+	s.unenforcedAction = m.UnenforcedAction.Or(resource.Allow)
 	s.tieBreak = m.TieBreak
-	if s.tieBreak == TieBreakUnset {
+	if s.tieBreak == resource.TieBreakUnset {
 		s.tieBreak = pd.tieBreak
 	}
 	s.itemOrder = m.ItemOrder
-	if s.itemOrder == ItemOrderUnset {
+	if s.itemOrder == resource.ItemOrderUnset {
 		s.itemOrder = pd.itemOrder
 	}
 	s.types = m.Types
@@ -170,9 +172,9 @@ func settingsOf(m *Mesh) meshSettings {
 
 // typeSettings are the settings that apply to one policy type.
 type typeSettings struct {
-	combine          Combine
-	defaultAction    Action
-	unenforcedAction Action
+	combine          resource.Combine
+	defaultAction    resource.Action
+	unenforcedAction resource.Action
 	perDestination   bool // select: PerDestination (perdest.go)
 }
 
@@ -183,19 +185,19 @@ func (s *meshSettings) forType(t string) typeSettings {
 	// type (docs/kuma.md, "Profiles"), not by the mesh-wide one.
 	p := profileDefaults[s.profile].types[t]
 	ts.combine = o.Combine
-	ts.defaultAction = o.DefaultAction.or(ts.defaultAction)
-	ts.unenforcedAction = o.UnenforcedAction.or(p.UnenforcedAction).or(ts.unenforcedAction)
+	ts.defaultAction = o.DefaultAction.Or(ts.defaultAction)
+	ts.unenforcedAction = o.UnenforcedAction.Or(p.UnenforcedAction).Or(ts.unenforcedAction)
 	sel := o.Select
-	if sel == SelectUnset {
+	if sel == resource.SelectUnset {
 		sel = p.Select
 	}
-	ts.perDestination = sel == SelectPerDestination
+	ts.perDestination = sel == resource.SelectPerDestination
 	return ts
 }
 
 // scopeInfo is a valid scope, compiled.
 type scopeInfo struct {
-	doc       *Scope
+	doc       *resource.Scope
 	ord       int32 // position in the total scope order, from 1; the mesh root is 0
 	parent    int32 // ord of the parent, 0 for none
 	depth     int
@@ -220,9 +222,9 @@ func (t *scopeTable) size() int { return len(t.list) }
 
 // buildScopes validates the scopes' parents and builds the scope order.
 // A scope whose parent is missing, invalid, or on a cycle is invalid.
-func buildScopes(docs []*Scope) *scopeTable {
+func buildScopes(docs []*resource.Scope) *scopeTable {
 	t := &scopeTable{byName: map[string]*scopeInfo{}, catchAlls: map[string][]*rule{}, invalid: map[string]string{}}
-	byName := make(map[string]*Scope, len(docs))
+	byName := make(map[string]*resource.Scope, len(docs))
 	for _, s := range docs {
 		byName[s.Name] = s
 	}
@@ -242,7 +244,7 @@ func buildScopes(docs []*Scope) *scopeTable {
 			}
 		}
 	}
-	var valid []*Scope
+	var valid []*resource.Scope
 	for _, s := range docs {
 		if _, ok := accepted[s.Name]; ok {
 			valid = append(valid, s)
@@ -278,10 +280,10 @@ func buildScopes(docs []*Scope) *scopeTable {
 	}
 	var members []*rule
 	for _, si := range t.list {
-		si.audit = si.doc.Mode == ModeAudit
+		si.audit = si.doc.Mode == resource.ModeAudit
 		for p := si.parent; p != 0; p = t.list[p-1].parent {
 			si.ancestors = append(si.ancestors, p)
-			si.audit = si.audit || t.list[p-1].doc.Mode == ModeAudit
+			si.audit = si.audit || t.list[p-1].doc.Mode == resource.ModeAudit
 		}
 		t.audit = t.audit || si.audit
 		for i, m := range si.selectors {
@@ -294,12 +296,12 @@ func buildScopes(docs []*Scope) *scopeTable {
 	// Catch-alls follow the scope order backwards: the lowest-priority scope first.
 	for i := len(t.list) - 1; i >= 0; i-- {
 		si := t.list[i]
-		if si.doc.CatchAll == ActionUnset {
+		if si.doc.CatchAll == resource.ActionUnset {
 			continue
 		}
 		types := si.doc.CatchAllTypes
 		if types == nil {
-			types = []string{DefaultType}
+			types = []string{resource.DefaultType}
 		}
 		for _, typ := range types {
 			t.catchAlls[typ] = append(t.catchAlls[typ], &rule{
@@ -311,7 +313,7 @@ func buildScopes(docs []*Scope) *scopeTable {
 	return t
 }
 
-func scopeProblem(s *Scope, byName map[string]*Scope, accepted map[string]int) string {
+func scopeProblem(s *resource.Scope, byName map[string]*resource.Scope, accepted map[string]int) string {
 	seen := map[string]bool{s.Name: true}
 	chain := []string{s.Name}
 	for cur := s; ; {
@@ -335,12 +337,12 @@ func scopeProblem(s *Scope, byName map[string]*Scope, accepted map[string]int) s
 }
 
 // ruleTieBreak fills the tie-break fields of a key (docs/order.md, key 5).
-func ruleTieBreak(k *orderKey, p *Policy, tb TieBreak) {
+func ruleTieBreak(k *orderKey, p *resource.Policy, tb resource.TieBreak) {
 	k.name = p.Name
 	switch tb {
-	case TieBreakNewestCreated:
+	case resource.TieBreakNewestCreated:
 		k.tb1, k.tb2 = -p.Meta.CreateRevision, newestFirst(p.Meta.CreationTime.UnixNano(), p.Meta.CreationTime.IsZero())
-	case TieBreakNewestModified:
+	case resource.TieBreakNewestModified:
 		k.tb1, k.tb2 = -p.Meta.ModRevision, newestFirst(p.Meta.ModificationTime.UnixNano(), p.Meta.ModificationTime.IsZero())
 	}
 }
@@ -355,7 +357,7 @@ func newestFirst(ns int64, zero bool) int64 {
 
 // compiledPolicy is a policy of a type partition with its rules.
 type compiledPolicy struct {
-	p      *Policy
+	p      *resource.Policy
 	err    string  // why the policy is invalid in its mesh; "" when valid
 	rules  []*rule // in the order of the policy's document
 	attach []*rule // targetRef attachment: one pseudo-rule per side the policy has items on
@@ -375,11 +377,11 @@ type onePolicy struct {
 // (the scope it was compiled with: a scopeInfo never changes): every rule of
 // it is an audit rule. A method, not a field: 80 bytes, not the 96-byte class.
 func (cp *compiledPolicy) audit() bool {
-	return cp.p.Mode == ModeAudit || cp.scope != nil && cp.scope.audit
+	return cp.p.Mode == resource.ModeAudit || cp.scope != nil && cp.scope.audit
 }
 
 // compilePolicy turns a valid policy into its rules (docs/order.md).
-func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy {
+func compilePolicy(p *resource.Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy {
 	compiled := compiledPolicy{p: p, scope: scope}
 	audit := compiled.audit()
 	base := orderKey{priority: p.Priority}
@@ -387,7 +389,7 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 	if scope != nil {
 		ord = scope.ord
 	}
-	if p.Rank == RankAbsolute {
+	if p.Rank == resource.RankAbsolute {
 		base.phase, base.scope = phaseAbsolute, ord
 	} else {
 		base.phase, base.scope = phaseDefault, -ord
@@ -395,10 +397,10 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 	ruleTieBreak(&base, p, s.tieBreak)
 	ports := p.Ports
 	for i := range ports {
-		if ports[i].Ports != "" && ports[i].ranges == nil {
-			ports = append([]PortEntry(nil), p.Ports...)
+		if ports[i].Ports != "" && ports[i].Ranges == nil {
+			ports = append([]resource.PortEntry(nil), p.Ports...)
 			for j := range ports {
-				ports[j].ranges, _ = parsePortRanges(ports[j].Ports)
+				ports[j].Ranges, _ = resource.ParsePortRanges(ports[j].Ports)
 			}
 			break
 		}
@@ -436,7 +438,7 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 				k.total, k.exact = r.total(), r.exact
 				k.item = int32(i*len(dsts) + j)
 				rules[k.item] = rule{
-					key: k, policy: p, src: sm, dst: dm, ports: ports, action: p.Action.or(Allow),
+					key: k, policy: p, src: sm, dst: dm, ports: ports, action: p.Action.Or(resource.Allow),
 					conf: p.Conf, sides: sideBoth, scope: ord, id: pairID(i, j), audit: audit,
 				}
 				cp.rules[k.item] = &rules[k.item]
@@ -446,20 +448,20 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 	}
 	cp := new(compiledPolicy)
 	*cp = compiled
-	top := compileSelector(targetSelector(*p.TargetRef))
-	level := p.TargetRef.level()
-	addItems := func(items []Item, list string, sides uint8) {
+	top := compileSelector(resource.TargetSelector(*p.TargetRef))
+	level := p.TargetRef.Level()
+	addItems := func(items []resource.Item, list string, sides uint8) {
 		for i, it := range items {
 			k := base
 			k.total = level
 			// Items take the even places; an item's shadow DENY (Kuma's
 			// AllowWithShadowDeny) the odd place just before its ALLOW.
 			k.item = 2 * int32(i)
-			if s.itemOrder == LastWins {
+			if s.itemOrder == resource.LastWins {
 				k.item = -2 * int32(i)
 			}
-			peer := compileSelector(targetSelector(it.TargetRef))
-			r := &rule{key: k, policy: p, ports: ports, action: it.Action.or(Allow), conf: it.Conf, sides: sides, id: itemID(list, i),
+			peer := compileSelector(resource.TargetSelector(it.TargetRef))
+			r := &rule{key: k, policy: p, ports: ports, action: it.Action.Or(resource.Allow), conf: it.Conf, sides: sides, id: itemID(list, i),
 				audit: audit}
 			if sides == sideIn {
 				r.src, r.dst = peer, top
@@ -469,7 +471,7 @@ func compilePolicy(p *Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy
 			if it.ShadowDeny {
 				d := *r
 				d.key.item--
-				d.action, d.audit = Deny, true
+				d.action, d.audit = resource.Deny, true
 				cp.rules = append(cp.rules, &d)
 			}
 			cp.rules = append(cp.rules, r)

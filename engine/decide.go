@@ -3,14 +3,16 @@ package engine
 import (
 	"fmt"
 	"sync"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Request asks for the decision on one flow (docs/api.md, DecideRequest).
 type Request struct {
-	Mesh        string // "" = default
-	Type        string // "" = TrafficPermission
-	Source      Tags   // the tag form of the source (nil with SourceEndpoint)
-	Destination Tags   // the tag form of the destination (nil with DestinationEndpoint)
+	Mesh        string        // "" = default
+	Type        string        // "" = TrafficPermission
+	Source      resource.Tags // the tag form of the source (nil with SourceEndpoint)
+	Destination resource.Tags // the tag form of the destination (nil with DestinationEndpoint)
 	// SourceEndpoint and DestinationEndpoint give a side in any endpoint form
 	// (a workload name, an address, a principal, an identity, or tags),
 	// resolved against the mesh's inventory (endpoint.go); when one is set,
@@ -21,8 +23,8 @@ type Request struct {
 	// workload of the mesh has as its own tag set: the identities registered
 	// through the API (identity.go). nil: the inventory alone.
 	Registry *Registry
-	Protocol Protocol // ProtocolAny: not given
-	Port     uint32   // 0: not given
+	Protocol resource.Protocol // ProtocolAny: not given
+	Port     uint32            // 0: not given
 	Explain  bool
 	// NoCache decides without the snapshot's decision cache (benchmarks of the
 	// scan itself; debugging). Explain never uses the cache.
@@ -65,19 +67,19 @@ func (r Reason) decidedByRule() bool { return r == ReasonMatched || r == ReasonC
 
 // SideDecision is the answer of one side of a flow.
 type SideDecision struct {
-	Action Action
+	Action resource.Action
 	Policy string // the deciding policy; "" unless Reason is MATCHED
 	Scope  string // the deciding rule's scope; "" for the mesh root and targetRef rules
 	Rule   string // the deciding rule: "sources[0]/destinations[1]", "from[2]", "catchAll"
 	Reason Reason
-	Conf   Object // the deciding rule's conf (shared; do not modify)
+	Conf   resource.Object // the deciding rule's conf (shared; do not modify)
 }
 
 // Decision is the answer for a flow.
 type Decision struct {
-	Action   Action
-	Policy   string // the policy that decided the final action
-	Conf     Object // its rule's conf (shared; do not modify)
+	Action   resource.Action
+	Policy   string          // the policy that decided the final action
+	Conf     resource.Object // its rule's conf (shared; do not modify)
 	Outbound SideDecision
 	Inbound  SideDecision
 	Revision int64
@@ -94,7 +96,7 @@ type Decision struct {
 
 // Audit is what a decision would have been had its audit rules been enforced.
 type Audit struct {
-	Action Action
+	Action resource.Action
 	Policy string
 	Scope  string
 	Rule   string
@@ -106,8 +108,8 @@ var sideNames = [2]string{"outbound", "inbound"}
 
 // flow is a request's flow as the matchers see it.
 type flow struct {
-	src, dst Tags
-	proto    Protocol
+	src, dst resource.Tags
+	proto    resource.Protocol
 	port     uint32
 }
 
@@ -158,7 +160,7 @@ func (sc *scratch) reset(nScopes int) {
 
 // computeMembers finds the scopes a workload is a member of: its own selectors
 // match and so do every ancestor's.
-func (sc *scratch) computeMembers(t *scopeTable, side int, tags Tags) {
+func (sc *scratch) computeMembers(t *scopeTable, side int, tags resource.Tags) {
 	t.index.lists(tags, nil, &sc.lists, nil)
 	own := sc.own[side]
 	for _, ls := range sc.lists {
@@ -224,12 +226,12 @@ func (s *Snapshot) Decide(req *Request) (Decision, error) {
 func (s *Snapshot) decideInto(req *Request, d *Decision) error {
 	meshName := req.Mesh
 	if meshName == "" {
-		meshName = DefaultMesh
+		meshName = resource.DefaultMesh
 	}
 	ms, ok := s.meshes.Get(meshName)
 	typ := req.Type
 	if typ == "" {
-		typ = DefaultType
+		typ = resource.DefaultType
 	}
 	if s.closedByType(meshName, ms, typ) != nil {
 		s.decideClosed(ms, meshName, req, d)
@@ -290,7 +292,7 @@ func (r *Request) identify(mesh string, d *Decision, memo [2]uint64) {
 		case memo[i] != 0:
 			side.res.Identity = memo[i]
 		default:
-			side.res.Identity = Identity(mesh, side.res.Tags)
+			side.res.Identity = resource.Identity(mesh, side.res.Tags)
 		}
 	}
 }
@@ -428,7 +430,7 @@ func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *
 	for side := 0; side < 2; side++ {
 		switch {
 		case ts.notApplicable(side, shadow) || set.perDestination && side == 0:
-			*res[side] = SideDecision{Action: Allow, Reason: ReasonNotApplicable}
+			*res[side] = SideDecision{Action: resource.Allow, Reason: ReasonNotApplicable}
 		case ms.unenforcedScope(sc, side, shadow):
 			*res[side] = SideDecision{Action: set.unenforcedAction, Reason: ReasonUnenforced}
 		default:
@@ -469,13 +471,13 @@ func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *
 
 // scanRules finds, per side in need, the rule of ix that decides the side,
 // unless prior (found in other rules of the same order) comes first.
-func scanRules(ix *ruleIndex, combine Combine, f *flow, sc *scratch, need [2]bool, prior picks) picks {
+func scanRules(ix *ruleIndex, combine resource.Combine, f *flow, sc *scratch, need [2]bool, prior picks) picks {
 	p := prior
 	p.need = need
 	if ix == nil || ix.size == 0 {
 		return p
 	}
-	if combine == DenyOverrides {
+	if combine == resource.DenyOverrides {
 		scanDenyOverrides(ix, f, sc, need, &p)
 	} else {
 		scanFirstMatch(ix, f, sc, need, &p.first)
@@ -596,7 +598,7 @@ func (r *rule) matchesRest(f *flow) bool {
 }
 
 // exprsHold reports whether the workload satisfies the selector's expressions.
-func (m *matcher) exprsHold(tags Tags) bool {
+func (m *matcher) exprsHold(tags resource.Tags) bool {
 	for i := range m.exprs {
 		if !m.exprs[i].holds(tags) {
 			return false
@@ -727,7 +729,7 @@ func candidateIn(scopeRules []int32, attachOut, attachIn *ruleIndex, f *flow, sc
 	return anyMatch(attachIn, nil, f.dst, sc)
 }
 
-func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
+func anyMatch(ix *ruleIndex, src, dst resource.Tags, sc *scratch) bool {
 	if ix.size == 0 {
 		return false
 	}
@@ -750,9 +752,9 @@ func anyMatch(ix *ruleIndex, src, dst Tags, sc *scratch) bool {
 // when the inbound side was decided by no rule.
 func (d *Decision) finish() {
 	out, in := &d.Outbound, &d.Inbound
-	d.Action = Allow
-	if out.Reason != ReasonNotApplicable && out.Action == Deny || in.Reason != ReasonNotApplicable && in.Action == Deny {
-		d.Action = Deny
+	d.Action = resource.Allow
+	if out.Reason != ReasonNotApplicable && out.Action == resource.Deny || in.Reason != ReasonNotApplicable && in.Action == resource.Deny {
+		d.Action = resource.Deny
 	}
 	decider := in
 	if deciderSide(out, in) == 0 {
@@ -763,8 +765,8 @@ func (d *Decision) finish() {
 
 // deciderSide is the side that decides the final action: 0 outbound, 1 inbound.
 func deciderSide(out, in *SideDecision) int {
-	denyOut := out.Reason != ReasonNotApplicable && out.Action == Deny
-	denyIn := in.Reason != ReasonNotApplicable && in.Action == Deny
+	denyOut := out.Reason != ReasonNotApplicable && out.Action == resource.Deny
+	denyIn := in.Reason != ReasonNotApplicable && in.Action == resource.Deny
 	switch {
 	case denyOut != denyIn:
 		if denyOut {

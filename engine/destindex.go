@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // The destination index of a PerDestination type (perdest.go): the inbound
@@ -47,7 +48,7 @@ func (a *destClaim) less(b *destClaim) bool {
 func (a *destClaim) same(b *destClaim) bool { return a.cp == b.cp && a.item == b.item }
 
 // destClaims returns a compiled policy's claims, under the tie-break tb.
-func destClaims(cp *compiledPolicy, tb TieBreak, out []destClaim) []destClaim {
+func destClaims(cp *compiledPolicy, tb resource.TieBreak, out []destClaim) []destClaim {
 	var k orderKey
 	ruleTieBreak(&k, cp.p, tb)
 	start := len(out)
@@ -110,7 +111,7 @@ func (c *destClaim) terms(out []claimTerm) []claimTerm {
 	}
 	for i := range m.exprs {
 		switch e := &m.exprs[i]; e.op {
-		case OpIn, OpExists, OpPrefix, OpCIDR:
+		case resource.OpIn, resource.OpExists, resource.OpPrefix, resource.OpCIDR:
 			out = append(out, claimTerm{key: e.key, presence: true})
 		}
 	}
@@ -280,7 +281,7 @@ func (d *destIndex) updateDest(m *meshState, typ string, removed, added []*compi
 // the destination dst matches and is a member of the scope of (sc: the
 // inbound side's memberships), among the enforced claims and in the shadow
 // view the audit ones too; nil when none.
-func (d *destIndex) best(dst Tags, sc *scratch, shadow bool) *compiledPolicy {
+func (d *destIndex) best(dst resource.Tags, sc *scratch, shadow bool) *compiledPolicy {
 	if d == nil {
 		return nil
 	}
@@ -315,7 +316,7 @@ func (d *destIndex) best(dst Tags, sc *scratch, shadow bool) *compiledPolicy {
 
 // scanClaims returns the first claim of l before best that holds for the
 // destination, else best.
-func scanClaims(l claimList, dst Tags, sc *scratch, best *destClaim) *destClaim {
+func scanClaims(l claimList, dst resource.Tags, sc *scratch, best *destClaim) *destClaim {
 	for i := range l {
 		c := &l[i]
 		if best != nil && !c.less(best) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // choices feeds the generator: the fuzzer's bytes first, then a PRNG seeded from
@@ -52,8 +53,8 @@ var (
 	}
 )
 
-func (c *choices) tags() engine.Tags {
-	t := engine.Tags{}
+func (c *choices) tags() resource.Tags {
+	t := resource.Tags{}
 	for _, k := range genKeys {
 		if c.chance(55) {
 			vals := genValues[k]
@@ -66,8 +67,8 @@ func (c *choices) tags() engine.Tags {
 	return t
 }
 
-func (c *choices) selector() engine.Selector {
-	var s engine.Selector
+func (c *choices) selector() resource.Selector {
+	var s resource.Selector
 	if n := c.n(3); n > 0 {
 		s.Match = map[string]string{}
 		for i := 0; i < n; i++ {
@@ -81,26 +82,26 @@ func (c *choices) selector() engine.Selector {
 	}
 	if c.chance(30) {
 		k := genKeys[c.n(len(genKeys))]
-		e := engine.Expression{Key: k}
+		e := resource.Expression{Key: k}
 		switch c.n(6) {
 		case 0:
-			e.Operator = engine.OpIn
+			e.Operator = resource.OpIn
 			e.Values = []string{genValues[k][c.n(3)]}
 			if c.chance(50) {
 				e.Values = append(e.Values, genValues[k][c.n(3)])
 			}
 		case 1:
-			e.Operator = engine.OpNotIn
+			e.Operator = resource.OpNotIn
 			e.Values = []string{genValues[k][c.n(3)]}
 		case 2:
-			e.Operator = engine.OpExists
+			e.Operator = resource.OpExists
 		case 3:
-			e.Operator = engine.OpDoesNotExist
+			e.Operator = resource.OpDoesNotExist
 		case 4:
-			e.Operator = engine.OpPrefix
+			e.Operator = resource.OpPrefix
 			e.Values = []string{genValues[k][c.n(3)][:1]}
 		case 5:
-			e.Key, e.Operator = "ip", engine.OpCIDR
+			e.Key, e.Operator = "ip", resource.OpCIDR
 			e.Values = []string{[]string{"10.0.0.0/16", "10.0.1.0/24", "192.168.0.0/16"}[c.n(3)]}
 		}
 		s.Expressions = append(s.Expressions, e)
@@ -108,73 +109,73 @@ func (c *choices) selector() engine.Selector {
 	return s
 }
 
-func (c *choices) action() engine.Action {
-	return []engine.Action{engine.ActionUnset, engine.Allow, engine.Deny, engine.Deny}[c.n(4)]
+func (c *choices) action() resource.Action {
+	return []resource.Action{resource.ActionUnset, resource.Allow, resource.Deny, resource.Deny}[c.n(4)]
 }
 
-func (c *choices) targetRef() engine.TargetRef {
+func (c *choices) targetRef() resource.TargetRef {
 	switch c.n(8) {
 	case 5:
 		// Kuma's Dataplane by labels
-		return engine.TargetRef{Kind: engine.TargetProxy, Tags: map[string]string{"env": genValues["env"][c.n(3)]}}
+		return resource.TargetRef{Kind: resource.TargetProxy, Tags: map[string]string{"env": genValues["env"][c.n(3)]}}
 	case 6:
-		return engine.TargetRef{Kind: engine.TargetProxy} // every Dataplane
+		return resource.TargetRef{Kind: resource.TargetProxy} // every Dataplane
 	case 7:
 		// a spiffeID match: Exact or Prefix on the principal
 		if c.chance(50) {
-			return engine.TargetRef{Kind: engine.TargetMeshSubset, Tags: map[string]string{"principal": genValues["principal"][c.n(3)]}}
+			return resource.TargetRef{Kind: resource.TargetMeshSubset, Tags: map[string]string{"principal": genValues["principal"][c.n(3)]}}
 		}
-		return engine.TargetRef{Kind: engine.TargetMeshSubset, Expressions: []engine.Expression{
-			{Key: "principal", Operator: engine.OpPrefix, Values: []string{genValues["principal"][c.n(3)][:len("spiffe://m/")+c.n(2)]}}}}
+		return resource.TargetRef{Kind: resource.TargetMeshSubset, Expressions: []resource.Expression{
+			{Key: "principal", Operator: resource.OpPrefix, Values: []string{genValues["principal"][c.n(3)][:len("spiffe://m/")+c.n(2)]}}}}
 	case 0:
-		return engine.TargetRef{Kind: engine.TargetMesh}
+		return resource.TargetRef{Kind: resource.TargetMesh}
 	case 1:
-		return engine.TargetRef{Kind: engine.TargetMeshSubset, Tags: map[string]string{"env": genValues["env"][c.n(3)]}}
+		return resource.TargetRef{Kind: resource.TargetMeshSubset, Tags: map[string]string{"env": genValues["env"][c.n(3)]}}
 	case 2:
-		return engine.TargetRef{Kind: engine.TargetService, Name: genValues["kuma.io/service"][c.n(3)]}
+		return resource.TargetRef{Kind: resource.TargetService, Name: genValues["kuma.io/service"][c.n(3)]}
 	case 3:
-		return engine.TargetRef{Kind: engine.TargetServiceSubset, Name: genValues["kuma.io/service"][c.n(3)],
+		return resource.TargetRef{Kind: resource.TargetServiceSubset, Name: genValues["kuma.io/service"][c.n(3)],
 			Tags: map[string]string{"version": genValues["version"][c.n(3)]}}
 	}
-	return engine.TargetRef{Kind: engine.TargetProxy, Name: genValues["app"][c.n(3)]}
+	return resource.TargetRef{Kind: resource.TargetProxy, Name: genValues["app"][c.n(3)]}
 }
 
 var genTimes = []time.Time{{}, time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2024, 6, 1, 0, 0, 0, 0, time.UTC)}
 
 // genWorld generates one mesh's resources: settings, a few scopes, S&D policies
 // of TrafficPermission and targetRef policies of MeshTrafficPermission.
-func genWorld(c *choices) []engine.Resource {
-	var out []engine.Resource
-	mesh := &engine.Mesh{Name: "m", TieBreak: engine.TieBreak(c.n(4)), ItemOrder: engine.ItemOrder(c.n(3)),
-		DefaultAction: c.action(), UnenforcedAction: c.action(), Profile: engine.Profile(c.n(3))}
+func genWorld(c *choices) []resource.Resource {
+	var out []resource.Resource
+	mesh := &resource.Mesh{Name: "m", TieBreak: resource.TieBreak(c.n(4)), ItemOrder: resource.ItemOrder(c.n(3)),
+		DefaultAction: c.action(), UnenforcedAction: c.action(), Profile: resource.Profile(c.n(3))}
 	if c.chance(30) {
-		mesh.Types = map[string]engine.TypeSettings{"TrafficPermission": {Combine: engine.DenyOverrides}}
+		mesh.Types = map[string]resource.TypeSettings{"TrafficPermission": {Combine: resource.DenyOverrides}}
 	}
 	if c.chance(40) {
 		if mesh.Types == nil {
-			mesh.Types = map[string]engine.TypeSettings{}
+			mesh.Types = map[string]resource.TypeSettings{}
 		}
 		tp := mesh.Types["TrafficPermission"]
-		tp.Select = engine.Select(c.n(3))
+		tp.Select = resource.Select(c.n(3))
 		mesh.Types["TrafficPermission"] = tp
 		if c.chance(30) {
 			// PerDestination on a targetRef type too
-			mesh.Types["MeshTrafficPermission"] = engine.TypeSettings{Select: engine.SelectPerDestination, UnenforcedAction: c.action()}
+			mesh.Types["MeshTrafficPermission"] = resource.TypeSettings{Select: resource.SelectPerDestination, UnenforcedAction: c.action()}
 		}
 	}
 	if c.chance(50) {
 		// "Other" has no policy: declared, it is known and answered; else NOT_FOUND
 		if mesh.Types == nil {
-			mesh.Types = map[string]engine.TypeSettings{}
+			mesh.Types = map[string]resource.TypeSettings{}
 		}
-		mesh.Types["Other"] = engine.TypeSettings{}
+		mesh.Types["Other"] = resource.TypeSettings{}
 	}
 	if c.chance(80) {
 		out = append(out, mesh)
 	}
 	var scopes []string
 	for i, n := 0, c.n(5); i < n; i++ {
-		s := &engine.Scope{Mesh: "m", Name: fmt.Sprintf("s%d", i), Priority: int32(c.n(4)), Enforced: !c.chance(15)}
+		s := &resource.Scope{Mesh: "m", Name: fmt.Sprintf("s%d", i), Priority: int32(c.n(4)), Enforced: !c.chance(15)}
 		if len(scopes) > 0 && c.chance(40) {
 			s.Parent = scopes[c.n(len(scopes))]
 		}
@@ -182,7 +183,7 @@ func genWorld(c *choices) []engine.Resource {
 			s.Selectors = append(s.Selectors, c.selector())
 		}
 		if c.chance(50) {
-			s.CatchAll = []engine.Action{engine.Allow, engine.Deny}[c.n(2)]
+			s.CatchAll = []resource.Action{resource.Allow, resource.Deny}[c.n(2)]
 			if c.chance(30) {
 				s.CatchAllTypes = []string{"MeshTrafficPermission"}
 			}
@@ -191,10 +192,10 @@ func genWorld(c *choices) []engine.Resource {
 		out = append(out, s)
 	}
 	for i, n := 0, c.n(9); i < n; i++ {
-		p := &engine.Policy{Mesh: "m", Name: fmt.Sprintf("p%d", i), Type: "TrafficPermission",
+		p := &resource.Policy{Mesh: "m", Name: fmt.Sprintf("p%d", i), Type: "TrafficPermission",
 			Priority: int32(c.n(3)), Action: c.action()}
 		if c.chance(25) {
-			p.Rank = engine.RankAbsolute
+			p.Rank = resource.RankAbsolute
 		}
 		if len(scopes) > 0 && c.chance(50) {
 			p.Scope = scopes[c.n(len(scopes))]
@@ -206,29 +207,29 @@ func genWorld(c *choices) []engine.Resource {
 			p.Destinations = append(p.Destinations, c.selector())
 		}
 		if c.chance(25) {
-			p.Ports = []engine.PortEntry{{Protocol: []engine.Protocol{engine.ProtocolAny, engine.TCP, engine.UDP, engine.ICMP}[c.n(4)],
+			p.Ports = []resource.PortEntry{{Protocol: []resource.Protocol{resource.ProtocolAny, resource.TCP, resource.UDP, resource.ICMP}[c.n(4)],
 				Ports: []string{"", "80", "22,8000-8100"}[c.n(3)]}}
 		}
 		if c.chance(40) {
-			p.Conf = engine.Object{"log": json.Number(fmt.Sprint(i))}
+			p.Conf = resource.Object{"log": json.Number(fmt.Sprint(i))}
 		}
 		p.Meta.CreationTime = genTimes[c.n(3)]
 		p.Meta.ModificationTime = genTimes[c.n(3)]
 		out = append(out, p)
 	}
 	for i, n := 0, c.n(6); i < n; i++ {
-		p := &engine.Policy{Mesh: "m", Name: fmt.Sprintf("t%d", i), Type: "MeshTrafficPermission", Priority: int32(c.n(2))}
+		p := &resource.Policy{Mesh: "m", Name: fmt.Sprintf("t%d", i), Type: "MeshTrafficPermission", Priority: int32(c.n(2))}
 		tr := c.targetRef()
 		p.TargetRef = &tr
 		if c.chance(15) {
-			p.Rank = engine.RankAbsolute
+			p.Rank = resource.RankAbsolute
 		}
 		for j, m := 0, c.n(3); j < m; j++ {
-			p.From = append(p.From, engine.Item{TargetRef: c.targetRef(), Action: c.action(),
-				Conf: engine.Object{"item": json.Number(fmt.Sprint(j))}})
+			p.From = append(p.From, resource.Item{TargetRef: c.targetRef(), Action: c.action(),
+				Conf: resource.Object{"item": json.Number(fmt.Sprint(j))}})
 		}
 		for j, m := 0, c.n(3); j < m; j++ {
-			p.To = append(p.To, engine.Item{TargetRef: c.targetRef(), Action: c.action()})
+			p.To = append(p.To, resource.Item{TargetRef: c.targetRef(), Action: c.action()})
 		}
 		p.Meta.CreationTime = genTimes[c.n(3)]
 		out = append(out, p)
@@ -242,7 +243,7 @@ func genRequest(c *choices) engine.Request {
 		Type:        []string{"TrafficPermission", "MeshTrafficPermission", "Other"}[c.n(3)],
 		Source:      c.tags(),
 		Destination: c.tags(),
-		Protocol:    []engine.Protocol{engine.ProtocolAny, engine.TCP, engine.UDP, engine.ICMP}[c.n(4)],
+		Protocol:    []resource.Protocol{resource.ProtocolAny, resource.TCP, resource.UDP, resource.ICMP}[c.n(4)],
 		Port:        []uint32{0, 22, 80, 8080}[c.n(4)],
 	}
 }
@@ -263,11 +264,11 @@ func checkAgainstReference(t *testing.T, data []byte) {
 	// Round-trip every resource through its document: what is generated must be
 	// what the decoder accepts.
 	for i, r := range resources {
-		b, err := engine.EncodeJSON(r)
+		b, err := resource.EncodeJSON(r)
 		if err != nil {
 			t.Fatalf("encode %v: %v", r.Key(), err)
 		}
-		back, err := engine.DecodeJSON(b)
+		back, err := resource.DecodeJSON(b)
 		if err != nil {
 			t.Fatalf("generated resource does not decode: %v\n%s", err, b)
 		}
@@ -311,7 +312,7 @@ func checkAgainstReference(t *testing.T, data []byte) {
 // checkProcedures holds each decision procedure (the posting lists, the
 // bitmaps) to the reference's answer: a flow chooses one by the size of its
 // lists, and the small worlds of these tests would leave the bitmaps unused.
-func checkProcedures(t *testing.T, snap *engine.Snapshot, req engine.Request, want engine.Decision, resources []engine.Resource) {
+func checkProcedures(t *testing.T, snap *engine.Snapshot, req engine.Request, want engine.Decision, resources []resource.Resource) {
 	t.Helper()
 	for i, forced := range engine.Procedures(req) {
 		got, err := snap.Decide(&forced)
@@ -325,10 +326,10 @@ func checkProcedures(t *testing.T, snap *engine.Snapshot, req engine.Request, wa
 	}
 }
 
-func describe(rs []engine.Resource) string {
+func describe(rs []resource.Resource) string {
 	s := ""
 	for _, r := range rs {
-		b, _ := engine.EncodeJSON(r)
+		b, _ := resource.EncodeJSON(r)
 		s += "\n  " + string(b)
 	}
 	return s
@@ -379,7 +380,7 @@ func TestIncrementalMatchesBuild(t *testing.T) {
 		other := genWorld(c) // a second world whose resources come and go
 		snap := engine.Empty()
 		rev := int64(0)
-		var live []engine.Resource
+		var live []resource.Resource
 		apply := func(changes ...engine.Change) {
 			rev++
 			snap = snap.Apply(rev, changes)
@@ -485,14 +486,14 @@ func TestRulesForAgreesWithDecide(t *testing.T) {
 			if len(resources) == 0 {
 				break
 			}
-			if m, ok := resources[0].(*engine.Mesh); ok && req.Type == "TrafficPermission" && m.Types["TrafficPermission"].Combine == engine.DenyOverrides {
+			if m, ok := resources[0].(*resource.Mesh); ok && req.Type == "TrafficPermission" && m.Types["TrafficPermission"].Combine == resource.DenyOverrides {
 				continue
 			}
 			d, err := snap.Decide(&req)
 			if err != nil {
 				continue // mesh not found
 			}
-			for side, w := range []engine.Tags{req.Source, req.Destination} {
+			for side, w := range []resource.Tags{req.Source, req.Destination} {
 				rs, err := snap.RulesFor(req.Mesh, req.Type, w)
 				if err != nil {
 					t.Fatal(err)
@@ -536,7 +537,7 @@ func TestRulesForAgreesWithDecide(t *testing.T) {
 func TestGeneratedSetsMatchReference(t *testing.T) {
 	t.Parallel()
 	for _, pr := range profiles {
-		for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
+		for _, combine := range []resource.Combine{resource.FirstMatch, resource.DenyOverrides} {
 			for _, scopes := range []int{0, 5} {
 				set := policygen.Generate(policygen.Config{Seed: 9, Policies: 400, Scopes: scopes, Combine: combine, Profile: pr.profile})
 				snap := engine.Build(1, set.Resources)
@@ -564,11 +565,11 @@ func TestGeneratedSetsMatchReference(t *testing.T) {
 // reference, by both procedures.
 func TestBitmapBlocksUnderUpdates(t *testing.T) {
 	t.Parallel()
-	for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
+	for _, combine := range []resource.Combine{resource.FirstMatch, resource.DenyOverrides} {
 		const n = 6000
 		set := policygen.Generate(policygen.Config{Seed: 4, Policies: n, Combine: combine, Profile: policygen.Dense})
 		policies, rest := set.Resources[len(set.Resources)-n:], set.Resources[:len(set.Resources)-n]
-		snap := engine.Build(1, append(append([]engine.Resource(nil), rest...), policies[:1000]...))
+		snap := engine.Build(1, append(append([]resource.Resource(nil), rest...), policies[:1000]...))
 		rev := int64(1)
 		// Grow to n in batches (blocks fill past blockMax and split), then
 		// delete every third policy (blocks shrink).
@@ -576,7 +577,7 @@ func TestBitmapBlocksUnderUpdates(t *testing.T) {
 			rev++
 			snap = snap.Apply(rev, puts(policies[i:min(i+1000, len(policies))]))
 		}
-		var live []engine.Resource
+		var live []resource.Resource
 		var dels []engine.Change
 		for i, p := range policies {
 			if i%3 == 0 {

@@ -2,10 +2,7 @@
 // indexed snapshot out, and answers read from the snapshot. It imports
 // neither gRPC, etcd nor the API's protobuf types.
 //
-// The way in is the one decoder (DecodeYAML, DecodeJSON, DecodeValue): files,
-// the API's resources and values found in storage all pass through it, and
-// every error names its field (decode*.go; Kuma's universal format is
-// normalized in decode_kuma.go). Build compiles a set of resources into a
+// Resources come decoded and validated from engine/resource. Build compiles a set of resources into a
 // Snapshot; Snapshot.Apply derives the next snapshot from a change set in
 // O(change), sharing structure with the previous one, so readers hold a
 // snapshot without a lock while the update path swaps in the next.

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // ErrEndpointNotFound is returned for an endpoint that names a workload the
@@ -68,7 +70,7 @@ func (a ResolvedAs) String() string {
 // Endpoint is one end of a flow, given by exactly one of its forms (Validate).
 // The zero Endpoint is the empty tag set.
 type Endpoint struct {
-	Tags      Tags
+	Tags      resource.Tags
 	Workload  string // a workload's name
 	Address   string // an IP address
 	Principal string // a certificate identity (a SPIFFE ID)
@@ -116,32 +118,32 @@ func (e *Endpoint) forms() []EndpointForm {
 }
 
 // check adds the endpoint's field errors under field ("source").
-func (e *Endpoint) check(errs *errList, field string) {
+func (e *Endpoint) check(errs *resource.FieldErrors, field string) {
 	forms := e.forms()
 	if len(forms) > 1 {
 		names := make([]string, len(forms))
 		for i, f := range forms {
 			names[i] = f.String()
 		}
-		errs.add(joinPath(field, forms[1].String()), fmt.Sprintf("an endpoint is given by exactly one of tags, workload, address, "+
+		errs.Add(resource.JoinPath(field, forms[1].String()), fmt.Sprintf("an endpoint is given by exactly one of tags, workload, address, "+
 			"principal or identity; this one gives %s", strings.Join(names, " and ")))
 	}
-	if err := CheckTags(e.Tags); err != nil {
-		errs.add(joinPath(field, "tags"), err.Error())
+	if err := resource.CheckTags(e.Tags); err != nil {
+		errs.Add(resource.JoinPath(field, "tags"), err.Error())
 	}
 	if e.Workload != "" {
-		if err := checkName(e.Workload); err != nil {
-			errs.add(joinPath(field, "workload"), err.Error())
+		if err := resource.CheckName(e.Workload); err != nil {
+			errs.Add(resource.JoinPath(field, "workload"), err.Error())
 		}
 	}
 	if e.Address != "" {
-		if _, err := CanonicalAddress(e.Address); err != nil {
-			errs.add(joinPath(field, "address"), err.Error())
+		if _, err := resource.CanonicalAddress(e.Address); err != nil {
+			errs.Add(resource.JoinPath(field, "address"), err.Error())
 		}
 	}
 	if e.Principal != "" {
-		if err := checkTagValue(e.Principal, false); err != nil {
-			errs.add(joinPath(field, "principal"), err.Error())
+		if err := resource.CheckTagValue(e.Principal, false); err != nil {
+			errs.Add(resource.JoinPath(field, "principal"), err.Error())
 		}
 	}
 }
@@ -157,7 +159,7 @@ type EndpointResolution struct {
 	// it 0 rather than hash the tags of every decision, unless the request
 	// asks for it (Request.TagIdentities).
 	Identity uint64
-	Tags     Tags // the tags the flow is decided on (shared: do not modify)
+	Tags     resource.Tags // the tags the flow is decided on (shared: do not modify)
 }
 
 // ResolveEndpoint resolves one end of a flow of mesh (docs/workloads.md):
@@ -170,7 +172,7 @@ type EndpointResolution struct {
 // resource has an empty inventory.
 func (s *Snapshot) ResolveEndpoint(mesh string, ep *Endpoint, destination bool, port uint32, reg *Registry) (EndpointResolution, error) {
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	ms, _ := s.meshes.Get(mesh)
 	return resolveEndpoint(ms, mesh, ep, destination, port, reg, true)
@@ -185,9 +187,9 @@ func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool,
 	if ms != nil {
 		inv = ms.inv
 	}
-	var errs errList
+	var errs resource.FieldErrors
 	ep.check(&errs, "")
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return EndpointResolution{}, err
 	}
 	if !destination {
@@ -198,7 +200,7 @@ func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool,
 	case FormTags:
 		r.ResolvedAs, r.Tags = AsTags, ep.Tags
 		if r.Tags == nil {
-			r.Tags = Tags{}
+			r.Tags = resource.Tags{}
 		}
 	case FormWorkload:
 		e, ok := inv.workload(ep.Workload)
@@ -206,28 +208,28 @@ func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool,
 			return EndpointResolution{}, fmt.Errorf("%w: mesh %q has no valid workload %q", ErrEndpointNotFound, mesh, ep.Workload)
 		}
 		r.ResolvedAs, r.Workload = AsWorkload, e.w.Name
-		r.Tags = e.w.resolvedTags(port, "")
-		if len(r.Tags) == len(e.w.Tags) && sameTagSet(r.Tags, e.w.Tags) {
+		r.Tags = e.w.ResolvedTags(port, "")
+		if len(r.Tags) == len(e.w.Tags) && resource.SameTagSet(r.Tags, e.w.Tags) {
 			r.Identity = e.id
 			return r, nil
 		}
 	case FormAddress:
-		addr, _ := CanonicalAddress(ep.Address) // checked above
+		addr, _ := resource.CanonicalAddress(ep.Address) // checked above
 		if e, ok := inv.owner(addr); ok {
 			r.ResolvedAs, r.Workload = AsWorkload, e.w.Name
-			r.Tags = e.w.resolvedTags(port, addr)
+			r.Tags = e.w.ResolvedTags(port, addr)
 		} else {
-			r.ResolvedAs, r.Tags = AsExternal, Tags{IPTag: addr}
+			r.ResolvedAs, r.Tags = AsExternal, resource.Tags{resource.IPTag: addr}
 		}
 	case FormPrincipal:
 		if ps, ok := inv.principal(ep.Principal); ok {
 			r.ResolvedAs, r.Holders = AsPrincipalHolders, ps.len()
-			r.Tags = withTag(ps.shared, PrincipalTag, ep.Principal)
+			r.Tags = withTag(ps.shared, resource.PrincipalTag, ep.Principal)
 		} else if svc, ok := kumaSpiffeService(mesh, ep.Principal); ok {
 			r.ResolvedAs = AsKumaSpiffe
-			r.Tags = Tags{ServiceTag: svc, PrincipalTag: ep.Principal}
+			r.Tags = resource.Tags{resource.ServiceTag: svc, resource.PrincipalTag: ep.Principal}
 		} else {
-			r.ResolvedAs, r.Tags = AsUnknownPrincipal, Tags{PrincipalTag: ep.Principal}
+			r.ResolvedAs, r.Tags = AsUnknownPrincipal, resource.Tags{resource.PrincipalTag: ep.Principal}
 		}
 	case FormIdentity:
 		if ms == nil {
@@ -239,12 +241,12 @@ func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool,
 		}
 		r.ResolvedAs, r.Tags, r.Identity = AsIdentity, ts.Tags(), ts.Identity()
 		if r.Tags == nil {
-			r.Tags = Tags{}
+			r.Tags = resource.Tags{}
 		}
 		return r, nil
 	}
 	if withID {
-		r.Identity = Identity(mesh, r.Tags)
+		r.Identity = resource.Identity(mesh, r.Tags)
 	}
 	return r, nil
 }
@@ -264,47 +266,9 @@ func kumaSpiffeService(mesh, principal string) (string, bool) {
 	return svc, true
 }
 
-// resolvedTags is the workload's tags as an endpoint: its own tags, plus the
-// tags of its first ports entry for port (0: none; port tags win over its own),
-// plus ip: addr when addr is given. It returns w.Tags itself when it adds
-// nothing.
-func (w *Workload) resolvedTags(port uint32, addr string) Tags {
-	pt, _ := w.portTags(port)
-	if len(pt) == 0 && addr == "" {
-		if w.Tags == nil {
-			return Tags{}
-		}
-		return w.Tags
-	}
-	out := make(Tags, len(w.Tags)+len(pt)+1)
-	for k, v := range w.Tags {
-		out[k] = v
-	}
-	for k, v := range pt {
-		out[k] = v
-	}
-	if addr != "" {
-		out[IPTag] = addr
-	}
-	return out
-}
-
-// portTags returns the tags of the first ports entry for port, or nil.
-func (w *Workload) portTags(port uint32) (map[string]string, bool) {
-	if port == 0 {
-		return nil, false
-	}
-	for _, p := range w.Ports {
-		if p.Port == port {
-			return p.Tags, true
-		}
-	}
-	return nil, false
-}
-
 // withTag returns a copy of tags with k: v added.
-func withTag(tags Tags, k, v string) Tags {
-	out := make(Tags, len(tags)+1)
+func withTag(tags resource.Tags, k, v string) resource.Tags {
+	out := make(resource.Tags, len(tags)+1)
 	for tk, tv := range tags {
 		out[tk] = tv
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // The inventory of the resolution tests: web-1 and web-2 share a principal,
@@ -51,7 +52,7 @@ modificationTime: 2024-06-01T00:00:00Z
 
 func endpointSnapshot(t *testing.T, more string) *engine.Snapshot {
 	t.Helper()
-	rs, err := engine.DecodeYAML([]byte(endpointInventory + more))
+	rs, err := resource.DecodeYAML([]byte(endpointInventory + more))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,19 +71,19 @@ func endpointSnapshot(t *testing.T, more string) *engine.Snapshot {
 func TestResolveEndpoint(t *testing.T) {
 	t.Parallel()
 	s := endpointSnapshot(t, "")
-	web1 := engine.Tags{"kuma.io/service": "web", "env": "prod"}
-	id := func(tags engine.Tags) uint64 { return engine.Identity("default", tags) }
-	with := func(base engine.Tags, kv ...string) engine.Tags {
+	web1 := resource.Tags{"kuma.io/service": "web", "env": "prod"}
+	id := func(tags resource.Tags) uint64 { return resource.Identity("default", tags) }
+	with := func(base resource.Tags, kv ...string) resource.Tags {
 		out := maps.Clone(base)
 		if out == nil {
-			out = engine.Tags{}
+			out = resource.Tags{}
 		}
 		for i := 0; i < len(kv); i += 2 {
 			out[kv[i]] = kv[i+1]
 		}
 		return out
 	}
-	registered := engine.Tags{"app": "registered"}
+	registered := resource.Tags{"app": "registered"}
 	reg := engine.NewRegistry(0, 0)
 	if _, err := s.Identify("default", registered, reg); err != nil {
 		t.Fatal(err)
@@ -97,12 +98,12 @@ func TestResolveEndpoint(t *testing.T) {
 		as       engine.ResolvedAs
 		workload string
 		holders  int
-		tags     engine.Tags
+		tags     resource.Tags
 		notFound bool
 	}{
-		{name: "tags are used as given", ep: engine.Endpoint{Tags: engine.Tags{"a": "b", "ip": "1.2.3.4"}},
-			as: engine.AsTags, tags: engine.Tags{"a": "b", "ip": "1.2.3.4"}},
-		{name: "no form is the empty tag set", as: engine.AsTags, tags: engine.Tags{}},
+		{name: "tags are used as given", ep: engine.Endpoint{Tags: resource.Tags{"a": "b", "ip": "1.2.3.4"}},
+			as: engine.AsTags, tags: resource.Tags{"a": "b", "ip": "1.2.3.4"}},
+		{name: "no form is the empty tag set", as: engine.AsTags, tags: resource.Tags{}},
 		{name: "a workload source has its own tags", ep: engine.Endpoint{Workload: "web-1"}, port: 8080,
 			as: engine.AsWorkload, workload: "web-1", tags: web1},
 		{name: "a workload destination adds its first ports entry for the port", ep: engine.Endpoint{Workload: "web-1"}, dst: true, port: 8080,
@@ -123,35 +124,35 @@ func TestResolveEndpoint(t *testing.T) {
 		{name: "an IPv6 address is canonical", ep: engine.Endpoint{Address: "2001:DB8:0::1"},
 			as: engine.AsWorkload, workload: "web-1", tags: with(web1, "ip", "2001:db8::1")},
 		{name: "an IPv4-mapped address is the IPv4 address", ep: engine.Endpoint{Address: "::ffff:10.0.0.2"},
-			as: engine.AsWorkload, workload: "web-2", tags: engine.Tags{"kuma.io/service": "web", "env": "stage", "ip": "10.0.0.2"}},
+			as: engine.AsWorkload, workload: "web-2", tags: resource.Tags{"kuma.io/service": "web", "env": "stage", "ip": "10.0.0.2"}},
 		{name: "an unknown address is external", ep: engine.Endpoint{Address: "10.9.9.9"}, dst: true, port: 8080,
-			as: engine.AsExternal, tags: engine.Tags{"ip": "10.9.9.9"}},
+			as: engine.AsExternal, tags: resource.Tags{"ip": "10.9.9.9"}},
 		{name: "an unknown IPv6 address is external and canonical", ep: engine.Endpoint{Address: "2001:db8:0:0::99"},
-			as: engine.AsExternal, tags: engine.Tags{"ip": "2001:db8::99"}},
+			as: engine.AsExternal, tags: resource.Tags{"ip": "2001:db8::99"}},
 		{name: "an address of an invalid workload is external", ep: engine.Endpoint{Address: "10.0.0.9"},
-			as: engine.AsExternal, tags: engine.Tags{"ip": "10.0.0.9"}},
+			as: engine.AsExternal, tags: resource.Tags{"ip": "10.0.0.9"}},
 		{name: "a contested address is its earlier-written claimant's", ep: engine.Endpoint{Address: "10.0.0.3"},
-			as: engine.AsWorkload, workload: "db-1", tags: engine.Tags{"kuma.io/service": "db", "ip": "10.0.0.3"}},
+			as: engine.AsWorkload, workload: "db-1", tags: resource.Tags{"kuma.io/service": "db", "ip": "10.0.0.3"}},
 		{name: "an address in another mesh is external", mesh: "other", ep: engine.Endpoint{Address: "10.0.0.1"},
-			as: engine.AsExternal, tags: engine.Tags{"ip": "10.0.0.1"}},
+			as: engine.AsExternal, tags: resource.Tags{"ip": "10.0.0.1"}},
 		{name: "a held principal is the tags its holders share, without port tags", ep: engine.Endpoint{Principal: "spiffe://default/web"},
 			dst: true, port: 8080, as: engine.AsPrincipalHolders, holders: 2,
-			tags: engine.Tags{"kuma.io/service": "web", "principal": "spiffe://default/web"}},
+			tags: resource.Tags{"kuma.io/service": "web", "principal": "spiffe://default/web"}},
 		{name: "a Kuma SPIFFE ID no workload holds names the service", ep: engine.Endpoint{Principal: "spiffe://default/api"},
-			as: engine.AsKumaSpiffe, tags: engine.Tags{"kuma.io/service": "api", "principal": "spiffe://default/api"}},
+			as: engine.AsKumaSpiffe, tags: resource.Tags{"kuma.io/service": "api", "principal": "spiffe://default/api"}},
 		{name: "a Kuma SPIFFE ID of another mesh is an unknown principal", ep: engine.Endpoint{Principal: "spiffe://other/api"},
-			as: engine.AsUnknownPrincipal, tags: engine.Tags{"principal": "spiffe://other/api"}},
+			as: engine.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://other/api"}},
 		{name: "the SPIFFE form counts in the request's mesh", mesh: "other", ep: engine.Endpoint{Principal: "spiffe://other/api"},
-			as: engine.AsKumaSpiffe, tags: engine.Tags{"kuma.io/service": "api", "principal": "spiffe://other/api"}},
+			as: engine.AsKumaSpiffe, tags: resource.Tags{"kuma.io/service": "api", "principal": "spiffe://other/api"}},
 		{name: "a SPIFFE ID with a longer path is an unknown principal", ep: engine.Endpoint{Principal: "spiffe://default/ns/x/sa/y"},
-			as: engine.AsUnknownPrincipal, tags: engine.Tags{"principal": "spiffe://default/ns/x/sa/y"}},
+			as: engine.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://default/ns/x/sa/y"}},
 		{name: "a SPIFFE ID with no service is an unknown principal", ep: engine.Endpoint{Principal: "spiffe://default/"},
-			as: engine.AsUnknownPrincipal, tags: engine.Tags{"principal": "spiffe://default/"}},
+			as: engine.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://default/"}},
 		{name: "a principal only an invalid workload holds is unknown", ep: engine.Endpoint{Principal: "urn:bad"},
-			as: engine.AsUnknownPrincipal, tags: engine.Tags{"principal": "urn:bad"}},
+			as: engine.AsUnknownPrincipal, tags: resource.Tags{"principal": "urn:bad"}},
 		{name: "an identity is a workload's own tag set, without port tags", ep: engine.Endpoint{Identity: id(web1)}, dst: true, port: 8080,
 			as: engine.AsIdentity, tags: web1},
-		{name: "an identity only an invalid workload has is not found", ep: engine.Endpoint{Identity: id(engine.Tags{"kuma.io/service": "bad"})},
+		{name: "an identity only an invalid workload has is not found", ep: engine.Endpoint{Identity: id(resource.Tags{"kuma.io/service": "bad"})},
 			notFound: true},
 		{name: "an unknown identity is not found", ep: engine.Endpoint{Identity: 42}, notFound: true},
 		{name: "an identity of another mesh is not found", mesh: "other", ep: engine.Endpoint{Identity: id(web1)}, notFound: true},
@@ -181,7 +182,7 @@ func TestResolveEndpoint(t *testing.T) {
 				mesh = "default"
 			}
 			want := engine.EndpointResolution{Form: c.ep.Form(), ResolvedAs: c.as, Workload: c.workload, Holders: c.holders,
-				Identity: engine.Identity(mesh, c.tags), Tags: c.tags}
+				Identity: resource.Identity(mesh, c.tags), Tags: c.tags}
 			if !reflect.DeepEqual(r, want) {
 				t.Fatalf("got  %+v\nwant %+v", r, want)
 			}
@@ -199,10 +200,10 @@ func TestEndpointValidation(t *testing.T) {
 	}{
 		{name: "one form each", req: engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
 			DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.1"}}},
-		{name: "identity 0 is not given", req: engine.Request{SourceEndpoint: &engine.Endpoint{Identity: 0, Tags: engine.Tags{"a": "b"}}}},
+		{name: "identity 0 is not given", req: engine.Request{SourceEndpoint: &engine.Endpoint{Identity: 0, Tags: resource.Tags{"a": "b"}}}},
 		{name: "two forms are refused at the second", req: engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "w", Address: "10.0.0.1"}},
 			field: "source.address", why: "exactly one of"},
-		{name: "tags and an identity are refused", req: engine.Request{DestinationEndpoint: &engine.Endpoint{Tags: engine.Tags{"a": "b"}, Identity: 7}},
+		{name: "tags and an identity are refused", req: engine.Request{DestinationEndpoint: &engine.Endpoint{Tags: resource.Tags{"a": "b"}, Identity: 7}},
 			field: "destination.identity", why: "tags and identity"},
 		{name: "a bad address is named", req: engine.Request{DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.300"}},
 			field: "destination.address", why: "not an IP address"},
@@ -212,7 +213,7 @@ func TestEndpointValidation(t *testing.T) {
 			field: "source.workload", why: "names use only"},
 		{name: "a principal over the limit is named", req: engine.Request{SourceEndpoint: &engine.Endpoint{Principal: strings.Repeat("p", 1025)}},
 			field: "source.principal", why: "limit"},
-		{name: "tags beside an endpoint are refused", req: engine.Request{Source: engine.Tags{"a": "b"},
+		{name: "tags beside an endpoint are refused", req: engine.Request{Source: resource.Tags{"a": "b"},
 			SourceEndpoint: &engine.Endpoint{Workload: "w"}}, field: "source.tags", why: "in the endpoint"},
 	}
 	for _, c := range cases {
@@ -225,7 +226,7 @@ func TestEndpointValidation(t *testing.T) {
 				}
 				return
 			}
-			var ve *engine.ValidationError
+			var ve *resource.ValidationError
 			if !errors.As(err, &ve) || len(ve.Errors) != 1 || ve.Errors[0].Field != c.field || !strings.Contains(ve.Errors[0].Reason, c.why) {
 				t.Fatalf("want %s: ...%s..., got %v", c.field, c.why, err)
 			}
@@ -263,7 +264,7 @@ action: ALLOW
 	}
 	d, err := decide(engine.Request{SourceEndpoint: &engine.Endpoint{Principal: "spiffe://default/web"},
 		DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.3"}})
-	if err != nil || d.Action != engine.Allow || d.Policy != "web-to-db" {
+	if err != nil || d.Action != resource.Allow || d.Policy != "web-to-db" {
 		t.Fatalf("principal to address: %+v, %v", d, err)
 	}
 	if d.SourceResolution.ResolvedAs != engine.AsPrincipalHolders || d.DestinationResolution.Workload != "db-1" {
@@ -271,12 +272,12 @@ action: ALLOW
 	}
 	d, err = decide(engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
 		DestinationEndpoint: &engine.Endpoint{Address: "10.9.1.1"}})
-	if err != nil || d.Action != engine.Deny || d.Policy != "deny-outside" || d.DestinationResolution.ResolvedAs != engine.AsExternal {
+	if err != nil || d.Action != resource.Deny || d.Policy != "deny-outside" || d.DestinationResolution.ResolvedAs != engine.AsExternal {
 		t.Fatalf("to an external address: %+v, %v", d, err)
 	}
 	// The tag form is reported as such; its identity is left to the caller.
-	d, err = decide(engine.Request{Source: engine.Tags{"kuma.io/service": "web"}, Destination: engine.Tags{"kuma.io/service": "db"}})
-	if err != nil || d.Action != engine.Allow || d.SourceResolution.Form != engine.FormTags || d.SourceResolution.ResolvedAs != engine.AsTags ||
+	d, err = decide(engine.Request{Source: resource.Tags{"kuma.io/service": "web"}, Destination: resource.Tags{"kuma.io/service": "db"}})
+	if err != nil || d.Action != resource.Allow || d.SourceResolution.Form != engine.FormTags || d.SourceResolution.ResolvedAs != engine.AsTags ||
 		d.SourceResolution.Tags["kuma.io/service"] != "web" {
 		t.Fatalf("tags: %+v, %v", d, err)
 	}
@@ -289,7 +290,7 @@ action: ALLOW
 	// Explain traces the resolved tags.
 	d, err = decide(engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
 		DestinationEndpoint: &engine.Endpoint{Address: "10.9.1.1"}, Explain: true})
-	if err != nil || d.Explain == nil || d.Action != engine.Deny {
+	if err != nil || d.Explain == nil || d.Action != resource.Deny {
 		t.Fatalf("explain: %+v, %v", d, err)
 	}
 }
@@ -299,7 +300,7 @@ action: ALLOW
 // is the request's, never a cached one.
 func TestWorkloadPutsNeverPoisonTheCache(t *testing.T) {
 	t.Parallel()
-	rs, err := engine.DecodeYAML([]byte(`
+	rs, err := resource.DecodeYAML([]byte(`
 kind: Mesh
 name: default
 ---
@@ -321,28 +322,28 @@ action: ALLOW
 		t.Fatal(err)
 	}
 	s := engine.Build(1, rs)
-	req := engine.Request{Source: engine.Tags{"app": "x"}, DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.5"}}
+	req := engine.Request{Source: resource.Tags{"app": "x"}, DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.5"}}
 	for i := 0; i < 3; i++ { // the later answers come from the cache
-		if d, err := s.Decide(&req); err != nil || d.Action != engine.Allow || d.DestinationResolution.ResolvedAs != engine.AsExternal {
+		if d, err := s.Decide(&req); err != nil || d.Action != resource.Allow || d.DestinationResolution.ResolvedAs != engine.AsExternal {
 			t.Fatalf("before: %+v, %v", d, err)
 		}
 	}
-	db := &engine.Workload{Mesh: "default", Name: "db-1", Tags: engine.Tags{"kuma.io/service": "db"}, Addresses: []string{"10.0.0.5"}}
+	db := &resource.Workload{Mesh: "default", Name: "db-1", Tags: resource.Tags{"kuma.io/service": "db"}, Addresses: []string{"10.0.0.5"}}
 	s2 := s.Apply(2, []engine.Change{engine.Put(db)})
 	for i := 0; i < 3; i++ {
-		if d, err := s2.Decide(&req); err != nil || d.Action != engine.Deny || d.DestinationResolution.Workload != "db-1" {
+		if d, err := s2.Decide(&req); err != nil || d.Action != resource.Deny || d.DestinationResolution.Workload != "db-1" {
 			t.Fatalf("after the put: %+v, %v", d, err)
 		}
 	}
 	// Same resolved tags by another form: the cached answer, with this
 	// request's resolution.
-	byName := engine.Request{Source: engine.Tags{"app": "x"}, DestinationEndpoint: &engine.Endpoint{Workload: "db-1"}}
-	if d, err := s2.Decide(&byName); err != nil || d.Action != engine.Deny || d.DestinationResolution.Form != engine.FormWorkload ||
+	byName := engine.Request{Source: resource.Tags{"app": "x"}, DestinationEndpoint: &engine.Endpoint{Workload: "db-1"}}
+	if d, err := s2.Decide(&byName); err != nil || d.Action != resource.Deny || d.DestinationResolution.Form != engine.FormWorkload ||
 		d.DestinationResolution.Tags["ip"] != "" {
 		t.Fatalf("by name: %+v, %v", d, err)
 	}
 	s3 := s2.Apply(3, []engine.Change{engine.Delete(db.Key())})
-	if d, err := s3.Decide(&req); err != nil || d.Action != engine.Allow {
+	if d, err := s3.Decide(&req); err != nil || d.Action != resource.Allow {
 		t.Fatalf("after the delete: %+v, %v", d, err)
 	}
 	if _, err := s3.Decide(&byName); !errors.Is(err, engine.ErrEndpointNotFound) {
@@ -361,7 +362,7 @@ func TestResolveByReference(t *testing.T) {
 	if _, err := s.Resolve(&engine.ResolveRequest{SourceEndpoint: &engine.Endpoint{Workload: "nope"}}); !errors.Is(err, engine.ErrEndpointNotFound) {
 		t.Fatalf("unknown workload: %v", err)
 	}
-	res, err := s.Resolve(&engine.ResolveRequest{Source: engine.Tags{"a": "b"}, DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.1"}})
+	res, err := s.Resolve(&engine.ResolveRequest{Source: resource.Tags{"a": "b"}, DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.1"}})
 	if err != nil || res.Main.Side != "inbound" {
 		t.Fatalf("with a destination: %+v, %v", res, err)
 	}
@@ -400,7 +401,7 @@ var (
 
 // modelWorkload is a workload as the model sees it.
 type modelWorkload struct {
-	w     *engine.Workload
+	w     *resource.Workload
 	valid bool
 }
 
@@ -409,10 +410,10 @@ func genInventory(c *choices) []modelWorkload {
 	out := make([]modelWorkload, n)
 	for i := range out {
 		tags := c.tags()
-		delete(tags, engine.IPTag)
-		delete(tags, engine.PrincipalTag)
-		w := &engine.Workload{Mesh: "m", Name: fmt.Sprintf("w%d", i), Tags: tags,
-			Meta: engine.Meta{CreateRevision: int64(i + 1), ModRevision: int64(i + 1)}}
+		delete(tags, resource.IPTag)
+		delete(tags, resource.PrincipalTag)
+		w := &resource.Workload{Mesh: "m", Name: fmt.Sprintf("w%d", i), Tags: tags,
+			Meta: resource.Meta{CreateRevision: int64(i + 1), ModRevision: int64(i + 1)}}
 		for _, a := range invAddresses {
 			if c.chance(20) {
 				w.Addresses = append(w.Addresses, a)
@@ -422,11 +423,11 @@ func genInventory(c *choices) []modelWorkload {
 			w.Principal = invPrincipals[c.n(len(invPrincipals))]
 		}
 		for k := c.n(3); k > 0; k-- {
-			p := engine.WorkloadPort{Port: []uint32{22, 80, 8080}[c.n(3)]}
+			p := resource.WorkloadPort{Port: []uint32{22, 80, 8080}[c.n(3)]}
 			if c.chance(80) {
 				p.Tags = c.tags()
-				delete(p.Tags, engine.IPTag)
-				delete(p.Tags, engine.PrincipalTag)
+				delete(p.Tags, resource.IPTag)
+				delete(p.Tags, resource.PrincipalTag)
 			}
 			w.Ports = append(w.Ports, p)
 		}
@@ -455,11 +456,11 @@ func genInventory(c *choices) []modelWorkload {
 
 // modelResolve is SPEC section 10's resolution, written out plainly; ok false
 // for NOT_FOUND.
-func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32) (engine.Tags, bool) {
-	own := func(m modelWorkload) engine.Tags {
+func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32) (resource.Tags, bool) {
+	own := func(m modelWorkload) resource.Tags {
 		out := maps.Clone(m.w.Tags)
 		if out == nil {
-			out = engine.Tags{}
+			out = resource.Tags{}
 		}
 		if dst {
 			for _, p := range m.w.Ports {
@@ -480,12 +481,12 @@ func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32
 		}
 		return nil, false
 	case ep.Address != "":
-		addr, _ := engine.CanonicalAddress(ep.Address)
+		addr, _ := resource.CanonicalAddress(ep.Address)
 		for _, m := range inv {
 			for _, a := range m.w.Addresses {
 				if a == addr {
 					if !m.valid {
-						return engine.Tags{"ip": addr}, true
+						return resource.Tags{"ip": addr}, true
 					}
 					t := own(m)
 					t["ip"] = addr
@@ -493,9 +494,9 @@ func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32
 				}
 			}
 		}
-		return engine.Tags{"ip": addr}, true
+		return resource.Tags{"ip": addr}, true
 	case ep.Principal != "":
-		var shared engine.Tags
+		var shared resource.Tags
 		for _, m := range inv {
 			if !m.valid || m.w.Principal != ep.Principal {
 				continue
@@ -503,7 +504,7 @@ func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32
 			if shared == nil {
 				shared = maps.Clone(m.w.Tags)
 				if shared == nil {
-					shared = engine.Tags{}
+					shared = resource.Tags{}
 				}
 				continue
 			}
@@ -518,12 +519,12 @@ func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32
 			return shared, true
 		}
 		if svc, ok := strings.CutPrefix(ep.Principal, "spiffe://m/"); ok && svc != "" && !strings.Contains(svc, "/") {
-			return engine.Tags{"kuma.io/service": svc, "principal": ep.Principal}, true
+			return resource.Tags{"kuma.io/service": svc, "principal": ep.Principal}, true
 		}
-		return engine.Tags{"principal": ep.Principal}, true
+		return resource.Tags{"principal": ep.Principal}, true
 	case ep.Identity != 0:
 		for _, m := range inv {
-			if m.valid && engine.Identity("m", m.w.Tags) == ep.Identity {
+			if m.valid && resource.Identity("m", m.w.Tags) == ep.Identity {
 				return maps.Clone(m.w.Tags), true
 			}
 		}
@@ -533,9 +534,9 @@ func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32
 }
 
 func genEndpoint(c *choices, inv []modelWorkload) engine.Endpoint {
-	pick := func() *engine.Workload {
+	pick := func() *resource.Workload {
 		if len(inv) == 0 {
-			return &engine.Workload{Name: "none"}
+			return &resource.Workload{Name: "none"}
 		}
 		return inv[c.n(len(inv))].w
 	}
@@ -550,7 +551,7 @@ func genEndpoint(c *choices, inv []modelWorkload) engine.Endpoint {
 		if c.chance(10) {
 			return engine.Endpoint{Identity: 12345}
 		}
-		return engine.Endpoint{Identity: engine.Identity("m", pick().Tags)}
+		return engine.Endpoint{Identity: resource.Identity("m", pick().Tags)}
 	}
 	return engine.Endpoint{Tags: c.tags()}
 }
@@ -559,7 +560,7 @@ func checkEndpointForms(t *testing.T, data []byte) {
 	c := newChoices(data)
 	policies := genWorld(c)
 	inv := genInventory(c)
-	resources := append([]engine.Resource{}, policies...)
+	resources := append([]resource.Resource{}, policies...)
 	for _, m := range inv {
 		resources = append(resources, m.w)
 	}
@@ -616,7 +617,7 @@ func checkEndpointForms(t *testing.T, data []byte) {
 	}
 }
 
-func equalTags(a, b engine.Tags) bool {
+func equalTags(a, b resource.Tags) bool {
 	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
 }
 
@@ -635,14 +636,14 @@ sources: [{match: {kuma.io/service: web}}]
 destinations: [{match: {kuma.io/service: db}}]
 action: ALLOW
 `)
-	web, db := engine.Tags{"kuma.io/service": "web", "env": "prod"}, engine.Tags{"kuma.io/service": "db"}
+	web, db := resource.Tags{"kuma.io/service": "web", "env": "prod"}, resource.Tags{"kuma.io/service": "db"}
 	flows := []struct {
 		name string
 		req  engine.Request
 	}{
 		{"tags", engine.Request{Source: web, Destination: db}},
-		{"tags with reserved keys", engine.Request{Source: engine.Tags{"kuma.io/service": "web", "ip": "10.1.1.1"},
-			Destination: engine.Tags{"kuma.io/service": "db", "principal": "spiffe://default/db"}}},
+		{"tags with reserved keys", engine.Request{Source: resource.Tags{"kuma.io/service": "web", "ip": "10.1.1.1"},
+			Destination: resource.Tags{"kuma.io/service": "db", "principal": "spiffe://default/db"}}},
 		{"a workload to a known address", engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
 			DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.3"}, Port: 8080}},
 		{"a principal to an external address", engine.Request{SourceEndpoint: &engine.Endpoint{Principal: "spiffe://default/web"},
@@ -665,7 +666,7 @@ action: ALLOW
 						res   engine.EndpointResolution
 						given bool // by an endpoint
 					}{{d.SourceResolution, req.SourceEndpoint != nil}, {d.DestinationResolution, req.DestinationEndpoint != nil}} {
-						want := engine.Identity("default", side.res.Tags)
+						want := resource.Identity("default", side.res.Tags)
 						if !side.given && !tagIDs {
 							want = 0
 						}

@@ -2,14 +2,12 @@ package engine
 
 import (
 	"errors"
-	"strings"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Errors the engine returns. Match them with errors.Is.
 var (
-	// ErrInvalid marks a resource, a document or a request that fails validation;
-	// the error is a *ValidationError naming every field and reason.
-	ErrInvalid = errors.New("invalid")
 	// ErrMeshNotFound is returned by Decide and Resolve for a mesh that holds no
 	// resource at all (a typo in a mesh name must not fail open).
 	ErrMeshNotFound = errors.New("mesh not found")
@@ -22,7 +20,7 @@ var codeNames = [...]struct {
 	err  error
 	name string
 }{
-	{ErrInvalid, "InvalidArgument"},
+	{resource.ErrInvalid, "InvalidArgument"},
 	{ErrMeshNotFound, "NotFound"},
 	{ErrInvalidStored, "FailedPrecondition"},
 	{ErrTypeNotFound, "NotFound"},
@@ -44,76 +42,4 @@ func CodeName(err error) (name string, ok bool) {
 		}
 	}
 	return "", false
-}
-
-// FieldError is one validation failure: the path of the field and the reason.
-type FieldError struct {
-	Field  string // "sources[0].match", "policies[3].ports[1].ports"
-	Reason string
-}
-
-func (e FieldError) Error() string {
-	if e.Field == "" {
-		return e.Reason
-	}
-	return e.Field + ": " + e.Reason
-}
-
-// ValidationError lists every field that failed validation. It matches ErrInvalid.
-type ValidationError struct {
-	Errors []FieldError
-}
-
-func (e *ValidationError) Error() string {
-	parts := make([]string, len(e.Errors))
-	for i, fe := range e.Errors {
-		parts[i] = fe.Error()
-	}
-	return strings.Join(parts, "; ")
-}
-
-// Is makes errors.Is(err, ErrInvalid) true.
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
-
-// Prefixed returns a copy of e whose field paths start with prefix
-// ("resources[2]" + ".sources[0]").
-func (e *ValidationError) Prefixed(prefix string) *ValidationError {
-	out := &ValidationError{Errors: make([]FieldError, len(e.Errors))}
-	for i, fe := range e.Errors {
-		out.Errors[i] = FieldError{Field: joinPath(prefix, fe.Field), Reason: fe.Reason}
-	}
-	return out
-}
-
-// errList collects field errors while a document or a request is read.
-type errList struct {
-	errs []FieldError
-}
-
-func (l *errList) add(field, reason string) {
-	l.errs = append(l.errs, FieldError{Field: field, Reason: reason})
-}
-
-func (l *errList) err() error {
-	if len(l.errs) == 0 {
-		return nil
-	}
-	return &ValidationError{Errors: l.errs}
-}
-
-// invalid builds a one-field validation error.
-func invalid(field, reason string) error {
-	return &ValidationError{Errors: []FieldError{{Field: field, Reason: reason}}}
-}
-
-func joinPath(prefix, field string) string {
-	switch {
-	case prefix == "":
-		return field
-	case field == "":
-		return prefix
-	case field[0] == '[':
-		return prefix + field
-	}
-	return prefix + "." + field
 }

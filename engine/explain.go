@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // MaxExplainEntries bounds each list of an explanation.
@@ -34,7 +36,7 @@ type CandidateTrace struct {
 	Priority int32
 	Rank     string // "exact 2, wildcard 1" for S&D rules; the targetRef level otherwise
 	Rule     string // "sources[0]/destinations[0]", "from[1]", "catchAll"
-	Action   Action
+	Action   resource.Action
 	Matched  bool
 	Decided  bool
 	Why      string // why it did not match, or why it was not reached
@@ -115,7 +117,7 @@ func (ms *meshState) candidates(ts *typeState, typ string, f *flow, sc *scratch,
 	return out, non
 }
 
-func (ms *meshState) whyNotCandidate(cp *compiledPolicy, side int, workload Tags, end string) string {
+func (ms *meshState) whyNotCandidate(cp *compiledPolicy, side int, workload resource.Tags, end string) string {
 	p := cp.p
 	if p.TargetRef == nil {
 		si := cp.scope
@@ -134,11 +136,11 @@ func (ms *meshState) whyNotCandidate(cp *compiledPolicy, side int, workload Tags
 		}
 		return "it has no from items: targetRef policies are candidates on the inbound side through from items only"
 	}
-	top := compileSelector(targetSelector(*p.TargetRef))
+	top := compileSelector(resource.TargetSelector(*p.TargetRef))
 	return fmt.Sprintf("its targetRef %s does not select the %s: %s", targetText(*p.TargetRef), end, top.whyNot(workload))
 }
 
-func (ms *meshState) whyNotMember(si *scopeInfo, tags Tags) string {
+func (ms *meshState) whyNotMember(si *scopeInfo, tags resource.Tags) string {
 	chain := append([]int32{si.ord}, si.ancestors...)
 	for _, ord := range chain {
 		s := ms.scopes.list[ord-1]
@@ -162,7 +164,7 @@ func (ms *meshState) whyNotMember(si *scopeInfo, tags Tags) string {
 	return "member"
 }
 
-func targetText(t TargetRef) string {
+func targetText(t resource.TargetRef) string {
 	s := t.Kind.String()
 	if t.Name != "" {
 		s += " " + t.Name
@@ -276,10 +278,10 @@ func flowPortText(f *flow) string {
 	return fmt.Sprintf("%s/%d", p, f.port)
 }
 
-func portsText(entries []PortEntry) string {
+func portsText(entries []resource.PortEntry) string {
 	var parts []string
 	for _, e := range entries {
-		s := protocolText(e.Protocol)
+		s := resource.ProtocolText(e.Protocol)
 		if e.Ports != "" {
 			s += "/" + e.Ports
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"unsafe"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // PerDestinationChoices returns, for the destination of a tag-form request,
@@ -63,7 +65,7 @@ func (a *destChoice) better(b *destChoice) bool {
 
 // chooseByScan is chooseForDestination by its definition: every valid
 // policy of the type, the best by destChoice.better.
-func (ms *meshState) chooseByScan(ts *typeState, dst Tags, sc *scratch, shadow bool) *compiledPolicy {
+func (ms *meshState) chooseByScan(ts *typeState, dst resource.Tags, sc *scratch, shadow bool) *compiledPolicy {
 	if ts == nil {
 		return nil
 	}

@@ -14,15 +14,16 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 type refEntry struct {
-	p     *engine.Policy
+	p     *resource.Policy
 	first *refRule // the first matching rule (S&D); nil for targetRef
 	level int
 }
 
-func refResolve(resources []engine.Resource, req engine.ResolveRequest) (rules engine.Object, from map[string]string, status map[string]string) {
+func refResolve(resources []resource.Resource, req engine.ResolveRequest) (rules resource.Object, from map[string]string, status map[string]string) {
 	w := refLoad(resources, "m", req.Type)
 	_, _, tb, io, _ := w.settings(req.Type)
 	workload := req.Destination
@@ -58,12 +59,12 @@ func refResolve(resources []engine.Resource, req engine.ResolveRequest) (rules e
 			return e.first
 		}
 		phase := 1
-		if e.p.Rank == engine.RankAbsolute {
+		if e.p.Rank == resource.RankAbsolute {
 			phase = 0
 		}
 		return &refRule{policy: e.p, phase: phase, priority: e.p.Priority, total: e.level}
 	}
-	hasBlocks := func(p *engine.Policy) bool { return p.Defaults != nil || p.Overrides != nil }
+	hasBlocks := func(p *resource.Policy) bool { return p.Defaults != nil || p.Overrides != nil }
 	// Decide's order first.
 	sort.SliceStable(entries, func(i, j int) bool { return w.before(key(entries[i]), key(entries[j]), tb, io) })
 	// Then, among policies that tie before the tie-break, the ones with blocks
@@ -98,14 +99,14 @@ func refResolve(resources []engine.Resource, req engine.ResolveRequest) (rules e
 		}
 		i = j
 	}
-	var order []*engine.Policy
+	var order []*resource.Policy
 	for _, e := range entries {
-		if e.p.Rank != engine.RankAbsolute {
+		if e.p.Rank != resource.RankAbsolute {
 			order = append(order, e.p)
 		}
 	}
 	for i := len(entries) - 1; i >= 0; i-- {
-		if entries[i].p.Rank == engine.RankAbsolute {
+		if entries[i].p.Rank == resource.RankAbsolute {
 			order = append(order, entries[i].p)
 		}
 	}
@@ -115,14 +116,14 @@ func refResolve(resources []engine.Resource, req engine.ResolveRequest) (rules e
 	for _, p := range order {
 		defaults, overrides := p.Defaults, p.Overrides
 		if p.Conf != nil && !hasBlocks(p) {
-			b := &engine.Block{Rules: p.Conf}
-			if p.Rank == engine.RankAbsolute {
+			b := &resource.Block{Rules: p.Conf}
+			if p.Rank == resource.RankAbsolute {
 				overrides = b
 			} else {
 				defaults = b
 			}
 		}
-		for _, b := range []*engine.Block{defaults, overrides} {
+		for _, b := range []*resource.Block{defaults, overrides} {
 			if b != nil {
 				for k := range b.Rules {
 					declared[p.Name] = append(declared[p.Name], k)
@@ -140,7 +141,7 @@ func refResolve(resources []engine.Resource, req engine.ResolveRequest) (rules e
 				for k, v := range kept {
 					result[k], by[k] = v, p.Name
 				}
-			} else if defaults.Strategy == engine.Merge {
+			} else if defaults.Strategy == resource.Merge {
 				for k, v := range kept {
 					if _, ok := result[k]; !ok {
 						result[k], by[k] = v, p.Name
@@ -149,7 +150,7 @@ func refResolve(resources []engine.Resource, req engine.ResolveRequest) (rules e
 			}
 		}
 		if overrides != nil && refWhen(overrides.When, result) {
-			if overrides.Strategy == engine.Atomic {
+			if overrides.Strategy == resource.Atomic {
 				result, by = map[string]any{}, map[string]string{}
 			}
 			for k, v := range overrides.Rules {
@@ -209,8 +210,8 @@ func refWhen(expr string, result map[string]any) bool {
 var foldWhens = []string{"", "", "", "size(self.rules) > 0", `"a" in self.rules`, `!("b" in self.rules)`,
 	`"a" in self.rules && self.rules["a"] == "x"`}
 
-func (c *choices) block() *engine.Block {
-	b := &engine.Block{Strategy: engine.Strategy(c.n(2)), When: foldWhens[c.n(len(foldWhens))], Rules: engine.Object{}}
+func (c *choices) block() *resource.Block {
+	b := &resource.Block{Strategy: resource.Strategy(c.n(2)), When: foldWhens[c.n(len(foldWhens))], Rules: resource.Object{}}
 	for _, k := range []string{"a", "b", "c", "d"} {
 		if c.chance(45) {
 			b.Rules[k] = []string{"x", "y", "z"}[c.n(3)]
@@ -221,30 +222,30 @@ func (c *choices) block() *engine.Block {
 
 // genFoldWorld: a mesh with a few scopes, and policies of two types: "Cfg"
 // (targetRef policies with blocks or bare conf) and "SdCfg" (S&D policies).
-func genFoldWorld(c *choices) []engine.Resource {
+func genFoldWorld(c *choices) []resource.Resource {
 	// both types declared: a world without policies of one still knows it
-	out := []engine.Resource{&engine.Mesh{Name: "m", TieBreak: engine.TieBreak(c.n(4)), Profile: engine.Profile(c.n(3)),
-		Types: map[string]engine.TypeSettings{"Cfg": {}, "SdCfg": {}}}}
+	out := []resource.Resource{&resource.Mesh{Name: "m", TieBreak: resource.TieBreak(c.n(4)), Profile: resource.Profile(c.n(3)),
+		Types: map[string]resource.TypeSettings{"Cfg": {}, "SdCfg": {}}}}
 	var scopes []string
 	for i, n := 0, c.n(3); i < n; i++ {
-		s := &engine.Scope{Mesh: "m", Name: fmt.Sprintf("s%d", i), Priority: int32(c.n(3)), Enforced: true,
-			Selectors: []engine.Selector{c.selector()}}
+		s := &resource.Scope{Mesh: "m", Name: fmt.Sprintf("s%d", i), Priority: int32(c.n(3)), Enforced: true,
+			Selectors: []resource.Selector{c.selector()}}
 		if len(scopes) > 0 && c.chance(40) {
 			s.Parent = scopes[c.n(len(scopes))]
 		}
 		scopes = append(scopes, s.Name)
 		out = append(out, s)
 	}
-	fill := func(p *engine.Policy) {
+	fill := func(p *resource.Policy) {
 		if c.chance(20) {
-			p.Rank = engine.RankAbsolute
+			p.Rank = resource.RankAbsolute
 		}
 		p.Priority = int32(c.n(2))
 		switch c.n(4) {
 		case 0:
 			p.Conf = c.block().Rules
 			if len(p.Conf) == 0 {
-				p.Conf = engine.Object{"a": "x"}
+				p.Conf = resource.Object{"a": "x"}
 			}
 		default:
 			if c.chance(70) {
@@ -261,15 +262,15 @@ func genFoldWorld(c *choices) []engine.Resource {
 		p.Meta.ModificationTime = genTimes[c.n(3)]
 	}
 	for i, n := 0, c.n(6); i < n; i++ {
-		p := &engine.Policy{Mesh: "m", Name: fmt.Sprintf("c%d", i), Type: "Cfg"}
+		p := &resource.Policy{Mesh: "m", Name: fmt.Sprintf("c%d", i), Type: "Cfg"}
 		tr := c.targetRef()
 		p.TargetRef = &tr
 		fill(p)
 		out = append(out, p)
 	}
 	for i, n := 0, c.n(6); i < n; i++ {
-		p := &engine.Policy{Mesh: "m", Name: fmt.Sprintf("d%d", i), Type: "SdCfg",
-			Sources: []engine.Selector{c.selector()}, Destinations: []engine.Selector{c.selector()}}
+		p := &resource.Policy{Mesh: "m", Name: fmt.Sprintf("d%d", i), Type: "SdCfg",
+			Sources: []resource.Selector{c.selector()}, Destinations: []resource.Selector{c.selector()}}
 		if len(scopes) > 0 && c.chance(50) {
 			p.Scope = scopes[c.n(len(scopes))]
 		}
@@ -283,8 +284,8 @@ func checkFold(t *testing.T, data []byte) {
 	c := newChoices(data)
 	resources := genFoldWorld(c)
 	for i, r := range resources {
-		b, _ := engine.EncodeJSON(r)
-		back, err := engine.DecodeJSON(b)
+		b, _ := resource.EncodeJSON(r)
+		back, err := resource.DecodeJSON(b)
 		if err != nil {
 			t.Fatalf("generated resource does not decode: %v\n%s", err, b)
 		}
@@ -350,17 +351,17 @@ func TestWhenFailureIsReported(t *testing.T) {
 {kind: Policy, mesh: m, name: loop, type: Cfg, targetRef: {kind: MeshSubset, tags: {x: y}},
  defaults: {when: '[1,2,3,4,5,6,7,8,9,10].all(i, [1,2,3,4,5,6,7,8,9,10].all(j, [1,2,3,4,5,6,7,8,9,10].all(k, [1,2,3,4,5,6,7,8,9,10].all(l, i+j+k+l > 0))))', rules: {b: 1}}}
 `
-	rs, err := engine.DecodeYAML([]byte(docs))
+	rs, err := resource.DecodeYAML([]byte(docs))
 	if err != nil {
 		t.Fatal(err)
 	}
 	snap := engine.Build(1, rs)
-	res, err := snap.Resolve(&engine.ResolveRequest{Mesh: "m", Type: "Cfg", Destination: engine.Tags{"kuma.io/service": "web", "x": "y"}})
+	res, err := snap.Resolve(&engine.ResolveRequest{Mesh: "m", Type: "Cfg", Destination: resource.Tags{"kuma.io/service": "web", "x": "y"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := res.Main.RuleValues()
-	if !reflect.DeepEqual(got, engine.Object{"a": "text"}) {
+	if !reflect.DeepEqual(got, resource.Object{"a": "text"}) {
 		t.Fatalf("rules %v", got)
 	}
 	var skipped []string

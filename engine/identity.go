@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Errors of identities. Match them with errors.Is.
@@ -31,35 +33,35 @@ var (
 // their mesh, and their memo hash. Compare two by pointer only as a fast path:
 // equal sets may be interned twice.
 type TagSet struct {
-	tags Tags
+	tags resource.Tags
 	id   uint64
 	hash uint64 // tagsHash(tags): the memo's key part
 }
 
 // Tags returns the set's tags; the caller must not modify them.
-func (t *TagSet) Tags() Tags { return t.tags }
+func (t *TagSet) Tags() resource.Tags { return t.tags }
 
 // Identity returns the set's identity.
 func (t *TagSet) Identity() uint64 { return t.id }
 
-func newTagSet(id uint64, tags Tags) *TagSet {
+func newTagSet(id uint64, tags resource.Tags) *TagSet {
 	return &TagSet{tags: tags, id: id, hash: tagsHash(tags)}
 }
 
 // ownTags returns tags without the reserved keys (tags itself when it has none).
-func ownTags(tags Tags) Tags {
+func ownTags(tags resource.Tags) resource.Tags {
 	n := 0
 	for k := range tags {
-		if IsReservedTag(k) {
+		if resource.IsReservedTag(k) {
 			n++
 		}
 	}
 	if n == 0 {
 		return tags
 	}
-	out := make(Tags, len(tags)-n)
+	out := make(resource.Tags, len(tags)-n)
 	for k, v := range tags {
-		if !IsReservedTag(k) {
+		if !resource.IsReservedTag(k) {
 			out[k] = v
 		}
 	}
@@ -94,7 +96,7 @@ type Registry struct {
 	maxSets  int
 	maxBytes int64
 	// identity computes identities; tests replace it to make collisions.
-	identity func(mesh string, tags Tags) uint64
+	identity func(mesh string, tags resource.Tags) uint64
 
 	// meshes holds each mesh's sets, an immutable map replaced whole by a
 	// writer: a compact batch finds its mesh once (MeshRegistry), then looks
@@ -203,7 +205,7 @@ func NewRegistry(maxSets int, maxBytes int64) *Registry {
 	if maxBytes <= 0 {
 		maxBytes = DefaultRegistryMaxBytes
 	}
-	r := &Registry{maxSets: maxSets, maxBytes: maxBytes, identity: Identity}
+	r := &Registry{maxSets: maxSets, maxBytes: maxBytes, identity: resource.Identity}
 	r.meshes.Store(&map[string]*MeshRegistry{})
 	return r
 }
@@ -222,7 +224,7 @@ func (r *Registry) Stats() RegistryStats {
 	return RegistryStats{Sets: r.count, Bytes: r.bytes, Evicted: r.evicted}
 }
 
-func setBytes(tags Tags) int64 {
+func setBytes(tags resource.Tags) int64 {
 	n := int64(registryEntryBytes)
 	for k, v := range tags {
 		n += int64(len(k)+len(v)) + tagPairBytes
@@ -237,7 +239,7 @@ func (r *Registry) Mesh(mesh string) *MeshRegistry {
 		return nil
 	}
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	return (*r.meshes.Load())[mesh]
 }
@@ -251,9 +253,9 @@ func (r *Registry) Lookup(mesh string, id uint64) (*TagSet, bool) {
 // tags afterwards) in mesh and returns the set. Registering a set again
 // returns the registered one. ErrIdentityCollision when another tag set holds
 // its identity; ErrRegistryFull when the set alone exceeds the byte bound.
-func (r *Registry) Register(mesh string, tags Tags) (*TagSet, error) {
+func (r *Registry) Register(mesh string, tags resource.Tags) (*TagSet, error) {
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	own := ownTags(tags)
 	id := r.identity(mesh, own)
@@ -308,15 +310,15 @@ func (r *Registry) setMesh(mesh string, mr *MeshRegistry) {
 	r.meshes.Store(&m)
 }
 
-func (r *Registry) existing(e *registryEntry, tags Tags) (*TagSet, error) {
-	if !sameTagSet(e.set.tags, tags) {
+func (r *Registry) existing(e *registryEntry, tags resource.Tags) (*TagSet, error) {
+	if !resource.SameTagSet(e.set.tags, tags) {
 		return nil, collision(e.mr.mesh, e.set.id, e.set.tags, tags)
 	}
 	e.used.Store(true)
 	return e.set, nil
 }
 
-func collision(mesh string, id uint64, a, b Tags) error {
+func collision(mesh string, id uint64, a, b resource.Tags) error {
 	return fmt.Errorf("%w: in mesh %q, tags %v and %v both have identity %d; the second is refused and the identity is not answered",
 		ErrIdentityCollision, mesh, a, b, id)
 }
@@ -355,7 +357,7 @@ func (r *Registry) makeRoom(size int64) {
 // both know it with different tag sets.
 func (s *Snapshot) LookupIdentity(mesh string, id uint64, reg *Registry) (*TagSet, error) {
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	ms, ok := s.meshes.Get(mesh)
 	if !ok {
@@ -374,7 +376,7 @@ func (ms *meshState) lookupIdentity(id uint64, reg *MeshRegistry) (*TagSet, erro
 	regSet, _ := reg.Lookup(id)
 	switch {
 	case inv != nil && regSet != nil:
-		if !sameTagSet(inv.tags, regSet.tags) {
+		if !resource.SameTagSet(inv.tags, regSet.tags) {
 			return nil, collision(ms.name, id, inv.tags, regSet.tags)
 		}
 		return inv, nil
@@ -390,9 +392,9 @@ func (ms *meshState) lookupIdentity(id uint64, reg *MeshRegistry) (*TagSet, erro
 // Identify registers the tags' own set (reserved keys dropped) in reg and
 // returns it. ErrIdentityCollision when the inventory or the registry holds
 // another tag set with its identity (never registered then).
-func (s *Snapshot) Identify(mesh string, tags Tags, reg *Registry) (*TagSet, error) {
+func (s *Snapshot) Identify(mesh string, tags resource.Tags, reg *Registry) (*TagSet, error) {
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	ms, ok := s.meshes.Get(mesh)
 	if !ok {
@@ -400,7 +402,7 @@ func (s *Snapshot) Identify(mesh string, tags Tags, reg *Registry) (*TagSet, err
 	}
 	own := ownTags(tags)
 	if ms.inv != nil {
-		if ts, ok := ms.inv.ids.Get(reg.identity(mesh, own)); ok && !sameTagSet(ts.tags, own) {
+		if ts, ok := ms.inv.ids.Get(reg.identity(mesh, own)); ok && !resource.SameTagSet(ts.tags, own) {
 			return nil, collision(mesh, ts.set.id, ts.tags, own)
 		}
 	}
@@ -413,7 +415,7 @@ type SetRequest struct {
 	Type        string // "" = TrafficPermission
 	Source      *TagSet
 	Destination *TagSet
-	Protocol    Protocol
+	Protocol    resource.Protocol
 	Port        uint32
 	NoCache     bool // decide without the memo (benchmarks)
 }
@@ -424,11 +426,11 @@ type SetRequest struct {
 func (s *Snapshot) DecideSets(req *SetRequest) (Decision, error) {
 	meshName := req.Mesh
 	if meshName == "" {
-		meshName = DefaultMesh
+		meshName = resource.DefaultMesh
 	}
 	typ := req.Type
 	if typ == "" {
-		typ = DefaultType
+		typ = resource.DefaultType
 	}
 	ms, ok := s.meshes.Get(meshName)
 	if s.closedByType(meshName, ms, typ) != nil {
@@ -461,10 +463,10 @@ func (s *Snapshot) memoMisses() uint64 { return s.cache().misses.Load() }
 // closed by an invalid stored resource can: it answers DENY.
 func (s *Snapshot) CheckMeshType(mesh, typ string) error {
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	if typ == "" {
-		typ = DefaultType
+		typ = resource.DefaultType
 	}
 	ms, ok := s.meshes.Get(mesh)
 	if s.closedByType(mesh, ms, typ) != nil {

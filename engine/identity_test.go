@@ -5,26 +5,28 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 func memoWorld(t *testing.T) *Snapshot {
 	t.Helper()
-	return Build(1, []Resource{
-		&Policy{Mesh: "m", Name: "web-to-db", Type: DefaultType, Action: Allow,
-			Sources: []Selector{{Match: map[string]string{"app": "web"}}}, Destinations: []Selector{{Match: map[string]string{"app": "db"}}}},
-		&Policy{Mesh: "m", Name: "deny-ext", Type: DefaultType, Action: Deny, Priority: -1,
-			Sources:      []Selector{{Expressions: []Expression{{Key: "ip", Operator: OpCIDR, Values: []string{"192.168.0.0/16"}}}}},
-			Destinations: []Selector{{}}},
-		&Policy{Mesh: "m", Name: "log", Type: "TrafficLog", Sources: []Selector{{}}, Destinations: []Selector{{}}},
-		&Workload{Mesh: "m", Name: "web-1", Tags: Tags{"app": "web"}, Addresses: []string{"10.0.0.1"}},
-		&Workload{Mesh: "other", Name: "x", Tags: Tags{"app": "x"}},
+	return Build(1, []resource.Resource{
+		&resource.Policy{Mesh: "m", Name: "web-to-db", Type: resource.DefaultType, Action: resource.Allow,
+			Sources: []resource.Selector{{Match: map[string]string{"app": "web"}}}, Destinations: []resource.Selector{{Match: map[string]string{"app": "db"}}}},
+		&resource.Policy{Mesh: "m", Name: "deny-ext", Type: resource.DefaultType, Action: resource.Deny, Priority: -1,
+			Sources:      []resource.Selector{{Expressions: []resource.Expression{{Key: "ip", Operator: resource.OpCIDR, Values: []string{"192.168.0.0/16"}}}}},
+			Destinations: []resource.Selector{{}}},
+		&resource.Policy{Mesh: "m", Name: "log", Type: "TrafficLog", Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}},
+		&resource.Workload{Mesh: "m", Name: "web-1", Tags: resource.Tags{"app": "web"}, Addresses: []string{"10.0.0.1"}},
+		&resource.Workload{Mesh: "other", Name: "x", Tags: resource.Tags{"app": "x"}},
 	})
 }
 
 var memoFlows = []Request{
-	{Mesh: "m", Source: Tags{"app": "web"}, Destination: Tags{"app": "db"}, Protocol: TCP, Port: 5432},
-	{Mesh: "m", Source: Tags{"app": "web", "ip": "192.168.1.1"}, Destination: Tags{"app": "db"}, Protocol: TCP, Port: 5432},
-	{Mesh: "m", Source: Tags{"app": "api"}, Destination: Tags{"app": "db"}},
+	{Mesh: "m", Source: resource.Tags{"app": "web"}, Destination: resource.Tags{"app": "db"}, Protocol: resource.TCP, Port: 5432},
+	{Mesh: "m", Source: resource.Tags{"app": "web", "ip": "192.168.1.1"}, Destination: resource.Tags{"app": "db"}, Protocol: resource.TCP, Port: 5432},
+	{Mesh: "m", Source: resource.Tags{"app": "api"}, Destination: resource.Tags{"app": "db"}},
 }
 
 // decideAll decides every flow and returns the memo misses it caused.
@@ -50,7 +52,7 @@ func decideAll(t *testing.T, s *Snapshot) (uint64, []Decision) {
 // are counted (memo misses), never timed.
 func TestMemoSurvivesUnrelatedChanges(t *testing.T) {
 	t.Parallel()
-	for _, tc := range memoChanges(Allow) {
+	for _, tc := range memoChanges(resource.Allow) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := memoWorld(t)
@@ -91,24 +93,24 @@ func TestMemoKeepsReservedKeysApart(t *testing.T) {
 	t.Parallel()
 	s := memoWorld(t)
 	reg := NewRegistry(0, 0)
-	web, err := s.Identify("m", Tags{"app": "web", "ip": "192.168.1.1"}, reg)
+	web, err := s.Identify("m", resource.Tags{"app": "web", "ip": "192.168.1.1"}, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := web.Tags()["ip"]; ok {
 		t.Fatal("an identity's tag set holds ip")
 	}
-	db, err := reg.Register("m", Tags{"app": "db"})
+	db, err := reg.Register("m", resource.Tags{"app": "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for round := 0; round < 3; round++ {
 		withIP, _ := s.Decide(&memoFlows[1]) // denied: 192.168.0.0/16
-		bySet, err := s.DecideSets(&SetRequest{Mesh: "m", Source: web, Destination: db, Protocol: TCP, Port: 5432})
+		bySet, err := s.DecideSets(&SetRequest{Mesh: "m", Source: web, Destination: db, Protocol: resource.TCP, Port: 5432})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if withIP.Action != Deny || bySet.Action != Allow {
+		if withIP.Action != resource.Deny || bySet.Action != resource.Allow {
 			t.Fatalf("round %d: with ip %v (want DENY), by identity %v (want ALLOW)", round, withIP.Action, bySet.Action)
 		}
 	}
@@ -120,7 +122,7 @@ func TestRegistryBounds(t *testing.T) {
 		r := NewRegistry(4, 1<<20)
 		var sets []*TagSet
 		for i := 0; i < 4; i++ {
-			s, err := r.Register("m", Tags{"i": fmt.Sprint(i)})
+			s, err := r.Register("m", resource.Tags{"i": fmt.Sprint(i)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,7 +132,7 @@ func TestRegistryBounds(t *testing.T) {
 		r.Lookup("m", sets[0].Identity())
 		r.Lookup("m", sets[2].Identity())
 		for i := 4; i < 6; i++ {
-			if _, err := r.Register("m", Tags{"i": fmt.Sprint(i)}); err != nil {
+			if _, err := r.Register("m", resource.Tags{"i": fmt.Sprint(i)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -145,28 +147,28 @@ func TestRegistryBounds(t *testing.T) {
 		}
 	})
 	t.Run("bytes", func(t *testing.T) {
-		one := setBytes(Tags{"k": "0000"})
+		one := setBytes(resource.Tags{"k": "0000"})
 		r := NewRegistry(1000, 3*one)
 		for i := 0; i < 10; i++ {
-			if _, err := r.Register("m", Tags{"k": fmt.Sprintf("%04d", i)}); err != nil {
+			if _, err := r.Register("m", resource.Tags{"k": fmt.Sprintf("%04d", i)}); err != nil {
 				t.Fatal(err)
 			}
 			if st := r.Stats(); st.Bytes > 3*one || st.Sets > 3 {
 				t.Fatalf("after %d: %+v over the bound of %d bytes", i, st, 3*one)
 			}
 		}
-		big := Tags{"k": string(make([]byte, 4*one))}
+		big := resource.Tags{"k": string(make([]byte, 4*one))}
 		if _, err := r.Register("m", big); !errors.Is(err, ErrRegistryFull) {
 			t.Errorf("a set over the byte bound: %v, want ErrRegistryFull", err)
 		}
 	})
 	t.Run("meshes apart", func(t *testing.T) {
 		r := NewRegistry(0, 0)
-		s, _ := r.Register("a", Tags{"app": "web"})
+		s, _ := r.Register("a", resource.Tags{"app": "web"})
 		if _, ok := r.Lookup("b", s.Identity()); ok {
 			t.Error("an identity of mesh a answered in mesh b")
 		}
-		if s.Identity() != Identity("a", Tags{"app": "web"}) {
+		if s.Identity() != resource.Identity("a", resource.Tags{"app": "web"}) {
 			t.Error("the registered identity is not the SPEC's")
 		}
 	})
@@ -180,9 +182,9 @@ func TestIdentityCollisionRefused(t *testing.T) {
 	t.Parallel()
 	s := memoWorld(t) // web-1 holds {app: web}
 	reg := NewRegistry(0, 0)
-	webID := Identity("m", Tags{"app": "web"})
-	reg.identity = func(string, Tags) uint64 { return webID } // every set collides with web-1's
-	if _, err := s.Identify("m", Tags{"app": "api"}, reg); !errors.Is(err, ErrIdentityCollision) {
+	webID := resource.Identity("m", resource.Tags{"app": "web"})
+	reg.identity = func(string, resource.Tags) uint64 { return webID } // every set collides with web-1's
+	if _, err := s.Identify("m", resource.Tags{"app": "api"}, reg); !errors.Is(err, ErrIdentityCollision) {
 		t.Fatalf("a set colliding with a workload's: %v, want ErrIdentityCollision", err)
 	}
 	if got, err := s.LookupIdentity("m", webID, reg); err != nil || got.Tags()["app"] != "web" {
@@ -190,11 +192,11 @@ func TestIdentityCollisionRefused(t *testing.T) {
 	}
 	// The registry alone: first come, first served; the second refused.
 	reg2 := NewRegistry(0, 0)
-	reg2.identity = func(string, Tags) uint64 { return 42 }
-	if _, err := reg2.Register("m", Tags{"app": "a"}); err != nil {
+	reg2.identity = func(string, resource.Tags) uint64 { return 42 }
+	if _, err := reg2.Register("m", resource.Tags{"app": "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg2.Register("m", Tags{"app": "b"}); !errors.Is(err, ErrIdentityCollision) {
+	if _, err := reg2.Register("m", resource.Tags{"app": "b"}); !errors.Is(err, ErrIdentityCollision) {
 		t.Fatalf("a second set under one identity: %v, want ErrIdentityCollision", err)
 	}
 	if got, _ := reg2.Lookup("m", 42); got.Tags()["app"] != "a" {
@@ -203,9 +205,9 @@ func TestIdentityCollisionRefused(t *testing.T) {
 	// Registered first, then a workload arrives with another set under the
 	// same identity: never answered.
 	reg3 := NewRegistry(0, 0)
-	reg3.identity = func(string, Tags) uint64 { return webID }
-	empty := Build(1, []Resource{&Policy{Mesh: "m", Name: "p", Type: DefaultType, Sources: []Selector{{}}, Destinations: []Selector{{}}}})
-	if _, err := empty.Identify("m", Tags{"app": "api"}, reg3); err != nil {
+	reg3.identity = func(string, resource.Tags) uint64 { return webID }
+	empty := Build(1, []resource.Resource{&resource.Policy{Mesh: "m", Name: "p", Type: resource.DefaultType, Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}}})
+	if _, err := empty.Identify("m", resource.Tags{"app": "api"}, reg3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.LookupIdentity("m", webID, reg3); !errors.Is(err, ErrIdentityCollision) {
@@ -220,16 +222,16 @@ func TestLookupIdentity(t *testing.T) {
 	t.Parallel()
 	s := memoWorld(t)
 	reg := NewRegistry(0, 0)
-	if _, err := s.LookupIdentity("m", Identity("m", Tags{"app": "web"}), reg); err != nil {
+	if _, err := s.LookupIdentity("m", resource.Identity("m", resource.Tags{"app": "web"}), reg); err != nil {
 		t.Errorf("a workload's own tag set: %v", err)
 	}
-	if _, err := s.LookupIdentity("m", Identity("m", Tags{"app": "api"}), reg); !errors.Is(err, ErrIdentityNotFound) {
+	if _, err := s.LookupIdentity("m", resource.Identity("m", resource.Tags{"app": "api"}), reg); !errors.Is(err, ErrIdentityNotFound) {
 		t.Errorf("an identity nobody registered: %v", err)
 	}
-	if _, err := s.Identify("m", Tags{"app": "api"}, reg); err != nil {
+	if _, err := s.Identify("m", resource.Tags{"app": "api"}, reg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.LookupIdentity("m", Identity("m", Tags{"app": "api"}), reg); err != nil {
+	if _, err := s.LookupIdentity("m", resource.Identity("m", resource.Tags{"app": "api"}), reg); err != nil {
 		t.Errorf("a registered identity: %v", err)
 	}
 	if _, err := s.LookupIdentity("nope", 1, reg); !errors.Is(err, ErrMeshNotFound) {
@@ -247,17 +249,17 @@ type memoChange struct {
 // memoChanges lists the changes the memo tests apply to memoWorld: those that
 // cannot alter the answers of mesh m's TrafficPermission (kept) and those that
 // can; the mesh document is put with meshDefault.
-func memoChanges(meshDefault Action) []memoChange {
+func memoChanges(meshDefault resource.Action) []memoChange {
 	return []memoChange{
-		{"a workload put", Put(&Workload{Mesh: "m", Name: "db-1", Tags: Tags{"app": "db"}, Addresses: []string{"10.0.0.2"}}), true},
-		{"a workload put that changes a tag set", Put(&Workload{Mesh: "m", Name: "web-1", Tags: Tags{"app": "web", "v": "2"}}), true},
-		{"a workload delete", Delete(Key{Kind: KindWorkload, Mesh: "m", Name: "web-1"}), true},
-		{"a policy of another type", Put(&Policy{Mesh: "m", Name: "log2", Type: "TrafficLog", Sources: []Selector{{}}, Destinations: []Selector{{}}}), true},
-		{"another mesh's policy", Put(&Policy{Mesh: "other", Name: "p", Type: DefaultType, Sources: []Selector{{}}, Destinations: []Selector{{}}}), true},
-		{"a policy of the type", Put(&Policy{Mesh: "m", Name: "deny-api", Type: DefaultType, Action: Deny,
-			Sources: []Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []Selector{{}}}), false},
-		{"a policy of the type deleted", Delete(Key{Kind: KindPolicy, Mesh: "m", Type: DefaultType, Name: "web-to-db"}), false},
-		{"the mesh document", Put(&Mesh{Name: "m", DefaultAction: meshDefault}), false},
-		{"a scope", Put(&Scope{Mesh: "m", Name: "s", Selectors: []Selector{{}}, Enforced: true}), false},
+		{"a workload put", Put(&resource.Workload{Mesh: "m", Name: "db-1", Tags: resource.Tags{"app": "db"}, Addresses: []string{"10.0.0.2"}}), true},
+		{"a workload put that changes a tag set", Put(&resource.Workload{Mesh: "m", Name: "web-1", Tags: resource.Tags{"app": "web", "v": "2"}}), true},
+		{"a workload delete", Delete(resource.Key{Kind: resource.KindWorkload, Mesh: "m", Name: "web-1"}), true},
+		{"a policy of another type", Put(&resource.Policy{Mesh: "m", Name: "log2", Type: "TrafficLog", Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}}), true},
+		{"another mesh's policy", Put(&resource.Policy{Mesh: "other", Name: "p", Type: resource.DefaultType, Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}}), true},
+		{"a policy of the type", Put(&resource.Policy{Mesh: "m", Name: "deny-api", Type: resource.DefaultType, Action: resource.Deny,
+			Sources: []resource.Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []resource.Selector{{}}}), false},
+		{"a policy of the type deleted", Delete(resource.Key{Kind: resource.KindPolicy, Mesh: "m", Type: resource.DefaultType, Name: "web-to-db"}), false},
+		{"the mesh document", Put(&resource.Mesh{Name: "m", DefaultAction: meshDefault}), false},
+		{"a scope", Put(&resource.Scope{Mesh: "m", Name: "s", Selectors: []resource.Selector{{}}, Enforced: true}), false},
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // The rule index (the k-index idea of boolean-expression indexing): every rule is
@@ -147,7 +148,7 @@ const (
 )
 
 func classOf(r *rule) int {
-	if r.action == Deny {
+	if r.action == resource.Deny {
 		return classDeny
 	}
 	return classAllow
@@ -266,7 +267,7 @@ func (ix *ruleIndex) terms(r *rule, out []term) []term {
 		}
 		for i := range side.m.exprs {
 			switch e := &side.m.exprs[i]; e.op {
-			case OpIn, OpExists, OpPrefix, OpCIDR:
+			case resource.OpIn, resource.OpExists, resource.OpPrefix, resource.OpCIDR:
 				out = append(out, term{end: side.end, key: e.key, presence: true})
 			}
 		}
@@ -845,7 +846,7 @@ func entry(r *rule, skip idTerm, ids []idTerm) posting {
 
 // collect appends to lists every posting list the tags of one end can reach;
 // with vals, it also records the ids of the end's tags there.
-func (ix *ruleIndex) collect(end uint8, tags Tags, lists *[2][]plist, vals *flowVals) {
+func (ix *ruleIndex) collect(end uint8, tags resource.Tags, lists *[2][]plist, vals *flowVals) {
 	if ix.keys.Len() == 0 {
 		return
 	}
@@ -869,7 +870,7 @@ func (ix *ruleIndex) collect(end uint8, tags Tags, lists *[2][]plist, vals *flow
 }
 
 // lists returns every posting list a flow can reach, per action class.
-func (ix *ruleIndex) lists(src, dst Tags, lists *[2][]plist, vals *flowVals) {
+func (ix *ruleIndex) lists(src, dst resource.Tags, lists *[2][]plist, vals *flowVals) {
 	lists[0], lists[1] = lists[0][:0], lists[1][:0]
 	for cl := range ix.always {
 		if len(ix.always[cl]) > 0 {

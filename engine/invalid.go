@@ -17,27 +17,13 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // ErrInvalidStored is returned by Resolve for a mesh and type that an invalid
 // stored resource closes (docs/storage.md); the error names the keys.
 var ErrInvalidStored = errors.New("invalid stored resource")
-
-// InvalidResources is what a mesh does with stored resources that do not
-// validate (the Mesh's invalidResources).
-type InvalidResources uint8
-
-// InvalidResources values.
-const (
-	// InvalidDeny: fail closed (the default).
-	InvalidDeny InvalidResources = iota
-	// InvalidSkip: leave the invalid resources out and decide with the rest.
-	InvalidSkip
-)
-
-var invalidResourcesNames = []string{"Deny", "Skip"}
-
-func (v InvalidResources) String() string { return invalidResourcesNames[v] }
 
 // taint is what broken values close in one mesh: the paths that close every
 // type, and per type the paths that close it.
@@ -81,9 +67,9 @@ func brokenTaints(broken func(func(path string, b *InvalidResource) bool)) map[s
 // read, or it is a kind that closes nothing, such as a workload).
 func (b *InvalidResource) scopeOfHarm() (mesh, typ string, ok bool) {
 	switch b.Key.Kind {
-	case KindMesh, KindScope:
+	case resource.KindMesh, resource.KindScope:
 		return b.Key.Mesh, "", true
-	case KindPolicy:
+	case resource.KindPolicy:
 		return b.Key.Mesh, b.Key.Type, true
 	case 0:
 	default:
@@ -95,14 +81,14 @@ func (b *InvalidResource) scopeOfHarm() (mesh, typ string, ok bool) {
 		path = raw // RenderPath's form of a key that is not UTF-8
 	}
 	parts := strings.Split(path, "/")
-	if !utf8.ValidString(parts[0]) || checkName(parts[0]) != nil {
+	if !utf8.ValidString(parts[0]) || resource.CheckName(parts[0]) != nil {
 		return "", "", false
 	}
 	mesh = parts[0]
 	if len(parts) > 1 && parts[1] == "workloads" {
 		return "", "", false
 	}
-	if len(parts) > 2 && parts[1] == "policies" && utf8.ValidString(parts[2]) && checkName(parts[2]) == nil {
+	if len(parts) > 2 && parts[1] == "policies" && utf8.ValidString(parts[2]) && resource.CheckName(parts[2]) == nil {
 		return mesh, parts[2], true
 	}
 	return mesh, "", true
@@ -137,7 +123,7 @@ func (s *Snapshot) closedBy(mesh string, ms *meshState, ts *typeState) []string 
 	}
 	if ms != nil {
 		for name := range ms.scopes.invalid {
-			paths = append(paths, Key{Kind: KindScope, Mesh: mesh, Name: name}.String())
+			paths = append(paths, resource.Key{Kind: resource.KindScope, Mesh: mesh, Name: name}.String())
 		}
 		if ts != nil && ts.invalid > 0 {
 			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
@@ -174,13 +160,13 @@ func (s *Snapshot) closedByType(mesh string, ms *meshState, typ string) []string
 
 // skipsInvalid reports whether the mesh's Mesh sets invalidResources: Skip.
 func (ms *meshState) skipsInvalid() bool {
-	return ms != nil && ms.doc != nil && ms.doc.InvalidResources == InvalidSkip
+	return ms != nil && ms.doc != nil && ms.doc.InvalidResources == resource.InvalidSkip
 }
 
 // closedDecision is the answer for a flow of a closed mesh and type.
 func closedDecision(revision int64, explain bool) Decision {
-	side := SideDecision{Action: Deny, Reason: ReasonInvalidResource}
-	d := Decision{Action: Deny, Outbound: side, Inbound: side, Revision: revision}
+	side := SideDecision{Action: resource.Deny, Reason: ReasonInvalidResource}
+	d := Decision{Action: resource.Deny, Outbound: side, Inbound: side, Revision: revision}
 	if explain {
 		d.Explain = &Explanation{Outbound: SideTrace{Reason: ReasonInvalidResource}, Inbound: SideTrace{Reason: ReasonInvalidResource}}
 	}
@@ -190,7 +176,7 @@ func closedDecision(revision int64, explain bool) Decision {
 // closedRules is the rule set of a workload of a closed mesh and type: no rule,
 // DENY whatever the flow.
 func closedRules(set typeSettings) RuleSet {
-	side := SideRules{Fallback: Deny, FallbackReason: ReasonInvalidResource, Combine: set.combine}
+	side := SideRules{Fallback: resource.Deny, FallbackReason: ReasonInvalidResource, Combine: set.combine}
 	return RuleSet{Inbound: side, Outbound: side}
 }
 
@@ -209,10 +195,10 @@ func closedError(mesh, typ string, paths []string) error {
 // INVALID_RESOURCE; nil when the mesh and type decide normally.
 func (s *Snapshot) ClosedBy(mesh, typ string) []string {
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	if typ == "" {
-		typ = DefaultType
+		typ = resource.DefaultType
 	}
 	ms, _ := s.meshes.Get(mesh)
 	return s.closedByType(mesh, ms, typ)

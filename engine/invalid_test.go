@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // The world every case starts from: two meshes, each allowing web → backend
@@ -30,9 +31,9 @@ sources: [{match: {svc: web}}]
 destinations: [{match: {svc: backend}}]
 `
 
-func mustYAML(t *testing.T, doc string) []engine.Resource {
+func mustYAML(t *testing.T, doc string) []resource.Resource {
 	t.Helper()
-	rs, err := engine.DecodeYAML([]byte(doc))
+	rs, err := resource.DecodeYAML([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,15 +42,15 @@ func mustYAML(t *testing.T, doc string) []engine.Resource {
 
 // broken is a stored value that failed to decode, at path (without prefix).
 func broken(path string) engine.Change {
-	c := engine.Change{Path: path, Err: fmt.Errorf("%w: unknown field %q", engine.ErrInvalid, "fromTheFuture"),
+	c := engine.Change{Path: path, Err: fmt.Errorf("%w: unknown field %q", resource.ErrInvalid, "fromTheFuture"),
 		Value: []byte(`{"fromTheFuture":1}`), ModRevision: 9}
-	if k, err := engine.ParseKey(path); err == nil {
+	if k, err := resource.ParseKey(path); err == nil {
 		c.Key = k
 	}
 	return c
 }
 
-func puts(rs []engine.Resource) []engine.Change {
+func puts(rs []resource.Resource) []engine.Change {
 	out := make([]engine.Change, len(rs))
 	for i, r := range rs {
 		out[i] = engine.Put(r)
@@ -110,7 +111,7 @@ func TestInvalidStoredFailsClosed(t *testing.T) {
 			closed:  []mt{{"third", "TrafficPermission"}}, keys: []string{"third/policies/TrafficPermission/x"}},
 	}
 	flow := func(m mt) *engine.Request {
-		return &engine.Request{Mesh: m.mesh, Type: m.typ, Source: engine.Tags{"svc": "web"}, Destination: engine.Tags{"svc": "backend"}}
+		return &engine.Request{Mesh: m.mesh, Type: m.typ, Source: resource.Tags{"svc": "web"}, Destination: resource.Tags{"svc": "backend"}}
 	}
 	base := engine.Build(1, mustYAML(t, invalidWorld))
 	for _, tc := range cases {
@@ -130,7 +131,7 @@ func TestInvalidStoredFailsClosed(t *testing.T) {
 						if err != nil {
 							t.Fatalf("%v: Decide: %v", m, err)
 						}
-						if d.Action != engine.Deny || d.Outbound.Action != engine.Deny || d.Inbound.Action != engine.Deny ||
+						if d.Action != resource.Deny || d.Outbound.Action != resource.Deny || d.Inbound.Action != resource.Deny ||
 							d.Outbound.Reason != engine.ReasonInvalidResource || d.Inbound.Reason != engine.ReasonInvalidResource {
 							t.Errorf("%v explain=%v: %+v, want DENY on both sides with INVALID_RESOURCE", m, explain, d)
 						}
@@ -142,16 +143,16 @@ func TestInvalidStoredFailsClosed(t *testing.T) {
 							t.Errorf("%v: %+v, %v; want ErrMeshNotFound", m, d, err)
 						}
 					default:
-						if err != nil || d.Action != engine.Allow || d.Inbound.Reason != engine.ReasonMatched {
+						if err != nil || d.Action != resource.Allow || d.Inbound.Reason != engine.ReasonMatched {
 							t.Errorf("%v: %+v, %v; want ALLOW as before", m, d, err)
 						}
 					}
 				}
-				rs, rerr := s.RulesFor(m.mesh, m.typ, engine.Tags{"svc": "backend"})
+				rs, rerr := s.RulesFor(m.mesh, m.typ, resource.Tags{"svc": "backend"})
 				_, serr := s.Resolve(&engine.ResolveRequest{Mesh: m.mesh, Type: m.typ,
-					Source: engine.Tags{"svc": "web"}, Destination: engine.Tags{"svc": "backend"}})
+					Source: resource.Tags{"svc": "web"}, Destination: resource.Tags{"svc": "backend"}})
 				if isClosed[m] {
-					deny := engine.SideRules{Fallback: engine.Deny, FallbackReason: engine.ReasonInvalidResource}
+					deny := engine.SideRules{Fallback: resource.Deny, FallbackReason: engine.ReasonInvalidResource}
 					if rerr != nil || len(rs.Inbound.Rules)+len(rs.Outbound.Rules) != 0 ||
 						rs.Inbound.Fallback != deny.Fallback || rs.Inbound.FallbackReason != deny.FallbackReason ||
 						rs.Outbound.Fallback != deny.Fallback || rs.Outbound.FallbackReason != deny.FallbackReason {
@@ -178,7 +179,7 @@ func TestInvalidStoredFailsClosed(t *testing.T) {
 			// Deleting or repairing what was invalid opens the mesh again.
 			var undo []engine.Change
 			for _, c := range tc.changes {
-				if c.Key.Kind == engine.KindMesh && c.Err == nil {
+				if c.Key.Kind == resource.KindMesh && c.Err == nil {
 					continue
 				}
 				undo = append(undo, engine.Change{Path: c.Path, Key: c.Key})
@@ -188,7 +189,7 @@ func TestInvalidStoredFailsClosed(t *testing.T) {
 				if got := fixed.ClosedBy(m.mesh, m.typ); got != nil {
 					t.Errorf("after the fix, %v is still closed by %q", m, got)
 				}
-				if d, err := fixed.Decide(flow(m)); err != nil || d.Action != engine.Allow {
+				if d, err := fixed.Decide(flow(m)); err != nil || d.Action != resource.Allow {
 					t.Errorf("after the fix, %v: %+v, %v", m, d, err)
 				}
 			}
@@ -200,19 +201,19 @@ func TestInvalidStoredFailsClosed(t *testing.T) {
 func TestInvalidResourcesSetting(t *testing.T) {
 	for _, v := range []string{"Deny", "Skip"} {
 		rs := mustYAML(t, "{kind: Mesh, name: m, invalidResources: "+v+"}")
-		if got := rs[0].(*engine.Mesh).InvalidResources.String(); got != v {
+		if got := rs[0].(*resource.Mesh).InvalidResources.String(); got != v {
 			t.Errorf("%s decoded as %s", v, got)
 		}
-		b, err := engine.EncodeJSON(rs[0])
+		b, err := resource.EncodeJSON(rs[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := engine.DecodeJSON(b)
-		if err != nil || back.(*engine.Mesh).InvalidResources.String() != v {
+		back, err := resource.DecodeJSON(b)
+		if err != nil || back.(*resource.Mesh).InvalidResources.String() != v {
 			t.Errorf("%s: round trip %s: %v", v, b, err)
 		}
 	}
-	if _, err := engine.DecodeYAML([]byte("{kind: Mesh, name: m, invalidResources: Allow}")); !errors.Is(err, engine.ErrInvalid) {
+	if _, err := resource.DecodeYAML([]byte("{kind: Mesh, name: m, invalidResources: Allow}")); !errors.Is(err, resource.ErrInvalid) {
 		t.Errorf("invalidResources: Allow: %v, want ErrInvalid", err)
 	}
 }
@@ -228,16 +229,16 @@ func TestDotNamesRefused(t *testing.T) {
 		`{kind: Mesh, name: "."}`,
 		`{kind: Policy, name: p, mesh: "..", sources: [{}], destinations: [{}]}`,
 	} {
-		if _, err := engine.DecodeYAML([]byte(doc)); !errors.Is(err, engine.ErrInvalid) {
+		if _, err := resource.DecodeYAML([]byte(doc)); !errors.Is(err, resource.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", doc, err)
 		}
 	}
 	for _, path := range []string{"../mesh", "default/scopes/.", "default/policies/../x"} {
-		if _, err := engine.ParseKey(path); err == nil {
+		if _, err := resource.ParseKey(path); err == nil {
 			t.Errorf("ParseKey(%q) accepted", path)
 		}
 	}
-	if _, err := engine.DecodeYAML([]byte(`{kind: Policy, name: "a.b..c", sources: [{}], destinations: [{}]}`)); err != nil {
+	if _, err := resource.DecodeYAML([]byte(`{kind: Policy, name: "a.b..c", sources: [{}], destinations: [{}]}`)); err != nil {
 		t.Errorf("a name with dots: %v", err)
 	}
 }

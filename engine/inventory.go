@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // inventory is the workloads of one mesh. It is immutable; apply returns a new
@@ -43,7 +44,7 @@ type claim struct {
 
 // workloadEntry is a workload as the inventory holds it.
 type workloadEntry struct {
-	w   *Workload
+	w   *resource.Workload
 	id  uint64
 	err string // why it is invalid; "" when valid
 }
@@ -51,7 +52,7 @@ type workloadEntry struct {
 // tagSet is a tag set known by its identity, and how many valid workloads have
 // it as their own.
 type tagSet struct {
-	tags Tags
+	tags resource.Tags
 	set  *TagSet // tags interned (identity.go)
 	refs int
 }
@@ -64,7 +65,7 @@ type tagSet struct {
 type principalSet struct {
 	one    *workloadEntry // the only holder; nil when many is set
 	many   *principalHolders
-	shared Tags
+	shared resource.Tags
 }
 
 // principalHolders is a principal's holders when there are two or more.
@@ -132,7 +133,7 @@ func (inv *inventory) apply(changes []Change) *inventory {
 				}
 			}
 		}
-		if w, ok := c.Resource.(*Workload); ok {
+		if w, ok := c.Resource.(*resource.Workload); ok {
 			for _, a := range w.Addresses {
 				for _, cl := range claimsOf(inv.claims.Get, a) {
 					affected[cl.name] = true
@@ -170,7 +171,7 @@ func (inv *inventory) apply(changes []Change) *inventory {
 			}
 			names.Delete(c.Key.Name)
 		}
-		w, ok := c.Resource.(*Workload)
+		w, ok := c.Resource.(*resource.Workload)
 		if !ok {
 			continue
 		}
@@ -193,10 +194,10 @@ func (inv *inventory) apply(changes []Change) *inventory {
 				break
 			}
 		}
-		var interned Tags // the tag set's map, held already by another workload
+		var interned resource.Tags // the tag set's map, held already by another workload
 		if why == "" {
 			if ts, ok := ids.Get(e.id); ok {
-				if !sameTagSet(ts.tags, e.w.Tags) {
+				if !resource.SameTagSet(ts.tags, e.w.Tags) {
 					why = fmt.Sprintf("its tags have identity %d, as do other tags (%v) of another workload: an identity collision", e.id, ts.tags)
 				} else if !sameMap(ts.tags, e.w.Tags) {
 					interned = ts.tags
@@ -232,7 +233,7 @@ func (inv *inventory) apply(changes []Change) *inventory {
 	for _, id := range touched {
 		was, before := inv.ids.Get(id)
 		is, after := out.ids.Get(id)
-		if before != after || (before && !sameTagSet(was.tags, is.tags)) {
+		if before != after || (before && !resource.SameTagSet(was.tags, is.tags)) {
 			out.gen = inventoryGens.Add(1)
 			break
 		}
@@ -241,7 +242,7 @@ func (inv *inventory) apply(changes []Change) *inventory {
 }
 
 // sameMap reports whether a and b are the same map (not only equal ones).
-func sameMap(a, b Tags) bool {
+func sameMap(a, b resource.Tags) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
@@ -338,7 +339,7 @@ func addContribution(principals *pmap.Builder[string, *principalSet], ids *pmap.
 }
 
 // countPairs adds one holder's pairs to counts.
-func countPairs(counts pmap.Map[string, int], tags Tags) pmap.Map[string, int] {
+func countPairs(counts pmap.Map[string, int], tags resource.Tags) pmap.Map[string, int] {
 	cb := counts.Builder()
 	for k, v := range tags {
 		pair := k + "\x00" + v
@@ -350,11 +351,11 @@ func countPairs(counts pmap.Map[string, int], tags Tags) pmap.Map[string, int] {
 
 // sharedTags is the pairs every holder has: those of any one holder whose
 // count is the number of holders. O(tags of one holder).
-func (ph *principalHolders) sharedTags() Tags {
+func (ph *principalHolders) sharedTags() resource.Tags {
 	n := ph.holders.Len()
 	var any *workloadEntry
 	ph.holders.Range(func(_ string, e *workloadEntry) bool { any = e; return false })
-	out := Tags{}
+	out := resource.Tags{}
 	if any == nil {
 		return out
 	}
@@ -370,7 +371,7 @@ func (ph *principalHolders) sharedTags() Tags {
 func (e *workloadEntry) entry() Entry {
 	var err error
 	if e.err != "" {
-		err = invalid("", e.err)
+		err = resource.Invalid("", e.err)
 	}
 	return Entry{Resource: e.w, Err: err}
 }

@@ -48,6 +48,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // resolutionGen is what the identities of a partition resolve to: the
@@ -107,12 +109,12 @@ func (a PairAnswer) Policy() uint32 { return uint32(a) }
 
 func packAnswer(d *Decision, pn *PolicyNumbers) PairAnswer {
 	a := PairAnswer(pn.number(d.Policy))
-	if d.Action == Deny {
+	if d.Action == resource.Deny {
 		a |= answerDeny
 	}
 	if d.Audit != nil {
 		a |= answerAudit
-		if d.Audit.Action == Deny {
+		if d.Audit.Action == resource.Deny {
 			a |= answerAuditDeny
 		}
 	}
@@ -195,10 +197,10 @@ type PairScope struct {
 // resource can be decided (it answers DENY).
 func (s *Snapshot) PairScope(mesh, typ string, reg *Registry) (*PairScope, error) {
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	if typ == "" {
-		typ = DefaultType
+		typ = resource.DefaultType
 	}
 	ms, ok := s.meshes.Get(mesh)
 	// The generations first: what the scope resolves later is at least as
@@ -261,7 +263,7 @@ func (p *PairScope) Policies() *PolicyNumbers {
 // holds it, whose decision and tag sets (what the identities resolve to) are
 // for the decision log: reading them costs a cache line the answer does not.
 // ok false: resolve them (Lookup) and call Answer.
-func (p *PairScope) DecideIDs(src, dst uint64, proto Protocol, port uint32) (a PairAnswer, pe *PairEntry, ok bool) {
+func (p *PairScope) DecideIDs(src, dst uint64, proto resource.Protocol, port uint32) (a PairAnswer, pe *PairEntry, ok bool) {
 	if p.closed != nil {
 		return 0, nil, false
 	}
@@ -347,13 +349,13 @@ func (p *PairScope) Lookup(id uint64) (*TagSet, error) {
 // (the identity-pair memo or the tag memo behind it) gave the answer, false
 // when the decision procedure ran (or the partition is closed): what the
 // server's memo counter counts.
-func (p *PairScope) Decide(src, dst *TagSet, proto Protocol, port uint32) (d *Decision, memo bool) {
+func (p *PairScope) Decide(src, dst *TagSet, proto resource.Protocol, port uint32) (d *Decision, memo bool) {
 	_, d, memo = p.Answer(src, dst, proto, port)
 	return d, memo
 }
 
 // Answer is Decide with the decision packed as well (numbered in Policies).
-func (p *PairScope) Answer(src, dst *TagSet, proto Protocol, port uint32) (a PairAnswer, d *Decision, memo bool) {
+func (p *PairScope) Answer(src, dst *TagSet, proto resource.Protocol, port uint32) (a PairAnswer, d *Decision, memo bool) {
 	if p.closed != nil {
 		return answerDeny, p.closed, false
 	}

@@ -5,18 +5,20 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // pairFlows are flows between tag sets registered by identity; none is a
 // workload's own set, so a workload change never changes what they resolve to.
 var pairFlows = []struct {
-	src, dst Tags
-	proto    Protocol
+	src, dst resource.Tags
+	proto    resource.Protocol
 	port     uint32
 }{
-	{Tags{"app": "web", "team": "x"}, Tags{"app": "db", "team": "y"}, TCP, 5432},
-	{Tags{"app": "api"}, Tags{"app": "db", "team": "y"}, TCP, 5432},
-	{Tags{"app": "web", "team": "x"}, Tags{"app": "web", "team": "x"}, UDP, 53},
+	{resource.Tags{"app": "web", "team": "x"}, resource.Tags{"app": "db", "team": "y"}, resource.TCP, 5432},
+	{resource.Tags{"app": "api"}, resource.Tags{"app": "db", "team": "y"}, resource.TCP, 5432},
+	{resource.Tags{"app": "web", "team": "x"}, resource.Tags{"app": "web", "team": "x"}, resource.UDP, 53},
 }
 
 // decidePairs decides every pair flow through a PairScope of s and returns the
@@ -74,7 +76,7 @@ func decidePairs(t *testing.T, s *Snapshot, reg *Registry) (uint64, []Decision) 
 // then. Hits are counted (misses), never timed.
 func TestPairMemoSurvivesUnrelatedChanges(t *testing.T) {
 	t.Parallel()
-	for _, tc := range memoChanges(Deny) {
+	for _, tc := range memoChanges(resource.Deny) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, reg := memoWorld(t), NewRegistry(0, 0)
@@ -101,8 +103,8 @@ func TestPairMemoSurvivesUnrelatedChanges(t *testing.T) {
 func TestPairMemoNeverServesStale(t *testing.T) {
 	t.Parallel()
 	s, reg := memoWorld(t), NewRegistry(0, 0)
-	web, _ := s.Identify("m", Tags{"app": "web", "team": "x"}, reg)
-	db, _ := s.Identify("m", Tags{"app": "db", "team": "y"}, reg)
+	web, _ := s.Identify("m", resource.Tags{"app": "web", "team": "x"}, reg)
+	db, _ := s.Identify("m", resource.Tags{"app": "db", "team": "y"}, reg)
 	decide := func(s *Snapshot) Decision {
 		t.Helper()
 		scope, err := s.PairScope("m", "", reg)
@@ -111,27 +113,27 @@ func TestPairMemoNeverServesStale(t *testing.T) {
 		}
 		var d Decision
 		for i := 0; i < 3; i++ { // warm: stored on the second sight, a pair hit on the third
-			dp, _ := scope.Decide(web, db, TCP, 5432)
+			dp, _ := scope.Decide(web, db, resource.TCP, 5432)
 			d = *dp
 		}
 		return d
 	}
-	if d := decide(s); d.Action != Allow || d.Policy != "web-to-db" {
+	if d := decide(s); d.Action != resource.Allow || d.Policy != "web-to-db" {
 		t.Fatalf("before: %+v, want ALLOW by web-to-db", d)
 	}
-	deny := s.Apply(2, []Change{Put(&Policy{Mesh: "m", Name: "deny-web", Type: DefaultType, Action: Deny, Priority: -10,
-		Sources: []Selector{{Match: map[string]string{"app": "web"}}}, Destinations: []Selector{{Match: map[string]string{"app": "db"}}}})})
-	if d, _ := deny.Decide(&Request{Mesh: "m", Source: web.Tags(), Destination: db.Tags(), Protocol: TCP, Port: 5432, NoCache: true}); d.Policy != "deny-web" {
+	deny := s.Apply(2, []Change{Put(&resource.Policy{Mesh: "m", Name: "deny-web", Type: resource.DefaultType, Action: resource.Deny, Priority: -10,
+		Sources: []resource.Selector{{Match: map[string]string{"app": "web"}}}, Destinations: []resource.Selector{{Match: map[string]string{"app": "db"}}}})})
+	if d, _ := deny.Decide(&Request{Mesh: "m", Source: web.Tags(), Destination: db.Tags(), Protocol: resource.TCP, Port: 5432, NoCache: true}); d.Policy != "deny-web" {
 		t.Fatalf("the decision procedure answers %+v after the deny policy: the test's premise is wrong", d)
 	}
-	if d := decide(deny); d.Action != Deny || d.Policy != "deny-web" {
+	if d := decide(deny); d.Action != resource.Deny || d.Policy != "deny-web" {
 		t.Errorf("after a deny policy: %+v, want DENY by deny-web", d)
 	}
-	back := deny.Apply(3, []Change{Delete(Key{Kind: KindPolicy, Mesh: "m", Type: DefaultType, Name: "deny-web"})})
-	if d := decide(back); d.Action != Allow || d.Policy != "web-to-db" {
+	back := deny.Apply(3, []Change{Delete(resource.Key{Kind: resource.KindPolicy, Mesh: "m", Type: resource.DefaultType, Name: "deny-web"})})
+	if d := decide(back); d.Action != resource.Allow || d.Policy != "web-to-db" {
 		t.Errorf("after the deny policy's delete: %+v, want ALLOW by web-to-db", d)
 	}
-	if d := decide(s); d.Action != Allow || d.Policy != "web-to-db" {
+	if d := decide(s); d.Action != resource.Allow || d.Policy != "web-to-db" {
 		t.Errorf("the first snapshot again: %+v, want ALLOW by web-to-db", d)
 	}
 }
@@ -142,9 +144,9 @@ func TestPairMemoNeverServesStale(t *testing.T) {
 func TestPairMemoVerifiesTagSets(t *testing.T) {
 	t.Parallel()
 	s := memoWorld(t)
-	s = s.Apply(2, []Change{Put(&Policy{Mesh: "m", Name: "deny-api", Type: DefaultType, Action: Deny, Priority: 10,
-		Sources: []Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []Selector{{}}})})
-	byApp := func(tags Tags) uint64 {
+	s = s.Apply(2, []Change{Put(&resource.Policy{Mesh: "m", Name: "deny-api", Type: resource.DefaultType, Action: resource.Deny, Priority: 10,
+		Sources: []resource.Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []resource.Selector{{}}})})
+	byApp := func(tags resource.Tags) uint64 {
 		if tags["app"] == "db" {
 			return 7
 		}
@@ -152,11 +154,11 @@ func TestPairMemoVerifiesTagSets(t *testing.T) {
 	}
 	regs := [2]*Registry{NewRegistry(0, 0), NewRegistry(0, 0)}
 	for i, app := range []string{"web", "api"} {
-		regs[i].identity = func(_ string, tags Tags) uint64 { return byApp(tags) }
-		if _, err := s.Identify("m", Tags{"app": app}, regs[i]); err != nil {
+		regs[i].identity = func(_ string, tags resource.Tags) uint64 { return byApp(tags) }
+		if _, err := s.Identify("m", resource.Tags{"app": app}, regs[i]); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Identify("m", Tags{"app": "db"}, regs[i]); err != nil {
+		if _, err := s.Identify("m", resource.Tags{"app": "db"}, regs[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -174,7 +176,7 @@ func TestPairMemoVerifiesTagSets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d, _ := scope.Decide(src, dst, TCP, 5432); d.Policy != want {
+			if d, _ := scope.Decide(src, dst, resource.TCP, 5432); d.Policy != want {
 				t.Errorf("round %d, identity 42 as %v: decided by %q, want %q", round, src.Tags(), d.Policy, want)
 			}
 		}
@@ -193,12 +195,12 @@ func byIDs(t *testing.T, s *Snapshot, reg *Registry) (int, []*Decision) {
 	var srcs, dsts []uint64
 	var pps []uint32
 	for _, f := range pairFlows {
-		srcs, dsts, pps = append(srcs, Identity("m", f.src)), append(dsts, Identity("m", f.dst)), append(pps, f.port|uint32(f.proto)<<16)
+		srcs, dsts, pps = append(srcs, resource.Identity("m", f.src)), append(dsts, resource.Identity("m", f.dst)), append(pps, f.port|uint32(f.proto)<<16)
 	}
 	ents := make([]*PairEntry, 2*len(pairFlows))
 	scope.DecideIDsN(srcs, dsts, pps, ents)
 	for i, f := range pairFlows {
-		src, dst := Identity("m", f.src), Identity("m", f.dst)
+		src, dst := resource.Identity("m", f.src), resource.Identity("m", f.dst)
 		a, pe, ok := scope.DecideIDs(src, dst, f.proto, f.port)
 		if ents[i] != pe {
 			t.Fatalf("flow %d: DecideIDsN gave entry %p, DecideIDs %p", i, ents[i], pe)
@@ -248,16 +250,16 @@ func TestPairMemoByIdentities(t *testing.T) {
 		kept bool
 	}{
 		{"a workload put that keeps its tags", func() *Snapshot {
-			return s.Apply(2, []Change{Put(&Workload{Mesh: "m", Name: "web-1", Tags: Tags{"app": "web"}, Addresses: []string{"10.0.0.9"}})})
+			return s.Apply(2, []Change{Put(&resource.Workload{Mesh: "m", Name: "web-1", Tags: resource.Tags{"app": "web"}, Addresses: []string{"10.0.0.9"}})})
 		}, true},
 		{"a workload with a new identity", func() *Snapshot {
-			return s.Apply(3, []Change{Put(&Workload{Mesh: "m", Name: "db-1", Tags: Tags{"app": "db"}})})
+			return s.Apply(3, []Change{Put(&resource.Workload{Mesh: "m", Name: "db-1", Tags: resource.Tags{"app": "db"}})})
 		}, false},
 		{"a workload whose identity leaves the inventory", func() *Snapshot {
-			return s.Apply(4, []Change{Delete(Key{Kind: KindWorkload, Mesh: "m", Name: "web-1"})})
+			return s.Apply(4, []Change{Delete(resource.Key{Kind: resource.KindWorkload, Mesh: "m", Name: "web-1"})})
 		}, false},
 		{"a set registered", func() *Snapshot {
-			if _, err := s.Identify("m", Tags{"app": "new"}, reg); err != nil {
+			if _, err := s.Identify("m", resource.Tags{"app": "new"}, reg); err != nil {
 				t.Fatal(err)
 			}
 			return s
@@ -287,7 +289,7 @@ func TestPairMemoByIdentitiesSeesEviction(t *testing.T) {
 		t.Fatalf("warm: %d of %d flows answered by identities", n, len(pairFlows))
 	}
 	for i := range 3 { // evicts every one of them (their marks first, then them)
-		if _, err := s.Identify("m", Tags{"app": fmt.Sprint("filler", i)}, reg); err != nil {
+		if _, err := s.Identify("m", resource.Tags{"app": fmt.Sprint("filler", i)}, reg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -298,7 +300,7 @@ func TestPairMemoByIdentitiesSeesEviction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := scope.Lookup(Identity("m", pairFlows[0].src)); !errors.Is(err, ErrIdentityNotFound) {
+	if _, err := scope.Lookup(resource.Identity("m", pairFlows[0].src)); !errors.Is(err, ErrIdentityNotFound) {
 		t.Fatalf("an evicted set: %v, want ErrIdentityNotFound", err)
 	}
 }
@@ -307,7 +309,7 @@ func TestPairMemoByIdentitiesSeesEviction(t *testing.T) {
 // policy number that scope's numbering names as d's policy.
 func checkAnswer(t *testing.T, scope *PairScope, a PairAnswer, d *Decision) {
 	t.Helper()
-	if a.Deny() != (d.Action == Deny) || a.AuditDiffers() != (d.Audit != nil) || (d.Audit != nil && a.AuditDeny() != (d.Audit.Action == Deny)) {
+	if a.Deny() != (d.Action == resource.Deny) || a.AuditDiffers() != (d.Audit != nil) || (d.Audit != nil && a.AuditDeny() != (d.Audit.Action == resource.Deny)) {
 		t.Errorf("answer %#x packs another decision than %+v", uint64(a), d)
 	}
 	if got := scope.Policies().Name(a.Policy()); got != d.Policy {
@@ -324,8 +326,8 @@ func checkAnswer(t *testing.T, scope *PairScope, a PairAnswer, d *Decision) {
 func TestPairAnswerPolicyNumbers(t *testing.T) {
 	t.Parallel()
 	s, reg := memoWorld(t), NewRegistry(0, 0)
-	s = s.Apply(2, []Change{Put(&Policy{Mesh: "m", Name: "deny-api", Type: DefaultType, Action: Deny, Priority: 10,
-		Sources: []Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []Selector{{}}})})
+	s = s.Apply(2, []Change{Put(&resource.Policy{Mesh: "m", Name: "deny-api", Type: resource.DefaultType, Action: resource.Deny, Priority: 10,
+		Sources: []resource.Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []resource.Selector{{}}})})
 	// numbers decides every pair flow three times (a miss, stored, a pair
 	// hit) and returns the policy's number by name, checking that no number
 	// names two policies.
@@ -340,7 +342,7 @@ func TestPairAnswerPolicyNumbers(t *testing.T) {
 		}
 		byName, byNumber := map[string]uint32{}, map[uint32]string{}
 		for _, f := range pairFlows {
-			a, pe, ok := scope.DecideIDs(Identity("m", f.src), Identity("m", f.dst), f.proto, f.port)
+			a, pe, ok := scope.DecideIDs(resource.Identity("m", f.src), resource.Identity("m", f.dst), f.proto, f.port)
 			if !ok {
 				t.Fatalf("flow %v → %v not answered by identities when warm", f.src, f.dst)
 			}
@@ -361,15 +363,15 @@ func TestPairAnswerPolicyNumbers(t *testing.T) {
 		t.Fatalf("the flows are decided by %v: want web-to-db, deny-api and no policy (0)", before)
 	}
 
-	kept := s.Apply(3, []Change{Put(&Workload{Mesh: "m", Name: "db-1", Tags: Tags{"app": "db"}, Addresses: []string{"10.0.0.2"}})})
+	kept := s.Apply(3, []Change{Put(&resource.Workload{Mesh: "m", Name: "db-1", Tags: resource.Tags{"app": "db"}, Addresses: []string{"10.0.0.2"}})})
 	if pn2, after := numbers(kept); pn2 != pn || fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("after a workload put: numbering %p %v, was %p %v", pn2, after, pn, before)
 	}
 
 	renamed := kept.Apply(4, []Change{
-		Delete(Key{Kind: KindPolicy, Mesh: "m", Type: DefaultType, Name: "web-to-db"}),
-		Put(&Policy{Mesh: "m", Name: "web-to-db-2", Type: DefaultType, Action: Allow,
-			Sources: []Selector{{Match: map[string]string{"app": "web"}}}, Destinations: []Selector{{Match: map[string]string{"app": "db"}}}}),
+		Delete(resource.Key{Kind: resource.KindPolicy, Mesh: "m", Type: resource.DefaultType, Name: "web-to-db"}),
+		Put(&resource.Policy{Mesh: "m", Name: "web-to-db-2", Type: resource.DefaultType, Action: resource.Allow,
+			Sources: []resource.Selector{{Match: map[string]string{"app": "web"}}}, Destinations: []resource.Selector{{Match: map[string]string{"app": "db"}}}}),
 	})
 	pn3, after := numbers(renamed)
 	if pn3 == pn {

@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/verdictpdp/verdict/engine/resource"
+
 // select: PerDestination (docs/order.md): one policy per inbound, as Kong
 // Mesh applies TrafficPermission ("Only one policy of a given type is matched
 // to a particular inbound", seed 001) and Kuma's legacy code does
@@ -19,7 +21,7 @@ package engine
 // workload dst, or nil when no policy's destination selector matches it. A
 // policy is considered only where it is attached: the destination must be a
 // member of its scope. The enforced view leaves audit policies out.
-func (ms *meshState) chooseForDestination(ts *typeState, dst Tags, sc *scratch, shadow bool) *compiledPolicy {
+func (ms *meshState) chooseForDestination(ts *typeState, dst resource.Tags, sc *scratch, shadow bool) *compiledPolicy {
 	if ts == nil || ts.viewCounts(shadow).policies == 0 {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // TestPerDestinationIndexMatchesScan: on generated sets of both profiles, with
@@ -26,7 +27,7 @@ func TestPerDestinationIndexMatchesScan(t *testing.T) {
 		for _, scopes := range []int{0, 20} {
 			t.Run(fmt.Sprintf("%s/scopes=%d", pr.name, scopes), func(t *testing.T) {
 				set := policygen.Generate(policygen.Config{Seed: 3, Policies: n, Scopes: scopes, Profile: pr.profile,
-					Select: engine.SelectPerDestination, AuditPercent: 10})
+					Select: resource.SelectPerDestination, AuditPercent: 10})
 				snap := engine.Build(1, set.Resources)
 				reqs := set.Flows(4, flows)
 				chosen := check(t, snap, reqs)
@@ -39,9 +40,9 @@ func TestPerDestinationIndexMatchesScan(t *testing.T) {
 						changes = append(changes, engine.Delete(p.Key()))
 					case i%11 == 0:
 						q := *p
-						q.Mode = engine.ModeAudit
-						if p.Mode == engine.ModeAudit {
-							q.Mode = engine.ModeEnforce
+						q.Mode = resource.ModeAudit
+						if p.Mode == resource.ModeAudit {
+							q.Mode = resource.ModeEnforce
 						}
 						changes = append(changes, engine.Put(&q))
 					}

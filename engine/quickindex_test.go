@@ -6,6 +6,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // TestQuickIndexAgrees: the benchmarks' baseline reaches verdict's decisions
@@ -14,7 +15,7 @@ import (
 func TestQuickIndexAgrees(t *testing.T) {
 	t.Parallel()
 	for _, pr := range profiles {
-		for _, combine := range []engine.Combine{engine.FirstMatch, engine.DenyOverrides} {
+		for _, combine := range []resource.Combine{resource.FirstMatch, resource.DenyOverrides} {
 			t.Run(fmt.Sprintf("%s/%s", pr.name, combine), func(t *testing.T) {
 				set := policygen.Generate(policygen.Config{Seed: 1, Policies: 2000, Combine: combine, Profile: pr.profile})
 				snap := engine.Build(1, set.Resources)

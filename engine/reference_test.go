@@ -13,49 +13,50 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 type refRule struct {
-	policy   *engine.Policy // nil for a catch-all
-	scope    *engine.Scope  // nil: the mesh root
-	phase    int            // 0 Absolute, 1 Default, 2 catch-all
+	policy   *resource.Policy // nil for a catch-all
+	scope    *resource.Scope  // nil: the mesh root
+	phase    int              // 0 Absolute, 1 Default, 2 catch-all
 	priority int32
 	total    int
 	exact    int
 	item     int // item position or pair index
-	src, dst *engine.Selector
-	top      *engine.Selector // targetRef attachment
-	inbound  bool             // from item (candidate inbound only)
-	outbound bool             // to item (candidate outbound only)
-	action   engine.Action
-	conf     engine.Object
+	src, dst *resource.Selector
+	top      *resource.Selector // targetRef attachment
+	inbound  bool               // from item (candidate inbound only)
+	outbound bool               // to item (candidate outbound only)
+	action   resource.Action
+	conf     resource.Object
 	id       string
 }
 
 type refWorld struct {
-	mesh     *engine.Mesh
-	scopes   []*engine.Scope // valid scopes in the total order
-	byName   map[string]*engine.Scope
-	policies []*engine.Policy // of the request's type
+	mesh     *resource.Mesh
+	scopes   []*resource.Scope // valid scopes in the total order
+	byName   map[string]*resource.Scope
+	policies []*resource.Policy // of the request's type
 	anyRes   bool
 	// known: the type is built in, declared in the Mesh's types, named in a
 	// scope's catchAllTypes or used by a policy of the mesh (SPEC section 10)
 	known bool
 }
 
-func refLoad(resources []engine.Resource, mesh, typ string) refWorld {
-	w := refWorld{byName: map[string]*engine.Scope{}, known: engine.IsBuiltinType(typ)}
-	var scopes []*engine.Scope
+func refLoad(resources []resource.Resource, mesh, typ string) refWorld {
+	w := refWorld{byName: map[string]*resource.Scope{}, known: engine.IsBuiltinType(typ)}
+	var scopes []*resource.Scope
 	for _, r := range resources {
 		switch t := r.(type) {
-		case *engine.Mesh:
+		case *resource.Mesh:
 			if t.Name == mesh {
 				w.mesh, w.anyRes = t, true
 				if _, ok := t.Types[typ]; ok {
 					w.known = true
 				}
 			}
-		case *engine.Scope:
+		case *resource.Scope:
 			if t.Mesh == mesh {
 				scopes = append(scopes, t)
 				w.anyRes = true
@@ -63,7 +64,7 @@ func refLoad(resources []engine.Resource, mesh, typ string) refWorld {
 					w.known = w.known || ct == typ
 				}
 			}
-		case *engine.Policy:
+		case *resource.Policy:
 			if t.Mesh == mesh {
 				w.anyRes = true
 				if t.Type == typ {
@@ -73,11 +74,11 @@ func refLoad(resources []engine.Resource, mesh, typ string) refWorld {
 			}
 		}
 	}
-	all := map[string]*engine.Scope{}
+	all := map[string]*resource.Scope{}
 	for _, s := range scopes {
 		all[s.Name] = s
 	}
-	depth := func(s *engine.Scope) int {
+	depth := func(s *resource.Scope) int {
 		d := 0
 		seen := map[string]bool{}
 		for cur := s; cur.Parent != ""; d++ {
@@ -111,7 +112,7 @@ func refLoad(resources []engine.Resource, mesh, typ string) refWorld {
 		}
 		return a.Name < b.Name
 	})
-	var valid []*engine.Policy
+	var valid []*resource.Policy
 	for _, p := range w.policies {
 		if p.Scope == "" || w.byName[p.Scope] != nil {
 			valid = append(valid, p)
@@ -122,7 +123,7 @@ func refLoad(resources []engine.Resource, mesh, typ string) refWorld {
 }
 
 // position of a scope in the total order, from 1; the mesh root is 0.
-func (w *refWorld) position(s *engine.Scope) int {
+func (w *refWorld) position(s *resource.Scope) int {
 	if s == nil {
 		return 0
 	}
@@ -134,7 +135,7 @@ func (w *refWorld) position(s *engine.Scope) int {
 	panic("unknown scope")
 }
 
-func (w *refWorld) member(s *engine.Scope, tags engine.Tags) bool {
+func (w *refWorld) member(s *resource.Scope, tags resource.Tags) bool {
 	for cur := s; cur != nil; cur = w.byName[cur.Parent] {
 		ok := false
 		for i := range cur.Selectors {
@@ -152,7 +153,7 @@ func (w *refWorld) member(s *engine.Scope, tags engine.Tags) bool {
 	return true
 }
 
-func refSelects(s *engine.Selector, tags engine.Tags) bool {
+func refSelects(s *resource.Selector, tags resource.Tags) bool {
 	for k, v := range s.Match {
 		tv, ok := tags[k]
 		if !ok || (v != "*" && tv != v) {
@@ -168,23 +169,23 @@ func refSelects(s *engine.Selector, tags engine.Tags) bool {
 			}
 		}
 		switch e.Operator {
-		case engine.OpIn:
+		case resource.OpIn:
 			if !ok || !in {
 				return false
 			}
-		case engine.OpNotIn:
+		case resource.OpNotIn:
 			if ok && in {
 				return false
 			}
-		case engine.OpExists:
+		case resource.OpExists:
 			if !ok {
 				return false
 			}
-		case engine.OpDoesNotExist:
+		case resource.OpDoesNotExist:
 			if ok {
 				return false
 			}
-		case engine.OpPrefix:
+		case resource.OpPrefix:
 			hit := false
 			for _, x := range e.Values {
 				if ok && strings.HasPrefix(v, x) {
@@ -194,7 +195,7 @@ func refSelects(s *engine.Selector, tags engine.Tags) bool {
 			if !hit {
 				return false
 			}
-		case engine.OpCIDR:
+		case resource.OpCIDR:
 			a, err := netip.ParseAddr(v)
 			hit := false
 			for _, x := range e.Values {
@@ -214,7 +215,7 @@ func refSelects(s *engine.Selector, tags engine.Tags) bool {
 	return true
 }
 
-func refRank(s *engine.Selector) (exact, wildcard int) {
+func refRank(s *resource.Selector) (exact, wildcard int) {
 	for _, v := range s.Match {
 		if v == "*" {
 			wildcard++
@@ -223,7 +224,7 @@ func refRank(s *engine.Selector) (exact, wildcard int) {
 		}
 	}
 	for _, e := range s.Expressions {
-		if e.Operator == engine.OpIn && len(e.Values) == 1 {
+		if e.Operator == resource.OpIn && len(e.Values) == 1 {
 			exact++
 		} else {
 			wildcard++
@@ -232,21 +233,21 @@ func refRank(s *engine.Selector) (exact, wildcard int) {
 	return
 }
 
-func refTarget(t engine.TargetRef) *engine.Selector {
+func refTarget(t resource.TargetRef) *resource.Selector {
 	m := map[string]string{}
 	switch t.Kind {
-	case engine.TargetMeshSubset:
+	case resource.TargetMeshSubset:
 		for k, v := range t.Tags {
 			m[k] = v
 		}
-	case engine.TargetService:
+	case resource.TargetService:
 		m["kuma.io/service"] = t.Name
-	case engine.TargetServiceSubset:
+	case resource.TargetServiceSubset:
 		for k, v := range t.Tags {
 			m[k] = v
 		}
 		m["kuma.io/service"] = t.Name
-	case engine.TargetProxy:
+	case resource.TargetProxy:
 		// Kuma's Dataplane: one by name, by labels (tags), or every one.
 		if t.Name != "" {
 			m["kuma.io/name"] = t.Name
@@ -255,22 +256,22 @@ func refTarget(t engine.TargetRef) *engine.Selector {
 			m[k] = v
 		}
 	}
-	return &engine.Selector{Match: m, Expressions: t.Expressions}
+	return &resource.Selector{Match: m, Expressions: t.Expressions}
 }
 
 // refLevel is a targetRef's specificity (docs/order.md, key 4): seed 002's
 // Mesh < MeshSubset < Service < ServiceSubset < Proxy, with Kuma's Dataplane by
 // labels (or every Dataplane) above Mesh and below MeshSubset, as Kuma orders
 // its kinds (docs/kuma.md).
-func refLevel(t engine.TargetRef) int {
+func refLevel(t resource.TargetRef) int {
 	switch t.Kind {
-	case engine.TargetMesh:
+	case resource.TargetMesh:
 		return 0
-	case engine.TargetMeshSubset:
+	case resource.TargetMeshSubset:
 		return 2
-	case engine.TargetService:
+	case resource.TargetService:
 		return 3
-	case engine.TargetServiceSubset:
+	case resource.TargetServiceSubset:
 		return 4
 	}
 	if t.Name == "" {
@@ -279,15 +280,15 @@ func refLevel(t engine.TargetRef) int {
 	return 5
 }
 
-func refPorts(entries []engine.PortEntry, proto engine.Protocol, port uint32) bool {
+func refPorts(entries []resource.PortEntry, proto resource.Protocol, port uint32) bool {
 	if len(entries) == 0 {
 		return true
 	}
 	for _, e := range entries {
-		if e.Protocol != engine.ProtocolAny && e.Protocol != proto {
+		if e.Protocol != resource.ProtocolAny && e.Protocol != proto {
 			continue
 		}
-		if e.Ports == "" || proto == engine.ICMP {
+		if e.Ports == "" || proto == resource.ICMP {
 			return true
 		}
 		if port == 0 {
@@ -312,12 +313,12 @@ func (w *refWorld) rules(typ string) []*refRule {
 	var out []*refRule
 	for _, p := range w.policies {
 		phase := 1
-		if p.Rank == engine.RankAbsolute {
+		if p.Rank == resource.RankAbsolute {
 			phase = 0
 		}
-		act := func(a engine.Action) engine.Action {
-			if a == engine.ActionUnset {
-				return engine.Allow
+		act := func(a resource.Action) resource.Action {
+			if a == resource.ActionUnset {
+				return resource.Allow
 			}
 			return a
 		}
@@ -349,7 +350,7 @@ func (w *refWorld) rules(typ string) []*refRule {
 		}
 	}
 	for _, s := range w.scopes {
-		if s.CatchAll == engine.ActionUnset {
+		if s.CatchAll == resource.ActionUnset {
 			continue
 		}
 		types := s.CatchAllTypes
@@ -367,10 +368,10 @@ func (w *refWorld) rules(typ string) []*refRule {
 
 // refSettings are the settings of docs/resources.md for one type.
 type refSettings struct {
-	def, unenf engine.Action
-	tb         engine.TieBreak
-	io         engine.ItemOrder
-	comb       engine.Combine
+	def, unenf resource.Action
+	tb         resource.TieBreak
+	io         resource.ItemOrder
+	comb       resource.Combine
 	perDest    bool
 }
 
@@ -378,56 +379,56 @@ type refSettings struct {
 // beats its profile (the table of docs/kuma.md, "Profiles"), which beats verdict's defaults;
 // the profile's MeshTrafficPermission unenforcedAction is overridden only by
 // the type's own field.
-func (w *refWorld) settings(typ string) (def, unenf engine.Action, tb engine.TieBreak, io engine.ItemOrder, comb engine.Combine) {
+func (w *refWorld) settings(typ string) (def, unenf resource.Action, tb resource.TieBreak, io resource.ItemOrder, comb resource.Combine) {
 	s := w.allSettings(typ)
 	return s.def, s.unenf, s.tb, s.io, s.comb
 }
 
 func (w *refWorld) allSettings(typ string) refSettings {
-	s := refSettings{def: engine.Deny, unenf: engine.Allow, tb: engine.TieBreakName, io: engine.FirstWins}
+	s := refSettings{def: resource.Deny, unenf: resource.Allow, tb: resource.TieBreakName, io: resource.FirstWins}
 	if w.mesh == nil {
 		return s
 	}
 	m := w.mesh
-	profile := map[engine.Profile]struct {
-		tb         engine.TieBreak
-		io         engine.ItemOrder
-		mtpUnenf   engine.Action
+	profile := map[resource.Profile]struct {
+		tb         resource.TieBreak
+		io         resource.ItemOrder
+		mtpUnenf   resource.Action
 		tpSelectPD bool
 	}{
-		engine.ProfileNone:     {engine.TieBreakName, engine.FirstWins, engine.ActionUnset, false},
-		engine.ProfileKuma:     {engine.TieBreakNewestCreated, engine.LastWins, engine.Deny, true},
-		engine.ProfileKongMesh: {engine.TieBreakNewestModified, engine.LastWins, engine.Deny, true},
+		resource.ProfileNone:     {resource.TieBreakName, resource.FirstWins, resource.ActionUnset, false},
+		resource.ProfileKuma:     {resource.TieBreakNewestCreated, resource.LastWins, resource.Deny, true},
+		resource.ProfileKongMesh: {resource.TieBreakNewestModified, resource.LastWins, resource.Deny, true},
 	}[m.Profile]
-	if m.DefaultAction != engine.ActionUnset {
+	if m.DefaultAction != resource.ActionUnset {
 		s.def = m.DefaultAction
 	}
-	if m.UnenforcedAction != engine.ActionUnset {
+	if m.UnenforcedAction != resource.ActionUnset {
 		s.unenf = m.UnenforcedAction
 	}
 	s.tb, s.io = profile.tb, profile.io
-	if m.TieBreak != engine.TieBreakUnset {
+	if m.TieBreak != resource.TieBreakUnset {
 		s.tb = m.TieBreak
 	}
-	if m.ItemOrder != engine.ItemOrderUnset {
+	if m.ItemOrder != resource.ItemOrderUnset {
 		s.io = m.ItemOrder
 	}
-	if typ == "MeshTrafficPermission" && profile.mtpUnenf != engine.ActionUnset {
+	if typ == "MeshTrafficPermission" && profile.mtpUnenf != resource.ActionUnset {
 		s.unenf = profile.mtpUnenf
 	}
 	s.perDest = typ == "TrafficPermission" && profile.tpSelectPD
 	if ts, ok := m.Types[typ]; ok {
 		s.comb = ts.Combine
-		if ts.DefaultAction != engine.ActionUnset {
+		if ts.DefaultAction != resource.ActionUnset {
 			s.def = ts.DefaultAction
 		}
-		if ts.UnenforcedAction != engine.ActionUnset {
+		if ts.UnenforcedAction != resource.ActionUnset {
 			s.unenf = ts.UnenforcedAction
 		}
 		switch ts.Select {
-		case engine.SelectAggregate:
+		case resource.SelectAggregate:
 			s.perDest = false
-		case engine.SelectPerDestination:
+		case resource.SelectPerDestination:
 			s.perDest = true
 		}
 	}
@@ -435,7 +436,7 @@ func (w *refWorld) allSettings(typ string) refSettings {
 }
 
 // before is the order of docs/order.md, key by key.
-func (w *refWorld) before(a, b *refRule, tb engine.TieBreak, io engine.ItemOrder) bool {
+func (w *refWorld) before(a, b *refRule, tb resource.TieBreak, io resource.ItemOrder) bool {
 	if a.phase != b.phase {
 		return a.phase < b.phase
 	}
@@ -458,13 +459,13 @@ func (w *refWorld) before(a, b *refRule, tb engine.TieBreak, io engine.ItemOrder
 	if a.policy != b.policy {
 		an, bn := a.policy.Name, b.policy.Name
 		switch tb {
-		case engine.TieBreakNewestCreated:
+		case resource.TieBreakNewestCreated:
 			if c := refNewer(a.policy.Meta.CreateRevision, b.policy.Meta.CreateRevision,
 				a.policy.Meta.CreationTime.UnixNano(), b.policy.Meta.CreationTime.UnixNano(),
 				a.policy.Meta.CreationTime.IsZero(), b.policy.Meta.CreationTime.IsZero()); c != 0 {
 				return c > 0
 			}
-		case engine.TieBreakNewestModified:
+		case resource.TieBreakNewestModified:
 			if c := refNewer(a.policy.Meta.ModRevision, b.policy.Meta.ModRevision,
 				a.policy.Meta.ModificationTime.UnixNano(), b.policy.Meta.ModificationTime.UnixNano(),
 				a.policy.Meta.ModificationTime.IsZero(), b.policy.Meta.ModificationTime.IsZero()); c != 0 {
@@ -473,7 +474,7 @@ func (w *refWorld) before(a, b *refRule, tb engine.TieBreak, io engine.ItemOrder
 		}
 		return an < bn
 	}
-	if io == engine.LastWins && a.policy != nil && a.policy.TargetRef != nil {
+	if io == resource.LastWins && a.policy != nil && a.policy.TargetRef != nil {
 		return a.item > b.item
 	}
 	return a.item < b.item
@@ -503,7 +504,7 @@ func refNewer(ra, rb, ta, tb int64, za, zb bool) int {
 	return 0
 }
 
-func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision, bool) {
+func refDecide(resources []resource.Resource, req engine.Request) (engine.Decision, bool) {
 	mesh, typ := req.Mesh, req.Type
 	if mesh == "" {
 		mesh = "default"
@@ -532,11 +533,11 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 			}
 		}
 		if hasPolicies && !applicable || perDest && side == 0 {
-			sides[side] = engine.SideDecision{Action: engine.Allow, Reason: engine.ReasonNotApplicable}
+			sides[side] = engine.SideDecision{Action: resource.Allow, Reason: engine.ReasonNotApplicable}
 			continue
 		}
 		// the most specific scope
-		var specific *engine.Scope
+		var specific *resource.Scope
 		for _, s := range w.scopes {
 			if w.member(s, workload) {
 				specific = s
@@ -581,7 +582,7 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 					break
 				}
 			}
-		} else if comb == engine.DenyOverrides {
+		} else if comb == resource.DenyOverrides {
 			var firstAllow, firstCatch *refRule
 			for _, r := range cands {
 				if !matches(r) {
@@ -593,10 +594,10 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 					}
 					continue
 				}
-				if r.action == engine.Deny && decider == nil {
+				if r.action == resource.Deny && decider == nil {
 					decider = r
 				}
-				if r.action == engine.Allow && firstAllow == nil {
+				if r.action == resource.Allow && firstAllow == nil {
 					firstAllow = r
 				}
 			}
@@ -631,11 +632,11 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 		}
 	}
 	out, in := sides[0], sides[1]
-	d := engine.Decision{Outbound: out, Inbound: in, Action: engine.Allow}
-	outDeny := out.Reason != engine.ReasonNotApplicable && out.Action == engine.Deny
-	inDeny := in.Reason != engine.ReasonNotApplicable && in.Action == engine.Deny
+	d := engine.Decision{Outbound: out, Inbound: in, Action: resource.Allow}
+	outDeny := out.Reason != engine.ReasonNotApplicable && out.Action == resource.Deny
+	inDeny := in.Reason != engine.ReasonNotApplicable && in.Action == resource.Deny
 	if outDeny || inDeny {
-		d.Action = engine.Deny
+		d.Action = resource.Deny
 	}
 	decider := in
 	if outDeny != inDeny {
@@ -652,11 +653,11 @@ func refDecide(resources []engine.Resource, req engine.Request) (engine.Decision
 // refChoose returns the policy of the candidates whose best destination
 // selector that matches dst is the most specific (a targetRef policy's: its
 // targetRef's level), ties by the tie-break; nil when none matches dst.
-func (w *refWorld) refChoose(cands []*refRule, dst engine.Tags, tb engine.TieBreak) *engine.Policy {
+func (w *refWorld) refChoose(cands []*refRule, dst resource.Tags, tb resource.TieBreak) *resource.Policy {
 	type claim struct {
 		total, exact int
 	}
-	best := map[*engine.Policy]claim{}
+	best := map[*resource.Policy]claim{}
 	for _, r := range cands {
 		if r.policy == nil || !refSelects(r.dst, dst) {
 			continue
@@ -673,7 +674,7 @@ func (w *refWorld) refChoose(cands []*refRule, dst engine.Tags, tb engine.TieBre
 			best[r.policy] = c
 		}
 	}
-	var chosen *engine.Policy
+	var chosen *resource.Policy
 	var cc claim
 	for p, c := range best {
 		if chosen == nil || c.total > cc.total || c.total == cc.total && c.exact > cc.exact ||
@@ -685,8 +686,8 @@ func (w *refWorld) refChoose(cands []*refRule, dst engine.Tags, tb engine.TieBre
 }
 
 // tieFirst reports whether a comes before b by the tie-break alone.
-func (w *refWorld) tieFirst(a, b *engine.Policy, tb engine.TieBreak) bool {
+func (w *refWorld) tieFirst(a, b *resource.Policy, tb resource.TieBreak) bool {
 	ra := &refRule{policy: a}
 	rb := &refRule{policy: b}
-	return w.before(ra, rb, tb, engine.FirstWins)
+	return w.before(ra, rb, tb, resource.FirstWins)
 }

@@ -3,43 +3,45 @@ package engine
 import (
 	"fmt"
 	"sort"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Validate checks a request's fields; the error is a *ValidationError naming them.
 func (r *Request) Validate() error {
-	var errs errList
+	var errs resource.FieldErrors
 	if r.Mesh != "" {
-		if err := checkName(r.Mesh); err != nil {
-			errs.add("mesh", err.Error())
+		if err := resource.CheckName(r.Mesh); err != nil {
+			errs.Add("mesh", err.Error())
 		}
 	}
 	if r.Type != "" {
-		if err := checkName(r.Type); err != nil {
-			errs.add("type", err.Error())
+		if err := resource.CheckName(r.Type); err != nil {
+			errs.Add("type", err.Error())
 		}
 	}
 	checkSide(&errs, "source", r.Source, r.SourceEndpoint)
 	checkSide(&errs, "destination", r.Destination, r.DestinationEndpoint)
 	if r.Port > 65535 {
-		errs.add("port", fmt.Sprintf("%d is not a port (0 = not given, 1 to 65535)", r.Port))
+		errs.Add("port", fmt.Sprintf("%d is not a port (0 = not given, 1 to 65535)", r.Port))
 	}
-	if r.Protocol > ICMP {
-		errs.add("protocol", "must be TCP, UDP, ICMP or empty")
+	if r.Protocol > resource.ICMP {
+		errs.Add("protocol", "must be TCP, UDP, ICMP or empty")
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 // checkSide checks one end of a flow: its tag form, or its endpoint (exactly
 // one form; a valid address, name, principal).
-func checkSide(errs *errList, field string, tags Tags, ep *Endpoint) {
+func checkSide(errs *resource.FieldErrors, field string, tags resource.Tags, ep *Endpoint) {
 	if ep == nil {
-		if err := CheckTags(tags); err != nil {
-			errs.add(field+".tags", err.Error())
+		if err := resource.CheckTags(tags); err != nil {
+			errs.Add(field+".tags", err.Error())
 		}
 		return
 	}
 	if tags != nil {
-		errs.add(field+".tags", "give the tags in the endpoint, not beside it")
+		errs.Add(field+".tags", "give the tags in the endpoint, not beside it")
 	}
 	ep.check(errs, field)
 }
@@ -50,15 +52,15 @@ func checkSide(errs *errList, field string, tags Tags, ep *Endpoint) {
 // it writes, or any resource that was valid before, is invalid (mixed forms, a
 // scope cycle, an unknown parent or scope). Field paths name the put
 // ("resources[2]") or, for a resource the write would break, its key.
-func (s *Snapshot) CheckApply(puts []Resource, deletes []Key) error {
-	var errs errList
+func (s *Snapshot) CheckApply(puts []resource.Resource, deletes []resource.Key) error {
+	var errs resource.FieldErrors
 	seen := make(map[string]int, len(puts)+len(deletes))
 	changes := make([]Change, 0, len(puts)+len(deletes))
 	rev := s.revision + 1
 	for i, r := range puts {
 		k := r.Key().String()
 		if j, dup := seen[k]; dup {
-			errs.add(fmt.Sprintf("resources[%d]", i), fmt.Sprintf("%s is also written by resources[%d]: one call writes a key once", k, j))
+			errs.Add(fmt.Sprintf("resources[%d]", i), fmt.Sprintf("%s is also written by resources[%d]: one call writes a key once", k, j))
 			continue
 		}
 		seen[k] = i
@@ -74,13 +76,13 @@ func (s *Snapshot) CheckApply(puts []Resource, deletes []Key) error {
 	}
 	for _, k := range deletes {
 		if _, dup := seen[k.String()]; dup {
-			errs.add(k.String(), "is both written and deleted in one call")
+			errs.Add(k.String(), "is both written and deleted in one call")
 			continue
 		}
 		seen[k.String()] = -1
 		changes = append(changes, Delete(k))
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	before := map[string]bool{}
@@ -94,43 +96,43 @@ func (s *Snapshot) CheckApply(puts []Resource, deletes []Key) error {
 		idx, written := seen[inv.Path]
 		switch {
 		case written && idx >= 0:
-			errs.add(fmt.Sprintf("resources[%d]", idx), inv.Err.Error())
+			errs.Add(fmt.Sprintf("resources[%d]", idx), inv.Err.Error())
 		case !before[inv.Path]:
-			errs.add(inv.Path, "this write would make it invalid: "+inv.Err.Error())
+			errs.Add(inv.Path, "this write would make it invalid: "+inv.Err.Error())
 		}
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 // Entry is a stored resource as the snapshot holds it.
 type Entry struct {
-	Resource Resource
+	Resource resource.Resource
 	Err      error // why the resource is invalid; nil when valid
 }
 
 // Get returns the resource at k, valid or not.
-func (s *Snapshot) Get(k Key) (Entry, bool) {
+func (s *Snapshot) Get(k resource.Key) (Entry, bool) {
 	ms, ok := s.meshes.Get(k.Mesh)
 	if !ok {
 		return Entry{}, false
 	}
 	switch k.Kind {
-	case KindMesh:
+	case resource.KindMesh:
 		if ms.doc == nil {
 			return Entry{}, false
 		}
 		return Entry{Resource: ms.doc}, true
-	case KindScope:
+	case resource.KindScope:
 		sd, ok := ms.scopeDocs.Get(k.Name)
 		if !ok {
 			return Entry{}, false
 		}
 		var err error
 		if why, bad := ms.scopes.invalid[k.Name]; bad {
-			err = invalid("parent", why)
+			err = resource.Invalid("parent", why)
 		}
 		return Entry{Resource: sd, Err: err}, true
-	case KindPolicy:
+	case resource.KindPolicy:
 		ts, ok := ms.types.Get(k.Type)
 		if !ok {
 			return Entry{}, false
@@ -141,10 +143,10 @@ func (s *Snapshot) Get(k Key) (Entry, bool) {
 		}
 		var err error
 		if cp.err != "" {
-			err = invalid("", cp.err)
+			err = resource.Invalid("", cp.err)
 		}
 		return Entry{Resource: cp.p, Err: err}, true
-	case KindWorkload:
+	case resource.KindWorkload:
 		if ms.inv == nil {
 			return Entry{}, false
 		}
@@ -169,7 +171,7 @@ func (s *Snapshot) Invalid() []InvalidResource {
 		for name, why := range ms.scopes.invalid {
 			sd, _ := ms.scopeDocs.Get(name)
 			out = append(out, InvalidResource{Path: sd.Key().String(), Key: sd.Key(), Resource: sd,
-				Err: invalid("parent", why), ModRevision: sd.Meta.ModRevision})
+				Err: resource.Invalid("parent", why), ModRevision: sd.Meta.ModRevision})
 		}
 		if ms.inv != nil && ms.inv.invalid > 0 {
 			ms.inv.byName.Range(func(_ string, e *workloadEntry) bool {
@@ -187,7 +189,7 @@ func (s *Snapshot) Invalid() []InvalidResource {
 			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
 				if cp.err != "" {
 					out = append(out, InvalidResource{Path: cp.p.Key().String(), Key: cp.p.Key(), Resource: cp.p,
-						Err: invalid("", cp.err), ModRevision: cp.p.Meta.ModRevision})
+						Err: resource.Invalid("", cp.err), ModRevision: cp.p.Meta.ModRevision})
 				}
 				return true
 			})
@@ -206,10 +208,10 @@ func (s *Snapshot) Resources(f func(Entry) bool) {
 			return false
 		}
 		cont := true
-		ms.scopeDocs.Range(func(name string, sd *Scope) bool {
+		ms.scopeDocs.Range(func(name string, sd *resource.Scope) bool {
 			var err error
 			if why, bad := ms.scopes.invalid[name]; bad {
-				err = invalid("parent", why)
+				err = resource.Invalid("parent", why)
 			}
 			cont = f(Entry{Resource: sd, Err: err})
 			return cont
@@ -221,7 +223,7 @@ func (s *Snapshot) Resources(f func(Entry) bool) {
 			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
 				var err error
 				if cp.err != "" {
-					err = invalid("", cp.err)
+					err = resource.Invalid("", cp.err)
 				}
 				cont = f(Entry{Resource: cp.p, Err: err})
 				return cont

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // ResolveRequest asks for the effective configuration of a type for a flow, or
@@ -11,13 +13,13 @@ import (
 type ResolveRequest struct {
 	Mesh        string
 	Type        string
-	Source      Tags // the workload when no destination is given
-	Destination Tags
+	Source      resource.Tags // the workload when no destination is given
+	Destination resource.Tags
 	// The sides in any endpoint form, as Request has them (endpoint.go).
 	SourceEndpoint      *Endpoint
 	DestinationEndpoint *Endpoint
 	Registry            *Registry
-	Protocol            Protocol
+	Protocol            resource.Protocol
 	Port                uint32
 }
 
@@ -90,8 +92,8 @@ type Resolution struct {
 }
 
 // RuleValues returns the effective rules as an object.
-func (r *Resolution) RuleValues() Object {
-	out := Object{}
+func (r *Resolution) RuleValues() resource.Object {
+	out := resource.Object{}
 	for _, rr := range r.Rules {
 		out[rr.Name] = rr.Value
 	}
@@ -99,8 +101,8 @@ func (r *Resolution) RuleValues() Object {
 }
 
 // StatusMap returns each policy's state name.
-func (r *Resolution) StatusMap() Object {
-	out := Object{}
+func (r *Resolution) StatusMap() resource.Object {
+	out := resource.Object{}
 	for _, s := range r.Status {
 		out[s.Policy] = s.State.String()
 	}
@@ -121,12 +123,12 @@ type ResolveResult struct {
 func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 	meshName := req.Mesh
 	if meshName == "" {
-		meshName = DefaultMesh
+		meshName = resource.DefaultMesh
 	}
 	ms, ok := s.meshes.Get(meshName)
 	typ := req.Type
 	if typ == "" {
-		typ = DefaultType
+		typ = resource.DefaultType
 	}
 	if paths := s.closedByType(meshName, ms, typ); paths != nil {
 		return nil, closedError(meshName, typ, paths)
@@ -179,7 +181,7 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 		if onlyAudit {
 			return empty()
 		}
-		return nil, invalid("destination", fmt.Sprintf("type %s needs a source and a destination to resolve", typ))
+		return nil, resource.Invalid("destination", fmt.Sprintf("type %s needs a source and a destination to resolve", typ))
 	}
 	if c.items > 0 {
 		if c.from > 0 {
@@ -220,7 +222,7 @@ func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch,
 		}
 		covering = append(covering, r)
 	}
-	merged := Object{}
+	merged := resource.Object{}
 	for i := len(covering) - 1; i >= 0; i-- {
 		merged = mergePatch(merged, covering[i].conf)
 	}
@@ -277,8 +279,8 @@ func appendAudited(status []PolicyStatus, names []string) []PolicyStatus {
 
 // mergePatch applies patch to target as a JSON merge patch (RFC 7386): objects
 // merge key by key, null deletes, anything else replaces. target is not modified.
-func mergePatch(target Object, patch Object) Object {
-	out := make(Object, len(target)+len(patch))
+func mergePatch(target resource.Object, patch resource.Object) resource.Object {
+	out := make(resource.Object, len(target)+len(patch))
 	for k, v := range target {
 		out[k] = v
 	}
@@ -293,7 +295,7 @@ func mergePatch(target Object, patch Object) Object {
 		case pIsObj && tIsObj:
 			out[k] = mergePatch(to, po)
 		case pIsObj:
-			out[k] = mergePatch(Object{}, po)
+			out[k] = mergePatch(resource.Object{}, po)
 		default:
 			out[k] = pv
 		}
@@ -303,7 +305,7 @@ func mergePatch(target Object, patch Object) Object {
 
 // foldEntry is one policy in the fold, with its place in the order.
 type foldEntry struct {
-	p   *Policy
+	p   *resource.Policy
 	key orderKey
 }
 
@@ -327,15 +329,15 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 		}
 		p := cp.p
 		if p.TargetRef != nil {
-			if !compileSelector(targetSelector(*p.TargetRef)).matches(workload) {
+			if !compileSelector(resource.TargetSelector(*p.TargetRef)).matches(workload) {
 				return true
 			}
 			if cp.audit() {
 				audited = append(audited, p.Name)
 				return true
 			}
-			e := foldEntry{p: p, key: orderKey{priority: p.Priority, total: p.TargetRef.level()}}
-			if p.Rank == RankAbsolute {
+			e := foldEntry{p: p, key: orderKey{priority: p.Priority, total: p.TargetRef.Level()}}
+			if p.Rank == resource.RankAbsolute {
 				e.key.phase = phaseAbsolute
 			} else {
 				e.key.phase = phaseDefault
@@ -360,10 +362,10 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 	sort.Strings(audited)
 	orderFold(entries)
 	// Default policies in order, then Absolute policies in reverse order.
-	var order []*Policy
-	var absolute []*Policy
+	var order []*resource.Policy
+	var absolute []*resource.Policy
 	for _, e := range entries {
-		if e.p.Rank == RankAbsolute {
+		if e.p.Rank == resource.RankAbsolute {
 			absolute = append(absolute, e.p)
 		} else {
 			order = append(order, e.p)
@@ -393,7 +395,7 @@ func orderFold(entries []foldEntry) {
 		var slots []int
 		var blocks []foldEntry
 		for i := start; i < end; i++ {
-			if entries[i].p.hasBlocks() {
+			if entries[i].p.HasBlocks() {
 				slots = append(slots, i)
 				blocks = append(blocks, entries[i])
 			}
@@ -424,7 +426,7 @@ type foldValue struct {
 }
 
 // runFold merges the policies in order (docs/resolve.md, the fold).
-func runFold(res *Resolution, order []*Policy) *Resolution {
+func runFold(res *Resolution, order []*resource.Policy) *Resolution {
 	result := map[string]foldValue{}
 	unsetBy := map[string]string{} // rule → the policy that unset it
 	type declared struct {
@@ -436,9 +438,9 @@ func runFold(res *Resolution, order []*Policy) *Resolution {
 	for i, p := range order {
 		d := &decl[i]
 		defaults, overrides := p.Defaults, p.Overrides
-		if p.Conf != nil && !p.hasBlocks() {
-			b := &Block{Strategy: Atomic, Rules: p.Conf}
-			if p.Rank == RankAbsolute {
+		if p.Conf != nil && !p.HasBlocks() {
+			b := &resource.Block{Strategy: resource.Atomic, Rules: p.Conf}
+			if p.Rank == resource.RankAbsolute {
 				overrides = b
 			} else {
 				defaults = b
@@ -465,7 +467,7 @@ func runFold(res *Resolution, order []*Policy) *Resolution {
 					for k, v := range rules {
 						result[k] = foldValue{v, p.Name}
 					}
-				case defaults.Strategy == Merge:
+				case defaults.Strategy == resource.Merge:
 					for k, v := range rules {
 						if _, ok := result[k]; !ok {
 							result[k] = foldValue{v, p.Name}
@@ -478,7 +480,7 @@ func runFold(res *Resolution, order []*Policy) *Resolution {
 			d.names.add(sortedKeys(overrides.Rules)...)
 			if ok, why := whenHolds(overrides, result); !ok {
 				d.skipped = append(d.skipped, "overrides: "+why)
-			} else if overrides.Strategy == Atomic {
+			} else if overrides.Strategy == resource.Atomic {
 				result = map[string]foldValue{}
 				for k, v := range overrides.Rules {
 					result[k] = foldValue{v, p.Name}
@@ -538,22 +540,22 @@ func missingWhy(skipped []string) string {
 
 // whenHolds evaluates a block's when condition against the result so far; an
 // evaluation error skips the block and is reported.
-func whenHolds(b *Block, result map[string]foldValue) (bool, string) {
+func whenHolds(b *resource.Block, result map[string]foldValue) (bool, string) {
 	if b.When == "" {
 		return true, ""
 	}
-	p := b.when
+	p := b.Program
 	if p == nil {
 		var err error
-		if p, err = compileWhen(b.When); err != nil {
+		if p, err = resource.CompileWhen(b.When); err != nil {
 			return false, "when failed: " + err.Error()
 		}
 	}
-	rules := make(Object, len(result))
+	rules := make(resource.Object, len(result))
 	for k, v := range result {
 		rules[k] = v.value
 	}
-	ok, err := p.eval(rules)
+	ok, err := p.Eval(rules)
 	if err != nil {
 		return false, "when failed: " + err.Error()
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // manyRules is a mesh with one policy of n rule names in its defaults (type
@@ -31,7 +32,7 @@ func manyRules(tb testing.TB, n int) *engine.Snapshot {
 ---
 {kind: Policy, mesh: m, name: items, type: Tr, targetRef: {kind: Mesh}, from: [{targetRef: {kind: Mesh}, conf: {%[1]s}}]}
 `, rules.String())
-	rs, err := engine.DecodeYAML([]byte(docs))
+	rs, err := resource.DecodeYAML([]byte(docs))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -57,8 +58,8 @@ func TestResolveLinearInRules(t *testing.T) { // not parallel: it compares costs
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		start := threadCPU(t)
-		res, err := snaps[n].Resolve(&engine.ResolveRequest{Mesh: "m", Type: typ, Source: engine.Tags{"app": "b"},
-			Destination: engine.Tags{"app": "a"}})
+		res, err := snaps[n].Resolve(&engine.ResolveRequest{Mesh: "m", Type: typ, Source: resource.Tags{"app": "b"},
+			Destination: resource.Tags{"app": "a"}})
 		took := threadCPU(t) - start
 		if err != nil {
 			t.Fatal(err)

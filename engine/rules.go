@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // RuleView is one rule of a workload's ordered rule list (WatchRules): what a
@@ -13,10 +15,10 @@ type RuleView struct {
 	Scope    string
 	Phase    string // Absolute, Default, CatchAll
 	Priority int32
-	Rule     string     // "sources[0]/destinations[1]", "from[2]", "catchAll"
-	Peer     []Selector // the other end's selector; empty: any workload
-	Ports    []PortEntry
-	Action   Action
+	Rule     string              // "sources[0]/destinations[1]", "from[2]", "catchAll"
+	Peer     []resource.Selector // the other end's selector; empty: any workload
+	Ports    []resource.PortEntry
+	Action   resource.Action
 	// Audit: the rule decides only the shadow decision; an agent may log
 	// what it matches, never enforce it (docs/audit.md).
 	Audit bool
@@ -28,11 +30,11 @@ type SideRules struct {
 	Rules []RuleView
 	// Fallback is the action for a flow no rule matches, with its reason
 	// (DEFAULT_ACTION, UNENFORCED or NOT_APPLICABLE).
-	Fallback       Action
+	Fallback       resource.Action
 	FallbackReason Reason
 	// Combine is the type's combining algorithm; under DenyOverrides any
 	// matching DENY wins whatever its position.
-	Combine Combine
+	Combine resource.Combine
 }
 
 // RuleSet is a workload's rules: inbound (flows to it) and outbound (flows from it).
@@ -49,12 +51,12 @@ func (a RuleSet) Equal(b RuleSet) bool { return reflect.DeepEqual(a, b) }
 // matches it; on the inbound side, those whose destination selector matches it;
 // catch-alls last. A side whose most specific scope is not enforced, or that is
 // not applicable, has no rules and says so in its fallback.
-func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
+func (s *Snapshot) RulesFor(mesh, typ string, workload resource.Tags) (RuleSet, error) {
 	if mesh == "" {
-		mesh = DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	if typ == "" {
-		typ = DefaultType
+		typ = resource.DefaultType
 	}
 	ms, ok := s.meshes.Get(mesh)
 	if s.closedByType(mesh, ms, typ) != nil {
@@ -84,7 +86,7 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 		sr := SideRules{Combine: set.combine}
 		switch {
 		case ts.notApplicable(side, false) || set.perDestination && side == 0:
-			sr.Fallback, sr.FallbackReason = Allow, ReasonNotApplicable
+			sr.Fallback, sr.FallbackReason = resource.Allow, ReasonNotApplicable
 		case ms.unenforcedScope(sc, side, false):
 			sr.Fallback, sr.FallbackReason = set.unenforcedAction, ReasonUnenforced
 		default:
@@ -100,7 +102,7 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 				v := RuleView{Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
 					Priority: r.key.priority, Rule: r.id, Ports: r.ports, Action: r.action, Audit: r.audit}
 				if peer != nil && (len(peer.exact)+len(peer.present)+len(peer.exprs) > 0) {
-					v.Peer = []Selector{*peer.sel}
+					v.Peer = []resource.Selector{*peer.sel}
 				}
 				sr.Rules = append(sr.Rules, v)
 			}
@@ -123,7 +125,7 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload Tags) (RuleSet, error) {
 // inbound) selects it, catch-alls and audit rules included: one pass over the
 // type's rules, rejecting on the workload's own selector first, then a sort of
 // the few kept.
-func (ms *meshState) rulesOf(ts *typeState, typ string, workload Tags, sc *scratch, side int) []*rule {
+func (ms *meshState) rulesOf(ts *typeState, typ string, workload resource.Tags, sc *scratch, side int) []*rule {
 	var out []*rule
 	keep := func(r *rule) {
 		own := r.src

@@ -5,22 +5,15 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-)
 
-// Tags are a workload's tags.
-type Tags = map[string]string
-
-// ServiceTag and NameTag are the Kuma tags targetRef kinds compile to.
-const (
-	ServiceTag = "kuma.io/service"
-	NameTag    = "kuma.io/name"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // matcher is a compiled selector. Entries are kept in slices (not maps): they are
 // few, and a slice is smaller and faster to walk than a map.
 type matcher struct {
-	sel   *Selector // as written
-	exact []tagKV   // match entries with a concrete value, and In with one value
+	sel   *resource.Selector // as written
+	exact []tagKV            // match entries with a concrete value, and In with one value
 	// The '*' entries and other expressions, which most selectors lack,
 	// apart (noRest for those): 80 bytes, the 80-byte size class, where the
 	// slices inline made 152 (160). Never nil; written only by compileSelector.
@@ -42,7 +35,7 @@ type tagKV struct{ k, v string }
 
 type cexpr struct {
 	key      string
-	op       Operator
+	op       resource.Operator
 	values   []string
 	set      map[string]struct{} // In / NotIn with many values
 	prefixes []netip.Prefix
@@ -55,7 +48,7 @@ func (r rank) total() int16 { return r.exact + r.wildcard }
 
 func (r rank) add(o rank) rank { return rank{r.exact + o.exact, r.wildcard + o.wildcard} }
 
-func compileSelector(s *Selector) *matcher {
+func compileSelector(s *resource.Selector) *matcher {
 	m := &matcher{}
 	m.compile(s)
 	return m
@@ -63,7 +56,7 @@ func compileSelector(s *Selector) *matcher {
 
 // compile fills m, a zero matcher, from s (compileSelector; a policy's
 // matchers are compiled in one allocation).
-func (m *matcher) compile(s *Selector) {
+func (m *matcher) compile(s *resource.Selector) {
 	m.sel, m.matcherRest = s, noRest
 	var kb [8]string
 	keys := kb[:0]
@@ -76,7 +69,7 @@ func (m *matcher) compile(s *Selector) {
 	}
 	slices.Sort(keys)
 	for _, e := range s.Expressions {
-		if e.Operator == OpIn && len(e.Values) == 1 {
+		if e.Operator == resource.OpIn && len(e.Values) == 1 {
 			n++
 		}
 	}
@@ -98,22 +91,22 @@ func (m *matcher) compile(s *Selector) {
 		}
 	}
 	for _, e := range s.Expressions {
-		if e.Operator == OpIn && len(e.Values) == 1 {
+		if e.Operator == resource.OpIn && len(e.Values) == 1 {
 			m.exact = append(m.exact, tagKV{e.Key, e.Values[0]})
 			m.rank.exact++
 			continue
 		}
 		m.rank.wildcard++
 		ce := cexpr{key: e.Key, op: e.Operator, values: e.Values}
-		if (e.Operator == OpIn || e.Operator == OpNotIn) && len(e.Values) > 8 {
+		if (e.Operator == resource.OpIn || e.Operator == resource.OpNotIn) && len(e.Values) > 8 {
 			ce.set = make(map[string]struct{}, len(e.Values))
 			for _, v := range e.Values {
 				ce.set[v] = struct{}{}
 			}
 		}
-		if e.Operator == OpCIDR {
+		if e.Operator == resource.OpCIDR {
 			for _, v := range e.Values {
-				if p, err := parseCIDR(v); err == nil {
+				if p, err := resource.ParseCIDR(v); err == nil {
 					ce.prefixes = append(ce.prefixes, p)
 				}
 			}
@@ -125,34 +118,8 @@ func (m *matcher) compile(s *Selector) {
 	}
 }
 
-// targetSelector is the selector a targetRef compiles to (docs/resources.md).
-func targetSelector(t TargetRef) *Selector {
-	match := map[string]string{}
-	switch t.Kind {
-	case TargetMeshSubset:
-		for k, v := range t.Tags {
-			match[k] = v
-		}
-	case TargetService:
-		match[ServiceTag] = t.Name
-	case TargetServiceSubset:
-		for k, v := range t.Tags {
-			match[k] = v
-		}
-		match[ServiceTag] = t.Name
-	case TargetProxy:
-		if t.Name != "" {
-			match[NameTag] = t.Name
-		}
-		for k, v := range t.Tags {
-			match[k] = v
-		}
-	}
-	return &Selector{Match: match, Expressions: t.Expressions}
-}
-
 // matches reports whether the workload's tags satisfy every part of the selector.
-func (m *matcher) matches(tags Tags) bool {
+func (m *matcher) matches(tags resource.Tags) bool {
 	for i := range m.exact {
 		if v, ok := tags[m.exact[i].k]; !ok || v != m.exact[i].v {
 			return false
@@ -171,30 +138,30 @@ func (m *matcher) matches(tags Tags) bool {
 	return true
 }
 
-func (e *cexpr) holds(tags Tags) bool {
+func (e *cexpr) holds(tags resource.Tags) bool {
 	v, ok := tags[e.key]
 	switch e.op {
-	case OpExists:
+	case resource.OpExists:
 		return ok
-	case OpDoesNotExist:
+	case resource.OpDoesNotExist:
 		return !ok
-	case OpNotIn:
+	case resource.OpNotIn:
 		return !ok || !e.contains(v)
 	}
 	if !ok {
 		return false
 	}
 	switch e.op {
-	case OpIn:
+	case resource.OpIn:
 		return e.contains(v)
-	case OpPrefix:
+	case resource.OpPrefix:
 		for _, p := range e.values {
 			if strings.HasPrefix(v, p) {
 				return true
 			}
 		}
 		return false
-	case OpCIDR:
+	case resource.OpCIDR:
 		a, err := netip.ParseAddr(v)
 		if err != nil {
 			return false
@@ -224,7 +191,7 @@ func (e *cexpr) contains(v string) bool {
 
 // whyNot explains the first part of the selector the workload fails; "" when it
 // matches.
-func (m *matcher) whyNot(tags Tags) string {
+func (m *matcher) whyNot(tags resource.Tags) string {
 	for _, kv := range m.exact {
 		v, ok := tags[kv.k]
 		if !ok {
@@ -246,7 +213,7 @@ func (m *matcher) whyNot(tags Tags) string {
 		}
 		v, ok := tags[e.key]
 		switch {
-		case e.op == OpDoesNotExist:
+		case e.op == resource.OpDoesNotExist:
 			return fmt.Sprintf("tag %s is present (%q), want it absent", e.key, v)
 		case !ok:
 			return fmt.Sprintf("tag %s is missing (%s %v)", e.key, e.op, e.values)
@@ -259,7 +226,7 @@ func (m *matcher) whyNot(tags Tags) string {
 
 // matchesPorts reports whether a flow's protocol and port fall under the entries
 // (docs/selectors.md). No entries: all traffic.
-func matchesPorts(entries []PortEntry, proto Protocol, port uint32) bool {
+func matchesPorts(entries []resource.PortEntry, proto resource.Protocol, port uint32) bool {
 	if len(entries) == 0 {
 		return true
 	}
@@ -271,18 +238,18 @@ func matchesPorts(entries []PortEntry, proto Protocol, port uint32) bool {
 	return false
 }
 
-func entryMatches(e *PortEntry, proto Protocol, port uint32) bool {
-	if e.Protocol != ProtocolAny && e.Protocol != proto {
+func entryMatches(e *resource.PortEntry, proto resource.Protocol, port uint32) bool {
+	if e.Protocol != resource.ProtocolAny && e.Protocol != proto {
 		return false
 	}
-	if len(e.ranges) == 0 || proto == ICMP {
+	if len(e.Ranges) == 0 || proto == resource.ICMP {
 		return true
 	}
 	if port == 0 || port > 65535 {
 		return false
 	}
-	for _, r := range e.ranges {
-		if uint16(port) >= r.lo && uint16(port) <= r.hi {
+	for _, r := range e.Ranges {
+		if uint16(port) >= r.Lo && uint16(port) <= r.Hi {
 			return true
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Snapshot is an immutable, indexed view of every resource at one revision.
@@ -37,9 +38,9 @@ type Snapshot struct {
 // to decode or validate, or a valid resource in conflict with an earlier one
 // (docs/storage.md).
 type InvalidResource struct {
-	Path        string // the key without prefix: "default/policies/TrafficLog/x"
-	Key         Key    // zero when the path itself is not a valid key
-	Resource    Resource
+	Path        string       // the key without prefix: "default/policies/TrafficLog/x"
+	Key         resource.Key // zero when the path itself is not a valid key
+	Resource    resource.Resource
 	Err         error
 	Value       []byte // the stored bytes of a broken value
 	ModRevision int64
@@ -49,8 +50,8 @@ type InvalidResource struct {
 // a stored value that failed to decode (Err set; the key holds nothing usable).
 type Change struct {
 	Path     string // the key without prefix; Key.String() when Key is set
-	Key      Key
-	Resource Resource
+	Key      resource.Key
+	Resource resource.Resource
 	Err      error
 	// Value is the stored bytes of a broken value (Err set); Digest hashes them.
 	Value []byte
@@ -59,10 +60,12 @@ type Change struct {
 }
 
 // Put returns the change that stores r.
-func Put(r Resource) Change { return Change{Path: r.Key().String(), Key: r.Key(), Resource: r} }
+func Put(r resource.Resource) Change {
+	return Change{Path: r.Key().String(), Key: r.Key(), Resource: r}
+}
 
 // Delete returns the change that removes the resource at k.
-func Delete(k Key) Change { return Change{Path: k.String(), Key: k} }
+func Delete(k resource.Key) Change { return Change{Path: k.String(), Key: k} }
 
 func newSnapshot() *Snapshot {
 	return &Snapshot{
@@ -73,7 +76,7 @@ func newSnapshot() *Snapshot {
 }
 
 // Build compiles resources into a snapshot at revision.
-func Build(revision int64, resources []Resource) *Snapshot {
+func Build(revision int64, resources []resource.Resource) *Snapshot {
 	changes := make([]Change, len(resources))
 	for i, r := range resources {
 		changes[i] = Put(r)
@@ -181,9 +184,9 @@ func (s *Snapshot) apply(revision int64, changes []Change, check bool) *Snapshot
 // meshState is one mesh: its settings, scopes and type partitions.
 type meshState struct {
 	name      string
-	doc       *Mesh // nil: implicit, with defaults
+	doc       *resource.Mesh // nil: implicit, with defaults
 	settings  meshSettings
-	scopeDocs pmap.Map[string, *Scope]
+	scopeDocs pmap.Map[string, *resource.Scope]
 	scopes    *scopeTable
 	types     pmap.Map[string, *typeState]
 	count     int             // the mesh document, scopes and policies, valid or not
@@ -204,7 +207,7 @@ func (m *meshState) total() int { return m.count + m.inv.len() }
 func (m *meshState) applyAll(name string, changes []Change, check bool) *meshState {
 	nw := 0
 	for _, c := range changes {
-		if c.Key.Kind == KindWorkload {
+		if c.Key.Kind == resource.KindWorkload {
 			nw++
 		}
 	}
@@ -212,7 +215,7 @@ func (m *meshState) applyAll(name string, changes []Change, check bool) *meshSta
 	if nw > 0 {
 		workloads, rest = make([]Change, 0, nw), make([]Change, 0, len(changes)-nw)
 		for _, c := range changes {
-			if c.Key.Kind == KindWorkload {
+			if c.Key.Kind == resource.KindWorkload {
 				workloads = append(workloads, c)
 			} else {
 				rest = append(rest, c)
@@ -246,7 +249,7 @@ func (m *meshState) applyAll(name string, changes []Change, check bool) *meshSta
 func (m *meshState) apply(name string, changes []Change, check bool) *meshState {
 	rebuild := m == nil
 	for _, c := range changes {
-		if c.Key.Kind != KindPolicy {
+		if c.Key.Kind != resource.KindPolicy {
 			rebuild = true
 		}
 	}
@@ -284,8 +287,8 @@ func (m *meshState) apply(name string, changes []Change, check bool) *meshState 
 
 // rebuildMesh compiles a mesh from scratch: its resources in old plus changes.
 func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
-	var doc *Mesh
-	scopes := pmap.New[string, *Scope](pmap.StringHash)
+	var doc *resource.Mesh
+	scopes := pmap.New[string, *resource.Scope](pmap.StringHash)
 	// Per type, its policies then, in order, the puts and deletes of the
 	// changes; sorted by name below, where the last of a name wins.
 	policies := map[string][]namedPolicy{}
@@ -305,16 +308,16 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 	sb := scopes.Builder()
 	for _, c := range changes {
 		switch c.Key.Kind {
-		case KindMesh:
-			doc, _ = c.Resource.(*Mesh)
-		case KindScope:
-			if s, ok := c.Resource.(*Scope); ok {
+		case resource.KindMesh:
+			doc, _ = c.Resource.(*resource.Mesh)
+		case resource.KindScope:
+			if s, ok := c.Resource.(*resource.Scope); ok {
 				sb.Set(c.Key.Name, s)
 			} else {
 				sb.Delete(c.Key.Name)
 			}
-		case KindPolicy:
-			if p, ok := c.Resource.(*Policy); ok {
+		case resource.KindPolicy:
+			if p, ok := c.Resource.(*resource.Policy); ok {
 				policies[p.Type] = append(policies[p.Type], namedPolicy{p.Name, p})
 			} else if l, ok := policies[c.Key.Type]; ok {
 				policies[c.Key.Type] = append(l, namedPolicy{c.Key.Name, nil})
@@ -323,8 +326,8 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 	}
 	m := &meshState{name: name, doc: doc, settings: settingsOf(doc), scopeDocs: sb.Map(),
 		types: pmap.New[string, *typeState](pmap.StringHash), epoch: &memoEpoch{}}
-	var scopeList []*Scope
-	m.scopeDocs.Range(func(_ string, s *Scope) bool {
+	var scopeList []*resource.Scope
+	m.scopeDocs.Range(func(_ string, s *resource.Scope) bool {
 		scopeList = append(scopeList, s)
 		return true
 	})
@@ -362,12 +365,12 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 // namedPolicy is a put (p set) or a delete (p nil) of a policy by name.
 type namedPolicy struct {
 	name string
-	p    *Policy
+	p    *resource.Policy
 }
 
 // byName returns the policies of l sorted by name: of several entries of a
 // name, the last in l wins (a delete removes the name).
-func byName(l []namedPolicy) []*Policy {
+func byName(l []namedPolicy) []*resource.Policy {
 	idx := make([]int32, len(l))
 	for i := range idx {
 		idx[i] = int32(i)
@@ -378,7 +381,7 @@ func byName(l []namedPolicy) []*Policy {
 		}
 		return cmp.Compare(a, b)
 	})
-	out := make([]*Policy, 0, len(l))
+	out := make([]*resource.Policy, 0, len(l))
 	for j, i := range idx {
 		if j+1 < len(idx) && l[idx[j+1]].name == l[i].name {
 			continue // a later entry of the name wins
@@ -481,7 +484,7 @@ type formCounts struct {
 	policies, sd, tr, from, to, items, blocks int
 }
 
-func (c *formCounts) add(p *Policy, d int) {
+func (c *formCounts) add(p *resource.Policy, d int) {
 	c.policies += d
 	if p.TargetRef == nil {
 		c.sd += d
@@ -494,10 +497,10 @@ func (c *formCounts) add(p *Policy, d int) {
 	if len(p.To) > 0 {
 		c.to += d
 	}
-	if p.hasItems() {
+	if p.HasItems() {
 		c.items += d
 	}
-	if p.hasBlocks() {
+	if p.HasBlocks() {
 		c.blocks += d
 	}
 }
@@ -507,7 +510,7 @@ func (c *formCounts) mixed() bool {
 }
 
 // scopeCheck returns the scope a policy names, or why it cannot be used.
-func (m *meshState) scopeCheck(p *Policy) (*scopeInfo, string) {
+func (m *meshState) scopeCheck(p *resource.Policy) (*scopeInfo, string) {
 	if p.Scope == "" {
 		return nil, ""
 	}
@@ -522,7 +525,7 @@ func (m *meshState) scopeCheck(p *Policy) (*scopeInfo, string) {
 }
 
 // buildType compiles a type partition from scratch.
-func buildType(name string, m *meshState, list []*Policy) *typeState {
+func buildType(name string, m *meshState, list []*resource.Policy) *typeState {
 	ts := &typeState{name: name, policies: pmap.New[string, *compiledPolicy](pmap.StringHash), epoch: &memoEpoch{}}
 	// Policies compile independently: in chunks, concurrently.
 	entries := make([]*compiledPolicy, len(list))
@@ -625,36 +628,36 @@ func resolveConflicts(entries []*compiledPolicy) {
 	}
 	var firstKind *compiledPolicy
 	for _, cp := range live {
-		if cp.err != "" || !(cp.p.hasItems() || cp.p.hasBlocks()) {
+		if cp.err != "" || !(cp.p.HasItems() || cp.p.HasBlocks()) {
 			continue
 		}
 		if firstKind == nil {
 			firstKind = cp
 			continue
 		}
-		if cp.p.hasItems() != firstKind.p.hasItems() {
+		if cp.p.HasItems() != firstKind.p.HasItems() {
 			cp.err = fmt.Sprintf("mixes from/to items and defaults/overrides blocks in type %s: it has %s, but the earlier policy %q has %s",
 				cp.p.Type, blockKind(cp.p), firstKind.p.Name, blockKind(firstKind.p))
 		}
 	}
 }
 
-func writtenBefore(a, b *Policy) bool {
+func writtenBefore(a, b *resource.Policy) bool {
 	if a.Meta.ModRevision != b.Meta.ModRevision {
 		return a.Meta.ModRevision < b.Meta.ModRevision
 	}
 	return a.Name < b.Name
 }
 
-func formName(p *Policy) string {
+func formName(p *resource.Policy) string {
 	if p.IsTargetRef() {
 		return "targetRef"
 	}
 	return "sources/destinations"
 }
 
-func blockKind(p *Policy) string {
-	if p.hasItems() {
+func blockKind(p *resource.Policy) string {
+	if p.HasItems() {
 		return "from/to items"
 	}
 	return "defaults/overrides blocks"
@@ -663,9 +666,9 @@ func blockKind(p *Policy) string {
 // apply returns the partition after policy changes; nil when it holds none.
 func (ts *typeState) apply(name string, m *meshState, changes []Change, check bool) *typeState {
 	if ts == nil {
-		var list []*Policy
+		var list []*resource.Policy
 		for _, c := range changes {
-			if p, ok := c.Resource.(*Policy); ok {
+			if p, ok := c.Resource.(*resource.Policy); ok {
 				list = append(list, p)
 			}
 		}
@@ -679,7 +682,7 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change, check bo
 	pb := ts.policies.Builder()
 	var removed, added []*compiledPolicy
 	for _, c := range changes {
-		p, ok := c.Resource.(*Policy)
+		p, ok := c.Resource.(*resource.Policy)
 		if old, had := pb.Get(c.Key.Name); had {
 			removed = append(removed, old)
 			if old.scopeValid(m) {
@@ -710,7 +713,7 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change, check bo
 	if ts.conflicted || out.counts.mixed() {
 		// The validity of other policies may change: recompile the partition.
 		// (Rules are never shared between two indexes: an index owns its rules' terms.)
-		var list []*Policy
+		var list []*resource.Policy
 		out.policies.Range(func(_ string, cp *compiledPolicy) bool {
 			list = append(list, cp.p)
 			return true
@@ -785,7 +788,7 @@ func (s *Snapshot) Digest() string {
 	s.Resources(func(e Entry) bool {
 		h := e.Resource.Metadata().ValueHash
 		if h == ([32]byte{}) {
-			if b, err := EncodeJSON(e.Resource); err == nil {
+			if b, err := resource.EncodeJSON(e.Resource); err == nil {
 				h = sha256.Sum256(b)
 			}
 		}

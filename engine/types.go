@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // ErrTypeNotFound is returned by Decide, Resolve and RulesFor for a type the
@@ -89,7 +91,7 @@ func orList(l []string) string {
 // declaredTypes are the types a mesh's documents name: the Mesh's types and
 // its scopes' catchAllTypes. Computed when the mesh is rebuilt (any Mesh or
 // Scope change rebuilds it).
-func declaredTypes(doc *Mesh, scopes []*Scope) map[string]bool {
+func declaredTypes(doc *resource.Mesh, scopes []*resource.Scope) map[string]bool {
 	out := map[string]bool{}
 	if doc != nil {
 		for t := range doc.Types {
@@ -193,17 +195,17 @@ func editDistance(a, b string) int {
 // types (the Mesh of the write when it has one, else the stored one) gets a
 // warning, or, when that Mesh sets strictTypes, a validation error naming the
 // put ("resources[2].type").
-func (s *Snapshot) TypeWarnings(puts []Resource) ([]string, error) {
-	meshes := map[string]*Mesh{}
+func (s *Snapshot) TypeWarnings(puts []resource.Resource) ([]string, error) {
+	meshes := map[string]*resource.Mesh{}
 	for _, r := range puts {
-		if m, ok := r.(*Mesh); ok {
+		if m, ok := r.(*resource.Mesh); ok {
 			meshes[m.Name] = m
 		}
 	}
 	var warnings []string
-	var errs errList
+	var errs resource.FieldErrors
 	for i, r := range puts {
-		p, ok := r.(*Policy)
+		p, ok := r.(*resource.Policy)
 		if !ok || builtinSet[p.Type] {
 			continue
 		}
@@ -229,10 +231,10 @@ func (s *Snapshot) TypeWarnings(puts []Resource) ([]string, error) {
 			msg += "; did you mean " + orList(near) + "?"
 		}
 		if doc != nil && doc.StrictTypes {
-			errs.add(fmt.Sprintf("resources[%d].type", i), msg+" (the mesh sets strictTypes: declare it in the Mesh's types)")
+			errs.Add(fmt.Sprintf("resources[%d].type", i), msg+" (the mesh sets strictTypes: declare it in the Mesh's types)")
 			continue
 		}
 		warnings = append(warnings, fmt.Sprintf("resources[%d] (%s): %s", i, p.Key(), msg))
 	}
-	return warnings, errs.err()
+	return warnings, errs.Err()
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // TestUnknownTypeIsNotFound: a type a mesh does not know is an error naming
@@ -14,12 +15,12 @@ import (
 // (issue 18: "TraficPermission" answered ALLOW UNENFORCED).
 func TestUnknownTypeIsNotFound(t *testing.T) {
 	t.Parallel()
-	world := []engine.Resource{
-		&engine.Mesh{Name: "shop", Types: map[string]engine.TypeSettings{"Declared": {}}},
-		&engine.Scope{Mesh: "shop", Name: "apps", Selectors: []engine.Selector{{Match: map[string]string{"app": "*"}}},
-			CatchAll: engine.Deny, CatchAllTypes: []string{"CatchAllOnly"}, Enforced: true},
-		&engine.Policy{Mesh: "shop", Name: "p", Type: "Used", Sources: []engine.Selector{{}}, Destinations: []engine.Selector{{}}, Action: engine.Allow},
-		&engine.Policy{Mesh: "other", Name: "q", Type: "UsedElsewhere", Sources: []engine.Selector{{}}, Destinations: []engine.Selector{{}}, Action: engine.Allow},
+	world := []resource.Resource{
+		&resource.Mesh{Name: "shop", Types: map[string]resource.TypeSettings{"Declared": {}}},
+		&resource.Scope{Mesh: "shop", Name: "apps", Selectors: []resource.Selector{{Match: map[string]string{"app": "*"}}},
+			CatchAll: resource.Deny, CatchAllTypes: []string{"CatchAllOnly"}, Enforced: true},
+		&resource.Policy{Mesh: "shop", Name: "p", Type: "Used", Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}, Action: resource.Allow},
+		&resource.Policy{Mesh: "other", Name: "q", Type: "UsedElsewhere", Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}, Action: resource.Allow},
 	}
 	snap := engine.Build(1, world)
 	tests := []struct {
@@ -64,7 +65,7 @@ func TestUnknownTypeIsNotFound(t *testing.T) {
 					t.Fatalf("%s: %q does not suggest %s", what, err, tt.nearest[0])
 				}
 			}
-			src, dst := engine.Tags{"app": "web"}, engine.Tags{"app": "db"}
+			src, dst := resource.Tags{"app": "web"}, resource.Tags{"app": "db"}
 			for _, explain := range []bool{false, true} {
 				for try := 0; try < 2; try++ { // the second answer may come from the cache
 					_, err := snap.Decide(&engine.Request{Mesh: "shop", Type: tt.typ, Source: src, Destination: dst, Explain: explain})
@@ -72,7 +73,7 @@ func TestUnknownTypeIsNotFound(t *testing.T) {
 				}
 			}
 			_, err := snap.Resolve(&engine.ResolveRequest{Mesh: "shop", Type: tt.typ, Source: src, Destination: dst})
-			if tt.known && err != nil && errors.Is(err, engine.ErrInvalid) {
+			if tt.known && err != nil && errors.Is(err, resource.ErrInvalid) {
 				err = nil // a known type may need more of the request; not this test's concern
 			}
 			check("Resolve", err)
@@ -86,9 +87,9 @@ func TestUnknownTypeIsNotFound(t *testing.T) {
 // when the policy goes, and a Mesh declaring it makes it known again.
 func TestTypeKnownFollowsChanges(t *testing.T) {
 	t.Parallel()
-	p := &engine.Policy{Mesh: "m", Name: "p", Type: "Custom", Sources: []engine.Selector{{}}, Destinations: []engine.Selector{{}}, Action: engine.Allow}
-	s1 := engine.Build(1, []engine.Resource{&engine.Mesh{Name: "m"}, p})
-	req := &engine.Request{Mesh: "m", Type: "Custom", Source: engine.Tags{"a": "b"}, Destination: engine.Tags{"a": "c"}}
+	p := &resource.Policy{Mesh: "m", Name: "p", Type: "Custom", Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}, Action: resource.Allow}
+	s1 := engine.Build(1, []resource.Resource{&resource.Mesh{Name: "m"}, p})
+	req := &engine.Request{Mesh: "m", Type: "Custom", Source: resource.Tags{"a": "b"}, Destination: resource.Tags{"a": "c"}}
 	if _, err := s1.Decide(req); err != nil {
 		t.Fatalf("used type: %v", err)
 	}
@@ -96,7 +97,7 @@ func TestTypeKnownFollowsChanges(t *testing.T) {
 	if _, err := s2.Decide(req); !errors.Is(err, engine.ErrTypeNotFound) {
 		t.Fatalf("after the delete: err = %v, want ErrTypeNotFound", err)
 	}
-	s3 := s2.Apply(3, []engine.Change{engine.Put(&engine.Mesh{Name: "m", Types: map[string]engine.TypeSettings{"Custom": {}}})})
+	s3 := s2.Apply(3, []engine.Change{engine.Put(&resource.Mesh{Name: "m", Types: map[string]resource.TypeSettings{"Custom": {}}})})
 	if _, err := s3.Decide(req); err != nil {
 		t.Fatalf("declared: %v", err)
 	}
@@ -104,28 +105,28 @@ func TestTypeKnownFollowsChanges(t *testing.T) {
 
 func TestTypeWarnings(t *testing.T) {
 	t.Parallel()
-	pol := func(typ string) *engine.Policy {
-		return &engine.Policy{Mesh: "m", Name: "p", Type: typ, Sources: []engine.Selector{{}}, Destinations: []engine.Selector{{}}, Action: engine.Allow}
+	pol := func(typ string) *resource.Policy {
+		return &resource.Policy{Mesh: "m", Name: "p", Type: typ, Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}, Action: resource.Allow}
 	}
-	lax := &engine.Mesh{Name: "m", Types: map[string]engine.TypeSettings{"Custom": {}}}
-	strict := &engine.Mesh{Name: "m", StrictTypes: true, Types: map[string]engine.TypeSettings{"Custom": {}}}
+	lax := &resource.Mesh{Name: "m", Types: map[string]resource.TypeSettings{"Custom": {}}}
+	strict := &resource.Mesh{Name: "m", StrictTypes: true, Types: map[string]resource.TypeSettings{"Custom": {}}}
 	tests := []struct {
 		name    string
-		stored  []engine.Resource
-		puts    []engine.Resource
+		stored  []resource.Resource
+		puts    []resource.Resource
 		warning string // substring of the one warning; "" for none
 		err     string // substring of the error; "" for none
 	}{
-		{"built in", []engine.Resource{lax}, []engine.Resource{pol("TrafficPermission")}, "", ""},
-		{"declared", []engine.Resource{lax}, []engine.Resource{pol("Custom")}, "", ""},
-		{"typo warns", []engine.Resource{lax}, []engine.Resource{pol("TrafficPermision")},
+		{"built in", []resource.Resource{lax}, []resource.Resource{pol("TrafficPermission")}, "", ""},
+		{"declared", []resource.Resource{lax}, []resource.Resource{pol("Custom")}, "", ""},
+		{"typo warns", []resource.Resource{lax}, []resource.Resource{pol("TrafficPermision")},
 			`resources[0] (m/policies/TrafficPermision/p): type "TrafficPermision" is neither built in nor declared in mesh "m"'s types; did you mean TrafficPermission?`, ""},
-		{"typo of a declared type", []engine.Resource{lax}, []engine.Resource{pol("Custm")}, "did you mean Custom?", ""},
-		{"no mesh document warns", nil, []engine.Resource{pol("Whatever")}, `type "Whatever" is neither built in`, ""},
-		{"strict refuses", []engine.Resource{strict}, []engine.Resource{pol("TrafficPermision")}, "", "resources[0].type: "},
-		{"strict allows declared", []engine.Resource{strict}, []engine.Resource{pol("Custom")}, "", ""},
-		{"strict mesh in the same write", []engine.Resource{lax}, []engine.Resource{strict, pol("Undeclared")}, "", "resources[1].type"},
-		{"lax mesh in the same write", []engine.Resource{strict}, []engine.Resource{lax, pol("Undeclared")}, "Undeclared", ""},
+		{"typo of a declared type", []resource.Resource{lax}, []resource.Resource{pol("Custm")}, "did you mean Custom?", ""},
+		{"no mesh document warns", nil, []resource.Resource{pol("Whatever")}, `type "Whatever" is neither built in`, ""},
+		{"strict refuses", []resource.Resource{strict}, []resource.Resource{pol("TrafficPermision")}, "", "resources[0].type: "},
+		{"strict allows declared", []resource.Resource{strict}, []resource.Resource{pol("Custom")}, "", ""},
+		{"strict mesh in the same write", []resource.Resource{lax}, []resource.Resource{strict, pol("Undeclared")}, "", "resources[1].type"},
+		{"lax mesh in the same write", []resource.Resource{strict}, []resource.Resource{lax, pol("Undeclared")}, "Undeclared", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,7 +135,7 @@ func TestTypeWarnings(t *testing.T) {
 			switch {
 			case tt.err == "" && err != nil:
 				t.Fatalf("err = %v", err)
-			case tt.err != "" && (err == nil || !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), tt.err)):
+			case tt.err != "" && (err == nil || !errors.Is(err, resource.ErrInvalid) || !strings.Contains(err.Error(), tt.err)):
 				t.Fatalf("err = %v, want ErrInvalid with %q", err, tt.err)
 			}
 			if tt.warning == "" {

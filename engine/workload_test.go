@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
-func decodeOneDoc(t *testing.T, doc string) engine.Resource {
+func decodeOneDoc(t *testing.T, doc string) resource.Resource {
 	t.Helper()
-	rs, err := engine.DecodeYAML([]byte(doc))
+	rs, err := resource.DecodeYAML([]byte(doc))
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
@@ -32,26 +33,26 @@ tags: {kuma.io/service: web, version: 2}
 addresses: [10.0.0.1, "::ffff:10.0.0.2", "2001:DB8::1"]
 principal: spiffe://prod/web
 ports: [{port: 8080, tags: {kuma.io/protocol: http}}, {port: 9090}]
-`).(*engine.Workload)
-	want := &engine.Workload{Mesh: "prod", Name: "web-1",
+`).(*resource.Workload)
+	want := &resource.Workload{Mesh: "prod", Name: "web-1",
 		Tags:      map[string]string{"kuma.io/service": "web", "version": "2"},
 		Addresses: []string{"10.0.0.1", "10.0.0.2", "2001:db8::1"}, Principal: "spiffe://prod/web",
-		Ports: []engine.WorkloadPort{{Port: 8080, Tags: map[string]string{"kuma.io/protocol": "http"}}, {Port: 9090}}}
+		Ports: []resource.WorkloadPort{{Port: 8080, Tags: map[string]string{"kuma.io/protocol": "http"}}, {Port: 9090}}}
 	if !reflect.DeepEqual(w, want) {
 		t.Fatalf("got %+v\nwant %+v", w, want)
 	}
 	if got := w.Key().String(); got != "prod/workloads/web-1" {
 		t.Errorf("key %q", got)
 	}
-	b, err := engine.EncodeJSON(w)
+	b, err := resource.EncodeJSON(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := engine.DecodeJSON(b)
+	back, err := resource.DecodeJSON(b)
 	if err != nil || !reflect.DeepEqual(back, w) {
 		t.Fatalf("round trip: %v\n%+v", err, back)
 	}
-	k, err := engine.ParseKey("prod/workloads/web-1")
+	k, err := resource.ParseKey("prod/workloads/web-1")
 	if err != nil || k != w.Key() {
 		t.Fatalf("ParseKey: %v %+v", err, k)
 	}
@@ -79,11 +80,11 @@ networking:
     - port: 1234
       tags:
         kuma.io/service: admin
-`).(*engine.Workload)
-	want := &engine.Workload{Mesh: "default", Name: "backend-1",
+`).(*resource.Workload)
+	want := &resource.Workload{Mesh: "default", Name: "backend-1",
 		Tags:      map[string]string{"kuma.io/service": "backend", "kuma.io/name": "backend-1"},
 		Addresses: []string{"192.168.0.2"},
-		Ports: []engine.WorkloadPort{
+		Ports: []resource.WorkloadPort{
 			{Port: 9000, Tags: map[string]string{"kuma.io/service": "backend"}},
 			{Port: 9000, Tags: map[string]string{"kuma.io/service": "backend-api"}}}}
 	if !reflect.DeepEqual(w, want) {
@@ -113,7 +114,7 @@ func TestWorkloadDecodeErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := engine.DecodeYAML([]byte(c.doc))
+			_, err := resource.DecodeYAML([]byte(c.doc))
 			if err == nil {
 				t.Fatal("decoded")
 			}
@@ -125,9 +126,9 @@ func TestWorkloadDecodeErrors(t *testing.T) {
 	}
 }
 
-func workload(name string, rev int64, tags map[string]string, addrs ...string) *engine.Workload {
-	return &engine.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: addrs,
-		Meta: engine.Meta{CreateRevision: rev, ModRevision: rev}}
+func workload(name string, rev int64, tags map[string]string, addrs ...string) *resource.Workload {
+	return &resource.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: addrs,
+		Meta: resource.Meta{CreateRevision: rev, ModRevision: rev}}
 }
 
 // An address belongs to one workload: the later-written claimant is invalid,
@@ -136,7 +137,7 @@ func TestWorkloadAddressConflict(t *testing.T) {
 	t.Parallel()
 	a := workload("a", 1, map[string]string{"app": "a"}, "10.0.0.1")
 	b := workload("b", 2, map[string]string{"app": "b"}, "10.0.0.2", "10.0.0.1")
-	s := engine.Build(2, []engine.Resource{b, a})
+	s := engine.Build(2, []resource.Resource{b, a})
 	inv := s.Invalid()
 	if len(inv) != 1 || inv[0].Path != "default/workloads/b" || !strings.Contains(inv[0].Err.Error(), `workload "a"`) {
 		t.Fatalf("invalid: %+v", inv)
@@ -153,7 +154,7 @@ func TestWorkloadAddressConflict(t *testing.T) {
 	}
 	// CheckApply refuses a conflicting write, naming both.
 	c := workload("c", 0, nil, "10.0.0.2")
-	err := s2.CheckApply([]engine.Resource{c}, nil)
+	err := s2.CheckApply([]resource.Resource{c}, nil)
 	if err == nil || !strings.Contains(err.Error(), "resources[0]") || !strings.Contains(err.Error(), `"b"`) {
 		t.Fatalf("CheckApply: %v", err)
 	}
@@ -163,7 +164,7 @@ func TestWorkloadAddressConflict(t *testing.T) {
 func TestWorkloadOnlyMeshAndDigest(t *testing.T) {
 	t.Parallel()
 	a := workload("a", 1, map[string]string{"app": "a"}, "10.0.0.1")
-	s := engine.Build(1, []engine.Resource{a})
+	s := engine.Build(1, []resource.Resource{a})
 	if _, err := s.Decide(&engine.Request{}); err != nil {
 		t.Fatalf("Decide on a mesh of workloads: %v", err)
 	}
@@ -185,8 +186,8 @@ func TestWorkloadOnlyMeshAndDigest(t *testing.T) {
 func TestIdentityEncoding(t *testing.T) {
 	t.Parallel()
 	// SPEC section 10: keys sorted (app < env), reserved keys left out.
-	a := engine.Identity("default", map[string]string{"env": "prod", "app": "web", "ip": "10.0.0.1"})
-	b := engine.Identity("", map[string]string{"app": "web", "env": "prod", "principal": "x"})
+	a := resource.Identity("default", map[string]string{"env": "prod", "app": "web", "ip": "10.0.0.1"})
+	b := resource.Identity("", map[string]string{"app": "web", "env": "prod", "principal": "x"})
 	if a != b {
 		t.Fatalf("%d != %d", a, b)
 	}
@@ -194,7 +195,7 @@ func TestIdentityEncoding(t *testing.T) {
 	if want := binary.BigEndian.Uint64(sum[:8]); a != want {
 		t.Fatalf("identity %#x, want %#x", a, want)
 	}
-	if engine.Identity("other", map[string]string{"app": "web", "env": "prod"}) == a {
+	if resource.Identity("other", map[string]string{"app": "web", "env": "prod"}) == a {
 		t.Fatal("the mesh is not in the identity")
 	}
 }
@@ -206,7 +207,7 @@ func BenchmarkIdentity(b *testing.B) {
 		"zone": "zone-3", "version": "v2", "team": "payments"}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = engine.Identity("default", tags)
+		_ = resource.Identity("default", tags)
 	}
 }
 
@@ -216,7 +217,7 @@ func BenchmarkIdentity(b *testing.B) {
 func TestPrincipalHoldersComeAndGo(t *testing.T) {
 	t.Parallel()
 	const p = "spiffe://default/web"
-	withPrincipal := func(w *engine.Workload) *engine.Workload { w.Principal = p; return w }
+	withPrincipal := func(w *resource.Workload) *resource.Workload { w.Principal = p; return w }
 	a := withPrincipal(workload("a", 1, map[string]string{"app": "web", "env": "prod"}, "10.0.0.1"))
 	b := withPrincipal(workload("b", 2, map[string]string{"app": "web", "env": "dev"}, "10.0.0.2"))
 	resolve := func(s *engine.Snapshot) (engine.EndpointResolution, error) {
@@ -226,14 +227,14 @@ func TestPrincipalHoldersComeAndGo(t *testing.T) {
 		name    string
 		change  engine.Change
 		holders int
-		tags    engine.Tags
+		tags    resource.Tags
 	}{
-		{"one holder: its tags", engine.Put(a), 1, engine.Tags{"app": "web", "env": "prod", "principal": p}},
-		{"two holders: the tags they share", engine.Put(b), 2, engine.Tags{"app": "web", "principal": p}},
-		{"the first goes: the second's tags", engine.Delete(a.Key()), 1, engine.Tags{"app": "web", "env": "dev", "principal": p}},
-		{"back to two", engine.Put(a), 2, engine.Tags{"app": "web", "principal": p}},
-		{"the second goes", engine.Delete(b.Key()), 1, engine.Tags{"app": "web", "env": "prod", "principal": p}},
-		{"none: unknown", engine.Delete(a.Key()), 0, engine.Tags{"principal": p}},
+		{"one holder: its tags", engine.Put(a), 1, resource.Tags{"app": "web", "env": "prod", "principal": p}},
+		{"two holders: the tags they share", engine.Put(b), 2, resource.Tags{"app": "web", "principal": p}},
+		{"the first goes: the second's tags", engine.Delete(a.Key()), 1, resource.Tags{"app": "web", "env": "dev", "principal": p}},
+		{"back to two", engine.Put(a), 2, resource.Tags{"app": "web", "principal": p}},
+		{"the second goes", engine.Delete(b.Key()), 1, resource.Tags{"app": "web", "env": "prod", "principal": p}},
+		{"none: unknown", engine.Delete(a.Key()), 0, resource.Tags{"principal": p}},
 	}
 	s := engine.Empty()
 	for i, st := range steps {
@@ -245,7 +246,7 @@ func TestPrincipalHoldersComeAndGo(t *testing.T) {
 		want := engine.AsPrincipalHolders
 		if st.holders == 0 {
 			want = engine.AsKumaSpiffe
-			st.tags = engine.Tags{"kuma.io/service": "web", "principal": p}
+			st.tags = resource.Tags{"kuma.io/service": "web", "principal": p}
 		}
 		if r.ResolvedAs != want || r.Holders != st.holders || !reflect.DeepEqual(r.Tags, st.tags) {
 			t.Fatalf("%s: got %v, %d holders, %v; want %v, %d, %v", st.name, r.ResolvedAs, r.Holders, r.Tags, want, st.holders, st.tags)
@@ -260,24 +261,24 @@ func TestWorkloadTagSetsShared(t *testing.T) {
 	t.Parallel()
 	a := workload("a", 1, map[string]string{"app": "web"}, "10.0.0.1")
 	b := workload("b", 2, map[string]string{"app": "web"}, "10.0.0.2")
-	s := engine.Build(2, []engine.Resource{a, b})
-	for _, w := range []*engine.Workload{a, b} {
+	s := engine.Build(2, []resource.Resource{a, b})
+	for _, w := range []*resource.Workload{a, b} {
 		e, ok := s.Get(w.Key())
-		if !ok || e.Err != nil || !reflect.DeepEqual(e.Resource, engine.Resource(w)) {
+		if !ok || e.Err != nil || !reflect.DeepEqual(e.Resource, resource.Resource(w)) {
 			t.Fatalf("Get(%s) = %+v, want %+v", w.Name, e.Resource, w)
 		}
 	}
 	ga, _ := s.Get(a.Key())
 	gb, _ := s.Get(b.Key())
-	if reflect.ValueOf(ga.Resource.(*engine.Workload).Tags).UnsafePointer() != reflect.ValueOf(gb.Resource.(*engine.Workload).Tags).UnsafePointer() {
+	if reflect.ValueOf(ga.Resource.(*resource.Workload).Tags).UnsafePointer() != reflect.ValueOf(gb.Resource.(*resource.Workload).Tags).UnsafePointer() {
 		t.Fatal("the two workloads' equal tag sets are two maps")
 	}
 	moved := workload("b", 3, map[string]string{"app": "db"}, "10.0.0.2")
 	s = s.Apply(3, []engine.Change{engine.Put(moved)})
 	ga, _ = s.Get(a.Key())
 	gb, _ = s.Get(b.Key())
-	if !reflect.DeepEqual(ga.Resource.(*engine.Workload).Tags, map[string]string{"app": "web"}) ||
-		!reflect.DeepEqual(gb.Resource.(*engine.Workload).Tags, map[string]string{"app": "db"}) {
-		t.Fatalf("after b moved: a %v, b %v", ga.Resource.(*engine.Workload).Tags, gb.Resource.(*engine.Workload).Tags)
+	if !reflect.DeepEqual(ga.Resource.(*resource.Workload).Tags, map[string]string{"app": "web"}) ||
+		!reflect.DeepEqual(gb.Resource.(*resource.Workload).Tags, map[string]string{"app": "db"}) {
+		t.Fatalf("after b moved: a %v, b %v", ga.Resource.(*resource.Workload).Tags, gb.Resource.(*resource.Workload).Tags)
 	}
 }

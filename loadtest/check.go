@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/server"
 )
 
@@ -26,9 +27,9 @@ import (
 // the route's context_extensions (verdict.workload, verdict.mesh,
 // verdict.type), the port the connection came to, the request's headers (as
 // server/envoycheck_test.go builds them, from Envoy's check_request_utils.cc).
-func CheckFlows(flows []engine.Request) (workloads []engine.Resource, reqs []*authv3.CheckRequest) {
-	byTags := map[string]*engine.Workload{}
-	workload := func(mesh string, tags engine.Tags) *engine.Workload {
+func CheckFlows(flows []engine.Request) (workloads []resource.Resource, reqs []*authv3.CheckRequest) {
+	byTags := map[string]*resource.Workload{}
+	workload := func(mesh string, tags resource.Tags) *resource.Workload {
 		keys := slices.Sorted(maps.Keys(tags))
 		var b strings.Builder
 		b.WriteString(mesh)
@@ -41,7 +42,7 @@ func CheckFlows(flows []engine.Request) (workloads []engine.Resource, reqs []*au
 		n := len(byTags)
 		a := netip.AddrFrom4([4]byte{10, 128 | byte(n>>16), byte(n >> 8), byte(n)})
 		name := fmt.Sprintf("w-%d", n)
-		w := &engine.Workload{Mesh: mesh, Name: name, Tags: maps.Clone(tags), Addresses: []string{a.String()},
+		w := &resource.Workload{Mesh: mesh, Name: name, Tags: maps.Clone(tags), Addresses: []string{a.String()},
 			Principal: "spiffe://" + mesh + "/" + name}
 		byTags[b.String()] = w
 		workloads = append(workloads, w)
@@ -50,7 +51,7 @@ func CheckFlows(flows []engine.Request) (workloads []engine.Resource, reqs []*au
 	for i, f := range flows {
 		mesh, typ := f.Mesh, f.Type
 		if mesh == "" {
-			mesh = engine.DefaultMesh
+			mesh = resource.DefaultMesh
 		}
 		src, dst := workload(mesh, f.Source), workload(mesh, f.Destination)
 		port := f.Port

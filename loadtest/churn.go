@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -37,11 +37,11 @@ func Churn(ctx context.Context, conns Conns, flows []*verdictv1.DecideRequest, c
 		defer wg.Done()
 		r := rand.New(rand.NewPCG(7, 7))
 		paced(wctx, writeRate, stopAt, func(i int) {
-			p := &engine.Policy{Mesh: mesh, Type: typ, Name: fmt.Sprintf("churn-%03d", i%100), Action: engine.Allow,
-				Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("churn-src-%d", r.IntN(1000))}}},
-				Destinations: []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("churn-dst-%d", r.IntN(1000))}}}}
+			p := &resource.Policy{Mesh: mesh, Type: typ, Name: fmt.Sprintf("churn-%03d", i%100), Action: resource.Allow,
+				Sources:      []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("churn-src-%d", r.IntN(1000))}}},
+				Destinations: []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("churn-dst-%d", r.IntN(1000))}}}}
 			if i%2 == 1 {
-				p.Action = engine.Deny
+				p.Action = resource.Deny
 			}
 			res, err := apiconv.ResourceToProto(p)
 			if err != nil {

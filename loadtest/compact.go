@@ -7,17 +7,18 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // CompactBatches packs flows (of one mesh and type) into DecideCompactRequests
-// of size flows each, by identity (engine.Identity: every party computes it
+// of size flows each, by identity (resource.Identity: every party computes it
 // alike), and returns them with the endpoints Identify must register first on
 // the target (RegisterIdentities).
 func CompactBatches(reqs []engine.Request, size int) (batches []*verdictv1.DecideCompactRequest, endpoints []*verdictv1.Endpoint) {
 	seen := map[uint64]bool{}
-	add := func(mesh string, tags engine.Tags) uint64 {
-		id := engine.Identity(mesh, tags)
+	add := func(mesh string, tags resource.Tags) uint64 {
+		id := resource.Identity(mesh, tags)
 		if !seen[id] {
 			seen[id] = true
 			endpoints = append(endpoints, &verdictv1.Endpoint{Tags: tags})

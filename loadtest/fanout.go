@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -25,7 +25,7 @@ type arrival struct {
 // the write's revision or later. Every stream records each list it receives
 // with its arrival time, so an update that arrives before the write's
 // acknowledgment is measured too. The probe policy is deleted at the end.
-func Fanout(ctx context.Context, conns Conns, workloads []engine.Tags, streams int, mesh, typ string, timeout time.Duration) *Report {
+func Fanout(ctx context.Context, conns Conns, workloads []resource.Tags, streams int, mesh, typ string, timeout time.Duration) *Report {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	var exited sync.WaitGroup
 	defer exited.Wait()
@@ -79,9 +79,9 @@ func Fanout(ctx context.Context, conns Conns, workloads []engine.Tags, streams i
 		r.Notes["failed"] = "not every stream got its first list before the timeout"
 		return r
 	}
-	probe := &engine.Policy{Mesh: mesh, Type: typ, Name: fmt.Sprintf("fanout-probe-%d", time.Now().UnixNano()),
-		Sources: []engine.Selector{{Match: map[string]string{"fanout": "probe"}}}, Destinations: []engine.Selector{{}},
-		Action: engine.Allow}
+	probe := &resource.Policy{Mesh: mesh, Type: typ, Name: fmt.Sprintf("fanout-probe-%d", time.Now().UnixNano()),
+		Sources: []resource.Selector{{Match: map[string]string{"fanout": "probe"}}}, Destinations: []resource.Selector{{}},
+		Action: resource.Allow}
 	res, err := apiconv.ResourceToProto(probe)
 	if err != nil {
 		panic(err) // a constant policy that does not convert is a bug here
@@ -93,7 +93,7 @@ func Fanout(ctx context.Context, conns Conns, workloads []engine.Tags, streams i
 		r.Errors = map[string]int64{"Apply " + codeName(err): 1}
 		return r
 	}
-	key := engine.Key{Kind: engine.KindPolicy, Mesh: mesh, Type: typ, Name: probe.Name}.String()
+	key := resource.Key{Kind: resource.KindPolicy, Mesh: mesh, Type: typ, Name: probe.Name}.String()
 	defer func() {
 		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer dcancel()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -22,22 +23,22 @@ import (
 // from CheckFlows' 10.128.0.0/9) and a SPIFFE ID. probes are Decide requests by
 // address for the first pairs (at most 8192): a flow's mesh, type, protocol and
 // port, its source and destination given by their workloads' addresses.
-func ChurnWorkloads(flows []engine.Request, n int) (workloads []*engine.Workload, probes []*verdictv1.DecideRequest) {
+func ChurnWorkloads(flows []engine.Request, n int) (workloads []*resource.Workload, probes []*verdictv1.DecideRequest) {
 	if len(flows) == 0 {
 		return nil, nil
 	}
-	workloads = make([]*engine.Workload, n)
+	workloads = make([]*resource.Workload, n)
 	for i := range workloads {
 		f := flows[(i/2)%len(flows)]
 		mesh, tags := f.Mesh, f.Source
 		if mesh == "" {
-			mesh = engine.DefaultMesh
+			mesh = resource.DefaultMesh
 		}
 		if i%2 == 1 {
 			tags = f.Destination
 		}
 		name := fmt.Sprintf("wl-%d", i)
-		workloads[i] = &engine.Workload{Mesh: mesh, Name: name, Tags: maps.Clone(tags),
+		workloads[i] = &resource.Workload{Mesh: mesh, Name: name, Tags: maps.Clone(tags),
 			Addresses: []string{churnAddr(i)}, Principal: "spiffe://" + mesh + "/" + name}
 	}
 	for k := 0; k < n/2 && k < 8192; k++ {
@@ -74,7 +75,7 @@ const maxVisibilityChecks = 1024
 
 // WorkloadChurnConfig configures WorkloadChurn.
 type WorkloadChurnConfig struct {
-	Workloads   []*engine.Workload          // the preloaded inventory (ChurnWorkloads)
+	Workloads   []*resource.Workload        // the preloaded inventory (ChurnWorkloads)
 	Probes      []*verdictv1.DecideRequest  // Decide by address over the first pairs
 	Expected    []*verdictv1.DecideResponse // each probe's answer before the churn
 	Concurrency int                         // closed loop workers, or the open loop's in-flight bound (0 picks)

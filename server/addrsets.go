@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -64,7 +65,7 @@ func newSetRegistry() *setRegistry {
 
 // selectorKey is an unambiguous canonical text of (mesh, selector): match
 // pairs sorted, expressions sorted with their values sorted.
-func selectorKey(mesh string, sel engine.Selector) string {
+func selectorKey(mesh string, sel resource.Selector) string {
 	var b strings.Builder
 	write := func(s string) {
 		b.WriteString(strconv.Itoa(len(s)))
@@ -112,7 +113,7 @@ func setName(key string) string {
 
 // peer resolves one peer selector for the rules of a group at snap: CIDRs, or
 // a set (made and computed when new) whose reference the caller takes.
-func (r *setRegistry) peer(snap *engine.Snapshot, mesh string, sel engine.Selector) (cidrs []string, set *peerSet, err error) {
+func (r *setRegistry) peer(snap *engine.Snapshot, mesh string, sel resource.Selector) (cidrs []string, set *peerSet, err error) {
 	key := selectorKey(mesh, sel)
 	if ps, ok := r.byKey[key]; ok {
 		return nil, ps, nil

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -77,7 +78,7 @@ func TestWatchRulesAddressSets(t *testing.T) {
 		t.Fatalf("inbound %v", first.GetInbound())
 	}
 	webSet := in[0].GetPeerSets()[0]
-	idWeb := engine.Identity("default", app("web"))
+	idWeb := resource.Identity("default", app("web"))
 	if s := setNamed(first, webSet); s == nil || !slices.Equal(s.GetAddresses(), []string{"10.0.0.1"}) || !slices.Equal(s.GetIdentities(), []uint64{idWeb}) {
 		t.Fatalf("set %s: %v", webSet, first.GetSets())
 	}
@@ -118,7 +119,7 @@ func TestWatchRulesAddressSets(t *testing.T) {
 	}
 	// The barrier: a db workload touches both streams' db set.
 	h.apply(t, ctx, wl("db-1", app("db"), "10.0.2.1"))
-	idDB := engine.Identity("default", app("db"))
+	idDB := resource.Identity("default", app("db"))
 	for name, s := range map[string]rulesStream{"agent": agent, "other": other} {
 		m := recvN(t, s, 1)[0]
 		wantKind(t, m, verdictv1.WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS)
@@ -207,7 +208,7 @@ func TestWatchRulesByAddressReresolved(t *testing.T) {
 	m = recvN(t, s, 1)[0]
 	wantKind(t, m, verdictv1.WatchRulesKind_WATCH_RULES_KIND_RULES)
 	if in := m.GetInbound().GetRules(); len(in) != 1 || in[0].GetPolicy() != "deny-db" ||
-		m.GetWorkload().GetIdentity() != engine.Identity("default", app("db")) {
+		m.GetWorkload().GetIdentity() != resource.Identity("default", app("db")) {
 		t.Fatalf("x-1 as db: %v", m)
 	}
 	// An unknown workload name is NotFound; a principal is refused.
@@ -229,10 +230,10 @@ func TestWatchRulesByAddressReresolved(t *testing.T) {
 
 func TestSetNamesAreStable(t *testing.T) {
 	t.Parallel()
-	a := engine.Selector{Match: app("web"), Expressions: []engine.Expression{
-		{Key: "env", Operator: engine.OpIn, Values: []string{"b", "a"}}, {Key: "zone", Operator: engine.OpExists}}}
-	b := engine.Selector{Match: app("web"), Expressions: []engine.Expression{
-		{Key: "zone", Operator: engine.OpExists}, {Key: "env", Operator: engine.OpIn, Values: []string{"a", "b"}}}}
+	a := resource.Selector{Match: app("web"), Expressions: []resource.Expression{
+		{Key: "env", Operator: resource.OpIn, Values: []string{"b", "a"}}, {Key: "zone", Operator: resource.OpExists}}}
+	b := resource.Selector{Match: app("web"), Expressions: []resource.Expression{
+		{Key: "zone", Operator: resource.OpExists}, {Key: "env", Operator: resource.OpIn, Values: []string{"a", "b"}}}}
 	tests := []struct {
 		name string
 		x, y string
@@ -240,8 +241,8 @@ func TestSetNamesAreStable(t *testing.T) {
 	}{
 		{"expression and value order do not matter", selectorKey("default", a), selectorKey("default", b), true},
 		{"another mesh is another set", selectorKey("default", a), selectorKey("prod", a), false},
-		{"another value is another set", selectorKey("default", engine.Selector{Match: app("web")}),
-			selectorKey("default", engine.Selector{Match: app("web2")}), false},
+		{"another value is another set", selectorKey("default", resource.Selector{Match: app("web")}),
+			selectorKey("default", resource.Selector{Match: app("web2")}), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -283,17 +284,17 @@ func TestEndpointEnumsAgree(t *testing.T) {
 func TestPeerSetDeltas(t *testing.T) {
 	t.Parallel()
 	put := func(name string, tags map[string]string, addr string) engine.Change {
-		return engine.Put(&engine.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: []string{addr}})
+		return engine.Put(&resource.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: []string{addr}})
 	}
 	del := func(name string) engine.Change {
-		return engine.Delete(engine.Key{Kind: engine.KindWorkload, Mesh: "default", Name: name})
+		return engine.Delete(resource.Key{Kind: resource.KindWorkload, Mesh: "default", Name: name})
 	}
 	web, prod := app("web"), map[string]string{"app": "web", "env": "prod"}
-	notProd := engine.Selector{Expressions: []engine.Expression{{Key: "env", Operator: engine.OpNotIn, Values: []string{"prod"}},
-		{Key: "ip", Operator: engine.OpCIDR, Values: []string{"10.0.0.0/30"}}}}
+	notProd := resource.Selector{Expressions: []resource.Expression{{Key: "env", Operator: resource.OpNotIn, Values: []string{"prod"}},
+		{Key: "ip", Operator: resource.OpCIDR, Values: []string{"10.0.0.0/30"}}}}
 	tests := []struct {
 		name    string
-		sel     engine.Selector
+		sel     resource.Selector
 		start   []engine.Change
 		change  []engine.Change
 		added   []string
@@ -301,13 +302,13 @@ func TestPeerSetDeltas(t *testing.T) {
 		idsIn   []uint64
 		idsOut  []uint64
 	}{
-		{"a matching workload added", engine.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
+		{"a matching workload added", resource.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
 			[]engine.Change{put("w2", web, "10.0.0.2")}, []string{"10.0.0.2"}, nil, nil, nil},
-		{"a workload's tags no longer match", engine.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
-			[]engine.Change{put("w1", app("db"), "10.0.0.1")}, nil, []string{"10.0.0.1"}, nil, []uint64{engine.Identity("default", web)}},
-		{"a workload that does not match: no delta", engine.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
+		{"a workload's tags no longer match", resource.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
+			[]engine.Change{put("w1", app("db"), "10.0.0.1")}, nil, []string{"10.0.0.1"}, nil, []uint64{resource.Identity("default", web)}},
+		{"a workload that does not match: no delta", resource.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
 			[]engine.Change{put("d1", app("db"), "10.0.0.9")}, nil, nil, nil, nil},
-		{"a workload moves to another address", engine.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
+		{"a workload moves to another address", resource.Selector{Match: web}, []engine.Change{put("w1", web, "10.0.0.1")},
 			[]engine.Change{put("w1", web, "10.0.0.7")}, []string{"10.0.0.7"}, []string{"10.0.0.1"}, nil, nil},
 		{"CIDR less a workload that fails NotIn", notProd, nil,
 			[]engine.Change{put("p1", prod, "10.0.0.3")}, []string{"10.0.0.0/31", "10.0.0.2"}, []string{"10.0.0.0/30"}, nil, nil},

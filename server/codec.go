@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -173,7 +173,7 @@ func overWireLimit(data mem.BufferSlice, m proto.Message) (field, reason string,
 
 // undecodable returns the field error of a message requestCodec could not
 // decode; ok is false for a message that decoded.
-func undecodable(req any) (fe engine.FieldError, ok bool) {
+func undecodable(req any) (fe resource.FieldError, ok bool) {
 	m, isMsg := req.(proto.Message)
 	if !isMsg || m == nil || !m.ProtoReflect().IsValid() {
 		return fe, false
@@ -191,7 +191,7 @@ func undecodable(req any) (fe engine.FieldError, ok bool) {
 				return fe, false
 			}
 			field, reason, _ := strings.Cut(string(v), "\x00")
-			return engine.FieldError{Field: field, Reason: reason}, true
+			return resource.FieldError{Field: field, Reason: reason}, true
 		}
 		n = protowire.ConsumeFieldValue(num, typ, b)
 		if n < 0 {

@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -51,7 +52,7 @@ func (s decisionService) Identify(ctx context.Context, req *verdictv1.IdentifyRe
 
 func (s decisionService) identify(ctx context.Context, snap *engine.Snapshot, mesh string, i int, ep *verdictv1.Endpoint) *verdictv1.Identified {
 	if mesh == "" {
-		mesh = engine.DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	tags, eep := apiconv.Endpoint(ep)
 	if eep == nil {
@@ -69,7 +70,7 @@ func (s decisionService) identify(ctx context.Context, snap *engine.Snapshot, me
 			s.log.ErrorContext(ctx, "identity collision: a tag set refused", "err", err)
 		}
 	}
-	if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
+	if ve := (*resource.ValidationError)(nil); errors.As(err, &ve) {
 		err = ve.Prefixed(fmt.Sprintf("endpoints[%d]", i))
 	}
 	return &verdictv1.Identified{Error: errorEntry(ctx, s.log, err)}
@@ -139,7 +140,7 @@ func (sc *compactScratch) resolve(s decisionService, ctx context.Context, scope 
 // compactRequest checks a batch as a whole.
 func compactRequest(r *verdictv1.DecideCompactRequest, prefix string) error {
 	if fe, ok := undecodable(r); ok {
-		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
+		return &resource.ValidationError{Errors: []resource.FieldError{fe}}
 	}
 	var errs fieldErrors
 	errs.names(r.GetMesh(), r.GetType())
@@ -195,7 +196,7 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	defer clear(ents) // no entry kept alive by the pool
 	scope.DecideIDsN(srcs, dsts, pps, ents)
 	for i := range srcs {
-		port, proto := pps[i]&0xffff, engine.Protocol(pps[i]>>16)
+		port, proto := pps[i]&0xffff, resource.Protocol(pps[i]>>16)
 		pe := ents[i]
 		var a engine.PairAnswer
 		var d *engine.Decision
@@ -217,7 +218,7 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 					code = verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION
 				}
 			}
-			if code == 0 && proto > engine.ICMP {
+			if code == 0 && proto > resource.ICMP {
 				code = verdictv1.CompactCode_COMPACT_CODE_INVALID_PORT_PROTOCOL
 			}
 			if code != 0 {
@@ -301,7 +302,7 @@ func (sc *compactScratch) cell(counts *policyCounts, nums *engine.PolicyNumbers,
 
 // logCompact offers a compact decision to the decision log: the endpoints as
 // the identities given, with the tags they stand for.
-func (s decisionService) logCompact(ctx context.Context, mesh, typ string, src, dst *engine.TagSet, proto engine.Protocol, port uint32, d engine.Decision) {
+func (s decisionService) logCompact(ctx context.Context, mesh, typ string, src, dst *engine.TagSet, proto resource.Protocol, port uint32, d engine.Decision) {
 	er := engine.Request{Mesh: mesh, Type: typ, Protocol: proto, Port: port,
 		SourceEndpoint: &engine.Endpoint{Identity: src.Identity()}, DestinationEndpoint: &engine.Endpoint{Identity: dst.Identity()}}
 	resolved := func(t *engine.TagSet) engine.EndpointResolution {
@@ -384,7 +385,7 @@ func (s decisionService) DecideCompactStream(stream verdictv1.DecisionService_De
 // compactBatch answers one batch of a stream into out.
 func (s decisionService) compactBatch(ctx context.Context, m *verdictv1.DecideCompactStreamRequest, out *verdictv1.DecideCompactResponse) error {
 	if fe, ok := undecodable(m); ok {
-		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
+		return &resource.ValidationError{Errors: []resource.FieldError{fe}}
 	}
 	r := m.GetBatch()
 	if err := compactRequest(r, "batch."); err != nil {

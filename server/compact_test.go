@@ -15,6 +15,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
@@ -43,16 +44,16 @@ func unpack(t testing.TB, resp *verdictv1.DecideCompactResponse) []compactAnswer
 	return out
 }
 
-func packPP(proto engine.Protocol, port uint32) uint32 { return port | uint32(proto)<<16 }
+func packPP(proto resource.Protocol, port uint32) uint32 { return port | uint32(proto)<<16 }
 
 func ownTags(tags map[string]string) map[string]string {
 	out := maps.Clone(tags)
-	delete(out, engine.IPTag)
-	delete(out, engine.PrincipalTag)
+	delete(out, resource.IPTag)
+	delete(out, resource.PrincipalTag)
 	return out
 }
 
-func applyAll(t testing.TB, be *backend, rs []engine.Resource) {
+func applyAll(t testing.TB, be *backend, rs []resource.Resource) {
 	t.Helper()
 	for i := 0; i < len(rs); i += store.MaxOps {
 		ops := []store.Op{}
@@ -96,8 +97,8 @@ func TestCompactMatchesTagForm(t *testing.T) {
 				if src.GetError() != nil || dst.GetError() != nil {
 					t.Fatalf("Identify: %v %v", src.GetError(), dst.GetError())
 				}
-				if want := engine.Identity("default", f.Source); src.GetIdentity() != want {
-					t.Fatalf("identity %d, engine.Identity %d", src.GetIdentity(), want)
+				if want := resource.Identity("default", f.Source); src.GetIdentity() != want {
+					t.Fatalf("identity %d, resource.Identity %d", src.GetIdentity(), want)
 				}
 				creq.SourceIds = append(creq.SourceIds, src.GetIdentity())
 				creq.DestinationIds = append(creq.DestinationIds, dst.GetIdentity())
@@ -174,17 +175,17 @@ addresses: [10.0.0.1]
 `)...)
 	h := start(t, be, nil)
 	ctx := ctxT(t)
-	web := engine.Identity("default", map[string]string{"app": "web"}) // a workload's own: resolves unregistered
+	web := resource.Identity("default", map[string]string{"app": "web"}) // a workload's own: resolves unregistered
 	ids, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{
 		tags("app", "backend", "ip", "10.9.9.9"), tags("app", "db"), tags("ip", "1.2.3.4"), {Address: "10.0.0.1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	backend, db := ids.GetResults()[0].GetIdentity(), ids.GetResults()[1].GetIdentity()
-	if backend != engine.Identity("default", map[string]string{"app": "backend"}) {
+	if backend != resource.Identity("default", map[string]string{"app": "backend"}) {
 		t.Errorf("the identity of {app: backend, ip: ...} is not that of {app: backend}: reserved keys count")
 	}
-	if got := ids.GetResults()[2].GetIdentity(); got != engine.Identity("default", nil) {
+	if got := ids.GetResults()[2].GetIdentity(); got != resource.Identity("default", nil) {
 		t.Errorf("the identity of {ip: ...} is not that of the empty set")
 	}
 	// An address: the workload's tags, without ip: web-1's own identity.
@@ -205,14 +206,14 @@ addresses: [10.0.0.1]
 		t.Errorf("a bad address: %v", bad.GetResults()[1])
 	}
 	// Kuma's spiffe form: {kuma.io/service: web, principal: ...} → the identity of {kuma.io/service: web}.
-	if got := bad.GetResults()[2].GetIdentity(); got != engine.Identity("default", map[string]string{"kuma.io/service": "web"}) {
+	if got := bad.GetResults()[2].GetIdentity(); got != resource.Identity("default", map[string]string{"kuma.io/service": "web"}) {
 		t.Errorf("a principal endpoint: %v", bad.GetResults()[2])
 	}
 	const unknown = 12345
 	resp, err := h.dec.DecideCompact(ctx, &verdictv1.DecideCompactRequest{
 		SourceIds:      []uint64{web, unknown, web, web, web},
 		DestinationIds: []uint64{backend, backend, unknown, db, backend},
-		PortProtocols:  []uint32{packPP(engine.TCP, 8080), packPP(engine.TCP, 8080), 0, 0, 9<<16 | 80},
+		PortProtocols:  []uint32{packPP(resource.TCP, 8080), packPP(resource.TCP, 8080), 0, 0, 9<<16 | 80},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +318,7 @@ action: DENY
 	}
 	web, backend, db := ids.GetResults()[0].GetIdentity(), ids.GetResults()[1].GetIdentity(), ids.GetResults()[2].GetIdentity()
 	resp, err := h.dec.DecideCompact(ctx, &verdictv1.DecideCompactRequest{SourceIds: []uint64{web, web},
-		DestinationIds: []uint64{backend, db}, PortProtocols: []uint32{packPP(engine.TCP, 8080), packPP(engine.TCP, 8080)}})
+		DestinationIds: []uint64{backend, db}, PortProtocols: []uint32{packPP(resource.TCP, 8080), packPP(resource.TCP, 8080)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,9 +457,9 @@ func TestCompactPolicyTableAcrossChanges(t *testing.T) {
 			top = p
 		}
 	}
-	var old *engine.Policy
+	var old *resource.Policy
 	for _, r := range set.Resources {
-		if p, ok := r.(*engine.Policy); ok && p.Name == top {
+		if p, ok := r.(*resource.Policy); ok && p.Name == top {
 			old = p
 		}
 	}

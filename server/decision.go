@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -70,7 +71,7 @@ func (s *decider) decide(ctx context.Context, snap *engine.Snapshot, er *engine.
 	s.record.recordDecision(ctx, er, &d, took)
 	mesh := er.Mesh
 	if mesh == "" {
-		mesh = engine.DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	resp := s.confs.DecideAnswer(a, mesh, &d, er.Explain)
 	if ex := resp.GetExplanation(); ex != nil {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -34,7 +34,7 @@ func TestDecideBatchAllocatesAnswersTogether(t *testing.T) {
 			f := req.Requests[j]
 			src, dst := r.GetResponse().GetSourceResolution(), r.GetResponse().GetDestinationResolution()
 			if src.GetForm() != verdictv1.EndpointForm_ENDPOINT_FORM_TAGS || src.GetResolvedAs() != verdictv1.ResolvedAs_RESOLVED_AS_TAGS ||
-				src.GetIdentity() != engine.Identity("", f.Source.Tags) || dst.GetIdentity() != engine.Identity("", f.Destination.Tags) {
+				src.GetIdentity() != resource.Identity("", f.Source.Tags) || dst.GetIdentity() != resource.Identity("", f.Destination.Tags) {
 				t.Fatalf("pass %d, flow %d: resolutions %v / %v", i, j, src, dst)
 			}
 		}

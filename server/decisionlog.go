@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -41,7 +42,7 @@ func (s decisionRecorder) recordDecision(ctx context.Context, er *engine.Request
 // logDecision offers a decision to the decision log, if its filter wants it.
 func (s decisionRecorder) logDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
 	l := s.decisions
-	if !l.Wants(d.Action == engine.Deny, d.Audit != nil) {
+	if !l.Wants(d.Action == resource.Deny, d.Audit != nil) {
 		return
 	}
 	r := &decisionlog.Record{Time: time.Now(), RPC: rpcName(ctx), Revision: d.Revision, Mesh: er.Mesh, Type: er.Type,
@@ -52,10 +53,10 @@ func (s decisionRecorder) logDecision(ctx context.Context, er *engine.Request, d
 		r.Audit = &decisionlog.Audit{Action: a.Action.String(), Policy: a.Policy, Scope: a.Scope, Rule: a.Rule, Side: a.Side}
 	}
 	if r.Mesh == "" {
-		r.Mesh = engine.DefaultMesh
+		r.Mesh = resource.DefaultMesh
 	}
 	if r.Type == "" {
-		r.Type = engine.DefaultType
+		r.Type = resource.DefaultType
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		r.Caller.Address = p.Addr.String()
@@ -258,9 +259,9 @@ func newPolicyCounts(meter metric.Meter) (*policyCounts, error) {
 }
 
 func (p *policyCounts) add(ctx context.Context, d *engine.Decision) {
-	p.addN(ctx, d.Policy, d.Action == engine.Deny, 1)
+	p.addN(ctx, d.Policy, d.Action == resource.Deny, 1)
 	if d.Audit != nil {
-		p.auditN(ctx, d.Audit.Action == engine.Deny, 1)
+		p.auditN(ctx, d.Audit.Action == resource.Deny, 1)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -46,7 +46,7 @@ func startWithWorkloads(t *testing.T) *harness {
 // given only with explain.
 func wantResolution(form verdictv1.EndpointForm, as verdictv1.ResolvedAs, workload string, holders uint32, own, tags map[string]string) *verdictv1.EndpointResolution {
 	return &verdictv1.EndpointResolution{Form: form, ResolvedAs: as, Workload: workload, Holders: holders,
-		Identity: engine.Identity("default", own), Tags: tags}
+		Identity: resource.Identity("default", own), Tags: tags}
 }
 
 func sameResolution(a, b *verdictv1.EndpointResolution) bool {
@@ -67,7 +67,7 @@ func TestDecideEndpointForms(t *testing.T) {
 		byPr = verdictv1.EndpointForm_ENDPOINT_FORM_PRINCIPAL
 		byID = verdictv1.EndpointForm_ENDPOINT_FORM_IDENTITY
 	)
-	dbID := engine.Identity("default", map[string]string{"app": "db"})
+	dbID := resource.Identity("default", map[string]string{"app": "db"})
 	cases := []struct {
 		name     string
 		src, dst *verdictv1.Endpoint
@@ -225,7 +225,7 @@ func TestDecisionLogRecordsEndpointForms(t *testing.T) {
 	ctx := ctxT(t)
 	var puts []*verdictv1.Resource
 	for _, r := range decodeYAML(t, strings.TrimPrefix(testWorkloads, "\n---")) {
-		w := r.(*engine.Workload)
+		w := r.(*resource.Workload)
 		puts = append(puts, &verdictv1.Resource{Resource: &verdictv1.Resource_Workload{Workload: &verdictv1.Workload{
 			Name: w.Name, Tags: w.Tags, Addresses: w.Addresses, Principal: w.Principal}}})
 	}
@@ -265,7 +265,7 @@ func TestDecideByRegisteredIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := reg.GetResults()[0].GetIdentity()
-	if id != engine.Identity("default", map[string]string{"app": "web", "team": "x"}) {
+	if id != resource.Identity("default", map[string]string{"app": "web", "team": "x"}) {
 		t.Fatalf("identity %d", id)
 	}
 	resp, err := h.dec.Decide(ctx, &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{Identity: id},

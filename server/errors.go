@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -152,7 +153,7 @@ const maxViolationText = 512
 // of bounded text, the last saying how many more were not listed; other
 // errors are returned as they are.
 func capViolations(err error) error {
-	var ve *engine.ValidationError
+	var ve *resource.ValidationError
 	if !errors.As(err, &ve) {
 		return err
 	}
@@ -163,14 +164,14 @@ func capViolations(err error) error {
 	if !long {
 		return err
 	}
-	out := &engine.ValidationError{Errors: make([]engine.FieldError, 0, MaxFieldViolations+1)}
+	out := &resource.ValidationError{Errors: make([]resource.FieldError, 0, MaxFieldViolations+1)}
 	for i, fe := range ve.Errors {
 		if i == MaxFieldViolations {
-			out.Errors = append(out.Errors, engine.FieldError{Field: out.Errors[i-1].Field,
+			out.Errors = append(out.Errors, resource.FieldError{Field: out.Errors[i-1].Field,
 				Reason: fmt.Sprintf("and %d more violations, not listed", len(ve.Errors)-i)})
 			break
 		}
-		out.Errors = append(out.Errors, engine.FieldError{Field: clip(fe.Field), Reason: clip(fe.Reason)})
+		out.Errors = append(out.Errors, resource.FieldError{Field: clip(fe.Field), Reason: clip(fe.Reason)})
 	}
 	return out
 }
@@ -189,7 +190,7 @@ func clip(s string) string {
 
 // badRequest lists the field violations of a validation error.
 func badRequest(err error) *errdetails.BadRequest {
-	var ve *engine.ValidationError
+	var ve *resource.ValidationError
 	if !errors.As(err, &ve) || len(ve.Errors) == 0 {
 		return nil
 	}
@@ -212,7 +213,7 @@ func errorEntry(ctx context.Context, log *slog.Logger, err error) *verdictv1.Err
 		log.ErrorContext(ctx, "internal error", "err", err)
 		e.Message = internalMessage
 	}
-	var ve *engine.ValidationError
+	var ve *resource.ValidationError
 	if code == codes.InvalidArgument && errors.As(err, &ve) {
 		for _, fe := range ve.Errors {
 			e.FieldViolations = append(e.FieldViolations, &verdictv1.FieldViolation{Field: fe.Field, Description: fe.Reason})

@@ -12,12 +12,13 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policytest"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
 func TestCodeOf(t *testing.T) {
 	t.Parallel()
-	invalid := &engine.ValidationError{Errors: []engine.FieldError{{Field: "resources[0].policy.action", Reason: "bad"}}}
+	invalid := &resource.ValidationError{Errors: []resource.FieldError{{Field: "resources[0].policy.action", Reason: "bad"}}}
 	tests := []struct {
 		name string
 		err  error
@@ -62,7 +63,7 @@ func TestCodeOf(t *testing.T) {
 func TestToStatusDetails(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.DiscardHandler)
-	err := toStatus(context.Background(), log, &engine.ValidationError{Errors: []engine.FieldError{
+	err := toStatus(context.Background(), log, &resource.ValidationError{Errors: []resource.FieldError{
 		{Field: "resources[1].policy.sources[0].match", Reason: "key \"\" is empty"}, {Field: "deletes[0]", Reason: "bad"}}})
 	st, _ := status.FromError(err)
 	v := violations(st)
@@ -86,9 +87,9 @@ func TestCodeNamesAgreeWithPolicyTest(t *testing.T) {
 	snap := engine.Build(1, nil)
 	_, meshErr := snap.Decide(&engine.Request{Mesh: "none"})
 	badReq := (&engine.Request{Mesh: "a/b"}).Validate()
-	_, decodeErr := engine.DecodeJSON([]byte(`{"kind":"Policy"}`))
-	for _, err := range []error{nil, meshErr, badReq, decodeErr, engine.ErrInvalid, engine.ErrMeshNotFound,
-		fmt.Errorf("w: %w", engine.ErrInvalid), errors.New("other")} {
+	_, decodeErr := resource.DecodeJSON([]byte(`{"kind":"Policy"}`))
+	for _, err := range []error{nil, meshErr, badReq, decodeErr, resource.ErrInvalid, engine.ErrMeshNotFound,
+		fmt.Errorf("w: %w", resource.ErrInvalid), errors.New("other")} {
 		if got, want := codeOf(err).String(), policytest.CodeName(err); got != want {
 			t.Errorf("%v: server answers %s, policytest expects %s", err, got, want)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
@@ -31,7 +32,7 @@ type backend struct {
 	wake      chan struct{}
 }
 
-func newBackend(resources ...engine.Resource) *backend {
+func newBackend(resources ...resource.Resource) *backend {
 	b := &backend{items: map[string]store.Item{}, snap: engine.Empty(), synced: true, wake: make(chan struct{})}
 	if len(resources) > 0 {
 		ops := make([]store.Op, len(resources))
@@ -96,7 +97,7 @@ func (b *backend) putBroken(path string) {
 	defer b.mu.Unlock()
 	b.rev++
 	c := engine.Change{Path: path, Err: fmt.Errorf("invalid: bad value"), ModRevision: b.rev}
-	if k, err := engine.ParseKey(path); err == nil {
+	if k, err := resource.ParseKey(path); err == nil {
 		c.Key = k
 	}
 	b.items[path] = store.Item{Path: path, Err: c.Err, ModRevision: b.rev}
@@ -141,7 +142,7 @@ func (b *backend) compact() {
 	b.mu.Unlock()
 }
 
-func (b *backend) Get(_ context.Context, k engine.Key) (store.Item, error) {
+func (b *backend) Get(_ context.Context, k resource.Key) (store.Item, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	it, ok := b.items[k.String()]

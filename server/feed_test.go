@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -17,13 +18,13 @@ import (
 func TestFeedStateIsTheSnapshot(t *testing.T) {
 	t.Parallel()
 	put := func(name string, rev int64, app string) engine.Change {
-		w := &engine.Workload{Mesh: "default", Name: name, Tags: map[string]string{"app": app},
-			Addresses: []string{fmt.Sprintf("10.0.0.%d", len(name))}, Meta: engine.Meta{CreateRevision: rev, ModRevision: rev}}
+		w := &resource.Workload{Mesh: "default", Name: name, Tags: map[string]string{"app": app},
+			Addresses: []string{fmt.Sprintf("10.0.0.%d", len(name))}, Meta: resource.Meta{CreateRevision: rev, ModRevision: rev}}
 		return engine.Put(w)
 	}
 	brokenPath := "default/policies/TrafficPermission/broken"
-	broken := engine.Change{Path: brokenPath, Key: engine.Key{Kind: engine.KindPolicy, Mesh: "default", Type: "TrafficPermission", Name: "broken"},
-		Err: fmt.Errorf("%w: does not decode", engine.ErrInvalid), ModRevision: 4, Value: []byte("{")}
+	broken := engine.Change{Path: brokenPath, Key: resource.Key{Kind: resource.KindPolicy, Mesh: "default", Type: "TrafficPermission", Name: "broken"},
+		Err: fmt.Errorf("%w: does not decode", resource.ErrInvalid), ModRevision: 4, Value: []byte("{")}
 	keys := func(rcs []*verdictv1.ResourceChange) string {
 		out := ""
 		for _, rc := range rcs {
@@ -46,7 +47,7 @@ func TestFeedStateIsTheSnapshot(t *testing.T) {
 	if want := " !default/policies/TrafficPermission/broken default/workloads/a@2 default/workloads/bb@3"; keys(snap) != want || rev != 4 {
 		t.Fatalf("first state at %d:%s\nwant at 4:%s", rev, keys(snap), want)
 	}
-	if !errors.Is(broken.Err, engine.ErrInvalid) || snap[0].GetResource().GetError() == "" {
+	if !errors.Is(broken.Err, resource.ErrInvalid) || snap[0].GetResource().GetError() == "" {
 		t.Fatalf("the broken value shows as %v", snap[0])
 	}
 
@@ -58,7 +59,7 @@ func TestFeedStateIsTheSnapshot(t *testing.T) {
 	}
 
 	// Resubscribed at 8: a deleted, bb unchanged, ccc new, broken repaired.
-	s3 := s2.Apply(8, []engine.Change{engine.Delete(engine.Key{Kind: engine.KindWorkload, Mesh: "default", Name: "a"}),
+	s3 := s2.Apply(8, []engine.Change{engine.Delete(resource.Key{Kind: resource.KindWorkload, Mesh: "default", Name: "a"}),
 		put("ccc", 7, "db"), engine.Delete(broken.Key)})
 	f.reset(s3)
 	set, _, _ := f.next(1)

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -55,9 +55,9 @@ sources: [{match: {app: web}}]
 destinations: [{match: {app: api}}]
 `
 
-func decodeYAML(t testing.TB, s string) []engine.Resource {
+func decodeYAML(t testing.TB, s string) []resource.Resource {
 	t.Helper()
-	rs, err := engine.DecodeYAML([]byte(s))
+	rs, err := resource.DecodeYAML([]byte(s))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
@@ -149,9 +150,9 @@ func b2i(b bool) int64 {
 }
 
 // decided records one decision.
-func (m *metrics) decided(ctx context.Context, a engine.Action, took time.Duration) {
+func (m *metrics) decided(ctx context.Context, a resource.Action, took time.Duration) {
 	opt := m.allow
-	if a == engine.Deny {
+	if a == resource.Deny {
 		opt = m.deny
 	}
 	m.decisions.Add(ctx, 1, opt...)

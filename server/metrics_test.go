@@ -12,6 +12,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -112,7 +113,7 @@ func TestCompactMemoCounter(t *testing.T) {
 	req := &verdictv1.DecideCompactRequest{}
 	seen := map[[3]uint64]bool{}
 	for _, f := range set.Flows(5, 300) {
-		src, dst := engine.Identity("default", f.Source), engine.Identity("default", f.Destination)
+		src, dst := resource.Identity("default", f.Source), resource.Identity("default", f.Destination)
 		pp := f.Port | uint32(f.Protocol)<<16
 		if seen[[3]uint64{src, dst, uint64(pp)}] {
 			continue // distinct flows: each batch's counts are exact
@@ -148,7 +149,7 @@ func TestCompactMemoCounter(t *testing.T) {
 	batch("second sight (stored now)", 0, n)
 	batch("warm", n, 0)
 	resp0rev := be.Snapshot().Revision()
-	applyAll(t, be, []engine.Resource{&engine.Workload{Mesh: "default", Name: "churn", Tags: engine.Tags{"app": "churn"},
+	applyAll(t, be, []resource.Resource{&resource.Workload{Mesh: "default", Name: "churn", Tags: resource.Tags{"app": "churn"},
 		Addresses: []string{"10.9.9.9"}}})
 	if rev := be.Snapshot().Revision(); rev <= resp0rev {
 		t.Fatalf("the workload put is not in the snapshot (revision %d)", rev)
@@ -170,7 +171,7 @@ func TestPolicyCountsBoundLabels(t *testing.T) {
 		p.addN(ctx, fmt.Sprintf("p%03d", i), false, 2)
 		p.addN(ctx, fmt.Sprintf("p%03d", i), true, 1)
 	}
-	p.add(ctx, &engine.Decision{Action: engine.Deny, Policy: "p000"})
+	p.add(ctx, &engine.Decision{Action: resource.Deny, Policy: "p000"})
 	got := collectInt64Sums(t, reader, "verdict.decisions.by_policy", "policy")
 	if len(got) != maxPolicyLabels+1 {
 		t.Errorf("%d policy labels, want %d and other", len(got), maxPolicyLabels)

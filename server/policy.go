@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
@@ -113,8 +114,8 @@ func (s policyService) Status(ctx context.Context, req *verdictv1.StatusRequest)
 
 // write is a decoded Apply or Delete.
 type write struct {
-	puts       []engine.Resource
-	deletes    []engine.Key
+	puts       []resource.Resource
+	deletes    []resource.Key
 	ops        []store.Op
 	putKeys    []string
 	deleteKeys []string
@@ -128,7 +129,7 @@ func decodeWrite(resources []*verdictv1.Resource, deletes []string, expected map
 	for i, r := range resources {
 		res, err := apiconv.ResourceFromProto(fmt.Sprintf("resources[%d]", i), r)
 		if err != nil {
-			var ve *engine.ValidationError
+			var ve *resource.ValidationError
 			if !errors.As(err, &ve) {
 				return nil, err
 			}
@@ -199,7 +200,7 @@ func (s policyService) write(ctx context.Context, w *write, dryRun bool) (int64,
 // write with it in one round trip instead of reading k first; a snapshot that
 // lags only costs the store that read. Nil when the snapshot holds k as a
 // value that does not decode (its creationTime is unknown here).
-func currentOf(snap *engine.Snapshot, k engine.Key) *store.Current {
+func currentOf(snap *engine.Snapshot, k resource.Key) *store.Current {
 	e, ok := snap.Get(k)
 	if !ok {
 		return &store.Current{}
@@ -217,7 +218,7 @@ func currentOf(snap *engine.Snapshot, k engine.Key) *store.Current {
 // mustExist fails with NotFound for the first key that holds nothing. The
 // snapshot may lag a write the caller just made, so a miss there is checked in
 // the store.
-func (s policyService) mustExist(ctx context.Context, keys []engine.Key) error {
+func (s policyService) mustExist(ctx context.Context, keys []resource.Key) error {
 	snap := s.snaps.current()
 	for _, k := range keys {
 		if _, ok := snap.Get(k); ok {
@@ -283,7 +284,7 @@ type listCache struct {
 
 type listEntry struct {
 	path string
-	res  engine.Resource
+	res  resource.Resource
 	err  error
 	rev  int64 // mod revision of a broken value
 }
@@ -323,7 +324,7 @@ func (c *listCache) page(snap *engine.Snapshot, prefix, token string, size int) 
 	if token != "" {
 		var err error
 		if _, after, err = store.DecodePageToken(prefix, token); err != nil {
-			return nil, "", &engine.ValidationError{Errors: []engine.FieldError{{Field: "pageToken",
+			return nil, "", &resource.ValidationError{Errors: []resource.FieldError{{Field: "pageToken",
 				Reason: fmt.Sprintf("is not a token of a list of prefix %q", prefix)}}}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -47,14 +48,14 @@ type rulesHub struct {
 
 // watched is the workload of a WatchRules request, as given.
 type watched struct {
-	tags    engine.Tags
+	tags    resource.Tags
 	name    string
 	address string // canonical
 }
 
 // resolution is how a watched workload resolved at a snapshot.
 type resolution struct {
-	tags  engine.Tags
+	tags  resource.Tags
 	rep   *verdictv1.EndpointResolution
 	addrs []string // the workload's addresses (name and address forms)
 }
@@ -165,7 +166,7 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 	policyMeshes := map[string]bool{}
 	workloads := map[string][]string{}
 	for _, c := range changes {
-		if c.Key.Kind == engine.KindWorkload {
+		if c.Key.Kind == resource.KindWorkload {
 			workloads[c.Key.Mesh] = append(workloads[c.Key.Mesh], c.Key.Name)
 		} else {
 			policyMeshes[c.Key.Mesh] = true
@@ -460,10 +461,10 @@ func (g *ruleGroup) fullMessage(rev int64) *encodedMsg {
 func (h *rulesHub) watch(ctx context.Context, mesh, typ string, ep watched, sets, audit bool) (*rulesWatcher, error) {
 	h.await(ctx, h.syncer.Snapshot().Revision())
 	if mesh == "" {
-		mesh = engine.DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	if typ == "" {
-		typ = engine.DefaultType
+		typ = resource.DefaultType
 	}
 	key := groupKey(mesh, typ, ep, sets, audit)
 	h.mu.Lock()

@@ -44,6 +44,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -56,7 +57,7 @@ import (
 // served from its updates, never from a watch of their own.
 type Store interface {
 	Apply(ctx context.Context, ops []store.Op) (int64, error)
-	Get(ctx context.Context, key engine.Key) (store.Item, error)
+	Get(ctx context.Context, key resource.Key) (store.Item, error)
 	Health() store.Health
 }
 

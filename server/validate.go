@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
@@ -35,7 +36,7 @@ const (
 
 // Plain Go validation: protovalidate is not available, so every request type
 // has a check here, run by the validation interceptor for unary calls and by
-// the handlers for stream messages. Errors are *engine.ValidationError with
+// the handlers for stream messages. Errors are *resource.ValidationError with
 // field paths in the request's JSON names; errors.go turns them into
 // InvalidArgument with BadRequest details.
 
@@ -57,7 +58,7 @@ func (s *Server) validationInterceptor(ctx context.Context, req any, _ *grpc.Una
 // validateRequest checks a unary request (or a stream's first message).
 func validateRequest(req any) error {
 	if fe, ok := undecodable(req); ok {
-		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
+		return &resource.ValidationError{Errors: []resource.FieldError{fe}}
 	}
 	var errs fieldErrors
 	switch r := req.(type) {
@@ -128,7 +129,7 @@ func validateRequest(req any) error {
 // built from it: the one place a Decide's engine.Request is built.
 func decideRequest(r *verdictv1.DecideRequest) (engine.Request, error) {
 	if fe, ok := undecodable(r); ok {
-		return engine.Request{}, &engine.ValidationError{Errors: []engine.FieldError{fe}}
+		return engine.Request{}, &resource.ValidationError{Errors: []resource.FieldError{fe}}
 	}
 	var errs fieldErrors
 	req := errs.decide("", r)
@@ -138,7 +139,7 @@ func decideRequest(r *verdictv1.DecideRequest) (engine.Request, error) {
 // validateStreamRequest checks the envelope of one message of a DecideStream.
 func validateStreamRequest(m *verdictv1.DecideStreamRequest) error {
 	if fe, ok := undecodable(m); ok {
-		return &engine.ValidationError{Errors: []engine.FieldError{fe}}
+		return &resource.ValidationError{Errors: []resource.FieldError{fe}}
 	}
 	var errs fieldErrors
 	if len(m.GetId()) > MaxStreamIDLen {
@@ -151,10 +152,10 @@ func validateStreamRequest(m *verdictv1.DecideStreamRequest) error {
 
 }
 
-type fieldErrors struct{ list []engine.FieldError }
+type fieldErrors struct{ list []resource.FieldError }
 
 func (e *fieldErrors) add(field, reason string) {
-	e.list = append(e.list, engine.FieldError{Field: field, Reason: reason})
+	e.list = append(e.list, resource.FieldError{Field: field, Reason: reason})
 }
 
 // prefix puts prefix() before every field (a field "" names the whole flow:
@@ -177,7 +178,7 @@ func (e *fieldErrors) err() error {
 	if len(e.list) == 0 {
 		return nil
 	}
-	return &engine.ValidationError{Errors: e.list}
+	return &resource.ValidationError{Errors: e.list}
 }
 
 // decide checks a flow to decide and returns the engine's request for it
@@ -190,7 +191,7 @@ func (e *fieldErrors) decide(prefix string, r *verdictv1.DecideRequest) engine.R
 }
 
 func (e *fieldErrors) flow(prefix, mesh, typ string, src, dst *verdictv1.Endpoint, protocol string, port uint32) {
-	p, _ := engine.ParseProtocol(protocol)
+	p, _ := resource.ParseProtocol(protocol)
 	req := engine.Request{Mesh: mesh, Type: typ, Protocol: p, Port: port}
 	req.Source, req.SourceEndpoint = apiconv.Endpoint(src)
 	req.Destination, req.DestinationEndpoint = apiconv.Endpoint(dst)
@@ -217,11 +218,11 @@ func (e *fieldErrors) watchedForm(field string, ep *verdictv1.Endpoint) {
 	case ep.GetIdentity() != 0:
 		e.add(field+".identity", "WatchRules takes a workload by tags, name or address, not by identity")
 	case ep.GetAddress() != "":
-		if _, err := engine.CanonicalAddress(ep.GetAddress()); err != nil {
+		if _, err := resource.CanonicalAddress(ep.GetAddress()); err != nil {
 			e.add(field+".address", err.Error())
 		}
 	}
-	if err := engine.CheckTags(ep.GetTags()); err != nil {
+	if err := resource.CheckTags(ep.GetTags()); err != nil {
 		e.add(field+".tags", err.Error())
 	}
 }
@@ -229,11 +230,11 @@ func (e *fieldErrors) watchedForm(field string, ep *verdictv1.Endpoint) {
 // request checks a flow's fields; protocol is the text req.Protocol was
 // parsed from.
 func (e *fieldErrors) request(prefix, protocol string, req *engine.Request) {
-	if _, err := engine.ParseProtocol(protocol); err != nil {
+	if _, err := resource.ParseProtocol(protocol); err != nil {
 		e.add(prefix+"protocol", err.Error())
 	}
 	if err := req.Validate(); err != nil {
-		if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
+		if ve := (*resource.ValidationError)(nil); errors.As(err, &ve) {
 			for _, fe := range ve.Errors {
 				e.add(prefix+fe.Field, fe.Reason)
 			}
@@ -246,7 +247,7 @@ func (e *fieldErrors) request(prefix, protocol string, req *engine.Request) {
 func (e *fieldErrors) names(mesh, typ string) {
 	req := engine.Request{Mesh: mesh, Type: typ}
 	if err := req.Validate(); err != nil {
-		if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
+		if ve := (*resource.ValidationError)(nil); errors.As(err, &ve) {
 			e.list = append(e.list, ve.Errors...)
 		}
 	}
@@ -259,7 +260,7 @@ func (e *fieldErrors) minRevision(field string, rev int64) {
 }
 
 // key checks a storage key without prefix ("default/policies/TrafficLog/x").
-func (e *fieldErrors) key(field, key string) engine.Key {
+func (e *fieldErrors) key(field, key string) resource.Key {
 	k, err := parseKey(key)
 	if err != nil {
 		e.add(field, err.Error())
@@ -267,11 +268,11 @@ func (e *fieldErrors) key(field, key string) engine.Key {
 	return k
 }
 
-func parseKey(key string) (engine.Key, error) {
+func parseKey(key string) (resource.Key, error) {
 	if key == "" {
-		return engine.Key{}, fmt.Errorf("is required: <mesh>/mesh, <mesh>/scopes/<name>, <mesh>/policies/<type>/<name> or <mesh>/workloads/<name>")
+		return resource.Key{}, fmt.Errorf("is required: <mesh>/mesh, <mesh>/scopes/<name>, <mesh>/policies/<type>/<name> or <mesh>/workloads/<name>")
 	}
-	return engine.ParseKey(key)
+	return resource.ParseKey(key)
 }
 
 func (e *fieldErrors) apply(r *verdictv1.ApplyRequest) {

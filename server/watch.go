@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -120,12 +120,12 @@ func watchedOf(ep *verdictv1.Endpoint) watched {
 	case ep.GetWorkload() != "":
 		return watched{name: ep.GetWorkload()}
 	case ep.GetAddress() != "":
-		a, _ := engine.CanonicalAddress(ep.GetAddress())
+		a, _ := resource.CanonicalAddress(ep.GetAddress())
 		return watched{address: a}
 	}
 	tags := ep.GetTags()
 	if tags == nil {
-		tags = engine.Tags{}
+		tags = resource.Tags{}
 	}
 	return watched{tags: tags}
 }

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -39,7 +39,7 @@ func TestApplyWorkloads(t *testing.T) {
 		w.GetPrincipal() != "spiffe://default/web-1" {
 		t.Fatalf("got %v", got)
 	}
-	if want := engine.Identity("default", map[string]string{"app": "web-1"}); got.GetResource().GetIdentity() != want {
+	if want := resource.Identity("default", map[string]string{"app": "web-1"}); got.GetResource().GetIdentity() != want {
 		t.Fatalf("identity %d, want %d", got.GetResource().GetIdentity(), want)
 	}
 	list, err := h.pol.List(ctx, &verdictv1.ListRequest{Prefix: "default/workloads/"})

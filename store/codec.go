@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // The helpers below are shared by the implementations, so that both read,
@@ -42,22 +43,22 @@ func DecodeItem(path string, value []byte, createRevision, modRevision int64) It
 // each workload to share its tag set's map).
 func DecodeItemInterned(path string, value []byte, createRevision, modRevision int64, tags *TagInterner) Item {
 	it := Item{Path: RenderPath(path), Value: value, CreateRevision: createRevision, ModRevision: modRevision}
-	key, err := engine.ParseKey(path)
+	key, err := resource.ParseKey(path)
 	if err != nil {
-		it.Err = utf8Error{fmt.Errorf("%w: %w", engine.ErrInvalid, err)}
+		it.Err = utf8Error{fmt.Errorf("%w: %w", resource.ErrInvalid, err)}
 		return it
 	}
 	it.Key = key
-	r, err := engine.DecodeJSON(value)
+	r, err := resource.DecodeJSON(value)
 	if err != nil {
 		it.Err = utf8Error{err}
 		return it
 	}
 	if r.Key() != key {
-		it.Err = fmt.Errorf("%w: the value is %s %q, not the resource its key names", engine.ErrInvalid, r.Key().Kind, r.Key().String())
+		it.Err = fmt.Errorf("%w: the value is %s %q, not the resource its key names", resource.ErrInvalid, r.Key().Kind, r.Key().String())
 		return it
 	}
-	if w, ok := r.(*engine.Workload); ok && tags != nil {
+	if w, ok := r.(*resource.Workload); ok && tags != nil {
 		w.Tags = tags.intern(w.Tags) // r is ours: WithMeta copies it below
 	}
 	m := r.Metadata()
@@ -125,7 +126,7 @@ func (e utf8Error) Unwrap() error { return e.err }
 // at revision.
 func DeleteChange(path string, revision int64) engine.Change {
 	c := engine.Change{Path: RenderPath(path), ModRevision: revision}
-	if k, err := engine.ParseKey(path); err == nil {
+	if k, err := resource.ParseKey(path); err == nil {
 		c.Key = k
 	}
 	return c
@@ -135,17 +136,17 @@ func DeleteChange(path string, revision int64) engine.Change {
 // (ErrTooLarge), two ops on one key, a put whose Key is not its resource's, a
 // delete without a key, an expected revision below MustNotExist
 // (ErrInvalidArgument). It returns the key of each op.
-func CheckOps(ops []Op) ([]engine.Key, error) {
+func CheckOps(ops []Op) ([]resource.Key, error) {
 	if len(ops) > MaxOps {
 		return nil, fmt.Errorf("%w: %d operations, over the limit of %d per transaction", ErrTooLarge, len(ops), MaxOps)
 	}
-	keys := make([]engine.Key, len(ops))
-	seen := make(map[engine.Key]int, len(ops))
+	keys := make([]resource.Key, len(ops))
+	seen := make(map[resource.Key]int, len(ops))
 	for i, op := range ops {
 		k := op.Key
 		if op.Resource != nil {
 			rk := op.Resource.Key()
-			if k != (engine.Key{}) && k != rk {
+			if k != (resource.Key{}) && k != rk {
 				return nil, fmt.Errorf("%w: ops[%d]: key %q is not the resource's key %q", ErrInvalidArgument, i, k.String(), rk.String())
 			}
 			k = rk
@@ -166,7 +167,7 @@ func CheckOps(ops []Op) ([]engine.Key, error) {
 }
 
 // Conflict is the error of an expected revision that does not hold.
-func Conflict(key engine.Key, expected, actual int64) error {
+func Conflict(key resource.Key, expected, actual int64) error {
 	switch {
 	case expected == MustNotExist:
 		return fmt.Errorf("%w: %s exists (mod revision %d)", ErrConflict, key.String(), actual)
@@ -192,7 +193,7 @@ func ExpectationHolds(expected, actual int64) bool {
 // value) creationTime is the stored one and modificationTime is now; on create
 // (stored nil) the times the resource carries are kept and missing ones are
 // now. Times are UTC.
-func Stamp(r engine.Resource, stored []byte, now time.Time) engine.Resource {
+func Stamp(r resource.Resource, stored []byte, now time.Time) resource.Resource {
 	var created time.Time
 	ok := false
 	if stored != nil {
@@ -204,13 +205,13 @@ func Stamp(r engine.Resource, stored []byte, now time.Time) engine.Resource {
 // StampCurrent is Stamp with the stored value known by its Current (its
 // creationTime, zero when it has none; nothing stored when its ModRevision
 // is 0).
-func StampCurrent(r engine.Resource, cur Current, now time.Time) engine.Resource {
+func StampCurrent(r resource.Resource, cur Current, now time.Time) resource.Resource {
 	return stamp(r, cur.ModRevision != 0, cur.CreationTime, !cur.CreationTime.IsZero(), now)
 }
 
 // stamp is Stamp's rule: exists says a value is stored, created its
 // creationTime when known.
-func stamp(r engine.Resource, exists bool, created time.Time, known bool, now time.Time) engine.Resource {
+func stamp(r resource.Resource, exists bool, created time.Time, known bool, now time.Time) resource.Resource {
 	now = now.UTC()
 	m := r.Metadata()
 	if !exists {

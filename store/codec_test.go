@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -34,7 +34,7 @@ func TestDecodeItem(t *testing.T) {
 			}
 			c := it.Change()
 			if tt.err != "" {
-				if it.Err == nil || it.Resource != nil || !errors.Is(it.Err, engine.ErrInvalid) || !strings.Contains(it.Err.Error(), tt.err) {
+				if it.Err == nil || it.Resource != nil || !errors.Is(it.Err, resource.ErrInvalid) || !strings.Contains(it.Err.Error(), tt.err) {
 					t.Fatalf("Err = %v, Resource = %v; want an ErrInvalid mentioning %q", it.Err, it.Resource, tt.err)
 				}
 				if c.Err == nil || string(c.Value) != tt.value || c.ModRevision != 7 {
@@ -55,7 +55,7 @@ func TestDecodeItem(t *testing.T) {
 
 func TestDeleteChange(t *testing.T) {
 	c := store.DeleteChange("default/scopes/s", 9)
-	if c.Key != (engine.Key{Kind: engine.KindScope, Mesh: "default", Name: "s"}) || c.Resource != nil || c.Err != nil || c.ModRevision != 9 {
+	if c.Key != (resource.Key{Kind: resource.KindScope, Mesh: "default", Name: "s"}) || c.Resource != nil || c.Err != nil || c.ModRevision != 9 {
 		t.Fatalf("DeleteChange = %+v", c)
 	}
 	if c := store.DeleteChange("junk", 9); c.Key.Kind != 0 || c.Path != "junk" {
@@ -64,9 +64,9 @@ func TestDeleteChange(t *testing.T) {
 }
 
 func TestCheckOps(t *testing.T) {
-	a, _ := engine.DecodeJSON([]byte(goodDoc))
-	b := a.(*engine.Policy).WithMeta(engine.Meta{})
-	bp := *b.(*engine.Policy)
+	a, _ := resource.DecodeJSON([]byte(goodDoc))
+	b := a.(*resource.Policy).WithMeta(resource.Meta{})
+	bp := *b.(*resource.Policy)
 	bp.Name = "b"
 	many := make([]store.Op, store.MaxOps+1)
 	tests := []struct {
@@ -110,7 +110,7 @@ func TestExpectations(t *testing.T) {
 		{5, 6, false},
 		{5, 0, false},
 	}
-	k := engine.Key{Kind: engine.KindMesh, Mesh: "m"}
+	k := resource.Key{Kind: resource.KindMesh, Mesh: "m"}
 	for _, tt := range tests {
 		if got := store.ExpectationHolds(tt.expected, tt.actual); got != tt.holds {
 			t.Errorf("ExpectationHolds(%d, %d) = %v", tt.expected, tt.actual, got)
@@ -128,17 +128,17 @@ func TestStamp(t *testing.T) {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.FixedZone("x", 3600))
 	t2020 := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 	t2021 := time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC)
-	r, _ := engine.DecodeJSON([]byte(goodDoc)) // carries creationTime 2020
-	bare := r.WithMeta(engine.Meta{})
+	r, _ := resource.DecodeJSON([]byte(goodDoc)) // carries creationTime 2020
+	bare := r.WithMeta(resource.Meta{})
 	tests := []struct {
 		name           string
-		r              engine.Resource
+		r              resource.Resource
 		stored         string
 		create, modify time.Time
 	}{
 		{"a create gets now", bare, "", now, now},
 		{"a create keeps the times it carries", r, "", t2020, now},
-		{"an update keeps the stored creationTime", bare.WithMeta(engine.Meta{CreationTime: t2021}), goodDoc, t2020, now},
+		{"an update keeps the stored creationTime", bare.WithMeta(resource.Meta{CreationTime: t2021}), goodDoc, t2020, now},
 		{"an update over a value without times", r, `{"kind":"Policy"}`, t2020, now},
 		{"an update over a broken value", bare, `{`, now, now},
 	}
@@ -200,10 +200,10 @@ func FuzzDecodePageToken(f *testing.F) {
 // one, each decodes its own.
 func TestDecodeItemInternsTags(t *testing.T) {
 	t.Parallel()
-	item := func(name string, tags map[string]string, in *store.TagInterner) *engine.Workload {
+	item := func(name string, tags map[string]string, in *store.TagInterner) *resource.Workload {
 		t.Helper()
-		w := &engine.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: []string{"10.0.0.1"}}
-		b, err := engine.EncodeJSON(w)
+		w := &resource.Workload{Mesh: "default", Name: name, Tags: tags, Addresses: []string{"10.0.0.1"}}
+		b, err := resource.EncodeJSON(w)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func TestDecodeItemInternsTags(t *testing.T) {
 		if it.Err != nil {
 			t.Fatal(it.Err)
 		}
-		got := it.Resource.(*engine.Workload)
+		got := it.Resource.(*resource.Workload)
 		if got.Name != name || !reflect.DeepEqual(got.Tags, tags) || got.Meta.ModRevision != 2 {
 			t.Fatalf("decoded %+v", got)
 		}

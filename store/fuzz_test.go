@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -35,7 +36,7 @@ func FuzzDecodeItem(f *testing.F) {
 		it := store.DecodeItem(path, value, 2, 2)
 		switch {
 		case it.Err != nil:
-			if it.Resource != nil || !errors.Is(it.Err, engine.ErrInvalid) {
+			if it.Resource != nil || !errors.Is(it.Err, resource.ErrInvalid) {
 				t.Fatalf("broken value: resource %v, error %v", it.Resource, it.Err)
 			}
 		case it.Resource == nil:

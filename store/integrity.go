@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // ErrIntegrity: the write would leave a reference dangling at commit — a policy
@@ -25,11 +25,11 @@ var ErrIntegrity = errors.New("referential integrity")
 type Integrity struct {
 	// MustExist are the scopes that puts name (a policy's scope, a scope's
 	// parent) and that the write does not put itself, sorted by key.
-	MustExist []engine.Key
+	MustExist []resource.Key
 	// DeletedScopes are the scopes the write deletes: at commit no stored
 	// policy may name one and no stored scope may have one as its parent,
 	// except the resources the write itself puts or deletes.
-	DeletedScopes []engine.Key
+	DeletedScopes []resource.Key
 	// written holds the paths of every op's key.
 	written map[string]bool
 }
@@ -37,22 +37,22 @@ type Integrity struct {
 // CheckIntegrity returns what ops (with keys, from CheckOps) need at commit. A
 // write that contradicts itself — a put naming a scope that another of its ops
 // deletes — is ErrIntegrity at once.
-func CheckIntegrity(ops []Op, keys []engine.Key) (Integrity, error) {
+func CheckIntegrity(ops []Op, keys []resource.Key) (Integrity, error) {
 	in := Integrity{written: make(map[string]bool, len(ops))}
-	deleted := map[engine.Key]int{}
-	put := map[engine.Key]bool{}
+	deleted := map[resource.Key]int{}
+	put := map[resource.Key]bool{}
 	for i, op := range ops {
 		in.written[keys[i].String()] = true
 		if op.Resource == nil {
 			deleted[keys[i]] = i
-			if keys[i].Kind == engine.KindScope {
+			if keys[i].Kind == resource.KindScope {
 				in.DeletedScopes = append(in.DeletedScopes, keys[i])
 			}
 		} else {
 			put[keys[i]] = true
 		}
 	}
-	need := map[engine.Key]bool{}
+	need := map[resource.Key]bool{}
 	for i, op := range ops {
 		sk, ok := scopeNamed(op.Resource)
 		if !ok {
@@ -75,18 +75,18 @@ func CheckIntegrity(ops []Op, keys []engine.Key) (Integrity, error) {
 
 // scopeNamed returns the scope a resource depends on: a policy's scope, a
 // scope's parent.
-func scopeNamed(r engine.Resource) (engine.Key, bool) {
+func scopeNamed(r resource.Resource) (resource.Key, bool) {
 	switch t := r.(type) {
-	case *engine.Policy:
+	case *resource.Policy:
 		if t.Scope != "" {
-			return engine.Key{Kind: engine.KindScope, Mesh: t.Key().Mesh, Name: t.Scope}, true
+			return resource.Key{Kind: resource.KindScope, Mesh: t.Key().Mesh, Name: t.Scope}, true
 		}
-	case *engine.Scope:
+	case *resource.Scope:
 		if t.Parent != "" {
-			return engine.Key{Kind: engine.KindScope, Mesh: t.Key().Mesh, Name: t.Parent}, true
+			return resource.Key{Kind: resource.KindScope, Mesh: t.Key().Mesh, Name: t.Parent}, true
 		}
 	}
-	return engine.Key{}, false
+	return resource.Key{}, false
 }
 
 // DependentRanges are the path prefixes (without the store's prefix) under
@@ -109,23 +109,23 @@ func (in Integrity) DependentRanges() []string {
 // its parent. Resources the write puts or deletes do not count (their new
 // values are checked as puts); a value that does not decode names nothing (it
 // is a broken value, which fails closed on its own).
-func (in Integrity) Dependent(path string, value []byte) (engine.Key, bool) {
+func (in Integrity) Dependent(path string, value []byte) (resource.Key, bool) {
 	if len(in.DeletedScopes) == 0 || in.written[path] {
-		return engine.Key{}, false
+		return resource.Key{}, false
 	}
-	k, err := engine.ParseKey(path)
-	if err != nil || k.Kind != engine.KindPolicy && k.Kind != engine.KindScope {
-		return engine.Key{}, false
+	k, err := resource.ParseKey(path)
+	if err != nil || k.Kind != resource.KindPolicy && k.Kind != resource.KindScope {
+		return resource.Key{}, false
 	}
 	var doc struct {
 		Scope  string `json:"scope"`
 		Parent string `json:"parent"`
 	}
 	if json.Unmarshal(value, &doc) != nil {
-		return engine.Key{}, false
+		return resource.Key{}, false
 	}
 	name := doc.Scope
-	if k.Kind == engine.KindScope {
+	if k.Kind == resource.KindScope {
 		name = doc.Parent
 	}
 	for _, d := range in.DeletedScopes {
@@ -133,11 +133,11 @@ func (in Integrity) Dependent(path string, value []byte) (engine.Key, bool) {
 			return d, true
 		}
 	}
-	return engine.Key{}, false
+	return resource.Key{}, false
 }
 
 // Missing is the error of scopes named by the write that do not exist.
-func Missing(keys []engine.Key) error {
+func Missing(keys []resource.Key) error {
 	names := make([]string, len(keys))
 	for i, k := range keys {
 		names[i] = k.String()
@@ -147,7 +147,7 @@ func Missing(keys []engine.Key) error {
 
 // InUse is the error of deleted scopes that stored resources still name
 // (dependents: path → the scope it names).
-func InUse(dependents map[string]engine.Key) error {
+func InUse(dependents map[string]resource.Key) error {
 	paths := make([]string, 0, len(dependents))
 	for p := range dependents {
 		paths = append(paths, p)

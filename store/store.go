@@ -3,7 +3,7 @@
 //
 // The Store interface is implemented by store/etcd (the real one, on etcd) and
 // store/memory (for unit tests); store/storetest runs one contract suite against
-// both. Values are the resources' canonical JSON (engine.EncodeJSON), readable
+// both. Values are the resources' canonical JSON (resource.EncodeJSON), readable
 // with `etcdctl get`. A stored value that fails to decode or validate is never an
 // error of a read or of the watch: it comes back as an engine.Change with Err set
 // (and in List with its error), and everything else goes on.
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Errors of the store. Match them with errors.Is; server/errors.go maps them to
@@ -41,7 +42,7 @@ var (
 )
 
 // DefaultPrefix is the etcd key prefix of verdict's resources: a resource
-// with key k (engine.Key.String, "default/mesh") is stored at
+// with key k (resource.Key.String, "default/mesh") is stored at
 // DefaultPrefix + "/" + k.
 const DefaultPrefix = "/verdict/v1"
 
@@ -61,8 +62,8 @@ const (
 // Resource is nil. A put's Key may be left zero (it is Resource.Key()); when
 // given it must equal it.
 type Op struct {
-	Key      engine.Key
-	Resource engine.Resource // nil: delete
+	Key      resource.Key
+	Resource resource.Resource // nil: delete
 	// ExpectedRevision: AnyRevision, MustNotExist, or the mod revision the key
 	// must hold now (a delete with a revision deletes only that version). A
 	// delete with AnyRevision of a key that holds nothing is not an error.
@@ -88,11 +89,11 @@ type Current struct {
 
 // Item is a stored resource as read back.
 type Item struct {
-	Key            engine.Key
-	Path           string          // the key without prefix
-	Resource       engine.Resource // nil when Err is set
-	Err            error           // why the stored value is unusable
-	Value          []byte          // the stored bytes
+	Key            resource.Key
+	Path           string            // the key without prefix
+	Resource       resource.Resource // nil when Err is set
+	Err            error             // why the stored value is unusable
+	Value          []byte            // the stored bytes
 	CreateRevision int64
 	ModRevision    int64
 }
@@ -152,7 +153,7 @@ type Store interface {
 
 	// Get reads one key: ErrNotFound when it holds nothing. A value that does not
 	// decode is returned as an Item with Err set, not as an error.
-	Get(ctx context.Context, key engine.Key) (Item, error)
+	Get(ctx context.Context, key resource.Key) (Item, error)
 
 	// List reads a page of keys in key order, all pages of one list at one
 	// revision. ErrCompacted when that revision is gone, ErrInvalidArgument for

@@ -17,8 +17,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/loadtest"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store/embedetcd"
@@ -182,7 +182,7 @@ func measureColdStart(ctx context.Context, bin, tmp string, workloads, policies 
 	}
 	set := policygen.Generate(policygen.Config{Seed: seed, Policies: policies})
 	wls, probes := loadtest.ChurnWorkloads(set.Flows(seed+4, 4096), workloads)
-	all := append([]engine.Resource(nil), set.Resources...)
+	all := append([]resource.Resource(nil), set.Resources...)
 	for _, w := range wls {
 		all = append(all, w)
 	}

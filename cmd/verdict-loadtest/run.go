@@ -21,8 +21,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/internal/writeplan"
@@ -91,7 +91,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 
 	var checks []*authv3.CheckRequest
 	if slices.Contains(cfg.Scenarios, "check") || slices.Contains(cfg.Scenarios, "check-open") {
-		var workloads []engine.Resource
+		var workloads []resource.Resource
 		workloads, checks = loadtest.CheckFlows(set.Flows(cfg.Seed+3, cfg.CheckFlows))
 		wrev, err := load(ctx, conns[0], workloads)
 		if err != nil {
@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 	if slices.Contains(cfg.Scenarios, "compact") || slices.Contains(cfg.Scenarios, "compact-stream") {
 		var endpoints []*verdictv1.Endpoint
 		compact, endpoints = loadtest.CompactBatches(set.Flows(cfg.Seed+1, 8192), cfg.BatchSize)
-		if err := loadtest.RegisterIdentities(ctx, conns, engine.DefaultMesh, endpoints); err != nil {
+		if err := loadtest.RegisterIdentities(ctx, conns, resource.DefaultMesh, endpoints); err != nil {
 			return false, fmt.Errorf("register %d identities: %w", len(endpoints), err)
 		}
 		fmt.Fprintf(stderr, "registered %d identities for %d compact batches\n", len(endpoints), len(compact))
@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 			}
 			r := profiled(sc, func() *loadtest.Report {
 				return loadtest.Churn(ctx, conns, flows, concurrency, cfg.ChurnRate, cfg.WriteRate,
-					engine.DefaultMesh, engine.DefaultType, lim)
+					resource.DefaultMesh, resource.DefaultType, lim)
 			})
 			r.Target = "verdict"
 			reports = append(reports, r)
@@ -212,12 +212,12 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 			}
 			reports = append(reports, b, v)
 		case "fanout":
-			workloads := make([]engine.Tags, cfg.Workloads)
+			workloads := make([]resource.Tags, cfg.Workloads)
 			for i, f := range set.Flows(cfg.Seed+2, cfg.Workloads) {
 				workloads[i] = f.Destination
 			}
 			r := profiled(sc, func() *loadtest.Report {
-				return loadtest.Fanout(ctx, conns, workloads, cfg.Fanout, engine.DefaultMesh, engine.DefaultType,
+				return loadtest.Fanout(ctx, conns, workloads, cfg.Fanout, resource.DefaultMesh, resource.DefaultType,
 					cfg.Duration+30*time.Second)
 			})
 			if r.Count < int64(cfg.Fanout) {
@@ -247,7 +247,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer, log *slog.Lo
 func prepareWorkloadChurn(ctx context.Context, cfg Config, conns loadtest.Conns, set *policygen.Set,
 	stderr io.Writer) (loadtest.WorkloadChurnConfig, error) {
 	workloads, probes := loadtest.ChurnWorkloads(set.Flows(cfg.Seed+4, 4096), cfg.WorkloadsLoaded)
-	res := make([]engine.Resource, len(workloads))
+	res := make([]resource.Resource, len(workloads))
 	for i, w := range workloads {
 		res[i] = w
 	}
@@ -302,7 +302,7 @@ func needsBaseline(scenarios []string) bool {
 
 // load writes the resources with Apply, each call one etcd transaction, meshes
 // and scopes first; it returns the revision of the last write.
-func load(ctx context.Context, conn *grpc.ClientConn, resources []engine.Resource) (int64, error) {
+func load(ctx context.Context, conn *grpc.ClientConn, resources []resource.Resource) (int64, error) {
 	client := verdictv1.NewPolicyServiceClient(conn)
 	var rev int64
 	for _, batch := range writeplan.Split(resources, 0) {

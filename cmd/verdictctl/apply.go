@@ -15,7 +15,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -27,7 +27,7 @@ func (f *fileList) Set(s string) error { *f = append(*f, s); return nil }
 
 // loaded is a resource read from a file, with where it came from.
 type loaded struct {
-	res    engine.Resource
+	res    resource.Resource
 	origin string // "policies.yaml documents[3]"
 }
 
@@ -70,9 +70,9 @@ func readResources(files []string, stdin io.Reader) ([]loaded, error) {
 			if err != nil {
 				return nil, err
 			}
-			rs, err := engine.DecodeYAML(data)
+			rs, err := resource.DecodeYAML(data)
 			if err != nil {
-				var ve *engine.ValidationError
+				var ve *resource.ValidationError
 				if errors.As(err, &ve) {
 					for _, fe := range ve.Errors {
 						errs = append(errs, fmt.Errorf("%s: %s", p, fieldLines(data, fe).Error()))
@@ -190,7 +190,7 @@ var docField = regexp.MustCompile(`^documents\[(\d+)\] \(line (\d+)\)(.*)$`)
 
 // fieldLines rewrites "documents[i] (line N).path: why" to name the line of
 // the field itself (the document's first line when the path is not found).
-func fieldLines(data []byte, fe engine.FieldError) engine.FieldError {
+func fieldLines(data []byte, fe resource.FieldError) resource.FieldError {
 	m := docField.FindStringSubmatch(fe.Field)
 	if m == nil || m[3] == "" {
 		return fe

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -23,7 +23,7 @@ func TestWatchResumes(t *testing.T) {
 	w.waitFor(t, " wr/policies/TrafficPermission/before")
 	ts.halt()
 	// Written while no server runs: straight to the store.
-	rs, err := engine.DecodeYAML([]byte("kind: Policy\nmesh: wr\nname: after\nsources: [{}]\ndestinations: [{}]\n"))
+	rs, err := resource.DecodeYAML([]byte("kind: Policy\nmesh: wr\nname: after\nsources: [{}]\ndestinations: [{}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

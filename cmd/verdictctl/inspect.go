@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -44,7 +44,7 @@ func runInspect(ctx context.Context, args []string, e *env) int {
 		return exitUsage
 	}
 	if len(types) == 0 {
-		types = fileList{engine.DefaultType}
+		types = fileList{resource.DefaultType}
 	}
 	conn, err := cf.dial()
 	if err != nil {
@@ -144,7 +144,7 @@ func msgTree(m proto.Message) any {
 	if err != nil {
 		return err.Error()
 	}
-	v, err := engine.ParseJSON(b)
+	v, err := resource.ParseJSON(b)
 	if err != nil {
 		return err.Error()
 	}

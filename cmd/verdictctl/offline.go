@@ -18,6 +18,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policytest"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 )
 
@@ -266,7 +267,7 @@ func runValidate(args []string, e *env) int {
 	if err != nil {
 		problems = strings.Split(err.Error(), "\n")
 	} else if *whole {
-		puts := make([]engine.Resource, len(items))
+		puts := make([]resource.Resource, len(items))
 		ops := make([]*op, len(items))
 		for i, it := range items {
 			puts[i] = it.res
@@ -300,7 +301,7 @@ func runValidate(args []string, e *env) int {
 
 // validationLines lists a validation error's fields, mapped through origin.
 func validationLines(err error, origin func(string) string) []string {
-	var ve *engine.ValidationError
+	var ve *resource.ValidationError
 	if !errors.As(err, &ve) {
 		return []string{err.Error()}
 	}
@@ -387,7 +388,7 @@ func runFmt(args []string, e *env) int {
 
 // canonical decodes documents and writes them back in the native form.
 func canonical(data []byte) ([]byte, error) {
-	rs, err := engine.DecodeYAML(data)
+	rs, err := resource.DecodeYAML(data)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -65,7 +65,7 @@ func resourceDoc(r *verdictv1.Resource) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return engine.ParseJSON(b)
+	return resource.ParseJSON(b)
 }
 
 // keyOrder puts a document's identifying fields first.
@@ -211,7 +211,7 @@ func printMessage(w io.Writer, format string, m proto.Message) error {
 	if err != nil {
 		return err
 	}
-	doc, err := engine.ParseJSON(b)
+	doc, err := resource.ParseJSON(b)
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func printValue(w io.Writer, format string, v any) error {
 		_, err = w.Write(out.Bytes())
 		return err
 	}
-	doc, err := engine.ParseJSON(b)
+	doc, err := resource.ParseJSON(b)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/writeplan"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -27,8 +28,8 @@ import (
 // op is one key of a write: a put (res set) or a delete, with the state the
 // key held before (read for writes of more than one call).
 type op struct {
-	key    engine.Key
-	res    engine.Resource     // put: the resource; nil: a delete
+	key    resource.Key
+	res    resource.Resource   // put: the resource; nil: a delete
 	pb     *verdictv1.Resource // put: as sent
 	origin string              // where the resource came from ("a.yaml documents[3]")
 
@@ -62,13 +63,13 @@ func orderOps(ops []*op) []*op {
 	parents := map[string]string{}
 	for _, o := range ops {
 		var parent string
-		if s, ok := o.res.(*engine.Scope); ok {
+		if s, ok := o.res.(*resource.Scope); ok {
 			parent = s.Parent
 		} else if o.isDelete() && o.prior.GetScope() != nil {
 			parent = o.prior.GetScope().GetParent()
 		}
 		if parent != "" {
-			parents[o.key.String()] = engine.Key{Kind: engine.KindScope, Mesh: o.key.Mesh, Name: parent}.String()
+			parents[o.key.String()] = resource.Key{Kind: resource.KindScope, Mesh: o.key.Mesh, Name: parent}.String()
 		}
 	}
 	rank := func(o *op) int {
@@ -483,9 +484,9 @@ func (w *writer) readMeshes(ctx context.Context, meshes []string) (*current, err
 func (w *writer) checkWhole(ctx context.Context, ops []*op) (cur *current, warnings []string, code int) {
 	seen := map[string]bool{}
 	var meshes []string
-	var puts []engine.Resource
+	var puts []resource.Resource
 	var putOps []*op
-	var deletes []engine.Key
+	var deletes []resource.Key
 	for _, o := range ops {
 		if !seen[o.key.Mesh] {
 			seen[o.key.Mesh] = true
@@ -518,7 +519,7 @@ func (w *writer) checkWhole(ctx context.Context, ops []*op) (cur *current, warni
 		warnings, err = cur.snap.TypeWarnings(puts)
 	}
 	if err != nil {
-		var ve *engine.ValidationError
+		var ve *resource.ValidationError
 		if errors.As(err, &ve) {
 			fmt.Fprintf(w.e.stderr, "verdictctl %s: InvalidArgument (the whole set, checked against the server's contents at revision %d; nothing was written):\n",
 				w.cmd, cur.snap.Revision())

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -32,7 +32,7 @@ func bigSet(mesh string, n int, action string) string {
 // put writes documents directly, as another writer would.
 func (ts *testServer) put(t testing.TB, docs string) {
 	t.Helper()
-	rs, err := engine.DecodeYAML([]byte(docs))
+	rs, err := resource.DecodeYAML([]byte(docs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestLargeDelete(t *testing.T) {
 // TestOrderOps: puts go meshes, scopes parents first, workloads, policies;
 // deletes the other way round.
 func TestOrderOps(t *testing.T) {
-	rs, err := engine.DecodeYAML([]byte(`kind: Policy
+	rs, err := resource.DecodeYAML([]byte(`kind: Policy
 name: p
 sources: [{}]
 destinations: [{}]

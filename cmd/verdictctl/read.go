@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -43,8 +43,8 @@ func keyOf(args []string, mesh, typ string) (string, error) {
 func runGet(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("get", "KEY | KIND NAME", "Shows one resource from the server's snapshot, valid or not, as YAML\n"+
 		"(re-appliable; the key, revisions and any error as comments) or JSON.", e.stderr)
-	mesh := fs.String("mesh", engine.DefaultMesh, "mesh, for KIND NAME")
-	typ := fs.String("type", engine.DefaultType, "policy type, for policy NAME")
+	mesh := fs.String("mesh", resource.DefaultMesh, "mesh, for KIND NAME")
+	typ := fs.String("type", resource.DefaultType, "policy type, for policy NAME")
 	var output outputFlag
 	output.register(fs, "yaml", "yaml", "json", "text", "wide")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
@@ -105,7 +105,7 @@ func runList(ctx context.Context, args []string, e *env) int {
 	case *typ != "":
 		m := *mesh
 		if m == "" {
-			m = engine.DefaultMesh
+			m = resource.DefaultMesh
 		}
 		prefix = m + "/policies/" + *typ + "/"
 	case *mesh != "":
@@ -174,8 +174,8 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 		"Removes resources: policies first, meshes last. A key that holds nothing is reported and\n"+
 			"skipped (--strict: nothing is deleted then). More keys than one etcd transaction holds\n"+
 			"are deleted in several calls, rolled back if one fails (docs/cli.md).", e.stderr)
-	mesh := fs.String("mesh", engine.DefaultMesh, "mesh, for KIND NAME")
-	typ := fs.String("type", engine.DefaultType, "policy type, for policy NAME")
+	mesh := fs.String("mesh", resource.DefaultMesh, "mesh, for KIND NAME")
+	typ := fs.String("type", resource.DefaultType, "policy type, for policy NAME")
 	var files fileList
 	fs.Var(&files, "f", "delete the resources of this file (or directory, or -)")
 	prefix := fs.String("prefix", "", "delete every key with this prefix (\"big/\", \"default/policies/TrafficLog/\")")
@@ -222,7 +222,7 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 	var ops []*op
 	seen := map[string]bool{}
 	for _, k := range keys {
-		key, err := engine.ParseKey(k)
+		key, err := resource.ParseKey(k)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "verdictctl delete: %q: %v\n", k, err)
 			return exitUsage
@@ -249,7 +249,7 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 			return fail(e, "delete", err, nil)
 		}
 		for _, sr := range all {
-			key, err := engine.ParseKey(sr.GetKey())
+			key, err := resource.ParseKey(sr.GetKey())
 			if err != nil {
 				fmt.Fprintf(e.stderr, "verdictctl delete: %s: %v (skipped)\n", sr.GetKey(), err)
 				continue

@@ -9,11 +9,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine/resource"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/verdictpdp/verdict/engine"
 )
 
 // Exit codes a shell user can rely on.
@@ -176,7 +175,7 @@ func stopCode(code int) int {
 func fail(e *env, cmd string, err error, origin func(field string) string) int {
 	st, ok := status.FromError(err)
 	if !ok {
-		var ve *engine.ValidationError
+		var ve *resource.ValidationError
 		if errors.As(err, &ve) {
 			fmt.Fprintf(e.stderr, "verdictctl %s: invalid:\n", cmd)
 			for _, fe := range ve.Errors {

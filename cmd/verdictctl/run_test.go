@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -49,7 +49,7 @@ func TestKeyOf(t *testing.T) {
 // TestPrintStoredIsReappliable: get's YAML decodes back to the same resource.
 func TestPrintStoredIsReappliable(t *testing.T) {
 	t.Parallel()
-	rs, err := engine.DecodeYAML([]byte(`kind: Policy
+	rs, err := resource.DecodeYAML([]byte(`kind: Policy
 name: p
 type: TrafficLog
 sources: [{match: {app: web}, expressions: [{key: ip, operator: CIDR, values: [10.0.0.0/8]}]}]
@@ -71,12 +71,12 @@ conf: {backend: splunk, sampling: 0.25, n: 3, tags: [a, b], nested: {x: true}}
 	if !strings.HasPrefix(buf.String(), "# key: default/policies/TrafficLog/p") || !strings.Contains(buf.String(), "\nkind: Policy\n") {
 		t.Errorf("output:\n%s", buf.String())
 	}
-	back, err := engine.DecodeYAML(buf.Bytes())
+	back, err := resource.DecodeYAML(buf.Bytes())
 	if err != nil {
 		t.Fatalf("%v\n%s", err, buf.String())
 	}
-	a, _ := engine.EncodeJSON(rs[0])
-	b, _ := engine.EncodeJSON(back[0])
+	a, _ := resource.EncodeJSON(rs[0])
+	b, _ := resource.EncodeJSON(back[0])
 	if !bytes.Equal(a, b) {
 		t.Errorf("round trip changed the resource:\n%s\n%s", a, b)
 	}

@@ -9,18 +9,19 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/writeplan"
 	"github.com/verdictpdp/verdict/store"
 )
 
 // loadBootstrap reads and validates a bootstrap file as one write to an empty
 // store, before anything starts.
-func loadBootstrap(path string) ([]engine.Resource, error) {
+func loadBootstrap(path string) ([]resource.Resource, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--bootstrap: %w", err)
 	}
-	resources, err := engine.DecodeYAML(data)
+	resources, err := resource.DecodeYAML(data)
 	if err == nil {
 		err = engine.Empty().CheckApply(resources, nil)
 	}
@@ -36,7 +37,7 @@ func loadBootstrap(path string) ([]engine.Resource, error) {
 // create-only, so that a concurrent writer (another replica bootstrapping) is
 // never overwritten.
 // It returns the revision of the last write (0 when it wrote nothing).
-func bootstrap(ctx context.Context, path string, resources []engine.Resource, st storeLister, log *slog.Logger) (int64, error) {
+func bootstrap(ctx context.Context, path string, resources []resource.Resource, st storeLister, log *slog.Logger) (int64, error) {
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	page, err := st.List(lctx, store.ListOptions{Limit: 1})

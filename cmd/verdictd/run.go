@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/server"
 	"github.com/verdictpdp/verdict/store"
@@ -26,7 +26,7 @@ import (
 // one errgroup. The first to fail stops the others; shutdown is graceful
 // (ShutdownTimeout), streams included.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	var seed []engine.Resource
+	var seed []resource.Resource
 	if cfg.Bootstrap != "" {
 		var err error
 		if seed, err = loadBootstrap(cfg.Bootstrap); err != nil {

@@ -19,6 +19,7 @@ import (
 	"sort"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Config describes a policy set. Zero values take the documented defaults.
@@ -36,13 +37,13 @@ type Config struct {
 	// DenyPercent of policies deny (default 5).
 	DenyPercent int
 	// Combine of the type (FirstMatch by default).
-	Combine engine.Combine
+	Combine resource.Combine
 	// Profile chooses the model (Sparse by default; see Dense).
 	Profile Profile
 	// Select of the type (docs/order.md): SelectUnset keeps the default
 	// (most specific first); SelectPerDestination is Kuma's per-destination
 	// choice.
-	Select engine.Select
+	Select resource.Select
 	// AuditPercent of the policies are in mode Audit (default 0): their rules
 	// decide the shadow decision only (docs/audit.md). They are chosen with a
 	// generator of their own, so the set is otherwise the one without them.
@@ -71,10 +72,10 @@ func (c Config) withDefaults() Config {
 		c.Policies = 1000
 	}
 	if c.Mesh == "" {
-		c.Mesh = engine.DefaultMesh
+		c.Mesh = resource.DefaultMesh
 	}
 	if c.Type == "" {
-		c.Type = engine.DefaultType
+		c.Type = resource.DefaultType
 	}
 	if c.Services <= 0 {
 		c.Services = max(50, c.Policies/5)
@@ -102,15 +103,15 @@ var (
 // Set is a generated policy set with what flows need to know about it.
 type Set struct {
 	Config    Config
-	Resources []engine.Resource // the Mesh, the scopes, then the policies
-	pairs     [][2]int          // (source service, destination service) of each S&D permission
+	Resources []resource.Resource // the Mesh, the scopes, then the policies
+	pairs     [][2]int            // (source service, destination service) of each S&D permission
 }
 
 // Policies returns only the policies of the set.
-func (s *Set) Policies() []*engine.Policy {
-	var out []*engine.Policy
+func (s *Set) Policies() []*resource.Policy {
+	var out []*resource.Policy
 	for _, r := range s.Resources {
-		if p, ok := r.(*engine.Policy); ok {
+		if p, ok := r.(*resource.Policy); ok {
 			out = append(out, p)
 		}
 	}
@@ -122,15 +123,15 @@ func Generate(cfg Config) *Set {
 	cfg = cfg.withDefaults()
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	s := &Set{Config: cfg}
-	mesh := &engine.Mesh{Name: cfg.Mesh}
-	if cfg.Combine != engine.FirstMatch || cfg.Select != engine.SelectUnset {
-		mesh.Types = map[string]engine.TypeSettings{cfg.Type: {Combine: cfg.Combine, Select: cfg.Select}}
+	mesh := &resource.Mesh{Name: cfg.Mesh}
+	if cfg.Combine != resource.FirstMatch || cfg.Select != resource.SelectUnset {
+		mesh.Types = map[string]resource.TypeSettings{cfg.Type: {Combine: cfg.Combine, Select: cfg.Select}}
 	}
 	s.Resources = append(s.Resources, mesh)
 	for i := 0; i < cfg.Scopes; i++ {
-		s.Resources = append(s.Resources, &engine.Scope{
+		s.Resources = append(s.Resources, &resource.Scope{
 			Mesh: cfg.Mesh, Name: fmt.Sprintf("team-%d", i), Priority: int32(i % 4), Enforced: true,
-			Selectors: []engine.Selector{{Match: map[string]string{"team": fmt.Sprintf("team-%d", i)}}},
+			Selectors: []resource.Selector{{Match: map[string]string{"team": fmt.Sprintf("team-%d", i)}}},
 		})
 	}
 	if cfg.Profile == Dense {
@@ -142,7 +143,7 @@ func Generate(cfg Config) *Set {
 		ar := rand.New(rand.NewPCG(cfg.Seed, 0xa0d17))
 		for _, p := range s.Policies() {
 			if ar.IntN(100) < cfg.AuditPercent {
-				p.Mode = engine.ModeAudit
+				p.Mode = resource.ModeAudit
 			}
 		}
 	}
@@ -154,17 +155,17 @@ func (s *Set) generateSparse(r *rand.Rand) {
 	cfg := s.Config
 	for i := 0; i < cfg.Policies; i++ {
 		src, dst := r.IntN(cfg.Services), r.IntN(cfg.Services)
-		p := &engine.Policy{Mesh: cfg.Mesh, Type: cfg.Type, Name: fmt.Sprintf("p-%06d-svc-%d-to-svc-%d", i, src, dst),
-			Priority: int32(r.IntN(4)), Action: engine.Allow}
-		srcSel := engine.Selector{Match: map[string]string{engine.ServiceTag: svc(src)}}
-		dstSel := engine.Selector{Match: map[string]string{engine.ServiceTag: svc(dst)}}
+		p := &resource.Policy{Mesh: cfg.Mesh, Type: cfg.Type, Name: fmt.Sprintf("p-%06d-svc-%d-to-svc-%d", i, src, dst),
+			Priority: int32(r.IntN(4)), Action: resource.Allow}
+		srcSel := resource.Selector{Match: map[string]string{resource.ServiceTag: svc(src)}}
+		dstSel := resource.Selector{Match: map[string]string{resource.ServiceTag: svc(dst)}}
 		switch x := r.IntN(100); {
 		case x < cfg.WildcardPercent/2:
 			// every service of one environment may call dst
-			srcSel = engine.Selector{Match: map[string]string{engine.ServiceTag: "*", "env": envs[r.IntN(len(envs))]}}
+			srcSel = resource.Selector{Match: map[string]string{resource.ServiceTag: "*", "env": envs[r.IntN(len(envs))]}}
 		case x < cfg.WildcardPercent:
 			// set-based: a few named callers
-			srcSel = engine.Selector{Expressions: []engine.Expression{{Key: engine.ServiceTag, Operator: engine.OpIn,
+			srcSel = resource.Selector{Expressions: []resource.Expression{{Key: resource.ServiceTag, Operator: resource.OpIn,
 				Values: []string{svc(src), svc(r.IntN(cfg.Services)), svc(r.IntN(cfg.Services))}}}}
 		default:
 			s.pairs = append(s.pairs, [2]int{src, dst})
@@ -175,15 +176,15 @@ func (s *Set) generateSparse(r *rand.Rand) {
 		if r.IntN(100) < 10 {
 			dstSel.Match["version"] = versions[r.IntN(len(versions))]
 		}
-		p.Sources, p.Destinations = []engine.Selector{srcSel}, []engine.Selector{dstSel}
+		p.Sources, p.Destinations = []resource.Selector{srcSel}, []resource.Selector{dstSel}
 		if r.IntN(100) < cfg.DenyPercent {
-			p.Action = engine.Deny
+			p.Action = resource.Deny
 		}
 		if r.IntN(100) < 30 {
-			p.Ports = []engine.PortEntry{{Protocol: engine.TCP, Ports: ports[r.IntN(len(ports))]}}
+			p.Ports = []resource.PortEntry{{Protocol: resource.TCP, Ports: ports[r.IntN(len(ports))]}}
 		}
 		if r.IntN(100) < 15 {
-			p.Conf = engine.Object{"log": map[string]any{"sample": json.Number(fmt.Sprint(r.IntN(100)))}}
+			p.Conf = resource.Object{"log": map[string]any{"sample": json.Number(fmt.Sprint(r.IntN(100)))}}
 		}
 		if cfg.Scopes > 0 && r.IntN(100) < 30 {
 			p.Scope = fmt.Sprintf("team-%d", teamOf(dst, cfg.Scopes))
@@ -205,14 +206,14 @@ func withTag(m map[string]string, k, v string) map[string]string {
 }
 
 // workload returns the tags of one instance of a service.
-func (s *Set) workload(r *rand.Rand, service int) engine.Tags {
-	t := engine.Tags{
-		engine.ServiceTag: svc(service),
-		"env":             envs[r.IntN(len(envs))],
-		"region":          regions[r.IntN(len(regions))],
-		"version":         versions[r.IntN(len(versions))],
-		"zone":            zones[r.IntN(len(zones))],
-		engine.NameTag:    fmt.Sprintf("%s-%d", svc(service), r.IntN(20)),
+func (s *Set) workload(r *rand.Rand, service int) resource.Tags {
+	t := resource.Tags{
+		resource.ServiceTag: svc(service),
+		"env":               envs[r.IntN(len(envs))],
+		"region":            regions[r.IntN(len(regions))],
+		"version":           versions[r.IntN(len(versions))],
+		"zone":              zones[r.IntN(len(zones))],
+		resource.NameTag:    fmt.Sprintf("%s-%d", svc(service), r.IntN(20)),
 	}
 	if s.Config.Scopes > 0 {
 		t["team"] = fmt.Sprintf("team-%d", teamOf(service, s.Config.Scopes))
@@ -236,7 +237,7 @@ func (s *Set) Flows(seed uint64, n int) []engine.Request {
 		req := engine.Request{Mesh: s.Config.Mesh, Type: s.Config.Type,
 			Source: s.workload(r, src), Destination: s.workload(r, dst)}
 		if r.IntN(100) < 70 {
-			req.Protocol = engine.TCP
+			req.Protocol = resource.TCP
 			req.Port = []uint32{80, 443, 8080, 5432, 9050}[r.IntN(5)]
 		}
 		out[i] = req
@@ -262,11 +263,11 @@ const (
 
 // denseSelector returns a selector of 1–3 tags; with service >= 0 the first is
 // the service.
-func denseSelector(r *rand.Rand, service int) engine.Selector {
+func denseSelector(r *rand.Rand, service int) resource.Selector {
 	m := map[string]string{}
 	n := 1 + r.IntN(3)
 	if service >= 0 {
-		m[engine.ServiceTag] = svc(service)
+		m[resource.ServiceTag] = svc(service)
 		n--
 	}
 	for _, i := range r.Perm(len(denseKeys))[:n] {
@@ -281,7 +282,7 @@ func denseSelector(r *rand.Rand, service int) engine.Selector {
 		sort.Strings(keys)
 		m[keys[r.IntN(len(keys))]] = "*"
 	}
-	return engine.Selector{Match: m}
+	return resource.Selector{Match: m}
 }
 
 func (s *Set) generateDense(r *rand.Rand) {
@@ -294,26 +295,26 @@ func (s *Set) generateDense(r *rand.Rand) {
 	}
 	for i := 0; i < cfg.Policies; i++ {
 		src, dst := end(), end()
-		p := &engine.Policy{Mesh: cfg.Mesh, Type: cfg.Type, Name: fmt.Sprintf("d-%06d", i),
-			Priority: int32(r.IntN(4)), Action: engine.Allow}
-		p.Sources = []engine.Selector{denseSelector(r, src)}
+		p := &resource.Policy{Mesh: cfg.Mesh, Type: cfg.Type, Name: fmt.Sprintf("d-%06d", i),
+			Priority: int32(r.IntN(4)), Action: resource.Allow}
+		p.Sources = []resource.Selector{denseSelector(r, src)}
 		if r.IntN(100) < denseTwoSources {
 			p.Sources = append(p.Sources, denseSelector(r, end()))
 		}
-		p.Destinations = []engine.Selector{denseSelector(r, dst)}
+		p.Destinations = []resource.Selector{denseSelector(r, dst)}
 		deny := denseOtherDeny
 		if src >= 0 && dst >= 0 {
 			s.pairs = append(s.pairs, [2]int{src, dst})
 			deny = denseS2SDeny
 		}
 		if r.IntN(100) < deny {
-			p.Action = engine.Deny
+			p.Action = resource.Deny
 		}
 		if r.IntN(100) < densePorts {
-			p.Ports = []engine.PortEntry{{Protocol: engine.TCP, Ports: ports[r.IntN(len(ports))]}}
+			p.Ports = []resource.PortEntry{{Protocol: resource.TCP, Ports: ports[r.IntN(len(ports))]}}
 		}
 		if r.IntN(100) < 15 {
-			p.Conf = engine.Object{"log": map[string]any{"sample": json.Number(fmt.Sprint(r.IntN(100)))}}
+			p.Conf = resource.Object{"log": map[string]any{"sample": json.Number(fmt.Sprint(r.IntN(100)))}}
 		}
 		s.Resources = append(s.Resources, p)
 	}

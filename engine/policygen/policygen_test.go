@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // matchingPolicies counts the policies with a rule that matches the flow.
@@ -35,7 +36,7 @@ func TestDenseProfileShape(t *testing.T) {
 			total += matchingPolicies(q, &flows[i])
 		}
 		for _, p := range set.Policies() {
-			if p.Action == engine.Deny {
+			if p.Action == resource.Deny {
 				deny++
 			}
 			if len(p.Sources) == 2 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // QuickIndex is the honest baseline the engine's benchmarks compare with: the
@@ -28,7 +29,7 @@ type QuickIndex struct {
 	always  []int32
 	rules   []qrule
 	deny    bool // DenyOverrides
-	def     engine.Action
+	def     resource.Action
 	mesh    string
 	typ     string
 	present map[string]bool // keys some selector needs present: their lists hold presence terms
@@ -42,7 +43,7 @@ type qterm struct {
 
 type qrule struct {
 	policy   string
-	action   engine.Action
+	action   resource.Action
 	src, dst qselector
 	ports    []qports
 }
@@ -51,10 +52,10 @@ type qrule struct {
 type qselector struct {
 	exact   [][2]string
 	present []string
-	exprs   []engine.Expression
+	exprs   []resource.Expression
 }
 
-func compileQuick(s *engine.Selector) qselector {
+func compileQuick(s *resource.Selector) qselector {
 	var q qselector
 	for k, v := range s.Match {
 		if v == "*" {
@@ -68,14 +69,14 @@ func compileQuick(s *engine.Selector) qselector {
 }
 
 type qports struct {
-	proto  engine.Protocol
+	proto  resource.Protocol
 	ranges [][2]uint32
 }
 
 // QuickOutcome is the baseline's answer: the final action and the deciding
 // policy ("" for the default action).
 type QuickOutcome struct {
-	Action engine.Action
+	Action resource.Action
 	Policy string
 }
 
@@ -87,29 +88,29 @@ func NewQuickIndex(set *Set) (*QuickIndex, error) {
 		name                         string
 		srcTerms, dstTerms           []qterm
 	}
-	q := &QuickIndex{lists: map[qterm][]int32{}, def: engine.Deny, mesh: set.Config.Mesh, typ: set.Config.Type}
+	q := &QuickIndex{lists: map[qterm][]int32{}, def: resource.Deny, mesh: set.Config.Mesh, typ: set.Config.Type}
 	var all []keyed
 	for _, res := range set.Resources {
 		switch x := res.(type) {
-		case *engine.Mesh:
+		case *resource.Mesh:
 			q.def = x.DefaultAction
-			if q.def == engine.ActionUnset {
-				q.def = engine.Deny
+			if q.def == resource.ActionUnset {
+				q.def = resource.Deny
 			}
-			q.deny = x.Types[set.Config.Type].Combine == engine.DenyOverrides
-			if (x.TieBreak != engine.TieBreakUnset && x.TieBreak != engine.TieBreakName) || x.Profile != engine.ProfileNone {
+			q.deny = x.Types[set.Config.Type].Combine == resource.DenyOverrides
+			if (x.TieBreak != resource.TieBreakUnset && x.TieBreak != resource.TieBreakName) || x.Profile != resource.ProfileNone {
 				return nil, errors.New("quick index: only the Name tie-break")
 			}
-			if x.Types[set.Config.Type].Select != engine.SelectUnset {
+			if x.Types[set.Config.Type].Select != resource.SelectUnset {
 				return nil, errors.New("quick index: only the default select")
 			}
-		case *engine.Scope:
+		case *resource.Scope:
 			continue
-		case *engine.Policy:
-			if x.Mode == engine.ModeAudit {
+		case *resource.Policy:
+			if x.Mode == resource.ModeAudit {
 				return nil, fmt.Errorf("quick index: policy %s: no audit mode", x.Name)
 			}
-			if x.TargetRef != nil || x.Scope != "" || x.Rank == engine.RankAbsolute {
+			if x.TargetRef != nil || x.Scope != "" || x.Rank == resource.RankAbsolute {
 				return nil, fmt.Errorf("quick index: policy %s: only unscoped S&D policies", x.Name)
 			}
 			ports, err := quickPorts(x.Ports)
@@ -117,8 +118,8 @@ func NewQuickIndex(set *Set) (*QuickIndex, error) {
 				return nil, fmt.Errorf("quick index: policy %s: %w", x.Name, err)
 			}
 			action := x.Action
-			if action == engine.ActionUnset {
-				action = engine.Allow
+			if action == resource.ActionUnset {
+				action = resource.Allow
 			}
 			for i := range x.Sources {
 				for j := range x.Destinations {
@@ -190,7 +191,7 @@ func NewQuickIndex(set *Set) (*QuickIndex, error) {
 
 // quickSelector returns a selector's rank (exact, wildcard entries) and the
 // terms it requires: exact tags, and '*' or Exists as a present term.
-func quickSelector(s *engine.Selector, dst bool) (exact, wild int, terms []qterm, err error) {
+func quickSelector(s *resource.Selector, dst bool) (exact, wild int, terms []qterm, err error) {
 	for k, v := range s.Match {
 		if v == "*" {
 			wild++
@@ -202,16 +203,16 @@ func quickSelector(s *engine.Selector, dst bool) (exact, wild int, terms []qterm
 	}
 	for _, e := range s.Expressions {
 		switch e.Operator {
-		case engine.OpIn:
+		case resource.OpIn:
 			if len(e.Values) == 1 {
 				exact++
 				terms = append(terms, qterm{dst: dst, key: e.Key, value: e.Values[0]})
 				continue
 			}
 			terms = append(terms, qterm{dst: dst, key: e.Key})
-		case engine.OpExists:
+		case resource.OpExists:
 			terms = append(terms, qterm{dst: dst, key: e.Key})
-		case engine.OpNotIn, engine.OpDoesNotExist:
+		case resource.OpNotIn, resource.OpDoesNotExist:
 		default:
 			return 0, 0, nil, fmt.Errorf("operator %s not covered", e.Operator)
 		}
@@ -221,7 +222,7 @@ func quickSelector(s *engine.Selector, dst bool) (exact, wild int, terms []qterm
 	return exact, wild, terms, nil
 }
 
-func quickPorts(entries []engine.PortEntry) ([]qports, error) {
+func quickPorts(entries []resource.PortEntry) ([]qports, error) {
 	var out []qports
 	for _, e := range entries {
 		p := qports{proto: e.Protocol}
@@ -260,7 +261,7 @@ func (q *QuickIndex) Decide(req *engine.Request) QuickOutcome {
 			if !q.matches(r, req) {
 				continue
 			}
-			if r.action == engine.Deny && i < deny {
+			if r.action == resource.Deny && i < deny {
 				deny = i
 			}
 			if i < best {
@@ -271,7 +272,7 @@ func (q *QuickIndex) Decide(req *engine.Request) QuickOutcome {
 	visit(q.always)
 	for _, side := range [2]struct {
 		dst  bool
-		tags engine.Tags
+		tags resource.Tags
 	}{{false, req.Source}, {true, req.Destination}} {
 		for k, v := range side.tags {
 			visit(q.lists[qterm{dst: side.dst, key: k, value: v}])
@@ -305,11 +306,11 @@ func (q *QuickIndex) matches(r *qrule, req *engine.Request) bool {
 	return quickSelects(&r.src, req.Source) && quickSelects(&r.dst, req.Destination)
 }
 
-func quickPortMatch(p *qports, proto engine.Protocol, port uint32) bool {
-	if p.proto != engine.ProtocolAny && p.proto != proto {
+func quickPortMatch(p *qports, proto resource.Protocol, port uint32) bool {
+	if p.proto != resource.ProtocolAny && p.proto != proto {
 		return false
 	}
-	if len(p.ranges) == 0 || proto == engine.ICMP {
+	if len(p.ranges) == 0 || proto == resource.ICMP {
 		return true
 	}
 	for _, r := range p.ranges {
@@ -320,7 +321,7 @@ func quickPortMatch(p *qports, proto engine.Protocol, port uint32) bool {
 	return false
 }
 
-func quickSelects(s *qselector, tags engine.Tags) bool {
+func quickSelects(s *qselector, tags resource.Tags) bool {
 	for _, kv := range s.exact {
 		if got, ok := tags[kv[0]]; !ok || got != kv[1] {
 			return false
@@ -340,10 +341,10 @@ func quickSelects(s *qselector, tags engine.Tags) bool {
 			}
 		}
 		switch {
-		case e.Operator == engine.OpIn && !in,
-			e.Operator == engine.OpNotIn && in,
-			e.Operator == engine.OpExists && !ok,
-			e.Operator == engine.OpDoesNotExist && ok:
+		case e.Operator == resource.OpIn && !in,
+			e.Operator == resource.OpNotIn && in,
+			e.Operator == resource.OpExists && !ok,
+			e.Operator == resource.OpDoesNotExist && ok:
 			return false
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Outcome of one case.
@@ -51,7 +52,7 @@ type Case struct {
 	Decide  *engine.Request
 	Resolve *engine.ResolveRequest
 	Apply   []any // documents, decoded when the case runs
-	Expect  engine.Object
+	Expect  resource.Object
 }
 
 // Load reads and compiles a suite file. Offline, creation and modification are
@@ -67,7 +68,7 @@ func Load(path string) (*Suite, error) {
 
 // Parse reads a suite from data; file names it in messages.
 func Parse(file string, data []byte) (*Suite, error) {
-	docs, err := engine.ParseYAML(data)
+	docs, err := resource.ParseYAML(data)
 	if err != nil {
 		return nil, err
 	}
@@ -88,10 +89,10 @@ func Parse(file string, data []byte) (*Suite, error) {
 	}
 	s.Name, _ = top["name"].(string)
 	rawResources, _ := top["resources"].([]any)
-	resources := make([]engine.Resource, 0, len(rawResources))
+	resources := make([]resource.Resource, 0, len(rawResources))
 	var problems []string
 	for i, v := range rawResources {
-		r, err := engine.DecodeValue(v)
+		r, err := resource.DecodeValue(v)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("resources[%d]: %v", i, err))
 			continue
@@ -181,7 +182,7 @@ func parseCase(v any) (Case, error) {
 		return c, fmt.Errorf("%s: a case has exactly one of decide, resolve or apply", c.Name)
 	}
 	if c.Expect == nil {
-		c.Expect = engine.Object{}
+		c.Expect = resource.Object{}
 	}
 	return c, nil
 }
@@ -193,10 +194,10 @@ var expectKeys = map[string]bool{
 
 type request struct {
 	Mesh, Type          string
-	Source, Destination engine.Tags
+	Source, Destination resource.Tags
 	// SourceEndpoint and DestinationEndpoint: a side given by reference.
 	SourceEndpoint, DestinationEndpoint *engine.Endpoint
-	Protocol                            engine.Protocol
+	Protocol                            resource.Protocol
 	Port                                uint32
 	Explain                             bool
 }
@@ -221,7 +222,7 @@ func parseRequest(v any, decide bool) (request, error) {
 		case "protocol":
 			var s string
 			if s, err = text(val); err == nil {
-				r.Protocol, err = engine.ParseProtocol(s)
+				r.Protocol, err = resource.ParseProtocol(s)
 			}
 		case "port":
 			n, ok := val.(json.Number)
@@ -261,7 +262,7 @@ func text(v any) (string, error) {
 // endpoint reads one end of a flow: {tags: {...}} as tags, or one of
 // {workload: NAME}, {address: IP}, {principal: ID}, {identity: N} as an
 // endpoint by reference (several forms are kept, for Validate to refuse).
-func endpoint(v any) (engine.Tags, *engine.Endpoint, error) {
+func endpoint(v any) (resource.Tags, *engine.Endpoint, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return nil, nil, errors.New("an endpoint is {tags: {...}}, {workload: NAME}, {address: IP}, {principal: ID} or {identity: N}")
@@ -291,7 +292,7 @@ func endpoint(v any) (engine.Tags, *engine.Endpoint, error) {
 	}
 	if !byRef {
 		if ep.Tags == nil {
-			ep.Tags = engine.Tags{}
+			ep.Tags = resource.Tags{}
 		}
 		return ep.Tags, nil, nil
 	}
@@ -309,12 +310,12 @@ func identity(v any) (uint64, error) {
 	return 0, fmt.Errorf("%v is not an identity (a number from 1 to 2^64-1)", v)
 }
 
-func tagMap(val any) (engine.Tags, error) {
+func tagMap(val any) (resource.Tags, error) {
 	tm, ok := val.(map[string]any)
 	if !ok && val != nil {
 		return nil, errors.New("an object is required")
 	}
-	tags := engine.Tags{}
+	tags := resource.Tags{}
 	for tk, tv := range tm {
 		s, err := text(tv)
 		if err != nil {
@@ -365,7 +366,7 @@ func CodeName(err error) string {
 	return "Internal"
 }
 
-func checkError(expect engine.Object, err error) (problems []string, done bool) {
+func checkError(expect resource.Object, err error) (problems []string, done bool) {
 	want, hasWant := expect["error"]
 	got := CodeName(err)
 	if !hasWant {
@@ -462,12 +463,12 @@ func (s *Suite) runResolve(c Case) []string {
 }
 
 func (s *Suite) runApply(c Case) []string {
-	var puts []engine.Resource
-	var errs []engine.FieldError
+	var puts []resource.Resource
+	var errs []resource.FieldError
 	for i, v := range c.Apply {
-		r, err := engine.DecodeValue(v)
+		r, err := resource.DecodeValue(v)
 		if err != nil {
-			var ve *engine.ValidationError
+			var ve *resource.ValidationError
 			if errors.As(err, &ve) {
 				errs = append(errs, ve.Prefixed(fmt.Sprintf("apply[%d]", i)).Errors...)
 				continue
@@ -478,7 +479,7 @@ func (s *Suite) runApply(c Case) []string {
 	}
 	var err error
 	if len(errs) > 0 {
-		err = &engine.ValidationError{Errors: errs}
+		err = &resource.ValidationError{Errors: errs}
 	} else {
 		err = s.Snapshot.CheckApply(puts, nil)
 	}
@@ -580,11 +581,11 @@ func compareResolution(problems []string, name string, want any, mesh string, go
 		return append(problems, fmt.Sprintf("expect.%s must be an object", name))
 	}
 	if mesh == "" {
-		mesh = engine.DefaultMesh
+		mesh = resource.DefaultMesh
 	}
 	id := got.Identity
 	if id == 0 && got.Form == engine.FormTags { // as the API answers it
-		id = engine.Identity(mesh, got.Tags)
+		id = resource.Identity(mesh, got.Tags)
 	}
 	for k, v := range wm {
 		var g string
@@ -611,7 +612,7 @@ func compareResolution(problems []string, name string, want any, mesh string, go
 	return problems
 }
 
-func tagsTree(t engine.Tags) map[string]any {
+func tagsTree(t resource.Tags) map[string]any {
 	out := make(map[string]any, len(t))
 	for k, v := range t {
 		out[k] = v

@@ -17,11 +17,12 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // Resources cross the API as messages whose protobuf JSON is the engine's
-// canonical document. Inbound (Apply), proto → protojson → engine.DecodeJSON:
+// canonical document. Inbound (Apply), proto → protojson → resource.DecodeJSON:
 // the engine's decoder is the one validator of resources (field paths,
 // defaults, limits), so a write goes through it rather than through a second
 // mapping that would have to validate alike. Outbound (watch, Get, List),
@@ -29,7 +30,7 @@ import (
 
 // ResourceFromProto decodes an API resource; field paths of its errors start
 // with path ("resources[2]") and name the oneof member (".policy.sources[0]").
-func ResourceFromProto(path string, r *verdictv1.Resource) (engine.Resource, error) {
+func ResourceFromProto(path string, r *verdictv1.Resource) (resource.Resource, error) {
 	var (
 		msg  proto.Message
 		kind string
@@ -60,31 +61,31 @@ func ResourceFromProto(path string, r *verdictv1.Resource) (engine.Resource, err
 	case *verdictv1.Resource_Workload:
 		return WorkloadFromProto(path, t.Workload)
 	default:
-		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path, Reason: "a resource is one of mesh, scope, policy or workload"}}}
+		return nil, &resource.ValidationError{Errors: []resource.FieldError{{Field: path, Reason: "a resource is one of mesh, scope, policy or workload"}}}
 	}
 	b, err := protojson.Marshal(msg)
 	if err != nil {
 		// A value JSON cannot hold (a NaN or infinite number in a conf): the
 		// client's mistake, not the server's.
-		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path + "." + name,
+		return nil, &resource.ValidationError{Errors: []resource.FieldError{{Field: path + "." + name,
 			Reason: fmt.Sprintf("does not encode as JSON: %s", cleanProtoErr(err))}}}
 	}
-	res, err := engine.DecodeJSON(b)
+	res, err := resource.DecodeJSON(b)
 	if err != nil {
-		if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
+		if ve := (*resource.ValidationError)(nil); errors.As(err, &ve) {
 			return nil, ve.Prefixed(path + "." + name)
 		}
 		return nil, err
 	}
 	if k := res.Key().Kind.String(); k != kind {
-		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path + "." + name + ".kind",
+		return nil, &resource.ValidationError{Errors: []resource.FieldError{{Field: path + "." + name + ".kind",
 			Reason: fmt.Sprintf("%q in the %s member of a resource", k, name)}}}
 	}
 	return res, nil
 }
 
 // StoredResource is an entry of the snapshot as the API shows it.
-func StoredResource(key string, r engine.Resource, rerr error) (*verdictv1.StoredResource, error) {
+func StoredResource(key string, r resource.Resource, rerr error) (*verdictv1.StoredResource, error) {
 	out := &verdictv1.StoredResource{Key: key}
 	if rerr != nil {
 		out.Error = rerr.Error()
@@ -94,7 +95,7 @@ func StoredResource(key string, r engine.Resource, rerr error) (*verdictv1.Store
 	}
 	m := r.Metadata()
 	out.CreateRevision, out.ModRevision = m.CreateRevision, m.ModRevision
-	if w, ok := r.(*engine.Workload); ok {
+	if w, ok := r.(*resource.Workload); ok {
 		out.Identity = w.Identity()
 	}
 	pr, err := ResourceToProto(r)
@@ -108,7 +109,7 @@ func StoredResource(key string, r engine.Resource, rerr error) (*verdictv1.Store
 // DecideRequest translates a DecideRequest; its fields are validated by
 // validateDecide.
 func DecideRequest(r *verdictv1.DecideRequest) engine.Request {
-	p, _ := engine.ParseProtocol(r.GetProtocol())
+	p, _ := resource.ParseProtocol(r.GetProtocol())
 	req := engine.Request{Mesh: r.GetMesh(), Type: r.GetType(), Protocol: p, Port: r.GetPort(), Explain: r.GetExplain()}
 	req.Source, req.SourceEndpoint = Endpoint(r.GetSource())
 	req.Destination, req.DestinationEndpoint = Endpoint(r.GetDestination())
@@ -118,7 +119,7 @@ func DecideRequest(r *verdictv1.DecideRequest) engine.Request {
 // Endpoint translates one end of a flow: its tags when it is given as tags
 // (the common case costs no allocation), else the engine's endpoint, which
 // keeps every form given so that validation can name a second one.
-func Endpoint(e *verdictv1.Endpoint) (engine.Tags, *engine.Endpoint) {
+func Endpoint(e *verdictv1.Endpoint) (resource.Tags, *engine.Endpoint) {
 	if e.GetWorkload() == "" && e.GetAddress() == "" && e.GetPrincipal() == "" && e.GetIdentity() == 0 {
 		return e.GetTags(), nil
 	}
@@ -139,7 +140,7 @@ func EndpointResolution(mesh string, r *engine.EndpointResolution, explain bool)
 func fillResolution(out *verdictv1.EndpointResolution, mesh string, r *engine.EndpointResolution, explain bool) {
 	id := r.Identity
 	if id == 0 && r.Form == engine.FormTags {
-		id = engine.Identity(mesh, r.Tags)
+		id = resource.Identity(mesh, r.Tags)
 	}
 	out.Form, out.ResolvedAs = EndpointForm(r.Form), ResolvedAs(r.ResolvedAs)
 	out.Workload, out.Holders, out.Identity = r.Workload, uint32(r.Holders), id
@@ -184,11 +185,11 @@ func ResolvedAs(a engine.ResolvedAs) verdictv1.ResolvedAs {
 	return verdictv1.ResolvedAs_RESOLVED_AS_UNSPECIFIED
 }
 
-func Action(a engine.Action) verdictv1.Action {
+func Action(a resource.Action) verdictv1.Action {
 	switch a {
-	case engine.Allow:
+	case resource.Allow:
 		return verdictv1.Action_ACTION_ALLOW
-	case engine.Deny:
+	case resource.Deny:
 		return verdictv1.Action_ACTION_DENY
 	}
 	return verdictv1.Action_ACTION_UNSPECIFIED
@@ -276,7 +277,7 @@ func Trace(t *engine.SideTrace) *verdictv1.SideTrace {
 }
 
 func ResolveRequest(r *verdictv1.ResolveRequest) engine.ResolveRequest {
-	p, _ := engine.ParseProtocol(r.GetProtocol())
+	p, _ := resource.ParseProtocol(r.GetProtocol())
 	req := engine.ResolveRequest{Mesh: r.GetMesh(), Type: r.GetType(), Protocol: p, Port: r.GetPort()}
 	req.Source, req.SourceEndpoint = Endpoint(r.GetSource())
 	req.Destination, req.DestinationEndpoint = Endpoint(r.GetDestination())
@@ -335,7 +336,7 @@ func ResolveResponse(res *engine.ResolveResult) (*verdictv1.ResolveResponse, err
 	return out, nil
 }
 
-func Selectors(sels []engine.Selector) []*verdictv1.Selector {
+func Selectors(sels []resource.Selector) []*verdictv1.Selector {
 	if len(sels) == 0 {
 		return nil
 	}
@@ -350,7 +351,7 @@ func Selectors(sels []engine.Selector) []*verdictv1.Selector {
 	return out
 }
 
-func Ports(ports []engine.PortEntry) []*verdictv1.PortEntry {
+func Ports(ports []resource.PortEntry) []*verdictv1.PortEntry {
 	if len(ports) == 0 {
 		return nil
 	}
@@ -393,7 +394,7 @@ type ConfCache struct {
 }
 
 type confEntry struct {
-	conf engine.Object // keeps the key's map alive
+	conf resource.Object // keeps the key's map alive
 	pb   *structpb.Struct
 }
 
@@ -405,7 +406,7 @@ func NewConfCache(limit int) *ConfCache {
 
 // Get returns conf as a Struct, shared (callers must not modify it); nil for
 // no conf.
-func (c *ConfCache) Get(conf engine.Object) *structpb.Struct {
+func (c *ConfCache) Get(conf resource.Object) *structpb.Struct {
 	if conf == nil {
 		return nil
 	}

@@ -12,29 +12,29 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // conformanceResources decodes the resources of every suite of
 // testdata/conformance.
-func conformanceResources(t testing.TB) []engine.Resource {
+func conformanceResources(t testing.TB) []resource.Resource {
 	t.Helper()
 	files, err := filepath.Glob("../../testdata/conformance/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no conformance suites: %v", err)
 	}
-	var out []engine.Resource
+	var out []resource.Resource
 	for _, f := range files {
 		data := readFile(t, f)
-		docs, err := engine.ParseYAML(data)
+		docs, err := resource.ParseYAML(data)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
 		top, _ := docs[0].Value.(map[string]any)
 		list, _ := top["resources"].([]any)
 		for i, v := range list {
-			r, err := engine.DecodeValue(v)
+			r, err := resource.DecodeValue(v)
 			if err != nil {
 				t.Fatalf("%s: resources[%d]: %v", f, i, err)
 			}
@@ -51,11 +51,11 @@ func TestResourceRoundTrip(t *testing.T) {
 	stamp := time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.UTC)
 	for i, r := range resources {
 		if i%3 == 0 {
-			resources[i] = r.WithMeta(engine.Meta{CreationTime: stamp, ModificationTime: stamp.Add(time.Duration(i) * time.Millisecond)})
+			resources[i] = r.WithMeta(resource.Meta{CreationTime: stamp, ModificationTime: stamp.Add(time.Duration(i) * time.Millisecond)})
 		}
 	}
 	for i, r := range resources {
-		want, err := engine.EncodeJSON(r)
+		want, err := resource.EncodeJSON(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func TestResourceRoundTrip(t *testing.T) {
 			pj, _ := protojson.Marshal(pr)
 			t.Fatalf("%s: from proto: %v\n%s", r.Key(), err, pj)
 		}
-		got, err := engine.EncodeJSON(back)
+		got, err := resource.EncodeJSON(back)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,27 +86,27 @@ func TestResourceRoundTrip(t *testing.T) {
 
 // jsonToProto is the JSON path the direct mapping replaced: the engine's
 // canonical document read as the API's message by protobuf JSON.
-func jsonToProto(t *testing.T, r engine.Resource) *verdictv1.Resource {
+func jsonToProto(t *testing.T, r resource.Resource) *verdictv1.Resource {
 	t.Helper()
-	b, err := engine.EncodeJSON(r)
+	b, err := resource.EncodeJSON(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := &verdictv1.Resource{}
 	switch r.(type) {
-	case *engine.Mesh:
+	case *resource.Mesh:
 		m := &verdictv1.Mesh{}
 		err = protojson.Unmarshal(b, m)
 		out.Resource = &verdictv1.Resource_Mesh{Mesh: m}
-	case *engine.Scope:
+	case *resource.Scope:
 		m := &verdictv1.Scope{}
 		err = protojson.Unmarshal(b, m)
 		out.Resource = &verdictv1.Resource_Scope{Scope: m}
-	case *engine.Policy:
+	case *resource.Policy:
 		m := &verdictv1.Policy{}
 		err = protojson.Unmarshal(b, m)
 		out.Resource = &verdictv1.Resource_Policy{Policy: m}
-	case *engine.Workload:
+	case *resource.Workload:
 		m := &verdictv1.Workload{}
 		err = protojson.Unmarshal(b, m)
 		out.Resource = &verdictv1.Resource_Workload{Workload: m}
@@ -174,7 +174,7 @@ overrides: {strategy: merge, when: "true", rules: {x: {y: 2}}}
 `)
 	resources = append(resources, extra...)
 	for i, r := range resources {
-		for _, meta := range []engine.Meta{r.Metadata(), {CreationTime: stamp, ModificationTime: stamp.Add(time.Duration(i) * time.Millisecond)}} {
+		for _, meta := range []resource.Meta{r.Metadata(), {CreationTime: stamp, ModificationTime: stamp.Add(time.Duration(i) * time.Millisecond)}} {
 			r := r.WithMeta(meta)
 			got, err := ResourceToProto(r)
 			if err != nil {
@@ -187,9 +187,9 @@ overrides: {strategy: merge, when: "true", rules: {x: {y: 2}}}
 	}
 }
 
-func decodeAll(t *testing.T, yaml string) []engine.Resource {
+func decodeAll(t *testing.T, yaml string) []resource.Resource {
 	t.Helper()
-	rs, err := engine.DecodeYAML([]byte(yaml))
+	rs, err := resource.DecodeYAML([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestResourceFromProtoErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := ResourceFromProto("resources[3]", tc.in)
-			var ve *engine.ValidationError
+			var ve *resource.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("error %v (%T), want a validation error", err, err)
 			}
@@ -235,8 +235,8 @@ func TestResourceFromProtoErrors(t *testing.T) {
 func TestConfCacheSharesConversions(t *testing.T) {
 	t.Parallel()
 	c := NewConfCache(2)
-	a := engine.Object{"backend": "splunk", "n": jsonNum("3")}
-	b := engine.Object{"x": []any{jsonNum("1.5"), true, nil}}
+	a := resource.Object{"backend": "splunk", "n": jsonNum("3")}
+	b := resource.Object{"x": []any{jsonNum("1.5"), true, nil}}
 	pa := c.Get(a)
 	if pa != c.Get(a) {
 		t.Error("a second get of one conf converted it again")
@@ -247,7 +247,7 @@ func TestConfCacheSharesConversions(t *testing.T) {
 	if c.Get(b).Fields["x"].GetListValue().Values[0].GetNumberValue() != 1.5 {
 		t.Error("list value not converted")
 	}
-	c.Get(engine.Object{"y": "z"}) // past the bound: the cache starts over
+	c.Get(resource.Object{"y": "z"}) // past the bound: the cache starts over
 	if c.Get(a).Fields["backend"].GetStringValue() != "splunk" {
 		t.Error("conf changed after a reset")
 	}
@@ -282,15 +282,15 @@ func BenchmarkResourceToProto(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			r := resources[i%len(resources)]
-			doc, err := engine.EncodeJSON(r)
+			doc, err := resource.EncodeJSON(r)
 			if err != nil {
 				b.Fatal(err)
 			}
 			var m proto.Message
 			switch r.(type) {
-			case *engine.Mesh:
+			case *resource.Mesh:
 				m = &verdictv1.Mesh{}
-			case *engine.Scope:
+			case *resource.Scope:
 				m = &verdictv1.Scope{}
 			default:
 				m = &verdictv1.Policy{}

@@ -9,45 +9,45 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // Engine resources to API messages, field by field (the watch, Get and List
 // paths). The result is the message whose protobuf JSON is the engine's
-// canonical document (engine.EncodeJSON): defaults left out as the document
+// canonical document (resource.EncodeJSON): defaults left out as the document
 // leaves them out, enums as their names. TestDirectMappingEqualsJSON holds the
 // two equal over every conformance resource.
 
 // ResourceToProto encodes an engine resource as an API resource. The message
 // shares the resource's maps and slices (tags, values, unset, catch-all types):
 // like the resource, it must not be modified.
-func ResourceToProto(r engine.Resource) (*verdictv1.Resource, error) {
+func ResourceToProto(r resource.Resource) (*verdictv1.Resource, error) {
 	switch t := r.(type) {
-	case *engine.Mesh:
+	case *resource.Mesh:
 		return &verdictv1.Resource{Resource: &verdictv1.Resource_Mesh{Mesh: meshToProto(t)}}, nil
-	case *engine.Scope:
+	case *resource.Scope:
 		return &verdictv1.Resource{Resource: &verdictv1.Resource_Scope{Scope: scopeToProto(t)}}, nil
-	case *engine.Policy:
+	case *resource.Policy:
 		p, err := policyToProto(t)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.Key(), err)
 		}
 		return &verdictv1.Resource{Resource: &verdictv1.Resource_Policy{Policy: p}}, nil
-	case *engine.Workload:
+	case *resource.Workload:
 		return WorkloadToProto(t), nil
 	}
 	return nil, fmt.Errorf("unknown resource type %T", r)
 }
 
-func meshToProto(m *engine.Mesh) *verdictv1.Mesh {
+func meshToProto(m *resource.Mesh) *verdictv1.Mesh {
 	out := &verdictv1.Mesh{Kind: "Mesh", Name: m.Name,
 		DefaultAction: m.DefaultAction.String(), UnenforcedAction: m.UnenforcedAction.String(), StrictTypes: m.StrictTypes,
 		CreationTime: timestamp(m.Meta.CreationTime), ModificationTime: timestamp(m.Meta.ModificationTime)}
 	out.TieBreak = m.TieBreak.String() // "" when unset (the profile's, else Name)
 	out.ItemOrder = m.ItemOrder.String()
 	out.Profile = m.Profile.String()
-	if m.InvalidResources != engine.InvalidDeny {
+	if m.InvalidResources != resource.InvalidDeny {
 		out.InvalidResources = m.InvalidResources.String()
 	}
 	if len(m.Types) > 0 {
@@ -55,7 +55,7 @@ func meshToProto(m *engine.Mesh) *verdictv1.Mesh {
 		for name, ts := range m.Types {
 			pts := &verdictv1.TypeSettings{DefaultAction: ts.DefaultAction.String(), UnenforcedAction: ts.UnenforcedAction.String(),
 				Select: ts.Select.String()}
-			if ts.Combine != engine.FirstMatch {
+			if ts.Combine != resource.FirstMatch {
 				pts.Combine = ts.Combine.String()
 			}
 			out.Types[name] = pts
@@ -64,7 +64,7 @@ func meshToProto(m *engine.Mesh) *verdictv1.Mesh {
 	return out
 }
 
-func scopeToProto(s *engine.Scope) *verdictv1.Scope {
+func scopeToProto(s *resource.Scope) *verdictv1.Scope {
 	out := &verdictv1.Scope{Kind: "Scope", Mesh: s.Mesh, Name: s.Name, Parent: s.Parent, Priority: s.Priority,
 		Selectors: Selectors(s.Selectors), CatchAll: s.CatchAll.String(), CatchAllTypes: s.CatchAllTypes,
 		CreationTime: timestamp(s.Meta.CreationTime), ModificationTime: timestamp(s.Meta.ModificationTime)}
@@ -72,20 +72,20 @@ func scopeToProto(s *engine.Scope) *verdictv1.Scope {
 		f := false
 		out.Enforced = &f
 	}
-	if s.Mode == engine.ModeAudit {
+	if s.Mode == resource.ModeAudit {
 		out.Mode = s.Mode.String()
 	}
 	return out
 }
 
-func policyToProto(p *engine.Policy) (*verdictv1.Policy, error) {
+func policyToProto(p *resource.Policy) (*verdictv1.Policy, error) {
 	out := &verdictv1.Policy{Kind: "Policy", Mesh: p.Mesh, Name: p.Name, Type: p.Type, Scope: p.Scope, Priority: p.Priority,
 		Sources: Selectors(p.Sources), Destinations: Selectors(p.Destinations), Action: p.Action.String(), Unset: p.Unset,
 		CreationTime: timestamp(p.Meta.CreationTime), ModificationTime: timestamp(p.Meta.ModificationTime)}
-	if p.Rank == engine.RankAbsolute {
+	if p.Rank == resource.RankAbsolute {
 		out.Rank = "Absolute"
 	}
-	if p.Mode == engine.ModeAudit {
+	if p.Mode == resource.ModeAudit {
 		out.Mode = p.Mode.String()
 	}
 	for _, pe := range p.Ports {
@@ -117,7 +117,7 @@ func policyToProto(p *engine.Policy) (*verdictv1.Policy, error) {
 	return out, nil
 }
 
-func targetRefToProto(t *engine.TargetRef) *verdictv1.TargetRef {
+func targetRefToProto(t *resource.TargetRef) *verdictv1.TargetRef {
 	out := &verdictv1.TargetRef{Kind: t.Kind.String(), Name: t.Name, Tags: t.Tags}
 	for _, e := range t.Expressions {
 		out.Expressions = append(out.Expressions, &verdictv1.Expression{Key: e.Key, Operator: e.Operator.String(), Values: e.Values})
@@ -125,7 +125,7 @@ func targetRefToProto(t *engine.TargetRef) *verdictv1.TargetRef {
 	return out
 }
 
-func itemsToProto(items []engine.Item, field string) ([]*verdictv1.Item, error) {
+func itemsToProto(items []resource.Item, field string) ([]*verdictv1.Item, error) {
 	if items == nil {
 		return nil, nil
 	}
@@ -143,7 +143,7 @@ func itemsToProto(items []engine.Item, field string) ([]*verdictv1.Item, error) 
 
 // blockToProto: a block always carries its rules (an empty object when it has
 // none) and its strategy, as the document does.
-func blockToProto(b *engine.Block, field string) (*verdictv1.Block, error) {
+func blockToProto(b *resource.Block, field string) (*verdictv1.Block, error) {
 	if b == nil {
 		return nil, nil
 	}
@@ -155,7 +155,7 @@ func blockToProto(b *engine.Block, field string) (*verdictv1.Block, error) {
 }
 
 // confStruct is a conf as the document has it: absent when empty.
-func confStruct(o engine.Object, field string) (*structpb.Struct, error) {
+func confStruct(o resource.Object, field string) (*structpb.Struct, error) {
 	if len(o) == 0 {
 		return nil, nil
 	}
@@ -164,7 +164,7 @@ func confStruct(o engine.Object, field string) (*structpb.Struct, error) {
 
 // objectStruct converts an engine object; a number is a JSON number read as
 // a double, as protobuf JSON reads it.
-func objectStruct(o engine.Object, field string) (*structpb.Struct, error) {
+func objectStruct(o resource.Object, field string) (*structpb.Struct, error) {
 	out := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(o))}
 	for k, v := range o {
 		pv, err := value(v, field)
@@ -190,7 +190,7 @@ func value(v any, field string) (*structpb.Value, error) {
 			return nil, fmt.Errorf("%s: number %s: %w", field, t, err)
 		}
 		return structpb.NewNumberValue(f), nil
-	case engine.Object:
+	case resource.Object:
 		s, err := objectStruct(t, field)
 		if err != nil {
 			return nil, err

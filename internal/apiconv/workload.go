@@ -8,14 +8,14 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // WorkloadFromProto decodes an API workload by direct field mapping into the
 // engine's generic tree, which the one decoder validates; field paths of its
 // errors start with path + ".workload".
-func WorkloadFromProto(path string, w *verdictv1.Workload) (engine.Resource, error) {
+func WorkloadFromProto(path string, w *verdictv1.Workload) (resource.Resource, error) {
 	doc := map[string]any{"kind": "Workload"}
 	if w.GetKind() != "" {
 		doc["kind"] = w.GetKind()
@@ -46,22 +46,22 @@ func WorkloadFromProto(path string, w *verdictv1.Workload) (engine.Resource, err
 	}
 	setTime(doc, "creationTime", w.GetCreationTime())
 	setTime(doc, "modificationTime", w.GetModificationTime())
-	r, err := engine.DecodeValue(doc)
+	r, err := resource.DecodeValue(doc)
 	if err != nil {
-		if ve := (*engine.ValidationError)(nil); errors.As(err, &ve) {
+		if ve := (*resource.ValidationError)(nil); errors.As(err, &ve) {
 			return nil, ve.Prefixed(path + ".workload")
 		}
 		return nil, err
 	}
-	if _, ok := r.(*engine.Workload); !ok {
-		return nil, &engine.ValidationError{Errors: []engine.FieldError{{Field: path + ".workload.kind",
+	if _, ok := r.(*resource.Workload); !ok {
+		return nil, &resource.ValidationError{Errors: []resource.FieldError{{Field: path + ".workload.kind",
 			Reason: "the workload member of a resource holds a Workload"}}}
 	}
 	return r, nil
 }
 
 // WorkloadToProto encodes an engine workload as an API resource.
-func WorkloadToProto(w *engine.Workload) *verdictv1.Resource {
+func WorkloadToProto(w *resource.Workload) *verdictv1.Resource {
 	out := &verdictv1.Workload{Kind: "Workload", Mesh: w.Mesh, Name: w.Name, Tags: w.Tags,
 		Addresses: w.Addresses, Principal: w.Principal,
 		CreationTime: timestamp(w.Meta.CreationTime), ModificationTime: timestamp(w.Meta.ModificationTime)}

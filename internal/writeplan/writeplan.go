@@ -9,7 +9,7 @@ package writeplan
 import (
 	"sort"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -19,17 +19,17 @@ const MaxBytes = store.MaxTxnBytes * 3 / 4
 
 // Split returns resources in parts of at most maxOps resources and MaxBytes
 // encoded bytes, in dependency order (Order). One part when everything fits.
-func Split(resources []engine.Resource, maxOps int) [][]engine.Resource {
+func Split(resources []resource.Resource, maxOps int) [][]resource.Resource {
 	if maxOps <= 0 || maxOps > store.MaxOps {
 		maxOps = store.MaxOps
 	}
 	ordered := Order(resources)
-	var parts [][]engine.Resource
-	var cur []engine.Resource
+	var parts [][]resource.Resource
+	var cur []resource.Resource
 	size := 0
 	for _, r := range ordered {
 		n := 512 // key and framing
-		if b, err := engine.EncodeJSON(r); err == nil {
+		if b, err := resource.EncodeJSON(r); err == nil {
 			n += len(b)
 		}
 		if len(cur) > 0 && (len(cur) == maxOps || size+n > MaxBytes) {
@@ -49,29 +49,29 @@ func Split(resources []engine.Resource, maxOps int) [][]engine.Resource {
 // depth under other scopes of the same write (a parent before its children),
 // workloads next, policies last. parents maps a scope's key
 // ("default/scopes/Apps") to its parent's key, for the scopes of the write.
-func Rank(k engine.Key, parents map[string]string) int {
+func Rank(k resource.Key, parents map[string]string) int {
 	const maxDepth = 1 << 16
 	switch k.Kind {
-	case engine.KindMesh:
+	case resource.KindMesh:
 		return 0
-	case engine.KindScope:
+	case resource.KindScope:
 		depth := 0
 		for p, ok := parents[k.String()]; ok && depth < len(parents); p, ok = parents[p] {
 			depth++
 		}
 		return 1 + depth
-	case engine.KindWorkload:
+	case resource.KindWorkload:
 		return 2 + maxDepth
 	}
 	return 3 + maxDepth
 }
 
 // ScopeParents maps the key of each scope among resources to its parent's key.
-func ScopeParents(resources []engine.Resource) map[string]string {
+func ScopeParents(resources []resource.Resource) map[string]string {
 	parents := map[string]string{}
 	for _, r := range resources {
-		if s, ok := r.(*engine.Scope); ok && s.Parent != "" {
-			parents[r.Key().String()] = engine.Key{Kind: engine.KindScope, Mesh: s.Mesh, Name: s.Parent}.String()
+		if s, ok := r.(*resource.Scope); ok && s.Parent != "" {
+			parents[r.Key().String()] = resource.Key{Kind: resource.KindScope, Mesh: s.Mesh, Name: s.Parent}.String()
 		}
 	}
 	return parents
@@ -79,9 +79,9 @@ func ScopeParents(resources []engine.Resource) map[string]string {
 
 // Order returns resources in dependency order: meshes, scopes parents first,
 // workloads, policies; otherwise in their original order.
-func Order(resources []engine.Resource) []engine.Resource {
+func Order(resources []resource.Resource) []resource.Resource {
 	parents := ScopeParents(resources)
-	ordered := append([]engine.Resource(nil), resources...)
+	ordered := append([]resource.Resource(nil), resources...)
 	sort.SliceStable(ordered, func(i, j int) bool {
 		return Rank(ordered[i].Key(), parents) < Rank(ordered[j].Key(), parents)
 	})

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 func TestSplit(t *testing.T) {
@@ -14,7 +14,7 @@ func TestSplit(t *testing.T) {
 		docs = append(docs, fmt.Sprintf("kind: Policy\nname: p%d\nscope: s\nsources: [{}]\ndestinations: [{}]", i))
 	}
 	docs = append(docs, "kind: Scope\nname: s\nselectors: [{}]", "kind: Mesh\nname: default")
-	rs, err := engine.DecodeYAML([]byte(strings.Join(docs, "\n---\n")))
+	rs, err := resource.DecodeYAML([]byte(strings.Join(docs, "\n---\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func TestSplit(t *testing.T) {
 	if len(parts) != 3 || len(parts[0]) != 128 || len(parts[2]) != 302-256 {
 		t.Fatalf("parts of %d, %d, ...", len(parts[0]), len(parts[1]))
 	}
-	if parts[0][0].Key().Kind != engine.KindMesh || parts[0][1].Key().Kind != engine.KindScope {
+	if parts[0][0].Key().Kind != resource.KindMesh || parts[0][1].Key().Kind != resource.KindScope {
 		t.Errorf("meshes and scopes do not come first: %v, %v", parts[0][0].Key(), parts[0][1].Key())
 	}
 	if got := Split(rs[:5], 10); len(got) != 1 || len(got[0]) != 5 {
@@ -33,7 +33,7 @@ func TestSplit(t *testing.T) {
 	for i := range 10 {
 		bigDocs = append(bigDocs, fmt.Sprintf("kind: Policy\nname: b%d\nsources: [{}]\ndestinations: [{}]\nconf: {blob: %s}", i, big))
 	}
-	brs, err := engine.DecodeYAML([]byte(strings.Join(bigDocs, "\n---\n")))
+	brs, err := resource.DecodeYAML([]byte(strings.Join(bigDocs, "\n---\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestSplit(t *testing.T) {
 // TestOrder: meshes, scopes parents first (a child given before its parent),
 // workloads, policies.
 func TestOrder(t *testing.T) {
-	rs, err := engine.DecodeYAML([]byte(`kind: Policy
+	rs, err := resource.DecodeYAML([]byte(`kind: Policy
 name: p
 sources: [{}]
 destinations: [{}]

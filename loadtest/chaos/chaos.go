@@ -22,7 +22,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -134,7 +134,7 @@ action: DENY
 
 func flows() []*verdictv1.DecideRequest {
 	w := func(svc string) *verdictv1.Endpoint {
-		return &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: svc, "env": "chaos"}}
+		return &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: svc, "env": "chaos"}}
 	}
 	return []*verdictv1.DecideRequest{
 		{Source: w("web"), Destination: w("backend"), Protocol: "TCP", Port: 8080},
@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // seed writes the base policies through r0 and waits until both replicas
 // serve them.
 func seed(ctx context.Context, e *env) (int64, error) {
-	rs, err := engine.DecodeYAML([]byte(basePolicies))
+	rs, err := resource.DecodeYAML([]byte(basePolicies))
 	if err != nil {
 		return 0, err
 	}
@@ -283,8 +283,8 @@ func (c *run) final(ctx context.Context, rep *Report) {
 		for _, p := range probes {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			d, err := r.current().dec.Decide(cctx, &verdictv1.DecideRequest{MinRevision: st.Revision,
-				Source:      &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: p.src}},
-				Destination: &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: chaosDst}}})
+				Source:      &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: p.src}},
+				Destination: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: chaosDst}}})
 			cancel()
 			name := p.key[len("default/policies/"+writeType+"/"):]
 			switch {

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -222,9 +222,9 @@ type hostile struct {
 func seedHostile(ctx context.Context, c *clients) error {
 	var res []*verdictv1.Resource
 	for i := range 201 {
-		p := &engine.Policy{Mesh: hostileMesh, Type: engine.DefaultType, Name: fmt.Sprintf("p-%03d", i), Action: engine.Allow,
-			Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: "*"}}},
-			Destinations: []engine.Selector{{Match: map[string]string{engine.ServiceTag: "*"}}}}
+		p := &resource.Policy{Mesh: hostileMesh, Type: resource.DefaultType, Name: fmt.Sprintf("p-%03d", i), Action: resource.Allow,
+			Sources:      []resource.Selector{{Match: map[string]string{resource.ServiceTag: "*"}}},
+			Destinations: []resource.Selector{{Match: map[string]string{resource.ServiceTag: "*"}}}}
 		pr, err := apiconv.ResourceToProto(p)
 		if err != nil {
 			return err
@@ -356,7 +356,7 @@ func (h *hostile) stormWatchRules(ctx context.Context, s *HostileScenario) error
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		st, err := c.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: &verdictv1.Endpoint{
-			Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", i%50)}}})
+			Tags: map[string]string{resource.ServiceTag: fmt.Sprintf("svc-%d", i%50)}}})
 		if err != nil {
 			return err
 		}
@@ -390,7 +390,7 @@ func (h *hostile) stormWatchResources(ctx context.Context, s *HostileScenario) e
 
 // hostileWorkload is the workload every silent stream watches; the writes
 // of the scenario all change its inbound rules.
-var hostileWorkload = map[string]string{engine.ServiceTag: "hostile-target"}
+var hostileWorkload = map[string]string{resource.ServiceTag: "hostile-target"}
 
 // silentStreams holds SilentStreams WatchRules streams that never read while
 // policies concerning their workload change at WriteRate; an honest watcher
@@ -471,10 +471,10 @@ writing:
 			break writing
 		case <-tick.C:
 		}
-		p := &engine.Policy{Mesh: engine.DefaultMesh, Type: engine.DefaultType, Name: fmt.Sprintf("hostile-%d", n%20),
-			Action:       []engine.Action{engine.Allow, engine.Deny}[(n/20)%2],
-			Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("peer-%d", n%20)}}},
-			Destinations: []engine.Selector{{Match: hostileWorkload}}}
+		p := &resource.Policy{Mesh: resource.DefaultMesh, Type: resource.DefaultType, Name: fmt.Sprintf("hostile-%d", n%20),
+			Action:       []resource.Action{resource.Allow, resource.Deny}[(n/20)%2],
+			Sources:      []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("peer-%d", n%20)}}},
+			Destinations: []resource.Selector{{Match: hostileWorkload}}}
 		pr, err := apiconv.ResourceToProto(p)
 		if err != nil {
 			return err
@@ -561,8 +561,8 @@ func (h *hostile) explainFlood(ctx context.Context, s *HostileScenario) error {
 	req := &verdictv1.DecideBatchRequest{}
 	for i := range 1000 {
 		req.Requests = append(req.Requests, &verdictv1.DecideRequest{Mesh: hostileMesh, Explain: true,
-			Source:      &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("src-%d", i)}},
-			Destination: &verdictv1.Endpoint{Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("dst-%d", i%10)}}})
+			Source:      &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: fmt.Sprintf("src-%d", i)}},
+			Destination: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: fmt.Sprintf("dst-%d", i%10)}}})
 	}
 	var mu sync.Mutex
 	return h.flood(ctx, s, func(ctx context.Context, c *clients) error {

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -361,9 +361,9 @@ func (s *soak) write(ctx context.Context) {
 				err = nil
 			}
 		} else {
-			p := &engine.Policy{Mesh: engine.DefaultMesh, Type: writeType, Name: name, Action: engine.Allow,
-				Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200))}}},
-				Destinations: []engine.Selector{{Match: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200)), "v": strconv.Itoa(n)}}}}
+			p := &resource.Policy{Mesh: resource.DefaultMesh, Type: writeType, Name: name, Action: resource.Allow,
+				Sources:      []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200))}}},
+				Destinations: []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200)), "v": strconv.Itoa(n)}}}}
 			res, perr := apiconv.ResourceToProto(p)
 			if perr != nil {
 				panic(perr) // a constant policy that does not convert is a bug here
@@ -445,7 +445,7 @@ func (s *soak) streamLoop(ctx context.Context, i int, kind string, lo, hi time.D
 
 func (s *soak) watchRules(ctx context.Context, c *clients, r *rand.Rand) error {
 	st, err := c.wat.WatchRules(ctx, &verdictv1.WatchRulesRequest{Workload: &verdictv1.Endpoint{
-		Tags: map[string]string{engine.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200))}}})
+		Tags: map[string]string{resource.ServiceTag: fmt.Sprintf("svc-%d", r.IntN(200))}}})
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -23,7 +23,7 @@ import (
 const (
 	chaosDst  = "chaos-dst"
 	hotKeys   = 8
-	writeType = engine.DefaultType
+	writeType = resource.DefaultType
 )
 
 // writer writes policies through the replicas' PolicyService and keeps a
@@ -114,13 +114,13 @@ func (w *writer) create(ctx context.Context) {
 }
 
 func policyKey(name string) string {
-	return engine.Key{Kind: engine.KindPolicy, Mesh: engine.DefaultMesh, Type: writeType, Name: name}.String()
+	return resource.Key{Kind: resource.KindPolicy, Mesh: resource.DefaultMesh, Type: writeType, Name: name}.String()
 }
 
 func (w *writer) put(ctx context.Context, name, src string) bool {
-	p := &engine.Policy{Mesh: engine.DefaultMesh, Type: writeType, Name: name, Action: engine.Allow,
-		Sources:      []engine.Selector{{Match: map[string]string{engine.ServiceTag: src}}},
-		Destinations: []engine.Selector{{Match: map[string]string{engine.ServiceTag: chaosDst}}}}
+	p := &resource.Policy{Mesh: resource.DefaultMesh, Type: writeType, Name: name, Action: resource.Allow,
+		Sources:      []resource.Selector{{Match: map[string]string{resource.ServiceTag: src}}},
+		Destinations: []resource.Selector{{Match: map[string]string{resource.ServiceTag: chaosDst}}}}
 	res, err := apiconv.ResourceToProto(p)
 	if err != nil {
 		panic(err) // a constant policy that does not convert is a bug here
@@ -267,7 +267,7 @@ func sourceOf(value []byte) string {
 	if json.Unmarshal(value, &p) != nil || len(p.Sources) == 0 {
 		return ""
 	}
-	return p.Sources[0].Match[engine.ServiceTag]
+	return p.Sources[0].Match[resource.ServiceTag]
 }
 
 // probes returns up to n acknowledged final states to check with a Decide:

@@ -33,40 +33,40 @@ func testSizes(t testing.TB) []int {
 // handSet is a small set that uses every translated feature in ways the
 // generator rarely does: NotIn, Exists, DoesNotExist, one-value In, several
 // port entries, port ranges without protocol, ICMP, several selectors.
-func handSet(combine engine.Combine) *policygen.Set {
-	mesh := &engine.Mesh{Name: engine.DefaultMesh}
+func handSet(combine resource.Combine) *policygen.Set {
+	mesh := &resource.Mesh{Name: resource.DefaultMesh}
 	if combine != engine.FirstMatch {
-		mesh.Types = map[string]engine.TypeSettings{engine.DefaultType: {Combine: combine}}
+		mesh.Types = map[string]resource.TypeSettings{resource.DefaultType: {Combine: combine}}
 	}
-	svc := func(s string) engine.Selector { return engine.Selector{Match: map[string]string{engine.ServiceTag: s}} }
-	pol := func(name string, prio int32, action engine.Action, src, dst []engine.Selector, ports ...engine.PortEntry) *engine.Policy {
-		return &engine.Policy{Mesh: engine.DefaultMesh, Type: engine.DefaultType, Name: name, Priority: prio,
+	svc := func(s string) resource.Selector { return resource.Selector{Match: map[string]string{engine.ServiceTag: s}} }
+	pol := func(name string, prio int32, action resource.Action, src, dst []resource.Selector, ports ...resource.PortEntry) *resource.Policy {
+		return &resource.Policy{Mesh: resource.DefaultMesh, Type: resource.DefaultType, Name: name, Priority: prio,
 			Action: action, Sources: src, Destinations: dst, Ports: ports}
 	}
-	all := []engine.Selector{{}}
-	return &policygen.Set{Config: policygen.Config{Mesh: engine.DefaultMesh, Type: engine.DefaultType}, Resources: []engine.Resource{
+	all := []resource.Selector{{}}
+	return &policygen.Set{Config: policygen.Config{Mesh: resource.DefaultMesh, Type: resource.DefaultType}, Resources: []resource.Resource{
 		mesh,
-		pol("web-to-api", 1, engine.Allow, []engine.Selector{svc("web")}, []engine.Selector{svc("api")}),
-		pol("web-prod-deny", 1, engine.Deny, []engine.Selector{{Match: map[string]string{engine.ServiceTag: "web", "env": "prod"}}},
-			[]engine.Selector{svc("api")}, engine.PortEntry{Protocol: engine.TCP, Ports: "8000-8100,9000"}),
-		pol("any-env-to-db", 2, engine.Allow, []engine.Selector{{Match: map[string]string{"env": "*"}}},
-			[]engine.Selector{svc("db")}, engine.PortEntry{Ports: "5432"}, engine.PortEntry{Protocol: engine.UDP}),
-		pol("not-dev-to-db", 0, engine.Deny, []engine.Selector{{Expressions: []engine.Expression{
+		pol("web-to-api", 1, engine.Allow, []resource.Selector{svc("web")}, []resource.Selector{svc("api")}),
+		pol("web-prod-deny", 1, engine.Deny, []resource.Selector{{Match: map[string]string{engine.ServiceTag: "web", "env": "prod"}}},
+			[]resource.Selector{svc("api")}, resource.PortEntry{Protocol: engine.TCP, Ports: "8000-8100,9000"}),
+		pol("any-env-to-db", 2, engine.Allow, []resource.Selector{{Match: map[string]string{"env": "*"}}},
+			[]resource.Selector{svc("db")}, resource.PortEntry{Ports: "5432"}, resource.PortEntry{Protocol: engine.UDP}),
+		pol("not-dev-to-db", 0, engine.Deny, []resource.Selector{{Expressions: []resource.Expression{
 			{Key: "env", Operator: engine.OpNotIn, Values: []string{"dev", "staging"}}}}},
-			[]engine.Selector{svc("db")}, engine.PortEntry{Protocol: engine.ICMP}),
-		pol("one-value-in", 2, engine.Allow, []engine.Selector{{Expressions: []engine.Expression{
-			{Key: engine.ServiceTag, Operator: engine.OpIn, Values: []string{"web"}}}}}, []engine.Selector{svc("db")}),
-		pol("unlabelled", 3, engine.Deny, []engine.Selector{{Expressions: []engine.Expression{
+			[]resource.Selector{svc("db")}, resource.PortEntry{Protocol: engine.ICMP}),
+		pol("one-value-in", 2, engine.Allow, []resource.Selector{{Expressions: []resource.Expression{
+			{Key: engine.ServiceTag, Operator: engine.OpIn, Values: []string{"web"}}}}}, []resource.Selector{svc("db")}),
+		pol("unlabelled", 3, engine.Deny, []resource.Selector{{Expressions: []resource.Expression{
 			{Key: "env", Operator: engine.OpDoesNotExist}, {Key: engine.ServiceTag, Operator: engine.OpExists}}}}, all),
-		pol("two-by-two", 3, engine.Allow, []engine.Selector{svc("web"), svc("db")}, []engine.Selector{svc("api"), {Match: map[string]string{"env": "*"}}},
-			engine.PortEntry{Protocol: engine.TCP, Ports: "80,443"}),
-		pol("catch-everything", 4, engine.Allow, all, all, engine.PortEntry{Protocol: engine.UDP, Ports: "53"}),
+		pol("two-by-two", 3, engine.Allow, []resource.Selector{svc("web"), svc("db")}, []resource.Selector{svc("api"), {Match: map[string]string{"env": "*"}}},
+			resource.PortEntry{Protocol: engine.TCP, Ports: "80,443"}),
+		pol("catch-everything", 4, engine.Allow, all, all, resource.PortEntry{Protocol: engine.UDP, Ports: "53"}),
 	}}
 }
 
 // handFlows crosses a few workloads with a few protocols and ports.
 func handFlows() []engine.Request {
-	workloads := []engine.Tags{
+	workloads := []resource.Tags{
 		{},
 		{engine.ServiceTag: "web"},
 		{engine.ServiceTag: "web", "env": "prod"},
@@ -77,7 +77,7 @@ func handFlows() []engine.Request {
 		{"env": "prod"},
 	}
 	traffic := []struct {
-		proto engine.Protocol
+		proto resource.Protocol
 		port  uint32
 	}{{engine.ProtocolAny, 0}, {engine.TCP, 0}, {engine.TCP, 80}, {engine.TCP, 8050}, {engine.TCP, 9000}, {engine.TCP, 5432},
 		{engine.UDP, 53}, {engine.UDP, 5432}, {engine.ICMP, 0}, {engine.ICMP, 8}, {engine.ProtocolAny, 5432}}

@@ -88,7 +88,7 @@ func CedarPolicies(p *Program) (string, error) {
 	return b.String(), nil
 }
 
-func selectorCedar(conds *[]string, entity string, s *engine.Selector) error {
+func selectorCedar(conds *[]string, entity string, s *resource.Selector) error {
 	tags := entity + ".tags"
 	for _, k := range sortedKeys(s.Match) {
 		has := tags + " has " + quote(k)
@@ -190,7 +190,7 @@ func (c *Cedar) Decide(req *engine.Request) (Outcome, error) {
 	return out, nil
 }
 
-func tagsRecord(tags engine.Tags) cedar.Record {
+func tagsRecord(tags resource.Tags) cedar.Record {
 	m := make(cedar.RecordMap, len(tags))
 	for k, v := range tags {
 		m[cedar.String(k)] = cedar.String(v)

@@ -11,8 +11,8 @@ import (
 // TCP 8080 or 9000-9100.
 var example = &peers.Program{DefaultAction: engine.Deny, Combine: engine.DenyOverrides, Rules: []peers.Rule{{
 	Order: 0, Policy: "p-000042-svc-3-to-svc-7", Action: engine.Allow,
-	Src:   engine.Selector{Match: map[string]string{engine.ServiceTag: "*", "env": "prod"}},
-	Dst:   engine.Selector{Match: map[string]string{engine.ServiceTag: "svc-7"}},
+	Src:   resource.Selector{Match: map[string]string{engine.ServiceTag: "*", "env": "prod"}},
+	Dst:   resource.Selector{Match: map[string]string{engine.ServiceTag: "svc-7"}},
 	Ports: []peers.Ports{{Protocol: engine.TCP, Ranges: [][2]uint32{{8080, 8080}, {9000, 9100}}}},
 }}}
 

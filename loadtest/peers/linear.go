@@ -7,8 +7,8 @@ import "github.com/verdictpdp/verdict/engine"
 // matches, remembering the first matching ALLOW).
 type Linear struct {
 	rules   []Rule
-	combine engine.Combine
-	def     engine.Action
+	combine resource.Combine
+	def     resource.Action
 }
 
 // NewLinear holds the program's rules in order.
@@ -38,7 +38,7 @@ func (l *Linear) Decide(req *engine.Request) (Outcome, error) {
 }
 
 // selects reports whether a workload's tags satisfy the selector (docs/selectors.md).
-func selects(s *engine.Selector, tags engine.Tags) bool {
+func selects(s *resource.Selector, tags resource.Tags) bool {
 	for k, want := range s.Match {
 		got, ok := tags[k]
 		if !ok || want != "*" && got != want {
@@ -81,7 +81,7 @@ func contains(values []string, v string) bool {
 }
 
 // portsMatch reports whether a flow falls under the port entries (docs/selectors.md).
-func portsMatch(entries []Ports, proto engine.Protocol, port uint32) bool {
+func portsMatch(entries []Ports, proto resource.Protocol, port uint32) bool {
 	if len(entries) == 0 {
 		return true
 	}

@@ -17,7 +17,7 @@ type Peer struct {
 	// Combine of the sets the peer decides: verdict, the scan and OPA on
 	// FirstMatch sets, Cedar (and verdict again, as its reference) on
 	// DenyOverrides sets.
-	Combine engine.Combine
+	Combine resource.Combine
 	// Reference is the peer whose outcomes and times this one is compared with;
 	// "" for a reference.
 	Reference string
@@ -90,7 +90,7 @@ func (p Peer) Build(ctx context.Context, set *policygen.Set) (Decider, error) {
 // combining algorithms give the same policies: Combine only changes the mesh.
 // The profile is policygen's: Sparse (few candidate rules per flow) or Dense
 // (tens to hundreds of matching rules per flow: issue 19's shape).
-func SetConfig(profile policygen.Profile, policies int, combine engine.Combine) policygen.Config {
+func SetConfig(profile policygen.Profile, policies int, combine resource.Combine) policygen.Config {
 	return policygen.Config{Seed: generatorSeed, Policies: policies, Combine: combine, Profile: profile}
 }
 

@@ -124,7 +124,7 @@ func NewOPAData(ctx context.Context, p *Program) (*OPA, error) {
 
 // selectorData splits the match entries: concrete values in exact (checked with
 // one object.subset), '*' keys in present.
-func selectorData(s *engine.Selector) map[string]any {
+func selectorData(s *resource.Selector) map[string]any {
 	exact, present := map[string]any{}, []any{}
 	for _, k := range sortedKeys(s.Match) {
 		if v := s.Match[k]; v == "*" {
@@ -190,7 +190,7 @@ func OPARulesModule(p *Program) (string, error) {
 }
 
 // selectorRego appends one condition per part of the selector.
-func selectorRego(conds *[]string, ref string, s *engine.Selector) error {
+func selectorRego(conds *[]string, ref string, s *resource.Selector) error {
 	for _, k := range sortedKeys(s.Match) {
 		tag := ref + "[" + quote(k) + "]"
 		if v := s.Match[k]; v == "*" {
@@ -291,7 +291,7 @@ func opaInput(req *engine.Request) ast.Value {
 	)
 }
 
-func tagsTerm(tags engine.Tags) *ast.Term {
+func tagsTerm(tags resource.Tags) *ast.Term {
 	items := make([][2]*ast.Term, 0, len(tags))
 	for k, v := range tags {
 		items = append(items, ast.Item(ast.StringTerm(k), ast.StringTerm(v)))

@@ -33,7 +33,7 @@ var ErrNotTranslated = errors.New("feature not translated")
 // Outcome is a peer's answer for a flow: the final action and the policy that
 // decided it ("" when the mesh's default action did).
 type Outcome struct {
-	Action engine.Action
+	Action resource.Action
 	Policy string
 }
 
@@ -55,15 +55,15 @@ type Decider interface {
 type Rule struct {
 	Order  int // position in verdict's order; Program.Rules[i].Order == i
 	Policy string
-	Action engine.Action
-	Src    engine.Selector
-	Dst    engine.Selector
+	Action resource.Action
+	Src    resource.Selector
+	Dst    resource.Selector
 	Ports  []Ports // none: all traffic
 }
 
 // Ports is one port entry with its ranges parsed.
 type Ports struct {
-	Protocol engine.Protocol // ProtocolAny: every protocol
+	Protocol resource.Protocol // ProtocolAny: every protocol
 	Ranges   [][2]uint32     // inclusive; none: every port
 }
 
@@ -71,8 +71,8 @@ type Ports struct {
 // in verdict's order, how they combine and what a side with no match gets.
 type Program struct {
 	Rules         []Rule
-	Combine       engine.Combine
-	DefaultAction engine.Action
+	Combine       resource.Combine
+	DefaultAction resource.Action
 }
 
 // Translate reads a generated set into a Program. It supports what the generator
@@ -95,7 +95,7 @@ func Translate(set *policygen.Set) (*Program, error) {
 	var rules []keyed
 	for _, res := range set.Resources {
 		switch x := res.(type) {
-		case *engine.Mesh:
+		case *resource.Mesh:
 			if (x.TieBreak != engine.TieBreakUnset && x.TieBreak != engine.TieBreakName) || x.Profile != engine.ProfileNone {
 				return nil, fmt.Errorf("%w: tie-break %s", ErrNotTranslated, x.TieBreak)
 			}
@@ -108,9 +108,9 @@ func Translate(set *policygen.Set) (*Program, error) {
 					prog.DefaultAction = ts.DefaultAction
 				}
 			}
-		case *engine.Scope:
+		case *resource.Scope:
 			return nil, fmt.Errorf("%w: scope %s", ErrNotTranslated, x.Name)
-		case *engine.Policy:
+		case *resource.Policy:
 			if x.Scope != "" || x.IsTargetRef() || x.Rank != engine.RankDefault {
 				return nil, fmt.Errorf("%w: policy %s is scoped, targetRef or Absolute", ErrNotTranslated, x.Name)
 			}
@@ -162,7 +162,7 @@ func Translate(set *policygen.Set) (*Program, error) {
 
 // rank is a selector's specificity (docs/selectors.md): exact entries (concrete
 // match values and one-value In expressions) and all others.
-func rank(s engine.Selector) (exact, wildcard int, err error) {
+func rank(s resource.Selector) (exact, wildcard int, err error) {
 	for _, v := range s.Match {
 		if v == "*" {
 			wildcard++
@@ -187,7 +187,7 @@ func rank(s engine.Selector) (exact, wildcard int, err error) {
 
 // parsePorts parses "80,443,8000-8100". A range starting at 0 starts at 1: port 0
 // means "not given" and never falls in a range (docs/selectors.md).
-func parsePorts(entries []engine.PortEntry) ([]Ports, error) {
+func parsePorts(entries []resource.PortEntry) ([]Ports, error) {
 	var out []Ports
 	for _, e := range entries {
 		p := Ports{Protocol: e.Protocol}

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -171,7 +171,7 @@ func (s *Store) commit(ctx context.Context, ops []store.Op, paths []string, cur 
 				RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(paths[i])}}})
 			continue
 		}
-		value, err := engine.EncodeJSON(cur[i].stamp(op.Resource, now))
+		value, err := resource.EncodeJSON(cur[i].stamp(op.Resource, now))
 		if err != nil {
 			return 0, false, fmt.Errorf("%w: ops[%d]: %w", store.ErrInvalidArgument, i, err)
 		}
@@ -204,7 +204,7 @@ type current struct {
 }
 
 // stamp sets a put's times over what the key holds (store.Stamp).
-func (c current) stamp(r engine.Resource, now time.Time) engine.Resource {
+func (c current) stamp(r resource.Resource, now time.Time) resource.Resource {
 	if c.known {
 		return store.StampCurrent(r, store.Current{ModRevision: c.mod, CreationTime: c.created}, now)
 	}
@@ -216,8 +216,8 @@ func (c current) stamp(r engine.Resource, now time.Time) engine.Resource {
 // dependents of deleted scopes (path → the scope it names).
 type integrityRead struct {
 	rev        int64
-	missing    []engine.Key
-	dependents map[string]engine.Key
+	missing    []resource.Key
+	dependents map[string]resource.Key
 }
 
 // readCurrent reads, in one transaction (one revision), the keys of ops, the
@@ -270,7 +270,7 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string,
 				p := s.path(kv.Key)
 				if d, ok := integ.Dependent(p, kv.Value); ok {
 					if rd.dependents == nil {
-						rd.dependents = map[string]engine.Key{}
+						rd.dependents = map[string]resource.Key{}
 					}
 					rd.dependents[store.RenderPath(p)] = d
 				}

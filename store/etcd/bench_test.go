@@ -9,6 +9,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
 	"github.com/verdictpdp/verdict/store/etcd"
@@ -60,7 +61,7 @@ func benchSyncer(b *testing.B, st store.Store) (*syncer.Syncer, func()) {
 	return sy, func() { cancel(); <-done }
 }
 
-func load(b *testing.B, st store.Store, rs []engine.Resource) int64 {
+func load(b *testing.B, st store.Store, rs []resource.Resource) int64 {
 	b.Helper()
 	var rev int64
 	for i := 0; i < len(rs); i += store.MaxOps {

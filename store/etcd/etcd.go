@@ -32,7 +32,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/internal/zapslog"
 )
@@ -291,7 +291,7 @@ func (s *Store) item(key string, value []byte, create, mod int64, tags *store.Ta
 }
 
 // Get implements store.Store.
-func (s *Store) Get(ctx context.Context, key engine.Key) (store.Item, error) {
+func (s *Store) Get(ctx context.Context, key resource.Key) (store.Item, error) {
 	if err := s.checkOpen(); err != nil {
 		return store.Item{}, err
 	}

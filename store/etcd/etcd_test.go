@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
@@ -235,7 +235,7 @@ func TestWatchCreatedOnASilentEtcd(t *testing.T) {
 		}
 		return
 	}
-	if _, ok := snap.Get(engine.Key{Kind: engine.KindPolicy, Mesh: "default", Type: engine.DefaultType, Name: "b"}); !ok || snap.Len() != 1 {
+	if _, ok := snap.Get(resource.Key{Kind: resource.KindPolicy, Mesh: "default", Type: resource.DefaultType, Name: "b"}); !ok || snap.Len() != 1 {
 		t.Fatalf("the resumed watch holds %d resources, want the one written after rev (b)", snap.Len())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
 	"github.com/verdictpdp/verdict/store/etcd"
@@ -37,7 +38,7 @@ func Example() {
 	defer stop()
 	go sy.Run(runCtx)
 
-	p, _ := engine.DecodeJSON([]byte(`{"kind":"Policy","name":"web-to-api",
+	p, _ := resource.DecodeJSON([]byte(`{"kind":"Policy","name":"web-to-api",
 		"sources":[{"match":{"kuma.io/service":"web"}}],"destinations":[{"match":{"kuma.io/service":"api"}}]}`))
 	rev, err := st.Apply(ctx, []store.Op{{Resource: p, ExpectedRevision: store.MustNotExist}})
 	if err != nil {
@@ -51,7 +52,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	d, _ := snap.Decide(&engine.Request{Source: engine.Tags{"kuma.io/service": "web"}, Destination: engine.Tags{"kuma.io/service": "api"}})
+	d, _ := snap.Decide(&engine.Request{Source: resource.Tags{"kuma.io/service": "web"}, Destination: resource.Tags{"kuma.io/service": "api"}})
 	fmt.Println(d.Action, d.Policy)
 
 	_, err = st.Apply(ctx, []store.Op{{Resource: p, ExpectedRevision: store.MustNotExist}})

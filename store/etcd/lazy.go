@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -99,7 +99,7 @@ func (l *Lazy) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 	return s.Apply(ctx, ops)
 }
 
-func (l *Lazy) Get(ctx context.Context, key engine.Key) (store.Item, error) {
+func (l *Lazy) Get(ctx context.Context, key resource.Key) (store.Item, error) {
 	s, err := l.get()
 	if err != nil {
 		return store.Item{}, err

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -293,7 +294,7 @@ func (s *Store) path(key []byte) string {
 }
 
 // key is the etcd key of k under the store's prefix (docs/storage.md).
-func (s *Store) key(k engine.Key) string {
+func (s *Store) key(k resource.Key) string {
 	return s.prefix + k.String()
 }
 

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -94,7 +94,7 @@ func (s *Store) current(path string) *version {
 // checkIntegrity checks a write's references against the current values, as
 // store/etcd does inside its transaction; s.mu is held.
 func (s *Store) checkIntegrity(integ store.Integrity) error {
-	var missing []engine.Key
+	var missing []resource.Key
 	for _, k := range integ.MustExist {
 		if s.current(k.String()) == nil {
 			missing = append(missing, k)
@@ -103,7 +103,7 @@ func (s *Store) checkIntegrity(integ store.Integrity) error {
 	if len(missing) > 0 {
 		return store.Missing(missing)
 	}
-	var deps map[string]engine.Key
+	var deps map[string]resource.Key
 	for _, r := range integ.DependentRanges() {
 		for p := range s.kvs {
 			if !strings.HasPrefix(p, r) {
@@ -112,7 +112,7 @@ func (s *Store) checkIntegrity(integ store.Integrity) error {
 			if v := s.current(p); v != nil {
 				if d, ok := integ.Dependent(p, v.value); ok {
 					if deps == nil {
-						deps = map[string]engine.Key{}
+						deps = map[string]resource.Key{}
 					}
 					deps[store.RenderPath(p)] = d
 				}
@@ -174,7 +174,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		if op.Resource == nil {
 			continue
 		}
-		b, err := engine.EncodeJSON(store.Stamp(op.Resource, stored, now))
+		b, err := resource.EncodeJSON(store.Stamp(op.Resource, stored, now))
 		if err != nil {
 			return 0, fmt.Errorf("%w: ops[%d]: %w", store.ErrInvalidArgument, i, err)
 		}
@@ -298,7 +298,7 @@ func (s *Store) item(path string, v *version) store.Item {
 }
 
 // Get implements store.Store.
-func (s *Store) Get(ctx context.Context, key engine.Key) (store.Item, error) {
+func (s *Store) Get(ctx context.Context, key resource.Key) (store.Item, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Item{}, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -53,12 +54,12 @@ func runBroken(t *testing.T, newHarness Factory) {
 		skipped := st.Health().Skipped
 		last := WriteBroken(t, h)
 
-		bad, _ := engine.ParseKey("default/policies/TrafficPermission/bad")
+		bad, _ := resource.ParseKey("default/policies/TrafficPermission/bad")
 		it, err := st.Get(ctx, bad)
 		if err != nil {
 			t.Fatalf("Get of a broken value: %v", err)
 		}
-		if it.Err == nil || it.Resource != nil || !errors.Is(it.Err, engine.ErrInvalid) || string(it.Value) != brokenValues[0].value {
+		if it.Err == nil || it.Resource != nil || !errors.Is(it.Err, resource.ErrInvalid) || string(it.Value) != brokenValues[0].value {
 			t.Fatalf("Get of a broken value = %+v", it)
 		}
 
@@ -151,7 +152,7 @@ func runBroken(t *testing.T, newHarness Factory) {
 					t.Fatalf("listed %q twice", it.Path)
 				}
 				seen[it.Path] = true
-				if strings.HasPrefix(it.Path, `"`) && (it.Err == nil || !errors.Is(it.Err, engine.ErrInvalid)) {
+				if strings.HasPrefix(it.Path, `"`) && (it.Err == nil || !errors.Is(it.Err, resource.ErrInvalid)) {
 					t.Fatalf("%s listed without its error: %+v", it.Path, it)
 				}
 			}
@@ -184,8 +185,8 @@ func runBroken(t *testing.T, newHarness Factory) {
 		}
 		// The key whose mesh cannot be read harms no mesh; the policy keys
 		// close their own mesh and type only (SPEC section 10).
-		req := &engine.Request{Mesh: "other", Source: engine.Tags{"kuma.io/service": "web"}, Destination: engine.Tags{"kuma.io/service": "b"}}
-		if d, err := snap.Decide(req); err != nil || d.Action != engine.Allow {
+		req := &engine.Request{Mesh: "other", Source: resource.Tags{"kuma.io/service": "web"}, Destination: resource.Tags{"kuma.io/service": "b"}}
+		if d, err := snap.Decide(req); err != nil || d.Action != resource.Allow {
 			t.Fatalf("another mesh: %+v, %v; want ALLOW", d, err)
 		}
 		req.Mesh = "default"

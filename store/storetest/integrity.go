@@ -6,23 +6,23 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
 // scope is a scope of mesh default named name under parent ("" for none).
-func scope(name, parent string) engine.Resource {
-	return &engine.Scope{Mesh: "default", Name: name, Parent: parent, Enforced: true,
-		Selectors: []engine.Selector{{Match: map[string]string{"team": name}}}}
+func scope(name, parent string) resource.Resource {
+	return &resource.Scope{Mesh: "default", Name: name, Parent: parent, Enforced: true,
+		Selectors: []resource.Selector{{Match: map[string]string{"team": name}}}}
 }
 
 // denyIn is an Absolute DENY of every flow, in scope.
-func denyIn(name, scope string) engine.Resource {
-	return &engine.Policy{Mesh: "default", Name: name, Type: engine.DefaultType, Scope: scope, Rank: engine.RankAbsolute,
-		Action: engine.Deny, Sources: []engine.Selector{{}}, Destinations: []engine.Selector{{}}}
+func denyIn(name, scope string) resource.Resource {
+	return &resource.Policy{Mesh: "default", Name: name, Type: resource.DefaultType, Scope: scope, Rank: resource.RankAbsolute,
+		Action: resource.Deny, Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}}
 }
 
-func del(r engine.Resource) store.Op { return store.Op{Key: r.Key()} }
+func del(r resource.Resource) store.Op { return store.Op{Key: r.Key()} }
 
 func runIntegrity(t *testing.T, newHarness Factory) {
 	t.Run("references must hold at commit", func(t *testing.T) {

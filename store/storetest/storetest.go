@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -72,16 +72,16 @@ func guardDeadline(t testing.TB) time.Time {
 
 // Policy returns a valid policy in mesh named name, at priority: web may
 // call the service called name.
-func Policy(t testing.TB, mesh, name string, priority int) engine.Resource {
-	return &engine.Policy{Mesh: mesh, Name: name, Type: engine.DefaultType, Priority: int32(priority), Action: engine.Allow,
-		Sources:      []engine.Selector{{Match: map[string]string{"kuma.io/service": "web"}}},
-		Destinations: []engine.Selector{{Match: map[string]string{"kuma.io/service": name}}}}
+func Policy(t testing.TB, mesh, name string, priority int) resource.Resource {
+	return &resource.Policy{Mesh: mesh, Name: name, Type: resource.DefaultType, Priority: int32(priority), Action: resource.Allow,
+		Sources:      []resource.Selector{{Match: map[string]string{"kuma.io/service": "web"}}},
+		Destinations: []resource.Selector{{Match: map[string]string{"kuma.io/service": name}}}}
 }
 
 // Decode decodes one resource from JSON or fails the test.
-func Decode(t testing.TB, doc string) engine.Resource {
+func Decode(t testing.TB, doc string) resource.Resource {
 	t.Helper()
-	r, err := engine.DecodeJSON([]byte(doc))
+	r, err := resource.DecodeJSON([]byte(doc))
 	if err != nil {
 		t.Fatalf("decode %s: %v", doc, err)
 	}
@@ -89,7 +89,7 @@ func Decode(t testing.TB, doc string) engine.Resource {
 }
 
 // Put is the op that writes r whatever is stored.
-func Put(r engine.Resource) store.Op { return store.Op{Key: r.Key(), Resource: r} }
+func Put(r resource.Resource) store.Op { return store.Op{Key: r.Key(), Resource: r} }
 
 // Apply applies ops or fails the test, and returns the revision.
 func Apply(t testing.TB, st store.Store, ops ...store.Op) int64 {
@@ -103,7 +103,7 @@ func Apply(t testing.TB, st store.Store, ops ...store.Op) int64 {
 
 // ApplyMany writes the resources in transactions of store.MaxOps and returns
 // the last revision.
-func ApplyMany(t testing.TB, st store.Store, rs []engine.Resource) int64 {
+func ApplyMany(t testing.TB, st store.Store, rs []resource.Resource) int64 {
 	t.Helper()
 	var rev int64
 	for i := 0; i < len(rs); i += store.MaxOps {
@@ -117,9 +117,9 @@ func ApplyMany(t testing.TB, st store.Store, rs []engine.Resource) int64 {
 }
 
 // Policies returns n policies in mesh, named prefix-000000...
-func Policies(t testing.TB, mesh, prefix string, n int) []engine.Resource {
+func Policies(t testing.TB, mesh, prefix string, n int) []resource.Resource {
 	t.Helper()
-	out := make([]engine.Resource, n)
+	out := make([]resource.Resource, n)
 	for i := range out {
 		out[i] = Policy(t, mesh, fmt.Sprintf("%s-%06d", prefix, i), i%7)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -35,7 +35,7 @@ func runWrites(t *testing.T, newHarness Factory) {
 		if m.CreationTime.IsZero() || !m.ModificationTime.Equal(m.CreationTime) || m.CreationTime.Location() != time.UTC {
 			t.Fatalf("times on create: %v / %v", m.CreationTime, m.ModificationTime)
 		}
-		if r, err := engine.DecodeJSON(it.Value); err != nil || r.Key() != p.Key() {
+		if r, err := resource.DecodeJSON(it.Value); err != nil || r.Key() != p.Key() {
 			t.Fatalf("stored value %s does not decode to the resource: %v", it.Value, err)
 		}
 
@@ -51,7 +51,7 @@ func runWrites(t *testing.T, newHarness Factory) {
 		if !m2.CreationTime.Equal(m.CreationTime) || m2.ModificationTime.Before(m.CreationTime) {
 			t.Fatalf("after update: times %v / %v, created %v", m2.CreationTime, m2.ModificationTime, m.CreationTime)
 		}
-		if it2.Resource.(*engine.Policy).Priority != 2 {
+		if it2.Resource.(*resource.Policy).Priority != 2 {
 			t.Fatal("update not stored")
 		}
 
@@ -75,12 +75,12 @@ func runWrites(t *testing.T, newHarness Factory) {
 		ctx := Context(t)
 		t2020 := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 		p := Policy(t, "default", "timed", 0)
-		Apply(t, st, Put(p.WithMeta(engine.Meta{CreationTime: t2020, ModificationTime: t2020})))
+		Apply(t, st, Put(p.WithMeta(resource.Meta{CreationTime: t2020, ModificationTime: t2020})))
 		it, _ := st.Get(ctx, p.Key())
 		if m := it.Resource.Metadata(); !m.CreationTime.Equal(t2020) || !m.ModificationTime.Equal(t2020) {
 			t.Fatalf("create: times %v / %v, want 2020", m.CreationTime, m.ModificationTime)
 		}
-		Apply(t, st, Put(p.WithMeta(engine.Meta{CreationTime: t2020.AddDate(1, 0, 0)})))
+		Apply(t, st, Put(p.WithMeta(resource.Meta{CreationTime: t2020.AddDate(1, 0, 0)})))
 		it, _ = st.Get(ctx, p.Key())
 		if m := it.Resource.Metadata(); !m.CreationTime.Equal(t2020) || !m.ModificationTime.After(t2020) {
 			t.Fatalf("update: times %v / %v, want creation 2020, modification now", m.CreationTime, m.ModificationTime)
@@ -98,11 +98,11 @@ func runWrites(t *testing.T, newHarness Factory) {
 		t2020 := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 		t1999 := time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC)
 		p := Policy(t, "default", "cur", 0)
-		rev := Apply(t, st, Put(p.WithMeta(engine.Meta{CreationTime: t2020, ModificationTime: t2020})))
-		with := func(r engine.Resource, expected int64, cur store.Current) store.Op {
+		rev := Apply(t, st, Put(p.WithMeta(resource.Meta{CreationTime: t2020, ModificationTime: t2020})))
+		with := func(r resource.Resource, expected int64, cur store.Current) store.Op {
 			return store.Op{Key: r.Key(), Resource: r, ExpectedRevision: expected, Current: &cur}
 		}
-		created := func(k engine.Key) time.Time {
+		created := func(k resource.Key) time.Time {
 			it, err := st.Get(ctx, k)
 			if err != nil || it.Resource == nil {
 				t.Fatalf("Get %s: %+v, %v", k, it, err)
@@ -126,7 +126,7 @@ func runWrites(t *testing.T, newHarness Factory) {
 				t.Fatalf("update with %s Current: creationTime %v, want the stored %v", u.name, got, t2020)
 			}
 		}
-		n := Policy(t, "default", "new", 0).WithMeta(engine.Meta{CreationTime: t1999, ModificationTime: t1999})
+		n := Policy(t, "default", "new", 0).WithMeta(resource.Meta{CreationTime: t1999, ModificationTime: t1999})
 		if _, err := st.Apply(ctx, []store.Op{with(n, store.AnyRevision, store.Current{ModRevision: rev, CreationTime: t2020})}); err != nil {
 			t.Fatalf("create with a Current saying it exists: %v", err)
 		}
@@ -139,8 +139,8 @@ func runWrites(t *testing.T, newHarness Factory) {
 		if _, err := st.Apply(ctx, []store.Op{with(p, rev, store.Current{ModRevision: rev})}); !errors.Is(err, store.ErrConflict) {
 			t.Fatalf("an update at a stale revision, with a Current agreeing: %v, want ErrConflict", err)
 		}
-		q := &engine.Policy{Mesh: "default", Name: "scoped", Type: engine.DefaultType, Scope: "Nope", Action: engine.Deny,
-			Sources: []engine.Selector{{}}, Destinations: []engine.Selector{{}}}
+		q := &resource.Policy{Mesh: "default", Name: "scoped", Type: resource.DefaultType, Scope: "Nope", Action: resource.Deny,
+			Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}}
 		if _, err := st.Apply(ctx, []store.Op{with(q, store.AnyRevision, store.Current{})}); !errors.Is(err, store.ErrIntegrity) {
 			t.Fatalf("a policy in a missing scope, with a Current: %v, want ErrIntegrity", err)
 		}
@@ -164,7 +164,7 @@ func runWrites(t *testing.T, newHarness Factory) {
 			{"an update at the old revision now conflicts", []store.Op{{Resource: a, ExpectedRevision: ra}}, "default/policies/TrafficPermission/a"},
 			{"an update of a missing key at a revision conflicts", []store.Op{{Resource: Policy(t, "default", "nope", 0), ExpectedRevision: ra}}, "default/policies/TrafficPermission/nope"},
 			{"a delete at a stale revision conflicts", []store.Op{{Key: a.Key(), ExpectedRevision: ra}}, "default/policies/TrafficPermission/a"},
-			{"a conflict anywhere writes nothing", []store.Op{Put(Policy(t, "default", "d", 0)), {Key: engine.Key{Kind: engine.KindPolicy, Mesh: "default", Type: "TrafficPermission", Name: "b"}, ExpectedRevision: rb + 1000}}, "default/policies/TrafficPermission/b"},
+			{"a conflict anywhere writes nothing", []store.Op{Put(Policy(t, "default", "d", 0)), {Key: resource.Key{Kind: resource.KindPolicy, Mesh: "default", Type: "TrafficPermission", Name: "b"}, ExpectedRevision: rb + 1000}}, "default/policies/TrafficPermission/b"},
 			{"a delete at the current revision succeeds", []store.Op{{Key: Policy(t, "default", "b", 0).Key(), ExpectedRevision: rb}}, ""},
 		}
 		for _, tt := range tests {
@@ -194,7 +194,7 @@ func runWrites(t *testing.T, newHarness Factory) {
 		var wg sync.WaitGroup
 		errs := make(chan error, 40)
 		for w := range 4 {
-			updates := make([]engine.Resource, 10)
+			updates := make([]resource.Resource, 10)
 			for i := range updates {
 				updates[i] = Policy(t, "default", "hot", w*100+i)
 			}
@@ -221,7 +221,7 @@ func runWrites(t *testing.T, newHarness Factory) {
 	t.Run("limits and invalid ops are refused before anything is written", func(t *testing.T) {
 		st := newHarness(t).Store
 		ctx := Context(t)
-		big := func(name string) engine.Resource {
+		big := func(name string) resource.Resource {
 			return Decode(t, fmt.Sprintf(`{"kind":"Policy","mesh":"default","name":%q,"sources":[{}],"destinations":[{}],"conf":{"blob":%q}}`,
 				name, strings.Repeat("x", 600*1024)))
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -246,7 +247,7 @@ func diff(changes []engine.Change, applied *engine.Snapshot, full []engine.Chang
 		return append(changes, full...)
 	}
 	type entry struct {
-		key engine.Key
+		key resource.Key
 		mod int64
 	}
 	have := make(map[string]entry, applied.Len())

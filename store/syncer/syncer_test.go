@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/memory"
 	"github.com/verdictpdp/verdict/store/storetest"
@@ -83,7 +84,7 @@ func (s *scripted) Watches() []int64 {
 
 func put(t testing.TB, name string, mod int64) engine.Change {
 	r := storetest.Policy(t, "default", name, 0)
-	r = r.WithMeta(engine.Meta{CreateRevision: mod, ModRevision: mod})
+	r = r.WithMeta(resource.Meta{CreateRevision: mod, ModRevision: mod})
 	c := engine.Put(r)
 	c.ModRevision = mod
 	c.Value = []byte(fmt.Sprintf("%s@%d", name, mod))
@@ -216,7 +217,7 @@ func TestResetDeletesNameTheirKeys(t *testing.T) {
 	defer sub.Close()
 	broken := store.DecodeItem("default/policies/TrafficPermission/broken", []byte("{"), 6, 6).Change()
 	odd := store.DecodeItem("default/policies/TrafficPermission/\xffodd", []byte("{}"), 7, 7).Change()
-	if broken.Err == nil || broken.Key.Name != "broken" || odd.Err == nil || odd.Key != (engine.Key{}) {
+	if broken.Err == nil || broken.Key.Name != "broken" || odd.Err == nil || odd.Key != (resource.Key{}) {
 		t.Fatalf("setup: %+v, %+v", broken, odd)
 	}
 	st.events <- store.Event{Revision: 10, Reset: true, Changes: []engine.Change{put(t, "a", 3), broken, odd}}
@@ -228,15 +229,15 @@ func TestResetDeletesNameTheirKeys(t *testing.T) {
 	snap := waitFor(t, sy, 20)
 	<-sub.Updates()
 	u := <-sub.Updates()
-	got := map[string]engine.Key{}
+	got := map[string]resource.Key{}
 	for _, c := range u.Changes {
 		if c.Resource != nil || c.Err != nil {
 			t.Fatalf("the second Reset puts %s", c.Path)
 		}
 		got[c.Path] = c.Key
 	}
-	want := map[string]engine.Key{
-		"default/policies/TrafficPermission/a":      {Kind: engine.KindPolicy, Mesh: "default", Type: "TrafficPermission", Name: "a"},
+	want := map[string]resource.Key{
+		"default/policies/TrafficPermission/a":      {Kind: resource.KindPolicy, Mesh: "default", Type: "TrafficPermission", Name: "a"},
 		"default/policies/TrafficPermission/broken": broken.Key,
 		odd.Path: {},
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // watchdog fails the test when f runs longer than limit: a hostile input
@@ -64,14 +65,14 @@ func FuzzSelectors(f *testing.F) {
 		if err != nil {
 			return
 		}
-		r, err := engine.DecodeJSON(doc)
+		r, err := resource.DecodeJSON(doc)
 		if err != nil {
-			if !errors.Is(err, engine.ErrInvalid) {
+			if !errors.Is(err, resource.ErrInvalid) {
 				t.Fatalf("decode error that is not ErrInvalid: %v", err)
 			}
 			return
 		}
-		src := engine.Tags{}
+		src := resource.Tags{}
 		if flags&1 != 0 {
 			src[mk] = mv
 		}
@@ -84,11 +85,11 @@ func FuzzSelectors(f *testing.F) {
 		if flags&8 != 0 && len(vals) > 0 {
 			src[tk] = vals[len(vals)-1] + tv
 		}
-		req := engine.Request{Source: src, Destination: engine.Tags{"app": "dst"}}
+		req := engine.Request{Source: src, Destination: resource.Tags{"app": "dst"}}
 		if req.Validate() != nil {
 			return
 		}
-		snap := engine.Build(1, []engine.Resource{r})
+		snap := engine.Build(1, []resource.Resource{r})
 		if inv := snap.Invalid(); len(inv) > 0 {
 			t.Fatalf("a decoded policy is invalid alone: %v", inv[0].Err)
 		}
@@ -100,8 +101,8 @@ func FuzzSelectors(f *testing.F) {
 				t.Fatalf("Decide: %v", err)
 			}
 			for _, side := range []engine.SideDecision{d.Outbound, d.Inbound} {
-				if want && (side.Action != engine.Allow || side.Policy != "p" || side.Reason != engine.ReasonMatched) ||
-					!want && (side.Action != engine.Deny || side.Reason != engine.ReasonDefaultAction) {
+				if want && (side.Action != resource.Allow || side.Policy != "p" || side.Reason != engine.ReasonMatched) ||
+					!want && (side.Action != resource.Deny || side.Reason != engine.ReasonDefaultAction) {
 					t.Fatalf("selector %+v, source %v, decision %d: side %+v, want match=%v (%s)", sel, src, try+1, side, want, why)
 				}
 			}
@@ -126,7 +127,7 @@ type expression struct {
 }
 
 // matches is docs/selectors.md, written directly from the text.
-func (s selector) matches(tags engine.Tags) (bool, string) {
+func (s selector) matches(tags resource.Tags) (bool, string) {
 	for k, v := range s.Match {
 		tv, ok := tags[k]
 		if !ok {
@@ -193,15 +194,15 @@ func FuzzWhen(f *testing.F) {
 			{"kind": "Policy", "name": "b", "type": "RateLimit", "rank": "Absolute", "sources": []any{map[string]any{}},
 				"destinations": []any{map[string]any{}}, "overrides": map[string]any{"when": when, "rules": o}},
 		}
-		var rs []engine.Resource
+		var rs []resource.Resource
 		for _, doc := range docs {
 			b, err := json.Marshal(doc)
 			if err != nil {
 				return
 			}
-			r, err := engine.DecodeJSON(b)
+			r, err := resource.DecodeJSON(b)
 			if err != nil {
-				if !errors.Is(err, engine.ErrInvalid) {
+				if !errors.Is(err, resource.ErrInvalid) {
 					t.Fatalf("decode error that is not ErrInvalid: %v", err)
 				}
 				return
@@ -210,7 +211,7 @@ func FuzzWhen(f *testing.F) {
 		}
 		watchdog(t, 2*time.Minute, func() {
 			snap := engine.Build(1, rs)
-			res, err := snap.Resolve(&engine.ResolveRequest{Type: "RateLimit", Source: engine.Tags{"app": "a"}, Destination: engine.Tags{"app": "b"}})
+			res, err := snap.Resolve(&engine.ResolveRequest{Type: "RateLimit", Source: resource.Tags{"app": "a"}, Destination: resource.Tags{"app": "b"}})
 			if err != nil {
 				t.Errorf("Resolve: %v", err)
 				return
@@ -251,9 +252,9 @@ func FuzzKumaYAML(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rs, err := engine.DecodeYAML(data)
+		rs, err := resource.DecodeYAML(data)
 		if err != nil {
-			if !errors.Is(err, engine.ErrInvalid) {
+			if !errors.Is(err, resource.ErrInvalid) {
 				t.Fatalf("decode error that is not ErrInvalid: %v", err)
 			}
 			return
@@ -262,28 +263,28 @@ func FuzzKumaYAML(f *testing.F) {
 	})
 }
 
-func exercise(t *testing.T, rs []engine.Resource) {
+func exercise(t *testing.T, rs []resource.Resource) {
 	_ = engine.Empty().CheckApply(rs, nil)
 	snap := engine.Build(1, rs)
-	var tagSets []engine.Tags
+	var tagSets []resource.Tags
 	meshes := map[string]bool{}
 	types := map[string]bool{}
 	for _, r := range rs {
 		meshes[r.Key().Mesh] = true
-		p, ok := r.(*engine.Policy)
+		p, ok := r.(*resource.Policy)
 		if !ok {
 			continue
 		}
 		types[p.Type] = true
 		for _, s := range slices.Concat(p.Sources, p.Destinations) {
-			tags := engine.Tags{}
+			tags := resource.Tags{}
 			for k, v := range s.Match {
 				tags[k] = strings.ReplaceAll(v, "*", "x")
 			}
 			tagSets = append(tagSets, tags)
 		}
 	}
-	tagSets = append(tagSets, engine.Tags{}, engine.Tags{"kuma.io/service": "web"})
+	tagSets = append(tagSets, resource.Tags{}, resource.Tags{"kuma.io/service": "web"})
 	// An answer or one of the engine's refusals with an API code (an unknown
 	// mesh or type, an invalid request, a mesh and type closed by an invalid
 	// stored resource: docs/api.md); anything else is a defect.

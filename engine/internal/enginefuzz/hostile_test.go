@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // TestHostileFiles: the file decoders (verdictctl apply -f, --bootstrap,
@@ -39,8 +39,8 @@ func TestHostileFiles(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
-			watchdog(t, 2*time.Minute, func() { _, err = engine.DecodeYAML([]byte(tc.doc)) })
-			if !errors.Is(err, engine.ErrInvalid) {
+			watchdog(t, 2*time.Minute, func() { _, err = resource.DecodeYAML([]byte(tc.doc)) })
+			if !errors.Is(err, resource.ErrInvalid) {
 				t.Fatalf("error %v, want a validation error", trunc(err))
 			}
 			if !strings.Contains(err.Error(), tc.want) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/storetest"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -63,7 +64,7 @@ func Run(t *testing.T, newHarness storetest.Factory) {
 			t.Fatalf("after create: %+v, %v", e, ok)
 		}
 		rev = storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "a", 2)))
-		if e, _ := WaitFor(t, sy, rev).Get(p.Key()); e.Resource.(*engine.Policy).Priority != 2 {
+		if e, _ := WaitFor(t, sy, rev).Get(p.Key()); e.Resource.(*resource.Policy).Priority != 2 {
 			t.Fatal("update not visible")
 		}
 		rev = storetest.Apply(t, st, store.Op{Key: p.Key()})
@@ -161,13 +162,13 @@ func Run(t *testing.T, newHarness storetest.Factory) {
 				t.Fatalf("invalid %s lacks its error or value", inv.Path)
 			}
 		}
-		for _, r := range []engine.Resource{good, other} {
+		for _, r := range []resource.Resource{good, other} {
 			if e, ok := snap.Get(r.Key()); !ok || e.Err != nil {
 				t.Fatalf("%s affected by broken values: %+v", r.Key(), e)
 			}
 		}
-		req := &engine.Request{Mesh: "other", Source: engine.Tags{"kuma.io/service": "web"}, Destination: engine.Tags{"kuma.io/service": "fine"}}
-		if d, err := snap.Decide(req); err != nil || d.Action != engine.Allow {
+		req := &engine.Request{Mesh: "other", Source: resource.Tags{"kuma.io/service": "web"}, Destination: resource.Tags{"kuma.io/service": "fine"}}
+		if d, err := snap.Decide(req); err != nil || d.Action != resource.Allow {
 			t.Fatalf("decide in mesh other: %+v, %v", d, err)
 		}
 		if snap.Digest() != storetest.Digest(t, st) {

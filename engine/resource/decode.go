@@ -1,4 +1,4 @@
-package engine
+package resource
 
 import (
 	"errors"
@@ -12,10 +12,10 @@ import (
 func DecodeYAML(data []byte) ([]Resource, error) {
 	docs, err := ParseYAML(data)
 	if err != nil {
-		return nil, invalid("", err.Error())
+		return nil, Invalid("", err.Error())
 	}
 	var out []Resource
-	var errs errList
+	var errs FieldErrors
 	for i, d := range docs {
 		r, err := DecodeValue(d.Value)
 		if err != nil {
@@ -32,7 +32,7 @@ func DecodeYAML(data []byte) ([]Resource, error) {
 		}
 		out = append(out, r)
 	}
-	return out, errs.err()
+	return out, errs.Err()
 }
 
 // DecodeJSON reads one resource from JSON: the form of etcd values and of the
@@ -40,7 +40,7 @@ func DecodeYAML(data []byte) ([]Resource, error) {
 func DecodeJSON(data []byte) (Resource, error) {
 	v, err := ParseJSON(data)
 	if err != nil {
-		return nil, invalid("", err.Error())
+		return nil, Invalid("", err.Error())
 	}
 	return DecodeValue(v)
 }
@@ -52,27 +52,27 @@ func DecodeJSON(data []byte) (Resource, error) {
 func DecodeValue(v any) (Resource, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, invalid("", "a resource must be an object")
+		return nil, Invalid("", "a resource must be an object")
 	}
-	var errs errList
+	var errs FieldErrors
 	var r Resource
 	if isDataplane(m) {
 		r, errs.errs = decodeDataplaneDoc(m)
 	} else {
 		m, paths, outOfScope := normalizeKuma(m, &errs)
 		if outOfScope {
-			return nil, errs.err()
+			return nil, errs.Err()
 		}
 		var derrs []FieldError
 		r, derrs = decodeResource(m)
 		rewriteErrors(derrs, paths)
 		errs.errs = append(errs.errs, derrs...)
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return nil, err
 	}
 	if n := encodedSize(r); n > MaxResourceBytes {
-		return nil, invalid("", fmt.Sprintf("the resource is %d bytes encoded, over the limit of %d", n, MaxResourceBytes))
+		return nil, Invalid("", fmt.Sprintf("the resource is %d bytes encoded, over the limit of %d", n, MaxResourceBytes))
 	}
 	return r, nil
 }
@@ -80,15 +80,15 @@ func DecodeValue(v any) (Resource, error) {
 // decodeResource decodes a document in verdict's form; error paths are the
 // document's.
 func decodeResource(m map[string]any) (Resource, []FieldError) {
-	var errs errList
+	var errs FieldErrors
 	o := newObj(&errs, "", m)
 	kindText := o.str("kind")
 	kind, ok := ParseKind(kindText)
 	if !ok {
 		if kindText == "" {
-			errs.add("kind", "is required: Mesh, Scope, Policy or Workload (or a Kuma policy or Dataplane with type)")
+			errs.Add("kind", "is required: Mesh, Scope, Policy or Workload (or a Kuma policy or Dataplane with type)")
 		} else {
-			errs.add("kind", fmt.Sprintf("%q is not Mesh, Scope, Policy or Workload", kindText))
+			errs.Add("kind", fmt.Sprintf("%q is not Mesh, Scope, Policy or Workload", kindText))
 		}
 		return nil, errs.errs
 	}

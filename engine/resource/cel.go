@@ -1,4 +1,4 @@
-package engine
+package resource
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ import (
 const celCostLimit = 100_000
 
 // celProgram is a compiled, type-checked when expression.
-type celProgram struct {
+type WhenProgram struct {
 	prg cel.Program
 }
 
@@ -34,7 +34,7 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 
 // compileWhen parses and type-checks a when expression; the error gives the
 // position of the problem.
-func compileWhen(expr string) (*celProgram, error) {
+func CompileWhen(expr string) (*WhenProgram, error) {
 	if len(expr) > MaxWhenLength {
 		return nil, fmt.Errorf("expression of %d bytes is over the limit of %d", len(expr), MaxWhenLength)
 	}
@@ -53,12 +53,12 @@ func compileWhen(expr string) (*celProgram, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CEL: %v", err)
 	}
-	return &celProgram{prg: prg}, nil
+	return &WhenProgram{prg: prg}, nil
 }
 
 // eval runs the expression with self = {rules: rules}. A runtime error, a cost
 // overrun or a non-bool result is returned as an error.
-func (p *celProgram) eval(rules Object) (result bool, err error) {
+func (p *WhenProgram) Eval(rules Object) (result bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			result, err = false, fmt.Errorf("CEL evaluation panicked: %v", r)

@@ -1,4 +1,4 @@
-package engine
+package resource
 
 // The field walker: reads one object's fields by name, collects errors with
 // their paths and reports the fields never read as unknown.
@@ -14,17 +14,17 @@ import (
 
 // obj reads the fields of one object and reports the ones never read as unknown.
 type obj struct {
-	errs *errList
+	errs *FieldErrors
 	path string
 	m    map[string]any
 	used map[string]struct{}
 }
 
-func newObj(errs *errList, path string, m map[string]any) *obj {
+func newObj(errs *FieldErrors, path string, m map[string]any) *obj {
 	return &obj{errs: errs, path: path, m: m, used: make(map[string]struct{}, len(m))}
 }
 
-func (o *obj) field(key string) string { return joinPath(o.path, key) }
+func (o *obj) field(key string) string { return JoinPath(o.path, key) }
 
 func (o *obj) take(key string) (any, bool) {
 	v, ok := o.m[key]
@@ -50,7 +50,7 @@ func (o *obj) finish() {
 	}
 	sort.Strings(unknown)
 	for _, k := range unknown {
-		o.errs.add(o.field(k), "unknown field")
+		o.errs.Add(o.field(k), "unknown field")
 	}
 }
 
@@ -61,7 +61,7 @@ func (o *obj) str(key string) string {
 	}
 	s, ok := scalarText(v)
 	if !ok {
-		o.errs.add(o.field(key), "must be a string")
+		o.errs.Add(o.field(key), "must be a string")
 	}
 	return s
 }
@@ -93,7 +93,7 @@ func (o *obj) int32(key string) int32 {
 			return int32(f)
 		}
 	}
-	o.errs.add(o.field(key), fmt.Sprintf("must be an integer from %d to %d", math.MinInt32, math.MaxInt32))
+	o.errs.Add(o.field(key), fmt.Sprintf("must be an integer from %d to %d", math.MinInt32, math.MaxInt32))
 	return 0
 }
 
@@ -104,7 +104,7 @@ func (o *obj) boolean(key string, def bool) bool {
 	}
 	b, ok := v.(bool)
 	if !ok {
-		o.errs.add(o.field(key), "must be true or false")
+		o.errs.Add(o.field(key), "must be true or false")
 	}
 	return b
 }
@@ -116,7 +116,7 @@ func (o *obj) object(key string) (map[string]any, bool) {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		o.errs.add(o.field(key), "must be an object")
+		o.errs.Add(o.field(key), "must be an object")
 		return nil, false
 	}
 	return m, true
@@ -129,7 +129,7 @@ func (o *obj) list(key string) ([]any, bool) {
 	}
 	l, ok := v.([]any)
 	if !ok {
-		o.errs.add(o.field(key), "must be a list")
+		o.errs.Add(o.field(key), "must be a list")
 		return nil, false
 	}
 	return l, true
@@ -151,22 +151,22 @@ func (o *obj) stringMap(key string, wildcard bool) map[string]string {
 	}
 	path := o.field(key)
 	if len(m) > MaxTagsPerSelector {
-		o.errs.add(path, fmt.Sprintf("has %d entries, over the limit of %d", len(m), MaxTagsPerSelector))
+		o.errs.Add(path, fmt.Sprintf("has %d entries, over the limit of %d", len(m), MaxTagsPerSelector))
 		return nil
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
 		s, ok := scalarText(v)
 		if !ok {
-			o.errs.add(path+"["+strconv.Quote(k)+"]", "must be a string")
+			o.errs.Add(path+"["+strconv.Quote(k)+"]", "must be a string")
 			continue
 		}
 		if err := checkTagKey(k); err != nil {
-			o.errs.add(path, err.Error())
+			o.errs.Add(path, err.Error())
 			continue
 		}
-		if err := checkTagValue(s, wildcard); err != nil {
-			o.errs.add(path+"["+strconv.Quote(k)+"]", err.Error())
+		if err := CheckTagValue(s, wildcard); err != nil {
+			o.errs.Add(path+"["+strconv.Quote(k)+"]", err.Error())
 			continue
 		}
 		out[k] = s
@@ -183,10 +183,10 @@ func (o *obj) action(key string) Action {
 	switch {
 	case s == shadowDeny:
 		// Read as a plain ALLOW it would silently drop the would-be deny.
-		o.errs.add(o.field(key), "AllowWithShadowDeny is the action of a from or to item (an enforced ALLOW and an "+
+		o.errs.Add(o.field(key), "AllowWithShadowDeny is the action of a from or to item (an enforced ALLOW and an "+
 			"audit DENY); here write ALLOW, and a policy with mode: Audit for the would-be deny (docs/audit.md)")
 	case !ok:
-		o.errs.add(o.field(key), fmt.Sprintf("%q is not ALLOW or DENY", s))
+		o.errs.Add(o.field(key), fmt.Sprintf("%q is not ALLOW or DENY", s))
 	}
 	return a
 }
@@ -219,12 +219,12 @@ func (o *obj) name(key string, required bool) string {
 	s := o.str(key)
 	if s == "" {
 		if required {
-			o.errs.add(o.field(key), "is required")
+			o.errs.Add(o.field(key), "is required")
 		}
 		return ""
 	}
-	if err := checkName(s); err != nil {
-		o.errs.add(o.field(key), err.Error())
+	if err := CheckName(s); err != nil {
+		o.errs.Add(o.field(key), err.Error())
 	}
 	return s
 }
@@ -236,7 +236,7 @@ func (o *obj) meshName() string {
 		return DefaultMesh
 	}
 	if s == "" {
-		o.errs.add(o.field("mesh"), "must not be empty")
+		o.errs.Add(o.field("mesh"), "must not be empty")
 	}
 	return s
 }
@@ -248,7 +248,7 @@ func (o *obj) time(key string) time.Time {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		o.errs.add(o.field(key), fmt.Sprintf("%q is not an RFC 3339 time", s))
+		o.errs.Add(o.field(key), fmt.Sprintf("%q is not an RFC 3339 time", s))
 	}
 	return t
 }

@@ -1,4 +1,4 @@
-package engine
+package resource
 
 import (
 	"encoding/json"
@@ -189,7 +189,7 @@ func document(r Resource) any {
 			p.Mode = t.Mode.String()
 		}
 		for _, pe := range t.Ports {
-			p.Ports = append(p.Ports, jsonPort{Protocol: protocolText(pe.Protocol), Ports: pe.Ports})
+			p.Ports = append(p.Ports, jsonPort{Protocol: ProtocolText(pe.Protocol), Ports: pe.Ports})
 		}
 		if t.TargetRef != nil {
 			tr := jsonTarget(*t.TargetRef)
@@ -206,7 +206,7 @@ func document(r Resource) any {
 	return nil
 }
 
-func protocolText(p Protocol) string {
+func ProtocolText(p Protocol) string {
 	if p == ProtocolAny {
 		return "ANY"
 	}

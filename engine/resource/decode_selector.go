@@ -1,4 +1,4 @@
-package engine
+package resource
 
 // Selectors, expressions and port lists (docs/resources.md, "Selectors").
 
@@ -12,16 +12,16 @@ func decodeSelectors(o *obj, key string, required bool) []Selector {
 	l, ok := o.list(key)
 	if !ok {
 		if required {
-			o.errs.add(o.field(key), "is required: a list of selectors ([{}] selects every workload)")
+			o.errs.Add(o.field(key), "is required: a list of selectors ([{}] selects every workload)")
 		}
 		return nil
 	}
 	if len(l) == 0 {
-		o.errs.add(o.field(key), "must hold at least one selector ([{}] selects every workload)")
+		o.errs.Add(o.field(key), "must hold at least one selector ([{}] selects every workload)")
 		return nil
 	}
 	if len(l) > MaxSelectors {
-		o.errs.add(o.field(key), fmt.Sprintf("has %d selectors, over the limit of %d", len(l), MaxSelectors))
+		o.errs.Add(o.field(key), fmt.Sprintf("has %d selectors, over the limit of %d", len(l), MaxSelectors))
 		return nil
 	}
 	out := make([]Selector, 0, len(l))
@@ -32,7 +32,7 @@ func decodeSelectors(o *obj, key string, required bool) []Selector {
 			m, ok = map[string]any{}, true
 		}
 		if !ok {
-			o.errs.add(path, "must be an object")
+			o.errs.Add(path, "must be an object")
 			continue
 		}
 		out = append(out, decodeSelector(newObj(o.errs, path, m)))
@@ -45,44 +45,44 @@ func decodeSelector(o *obj) Selector {
 	s.Match = o.stringMap("match", true)
 	if l, ok := o.list("expressions"); ok {
 		if len(l) > MaxTagsPerSelector {
-			o.errs.add(o.field("expressions"), fmt.Sprintf("has %d expressions, over the limit of %d", len(l), MaxTagsPerSelector))
+			o.errs.Add(o.field("expressions"), fmt.Sprintf("has %d expressions, over the limit of %d", len(l), MaxTagsPerSelector))
 			l = nil
 		}
 		for i, v := range l {
 			path := fmt.Sprintf("%s[%d]", o.field("expressions"), i)
 			m, ok := v.(map[string]any)
 			if !ok {
-				o.errs.add(path, "must be an object")
+				o.errs.Add(path, "must be an object")
 				continue
 			}
 			eo := newObj(o.errs, path, m)
 			e := Expression{Key: eo.str("key")}
 			if e.Key == "" {
-				o.errs.add(eo.field("key"), "is required")
+				o.errs.Add(eo.field("key"), "is required")
 			} else if err := checkTagKey(e.Key); err != nil {
-				o.errs.add(eo.field("key"), err.Error())
+				o.errs.Add(eo.field("key"), err.Error())
 			}
 			op := eo.str("operator")
 			idx := indexOf(operatorNames, op)
 			if idx < 0 {
-				o.errs.add(eo.field("operator"), fmt.Sprintf("%q is not In, NotIn, Exists, DoesNotExist, Prefix or CIDR", op))
+				o.errs.Add(eo.field("operator"), fmt.Sprintf("%q is not In, NotIn, Exists, DoesNotExist, Prefix or CIDR", op))
 			} else {
 				e.Operator = Operator(idx)
 			}
 			if vl, ok := eo.list("values"); ok {
 				if len(vl) > MaxValuesPerExpression {
-					o.errs.add(eo.field("values"), fmt.Sprintf("has %d values, over the limit of %d", len(vl), MaxValuesPerExpression))
+					o.errs.Add(eo.field("values"), fmt.Sprintf("has %d values, over the limit of %d", len(vl), MaxValuesPerExpression))
 					vl = nil
 				}
 				for j, vv := range vl {
 					vs, ok := scalarText(vv)
 					vpath := fmt.Sprintf("%s[%d]", eo.field("values"), j)
 					if !ok {
-						o.errs.add(vpath, "must be a string")
+						o.errs.Add(vpath, "must be a string")
 						continue
 					}
-					if err := checkTagValue(vs, false); err != nil {
-						o.errs.add(vpath, err.Error())
+					if err := CheckTagValue(vs, false); err != nil {
+						o.errs.Add(vpath, err.Error())
 						continue
 					}
 					e.Values = append(e.Values, vs)
@@ -99,21 +99,21 @@ func decodeSelector(o *obj) Selector {
 	return s
 }
 
-func checkExpression(errs *errList, path string, e Expression) {
+func checkExpression(errs *FieldErrors, path string, e Expression) {
 	switch e.Operator {
 	case OpExists, OpDoesNotExist:
 		if len(e.Values) > 0 {
-			errs.add(path+".values", fmt.Sprintf("must be empty for %s", e.Operator))
+			errs.Add(path+".values", fmt.Sprintf("must be empty for %s", e.Operator))
 		}
 	default:
 		if len(e.Values) == 0 {
-			errs.add(path+".values", fmt.Sprintf("needs at least one value for %s", e.Operator))
+			errs.Add(path+".values", fmt.Sprintf("needs at least one value for %s", e.Operator))
 		}
 	}
 	if e.Operator == OpCIDR {
 		for j, v := range e.Values {
-			if _, err := parseCIDR(v); err != nil {
-				errs.add(fmt.Sprintf("%s.values[%d]", path, j), err.Error())
+			if _, err := ParseCIDR(v); err != nil {
+				errs.Add(fmt.Sprintf("%s.values[%d]", path, j), err.Error())
 			}
 		}
 	}
@@ -125,7 +125,7 @@ func decodePorts(o *obj) []PortEntry {
 		return nil
 	}
 	if len(l) > MaxPortEntries {
-		o.errs.add(o.field("ports"), fmt.Sprintf("has %d entries, over the limit of %d", len(l), MaxPortEntries))
+		o.errs.Add(o.field("ports"), fmt.Sprintf("has %d entries, over the limit of %d", len(l), MaxPortEntries))
 		return nil
 	}
 	out := make([]PortEntry, 0, len(l))
@@ -133,7 +133,7 @@ func decodePorts(o *obj) []PortEntry {
 		path := fmt.Sprintf("%s[%d]", o.field("ports"), i)
 		m, ok := v.(map[string]any)
 		if !ok {
-			o.errs.add(path, "must be an object")
+			o.errs.Add(path, "must be an object")
 			continue
 		}
 		po := newObj(o.errs, path, m)
@@ -147,15 +147,15 @@ func decodePorts(o *obj) []PortEntry {
 		case "ICMP":
 			pe.Protocol = ICMP
 		default:
-			o.errs.add(po.field("protocol"), fmt.Sprintf("%q is not TCP, UDP, ICMP or ANY", p))
+			o.errs.Add(po.field("protocol"), fmt.Sprintf("%q is not TCP, UDP, ICMP or ANY", p))
 		}
 		pe.Ports = po.str("ports")
 		if pe.Ports != "" {
-			r, err := parsePortRanges(pe.Ports)
+			r, err := ParsePortRanges(pe.Ports)
 			if err != nil {
-				o.errs.add(po.field("ports"), err.Error())
+				o.errs.Add(po.field("ports"), err.Error())
 			}
-			pe.ranges = r
+			pe.Ranges = r
 		}
 		po.finish()
 		out = append(out, pe)
@@ -164,8 +164,8 @@ func decodePorts(o *obj) []PortEntry {
 }
 
 // parsePortRanges reads "80,443,8000-8100".
-func parsePortRanges(s string) ([]portRange, error) {
-	var out []portRange
+func ParsePortRanges(s string) ([]PortRange, error) {
+	var out []PortRange
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		lo, hi, isRange := strings.Cut(part, "-")
@@ -182,7 +182,7 @@ func parsePortRanges(s string) ([]portRange, error) {
 				return nil, fmt.Errorf("range %q ends below its start", part)
 			}
 		}
-		out = append(out, portRange{lo: l, hi: h})
+		out = append(out, PortRange{Lo: l, Hi: h})
 		if len(out) > MaxPortRanges {
 			return nil, fmt.Errorf("more than %d port ranges", MaxPortRanges)
 		}

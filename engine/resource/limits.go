@@ -1,4 +1,4 @@
-package engine
+package resource
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ const (
 	MaxWhenLength          = 4096
 )
 
-func checkName(s string) error {
+func CheckName(s string) error {
 	if s == "" {
 		return errors.New("must not be empty")
 	}
@@ -57,7 +57,7 @@ func checkTagKey(k string) error {
 	return nil
 }
 
-func checkTagValue(v string, wildcard bool) error {
+func CheckTagValue(v string, wildcard bool) error {
 	if v == "" {
 		if wildcard {
 			return errors.New("value is empty (use '*' for any value)")
@@ -92,7 +92,7 @@ func CheckTags(tags map[string]string) error {
 	return nil
 }
 
-func parseCIDR(s string) (netip.Prefix, error) {
+func ParseCIDR(s string) (netip.Prefix, error) {
 	if !strings.Contains(s, "/") {
 		a, err := netip.ParseAddr(s)
 		if err != nil {

@@ -1,12 +1,12 @@
-package engine_test
+package resource_test
 
 import (
+	"github.com/verdictpdp/verdict/engine/resource"
+
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/verdictpdp/verdict/engine"
 )
 
 // TestDecodeKumaForms: each of Kuma's forms reads as the verdict document it
@@ -63,16 +63,16 @@ func TestDecodeKumaForms(t *testing.T) {
 			t.Parallel()
 			got := decodeOne(t, tc.kuma)
 			want := decodeOne(t, tc.verdict)
-			if !reflect.DeepEqual(engine.DocumentOf(got), engine.DocumentOf(want)) {
-				t.Fatalf("Kuma form reads as\n  %v\nwant\n  %v", engine.DocumentOf(got), engine.DocumentOf(want))
+			if !reflect.DeepEqual(resource.DocumentOf(got), resource.DocumentOf(want)) {
+				t.Fatalf("Kuma form reads as\n  %v\nwant\n  %v", resource.DocumentOf(got), resource.DocumentOf(want))
 			}
 		})
 	}
 }
 
-func decodeOne(t *testing.T, doc string) engine.Resource {
+func decodeOne(t *testing.T, doc string) resource.Resource {
 	t.Helper()
-	rs, err := engine.DecodeYAML([]byte(doc))
+	rs, err := resource.DecodeYAML([]byte(doc))
 	if err != nil {
 		t.Fatalf("%s: %v", doc, err)
 	}
@@ -133,8 +133,8 @@ func TestDecodeKumaErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := engine.DecodeYAML([]byte(tc.doc))
-			var ve *engine.ValidationError
+			_, err := resource.DecodeYAML([]byte(tc.doc))
+			var ve *resource.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("got %v, want a validation error", err)
 			}
@@ -157,7 +157,7 @@ func TestDecodeKumaErrors(t *testing.T) {
 func TestDecodeDuplicateKey(t *testing.T) {
 	t.Parallel()
 	doc := "type: MeshTimeout\nname: a\nspec:\n  default: {}\nname: b\n"
-	_, err := engine.DecodeYAML([]byte(doc))
+	_, err := resource.DecodeYAML([]byte(doc))
 	if err == nil || !strings.Contains(err.Error(), `key "name" is given twice, on lines 2 and 5`) {
 		t.Fatalf("got %v", err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package resource
 
 // Workloads: the inventory of what data planes see (docs/workloads.md). A
 // Workload names a set of addresses, optionally a principal (a certificate
@@ -102,7 +102,7 @@ func CanonicalAddress(s string) (string, error) {
 }
 
 // sameTagSet reports whether a and b hold the same pairs.
-func sameTagSet(a, b map[string]string) bool {
+func SameTagSet(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -112,4 +112,42 @@ func sameTagSet(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// ResolvedTags is the workload's tags as an endpoint: its own tags, plus the
+// tags of its first ports entry for port (0: none; port tags win over its own),
+// plus ip: addr when addr is given. It returns w.Tags itself when it adds
+// nothing.
+func (w *Workload) ResolvedTags(port uint32, addr string) Tags {
+	pt, _ := w.PortTags(port)
+	if len(pt) == 0 && addr == "" {
+		if w.Tags == nil {
+			return Tags{}
+		}
+		return w.Tags
+	}
+	out := make(Tags, len(w.Tags)+len(pt)+1)
+	for k, v := range w.Tags {
+		out[k] = v
+	}
+	for k, v := range pt {
+		out[k] = v
+	}
+	if addr != "" {
+		out[IPTag] = addr
+	}
+	return out
+}
+
+// PortTags returns the tags of the first ports entry for port, or nil.
+func (w *Workload) PortTags(port uint32) (map[string]string, bool) {
+	if port == 0 {
+		return nil, false
+	}
+	for _, p := range w.Ports {
+		if p.Port == port {
+			return p.Tags, true
+		}
+	}
+	return nil, false
 }

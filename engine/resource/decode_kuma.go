@@ -1,4 +1,4 @@
-package engine
+package resource
 
 // Kuma universal-format documents, rewritten into verdict's form before they
 // are decoded (docs/kuma.md). The rewrite remembers where each rewritten field
@@ -7,6 +7,8 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -83,8 +85,8 @@ type kumaDoc struct {
 	out   map[string]any
 	pfx   string // "spec." when the document had a spec, else ""
 	paths pathMap
-	errs  *errList // errors with the user's paths
-	scope *errList // out-of-scope errors: when any, the document gets only these
+	errs  *FieldErrors // errors with the user's paths
+	scope *FieldErrors // out-of-scope errors: when any, the document gets only these
 	// hadDefault: the document had a top-level default (a single-item policy)
 	hadDefault bool
 }
@@ -98,7 +100,7 @@ type kumaDoc struct {
 // found here go to errs with the user's paths; a document verdict does not
 // model gets one error saying so, and nothing else (outOfScope true). The
 // returned pathMap maps the decoder's paths back to the user's.
-func normalizeKuma(m map[string]any, errs *errList) (out map[string]any, paths pathMap, outOfScope bool) {
+func normalizeKuma(m map[string]any, errs *FieldErrors) (out map[string]any, paths pathMap, outOfScope bool) {
 	_, hasKind := m["kind"]
 	_, hasType := m["type"]
 	_, hasSpec := m["spec"]
@@ -107,14 +109,14 @@ func normalizeKuma(m map[string]any, errs *errList) (out map[string]any, paths p
 	if !hasSpec && !hasLabels && (hasKind || !hasType) && (kind != "Policy" || !needsRewrite(m)) {
 		return m, nil, false
 	}
-	d := &kumaDoc{out: make(map[string]any, len(m)+4), errs: errs, scope: &errList{}}
+	d := &kumaDoc{out: make(map[string]any, len(m)+4), errs: errs, scope: &FieldErrors{}}
 	for k, v := range m {
 		d.out[k] = v
 	}
 	if !hasKind && hasType {
 		if t, _ := m["type"].(string); t != "" {
 			if why, ok := outOfScopeTypes[t]; ok {
-				errs.add("type", fmt.Sprintf("%s is outside what verdict models: %s", t, why))
+				errs.Add("type", fmt.Sprintf("%s is outside what verdict models: %s", t, why))
 				return nil, nil, true
 			}
 		}
@@ -126,11 +128,11 @@ func normalizeKuma(m map[string]any, errs *errList) (out map[string]any, paths p
 		delete(d.out, "spec")
 		spec, ok := m["spec"].(map[string]any)
 		if !ok && m["spec"] != nil {
-			errs.add("spec", "must be an object")
+			errs.Add("spec", "must be an object")
 		}
 		for k, v := range spec {
 			if _, dup := d.out[k]; dup {
-				errs.add("spec."+k, "is also given outside spec")
+				errs.Add("spec."+k, "is also given outside spec")
 				continue
 			}
 			d.out[k] = v
@@ -230,14 +232,14 @@ func (d *kumaDoc) targetRefs() {
 
 func (d *kumaDoc) targetRef(tr map[string]any, path string) map[string]any {
 	user := d.user(path)
-	for _, f := range sortedKeys(tr) {
+	for _, f := range sortedFields(tr) {
 		if why, ok := outOfScopeRefFields[f]; ok {
-			d.scope.add(user+"."+f, why)
+			d.scope.Add(user+"."+f, why)
 		}
 	}
 	kind, _ := tr["kind"].(string)
 	if why, ok := outOfScopeKinds[kind]; ok {
-		d.scope.add(user+".kind", fmt.Sprintf("%s is outside what verdict models: %s", kind, why))
+		d.scope.Add(user+".kind", fmt.Sprintf("%s is outside what verdict models: %s", kind, why))
 	}
 	labels, hasLabels := tr["labels"]
 	if !hasLabels {
@@ -248,14 +250,14 @@ func (d *kumaDoc) targetRef(tr map[string]any, path string) map[string]any {
 		out := copyMap(tr)
 		delete(out, "labels")
 		if _, both := tr["tags"]; both {
-			d.errs.add(user+".labels", "is given with tags; use one")
+			d.errs.Add(user+".labels", "is given with tags; use one")
 			return out
 		}
 		out["tags"] = labels
 		d.paths.add(path+".tags", user+".labels")
 		return out
 	case "MeshService", "Service":
-		d.scope.add(user+".labels", "labels on kind MeshService select MeshService resources, which verdict does not model; name the service instead (its kuma.io/service tag)")
+		d.scope.Add(user+".labels", "labels on kind MeshService select MeshService resources, which verdict does not model; name the service instead (its kuma.io/service tag)")
 	}
 	return tr
 }
@@ -275,7 +277,7 @@ func (d *kumaDoc) selectors() {
 	_, hasSources := d.out["sources"]
 	_, hasDestinations := d.out["destinations"]
 	if hasSources || hasDestinations {
-		d.errs.add(d.pfx+"selectors", "a dataplane policy's selectors are its sources: give selectors or sources/destinations, not both")
+		d.errs.Add(d.pfx+"selectors", "a dataplane policy's selectors are its sources: give selectors or sources/destinations, not both")
 		return
 	}
 	if l, ok := sel.([]any); ok && len(l) == 0 {
@@ -301,12 +303,12 @@ func (d *kumaDoc) topDefault() {
 	d.hadDefault = true
 	for _, k := range []string{"conf", "defaults", "overrides"} {
 		if _, both := d.out[k]; both {
-			d.errs.add(d.pfx+"default", fmt.Sprintf("is given with %s; use one", k))
+			d.errs.Add(d.pfx+"default", fmt.Sprintf("is given with %s; use one", k))
 			return
 		}
 	}
 	if _, ok := def.(map[string]any); !ok {
-		d.errs.add(d.pfx+"default", "must be an object")
+		d.errs.Add(d.pfx+"default", "must be an object")
 		return
 	}
 	d.out["defaults"] = map[string]any{"strategy": "merge", "rules": def}
@@ -333,15 +335,15 @@ func (d *kumaDoc) rules() {
 	}
 	list, ok := v.([]any)
 	if !ok {
-		d.errs.add(rpath, "must be a list")
+		d.errs.Add(rpath, "must be a list")
 		return
 	}
 	if items, _ := d.out["from"].([]any); len(items) > 0 {
-		d.errs.add(rpath, "rules and from cannot be given together (Kuma refuses it too)")
+		d.errs.Add(rpath, "rules and from cannot be given together (Kuma refuses it too)")
 		return
 	}
 	if len(list) > MaxItems {
-		d.errs.add(rpath, fmt.Sprintf("has %d rules, over the limit of %d", len(list), MaxItems))
+		d.errs.Add(rpath, fmt.Sprintf("has %d rules, over the limit of %d", len(list), MaxItems))
 		return
 	}
 	typ, _ := d.out["type"].(string)
@@ -350,22 +352,22 @@ func (d *kumaDoc) rules() {
 		path := fmt.Sprintf("%s[%d]", rpath, i)
 		rm, ok := r.(map[string]any)
 		if !ok {
-			d.errs.add(path, "must be an object")
+			d.errs.Add(path, "must be an object")
 			continue
 		}
-		for _, k := range sortedKeys(rm) {
+		for _, k := range sortedFields(rm) {
 			if k != "default" && k != "matches" {
-				d.errs.add(path+"."+k, "unknown field")
+				d.errs.Add(path+"."+k, "unknown field")
 			}
 		}
 		def, _ := rm["default"].(map[string]any)
 		if rm["default"] != nil && def == nil {
-			d.errs.add(path+".default", "must be an object")
+			d.errs.Add(path+".default", "must be an object")
 			continue
 		}
 		if typ == "MeshTrafficPermission" {
 			if _, has := rm["matches"]; has {
-				d.errs.add(path+".matches", "unknown field (MeshTrafficPermission rules match in default.allow and default.deny)")
+				d.errs.Add(path+".matches", "unknown field (MeshTrafficPermission rules match in default.allow and default.deny)")
 			}
 			items = d.permissionRule(items, path, def)
 			continue
@@ -377,7 +379,7 @@ func (d *kumaDoc) rules() {
 		}
 		ml, ok := matches.([]any)
 		if !ok || len(ml) == 0 {
-			d.errs.add(path+".matches", "must be a list of at least one match (leave it out to match every peer)")
+			d.errs.Add(path+".matches", "must be a list of at least one match (leave it out to match every peer)")
 			continue
 		}
 		for j, mv := range ml {
@@ -388,7 +390,7 @@ func (d *kumaDoc) rules() {
 		}
 	}
 	if len(items) > MaxItems {
-		d.errs.add(rpath, fmt.Sprintf("give %d items, over the limit of %d", len(items), MaxItems))
+		d.errs.Add(rpath, fmt.Sprintf("give %d items, over the limit of %d", len(items), MaxItems))
 		return
 	}
 	d.out["from"] = items
@@ -421,11 +423,11 @@ func (d *kumaDoc) ruleItem(items []any, rulePath string, tr map[string]any, matc
 // permissionRule appends the items of one MeshTrafficPermission rule.
 func (d *kumaDoc) permissionRule(items []any, path string, def map[string]any) []any {
 	found := false
-	for _, k := range sortedKeys(def) {
+	for _, k := range sortedFields(def) {
 		switch k {
 		case "deny", "allow", "allowWithShadowDeny":
 		default:
-			d.errs.add(path+".default."+k, "unknown field (a rule's default holds allow, deny and allowWithShadowDeny)")
+			d.errs.Add(path+".default."+k, "unknown field (a rule's default holds allow, deny and allowWithShadowDeny)")
 		}
 	}
 	for _, list := range []struct{ key, action string }{{"deny", "Deny"}, {"allowWithShadowDeny", "AllowWithShadowDeny"}, {"allow", "Allow"}} {
@@ -436,7 +438,7 @@ func (d *kumaDoc) permissionRule(items []any, path string, def map[string]any) [
 		lpath := path + ".default." + list.key
 		ml, ok := v.([]any)
 		if !ok {
-			d.errs.add(lpath, "must be a list of matches")
+			d.errs.Add(lpath, "must be a list of matches")
 			continue
 		}
 		for j, mv := range ml {
@@ -455,7 +457,7 @@ func (d *kumaDoc) permissionRule(items []any, path string, def map[string]any) [
 		}
 	}
 	if !found {
-		d.errs.add(path, "at least one of 'allow', 'allowWithShadowDeny', 'deny' has to be defined")
+		d.errs.Add(path, "at least one of 'allow', 'allowWithShadowDeny', 'deny' has to be defined")
 	}
 	return items
 }
@@ -466,25 +468,25 @@ func (d *kumaDoc) permissionRule(items []any, path string, def map[string]any) [
 func (d *kumaDoc) match(path string, v any) (map[string]any, bool) {
 	mm, ok := v.(map[string]any)
 	if !ok {
-		d.errs.add(path, "must be an object")
+		d.errs.Add(path, "must be an object")
 		return nil, false
 	}
 	ok = true
-	for _, k := range sortedKeys(mm) {
+	for _, k := range sortedFields(mm) {
 		switch k {
 		case "spiffeID":
 		case "sni":
-			d.errs.add(path+".sni", "verdict does not see the TLS SNI of a connection; match on the peer's spiffeID")
+			d.errs.Add(path+".sni", "verdict does not see the TLS SNI of a connection; match on the peer's spiffeID")
 			ok = false
 		default:
-			d.errs.add(path+"."+k, "unknown field")
+			d.errs.Add(path+"."+k, "unknown field")
 			ok = false
 		}
 	}
 	sm, isMap := mm["spiffeID"].(map[string]any)
 	if !isMap {
 		if ok {
-			d.errs.add(path+".spiffeID", "is required: {type: Exact | Prefix, value}")
+			d.errs.Add(path+".spiffeID", "is required: {type: Exact | Prefix, value}")
 		}
 		return nil, false
 	}
@@ -493,7 +495,7 @@ func (d *kumaDoc) match(path string, v any) (map[string]any, bool) {
 	value := so.str("value")
 	so.finish()
 	if value == "" {
-		d.errs.add(path+".spiffeID.value", "is required")
+		d.errs.Add(path+".spiffeID.value", "is required")
 		return nil, false
 	}
 	switch typ {
@@ -504,9 +506,9 @@ func (d *kumaDoc) match(path string, v any) (map[string]any, bool) {
 			map[string]any{"key": PrincipalTag, "operator": "Prefix", "values": []any{value}},
 		}}, ok
 	case "":
-		d.errs.add(path+".spiffeID.type", "is required: Exact or Prefix")
+		d.errs.Add(path+".spiffeID.type", "is required: Exact or Prefix")
 	default:
-		d.errs.add(path+".spiffeID.type", fmt.Sprintf("%q is not Exact or Prefix", typ))
+		d.errs.Add(path+".spiffeID.type", fmt.Sprintf("%q is not Exact or Prefix", typ))
 	}
 	return nil, false
 }
@@ -532,10 +534,10 @@ func (d *kumaDoc) itemDefaults() {
 			path := fmt.Sprintf("%s[%d]", list, i)
 			user := d.user(path)
 			if _, a := im["action"]; a {
-				d.errs.add(user+".default", "is given with action; use one")
+				d.errs.Add(user+".default", "is given with action; use one")
 			}
 			if _, c := im["conf"]; c {
-				d.errs.add(user+".default", "is given with conf; use one")
+				d.errs.Add(user+".default", "is given with conf; use one")
 			}
 			ni := make(map[string]any, len(im)+1)
 			for k, v := range im {
@@ -545,7 +547,7 @@ func (d *kumaDoc) itemDefaults() {
 			}
 			dm, ok := def.(map[string]any)
 			if !ok && def != nil {
-				d.errs.add(user+".default", "must be an object")
+				d.errs.Add(user+".default", "must be an object")
 			}
 			conf := make(Object, len(dm))
 			for k, v := range dm {
@@ -603,4 +605,9 @@ func rewriteErrors(errs []FieldError, pm pathMap) {
 	for i := range errs {
 		errs[i].Field = pm.rewrite(errs[i].Field)
 	}
+}
+
+// sortedFields returns the keys of m in order.
+func sortedFields(m map[string]any) []string {
+	return slices.Sorted(maps.Keys(m))
 }

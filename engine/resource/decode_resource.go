@@ -1,4 +1,4 @@
-package engine
+package resource
 
 // The per-kind decoders: Mesh, Scope and Policy with its targetRef, items and
 // defaults/overrides blocks.
@@ -15,7 +15,7 @@ func decodeMesh(o *obj) *Mesh {
 	if s := o.str("profile"); s != "" {
 		i := indexOf(profileNames, s)
 		if i <= 0 {
-			o.errs.add(o.field("profile"), fmt.Sprintf("%q is not Kuma or KongMesh", s))
+			o.errs.Add(o.field("profile"), fmt.Sprintf("%q is not Kuma or KongMesh", s))
 		} else {
 			m.Profile = Profile(i)
 		}
@@ -23,7 +23,7 @@ func decodeMesh(o *obj) *Mesh {
 	if s := o.str("tieBreak"); s != "" {
 		i := indexOf(tieBreakNames, s)
 		if i <= 0 {
-			o.errs.add(o.field("tieBreak"), fmt.Sprintf("%q is not Name, NewestCreated or NewestModified", s))
+			o.errs.Add(o.field("tieBreak"), fmt.Sprintf("%q is not Name, NewestCreated or NewestModified", s))
 		} else {
 			m.TieBreak = TieBreak(i)
 		}
@@ -31,7 +31,7 @@ func decodeMesh(o *obj) *Mesh {
 	if s := o.str("itemOrder"); s != "" {
 		i := indexOf(itemOrderNames, s)
 		if i <= 0 {
-			o.errs.add(o.field("itemOrder"), fmt.Sprintf("%q is not FirstWins or LastWins", s))
+			o.errs.Add(o.field("itemOrder"), fmt.Sprintf("%q is not FirstWins or LastWins", s))
 		} else {
 			m.ItemOrder = ItemOrder(i)
 		}
@@ -39,7 +39,7 @@ func decodeMesh(o *obj) *Mesh {
 	if s := o.str("invalidResources"); s != "" {
 		i := indexOf(invalidResourcesNames, s)
 		if i < 0 {
-			o.errs.add(o.field("invalidResources"), fmt.Sprintf("%q is not Deny or Skip", s))
+			o.errs.Add(o.field("invalidResources"), fmt.Sprintf("%q is not Deny or Skip", s))
 		} else {
 			m.InvalidResources = InvalidResources(i)
 		}
@@ -48,13 +48,13 @@ func decodeMesh(o *obj) *Mesh {
 		m.Types = make(map[string]TypeSettings, len(types))
 		for t, v := range types {
 			path := o.field("types") + "[" + strconv.Quote(t) + "]"
-			if err := checkName(t); err != nil {
-				o.errs.add(path, "type name: "+err.Error())
+			if err := CheckName(t); err != nil {
+				o.errs.Add(path, "type name: "+err.Error())
 				continue
 			}
 			tm, ok := v.(map[string]any)
 			if !ok {
-				o.errs.add(path, "must be an object")
+				o.errs.Add(path, "must be an object")
 				continue
 			}
 			to := newObj(o.errs, path, tm)
@@ -62,7 +62,7 @@ func decodeMesh(o *obj) *Mesh {
 			if s := to.str("combine"); s != "" {
 				i := indexOf(combineNames, s)
 				if i < 0 {
-					o.errs.add(to.field("combine"), fmt.Sprintf("%q is not FirstMatch or DenyOverrides", s))
+					o.errs.Add(to.field("combine"), fmt.Sprintf("%q is not FirstMatch or DenyOverrides", s))
 				} else {
 					ts.Combine = Combine(i)
 				}
@@ -72,7 +72,7 @@ func decodeMesh(o *obj) *Mesh {
 			if s := to.str("select"); s != "" {
 				i := indexOf(selectNames, s)
 				if i <= 0 {
-					o.errs.add(to.field("select"), fmt.Sprintf("%q is not Aggregate or PerDestination", s))
+					o.errs.Add(to.field("select"), fmt.Sprintf("%q is not Aggregate or PerDestination", s))
 				} else {
 					ts.Select = Select(i)
 				}
@@ -90,25 +90,25 @@ func decodeScope(o *obj) *Scope {
 	s := &Scope{Mesh: o.meshName(), Name: o.name("name", true), Enforced: true}
 	s.Parent = o.name("parent", false)
 	if s.Parent != "" && s.Parent == s.Name {
-		o.errs.add(o.field("parent"), "a scope cannot be its own parent")
+		o.errs.Add(o.field("parent"), "a scope cannot be its own parent")
 	}
 	s.Priority = o.int32("priority")
 	s.Selectors = decodeSelectors(o, "selectors", true)
 	s.CatchAll = o.action("catchAll")
 	if l, ok := o.list("catchAllTypes"); ok {
 		if len(l) == 0 {
-			o.errs.add(o.field("catchAllTypes"), "must name at least one type (leave it out for [TrafficPermission]; leave catchAll out for none)")
+			o.errs.Add(o.field("catchAllTypes"), "must name at least one type (leave it out for [TrafficPermission]; leave catchAll out for none)")
 		}
 		s.CatchAllTypes = make([]string, 0, len(l))
 		for i, v := range l {
 			t, ok := scalarText(v)
 			path := fmt.Sprintf("%s[%d]", o.field("catchAllTypes"), i)
 			if !ok {
-				o.errs.add(path, "must be a string")
+				o.errs.Add(path, "must be a string")
 				continue
 			}
-			if err := checkName(t); err != nil {
-				o.errs.add(path, err.Error())
+			if err := CheckName(t); err != nil {
+				o.errs.Add(path, err.Error())
 				continue
 			}
 			s.CatchAllTypes = append(s.CatchAllTypes, t)
@@ -129,7 +129,7 @@ func (o *obj) mode() Mode {
 	case "Audit":
 		return ModeAudit
 	}
-	o.errs.add(o.field("mode"), fmt.Sprintf("%q is not Enforce or Audit", s))
+	o.errs.Add(o.field("mode"), fmt.Sprintf("%q is not Enforce or Audit", s))
 	return ModeEnforce
 }
 
@@ -150,10 +150,10 @@ func decodeTargetRef(o *obj) TargetRef {
 		t.Kind = TargetProxy
 	case "":
 		known = false
-		o.errs.add(o.field("kind"), "is required: Mesh, MeshSubset, Service, ServiceSubset or Proxy (Kuma: MeshService, MeshServiceSubset, Dataplane)")
+		o.errs.Add(o.field("kind"), "is required: Mesh, MeshSubset, Service, ServiceSubset or Proxy (Kuma: MeshService, MeshServiceSubset, Dataplane)")
 	default:
 		known = false
-		o.errs.add(o.field("kind"), fmt.Sprintf("%q is not Mesh, MeshSubset, Service, ServiceSubset or Proxy (Kuma: MeshService, MeshServiceSubset, Dataplane)", kind))
+		o.errs.Add(o.field("kind"), fmt.Sprintf("%q is not Mesh, MeshSubset, Service, ServiceSubset or Proxy (Kuma: MeshService, MeshServiceSubset, Dataplane)", kind))
 	}
 	t.Name = o.str("name")
 	t.Tags = o.stringMap("tags", false)
@@ -171,32 +171,32 @@ func decodeTargetRef(o *obj) TargetRef {
 	switch t.Kind {
 	case TargetMesh, TargetMeshSubset:
 		if t.Name != "" {
-			o.errs.add(o.field("name"), fmt.Sprintf("must be empty for kind %s", t.Kind))
+			o.errs.Add(o.field("name"), fmt.Sprintf("must be empty for kind %s", t.Kind))
 		}
 	case TargetProxy:
 		// Kuma >= 2.10: a Dataplane by name, by labels (read as tags), or every one.
 		if t.Name != "" && len(t.Tags) > 0 {
-			o.errs.add(o.field("tags"), "kind Proxy selects by name or by tags (Kuma: labels), not both")
+			o.errs.Add(o.field("tags"), "kind Proxy selects by name or by tags (Kuma: labels), not both")
 		} else if t.Name != "" {
-			if err := checkTagValue(t.Name, false); err != nil {
-				o.errs.add(o.field("name"), err.Error())
+			if err := CheckTagValue(t.Name, false); err != nil {
+				o.errs.Add(o.field("name"), err.Error())
 			}
 		}
 	default:
 		if t.Name == "" {
-			o.errs.add(o.field("name"), fmt.Sprintf("is required for kind %s", t.Kind))
-		} else if err := checkTagValue(t.Name, false); err != nil {
-			o.errs.add(o.field("name"), err.Error())
+			o.errs.Add(o.field("name"), fmt.Sprintf("is required for kind %s", t.Kind))
+		} else if err := CheckTagValue(t.Name, false); err != nil {
+			o.errs.Add(o.field("name"), err.Error())
 		}
 	}
 	switch t.Kind {
 	case TargetMesh, TargetService:
 		if len(t.Tags) > 0 {
-			o.errs.add(o.field("tags"), fmt.Sprintf("must be empty for kind %s", t.Kind))
+			o.errs.Add(o.field("tags"), fmt.Sprintf("must be empty for kind %s", t.Kind))
 		}
 	}
 	if len(t.Expressions) > 0 && t.Kind != TargetMeshSubset {
-		o.errs.add(o.field("expressions"), fmt.Sprintf("must be empty for kind %s (expressions belong to MeshSubset)", t.Kind))
+		o.errs.Add(o.field("expressions"), fmt.Sprintf("must be empty for kind %s (expressions belong to MeshSubset)", t.Kind))
 	}
 	return t
 }
@@ -207,7 +207,7 @@ func decodeItems(o *obj, key string) []Item {
 		return nil
 	}
 	if len(l) > MaxItems {
-		o.errs.add(o.field(key), fmt.Sprintf("has %d items, over the limit of %d", len(l), MaxItems))
+		o.errs.Add(o.field(key), fmt.Sprintf("has %d items, over the limit of %d", len(l), MaxItems))
 		return nil
 	}
 	out := make([]Item, 0, len(l))
@@ -215,7 +215,7 @@ func decodeItems(o *obj, key string) []Item {
 		path := fmt.Sprintf("%s[%d]", o.field(key), i)
 		m, ok := v.(map[string]any)
 		if !ok {
-			o.errs.add(path, "must be an object")
+			o.errs.Add(path, "must be an object")
 			continue
 		}
 		io := newObj(o.errs, path, m)
@@ -223,7 +223,7 @@ func decodeItems(o *obj, key string) []Item {
 		if tr, ok := io.sub("targetRef"); ok {
 			it.TargetRef = decodeTargetRef(tr)
 		} else {
-			o.errs.add(io.field("targetRef"), "is required")
+			o.errs.Add(io.field("targetRef"), "is required")
 		}
 		it.Action, it.ShadowDeny = io.itemAction("action") // Kuma's AllowWithShadowDeny: an enforced ALLOW and an audit DENY
 		it.Conf = io.conf("conf")
@@ -244,19 +244,19 @@ func decodeBlock(o *obj, key string) *Block {
 	case "merge":
 		b.Strategy = Merge
 	default:
-		o.errs.add(bo.field("strategy"), fmt.Sprintf("%q is not atomic or merge", s))
+		o.errs.Add(bo.field("strategy"), fmt.Sprintf("%q is not atomic or merge", s))
 	}
 	b.When = bo.str("when")
 	if b.When != "" {
-		p, err := compileWhen(b.When)
+		p, err := CompileWhen(b.When)
 		if err != nil {
-			o.errs.add(bo.field("when"), err.Error())
+			o.errs.Add(bo.field("when"), err.Error())
 		}
-		b.when = p
+		b.Program = p
 	}
 	b.Rules = bo.conf("rules")
 	if b.Rules == nil {
-		o.errs.add(bo.field("rules"), "is required: an object of named rules")
+		o.errs.Add(bo.field("rules"), "is required: an object of named rules")
 	}
 	bo.finish()
 	return b
@@ -268,7 +268,7 @@ func decodePolicy(o *obj) *Policy {
 	p.Type = o.name("type", false)
 	if p.Type == "" {
 		if typeGiven {
-			o.errs.add(o.field("type"), "must not be empty")
+			o.errs.Add(o.field("type"), "must not be empty")
 		}
 		p.Type = DefaultType
 	}
@@ -278,7 +278,7 @@ func decodePolicy(o *obj) *Policy {
 	case "Absolute":
 		p.Rank = RankAbsolute
 	default:
-		o.errs.add(o.field("rank"), fmt.Sprintf("%q is not Default or Absolute", r))
+		o.errs.Add(o.field("rank"), fmt.Sprintf("%q is not Default or Absolute", r))
 	}
 	p.Priority = o.int32("priority")
 	_, hasSources := o.m["sources"]
@@ -303,7 +303,7 @@ func decodePolicy(o *obj) *Policy {
 			s, ok := scalarText(v)
 			path := fmt.Sprintf("%s[%d]", o.field("unset"), i)
 			if !ok || s == "" {
-				o.errs.add(path, "must be a rule name")
+				o.errs.Add(path, "must be a rule name")
 				continue
 			}
 			p.Unset = append(p.Unset, s)
@@ -320,33 +320,33 @@ func checkPolicyForm(o *obj, p *Policy, sd bool) {
 	tr := p.TargetRef != nil
 	switch {
 	case sd && tr:
-		o.errs.add(o.field("targetRef"), "a policy uses sources/destinations or targetRef, not both")
+		o.errs.Add(o.field("targetRef"), "a policy uses sources/destinations or targetRef, not both")
 	case !sd && !tr:
-		o.errs.add("", "a policy needs sources and destinations, or a targetRef")
+		o.errs.Add("", "a policy needs sources and destinations, or a targetRef")
 	}
 	if sd {
 		if len(p.From) > 0 || len(p.To) > 0 {
-			o.errs.add(o.field("from"), "from/to items need a targetRef policy, not sources/destinations")
+			o.errs.Add(o.field("from"), "from/to items need a targetRef policy, not sources/destinations")
 		}
 	}
 	if tr {
 		if p.Scope != "" {
-			o.errs.add(o.field("scope"), "a targetRef policy names no scope: its targetRef is its attachment")
+			o.errs.Add(o.field("scope"), "a targetRef policy names no scope: its targetRef is its attachment")
 		}
 		if p.Action != ActionUnset {
-			o.errs.add(o.field("action"), "a targetRef policy sets the action on each from/to item")
+			o.errs.Add(o.field("action"), "a targetRef policy sets the action on each from/to item")
 		}
-		if len(p.Ports) > 0 && !p.hasItems() {
-			o.errs.add(o.field("ports"), "ports restrict rules; a targetRef policy without from/to items has none")
+		if len(p.Ports) > 0 && !p.HasItems() {
+			o.errs.Add(o.field("ports"), "ports restrict rules; a targetRef policy without from/to items has none")
 		}
 	}
-	if p.hasItems() && p.hasBlocks() {
-		o.errs.add(o.field("defaults"), "from/to items and defaults/overrides blocks cannot be mixed")
+	if p.HasItems() && p.HasBlocks() {
+		o.errs.Add(o.field("defaults"), "from/to items and defaults/overrides blocks cannot be mixed")
 	}
-	if p.hasItems() && p.Conf != nil {
-		o.errs.add(o.field("conf"), "a policy with from/to items carries its conf on each item")
+	if p.HasItems() && p.Conf != nil {
+		o.errs.Add(o.field("conf"), "a policy with from/to items carries its conf on each item")
 	}
-	if p.Conf != nil && p.hasBlocks() {
-		o.errs.add(o.field("conf"), "conf is an atomic defaults block; use conf or defaults/overrides, not both")
+	if p.Conf != nil && p.HasBlocks() {
+		o.errs.Add(o.field("conf"), "conf is an atomic defaults block; use conf or defaults/overrides, not both")
 	}
 }

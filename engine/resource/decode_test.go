@@ -1,14 +1,14 @@
-package engine_test
+package resource_test
 
 import (
+	"github.com/verdictpdp/verdict/engine/resource"
+
 	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/verdictpdp/verdict/engine"
 )
 
 func TestDecodeErrors(t *testing.T) {
@@ -70,14 +70,14 @@ func TestDecodeErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := engine.DecodeYAML([]byte(tc.doc))
+			_, err := resource.DecodeYAML([]byte(tc.doc))
 			if err == nil {
 				t.Fatalf("accepted %s", tc.doc)
 			}
-			if !errors.Is(err, engine.ErrInvalid) {
+			if !errors.Is(err, resource.ErrInvalid) {
 				t.Fatalf("error %v is not ErrInvalid", err)
 			}
-			var ve *engine.ValidationError
+			var ve *resource.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("error %T is not a *ValidationError", err)
 			}
@@ -116,22 +116,22 @@ sources: [{match: {kuma.io/service: '*'}}]
 destinations: [{match: {kuma.io/service: '*'}}]
 conf: {backend: logstash}
 `
-	rs, err := engine.DecodeYAML([]byte(doc))
+	rs, err := resource.DecodeYAML([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := rs[0].(*engine.Policy)
-	if p.Mesh != "demo" || p.Type != "MeshTrafficPermission" || p.TargetRef.Kind != engine.TargetService || p.TargetRef.Name != "backend" {
+	p := rs[0].(*resource.Policy)
+	if p.Mesh != "demo" || p.Type != "MeshTrafficPermission" || p.TargetRef.Kind != resource.TargetService || p.TargetRef.Name != "backend" {
 		t.Fatalf("targetRef: %+v", p)
 	}
-	if p.From[0].TargetRef.Kind != engine.TargetServiceSubset || p.From[0].Action != engine.Deny || p.From[0].Conf != nil {
+	if p.From[0].TargetRef.Kind != resource.TargetServiceSubset || p.From[0].Action != resource.Deny || p.From[0].Conf != nil {
 		t.Fatalf("from[0]: %+v", p.From[0])
 	}
-	if p.From[1].TargetRef.Kind != engine.TargetProxy || p.From[1].Action != engine.Allow || p.From[1].Conf["audit"] == nil {
+	if p.From[1].TargetRef.Kind != resource.TargetProxy || p.From[1].Action != resource.Allow || p.From[1].Conf["audit"] == nil {
 		t.Fatalf("from[1]: %+v", p.From[1])
 	}
-	log := rs[1].(*engine.Policy)
-	if log.Mesh != "default" || log.Type != "TrafficLog" || log.Conf["backend"] != "logstash" || log.Action != engine.ActionUnset {
+	log := rs[1].(*resource.Policy)
+	if log.Mesh != "default" || log.Type != "TrafficLog" || log.Conf["backend"] != "logstash" || log.Action != resource.ActionUnset {
 		t.Fatalf("legacy policy: %+v", log)
 	}
 }
@@ -140,7 +140,7 @@ conf: {backend: logstash}
 // EncodeJSON → DecodeJSON unchanged.
 func TestEncodeRoundTrip(t *testing.T) {
 	t.Parallel()
-	files, _ := filepath.Glob("../testdata/conformance/*.yaml")
+	files, _ := filepath.Glob("../../testdata/conformance/*.yaml")
 	if len(files) == 0 {
 		t.Fatal("no conformance suites found")
 	}
@@ -150,13 +150,13 @@ func TestEncodeRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		docs, err := engine.ParseYAML(data)
+		docs, err := resource.ParseYAML(data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		top := docs[0].Value.(map[string]any)
 		for _, v := range top["resources"].([]any) {
-			r, err := engine.DecodeValue(v)
+			r, err := resource.DecodeValue(v)
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
@@ -169,17 +169,17 @@ func TestEncodeRoundTrip(t *testing.T) {
 	}
 }
 
-func checkRoundTrip(t *testing.T, r engine.Resource) {
+func checkRoundTrip(t *testing.T, r resource.Resource) {
 	t.Helper()
-	b, err := engine.EncodeJSON(r)
+	b, err := resource.EncodeJSON(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := engine.DecodeJSON(b)
+	back, err := resource.DecodeJSON(b)
 	if err != nil {
 		t.Fatalf("%s does not decode: %v", b, err)
 	}
-	b2, err := engine.EncodeJSON(back)
+	b2, err := resource.EncodeJSON(back)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,17 +194,17 @@ func TestParseYAMLRefusesHostileInput(t *testing.T) {
 	bomb := "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
 	for name, doc := range map[string]string{"deep nesting": deep, "aliases": bomb, "merge keys": "a: {x: 1}\nb: {<<: {y: 2}}\n",
 		"invalid UTF-8": "{kind: Policy, name: x, sources: [{match: {a: \xff}}], destinations: [{}]}"} {
-		if _, err := engine.DecodeYAML([]byte(doc)); err == nil {
+		if _, err := resource.DecodeYAML([]byte(doc)); err == nil {
 			t.Errorf("%s accepted", name)
 		}
 	}
 }
 
 func FuzzDecodeYAML(f *testing.F) {
-	files, _ := filepath.Glob("../testdata/conformance/*.yaml")
+	files, _ := filepath.Glob("../../testdata/conformance/*.yaml")
 	for _, file := range files {
 		data, _ := os.ReadFile(file)
-		docs, _ := engine.ParseYAML(data)
+		docs, _ := resource.ParseYAML(data)
 		if len(docs) == 0 {
 			continue
 		}
@@ -212,8 +212,8 @@ func FuzzDecodeYAML(f *testing.F) {
 			if i%7 != 0 {
 				continue
 			}
-			if r, err := engine.DecodeValue(v); err == nil {
-				b, _ := engine.EncodeJSON(r)
+			if r, err := resource.DecodeValue(v); err == nil {
+				b, _ := resource.EncodeJSON(r)
 				f.Add(b)
 			}
 		}
@@ -223,8 +223,8 @@ func FuzzDecodeYAML(f *testing.F) {
 	f.Add([]byte("type: MeshTrace\nname: t\nspec: {targetRef: {kind: Dataplane, labels: {app: a}}, default: {sampling: {overall: 1}}}\n"))
 	f.Add([]byte("type: TrafficTrace\nname: t\nselectors: []\nconf: {backend: b}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rs, err := engine.DecodeYAML(data)
-		if err != nil && !errors.Is(err, engine.ErrInvalid) {
+		rs, err := resource.DecodeYAML(data)
+		if err != nil && !errors.Is(err, resource.ErrInvalid) {
 			t.Fatalf("error that is not ErrInvalid: %v", err)
 		}
 		for _, r := range rs {

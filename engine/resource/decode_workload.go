@@ -1,4 +1,4 @@
-package engine
+package resource
 
 // The Workload decoder, and Kuma's Dataplane documents read as workloads
 // (docs/workloads.md).
@@ -23,14 +23,14 @@ func decodeWorkload(o *obj) *Workload {
 	w.Principal = decodePrincipal(o, "principal")
 	if l, ok := o.list("ports"); ok {
 		if len(l) > MaxWorkloadPorts {
-			o.errs.add(o.field("ports"), fmt.Sprintf("has %d entries, over the limit of %d", len(l), MaxWorkloadPorts))
+			o.errs.Add(o.field("ports"), fmt.Sprintf("has %d entries, over the limit of %d", len(l), MaxWorkloadPorts))
 			l = nil
 		}
 		for i, v := range l {
 			path := fmt.Sprintf("%s[%d]", o.field("ports"), i)
 			m, ok := v.(map[string]any)
 			if !ok {
-				o.errs.add(path, "must be an object")
+				o.errs.Add(path, "must be an object")
 				continue
 			}
 			po := newObj(o.errs, path, m)
@@ -50,7 +50,7 @@ func workloadTags(o *obj, key string) map[string]string {
 	tags := o.stringMap(key, false)
 	for k := range tags {
 		if IsReservedTag(k) {
-			o.errs.add(o.field(key)+"["+strconv.Quote(k)+"]",
+			o.errs.Add(o.field(key)+"["+strconv.Quote(k)+"]",
 				fmt.Sprintf("%q is reserved: it is set from the address or principal a request gives", k))
 		}
 	}
@@ -59,7 +59,7 @@ func workloadTags(o *obj, key string) map[string]string {
 
 func decodeAddresses(o *obj, path string, l []any) []string {
 	if len(l) > MaxAddresses {
-		o.errs.add(path, fmt.Sprintf("has %d addresses, over the limit of %d", len(l), MaxAddresses))
+		o.errs.Add(path, fmt.Sprintf("has %d addresses, over the limit of %d", len(l), MaxAddresses))
 		return nil
 	}
 	out := make([]string, 0, len(l))
@@ -68,16 +68,16 @@ func decodeAddresses(o *obj, path string, l []any) []string {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		s, ok := v.(string)
 		if !ok {
-			o.errs.add(p, "must be an IP address as a string")
+			o.errs.Add(p, "must be an IP address as a string")
 			continue
 		}
 		a, err := CanonicalAddress(s)
 		if err != nil {
-			o.errs.add(p, err.Error())
+			o.errs.Add(p, err.Error())
 			continue
 		}
 		if j, dup := seen[a]; dup {
-			o.errs.add(p, fmt.Sprintf("%s is also %s[%d]", a, path, j))
+			o.errs.Add(p, fmt.Sprintf("%s is also %s[%d]", a, path, j))
 			continue
 		}
 		seen[a] = i
@@ -91,8 +91,8 @@ func decodePrincipal(o *obj, key string) string {
 	if s == "" {
 		return ""
 	}
-	if err := checkTagValue(s, false); err != nil {
-		o.errs.add(o.field(key), err.Error())
+	if err := CheckTagValue(s, false); err != nil {
+		o.errs.Add(o.field(key), err.Error())
 	}
 	return s
 }
@@ -101,7 +101,7 @@ func decodePortNumber(o *obj, key string, required bool) uint32 {
 	v, ok := o.take(key)
 	if !ok {
 		if required {
-			o.errs.add(o.field(key), "is required: a port from 1 to 65535")
+			o.errs.Add(o.field(key), "is required: a port from 1 to 65535")
 		}
 		return 0
 	}
@@ -111,7 +111,7 @@ func decodePortNumber(o *obj, key string, required bool) uint32 {
 			return uint32(n)
 		}
 	}
-	o.errs.add(o.field(key), fmt.Sprintf("%v is not a port from 1 to 65535", v))
+	o.errs.Add(o.field(key), fmt.Sprintf("%v is not a port from 1 to 65535", v))
 	return 0
 }
 
@@ -125,7 +125,7 @@ func isDataplane(m map[string]any) bool {
 
 // decodeDataplaneDoc decodes a Kuma Dataplane document (isDataplane).
 func decodeDataplaneDoc(m map[string]any) (Resource, []FieldError) {
-	var errs errList
+	var errs FieldErrors
 	o := newObj(&errs, "", m)
 	w := decodeDataplane(o)
 	o.finish()
@@ -144,7 +144,7 @@ func decodeDataplane(o *obj) *Workload {
 	w := &Workload{Mesh: o.meshName(), Name: o.name("name", true)}
 	no, ok := o.sub("networking")
 	if !ok {
-		o.errs.add(o.field("networking"), "is required: a Dataplane has networking.address and inbounds")
+		o.errs.Add(o.field("networking"), "is required: a Dataplane has networking.address and inbounds")
 		o.finish()
 		return w
 	}
@@ -152,7 +152,7 @@ func decodeDataplane(o *obj) *Workload {
 	if a := no.str("address"); a != "" {
 		addrs = append(addrs, a)
 	} else {
-		o.errs.add(no.field("address"), "is required")
+		o.errs.Add(no.field("address"), "is required")
 	}
 	no.take("advertisedAddress")
 	no.take("outbound")
@@ -166,14 +166,14 @@ func decodeDataplane(o *obj) *Workload {
 	}
 	if l, ok := no.list("inbound"); ok {
 		if len(l) > MaxWorkloadPorts {
-			o.errs.add(no.field("inbound"), fmt.Sprintf("has %d entries, over the limit of %d", len(l), MaxWorkloadPorts))
+			o.errs.Add(no.field("inbound"), fmt.Sprintf("has %d entries, over the limit of %d", len(l), MaxWorkloadPorts))
 			l = nil
 		}
 		for i, v := range l {
 			path := fmt.Sprintf("%s[%d]", no.field("inbound"), i)
 			m, ok := v.(map[string]any)
 			if !ok {
-				o.errs.add(path, "must be an object")
+				o.errs.Add(path, "must be an object")
 				continue
 			}
 			io := newObj(o.errs, path, m)
@@ -218,7 +218,7 @@ func uniqueAddresses(o *obj, path string, l []any) []string {
 		s, _ := v.(string)
 		a, err := CanonicalAddress(s)
 		if err != nil {
-			o.errs.add(path, err.Error())
+			o.errs.Add(path, err.Error())
 			continue
 		}
 		if !seen[a] {

@@ -1,4 +1,4 @@
-package engine
+package resource
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ func (a Action) String() string {
 }
 
 // or returns a, or def when a is unset.
-func (a Action) or(def Action) Action {
+func (a Action) Or(def Action) Action {
 	if a == ActionUnset {
 		return def
 	}
@@ -321,10 +321,10 @@ type Expression struct {
 type PortEntry struct {
 	Protocol Protocol // ProtocolAny: every protocol
 	Ports    string   // as written: "80,443,8000-8100"; empty: every port
-	ranges   []portRange
+	Ranges   []PortRange
 }
 
-type portRange struct{ lo, hi uint16 }
+type PortRange struct{ Lo, Hi uint16 }
 
 // TargetRef attaches a policy to workloads, or names the peer of an item (seed 002).
 // Kind Proxy selects one proxy by Name, proxies by Tags (Kuma's Dataplane
@@ -341,7 +341,7 @@ type TargetRef struct {
 // Proxy > ServiceSubset > Service > MeshSubset > Mesh, with Kuma's Dataplane
 // by labels (or every Dataplane) above Mesh and below MeshSubset, as Kuma
 // orders its kinds.
-func (t TargetRef) level() int16 {
+func (t TargetRef) Level() int16 {
 	if t.Kind == TargetProxy && t.Name == "" {
 		return 1
 	}
@@ -372,7 +372,7 @@ type Block struct {
 	Strategy Strategy
 	When     string
 	Rules    Object
-	when     *celProgram
+	Program  *WhenProgram // When compiled and type-checked
 }
 
 // Policy is a rule set of one type in one mesh, in source & destination form
@@ -404,10 +404,10 @@ type Policy struct {
 func (p *Policy) IsTargetRef() bool { return p.TargetRef != nil }
 
 // hasItems reports whether the policy has from or to items.
-func (p *Policy) hasItems() bool { return len(p.From) > 0 || len(p.To) > 0 }
+func (p *Policy) HasItems() bool { return len(p.From) > 0 || len(p.To) > 0 }
 
 // hasBlocks reports whether the policy has a defaults or an overrides block.
-func (p *Policy) hasBlocks() bool { return p.Defaults != nil || p.Overrides != nil }
+func (p *Policy) HasBlocks() bool { return p.Defaults != nil || p.Overrides != nil }
 
 // Key implements Resource.
 func (m *Mesh) Key() Key { return Key{Kind: KindMesh, Mesh: m.Name} }
@@ -526,9 +526,25 @@ func ParseKey(rest string) (Key, error) {
 		names = append(names, k.Type, k.Name)
 	}
 	for _, s := range names {
-		if err := checkName(s); err != nil {
+		if err := CheckName(s); err != nil {
 			return Key{}, fmt.Errorf("key %q: %v", rest, err)
 		}
 	}
 	return k, nil
 }
+
+// InvalidResources is what a mesh does with stored resources that do not
+// validate (the Mesh's invalidResources).
+type InvalidResources uint8
+
+// InvalidResources values.
+const (
+	// InvalidDeny: fail closed (the default).
+	InvalidDeny InvalidResources = iota
+	// InvalidSkip: leave the invalid resources out and decide with the rest.
+	InvalidSkip
+)
+
+var invalidResourcesNames = []string{"Deny", "Skip"}
+
+func (v InvalidResources) String() string { return invalidResourcesNames[v] }
