@@ -17,7 +17,7 @@ import (
 	"github.com/verdictpdp/verdict/store"
 )
 
-// Limits of requests beyond the engine's (engine.MaxTagsPerWorkload and the
+// Limits of requests beyond the engine's (resource.MaxTagsPerWorkload and the
 // tag key and value lengths apply to every workload).
 const (
 	MaxBatch        = 1000 // flows in one DecideBatch

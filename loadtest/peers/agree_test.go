@@ -11,6 +11,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 var sizesFlag = flag.String("sizes", "1000,10000", "policy-set sizes of TestAgreement and the benchmarks, comma-separated")
@@ -35,10 +36,12 @@ func testSizes(t testing.TB) []int {
 // port entries, port ranges without protocol, ICMP, several selectors.
 func handSet(combine resource.Combine) *policygen.Set {
 	mesh := &resource.Mesh{Name: resource.DefaultMesh}
-	if combine != engine.FirstMatch {
+	if combine != resource.FirstMatch {
 		mesh.Types = map[string]resource.TypeSettings{resource.DefaultType: {Combine: combine}}
 	}
-	svc := func(s string) resource.Selector { return resource.Selector{Match: map[string]string{engine.ServiceTag: s}} }
+	svc := func(s string) resource.Selector {
+		return resource.Selector{Match: map[string]string{resource.ServiceTag: s}}
+	}
 	pol := func(name string, prio int32, action resource.Action, src, dst []resource.Selector, ports ...resource.PortEntry) *resource.Policy {
 		return &resource.Policy{Mesh: resource.DefaultMesh, Type: resource.DefaultType, Name: name, Priority: prio,
 			Action: action, Sources: src, Destinations: dst, Ports: ports}
@@ -46,21 +49,21 @@ func handSet(combine resource.Combine) *policygen.Set {
 	all := []resource.Selector{{}}
 	return &policygen.Set{Config: policygen.Config{Mesh: resource.DefaultMesh, Type: resource.DefaultType}, Resources: []resource.Resource{
 		mesh,
-		pol("web-to-api", 1, engine.Allow, []resource.Selector{svc("web")}, []resource.Selector{svc("api")}),
-		pol("web-prod-deny", 1, engine.Deny, []resource.Selector{{Match: map[string]string{engine.ServiceTag: "web", "env": "prod"}}},
-			[]resource.Selector{svc("api")}, resource.PortEntry{Protocol: engine.TCP, Ports: "8000-8100,9000"}),
-		pol("any-env-to-db", 2, engine.Allow, []resource.Selector{{Match: map[string]string{"env": "*"}}},
-			[]resource.Selector{svc("db")}, resource.PortEntry{Ports: "5432"}, resource.PortEntry{Protocol: engine.UDP}),
-		pol("not-dev-to-db", 0, engine.Deny, []resource.Selector{{Expressions: []resource.Expression{
-			{Key: "env", Operator: engine.OpNotIn, Values: []string{"dev", "staging"}}}}},
-			[]resource.Selector{svc("db")}, resource.PortEntry{Protocol: engine.ICMP}),
-		pol("one-value-in", 2, engine.Allow, []resource.Selector{{Expressions: []resource.Expression{
-			{Key: engine.ServiceTag, Operator: engine.OpIn, Values: []string{"web"}}}}}, []resource.Selector{svc("db")}),
-		pol("unlabelled", 3, engine.Deny, []resource.Selector{{Expressions: []resource.Expression{
-			{Key: "env", Operator: engine.OpDoesNotExist}, {Key: engine.ServiceTag, Operator: engine.OpExists}}}}, all),
-		pol("two-by-two", 3, engine.Allow, []resource.Selector{svc("web"), svc("db")}, []resource.Selector{svc("api"), {Match: map[string]string{"env": "*"}}},
-			resource.PortEntry{Protocol: engine.TCP, Ports: "80,443"}),
-		pol("catch-everything", 4, engine.Allow, all, all, resource.PortEntry{Protocol: engine.UDP, Ports: "53"}),
+		pol("web-to-api", 1, resource.Allow, []resource.Selector{svc("web")}, []resource.Selector{svc("api")}),
+		pol("web-prod-deny", 1, resource.Deny, []resource.Selector{{Match: map[string]string{resource.ServiceTag: "web", "env": "prod"}}},
+			[]resource.Selector{svc("api")}, resource.PortEntry{Protocol: resource.TCP, Ports: "8000-8100,9000"}),
+		pol("any-env-to-db", 2, resource.Allow, []resource.Selector{{Match: map[string]string{"env": "*"}}},
+			[]resource.Selector{svc("db")}, resource.PortEntry{Ports: "5432"}, resource.PortEntry{Protocol: resource.UDP}),
+		pol("not-dev-to-db", 0, resource.Deny, []resource.Selector{{Expressions: []resource.Expression{
+			{Key: "env", Operator: resource.OpNotIn, Values: []string{"dev", "staging"}}}}},
+			[]resource.Selector{svc("db")}, resource.PortEntry{Protocol: resource.ICMP}),
+		pol("one-value-in", 2, resource.Allow, []resource.Selector{{Expressions: []resource.Expression{
+			{Key: resource.ServiceTag, Operator: resource.OpIn, Values: []string{"web"}}}}}, []resource.Selector{svc("db")}),
+		pol("unlabelled", 3, resource.Deny, []resource.Selector{{Expressions: []resource.Expression{
+			{Key: "env", Operator: resource.OpDoesNotExist}, {Key: resource.ServiceTag, Operator: resource.OpExists}}}}, all),
+		pol("two-by-two", 3, resource.Allow, []resource.Selector{svc("web"), svc("db")}, []resource.Selector{svc("api"), {Match: map[string]string{"env": "*"}}},
+			resource.PortEntry{Protocol: resource.TCP, Ports: "80,443"}),
+		pol("catch-everything", 4, resource.Allow, all, all, resource.PortEntry{Protocol: resource.UDP, Ports: "53"}),
 	}}
 }
 
@@ -68,19 +71,19 @@ func handSet(combine resource.Combine) *policygen.Set {
 func handFlows() []engine.Request {
 	workloads := []resource.Tags{
 		{},
-		{engine.ServiceTag: "web"},
-		{engine.ServiceTag: "web", "env": "prod"},
-		{engine.ServiceTag: "web", "env": "dev"},
-		{engine.ServiceTag: "api", "env": "staging"},
-		{engine.ServiceTag: "db", "env": "prod"},
-		{engine.ServiceTag: "db"},
+		{resource.ServiceTag: "web"},
+		{resource.ServiceTag: "web", "env": "prod"},
+		{resource.ServiceTag: "web", "env": "dev"},
+		{resource.ServiceTag: "api", "env": "staging"},
+		{resource.ServiceTag: "db", "env": "prod"},
+		{resource.ServiceTag: "db"},
 		{"env": "prod"},
 	}
 	traffic := []struct {
 		proto resource.Protocol
 		port  uint32
-	}{{engine.ProtocolAny, 0}, {engine.TCP, 0}, {engine.TCP, 80}, {engine.TCP, 8050}, {engine.TCP, 9000}, {engine.TCP, 5432},
-		{engine.UDP, 53}, {engine.UDP, 5432}, {engine.ICMP, 0}, {engine.ICMP, 8}, {engine.ProtocolAny, 5432}}
+	}{{resource.ProtocolAny, 0}, {resource.TCP, 0}, {resource.TCP, 80}, {resource.TCP, 8050}, {resource.TCP, 9000}, {resource.TCP, 5432},
+		{resource.UDP, 53}, {resource.UDP, 5432}, {resource.ICMP, 0}, {resource.ICMP, 8}, {resource.ProtocolAny, 5432}}
 	var out []engine.Request
 	for _, src := range workloads {
 		for _, dst := range workloads {

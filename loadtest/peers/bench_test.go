@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // BenchmarkDecide decides the generated flows in every peer at every size of
@@ -60,7 +60,7 @@ func BenchmarkDecide(b *testing.B) {
 // BenchmarkOPAFloor is the rules formulation with no rule at all: the cost of
 // one prepared evaluation with this input, whatever the policies.
 func BenchmarkOPAFloor(b *testing.B) {
-	d, err := NewOPARules(context.Background(), &Program{DefaultAction: engine.Deny})
+	d, err := NewOPARules(context.Background(), &Program{DefaultAction: resource.Deny})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/cedar-policy/cedar-go"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Cedar is cedar-go. Each rule is a permit (ALLOW) or forbid (DENY) policy with
@@ -36,7 +37,7 @@ var (
 // NewCedar parses the program's Cedar translation. Only DenyOverrides with a
 // DENY default has Cedar's semantics; anything else is ErrNotTranslated.
 func NewCedar(p *Program) (*Cedar, error) {
-	if p.Combine != engine.DenyOverrides || p.DefaultAction != engine.Deny {
+	if p.Combine != resource.DenyOverrides || p.DefaultAction != resource.Deny {
 		return nil, fmt.Errorf("%w: cedar decides as DenyOverrides with default DENY, the set is %s with default %s",
 			ErrNotTranslated, p.Combine, p.DefaultAction)
 	}
@@ -79,7 +80,7 @@ func CedarPolicies(p *Program) (string, error) {
 			conds = []string{"true"}
 		}
 		effect := "permit"
-		if r.Action == engine.Deny {
+		if r.Action == resource.Deny {
 			effect = "forbid"
 		}
 		fmt.Fprintf(&b, "// %s\n%s (principal, action == Action::\"connect\", resource)\nwhen {\n  %s\n};\n\n",
@@ -106,13 +107,13 @@ func selectorCedar(conds *[]string, entity string, s *resource.Selector) error {
 		}
 		in := "[" + strings.Join(set, ", ") + "].contains(" + tags + "[" + quote(e.Key) + "])"
 		switch e.Operator {
-		case engine.OpIn:
+		case resource.OpIn:
 			*conds = append(*conds, has, in)
-		case engine.OpNotIn:
+		case resource.OpNotIn:
 			*conds = append(*conds, "(!("+has+") || !"+in+")")
-		case engine.OpExists:
+		case resource.OpExists:
 			*conds = append(*conds, has)
-		case engine.OpDoesNotExist:
+		case resource.OpDoesNotExist:
 			*conds = append(*conds, "!("+has+")")
 		default:
 			return fmt.Errorf("%w: operator %s", ErrNotTranslated, e.Operator)
@@ -129,10 +130,10 @@ func portsCedar(entries []Ports) string {
 	var alts []string
 	for _, e := range entries {
 		var parts []string
-		if e.Protocol != engine.ProtocolAny {
+		if e.Protocol != resource.ProtocolAny {
 			parts = append(parts, "context.protocol == "+quote(e.Protocol.String()))
 		}
-		if len(e.Ranges) > 0 && e.Protocol != engine.ICMP {
+		if len(e.Ranges) > 0 && e.Protocol != resource.ICMP {
 			var ranges []string
 			for _, r := range e.Ranges {
 				if r[0] == r[1] {
@@ -141,7 +142,7 @@ func portsCedar(entries []Ports) string {
 					ranges = append(ranges, fmt.Sprintf("(context.port >= %d && context.port <= %d)", r[0], r[1]))
 				}
 			}
-			if e.Protocol == engine.ProtocolAny { // ICMP ignores ports
+			if e.Protocol == resource.ProtocolAny { // ICMP ignores ports
 				ranges = append(ranges, `context.protocol == "ICMP"`)
 			}
 			parts = append(parts, "("+strings.Join(ranges, " || ")+")")
@@ -170,9 +171,9 @@ func (c *Cedar) Decide(req *engine.Request) (Outcome, error) {
 	if len(diag.Errors) > 0 {
 		return Outcome{}, fmt.Errorf("cedar: %s", diag.Errors[0])
 	}
-	out := Outcome{Action: engine.Deny}
+	out := Outcome{Action: resource.Deny}
 	if dec == cedar.Allow {
-		out.Action = engine.Allow
+		out.Action = resource.Allow
 	}
 	first := -1
 	for _, r := range diag.Reasons {

@@ -3,17 +3,17 @@ package peers_test
 import (
 	"fmt"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/loadtest/peers"
 )
 
 // example is one generated-looking rule: every prod service may call svc-7 on
 // TCP 8080 or 9000-9100.
-var example = &peers.Program{DefaultAction: engine.Deny, Combine: engine.DenyOverrides, Rules: []peers.Rule{{
-	Order: 0, Policy: "p-000042-svc-3-to-svc-7", Action: engine.Allow,
-	Src:   resource.Selector{Match: map[string]string{engine.ServiceTag: "*", "env": "prod"}},
-	Dst:   resource.Selector{Match: map[string]string{engine.ServiceTag: "svc-7"}},
-	Ports: []peers.Ports{{Protocol: engine.TCP, Ranges: [][2]uint32{{8080, 8080}, {9000, 9100}}}},
+var example = &peers.Program{DefaultAction: resource.Deny, Combine: resource.DenyOverrides, Rules: []peers.Rule{{
+	Order: 0, Policy: "p-000042-svc-3-to-svc-7", Action: resource.Allow,
+	Src:   resource.Selector{Match: map[string]string{resource.ServiceTag: "*", "env": "prod"}},
+	Dst:   resource.Selector{Match: map[string]string{resource.ServiceTag: "svc-7"}},
+	Ports: []peers.Ports{{Protocol: resource.TCP, Ranges: [][2]uint32{{8080, 8080}, {9000, 9100}}}},
 }}}
 
 func ExampleOPARulesModule() {

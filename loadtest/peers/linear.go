@@ -1,6 +1,9 @@
 package peers
 
-import "github.com/verdictpdp/verdict/engine"
+import (
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
+)
 
 // Linear is the obvious implementation: the rules in order in one slice, and a
 // loop that checks each until one matches (under DenyOverrides: until a DENY
@@ -24,7 +27,7 @@ func (l *Linear) Decide(req *engine.Request) (Outcome, error) {
 		if !portsMatch(r.Ports, req.Protocol, req.Port) || !selects(&r.Src, req.Source) || !selects(&r.Dst, req.Destination) {
 			continue
 		}
-		if l.combine == engine.FirstMatch || r.Action == engine.Deny {
+		if l.combine == resource.FirstMatch || r.Action == resource.Deny {
 			return Outcome{Action: r.Action, Policy: r.Policy}, nil
 		}
 		if allow == nil {
@@ -48,19 +51,19 @@ func selects(s *resource.Selector, tags resource.Tags) bool {
 	for _, e := range s.Expressions {
 		got, ok := tags[e.Key]
 		switch e.Operator {
-		case engine.OpIn:
+		case resource.OpIn:
 			if !ok || !contains(e.Values, got) {
 				return false
 			}
-		case engine.OpNotIn:
+		case resource.OpNotIn:
 			if ok && contains(e.Values, got) {
 				return false
 			}
-		case engine.OpExists:
+		case resource.OpExists:
 			if !ok {
 				return false
 			}
-		case engine.OpDoesNotExist:
+		case resource.OpDoesNotExist:
 			if ok {
 				return false
 			}
@@ -86,10 +89,10 @@ func portsMatch(entries []Ports, proto resource.Protocol, port uint32) bool {
 		return true
 	}
 	for _, e := range entries {
-		if e.Protocol != engine.ProtocolAny && e.Protocol != proto {
+		if e.Protocol != resource.ProtocolAny && e.Protocol != proto {
 			continue
 		}
-		if len(e.Ranges) == 0 || proto == engine.ICMP {
+		if len(e.Ranges) == 0 || proto == resource.ICMP {
 			return true
 		}
 		for _, r := range e.Ranges {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Peer is one implementation in the comparison.
@@ -57,21 +58,21 @@ func Peers() []Peer {
 		return quickIndex{q}, nil
 	}
 	return []Peer{
-		{Name: VerdictName, Combine: engine.FirstMatch, build: verdict},
-		{Name: VerdictNoCacheName, Combine: engine.FirstMatch, Reference: VerdictName,
+		{Name: VerdictName, Combine: resource.FirstMatch, build: verdict},
+		{Name: VerdictNoCacheName, Combine: resource.FirstMatch, Reference: VerdictName,
 			build: func(_ context.Context, set *policygen.Set, _ *Program) (Decider, error) {
 				return NewVerdict(set, true), nil
 			}},
-		{Name: LinearName, Combine: engine.FirstMatch, Reference: VerdictName,
+		{Name: LinearName, Combine: resource.FirstMatch, Reference: VerdictName,
 			build: func(_ context.Context, _ *policygen.Set, p *Program) (Decider, error) { return NewLinear(p), nil }},
-		{Name: OPARulesName, Combine: engine.FirstMatch, Reference: VerdictName,
+		{Name: OPARulesName, Combine: resource.FirstMatch, Reference: VerdictName,
 			build: func(ctx context.Context, _ *policygen.Set, p *Program) (Decider, error) { return NewOPARules(ctx, p) }},
-		{Name: OPADataName, Combine: engine.FirstMatch, Reference: VerdictName,
+		{Name: OPADataName, Combine: resource.FirstMatch, Reference: VerdictName,
 			build: func(ctx context.Context, _ *policygen.Set, p *Program) (Decider, error) { return NewOPAData(ctx, p) }},
-		{Name: QuickName, Combine: engine.FirstMatch, Reference: VerdictName, build: quick},
-		{Name: VerdictDenyName, Combine: engine.DenyOverrides, build: verdict},
-		{Name: QuickDenyName, Combine: engine.DenyOverrides, Reference: VerdictDenyName, build: quick},
-		{Name: CedarName, Combine: engine.DenyOverrides, Reference: VerdictDenyName,
+		{Name: QuickName, Combine: resource.FirstMatch, Reference: VerdictName, build: quick},
+		{Name: VerdictDenyName, Combine: resource.DenyOverrides, build: verdict},
+		{Name: QuickDenyName, Combine: resource.DenyOverrides, Reference: VerdictDenyName, build: quick},
+		{Name: CedarName, Combine: resource.DenyOverrides, Reference: VerdictDenyName,
 			build: func(_ context.Context, _ *policygen.Set, p *Program) (Decider, error) { return NewCedar(p) }},
 	}
 }
@@ -96,7 +97,7 @@ func SetConfig(profile policygen.Profile, policies int, combine resource.Combine
 
 // Flows returns the compared flows of a set of that size.
 func Flows(profile policygen.Profile, policies, n int) []engine.Request {
-	return policygen.Generate(SetConfig(profile, policies, engine.FirstMatch)).Flows(flowSeed, n)
+	return policygen.Generate(SetConfig(profile, policies, resource.FirstMatch)).Flows(flowSeed, n)
 }
 
 // Profiles are the generator profiles compared, by the name the command and
@@ -208,9 +209,9 @@ func Agree(want, got []Outcome) Agreement {
 	for i := 0; i < a.Compared; i++ {
 		w := want[i]
 		switch w.Action {
-		case engine.Allow:
+		case resource.Allow:
 			a.Allow++
-		case engine.Deny:
+		case resource.Deny:
 			a.Deny++
 		}
 		if w.Policy != "" {

@@ -11,6 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // OPA is OPA, in process, deciding with a prepared query. Its input is
@@ -207,13 +208,13 @@ func selectorRego(conds *[]string, ref string, s *resource.Selector) error {
 		}
 		values := "{" + strings.Join(set, ", ") + "}"
 		switch e.Operator {
-		case engine.OpIn:
+		case resource.OpIn:
 			*conds = append(*conds, tag+" in "+values)
-		case engine.OpNotIn: // "not tag in values" is false, not true, for a missing tag
+		case resource.OpNotIn: // "not tag in values" is false, not true, for a missing tag
 			*conds = append(*conds, "not tag_in("+ref+", "+quote(e.Key)+", "+values+")")
-		case engine.OpExists:
+		case resource.OpExists:
 			*conds = append(*conds, tag)
-		case engine.OpDoesNotExist:
+		case resource.OpDoesNotExist:
 			*conds = append(*conds, "not "+tag)
 		default:
 			return fmt.Errorf("%w: operator %s", ErrNotTranslated, e.Operator)
@@ -231,10 +232,10 @@ func portsRego(entries []Ports) [][]string {
 	var alts [][]string
 	for _, e := range entries {
 		var proto []string
-		if e.Protocol != engine.ProtocolAny {
+		if e.Protocol != resource.ProtocolAny {
 			proto = []string{"input.protocol == " + quote(e.Protocol.String())}
 		}
-		if len(e.Ranges) == 0 || e.Protocol == engine.ICMP {
+		if len(e.Ranges) == 0 || e.Protocol == resource.ICMP {
 			alts = append(alts, proto)
 			continue
 		}
@@ -245,7 +246,7 @@ func portsRego(entries []Ports) [][]string {
 			}
 			alts = append(alts, c)
 		}
-		if e.Protocol == engine.ProtocolAny { // ICMP ignores ports
+		if e.Protocol == resource.ProtocolAny { // ICMP ignores ports
 			alts = append(alts, []string{`input.protocol == "ICMP"`})
 		}
 	}
@@ -274,9 +275,9 @@ func (o *OPA) Decide(req *engine.Request) (Outcome, error) {
 	if !ok {
 		return Outcome{}, fmt.Errorf("opa: decision is %T", rs[0].Expressions[0].Value)
 	}
-	out := Outcome{Action: engine.Deny}
+	out := Outcome{Action: resource.Deny}
 	if d["action"] == "ALLOW" {
-		out.Action = engine.Allow
+		out.Action = resource.Allow
 	}
 	out.Policy, _ = d["policy"].(string)
 	return out, nil

@@ -22,6 +22,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
+	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // ErrNotTranslated is returned when a policy set uses a feature a translation
@@ -64,7 +65,7 @@ type Rule struct {
 // Ports is one port entry with its ranges parsed.
 type Ports struct {
 	Protocol resource.Protocol // ProtocolAny: every protocol
-	Ranges   [][2]uint32     // inclusive; none: every port
+	Ranges   [][2]uint32       // inclusive; none: every port
 }
 
 // Program is a policy set of one mesh and type, as the peers see it: its rules
@@ -85,7 +86,7 @@ type Program struct {
 // candidates and reach the same answer (docs/order.md), so a flow's outcome is
 // the answer of the one rule list.
 func Translate(set *policygen.Set) (*Program, error) {
-	prog := &Program{DefaultAction: engine.Deny}
+	prog := &Program{DefaultAction: resource.Deny}
 	type keyed struct {
 		r            Rule
 		prio         int32
@@ -96,22 +97,22 @@ func Translate(set *policygen.Set) (*Program, error) {
 	for _, res := range set.Resources {
 		switch x := res.(type) {
 		case *resource.Mesh:
-			if (x.TieBreak != engine.TieBreakUnset && x.TieBreak != engine.TieBreakName) || x.Profile != engine.ProfileNone {
+			if (x.TieBreak != resource.TieBreakUnset && x.TieBreak != resource.TieBreakName) || x.Profile != resource.ProfileNone {
 				return nil, fmt.Errorf("%w: tie-break %s", ErrNotTranslated, x.TieBreak)
 			}
-			if x.DefaultAction == engine.Allow {
-				prog.DefaultAction = engine.Allow
+			if x.DefaultAction == resource.Allow {
+				prog.DefaultAction = resource.Allow
 			}
 			if ts, ok := x.Types[set.Config.Type]; ok {
 				prog.Combine = ts.Combine
-				if ts.DefaultAction != engine.ActionUnset {
+				if ts.DefaultAction != resource.ActionUnset {
 					prog.DefaultAction = ts.DefaultAction
 				}
 			}
 		case *resource.Scope:
 			return nil, fmt.Errorf("%w: scope %s", ErrNotTranslated, x.Name)
 		case *resource.Policy:
-			if x.Scope != "" || x.IsTargetRef() || x.Rank != engine.RankDefault {
+			if x.Scope != "" || x.IsTargetRef() || x.Rank != resource.RankDefault {
 				return nil, fmt.Errorf("%w: policy %s is scoped, targetRef or Absolute", ErrNotTranslated, x.Name)
 			}
 			ports, err := parsePorts(x.Ports)
@@ -119,8 +120,8 @@ func Translate(set *policygen.Set) (*Program, error) {
 				return nil, fmt.Errorf("policy %s: %w", x.Name, err)
 			}
 			action := x.Action
-			if action == engine.ActionUnset {
-				action = engine.Allow
+			if action == resource.ActionUnset {
+				action = resource.Allow
 			}
 			for i, src := range x.Sources {
 				se, sw, err := rank(src)
@@ -172,11 +173,11 @@ func rank(s resource.Selector) (exact, wildcard int, err error) {
 	}
 	for _, e := range s.Expressions {
 		switch e.Operator {
-		case engine.OpIn, engine.OpNotIn, engine.OpExists, engine.OpDoesNotExist:
+		case resource.OpIn, resource.OpNotIn, resource.OpExists, resource.OpDoesNotExist:
 		default:
 			return 0, 0, fmt.Errorf("%w: operator %s", ErrNotTranslated, e.Operator)
 		}
-		if e.Operator == engine.OpIn && len(e.Values) == 1 {
+		if e.Operator == resource.OpIn && len(e.Values) == 1 {
 			exact++
 		} else {
 			wildcard++
