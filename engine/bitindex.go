@@ -475,7 +475,7 @@ const chunkWords = 8
 // scanBits improves best[side], for each side in need, with the first rule in
 // order of the class that matches the flow; sc.vals holds the flow's ids
 // (ruleIndex.lists).
-func scanBits(bi *bitIndex, class int, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
+func scanBits(bi *bitIndex, class int, f *flow, sc *scanScratch, need [2]bool, best *[2]*rule) {
 	var ord [2]uint64
 	for side := range best {
 		if best[side] != nil {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -10,111 +9,6 @@ import (
 
 	"github.com/verdictpdp/verdict/engine/resource"
 )
-
-// Phases of the order (docs/order.md, key 1).
-const (
-	phaseAbsolute uint8 = iota
-	phaseDefault
-	phaseCatchAll
-)
-
-var phaseNames = []string{"Absolute", "Default", "CatchAll"}
-
-// Sides of a flow. A rule is a candidate on the sides in its mask.
-const (
-	sideOut  uint8 = 1 << iota // outbound: decided at the source workload
-	sideIn                     // inbound: decided at the destination workload
-	sideBoth = sideOut | sideIn
-)
-
-// orderKey is a rule's place in the one ordered rule list of its mesh and type
-// (docs/order.md). Smaller keys come first; keys are unique within a type.
-type orderKey struct {
-	phase    uint8
-	scope    int32 // Absolute: the scope's position; Default and catch-all: minus it
-	priority int32
-	total    int16 // specificity, greater first
-	exact    int16
-	tb1, tb2 int64 // tie-break, smaller first (newest first is stored negated)
-	name     string
-	item     int32 // item position (FirstWins) or minus it (LastWins); S&D pair index
-}
-
-func (a *orderKey) less(b *orderKey) bool {
-	if a.phase != b.phase {
-		return a.phase < b.phase
-	}
-	if a.scope != b.scope {
-		return a.scope < b.scope
-	}
-	if a.priority != b.priority {
-		return a.priority < b.priority
-	}
-	if c := rankCmp(a.total, a.exact, a.tb1, a.tb2, b.total, b.exact, b.tb1, b.tb2); c != 0 {
-		return c < 0
-	}
-	if a.name != b.name {
-		return a.name < b.name
-	}
-	return a.item < b.item
-}
-
-// rankCmp compares two places of the order from the specificity on (docs/order.md):
-// the greater total, then the more exact entries, then the smaller tie-break
-// values come first. It returns -1 when a comes first, 1 when b does, 0 on a tie
-// (the name and the item decide then). PerDestination's choice (destindex.go)
-// orders its claims by the same rule.
-func rankCmp(aTotal, aExact int16, aTb1, aTb2 int64, bTotal, bExact int16, bTb1, bTb2 int64) int {
-	if c := cmp.Compare(bTotal, aTotal); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(bExact, aExact); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(aTb1, bTb1); c != 0 {
-		return c
-	}
-	return cmp.Compare(aTb2, bTb2)
-}
-
-// rule is one compiled entry of the order: a (source, destination) selector pair
-// of an S&D policy, a from or to item of a targetRef policy, or a scope's catch-all.
-type rule struct {
-	key    orderKey
-	policy *resource.Policy // nil for a catch-all
-	src    *matcher
-	dst    *matcher
-	ports  []resource.PortEntry
-	// The small fields together (136 bytes, the 144-byte size class; 160
-	// when they were scattered), beside what a scan reads with them.
-	action resource.Action
-	sides  uint8
-	filed  uint8 // the end of the term the rule is filed under (endSrc, endDst; 0: the always list)
-	audit  bool  // decides the shadow decision only (docs/audit.md)
-	scope  int32 // position of the rule's scope in the mesh's scope order; 0 = the mesh root
-	conf   resource.Object
-	id     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
-}
-
-// matchesFlow reports whether the rule matches the flow, attachment aside. The
-// end the rule was found through mostly matches already, so the other end is
-// checked first.
-func (r *rule) matchesFlow(f *flow) bool {
-	if !matchesPorts(r.ports, f.proto, f.port) {
-		return false
-	}
-	if r.filed == endSrc {
-		return r.dst.matches(f.dst) && r.src.matches(f.src)
-	}
-	return r.src.matches(f.src) && r.dst.matches(f.dst)
-}
-
-func (r *rule) policyName() string {
-	if r.policy == nil {
-		return ""
-	}
-	return r.policy.Name
-}
 
 // meshSettings are a mesh's settings with every default resolved.
 type meshSettings struct {

@@ -39,12 +39,6 @@ type Request struct {
 	procedure uint8
 }
 
-// Decision procedures (scanClass).
-const (
-	procLists uint8 = 1 + iota
-	procBits
-)
-
 // Reason says how a side was decided (docs/order.md).
 type Reason uint8
 
@@ -106,35 +100,21 @@ type Audit struct {
 // sideNames are the sides as Audit.Side names them.
 var sideNames = [2]string{"outbound", "inbound"}
 
-// flow is a request's flow as the matchers see it.
-type flow struct {
-	src, dst resource.Tags
-	proto    resource.Protocol
-	port     uint32
-}
-
 // scratch is the per-call working memory of Decide, pooled so that a decision
-// allocates nothing.
+// allocates nothing: the scan's (scanScratch) and the scopes' membership.
 type scratch struct {
-	lists   [2][]plist  // per action class (index.go)
-	vals    flowVals    // the flow's tags as ids of the type's rule index
-	pos     []int       // per list: where the scan resumes; -1 when done
-	cursors []dimCursor // per dimension of a block (bitindex.go)
-	// procedure forces the decision procedure (Request.procedure); 0: chosen per flow
-	procedure uint8
-	gen       uint32
-	own       [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
-	mem       [2][]uint32 // per side, per scope ord: == gen when the workload is a member
-	owned     [2][]int32  // per side: ords whose own selectors match
-	members   [2][]int32  // per side: member ords
-	specific  [2]int32    // per side: the most specific member scope (the greatest ord), 0 for none
+	scanScratch
+	own      [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
+	owned    [2][]int32  // per side: ords whose own selectors match
+	members  [2][]int32  // per side: member ords
+	specific [2]int32    // per side: the most specific member scope (the greatest ord), 0 for none
 	// per side: the most specific member scope of the enforced decision, which
 	// leaves audit scopes out (docs/audit.md)
 	specificEnf [2]int32
 }
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{lists: [2][]plist{make([]plist, 0, 32), make([]plist, 0, 16)}}
+	return &scratch{scanScratch: scanScratch{lists: [2][]plist{make([]plist, 0, 32), make([]plist, 0, 16)}}}
 }}
 
 func (sc *scratch) reset(nScopes int) {
@@ -196,13 +176,6 @@ func (sc *scratch) computeMembers(t *scopeTable, side int, tags resource.Tags) {
 		}
 	}
 }
-
-func (sc *scratch) isMember(side int, ord int32) bool {
-	return ord == 0 || sc.mem[side][ord] == sc.gen
-}
-
-// sideBits maps a side index (0 outbound, 1 inbound) to its bit.
-var sideBits = [2]uint8{sideOut, sideIn}
 
 // Decide answers a flow (docs/order.md): each side's first matching candidate
 // rule, then the final action. It takes no lock. Endpoints given by reference
@@ -478,154 +451,11 @@ func scanRules(ix *ruleIndex, combine resource.Combine, f *flow, sc *scratch, ne
 		return p
 	}
 	if combine == resource.DenyOverrides {
-		scanDenyOverrides(ix, f, sc, need, &p)
+		scanDenyOverrides(ix, f, &sc.scanScratch, need, &p.first, &p.deny, &p.allow)
 	} else {
-		scanFirstMatch(ix, f, sc, need, &p.first)
+		scanFirstMatch(ix, f, &sc.scanScratch, need, &p.first)
 	}
 	return p
-}
-
-// The decision procedure. A flow's tags are resolved once to ids (the posting
-// lists of its terms and a (key id → value id) table). Then each action class
-// is scanned by one of two procedures, whichever the flow's lists say is
-// cheaper: when the posting lists the flow reaches hold few entries (sparse
-// sets, small sets), they are walked (scanLists); when they hold many (dense
-// sets, where many rules match a flow), the class's bitmaps are (scanBits,
-// bitindex.go), whose cost follows the position of the answer in the order,
-// not the number of rules the lists hold. Both stop at the first match.
-
-// bitsAbove is the number of posting-list entries a flow must reach in a
-// class for the bitmaps to scan it: a walk costs at most one entry each; the
-// bitmaps cost a block's setup and a chunk of 512 rules per dimension at least.
-const bitsAbove = 128
-
-// scanFirstMatch improves best, per side, with the first rule in order that
-// matches the flow and is a candidate on that side.
-func scanFirstMatch(ix *ruleIndex, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
-	sc.vals.reset(ix.nextID)
-	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
-	scanClass(ix, classAllow, f, sc, need, best)
-	scanClass(ix, classDeny, f, sc, need, best)
-}
-
-// scanClass improves best[side], for each side in need, with the first
-// matching candidate of the class; sc.lists and sc.vals hold the flow's lists
-// and ids.
-func scanClass(ix *ruleIndex, class int, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
-	if ix.bits != nil && sc.procedure != procLists {
-		n := 0
-		for _, l := range sc.lists[class] {
-			n += len(l)
-		}
-		if n > bitsAbove || sc.procedure == procBits {
-			scanBits(ix.bits, class, f, sc, need, best)
-			return
-		}
-	}
-	scanLists(sc.lists[class], f, sc, need, best)
-}
-
-// scanLists improves best[side], for each side in need, with the first matching
-// candidate of each list. A candidate costs its entry: the order prefix and the
-// ids; the rule itself is read only when those match. The lists are walked
-// round-robin, a few entries of each per round, so the early rules of every
-// list bound the walk of the others (walking one long list to its first match
-// before looking at the others examines many rules a better match elsewhere
-// would have cut off).
-func scanLists(ls []plist, f *flow, sc *scratch, need [2]bool, best *[2]*rule) {
-	var ord [2]uint64
-	for side := range best {
-		if best[side] != nil {
-			ord[side] = orderPrefix(&best[side].key)
-		}
-	}
-	vals := &sc.vals
-	pos := sc.pos[:0]
-	for range ls {
-		pos = append(pos, 0)
-	}
-	sc.pos = pos
-	for open, step := len(ls), scanStep; open > 0; step *= 2 {
-		open = 0
-		for li, l := range ls {
-			i := pos[li]
-			if i < 0 {
-				continue
-			}
-			stop := min(i+step, len(l))
-		entries:
-			for ; i < stop; i++ {
-				e := &l[i]
-				// Past the best of every open side: stop. An entry whose prefix
-				// ties with a best is examined (cheap) rather than compared by
-				// its whole key (a read of the rule).
-				if (!need[0] || best[0] != nil && e.ord > ord[0]) && (!need[1] || best[1] != nil && e.ord > ord[1]) {
-					break
-				}
-				for _, t := range e.ids[:min(e.n, inlineIDs)] {
-					if x := vals.vals[t.kid]; x>>32 != vals.gen || t.vid != 0 && uint32(x) != t.vid {
-						continue entries
-					}
-				}
-				r := e.r
-				if !e.plain && (e.n == overflowIDs && !r.matchesFlow(f) || !r.matchesRest(f)) {
-					continue
-				}
-				for side := 0; side < 2; side++ {
-					if need[side] && r.sides&sideBits[side] != 0 && (best[side] == nil || e.before(best[side], ord[side])) &&
-						sc.isMember(side, r.scope) {
-						best[side], ord[side] = r, e.ord
-					}
-				}
-			}
-			if i < stop || i == len(l) {
-				pos[li] = -1
-				continue
-			}
-			pos[li] = i
-			open++
-		}
-	}
-}
-
-// scanStep is how many entries of each list the first round examines.
-const scanStep = 2
-
-// matchesRest checks what ids do not cover: ports and expressions.
-func (r *rule) matchesRest(f *flow) bool {
-	return matchesPorts(r.ports, f.proto, f.port) &&
-		(len(r.src.exprs) == 0 || r.src.exprsHold(f.src)) && (len(r.dst.exprs) == 0 || r.dst.exprsHold(f.dst))
-}
-
-// exprsHold reports whether the workload satisfies the selector's expressions.
-func (m *matcher) exprsHold(tags resource.Tags) bool {
-	for i := range m.exprs {
-		if !m.exprs[i].holds(tags) {
-			return false
-		}
-	}
-	return true
-}
-
-// scanDenyOverrides improves, per side, the first matching DENY rule, else the
-// first matching ALLOW rule (docs/order.md): the DENY lists first, then the
-// ALLOW lists only for a side no DENY decided.
-func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scratch, need [2]bool, p *picks) {
-	sc.vals.reset(ix.nextID)
-	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
-	scanClass(ix, classDeny, f, sc, need, &p.deny)
-	for side := 0; side < 2; side++ {
-		need[side] = need[side] && p.deny[side] == nil
-	}
-	if need[0] || need[1] {
-		scanClass(ix, classAllow, f, sc, need, &p.allow)
-	}
-	for side := 0; side < 2; side++ {
-		p.first[side] = p.deny[side]
-		if p.first[side] == nil {
-			p.first[side] = p.allow[side]
-		}
-	}
 }
 
 // viewCounts are the counts of the valid policies a view sees: the shadow

@@ -1,0 +1,420 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"unsafe"
+)
+
+// Consistency checks of the index, for the tests: each compares what an
+// update left with what a build from scratch makes.
+
+func checkBits(ix *ruleIndex) error {
+	want, live := map[*rule]bool{}, map[*rule]bool{}
+	ix.each(func(r *rule) { want[r], live[r] = true, true })
+	for cl, blocks := range ix.bits.classes {
+		var prev *rule
+		for bi, b := range blocks {
+			if b.n > len(b.all)*64 || b.n > blockMax || len(b.rules) != (b.n+slotChunk-1)/slotChunk {
+				return fmt.Errorf("class %d block %d: %d slots in %d words, %d chunks", cl, bi, b.n, len(b.all), len(b.rules))
+			}
+			// Per dimension, the values whose rules hold each slot.
+			in := make([]map[int][]uint32, len(b.dims))
+			for di := range b.dims {
+				d := &b.dims[di]
+				in[di] = map[int][]uint32{}
+				for _, v := range d.vids {
+					eb, list := d.exact(v)
+					for s := 0; s < b.n; s++ {
+						if eb != nil && eb[s/64]&(1<<(s%64)) != 0 {
+							in[di][s] = append(in[di][s], v)
+						}
+					}
+					for _, s := range list {
+						in[di][int(s)] = append(in[di][int(s)], v)
+					}
+				}
+			}
+			held := 0
+			removed := map[*rule]bool{} // kept alive by free slots
+			for s := 0; s < b.n; s++ {
+				r := b.at(s)
+				if prev != nil && r.key.less(&prev.key) {
+					return fmt.Errorf("class %d block %d slot %d: out of order", cl, bi, s)
+				}
+				prev = r
+				if !b.holds(s) {
+					if !live[r] {
+						removed[r] = true
+					}
+					continue
+				}
+				held++
+				if !want[r] || classOf(r) != cl {
+					return fmt.Errorf("class %d block %d slot %d: a rule the index does not file here (or twice)", cl, bi, s)
+				}
+				delete(want, r)
+				if err := checkSlot(ix, b, s, r, in); err != nil {
+					return fmt.Errorf("class %d block %d slot %d (%s): %w", cl, bi, s, r.id, err)
+				}
+			}
+			if held == 0 {
+				return fmt.Errorf("class %d block %d: empty", cl, bi)
+			}
+			if len(removed) > b.stale || b.stale > staleMax {
+				return fmt.Errorf("class %d block %d: free slots keep %d removed rules alive, %d counted (at most %d)", cl, bi, len(removed), b.stale, staleMax)
+			}
+			past := func(ws []uint64) bool {
+				for p := b.n; p < len(ws)*64; p++ {
+					if ws[p/64]&(1<<(p%64)) != 0 {
+						return true
+					}
+				}
+				return false
+			}
+			if past(b.all) || past(b.resid) {
+				return fmt.Errorf("class %d block %d: bits past the slots", cl, bi)
+			}
+			for _, d := range b.dims {
+				if past(d.any) || past(d.absent) {
+					return fmt.Errorf("class %d block %d: bits past the slots", cl, bi)
+				}
+				for _, r := range d.refs {
+					if r.n != 0 && !slices.IsSorted(d.pos[r.off:r.off+r.n]) {
+						return fmt.Errorf("class %d block %d: positions out of order", cl, bi)
+					}
+				}
+			}
+		}
+	}
+	if len(want) > 0 {
+		return fmt.Errorf("%d rules filed in no block", len(want))
+	}
+	return nil
+}
+
+// checkSlot holds slot s of b, which holds r, to r's terms; values are the
+// values whose rules hold each slot, per dimension.
+func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule, values []map[int][]uint32) error {
+	resid := b.resid[s/64]&(1<<(s%64)) != 0
+	rids := ix.lookupIDs(r, nil)
+	bit := func(ws []uint64) bool { return ws[s/64]&(1<<(s%64)) != 0 }
+	for _, id := range rids {
+		if !slices.ContainsFunc(b.dims, func(d bitDim) bool { return d.kid == id.kid }) && !resid {
+			return fmt.Errorf("key %d is no dimension and the rule is not verified whole", id.kid)
+		}
+	}
+	for di, d := range b.dims {
+		vid, pres, conflict := dimTerm(rids, d.kid)
+		in := values[di][s] // the values whose rules hold s
+		any, absent := bit(d.any), bit(d.absent)
+		var ok bool
+		switch {
+		case conflict: // filed under no value
+			ok = !any && !absent && len(in) == 0
+		case vid != 0: // under its value, or verified whole
+			ok = !absent && (!any && len(in) == 1 && in[0] == vid || resid && any && len(in) == 0)
+		case pres:
+			ok = any && !absent && len(in) == 0
+		default:
+			ok = any && absent && len(in) == 0
+		}
+		if !ok {
+			return fmt.Errorf("dimension %d: any %v absent %v values %v resid %v; the rule: value %d presence %v conflict %v",
+				d.kid, any, absent, in, resid, vid, pres, conflict)
+		}
+	}
+	return nil
+}
+
+func checkBulk(ix *ruleIndex) error {
+	var rules []*rule
+	ix.each(func(r *rule) { rules = append(rules, r) })
+	// The rules in another order than the partition's: buildIndex must not
+	// depend on it.
+	slices.Reverse(rules)
+	want := newIndex(ix.ends).update(nil, rules)
+	wantFiled := make([]uint8, len(rules))
+	for i, r := range rules {
+		wantFiled[i] = r.filed
+	}
+	got := buildIndex(rules, ix.ends)
+	for i, r := range rules {
+		if r.filed != wantFiled[i] {
+			return fmt.Errorf("rule %s of %q: filed at end %d, update files it at %d", r.id, r.policyName(), r.filed, wantFiled[i])
+		}
+	}
+	g, w := dumpIndex(got), dumpIndex(want)
+	for k, v := range w {
+		if g[k] != v {
+			return fmt.Errorf("%s:\n got  %v\n want %v", k, g[k], v)
+		}
+	}
+	if len(g) != len(w) {
+		return fmt.Errorf("got %d lists, terms and blocks, want %d", len(g), len(w))
+	}
+	if got.ends == endSrc|endDst {
+		if err := checkLists(got); err != nil {
+			return err
+		}
+	}
+	return checkBitsIfAny(got)
+}
+
+func checkBitsIfAny(ix *ruleIndex) error {
+	if ix.bits == nil {
+		return nil
+	}
+	return checkBits(ix)
+}
+
+// dumpIndex describes an index with its ids replaced by the terms they stand
+// for: one line per posting list, term and bitmap block.
+func dumpIndex(ix *ruleIndex) map[string]string {
+	keyOf := map[uint32]termKey{}
+	valOf := map[idTerm]string{}
+	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
+		keyOf[kp.kid] = tk
+		kp.exact.Range(func(v string, p postings) bool {
+			valOf[idTerm{kp.kid, p.vid}] = v
+			return true
+		})
+		return true
+	})
+	name := func(id idTerm) string {
+		tk := keyOf[id.kid]
+		if id.vid == 0 {
+			return fmt.Sprintf("%d:%s=*", tk.end, tk.key)
+		}
+		return fmt.Sprintf("%d:%s=%s", tk.end, tk.key, valOf[id])
+	}
+	list := func(l plist) string {
+		s := ""
+		for _, e := range l {
+			s += fmt.Sprintf("[%p %x %v %d", e.r, e.ord, e.plain, e.n)
+			for _, id := range e.ids[:min(int(e.n), inlineIDs)] {
+				s += " " + name(id)
+			}
+			s += "]"
+		}
+		return s
+	}
+	out := map[string]string{"size": fmt.Sprint(ix.size, ix.ends, len(keyOf), len(valOf))}
+	for cl := range ix.always {
+		out[fmt.Sprint("always ", cl)] = list(ix.always[cl])
+	}
+	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
+		for cl := range 2 {
+			out[fmt.Sprintf("%d:%s=* class %d df %d", tk.end, tk.key, cl, kp.presence.df)] = list(kp.presence.list(cl))
+		}
+		kp.exact.Range(func(v string, p postings) bool {
+			for cl := range 2 {
+				out[fmt.Sprintf("%d:%s=%s class %d df %d", tk.end, tk.key, v, cl, p.df)] = list(p.list(cl))
+			}
+			return true
+		})
+		return true
+	})
+	if ix.bits == nil {
+		return out
+	}
+	for cl, blocks := range ix.bits.classes {
+		for bi, b := range blocks {
+			s := fmt.Sprint(b.n, b.all, b.resid)
+			for i := 0; i < b.n; i++ {
+				s += fmt.Sprintf(" %p", b.at(i))
+			}
+			// Dimensions and values sorted by name: their order follows
+			// the ids' numbering.
+			var dims []string
+			for _, d := range b.dims {
+				ds := fmt.Sprintf("\n %s any %v absent %v", name(idTerm{d.kid, 0}), d.any, d.absent)
+				var vals []string
+				for _, v := range d.vids {
+					ws, pos := d.exact(v)
+					vals = append(vals, fmt.Sprintf("\n  %s %v %v", name(idTerm{d.kid, v}), ws, pos))
+				}
+				sort.Strings(vals)
+				for _, v := range vals {
+					ds += v
+				}
+				dims = append(dims, ds)
+			}
+			sort.Strings(dims)
+			for _, d := range dims {
+				s += d
+			}
+			out[fmt.Sprintf("block %d/%d", cl, bi)] = s
+		}
+		out[fmt.Sprintf("blocks %d", cl)] = fmt.Sprint(len(blocks))
+	}
+	return out
+}
+
+func checkLists(ix *ruleIndex) error {
+	seen := map[*rule]bool{}
+	check := func(name string, l plist, cl int, skip idTerm) error {
+		for i := range l {
+			e := &l[i]
+			if i > 0 && e.r.key.less(&l[i-1].r.key) {
+				return fmt.Errorf("%s class %d: out of order at %d", name, cl, i)
+			}
+			if classOf(e.r) != cl {
+				return fmt.Errorf("%s class %d: a rule of class %d", name, cl, classOf(e.r))
+			}
+			if seen[e.r] {
+				return fmt.Errorf("%s: rule %s filed twice", name, e.r.id)
+			}
+			seen[e.r] = true
+			want := entry(e.r, skip, ix.lookupIDs(e.r, nil))
+			if *e != want {
+				return fmt.Errorf("%s: rule %s: entry %+v, want %+v", name, e.r.id, *e, want)
+			}
+		}
+		return nil
+	}
+	for cl, l := range ix.always {
+		if err := check("always", l, cl, idTerm{}); err != nil {
+			return err
+		}
+	}
+	var err error
+	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
+		for cl := range 2 {
+			if err = check(fmt.Sprintf("%d/%s", tk.end, tk.key), kp.presence.list(cl), cl, idTerm{kp.kid, 0}); err != nil {
+				return false
+			}
+		}
+		kp.exact.Range(func(v string, p postings) bool {
+			for cl := range 2 {
+				if err = check(fmt.Sprintf("%d/%s=%s", tk.end, tk.key, v), p.list(cl), cl, idTerm{kp.kid, p.vid}); err != nil {
+					return false
+				}
+			}
+			return true
+		})
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(seen) != ix.size {
+		return fmt.Errorf("%d rules filed, size %d", len(seen), ix.size)
+	}
+	return checkDF(ix, seen)
+}
+
+// checkDF holds every term's df, with its pending change, to the rules that
+// carry it; a term no rule carries may stay only while its change is pending.
+func checkDF(ix *ruleIndex, rules map[*rule]bool) error {
+	want := map[term]int32{}
+	var buf [8]term
+	for r := range rules {
+		for _, t := range ix.terms(r, buf[:0]) {
+			want[t]++
+		}
+	}
+	var err error
+	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
+		pt := term{end: tk.end, key: tk.key, presence: true}
+		if kp.presence.df != want[pt] {
+			err = fmt.Errorf("%v: df %d, %d rules carry it", pt, kp.presence.df, want[pt])
+			return false
+		}
+		delete(want, pt)
+		if len(kp.pend) > pendMax {
+			err = fmt.Errorf("%d/%s: %d pending changes", tk.end, tk.key, len(kp.pend))
+			return false
+		}
+		for _, x := range kp.pend {
+			if _, ok := kp.exact.Get(x.v); !ok || x.d == 0 {
+				err = fmt.Errorf("%d/%s=%s: a pending change %d of no term", tk.end, tk.key, x.v, x.d)
+				return false
+			}
+		}
+		kp.exact.Range(func(v string, p postings) bool {
+			t := term{end: tk.end, key: tk.key, value: v}
+			df := p.df + kp.pending(v)
+			switch {
+			case df != want[t]:
+				err = fmt.Errorf("%v: df %d (%d pending), %d rules carry it", t, df, kp.pending(v), want[t])
+			case df == 0 && (kp.pending(v) == 0 || !p.empty()):
+				err = fmt.Errorf("%v: no rule carries it, yet it stays", t)
+			}
+			delete(want, t)
+			return err == nil
+		})
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	for t, n := range want {
+		if t.end != 0 && n > 0 {
+			return fmt.Errorf("%v: carried by %d rules, no entry", t, n)
+		}
+	}
+	return nil
+}
+
+// blockCounts returns how many bitmap blocks the index's rules are cut into,
+// per action class.
+func (ix *ruleIndex) blockCounts() [2]int {
+	if ix == nil || ix.bits == nil {
+		return [2]int{}
+	}
+	return [2]int{len(ix.bits.classes[0]), len(ix.bits.classes[1])}
+}
+
+// freeSlots counts the free slots inside the index's bitmap blocks.
+func (ix *ruleIndex) freeSlots() int {
+	n := 0
+	if ix == nil || ix.bits == nil {
+		return 0
+	}
+	for _, blocks := range ix.bits.classes {
+		for _, b := range blocks {
+			n += b.n - b.live()
+		}
+	}
+	return n
+}
+
+// digest mixes every block of the index (slots, bitmaps, directories) into mix.
+func (ix *ruleIndex) digest(mix func(uint64)) {
+	if ix == nil || ix.bits == nil {
+		return
+	}
+	words := func(ws []uint64) {
+		mix(uint64(len(ws)))
+		for _, w := range ws {
+			mix(w)
+		}
+	}
+	for _, blocks := range ix.bits.classes {
+		for _, b := range blocks {
+			mix(uint64(b.n))
+			for i := 0; i < b.n; i++ {
+				mix(uint64(uintptr(unsafe.Pointer(b.at(i)))))
+			}
+			words(b.all)
+			words(b.resid)
+			for _, d := range b.dims {
+				mix(uint64(d.kid))
+				words(d.any)
+				words(d.absent)
+				words(d.words)
+				for _, v := range d.vids {
+					mix(uint64(v))
+				}
+				for _, r := range d.refs {
+					mix(uint64(r.off)<<32 | uint64(r.n))
+				}
+				for _, q := range d.pos {
+					mix(uint64(q))
+				}
+			}
+		}
+	}
+}
