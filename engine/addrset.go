@@ -29,6 +29,7 @@ import (
 	"net/netip"
 	"sort"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -51,7 +52,7 @@ type PeerPlan struct {
 	Kind  PeerKind
 	CIDRs []string // PeerCIDRs: the CIDRs, sorted
 
-	m *matcher
+	m *index.Matcher
 	// external is the addresses an {ip: A} endpoint may match, when such an
 	// endpoint can match at all (externalOK).
 	external   []netip.Prefix
@@ -62,7 +63,7 @@ var everyAddress = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.Must
 
 // PlanPeer compiles a peer selector for address sets.
 func PlanPeer(sel resource.Selector) (*PeerPlan, error) {
-	p := &PeerPlan{m: compileSelector(&sel), externalOK: true}
+	p := &PeerPlan{m: index.CompileSelector(&sel), externalOK: true}
 	ext := everyAddress
 	onlyIP := true
 	for k, v := range sel.Match {
@@ -239,7 +240,7 @@ func (p *PeerPlan) member(e *workloadEntry) (PeerMember, bool) {
 	}
 	for _, a := range e.w.Addresses {
 		tags[resource.IPTag] = a
-		if p.m.matches(tags) {
+		if p.m.Matches(tags) {
 			m.In = append(m.In, a)
 		} else if p.externalOK && p.inExternal(a) {
 			m.Out = append(m.Out, a)

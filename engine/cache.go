@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"sync/atomic"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -76,8 +77,8 @@ type memoKey struct {
 	h         uint64
 	epoch     *memoEpoch
 	mesh, typ string
-	f         flow    // by value: a pointer here would make every flow escape (escape analysis is field-insensitive)
-	src, dst  *TagSet // the flow's interned tag sets, when the caller has them
+	f         index.Flow // by value: a pointer here would make every flow escape (escape analysis is field-insensitive)
+	src, dst  *TagSet    // the flow's interned tag sets, when the caller has them
 }
 
 type cacheBucket struct {
@@ -96,7 +97,7 @@ type cacheEntry struct {
 	typ      string
 	proto    resource.Protocol
 	port     uint32
-	src, dst []tagKV
+	src, dst []index.TagKV
 	d        Decision
 	// ids are the identities of the source's and the destination's tags in
 	// mesh (Identity), computed once when the entry is made: a hit reports
@@ -124,8 +125,8 @@ func tagsHash(tags resource.Tags) uint64 {
 	return sum + uint64(len(tags))
 }
 
-func flowHash(mesh, typ string, f *flow) uint64 {
-	return flowHashOf(mesh, typ, tagsHash(f.src), tagsHash(f.dst), f.proto, f.port)
+func flowHash(mesh, typ string, f *index.Flow) uint64 {
+	return flowHashOf(mesh, typ, tagsHash(f.Src), tagsHash(f.Dst), f.Proto, f.Port)
 }
 
 // flowHashOf is flowHash from the tag sets' hashes (tagsHash).
@@ -138,12 +139,12 @@ func flowHashOf(mesh, typ string, src, dst uint64, proto resource.Protocol, port
 }
 
 // sameTags reports whether a request's tags are exactly the entry's.
-func sameTags(want []tagKV, tags resource.Tags) bool {
+func sameTags(want []index.TagKV, tags resource.Tags) bool {
 	if len(want) != len(tags) {
 		return false
 	}
 	for _, kv := range want {
-		if v, ok := tags[kv.k]; !ok || v != kv.v {
+		if v, ok := tags[kv.K]; !ok || v != kv.V {
 			return false
 		}
 	}
@@ -170,9 +171,9 @@ func (c *decisionCache) lookup(k *memoKey) (*cacheEntry, bool) {
 // sameFlow reports whether e holds the answer of exactly k's flow, in k's epoch.
 func (e *cacheEntry) sameFlow(k *memoKey) bool {
 	f := &k.f
-	return e.hash == k.h && e.mesh == k.mesh && e.typ == k.typ && e.proto == f.proto && e.port == f.port &&
-		(e.srcSet != nil && e.srcSet == k.src || sameTags(e.src, f.src)) &&
-		(e.dstSet != nil && e.dstSet == k.dst || sameTags(e.dst, f.dst))
+	return e.hash == k.h && e.mesh == k.mesh && e.typ == k.typ && e.proto == f.Proto && e.port == f.Port &&
+		(e.srcSet != nil && e.srcSet == k.src || sameTags(e.src, f.Src)) &&
+		(e.dstSet != nil && e.dstSet == k.dst || sameTags(e.dst, f.Dst))
 }
 
 func (b *cacheBucket) lookup(k *memoKey) *cacheEntry {
@@ -199,7 +200,7 @@ func (b *cacheBucket) lookup(k *memoKey) *cacheEntry {
 func (c *decisionCache) store(k *memoKey, d *Decision) *cacheEntry {
 	h, f := k.h, &k.f
 	e := &cacheEntry{hash: h, epoch: k.epoch, srcSet: k.src, dstSet: k.dst, mesh: k.mesh, typ: k.typ,
-		proto: f.proto, port: f.port, d: *d}
+		proto: f.Proto, port: f.Port, d: *d}
 	for _, cb := range c.bucketsOf(h) {
 		for i := range cb.hashes {
 			if cb.hashes[i].Load() != h {
@@ -226,14 +227,14 @@ func (c *decisionCache) store(k *memoKey, d *Decision) *cacheEntry {
 		w2.Or(m2)
 		return nil
 	}
-	e.src, e.dst = make([]tagKV, 0, len(f.src)), make([]tagKV, 0, len(f.dst))
-	for k, v := range f.src {
-		e.src = append(e.src, tagKV{k, v})
+	e.src, e.dst = make([]index.TagKV, 0, len(f.Src)), make([]index.TagKV, 0, len(f.Dst))
+	for k, v := range f.Src {
+		e.src = append(e.src, index.TagKV{K: k, V: v})
 	}
-	for k, v := range f.dst {
-		e.dst = append(e.dst, tagKV{k, v})
+	for k, v := range f.Dst {
+		e.dst = append(e.dst, index.TagKV{K: k, V: v})
 	}
-	e.ids = [2]uint64{setIdentity(k.mesh, k.src, f.src), setIdentity(k.mesh, k.dst, f.dst)}
+	e.ids = [2]uint64{setIdentity(k.mesh, k.src, f.Src), setIdentity(k.mesh, k.dst, f.Dst)}
 	var b *cacheBucket
 	victim, fewest := -1, uint32(cacheMaxHits+1)
 pick:

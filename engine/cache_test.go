@@ -3,6 +3,7 @@ package engine
 import (
 	"testing"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -10,12 +11,12 @@ import (
 // that exact flow; a colliding hash is a miss, never another flow's answer.
 func TestCacheVerifiesEveryField(t *testing.T) {
 	t.Parallel()
-	base := flow{src: resource.Tags{"app": "web"}, dst: resource.Tags{"app": "db", "env": "prod"}, proto: resource.TCP, port: 5432}
+	base := index.Flow{Src: resource.Tags{"app": "web"}, Dst: resource.Tags{"app": "db", "env": "prod"}, Proto: resource.TCP, Port: 5432}
 	const h = 0x1234_5678_9abc_def0
 	c := &decisionCache{}
 	d := Decision{Action: resource.Deny, Policy: "deny-db"}
 	epoch := &memoEpoch{}
-	key := func(mesh, typ string, f *flow) *memoKey {
+	key := func(mesh, typ string, f *index.Flow) *memoKey {
 		return &memoKey{h: h, epoch: epoch, mesh: mesh, typ: typ, f: *f}
 	}
 	c.store(key("m", "T", &base), &d) // first sight: the doorkeeper only
@@ -29,22 +30,22 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 	if _, ok := c.lookup(&memoKey{h: h, epoch: &memoEpoch{}, mesh: "m", typ: "T", f: base}); ok {
 		t.Error("an entry of another epoch answered")
 	}
-	src, dst := newTagSet(1, base.src), newTagSet(2, base.dst)
+	src, dst := newTagSet(1, base.Src), newTagSet(2, base.Dst)
 	if _, ok := c.lookup(&memoKey{h: h, epoch: epoch, mesh: "m", typ: "T", f: base, src: src, dst: dst}); !ok {
 		t.Error("a lookup with interned sets missed an entry stored with tags")
 	}
 	others := map[string]struct {
 		mesh, typ string
-		f         flow
+		f         index.Flow
 	}{
 		"mesh":            {"other", "T", base},
 		"type":            {"m", "U", base},
-		"protocol":        {"m", "T", flow{src: base.src, dst: base.dst, proto: resource.UDP, port: 5432}},
-		"port":            {"m", "T", flow{src: base.src, dst: base.dst, proto: resource.TCP, port: 5433}},
-		"source value":    {"m", "T", flow{src: resource.Tags{"app": "api"}, dst: base.dst, proto: resource.TCP, port: 5432}},
-		"source extra":    {"m", "T", flow{src: resource.Tags{"app": "web", "v": "1"}, dst: base.dst, proto: resource.TCP, port: 5432}},
-		"destination key": {"m", "T", flow{src: base.src, dst: resource.Tags{"app": "db", "zone": "prod"}, proto: resource.TCP, port: 5432}},
-		"destination one": {"m", "T", flow{src: base.src, dst: resource.Tags{"app": "db"}, proto: resource.TCP, port: 5432}},
+		"protocol":        {"m", "T", index.Flow{Src: base.Src, Dst: base.Dst, Proto: resource.UDP, Port: 5432}},
+		"port":            {"m", "T", index.Flow{Src: base.Src, Dst: base.Dst, Proto: resource.TCP, Port: 5433}},
+		"source value":    {"m", "T", index.Flow{Src: resource.Tags{"app": "api"}, Dst: base.Dst, Proto: resource.TCP, Port: 5432}},
+		"source extra":    {"m", "T", index.Flow{Src: resource.Tags{"app": "web", "v": "1"}, Dst: base.Dst, Proto: resource.TCP, Port: 5432}},
+		"destination key": {"m", "T", index.Flow{Src: base.Src, Dst: resource.Tags{"app": "db", "zone": "prod"}, Proto: resource.TCP, Port: 5432}},
+		"destination one": {"m", "T", index.Flow{Src: base.Src, Dst: resource.Tags{"app": "db"}, Proto: resource.TCP, Port: 5432}},
 	}
 	for name, o := range others {
 		if got, ok := c.lookup(key(o.mesh, o.typ, &o.f)); ok {
@@ -59,9 +60,9 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 func cycleHitRate(n, rounds int) float64 {
 	c := &decisionCache{}
 	epoch := &memoEpoch{}
-	flows := make([]flow, n)
+	flows := make([]index.Flow, n)
 	for i := range flows {
-		flows[i] = flow{src: resource.Tags{"app": "web", "i": itoa(i)}, dst: resource.Tags{"app": "db"}, proto: resource.TCP, port: 5432}
+		flows[i] = index.Flow{Src: resource.Tags{"app": "web", "i": itoa(i)}, Dst: resource.Tags{"app": "db"}, Proto: resource.TCP, Port: 5432}
 	}
 	hits, asked := 0, 0
 	for r := 0; r < rounds; r++ {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -95,7 +96,7 @@ type scopeInfo struct {
 	ord       int32 // position in the total scope order, from 1; the mesh root is 0
 	parent    int32 // ord of the parent, 0 for none
 	depth     int
-	selectors []*matcher
+	selectors []*index.Matcher
 	ancestors []int32 // ords of every ancestor, nearest first
 	audit     bool    // mode Audit, its own or an ancestor's
 }
@@ -105,11 +106,11 @@ type scopeInfo struct {
 type scopeTable struct {
 	list       []*scopeInfo // by ord-1
 	byName     map[string]*scopeInfo
-	index      *ruleIndex         // one pseudo-rule per scope selector, by membership term
-	catchAlls  map[string][]*rule // per type, in catch-all order (lowest priority scope first)
-	unenforced bool               // some scope has enforced: false
-	audit      bool               // some scope is in audit mode (docs/audit.md)
-	invalid    map[string]string  // scope name → why it is invalid
+	index      *index.Index             // one pseudo-rule per scope selector, by membership term
+	catchAlls  map[string][]*index.Rule // per type, in catch-all order (lowest priority scope first)
+	unenforced bool                     // some scope has enforced: false
+	audit      bool                     // some scope is in audit mode (docs/audit.md)
+	invalid    map[string]string        // scope name → why it is invalid
 }
 
 func (t *scopeTable) size() int { return len(t.list) }
@@ -117,7 +118,7 @@ func (t *scopeTable) size() int { return len(t.list) }
 // buildScopes validates the scopes' parents and builds the scope order.
 // A scope whose parent is missing, invalid, or on a cycle is invalid.
 func buildScopes(docs []*resource.Scope) *scopeTable {
-	t := &scopeTable{byName: map[string]*scopeInfo{}, catchAlls: map[string][]*rule{}, invalid: map[string]string{}}
+	t := &scopeTable{byName: map[string]*scopeInfo{}, catchAlls: map[string][]*index.Rule{}, invalid: map[string]string{}}
 	byName := make(map[string]*resource.Scope, len(docs))
 	for _, s := range docs {
 		byName[s.Name] = s
@@ -159,7 +160,7 @@ func buildScopes(docs []*resource.Scope) *scopeTable {
 	for i, s := range valid {
 		si := &scopeInfo{doc: s, ord: int32(i + 1), depth: accepted[s.Name]}
 		for i := range s.Selectors {
-			si.selectors = append(si.selectors, compileSelector(&s.Selectors[i]))
+			si.selectors = append(si.selectors, index.CompileSelector(&s.Selectors[i]))
 		}
 		t.list = append(t.list, si)
 		t.byName[s.Name] = si
@@ -172,7 +173,7 @@ func buildScopes(docs []*resource.Scope) *scopeTable {
 			si.parent = t.byName[si.doc.Parent].ord
 		}
 	}
-	var members []*rule
+	var members []*index.Rule
 	for _, si := range t.list {
 		si.audit = si.doc.Mode == resource.ModeAudit
 		for p := si.parent; p != 0; p = t.list[p-1].parent {
@@ -181,12 +182,12 @@ func buildScopes(docs []*resource.Scope) *scopeTable {
 		}
 		t.audit = t.audit || si.audit
 		for i, m := range si.selectors {
-			members = append(members, &rule{
-				key: orderKey{scope: si.ord, item: int32(i)}, src: m, scope: si.ord, sides: sideBoth,
+			members = append(members, &index.Rule{
+				Key: index.OrderKey{Scope: si.ord, Item: int32(i)}, Src: m, Scope: si.ord, Sides: index.SideBoth,
 			})
 		}
 	}
-	t.index = buildIndex(members, endSrc)
+	t.index = index.Build(members, index.EndSrc)
 	// Catch-alls follow the scope order backwards: the lowest-priority scope first.
 	for i := len(t.list) - 1; i >= 0; i-- {
 		si := t.list[i]
@@ -198,9 +199,9 @@ func buildScopes(docs []*resource.Scope) *scopeTable {
 			types = []string{resource.DefaultType}
 		}
 		for _, typ := range types {
-			t.catchAlls[typ] = append(t.catchAlls[typ], &rule{
-				key:    orderKey{phase: phaseCatchAll, scope: -si.ord},
-				action: si.doc.CatchAll, scope: si.ord, sides: sideBoth, id: "catchAll", audit: si.audit,
+			t.catchAlls[typ] = append(t.catchAlls[typ], &index.Rule{
+				Key:    index.OrderKey{Phase: index.PhaseCatchAll, Scope: -si.ord},
+				Action: si.doc.CatchAll, Scope: si.ord, Sides: index.SideBoth, ID: "catchAll", Audit: si.audit,
 			})
 		}
 	}
@@ -231,13 +232,13 @@ func scopeProblem(s *resource.Scope, byName map[string]*resource.Scope, accepted
 }
 
 // ruleTieBreak fills the tie-break fields of a key (docs/order.md, key 5).
-func ruleTieBreak(k *orderKey, p *resource.Policy, tb resource.TieBreak) {
-	k.name = p.Name
+func ruleTieBreak(k *index.OrderKey, p *resource.Policy, tb resource.TieBreak) {
+	k.Name = p.Name
 	switch tb {
 	case resource.TieBreakNewestCreated:
-		k.tb1, k.tb2 = -p.Meta.CreateRevision, newestFirst(p.Meta.CreationTime.UnixNano(), p.Meta.CreationTime.IsZero())
+		k.Tb1, k.Tb2 = -p.Meta.CreateRevision, newestFirst(p.Meta.CreationTime.UnixNano(), p.Meta.CreationTime.IsZero())
 	case resource.TieBreakNewestModified:
-		k.tb1, k.tb2 = -p.Meta.ModRevision, newestFirst(p.Meta.ModificationTime.UnixNano(), p.Meta.ModificationTime.IsZero())
+		k.Tb1, k.Tb2 = -p.Meta.ModRevision, newestFirst(p.Meta.ModificationTime.UnixNano(), p.Meta.ModificationTime.IsZero())
 	}
 }
 
@@ -252,9 +253,9 @@ func newestFirst(ns int64, zero bool) int64 {
 // compiledPolicy is a policy of a type partition with its rules.
 type compiledPolicy struct {
 	p      *resource.Policy
-	err    string  // why the policy is invalid in its mesh; "" when valid
-	rules  []*rule // in the order of the policy's document
-	attach []*rule // targetRef attachment: one pseudo-rule per side the policy has items on
+	err    string        // why the policy is invalid in its mesh; "" when valid
+	rules  []*index.Rule // in the order of the policy's document
+	attach []*index.Rule // targetRef attachment: one pseudo-rule per side the policy has items on
 	scope  *scopeInfo
 }
 
@@ -263,8 +264,8 @@ type compiledPolicy struct {
 // 80, 8 and 144.
 type onePolicy struct {
 	cp  compiledPolicy
-	ptr [1]*rule
-	r   [1]rule
+	ptr [1]*index.Rule
+	r   [1]index.Rule
 }
 
 // audit reports whether the policy is in mode Audit, its own or its scope's
@@ -278,15 +279,15 @@ func (cp *compiledPolicy) audit() bool {
 func compilePolicy(p *resource.Policy, s *meshSettings, scope *scopeInfo) *compiledPolicy {
 	compiled := compiledPolicy{p: p, scope: scope}
 	audit := compiled.audit()
-	base := orderKey{priority: p.Priority}
+	base := index.OrderKey{Priority: p.Priority}
 	var ord int32
 	if scope != nil {
 		ord = scope.ord
 	}
 	if p.Rank == resource.RankAbsolute {
-		base.phase, base.scope = phaseAbsolute, ord
+		base.Phase, base.Scope = index.PhaseAbsolute, ord
 	} else {
-		base.phase, base.scope = phaseDefault, -ord
+		base.Phase, base.Scope = index.PhaseDefault, -ord
 	}
 	ruleTieBreak(&base, p, s.tieBreak)
 	ports := p.Ports
@@ -304,17 +305,17 @@ func compilePolicy(p *resource.Policy, s *meshSettings, scope *scopeInfo) *compi
 		// or with the policy itself when it has one rule (most do): a
 		// rule's 136 bytes are not rounded up to 144, and a policy costs
 		// two allocations, not five.
-		ms := make([]matcher, len(p.Sources)+len(p.Destinations))
+		ms := make([]index.Matcher, len(p.Sources)+len(p.Destinations))
 		for i := range p.Sources {
-			ms[i].compile(&p.Sources[i])
+			ms[i].Compile(&p.Sources[i])
 		}
 		for j := range p.Destinations {
-			ms[len(p.Sources)+j].compile(&p.Destinations[j])
+			ms[len(p.Sources)+j].Compile(&p.Destinations[j])
 		}
 		srcs, dsts := ms[:len(p.Sources)], ms[len(p.Sources):]
 		n := len(srcs) * len(dsts)
 		var cp *compiledPolicy
-		var rules []rule
+		var rules []index.Rule
 		if n == 1 {
 			one := &onePolicy{cp: compiled}
 			cp = &one.cp
@@ -322,67 +323,67 @@ func compilePolicy(p *resource.Policy, s *meshSettings, scope *scopeInfo) *compi
 		} else {
 			cp = new(compiledPolicy)
 			*cp = compiled
-			cp.rules, rules = make([]*rule, n), make([]rule, n)
+			cp.rules, rules = make([]*index.Rule, n), make([]index.Rule, n)
 		}
 		for i := range srcs {
 			for j := range dsts {
 				sm, dm := &srcs[i], &dsts[j]
 				k := base
-				r := sm.rank.add(dm.rank)
-				k.total, k.exact = r.total(), r.exact
-				k.item = int32(i*len(dsts) + j)
-				rules[k.item] = rule{
-					key: k, policy: p, src: sm, dst: dm, ports: ports, action: p.Action.Or(resource.Allow),
-					conf: p.Conf, sides: sideBoth, scope: ord, id: pairID(i, j), audit: audit,
+				r := sm.Rank.Add(dm.Rank)
+				k.Total, k.Exact = r.Total(), r.Exact
+				k.Item = int32(i*len(dsts) + j)
+				rules[k.Item] = index.Rule{
+					Key: k, Policy: p, Src: sm, Dst: dm, Ports: ports, Action: p.Action.Or(resource.Allow),
+					Conf: p.Conf, Sides: index.SideBoth, Scope: ord, ID: pairID(i, j), Audit: audit,
 				}
-				cp.rules[k.item] = &rules[k.item]
+				cp.rules[k.Item] = &rules[k.Item]
 			}
 		}
 		return cp
 	}
 	cp := new(compiledPolicy)
 	*cp = compiled
-	top := compileSelector(resource.TargetSelector(*p.TargetRef))
+	top := index.CompileSelector(resource.TargetSelector(*p.TargetRef))
 	level := p.TargetRef.Level()
 	addItems := func(items []resource.Item, list string, sides uint8) {
 		for i, it := range items {
 			k := base
-			k.total = level
+			k.Total = level
 			// Items take the even places; an item's shadow DENY (Kuma's
 			// AllowWithShadowDeny) the odd place just before its ALLOW.
-			k.item = 2 * int32(i)
+			k.Item = 2 * int32(i)
 			if s.itemOrder == resource.LastWins {
-				k.item = -2 * int32(i)
+				k.Item = -2 * int32(i)
 			}
-			peer := compileSelector(resource.TargetSelector(it.TargetRef))
-			r := &rule{key: k, policy: p, ports: ports, action: it.Action.Or(resource.Allow), conf: it.Conf, sides: sides, id: itemID(list, i),
-				audit: audit}
-			if sides == sideIn {
-				r.src, r.dst = peer, top
+			peer := index.CompileSelector(resource.TargetSelector(it.TargetRef))
+			r := &index.Rule{Key: k, Policy: p, Ports: ports, Action: it.Action.Or(resource.Allow), Conf: it.Conf, Sides: sides, ID: itemID(list, i),
+				Audit: audit}
+			if sides == index.SideIn {
+				r.Src, r.Dst = peer, top
 			} else {
-				r.src, r.dst = top, peer
+				r.Src, r.Dst = top, peer
 			}
 			if it.ShadowDeny {
 				d := *r
-				d.key.item--
-				d.action, d.audit = resource.Deny, true
+				d.Key.Item--
+				d.Action, d.Audit = resource.Deny, true
 				cp.rules = append(cp.rules, &d)
 			}
 			cp.rules = append(cp.rules, r)
 		}
 		if len(items) > 0 {
-			a := &rule{key: base, policy: p, sides: sides, audit: audit}
-			a.key.total = level
-			if sides == sideIn {
-				a.dst = top
+			a := &index.Rule{Key: base, Policy: p, Sides: sides, Audit: audit}
+			a.Key.Total = level
+			if sides == index.SideIn {
+				a.Dst = top
 			} else {
-				a.src = top
+				a.Src = top
 			}
 			cp.attach = append(cp.attach, a)
 		}
 	}
-	addItems(p.From, "from", sideIn)
-	addItems(p.To, "to", sideOut)
+	addItems(p.From, "from", index.SideIn)
+	addItems(p.To, "to", index.SideOut)
 	return cp
 }
 

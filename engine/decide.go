@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -101,9 +102,9 @@ type Audit struct {
 var sideNames = [2]string{"outbound", "inbound"}
 
 // scratch is the per-call working memory of Decide, pooled so that a decision
-// allocates nothing: the scan's (scanScratch) and the scopes' membership.
+// allocates nothing: the scan's (index.Scratch) and the scopes' membership.
 type scratch struct {
-	scanScratch
+	index.Scratch
 	own      [2][]uint32 // per side, per scope ord: == gen when the scope's own selectors match
 	owned    [2][]int32  // per side: ords whose own selectors match
 	members  [2][]int32  // per side: member ords
@@ -114,22 +115,22 @@ type scratch struct {
 }
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{scanScratch: scanScratch{lists: [2][]plist{make([]plist, 0, 32), make([]plist, 0, 16)}}}
+	return &scratch{Scratch: index.Scratch{Lists: [2][]index.List{make([]index.List, 0, 32), make([]index.List, 0, 16)}}}
 }}
 
 func (sc *scratch) reset(nScopes int) {
-	sc.gen++
-	if sc.gen == 0 { // wrapped: old stamps could look current
+	sc.Gen++
+	if sc.Gen == 0 { // wrapped: old stamps could look current
 		for i := range sc.own {
 			clear(sc.own[i])
-			clear(sc.mem[i])
+			clear(sc.Mem[i])
 		}
-		sc.gen = 1
+		sc.Gen = 1
 	}
 	for i := 0; i < 2; i++ {
 		if len(sc.own[i]) < nScopes+1 {
 			sc.own[i] = make([]uint32, nScopes+1)
-			sc.mem[i] = make([]uint32, nScopes+1)
+			sc.Mem[i] = make([]uint32, nScopes+1)
 		}
 		sc.owned[i] = sc.owned[i][:0]
 		sc.members[i] = sc.members[i][:0]
@@ -141,31 +142,31 @@ func (sc *scratch) reset(nScopes int) {
 // computeMembers finds the scopes a workload is a member of: its own selectors
 // match and so do every ancestor's.
 func (sc *scratch) computeMembers(t *scopeTable, side int, tags resource.Tags) {
-	t.index.lists(tags, nil, &sc.lists, nil)
+	t.index.Lists(tags, nil, &sc.Lists, nil)
 	own := sc.own[side]
-	for _, ls := range sc.lists {
+	for _, ls := range sc.Lists {
 		for _, l := range ls {
 			for i := range l {
-				r := l[i].r
-				if own[r.scope] != sc.gen && r.src.matches(tags) {
-					own[r.scope] = sc.gen
-					sc.owned[side] = append(sc.owned[side], r.scope)
+				r := l[i].R
+				if own[r.Scope] != sc.Gen && r.Src.Matches(tags) {
+					own[r.Scope] = sc.Gen
+					sc.owned[side] = append(sc.owned[side], r.Scope)
 				}
 			}
 		}
 	}
-	mem := sc.mem[side]
+	mem := sc.Mem[side]
 	for _, ord := range sc.owned[side] {
 		si := t.list[ord-1]
 		ok := true
 		for _, a := range si.ancestors {
-			if own[a] != sc.gen {
+			if own[a] != sc.Gen {
 				ok = false
 				break
 			}
 		}
 		if ok {
-			mem[ord] = sc.gen
+			mem[ord] = sc.Gen
 			sc.members[side] = append(sc.members[side], ord)
 			if ord > sc.specific[side] {
 				sc.specific[side] = ord
@@ -216,13 +217,13 @@ func (s *Snapshot) decideInto(req *Request, d *Decision) error {
 	if err := req.resolveSides(ms, meshName, d); err != nil {
 		return err
 	}
-	f := flow{src: d.SourceResolution.Tags, dst: d.DestinationResolution.Tags, proto: req.Protocol, port: req.Port}
+	f := index.Flow{Src: d.SourceResolution.Tags, Dst: d.DestinationResolution.Tags, Proto: req.Protocol, Port: req.Port}
 	var ids [2]uint64 // the memo's identities of the sides' tags, if it answered
 	var err error
 	if req.Explain || req.NoCache {
 		err = s.decideDirect(ms, typ, req, &f, d)
 	} else {
-		ids, err = s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f}, tagsHash(f.src), tagsHash(f.dst), d)
+		ids, err = s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f}, tagsHash(f.Src), tagsHash(f.Dst), d)
 	}
 	req.identify(meshName, d, ids)
 	return err
@@ -280,7 +281,7 @@ func (d *Decision) setAnswer(a *Decision) {
 
 // decideDirect decides a resolved flow without the memo (Explain, NoCache)
 // into d (zero but for its resolutions).
-func (s *Snapshot) decideDirect(ms *meshState, typ string, req *Request, f *flow, d *Decision) error {
+func (s *Snapshot) decideDirect(ms *meshState, typ string, req *Request, f *index.Flow, d *Decision) error {
 	if err := ms.checkType(typ); err != nil {
 		return err
 	}
@@ -302,7 +303,7 @@ func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64
 	} else if err := ms.checkType(k.typ); err != nil {
 		return [2]uint64{}, err // only known types are remembered
 	}
-	k.h = flowHashOf(k.mesh, k.typ, srcHash, dstHash, k.f.proto, k.f.port)
+	k.h = flowHashOf(k.mesh, k.typ, srcHash, dstHash, k.f.Proto, k.f.Port)
 	c := s.cache()
 	e, ok := c.lookup(k)
 	if !ok {
@@ -344,22 +345,22 @@ func (r *Request) resolve(ms *meshState, mesh string, destination bool) (Endpoin
 // every field but Explain and the resolutions, which it leaves as they are.
 // Like the rest of the procedure, it fills d in place rather than return a
 // Decision by value from call to call (each return copied it).
-func (s *Snapshot) decideUncached(ms *meshState, typ string, f *flow, procedure uint8, d *Decision) {
+func (s *Snapshot) decideUncached(ms *meshState, typ string, f *index.Flow, procedure uint8, d *Decision) {
 	sc := scratchPool.Get().(*scratch)
-	sc.procedure = procedure
+	sc.Procedure = procedure
 	ms.decide(typ, f, sc, d)
 	scratchPool.Put(sc)
 	d.Revision = s.revision
 }
 
-func (ms *meshState) decide(typ string, f *flow, sc *scratch, d *Decision) {
+func (ms *meshState) decide(typ string, f *index.Flow, sc *scratch, d *Decision) {
 	ts, _ := ms.types.Get(typ)
 	set := ms.settings.forType(typ)
 	nScopes := ms.scopes.size()
 	sc.reset(nScopes)
 	if nScopes > 0 {
-		sc.computeMembers(ms.scopes, 0, f.src)
-		sc.computeMembers(ms.scopes, 1, f.dst)
+		sc.computeMembers(ms.scopes, 0, f.Src)
+		sc.computeMembers(ms.scopes, 1, f.Dst)
 	}
 	var found picks
 	ms.decideView(ts, typ, set, f, sc, false, &found, d)
@@ -372,7 +373,7 @@ func (ms *meshState) decide(typ string, f *flow, sc *scratch, d *Decision) {
 // decideShadow sets d.Audit from the shadow decision (docs/audit.md): one more
 // pass, over the audit rules only, bounded by the enforced rules already
 // found.
-func (ms *meshState) decideShadow(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, found *picks, d *Decision) {
+func (ms *meshState) decideShadow(ts *typeState, typ string, set typeSettings, f *index.Flow, sc *scratch, found *picks, d *Decision) {
 	var shadow Decision
 	ms.decideView(ts, typ, set, f, sc, true, found, &shadow)
 	if shadow.Action != d.Action {
@@ -388,7 +389,7 @@ func (ms *meshState) decideShadow(ts *typeState, typ string, set typeSettings, f
 // picks are the rules a scan found, per side: the first match, and under
 // DenyOverrides the first DENY and the first ALLOW; need the sides scanned.
 type picks struct {
-	first, deny, allow [2]*rule
+	first, deny, allow [2]*index.Rule
 	need               [2]bool
 }
 
@@ -397,7 +398,7 @@ type picks struct {
 // (every rule enforced), into d's sides and final action. The enforced view
 // records the rules it found in found; the shadow view starts from them and
 // scans the audit rules alone.
-func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, shadow bool, found *picks, d *Decision) {
+func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *index.Flow, sc *scratch, shadow bool, found *picks, d *Decision) {
 	res := [2]*SideDecision{&d.Outbound, &d.Inbound}
 	var need [2]bool
 	for side := 0; side < 2; side++ {
@@ -444,16 +445,16 @@ func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *
 
 // scanRules finds, per side in need, the rule of ix that decides the side,
 // unless prior (found in other rules of the same order) comes first.
-func scanRules(ix *ruleIndex, combine resource.Combine, f *flow, sc *scratch, need [2]bool, prior picks) picks {
+func scanRules(ix *index.Index, combine resource.Combine, f *index.Flow, sc *scratch, need [2]bool, prior picks) picks {
 	p := prior
 	p.need = need
-	if ix == nil || ix.size == 0 {
+	if ix == nil || ix.Size == 0 {
 		return p
 	}
 	if combine == resource.DenyOverrides {
-		scanDenyOverrides(ix, f, &sc.scanScratch, need, &p.first, &p.deny, &p.allow)
+		index.ScanDenyOverrides(ix, f, &sc.Scratch, need, &p.first, &p.deny, &p.allow)
 	} else {
-		scanFirstMatch(ix, f, &sc.scanScratch, need, &p.first)
+		index.ScanFirstMatch(ix, f, &sc.Scratch, need, &p.first)
 	}
 	return p
 }
@@ -503,13 +504,13 @@ func (ms *meshState) scopeName(ord int32) string {
 	return ms.scopes.list[ord-1].doc.Name
 }
 
-func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, side int, r *rule, shadow bool) SideDecision {
+func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *index.Flow, sc *scratch, side int, r *index.Rule, shadow bool) SideDecision {
 	if r != nil {
-		return SideDecision{Action: r.action, Policy: r.policyName(), Scope: ms.scopeName(r.scope), Rule: r.id,
-			Reason: ReasonMatched, Conf: r.conf}
+		return SideDecision{Action: r.Action, Policy: r.PolicyName(), Scope: ms.scopeName(r.Scope), Rule: r.ID,
+			Reason: ReasonMatched, Conf: r.Conf}
 	}
 	if c := ms.catchAll(typ, sc, side, shadow); c != nil {
-		return SideDecision{Action: c.action, Scope: ms.scopeName(c.scope), Rule: c.id, Reason: ReasonCatchAll}
+		return SideDecision{Action: c.Action, Scope: ms.scopeName(c.Scope), Rule: c.ID, Reason: ReasonCatchAll}
 	}
 	if ms.hasCandidate(ts, f, sc, side, shadow) {
 		return SideDecision{Action: set.defaultAction, Reason: ReasonDefaultAction}
@@ -520,12 +521,12 @@ func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *
 // catchAll returns the catch-all that decides a side with no matching rule: the
 // one of the workload's lowest-priority member scope that has one for the type
 // (the enforced view leaves audit scopes out).
-func (ms *meshState) catchAll(typ string, sc *scratch, side int, shadow bool) *rule {
+func (ms *meshState) catchAll(typ string, sc *scratch, side int, shadow bool) *index.Rule {
 	if len(sc.members[side]) == 0 {
 		return nil
 	}
 	for _, c := range ms.scopes.catchAlls[typ] {
-		if (shadow || !c.audit) && sc.isMember(side, c.scope) {
+		if (shadow || !c.Audit) && sc.IsMember(side, c.Scope) {
 			return c
 		}
 	}
@@ -534,7 +535,7 @@ func (ms *meshState) catchAll(typ string, sc *scratch, side int, shadow bool) *r
 
 // hasCandidate reports whether some policy rule of the type is a candidate on the
 // side, matching or not; the shadow view counts the audit rules too.
-func (ms *meshState) hasCandidate(ts *typeState, f *flow, sc *scratch, side int, shadow bool) bool {
+func (ms *meshState) hasCandidate(ts *typeState, f *index.Flow, sc *scratch, side int, shadow bool) bool {
 	if ts == nil || ts.viewCounts(shadow).policies == 0 {
 		return false
 	}
@@ -544,7 +545,7 @@ func (ms *meshState) hasCandidate(ts *typeState, f *flow, sc *scratch, side int,
 	return shadow && candidateIn(ts.audit.scopeRules, ts.audit.attachOut, ts.audit.attachIn, f, sc, side)
 }
 
-func candidateIn(scopeRules []int32, attachOut, attachIn *ruleIndex, f *flow, sc *scratch, side int) bool {
+func candidateIn(scopeRules []int32, attachOut, attachIn *index.Index, f *index.Flow, sc *scratch, side int) bool {
 	if scopeRules[0] > 0 {
 		return true
 	}
@@ -554,20 +555,20 @@ func candidateIn(scopeRules []int32, attachOut, attachIn *ruleIndex, f *flow, sc
 		}
 	}
 	if side == 0 {
-		return anyMatch(attachOut, f.src, nil, sc)
+		return anyMatch(attachOut, f.Src, nil, sc)
 	}
-	return anyMatch(attachIn, nil, f.dst, sc)
+	return anyMatch(attachIn, nil, f.Dst, sc)
 }
 
-func anyMatch(ix *ruleIndex, src, dst resource.Tags, sc *scratch) bool {
-	if ix.size == 0 {
+func anyMatch(ix *index.Index, src, dst resource.Tags, sc *scratch) bool {
+	if ix.Size == 0 {
 		return false
 	}
-	ix.lists(src, dst, &sc.lists, nil)
-	for _, ls := range sc.lists {
+	ix.Lists(src, dst, &sc.Lists, nil)
+	for _, ls := range sc.Lists {
 		for _, l := range ls {
 			for i := range l {
-				if r := l[i].r; (r.src == nil || r.src.matches(src)) && (r.dst == nil || r.dst.matches(dst)) {
+				if r := l[i].R; (r.Src == nil || r.Src.Matches(src)) && (r.Dst == nil || r.Dst.Matches(dst)) {
 					return true
 				}
 			}

@@ -3,6 +3,7 @@ package engine
 import (
 	"sort"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -30,13 +31,13 @@ type destClaim struct {
 	item         int32 // the claim's place among its policy's claims
 	tb1, tb2     int64 // the mesh's tie-break (ruleTieBreak)
 	cp           *compiledPolicy
-	dst          *matcher
+	dst          *index.Matcher
 }
 
 // less is the choice's order: more specific first, then the tie-break, then
 // the name; item keeps a policy's claims apart.
 func (a *destClaim) less(b *destClaim) bool {
-	if c := rankCmp(a.total, a.exact, a.tb1, a.tb2, b.total, b.exact, b.tb1, b.tb2); c != 0 {
+	if c := index.RankCmp(a.total, a.exact, a.tb1, a.tb2, b.total, b.exact, b.tb1, b.tb2); c != 0 {
 		return c < 0
 	}
 	if a.cp.p.Name != b.cp.p.Name {
@@ -49,17 +50,17 @@ func (a *destClaim) same(b *destClaim) bool { return a.cp == b.cp && a.item == b
 
 // destClaims returns a compiled policy's claims, under the tie-break tb.
 func destClaims(cp *compiledPolicy, tb resource.TieBreak, out []destClaim) []destClaim {
-	var k orderKey
+	var k index.OrderKey
 	ruleTieBreak(&k, cp.p, tb)
 	start := len(out)
-	mk := func(total, exact int16, dst *matcher) destClaim {
-		return destClaim{total: total, exact: exact, item: int32(len(out) - start), tb1: k.tb1, tb2: k.tb2, cp: cp, dst: dst}
+	mk := func(total, exact int16, dst *index.Matcher) destClaim {
+		return destClaim{total: total, exact: exact, item: int32(len(out) - start), tb1: k.Tb1, tb2: k.Tb2, cp: cp, dst: dst}
 	}
 	if cp.p.TargetRef != nil {
 		// the top-level targetRef selects the destination of from items
 		for _, a := range cp.attach {
-			if a.sides == sideIn {
-				out = append(out, mk(a.key.total, 0, a.dst))
+			if a.Sides == index.SideIn {
+				out = append(out, mk(a.Key.Total, 0, a.Dst))
 			}
 		}
 		return out
@@ -67,10 +68,10 @@ func destClaims(cp *compiledPolicy, tb resource.TieBreak, out []destClaim) []des
 	// S&D rules are sources × destinations, source-major, and the
 	// destination matchers are shared: the first row holds each once.
 	for i, r := range cp.rules {
-		if i > 0 && r.dst == cp.rules[0].dst {
+		if i > 0 && r.Dst == cp.rules[0].Dst {
 			break
 		}
-		out = append(out, mk(r.dst.rank.total(), r.dst.rank.exact, r.dst))
+		out = append(out, mk(r.Dst.Rank.Total(), r.Dst.Rank.Exact, r.Dst))
 	}
 	return out
 }
@@ -103,16 +104,16 @@ type claimIndex struct {
 // presence ones (the '*' entries, then the expressions that require the key).
 func (c *destClaim) terms(out []claimTerm) []claimTerm {
 	m := c.dst
-	for _, kv := range m.exact {
-		out = append(out, claimTerm{key: kv.k, value: kv.v})
+	for _, kv := range m.Exact {
+		out = append(out, claimTerm{key: kv.K, value: kv.V})
 	}
-	for _, k := range m.present {
+	for _, k := range m.Present {
 		out = append(out, claimTerm{key: k, presence: true})
 	}
-	for i := range m.exprs {
-		switch e := &m.exprs[i]; e.op {
+	for i := range m.Exprs {
+		switch e := &m.Exprs[i]; e.Op {
 		case resource.OpIn, resource.OpExists, resource.OpPrefix, resource.OpCIDR:
-			out = append(out, claimTerm{key: e.key, presence: true})
+			out = append(out, claimTerm{key: e.Key, presence: true})
 		}
 	}
 	return out
@@ -322,7 +323,7 @@ func scanClaims(l claimList, dst resource.Tags, sc *scratch, best *destClaim) *d
 		if best != nil && !c.less(best) {
 			break // this list's claims all come after the best one
 		}
-		if sc.isMember(1, c.cp.scopeOrd()) && c.dst.matches(dst) {
+		if sc.IsMember(1, c.cp.scopeOrd()) && c.dst.Matches(dst) {
 			return c
 		}
 	}

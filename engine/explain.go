@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -50,12 +51,12 @@ type NonCandidate struct {
 	Why    string
 }
 
-func (ms *meshState) explain(typ string, f *flow, d *Decision) *Explanation {
+func (ms *meshState) explain(typ string, f *index.Flow, d *Decision) *Explanation {
 	sc := &scratch{}
 	sc.reset(ms.scopes.size())
 	if ms.scopes.size() > 0 {
-		sc.computeMembers(ms.scopes, 0, f.src)
-		sc.computeMembers(ms.scopes, 1, f.dst)
+		sc.computeMembers(ms.scopes, 0, f.Src)
+		sc.computeMembers(ms.scopes, 1, f.Dst)
 	}
 	ts, _ := ms.types.Get(typ)
 	return &Explanation{
@@ -66,12 +67,12 @@ func (ms *meshState) explain(typ string, f *flow, d *Decision) *Explanation {
 
 // candidates returns the rules of a type that are candidates on a side, in
 // order, and the policies that have none, with the reason.
-func (ms *meshState) candidates(ts *typeState, typ string, f *flow, sc *scratch, side int) ([]*rule, []NonCandidate) {
-	var out []*rule
+func (ms *meshState) candidates(ts *typeState, typ string, f *index.Flow, sc *scratch, side int) ([]*index.Rule, []NonCandidate) {
+	var out []*index.Rule
 	var non []NonCandidate
-	workload, end := f.src, "source"
+	workload, end := f.Src, "source"
 	if side == 1 {
-		workload, end = f.dst, "destination"
+		workload, end = f.Dst, "destination"
 	}
 	if ts != nil {
 		var names []string
@@ -88,15 +89,15 @@ func (ms *meshState) candidates(ts *typeState, typ string, f *flow, sc *scratch,
 			}
 			before := len(out)
 			for _, r := range cp.rules {
-				if r.sides&sideBits[side] == 0 || !sc.isMember(side, r.scope) {
+				if r.Sides&index.SideBits[side] == 0 || !sc.IsMember(side, r.Scope) {
 					continue
 				}
 				if cp.p.TargetRef != nil {
-					top := r.dst
+					top := r.Dst
 					if side == 0 {
-						top = r.src
+						top = r.Src
 					}
-					if !top.matches(workload) {
+					if !top.Matches(workload) {
 						continue
 					}
 				}
@@ -109,11 +110,11 @@ func (ms *meshState) candidates(ts *typeState, typ string, f *flow, sc *scratch,
 		}
 	}
 	for _, c := range ms.scopes.catchAlls[typ] {
-		if sc.isMember(side, c.scope) {
+		if sc.IsMember(side, c.Scope) {
 			out = append(out, c)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key.less(&out[j].key) })
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.Less(&out[j].Key) })
 	return out, non
 }
 
@@ -136,8 +137,8 @@ func (ms *meshState) whyNotCandidate(cp *compiledPolicy, side int, workload reso
 		}
 		return "it has no from items: targetRef policies are candidates on the inbound side through from items only"
 	}
-	top := compileSelector(resource.TargetSelector(*p.TargetRef))
-	return fmt.Sprintf("its targetRef %s does not select the %s: %s", targetText(*p.TargetRef), end, top.whyNot(workload))
+	top := index.CompileSelector(resource.TargetSelector(*p.TargetRef))
+	return fmt.Sprintf("its targetRef %s does not select the %s: %s", targetText(*p.TargetRef), end, top.WhyNot(workload))
 }
 
 func (ms *meshState) whyNotMember(si *scopeInfo, tags resource.Tags) string {
@@ -147,7 +148,7 @@ func (ms *meshState) whyNotMember(si *scopeInfo, tags resource.Tags) string {
 		matched := false
 		var why []string
 		for _, m := range s.selectors {
-			if w := m.whyNot(tags); w == "" {
+			if w := m.WhyNot(tags); w == "" {
 				matched = true
 				break
 			} else {
@@ -187,7 +188,7 @@ func targetText(t resource.TargetRef) string {
 	return s
 }
 
-func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, side int, sd *SideDecision) SideTrace {
+func (ms *meshState) traceSide(ts *typeState, typ string, f *index.Flow, sc *scratch, side int, sd *SideDecision) SideTrace {
 	tr := SideTrace{Reason: sd.Reason}
 	for _, ord := range sortedOrds(sc.members[side]) {
 		if !ms.scopes.list[ord-1].audit { // the enforced decision leaves audit scopes out
@@ -200,24 +201,24 @@ func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, 
 	var chosen *compiledPolicy // select: PerDestination, the inbound side's policy
 	perDest := side == 1 && ms.settings.forType(typ).perDestination
 	if perDest {
-		chosen = ms.chooseForDestination(ts, f.dst, sc, false)
+		chosen = ms.chooseForDestination(ts, f.Dst, sc, false)
 	}
 	for _, r := range cands {
 		ct := CandidateTrace{
-			Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
-			Priority: r.key.priority, Rule: r.id, Action: r.action, Audit: r.audit,
+			Policy: r.PolicyName(), Scope: ms.scopeName(r.Scope), Phase: index.PhaseNames[r.Key.Phase],
+			Priority: r.Key.Priority, Rule: r.ID, Action: r.Action, Audit: r.Audit,
 		}
 		switch {
-		case r.policy == nil:
+		case r.Policy == nil:
 			ct.Rank = "catch-all"
-		case r.policy.TargetRef != nil:
-			ct.Rank = r.policy.TargetRef.Kind.String()
+		case r.Policy.TargetRef != nil:
+			ct.Rank = r.Policy.TargetRef.Kind.String()
 		default:
-			ct.Rank = fmt.Sprintf("exact %d, wildcard %d", r.key.exact, r.key.total-r.key.exact)
+			ct.Rank = fmt.Sprintf("exact %d, wildcard %d", r.Key.Exact, r.Key.Total-r.Key.Exact)
 		}
 		ct.Why = whyRuleFails(r, f)
 		ct.Matched = ct.Why == ""
-		if r.audit {
+		if r.Audit {
 			if ct.Matched {
 				ct.Why = "audit: left out of the enforced decision"
 			}
@@ -230,7 +231,7 @@ func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, 
 				ct.Why = "not examined: the side is not applicable"
 			case sd.Reason == ReasonUnenforced:
 				ct.Why = "not examined: the side is unenforced"
-			case perDest && r.policy != nil && (chosen == nil || r.policy != chosen.p):
+			case perDest && r.Policy != nil && (chosen == nil || r.Policy != chosen.p):
 				ct.Why = "matches, but select: PerDestination chose " + chosenText(chosen) + " for this destination"
 			case decided:
 				ct.Why = "matches, but an earlier rule decided"
@@ -251,31 +252,31 @@ func (ms *meshState) traceSide(ts *typeState, typ string, f *flow, sc *scratch, 
 	return tr
 }
 
-func whyRuleFails(r *rule, f *flow) string {
-	if r.policy == nil {
+func whyRuleFails(r *index.Rule, f *index.Flow) string {
+	if r.Policy == nil {
 		return ""
 	}
-	if !matchesPorts(r.ports, f.proto, f.port) {
-		return fmt.Sprintf("%s outside ports %s", flowPortText(f), portsText(r.ports))
+	if !index.MatchesPorts(r.Ports, f.Proto, f.Port) {
+		return fmt.Sprintf("%s outside ports %s", flowPortText(f), portsText(r.Ports))
 	}
-	if w := r.src.whyNot(f.src); w != "" {
+	if w := r.Src.WhyNot(f.Src); w != "" {
 		return "source: " + w
 	}
-	if w := r.dst.whyNot(f.dst); w != "" {
+	if w := r.Dst.WhyNot(f.Dst); w != "" {
 		return "destination: " + w
 	}
 	return ""
 }
 
-func flowPortText(f *flow) string {
-	p := f.proto.String()
+func flowPortText(f *index.Flow) string {
+	p := f.Proto.String()
 	if p == "" {
 		p = "no protocol"
 	}
-	if f.port == 0 {
+	if f.Port == 0 {
 		return p + ", no port"
 	}
-	return fmt.Sprintf("%s/%d", p, f.port)
+	return fmt.Sprintf("%s/%d", p, f.Port)
 }
 
 func portsText(entries []resource.PortEntry) string {

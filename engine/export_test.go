@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -39,26 +40,26 @@ func PerDestinationChoices(s *Snapshot, req *Request) (got, want [2]string) {
 // destination selector that matches, then the tie-break.
 type destChoice struct {
 	cp  *compiledPolicy
-	key orderKey // total, exact, tb1, tb2, name
+	key index.OrderKey // total, exact, tb1, tb2, name
 }
 
 func (a *destChoice) better(b *destChoice) bool {
 	if b.cp == nil {
 		return true
 	}
-	if a.key.total != b.key.total {
-		return a.key.total > b.key.total
+	if a.key.Total != b.key.Total {
+		return a.key.Total > b.key.Total
 	}
-	if a.key.exact != b.key.exact {
-		return a.key.exact > b.key.exact
+	if a.key.Exact != b.key.Exact {
+		return a.key.Exact > b.key.Exact
 	}
-	if a.key.tb1 != b.key.tb1 {
-		return a.key.tb1 < b.key.tb1
+	if a.key.Tb1 != b.key.Tb1 {
+		return a.key.Tb1 < b.key.Tb1
 	}
-	if a.key.tb2 != b.key.tb2 {
-		return a.key.tb2 < b.key.tb2
+	if a.key.Tb2 != b.key.Tb2 {
+		return a.key.Tb2 < b.key.Tb2
 	}
-	return a.key.name < b.key.name
+	return a.key.Name < b.key.Name
 }
 
 // chooseByScan is chooseForDestination by its definition: every valid
@@ -69,25 +70,25 @@ func (ms *meshState) chooseByScan(ts *typeState, dst resource.Tags, sc *scratch,
 	}
 	var best destChoice
 	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-		if cp.err != "" || cp.audit() && !shadow || !sc.isMember(1, cp.scopeOrd()) {
+		if cp.err != "" || cp.audit() && !shadow || !sc.IsMember(1, cp.scopeOrd()) {
 			return true
 		}
 		c := destChoice{cp: cp}
 		found := false
 		if cp.p.TargetRef != nil {
 			for _, a := range cp.attach {
-				if a.sides == sideIn && a.dst.matches(dst) {
-					c.key.total, found = a.key.total, true
+				if a.Sides == index.SideIn && a.Dst.Matches(dst) {
+					c.key.Total, found = a.Key.Total, true
 				}
 			}
 		} else {
 			for _, r := range cp.rules {
-				if !r.dst.matches(dst) {
+				if !r.Dst.Matches(dst) {
 					continue
 				}
-				rk := r.dst.rank
-				if !found || rk.total() > c.key.total || rk.total() == c.key.total && rk.exact > c.key.exact {
-					c.key.total, c.key.exact = rk.total(), rk.exact
+				rk := r.Dst.Rank
+				if !found || rk.Total() > c.key.Total || rk.Total() == c.key.Total && rk.Exact > c.key.Exact {
+					c.key.Total, c.key.Exact = rk.Total(), rk.Exact
 				}
 				found = true
 			}
@@ -110,7 +111,7 @@ func (ms *meshState) chooseByScan(ts *typeState, dst resource.Tags, sc *scratch,
 func Procedures(req Request) []Request {
 	req.NoCache = true
 	lists, bits := req, req
-	lists.procedure, bits.procedure = procLists, procBits
+	lists.procedure, bits.procedure = index.ProcLists, index.ProcBits
 	return []Request{lists, bits}
 }
 
@@ -125,7 +126,7 @@ func BitBlocks(s *Snapshot, mesh, typ string) [2]int {
 	if !ok {
 		return [2]int{}
 	}
-	return ts.rules.blockCounts()
+	return ts.rules.BlockCounts()
 }
 
 // CheckBitmaps holds the bitmaps of every index of s to the rules the index
@@ -134,17 +135,17 @@ func BitBlocks(s *Snapshot, mesh, typ string) [2]int {
 // (a rule verified whole, resid, may have more candidates, never fewer); no
 // bit past the slots. It returns the first difference.
 func CheckBitmaps(s *Snapshot) error {
-	return checkRuleIndexes(s, func(ix *ruleIndex) bool { return ix.bits != nil }, checkBits)
+	return checkRuleIndexes(s, func(ix *index.Index) bool { return ix.Bits != nil }, index.CheckBits)
 }
 
 // checkRuleIndexes runs check on each rule index of both ends of s (the
 // policies' and the audit's) that keep selects, and returns the first error,
 // named by its mesh and type.
-func checkRuleIndexes(s *Snapshot, keep func(*ruleIndex) bool, check func(*ruleIndex) error) error {
+func checkRuleIndexes(s *Snapshot, keep func(*index.Index) bool, check func(*index.Index) error) error {
 	var err error
 	s.meshes.Range(func(mesh string, ms *meshState) bool {
 		ms.types.Range(func(typ string, ts *typeState) bool {
-			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
+			for _, ix := range []*index.Index{ts.rules, ts.audit.rules} {
 				if ix == nil || !keep(ix) {
 					continue
 				}
@@ -166,8 +167,8 @@ func FreeSlots(s *Snapshot) int {
 	n := 0
 	s.meshes.Range(func(_ string, ms *meshState) bool {
 		ms.types.Range(func(_ string, ts *typeState) bool {
-			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
-				n += ix.freeSlots()
+			for _, ix := range []*index.Index{ts.rules, ts.audit.rules} {
+				n += ix.FreeSlots()
 			}
 			return true
 		})
@@ -184,8 +185,8 @@ func BitmapsDigest(s *Snapshot) uint64 {
 	mix := func(x uint64) { h = (h ^ x) * 1099511628211 }
 	s.meshes.Range(func(_ string, ms *meshState) bool {
 		ms.types.Range(func(_ string, ts *typeState) bool {
-			for _, ix := range []*ruleIndex{ts.rules, ts.audit.rules} {
-				ix.digest(mix)
+			for _, ix := range []*index.Index{ts.rules, ts.audit.rules} {
+				ix.Digest(mix)
 			}
 			return true
 		})

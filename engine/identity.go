@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -439,7 +440,7 @@ func (s *Snapshot) DecideSets(req *SetRequest) (Decision, error) {
 	if !ok {
 		return Decision{}, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, meshName)
 	}
-	f := flow{src: req.Source.tags, dst: req.Destination.tags, proto: req.Protocol, port: req.Port}
+	f := index.Flow{Src: req.Source.tags, Dst: req.Destination.tags, Proto: req.Protocol, Port: req.Port}
 	if req.NoCache {
 		if err := ms.checkType(typ); err != nil {
 			return Decision{}, err

@@ -49,6 +49,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -371,7 +372,7 @@ func (p *PairScope) Answer(src, dst *TagSet, proto resource.Protocol, port uint3
 		}
 	}
 	miss := p.cache.pairMisses.Add(1)
-	k := memoKey{epoch: p.epoch, mesh: p.mesh, typ: p.typ, f: flow{src: src.tags, dst: dst.tags, proto: proto, port: port}, src: src, dst: dst}
+	k := memoKey{epoch: p.epoch, mesh: p.mesh, typ: p.typ, f: index.Flow{Src: src.tags, Dst: dst.tags, Proto: proto, Port: port}, src: src, dst: dst}
 	k.h = flowHashOf(p.mesh, p.typ, src.hash, dst.hash, proto, port)
 	e, memo := p.cache.lookup(&k)
 	if !memo {

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/verdictpdp/verdict/engine/resource"
+import (
+	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/resource"
+)
 
 // select: PerDestination (docs/order.md): one policy per inbound, as Kong
 // Mesh applies TrafficPermission ("Only one policy of a given type is matched
@@ -31,13 +34,13 @@ func (ms *meshState) chooseForDestination(ts *typeState, dst resource.Tags, sc *
 // firstRuleOf returns the first rule of a policy, in order, that is a
 // candidate on the inbound side and matches the flow (sources, destination and
 // ports); the enforced view leaves audit rules out.
-func firstRuleOf(cp *compiledPolicy, f *flow, sc *scratch, shadow bool) *rule {
-	var first *rule
+func firstRuleOf(cp *compiledPolicy, f *index.Flow, sc *scratch, shadow bool) *index.Rule {
+	var first *index.Rule
 	for _, r := range cp.rules {
-		if r.sides&sideIn == 0 || r.audit && !shadow || !sc.isMember(1, r.scope) || !r.matchesFlow(f) {
+		if r.Sides&index.SideIn == 0 || r.Audit && !shadow || !sc.IsMember(1, r.Scope) || !r.MatchesFlow(f) {
 			continue
 		}
-		if first == nil || r.key.less(&first.key) {
+		if first == nil || r.Key.Less(&first.Key) {
 			first = r
 		}
 	}
@@ -45,9 +48,9 @@ func firstRuleOf(cp *compiledPolicy, f *flow, sc *scratch, shadow bool) *rule {
 }
 
 // decidePerDestination answers the inbound side of a PerDestination type.
-func (ms *meshState) decidePerDestination(ts *typeState, typ string, set typeSettings, f *flow, sc *scratch, shadow bool) SideDecision {
-	var r *rule
-	if cp := ms.chooseForDestination(ts, f.dst, sc, shadow); cp != nil {
+func (ms *meshState) decidePerDestination(ts *typeState, typ string, set typeSettings, f *index.Flow, sc *scratch, shadow bool) SideDecision {
+	var r *index.Rule
+	if cp := ms.chooseForDestination(ts, f.Dst, sc, shadow); cp != nil {
 		r = firstRuleOf(cp, f, sc, shadow)
 	}
 	return ms.sideResult(ts, typ, set, f, sc, 1, r, shadow)
@@ -56,14 +59,14 @@ func (ms *meshState) decidePerDestination(ts *typeState, typ string, set typeSet
 // onlyChosen keeps, of a workload's inbound rules, those of the policy chosen
 // for it and the catch-alls (WatchRules under PerDestination); of the audit
 // rules, those of the policy the shadow decision chooses.
-func onlyChosen(rules []*rule, chosen, shadowChosen *compiledPolicy) []*rule {
+func onlyChosen(rules []*index.Rule, chosen, shadowChosen *compiledPolicy) []*index.Rule {
 	out := rules[:0]
 	for _, r := range rules {
 		c := chosen
-		if r.audit {
+		if r.Audit {
 			c = shadowChosen
 		}
-		if r.policy == nil || c != nil && r.policy == c.p {
+		if r.Policy == nil || c != nil && r.Policy == c.p {
 			out = append(out, r)
 		}
 	}

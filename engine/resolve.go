@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -150,14 +151,14 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 	}
 	res := &ResolveResult{Revision: s.revision}
 	ts, _ := ms.types.Get(typ)
-	f := &flow{src: src.Tags, dst: dst.Tags, proto: req.Protocol, port: req.Port}
+	f := &index.Flow{Src: src.Tags, Dst: dst.Tags, Proto: req.Protocol, Port: req.Port}
 	sc := &scratch{}
 	sc.reset(ms.scopes.size())
 	if ms.scopes.size() > 0 {
-		sc.computeMembers(ms.scopes, 0, f.src)
-		sc.computeMembers(ms.scopes, 1, f.dst)
+		sc.computeMembers(ms.scopes, 0, f.Src)
+		sc.computeMembers(ms.scopes, 1, f.Dst)
 	}
-	hasDst := f.dst != nil
+	hasDst := f.Dst != nil
 	empty := func() (*ResolveResult, error) {
 		side := "inbound"
 		if !hasDst {
@@ -177,7 +178,7 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 		c = ts.valid
 	}
 	needBoth := c.sd > 0 || c.items > 0
-	if needBoth && (f.src == nil || !hasDst) {
+	if needBoth && (f.Src == nil || !hasDst) {
 		if onlyAudit {
 			return empty()
 		}
@@ -205,18 +206,18 @@ func (s *Snapshot) Resolve(req *ResolveRequest) (*ResolveResult, error) {
 // mergeItems merges the conf of every covering from (inbound) or to (outbound)
 // item in the order of docs/order.md: the first item in order takes precedence
 // (docs/resolve.md).
-func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch, side int) *Resolution {
+func (ms *meshState) mergeItems(ts *typeState, typ string, f *index.Flow, sc *scratch, side int) *Resolution {
 	res := &Resolution{Side: [2]string{"outbound", "inbound"}[side]}
 	cands, _ := ms.candidates(ts, typ, f, sc, side)
-	var covering []*rule
+	var covering []*index.Rule
 	var audited []string
 	for _, r := range cands {
-		if r.policy == nil || !r.matchesFlow(f) {
+		if r.Policy == nil || !r.MatchesFlow(f) {
 			continue
 		}
-		if r.audit {
-			if cp, _ := ts.policies.Get(r.policy.Name); cp.audit() && (len(audited) == 0 || audited[len(audited)-1] != r.policy.Name) {
-				audited = append(audited, r.policy.Name)
+		if r.Audit {
+			if cp, _ := ts.policies.Get(r.Policy.Name); cp.audit() && (len(audited) == 0 || audited[len(audited)-1] != r.Policy.Name) {
+				audited = append(audited, r.Policy.Name)
 			}
 			continue
 		}
@@ -224,19 +225,19 @@ func (ms *meshState) mergeItems(ts *typeState, typ string, f *flow, sc *scratch,
 	}
 	merged := resource.Object{}
 	for i := len(covering) - 1; i >= 0; i-- {
-		merged = mergePatch(merged, covering[i].conf)
+		merged = mergePatch(merged, covering[i].Conf)
 	}
 	from := map[string]string{}
 	declared := map[string]*nameList{}
 	var order []string
 	for _, r := range covering {
-		name := r.policy.Name
+		name := r.Policy.Name
 		if _, seen := declared[name]; !seen {
 			order = append(order, name)
 			declared[name] = &nameList{}
 		}
-		for _, k := range sortedKeys(r.conf) {
-			if _, ok := from[k]; !ok && r.conf[k] != nil {
+		for _, k := range sortedKeys(r.Conf) {
+			if _, ok := from[k]; !ok && r.Conf[k] != nil {
 				from[k] = name
 			}
 			declared[name].add(k)
@@ -306,21 +307,21 @@ func mergePatch(target resource.Object, patch resource.Object) resource.Object {
 // foldEntry is one policy in the fold, with its place in the order.
 type foldEntry struct {
 	p   *resource.Policy
-	key orderKey
+	key index.OrderKey
 }
 
 // fold computes the effective rules of a defaults/overrides type (docs/resolve.md).
-func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolution {
+func (ms *meshState) fold(ts *typeState, f *index.Flow, sc *scratch, side int) *Resolution {
 	res := &Resolution{Side: [2]string{"outbound", "inbound"}[side]}
-	workload := f.src
+	workload := f.Src
 	if side == 1 {
-		workload = f.dst
+		workload = f.Dst
 	}
 	var entries []foldEntry
 	var chosen *compiledPolicy // select: PerDestination: only this policy applies inbound
 	perDest := side == 1 && ms.settings.forType(ts.name).perDestination
 	if perDest {
-		chosen = ms.chooseForDestination(ts, f.dst, sc, false)
+		chosen = ms.chooseForDestination(ts, f.Dst, sc, false)
 	}
 	var audited []string
 	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
@@ -329,33 +330,33 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 		}
 		p := cp.p
 		if p.TargetRef != nil {
-			if !compileSelector(resource.TargetSelector(*p.TargetRef)).matches(workload) {
+			if !index.CompileSelector(resource.TargetSelector(*p.TargetRef)).Matches(workload) {
 				return true
 			}
 			if cp.audit() {
 				audited = append(audited, p.Name)
 				return true
 			}
-			e := foldEntry{p: p, key: orderKey{priority: p.Priority, total: p.TargetRef.Level()}}
+			e := foldEntry{p: p, key: index.OrderKey{Priority: p.Priority, Total: p.TargetRef.Level()}}
 			if p.Rank == resource.RankAbsolute {
-				e.key.phase = phaseAbsolute
+				e.key.Phase = index.PhaseAbsolute
 			} else {
-				e.key.phase = phaseDefault
+				e.key.Phase = index.PhaseDefault
 			}
 			ruleTieBreak(&e.key, p, ms.settings.tieBreak)
 			entries = append(entries, e)
 			return true
 		}
-		var first *rule
+		var first *index.Rule
 		for _, r := range cp.rules {
-			if sc.isMember(side, r.scope) && r.matchesFlow(f) && (first == nil || r.key.less(&first.key)) {
+			if sc.IsMember(side, r.Scope) && r.MatchesFlow(f) && (first == nil || r.Key.Less(&first.Key)) {
 				first = r
 			}
 		}
 		if first != nil && cp.audit() {
 			audited = append(audited, p.Name)
 		} else if first != nil {
-			entries = append(entries, foldEntry{p: p, key: first.key})
+			entries = append(entries, foldEntry{p: p, key: first.Key})
 		}
 		return true
 	})
@@ -386,7 +387,7 @@ func (ms *meshState) fold(ts *typeState, f *flow, sc *scratch, side int) *Resolu
 // then by name (docs/resolve.md). Policies without blocks keep their places, so
 // the order is total and deterministic.
 func orderFold(entries []foldEntry) {
-	sort.Slice(entries, func(i, j int) bool { return entries[i].key.less(&entries[j].key) })
+	sort.Slice(entries, func(i, j int) bool { return entries[i].key.Less(&entries[j].key) })
 	for start := 0; start < len(entries); {
 		end := start + 1
 		for end < len(entries) && sameBeforeTieBreak(&entries[start].key, &entries[end].key) {
@@ -416,8 +417,8 @@ func orderFold(entries []foldEntry) {
 	}
 }
 
-func sameBeforeTieBreak(a, b *orderKey) bool {
-	return a.phase == b.phase && a.scope == b.scope && a.priority == b.priority && a.total == b.total && a.exact == b.exact
+func sameBeforeTieBreak(a, b *index.OrderKey) bool {
+	return a.Phase == b.Phase && a.Scope == b.Scope && a.Priority == b.Priority && a.Total == b.Total && a.Exact == b.Exact
 }
 
 type foldValue struct {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -74,7 +75,7 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload resource.Tags) (RuleSet, 
 	}
 	ts, _ := ms.types.Get(typ)
 	set := ms.settings.forType(typ)
-	f := &flow{src: workload, dst: workload}
+	f := &index.Flow{Src: workload, Dst: workload}
 	sc := &scratch{}
 	sc.reset(ms.scopes.size())
 	if ms.scopes.size() > 0 {
@@ -95,14 +96,14 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload resource.Tags) (RuleSet, 
 				cands = onlyChosen(cands, ms.chooseForDestination(ts, workload, sc, false), ms.chooseForDestination(ts, workload, sc, true))
 			}
 			for _, r := range cands {
-				peer := r.dst
+				peer := r.Dst
 				if side == 1 {
-					peer = r.src
+					peer = r.Src
 				}
-				v := RuleView{Policy: r.policyName(), Scope: ms.scopeName(r.scope), Phase: phaseNames[r.key.phase],
-					Priority: r.key.priority, Rule: r.id, Ports: r.ports, Action: r.action, Audit: r.audit}
-				if peer != nil && (len(peer.exact)+len(peer.present)+len(peer.exprs) > 0) {
-					v.Peer = []resource.Selector{*peer.sel}
+				v := RuleView{Policy: r.PolicyName(), Scope: ms.scopeName(r.Scope), Phase: index.PhaseNames[r.Key.Phase],
+					Priority: r.Key.Priority, Rule: r.ID, Ports: r.Ports, Action: r.Action, Audit: r.Audit}
+				if peer != nil && (len(peer.Exact)+len(peer.Present)+len(peer.Exprs) > 0) {
+					v.Peer = []resource.Selector{*peer.Sel}
 				}
 				sr.Rules = append(sr.Rules, v)
 			}
@@ -125,27 +126,27 @@ func (s *Snapshot) RulesFor(mesh, typ string, workload resource.Tags) (RuleSet, 
 // inbound) selects it, catch-alls and audit rules included: one pass over the
 // type's rules, rejecting on the workload's own selector first, then a sort of
 // the few kept.
-func (ms *meshState) rulesOf(ts *typeState, typ string, workload resource.Tags, sc *scratch, side int) []*rule {
-	var out []*rule
-	keep := func(r *rule) {
-		own := r.src
+func (ms *meshState) rulesOf(ts *typeState, typ string, workload resource.Tags, sc *scratch, side int) []*index.Rule {
+	var out []*index.Rule
+	keep := func(r *index.Rule) {
+		own := r.Src
 		if side == 1 {
-			own = r.dst
+			own = r.Dst
 		}
-		if r.sides&sideBits[side] == 0 || !own.matches(workload) || !sc.isMember(side, r.scope) {
+		if r.Sides&index.SideBits[side] == 0 || !own.Matches(workload) || !sc.IsMember(side, r.Scope) {
 			return
 		}
 		out = append(out, r)
 	}
 	if ts != nil {
-		ts.rules.each(keep)
-		ts.audit.rules.each(keep)
+		ts.rules.Each(keep)
+		ts.audit.rules.Each(keep)
 	}
 	for _, c := range ms.scopes.catchAlls[typ] {
-		if sc.isMember(side, c.scope) {
+		if sc.IsMember(side, c.Scope) {
 			out = append(out, c)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key.less(&out[j].key) })
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.Less(&out[j].Key) })
 	return out
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"unsafe"
+
+	"github.com/verdictpdp/verdict/engine/internal/index"
 )
 
 // TestCompiledSizes holds the compiled structures to the size classes their
@@ -14,8 +16,8 @@ func TestCompiledSizes(t *testing.T) {
 		size uintptr
 		max  uintptr
 	}{
-		{"matcher", unsafe.Sizeof(matcher{}), 80},
-		{"rule", unsafe.Sizeof(rule{}), 144},
+		{"matcher", unsafe.Sizeof(index.Matcher{}), 80},
+		{"rule", unsafe.Sizeof(index.Rule{}), 144},
 		{"compiledPolicy", unsafe.Sizeof(compiledPolicy{}), 80},
 		{"onePolicy", unsafe.Sizeof(onePolicy{}), 224},
 		{"pairEntry", unsafe.Sizeof(pairEntry{}), 64}, // one cache line per pair memo hit

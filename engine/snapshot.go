@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -344,7 +345,7 @@ func rebuildMesh(name string, old *meshState, changes []Change) *meshState {
 	}
 	// Partitions are independent: built concurrently, each reading m alone.
 	built := make([]*typeState, len(typeNames))
-	parallel(len(typeNames), func(i int) {
+	index.Parallel(len(typeNames), func(i int) {
 		if list := byName(policies[typeNames[i]]); len(list) > 0 {
 			built[i] = buildType(typeNames[i], m, list)
 		}
@@ -403,10 +404,10 @@ type typeState struct {
 	valid      formCounts
 	conflicted bool // some policies are invalid for mixing forms; every change re-checks all
 	invalid    int
-	rules      *ruleIndex
-	attachIn   *ruleIndex // targetRef policies with from items, by their targetRef
-	attachOut  *ruleIndex // targetRef policies with to items, by their targetRef
-	scopeRules []int32    // valid S&D rules per scope ord; [0] = the mesh root
+	rules      *index.Index
+	attachIn   *index.Index // targetRef policies with from items, by their targetRef
+	attachOut  *index.Index // targetRef policies with to items, by their targetRef
+	scopeRules []int32      // valid S&D rules per scope ord; [0] = the mesh root
 	// epoch marks the memo's answers of this partition (cache.go): every
 	// change of the partition makes a new one.
 	epoch *memoEpoch
@@ -422,16 +423,16 @@ type typeState struct {
 
 // auditRules are a partition's audit rules, filed as the enforced ones are.
 type auditRules struct {
-	rules      *ruleIndex
-	attachIn   *ruleIndex
-	attachOut  *ruleIndex
+	rules      *index.Index
+	attachIn   *index.Index
+	attachOut  *index.Index
 	scopeRules []int32
 }
 
 // audited reports whether the partition has an audit policy or rule: without
 // one (and without an audit scope in the mesh), Decide does no shadow work.
 func (ts *typeState) audited() bool {
-	return ts != nil && (ts.validAudit.policies > 0 || ts.audit.rules.size > 0)
+	return ts != nil && (ts.validAudit.policies > 0 || ts.audit.rules.Size > 0)
 }
 
 // enforcedCounts are the counts of the valid policies the enforced decision sees.
@@ -450,7 +451,7 @@ func (ts *typeState) enforcedCounts() formCounts {
 // ruleSets collects the rules of policies entering or leaving a partition, the
 // enforced ones at [0] and the audit ones at [1].
 type ruleSets struct {
-	rules, in, out [2][]*rule
+	rules, in, out [2][]*index.Rule
 }
 
 func auditIdx(audit bool) int {
@@ -464,15 +465,15 @@ func auditIdx(audit bool) int {
 // (enforced, audit), changed by d.
 func (rs *ruleSets) add(cp *compiledPolicy, sr [2][]int32, d int32) {
 	for _, r := range cp.rules {
-		i := auditIdx(r.audit)
+		i := auditIdx(r.Audit)
 		rs.rules[i] = append(rs.rules[i], r)
 		if cp.p.TargetRef == nil {
 			sr[i][cp.scopeOrd()] += d
 		}
 	}
 	for _, a := range cp.attach {
-		i := auditIdx(a.audit)
-		if a.sides == sideIn {
+		i := auditIdx(a.Audit)
+		if a.Sides == index.SideIn {
 			rs.in[i] = append(rs.in[i], a)
 		} else {
 			rs.out[i] = append(rs.out[i], a)
@@ -530,7 +531,7 @@ func buildType(name string, m *meshState, list []*resource.Policy) *typeState {
 	// Policies compile independently: in chunks, concurrently.
 	entries := make([]*compiledPolicy, len(list))
 	const chunk = 256
-	parallel((len(list)+chunk-1)/chunk, func(c int) {
+	index.Parallel((len(list)+chunk-1)/chunk, func(c int) {
 		for i := c * chunk; i < min(len(list), (c+1)*chunk); i++ {
 			p := list[i]
 			if si, why := m.scopeCheck(p); why != "" {
@@ -551,7 +552,7 @@ func buildType(name string, m *meshState, list []*resource.Policy) *typeState {
 	}
 	// The indexes and the map of policies by name concurrently: the map
 	// holds the entries and reads only their names.
-	parallel(2, func(i int) {
+	index.Parallel(2, func(i int) {
 		if i == 0 {
 			ts.index(m, entries)
 			return
@@ -587,15 +588,15 @@ func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
 	// Seven independent structures, each over rules of its own (an index
 	// owns its rules' terms and sets their filed end): built concurrently.
 	builds := [...]func(){
-		func() { ts.rules = buildIndex(rs.rules[0], endSrc|endDst) },
-		func() { ts.audit.rules = buildIndex(rs.rules[1], endSrc|endDst) },
-		func() { ts.attachIn = buildIndex(rs.in[0], endDst) },
-		func() { ts.attachOut = buildIndex(rs.out[0], endSrc) },
-		func() { ts.audit.attachIn = buildIndex(rs.in[1], endDst) },
-		func() { ts.audit.attachOut = buildIndex(rs.out[1], endSrc) },
+		func() { ts.rules = index.Build(rs.rules[0], index.EndSrc|index.EndDst) },
+		func() { ts.audit.rules = index.Build(rs.rules[1], index.EndSrc|index.EndDst) },
+		func() { ts.attachIn = index.Build(rs.in[0], index.EndDst) },
+		func() { ts.attachOut = index.Build(rs.out[0], index.EndSrc) },
+		func() { ts.audit.attachIn = index.Build(rs.in[1], index.EndDst) },
+		func() { ts.audit.attachOut = index.Build(rs.out[1], index.EndSrc) },
 		func() { ts.dest = ts.dest.updateDest(m, ts.name, nil, entries) },
 	}
-	parallel(len(builds), func(i int) { builds[i]() })
+	index.Parallel(len(builds), func(i int) { builds[i]() })
 }
 
 func (cp *compiledPolicy) scopeOrd() int32 {
@@ -755,12 +756,12 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change, check bo
 		// check reads none of them.
 		return &out
 	}
-	out.rules = ts.rules.update(gone.rules[0], added2.rules[0])
-	out.attachIn = ts.attachIn.update(gone.in[0], added2.in[0])
-	out.attachOut = ts.attachOut.update(gone.out[0], added2.out[0])
-	out.audit.rules = ts.audit.rules.update(gone.rules[1], added2.rules[1])
-	out.audit.attachIn = ts.audit.attachIn.update(gone.in[1], added2.in[1])
-	out.audit.attachOut = ts.audit.attachOut.update(gone.out[1], added2.out[1])
+	out.rules = ts.rules.Update(gone.rules[0], added2.rules[0])
+	out.attachIn = ts.attachIn.Update(gone.in[0], added2.in[0])
+	out.attachOut = ts.attachOut.Update(gone.out[0], added2.out[0])
+	out.audit.rules = ts.audit.rules.Update(gone.rules[1], added2.rules[1])
+	out.audit.attachIn = ts.audit.attachIn.Update(gone.in[1], added2.in[1])
+	out.audit.attachOut = ts.audit.attachOut.Update(gone.out[1], added2.out[1])
 	out.dest = ts.dest.updateDest(m, name, removed, added)
 	return &out
 }

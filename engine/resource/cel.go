@@ -32,7 +32,7 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 	)
 })
 
-// compileWhen parses and type-checks a when expression; the error gives the
+// CompileWhen parses and type-checks a when expression; the error gives the
 // position of the problem.
 func CompileWhen(expr string) (*WhenProgram, error) {
 	if len(expr) > MaxWhenLength {
@@ -56,7 +56,7 @@ func CompileWhen(expr string) (*WhenProgram, error) {
 	return &WhenProgram{prg: prg}, nil
 }
 
-// eval runs the expression with self = {rules: rules}. A runtime error, a cost
+// Eval runs the expression with self = {rules: rules}. A runtime error, a cost
 // overrun or a non-bool result is returned as an error.
 func (p *WhenProgram) Eval(rules Object) (result bool, err error) {
 	defer func() {

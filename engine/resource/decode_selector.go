@@ -163,7 +163,7 @@ func decodePorts(o *obj) []PortEntry {
 	return out
 }
 
-// parsePortRanges reads "80,443,8000-8100".
+// ParsePortRanges reads "80,443,8000-8100".
 func ParsePortRanges(s string) ([]PortRange, error) {
 	var out []PortRange
 	for _, part := range strings.Split(s, ",") {

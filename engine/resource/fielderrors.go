@@ -64,7 +64,7 @@ func (l *FieldErrors) Err() error {
 	return &ValidationError{Errors: l.errs}
 }
 
-// invalid builds a one-field validation error.
+// Invalid builds a one-field validation error.
 func Invalid(field, reason string) error {
 	return &ValidationError{Errors: []FieldError{{Field: field, Reason: reason}}}
 }

@@ -27,7 +27,7 @@ func (a Action) String() string {
 	return ""
 }
 
-// or returns a, or def when a is unset.
+// Or returns a, or def when a is unset.
 func (a Action) Or(def Action) Action {
 	if a == ActionUnset {
 		return def
@@ -337,7 +337,7 @@ type TargetRef struct {
 	Expressions []Expression
 }
 
-// level is the targetRef's specificity (docs/order.md, key 4): seed 002's
+// Level is the targetRef's specificity (docs/order.md, key 4): seed 002's
 // Proxy > ServiceSubset > Service > MeshSubset > Mesh, with Kuma's Dataplane
 // by labels (or every Dataplane) above Mesh and below MeshSubset, as Kuma
 // orders its kinds.
@@ -403,10 +403,10 @@ type Policy struct {
 // IsTargetRef reports whether the policy is in targetRef form.
 func (p *Policy) IsTargetRef() bool { return p.TargetRef != nil }
 
-// hasItems reports whether the policy has from or to items.
+// HasItems reports whether the policy has from or to items.
 func (p *Policy) HasItems() bool { return len(p.From) > 0 || len(p.To) > 0 }
 
-// hasBlocks reports whether the policy has a defaults or an overrides block.
+// HasBlocks reports whether the policy has a defaults or an overrides block.
 func (p *Policy) HasBlocks() bool { return p.Defaults != nil || p.Overrides != nil }
 
 // Key implements Resource.

@@ -9,7 +9,7 @@ const (
 	NameTag    = "kuma.io/name"
 )
 
-// targetSelector is the selector a targetRef compiles to (docs/resources.md).
+// TargetSelector is the selector a targetRef compiles to (docs/resources.md).
 func TargetSelector(t TargetRef) *Selector {
 	match := map[string]string{}
 	switch t.Kind {

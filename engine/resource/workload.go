@@ -101,7 +101,7 @@ func CanonicalAddress(s string) (string, error) {
 	return a.Unmap().String(), nil
 }
 
-// sameTagSet reports whether a and b hold the same pairs.
+// SameTagSet reports whether a and b hold the same pairs.
 func SameTagSet(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false

@@ -1,4 +1,4 @@
-package engine
+package index
 
 import (
 	"math/rand/v2"
@@ -12,9 +12,9 @@ import (
 func TestMoveRulesMatchesSlotBySlot(t *testing.T) {
 	t.Parallel()
 	const n = 4 * slotChunk
-	rules := make([]*rule, n)
+	rules := make([]*Rule, n)
 	for i := range rules {
-		rules[i] = &rule{}
+		rules[i] = &Rule{}
 	}
 	for _, delta := range []int{1, -1} {
 		for lo := 0; lo < n; lo++ {
@@ -24,7 +24,7 @@ func TestMoveRulesMatchesSlotBySlot(t *testing.T) {
 				nb.rules = append([]*slots(nil), b.rules...)
 				p := &patcher{b: &nb, chunks: make([]bool, len(nb.rules))}
 				p.moveRules(lo, hi, delta)
-				want := append([]*rule(nil), rules...)
+				want := append([]*Rule(nil), rules...)
 				if delta > 0 {
 					for i := hi; i > lo; i-- {
 						want[i] = want[i-1]

@@ -1,4 +1,4 @@
-package engine
+package index
 
 import (
 	"fmt"
@@ -9,55 +9,55 @@ import (
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
-// matcher is a compiled selector. Entries are kept in slices (not maps): they are
+// Matcher is a compiled selector. Entries are kept in slices (not maps): they are
 // few, and a slice is smaller and faster to walk than a map.
-type matcher struct {
-	sel   *resource.Selector // as written
-	exact []tagKV            // match entries with a concrete value, and In with one value
+type Matcher struct {
+	Sel   *resource.Selector // as written
+	Exact []TagKV            // match entries with a concrete value, and In with one value
 	// The '*' entries and other expressions, which most selectors lack,
 	// apart (noRest for those): 80 bytes, the 80-byte size class, where the
 	// slices inline made 152 (160). Never nil; written only by compileSelector.
 	*matcherRest
-	rank rank
-	buf  [1]tagKV // backing store of exact for the common case (one entry), in the same allocation
+	Rank rank
+	buf  [1]TagKV // backing store of exact for the common case (one entry), in the same allocation
 }
 
 type matcherRest struct {
-	present []string // match entries with '*'
-	exprs   []cexpr  // every other expression
+	Present []string // match entries with '*'
+	Exprs   []cexpr  // every other expression
 }
 
 // noRest is the matcherRest of the selectors with neither '*' entries nor
 // expressions besides In of one value: shared, never written.
 var noRest = &matcherRest{}
 
-type tagKV struct{ k, v string }
+type TagKV struct{ K, V string }
 
 type cexpr struct {
-	key      string
-	op       resource.Operator
+	Key      string
+	Op       resource.Operator
 	values   []string
 	set      map[string]struct{} // In / NotIn with many values
 	prefixes []netip.Prefix
 }
 
 // rank is a selector's specificity (docs/selectors.md): exact entries, other entries.
-type rank struct{ exact, wildcard int16 }
+type rank struct{ Exact, wildcard int16 }
 
-func (r rank) total() int16 { return r.exact + r.wildcard }
+func (r rank) Total() int16 { return r.Exact + r.wildcard }
 
-func (r rank) add(o rank) rank { return rank{r.exact + o.exact, r.wildcard + o.wildcard} }
+func (r rank) Add(o rank) rank { return rank{r.Exact + o.Exact, r.wildcard + o.wildcard} }
 
-func compileSelector(s *resource.Selector) *matcher {
-	m := &matcher{}
-	m.compile(s)
+func CompileSelector(s *resource.Selector) *Matcher {
+	m := &Matcher{}
+	m.Compile(s)
 	return m
 }
 
-// compile fills m, a zero matcher, from s (compileSelector; a policy's
+// Compile fills m, a zero matcher, from s (compileSelector; a policy's
 // matchers are compiled in one allocation).
-func (m *matcher) compile(s *resource.Selector) {
-	m.sel, m.matcherRest = s, noRest
+func (m *Matcher) Compile(s *resource.Selector) {
+	m.Sel, m.matcherRest = s, noRest
 	var kb [8]string
 	keys := kb[:0]
 	n := 0 // exact entries
@@ -74,9 +74,9 @@ func (m *matcher) compile(s *resource.Selector) {
 		}
 	}
 	if n <= len(m.buf) {
-		m.exact = m.buf[:0]
+		m.Exact = m.buf[:0]
 	} else {
-		m.exact = make([]tagKV, 0, n)
+		m.Exact = make([]TagKV, 0, n)
 	}
 	var present []string
 	var exprs []cexpr
@@ -84,20 +84,20 @@ func (m *matcher) compile(s *resource.Selector) {
 		v := s.Match[k]
 		if v == "*" {
 			present = append(present, k)
-			m.rank.wildcard++
+			m.Rank.wildcard++
 		} else {
-			m.exact = append(m.exact, tagKV{k, v})
-			m.rank.exact++
+			m.Exact = append(m.Exact, TagKV{k, v})
+			m.Rank.Exact++
 		}
 	}
 	for _, e := range s.Expressions {
 		if e.Operator == resource.OpIn && len(e.Values) == 1 {
-			m.exact = append(m.exact, tagKV{e.Key, e.Values[0]})
-			m.rank.exact++
+			m.Exact = append(m.Exact, TagKV{e.Key, e.Values[0]})
+			m.Rank.Exact++
 			continue
 		}
-		m.rank.wildcard++
-		ce := cexpr{key: e.Key, op: e.Operator, values: e.Values}
+		m.Rank.wildcard++
+		ce := cexpr{Key: e.Key, Op: e.Operator, values: e.Values}
 		if (e.Operator == resource.OpIn || e.Operator == resource.OpNotIn) && len(e.Values) > 8 {
 			ce.set = make(map[string]struct{}, len(e.Values))
 			for _, v := range e.Values {
@@ -114,24 +114,24 @@ func (m *matcher) compile(s *resource.Selector) {
 		exprs = append(exprs, ce)
 	}
 	if len(present) > 0 || len(exprs) > 0 {
-		m.matcherRest = &matcherRest{present: present, exprs: exprs}
+		m.matcherRest = &matcherRest{Present: present, Exprs: exprs}
 	}
 }
 
-// matches reports whether the workload's tags satisfy every part of the selector.
-func (m *matcher) matches(tags resource.Tags) bool {
-	for i := range m.exact {
-		if v, ok := tags[m.exact[i].k]; !ok || v != m.exact[i].v {
+// Matches reports whether the workload's tags satisfy every part of the selector.
+func (m *Matcher) Matches(tags resource.Tags) bool {
+	for i := range m.Exact {
+		if v, ok := tags[m.Exact[i].K]; !ok || v != m.Exact[i].V {
 			return false
 		}
 	}
-	for _, k := range m.present {
+	for _, k := range m.Present {
 		if _, ok := tags[k]; !ok {
 			return false
 		}
 	}
-	for i := range m.exprs {
-		if !m.exprs[i].holds(tags) {
+	for i := range m.Exprs {
+		if !m.Exprs[i].holds(tags) {
 			return false
 		}
 	}
@@ -139,8 +139,8 @@ func (m *matcher) matches(tags resource.Tags) bool {
 }
 
 func (e *cexpr) holds(tags resource.Tags) bool {
-	v, ok := tags[e.key]
-	switch e.op {
+	v, ok := tags[e.Key]
+	switch e.Op {
 	case resource.OpExists:
 		return ok
 	case resource.OpDoesNotExist:
@@ -151,7 +151,7 @@ func (e *cexpr) holds(tags resource.Tags) bool {
 	if !ok {
 		return false
 	}
-	switch e.op {
+	switch e.Op {
 	case resource.OpIn:
 		return e.contains(v)
 	case resource.OpPrefix:
@@ -189,44 +189,44 @@ func (e *cexpr) contains(v string) bool {
 	return false
 }
 
-// whyNot explains the first part of the selector the workload fails; "" when it
+// WhyNot explains the first part of the selector the workload fails; "" when it
 // matches.
-func (m *matcher) whyNot(tags resource.Tags) string {
-	for _, kv := range m.exact {
-		v, ok := tags[kv.k]
+func (m *Matcher) WhyNot(tags resource.Tags) string {
+	for _, kv := range m.Exact {
+		v, ok := tags[kv.K]
 		if !ok {
-			return fmt.Sprintf("tag %s is missing (want %q)", kv.k, kv.v)
+			return fmt.Sprintf("tag %s is missing (want %q)", kv.K, kv.V)
 		}
-		if v != kv.v {
-			return fmt.Sprintf("tag %s is %q, want %q", kv.k, v, kv.v)
+		if v != kv.V {
+			return fmt.Sprintf("tag %s is %q, want %q", kv.K, v, kv.V)
 		}
 	}
-	for _, k := range m.present {
+	for _, k := range m.Present {
 		if _, ok := tags[k]; !ok {
 			return fmt.Sprintf("tag %s is missing (want any value)", k)
 		}
 	}
-	for i := range m.exprs {
-		e := &m.exprs[i]
+	for i := range m.Exprs {
+		e := &m.Exprs[i]
 		if e.holds(tags) {
 			continue
 		}
-		v, ok := tags[e.key]
+		v, ok := tags[e.Key]
 		switch {
-		case e.op == resource.OpDoesNotExist:
-			return fmt.Sprintf("tag %s is present (%q), want it absent", e.key, v)
+		case e.Op == resource.OpDoesNotExist:
+			return fmt.Sprintf("tag %s is present (%q), want it absent", e.Key, v)
 		case !ok:
-			return fmt.Sprintf("tag %s is missing (%s %v)", e.key, e.op, e.values)
+			return fmt.Sprintf("tag %s is missing (%s %v)", e.Key, e.Op, e.values)
 		default:
-			return fmt.Sprintf("tag %s is %q, not %s %v", e.key, v, e.op, e.values)
+			return fmt.Sprintf("tag %s is %q, not %s %v", e.Key, v, e.Op, e.values)
 		}
 	}
 	return ""
 }
 
-// matchesPorts reports whether a flow's protocol and port fall under the entries
+// MatchesPorts reports whether a flow's protocol and port fall under the entries
 // (docs/selectors.md). No entries: all traffic.
-func matchesPorts(entries []resource.PortEntry, proto resource.Protocol, port uint32) bool {
+func MatchesPorts(entries []resource.PortEntry, proto resource.Protocol, port uint32) bool {
 	if len(entries) == 0 {
 		return true
 	}

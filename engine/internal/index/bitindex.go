@@ -1,4 +1,4 @@
-package engine
+package index
 
 import (
 	"cmp"
@@ -8,7 +8,7 @@ import (
 )
 
 // Bit-vector classification (Lakshman & Stiliadis), the decision procedure of
-// the rule indexes of both ends (ruleIndex.bits). The rules are numbered in
+// the rule indexes of both ends (Index.bits). The rules are numbered in
 // the rule order and cut into blocks of at most blockMax rules. Per block and
 // per dimension — one (end, key) some rule of the block names — three sets:
 //
@@ -84,16 +84,16 @@ type exactRef struct{ off, n uint32 }
 const slotChunk = 64
 
 // at returns the rule in slot i.
-func (b *bitBlock) at(i int) *rule { return b.rules[i/slotChunk][i%slotChunk] }
+func (b *bitBlock) at(i int) *Rule { return b.rules[i/slotChunk][i%slotChunk] }
 
 // first returns the rule in slot 0: no rule of the block comes before it.
-func (b *bitBlock) first() *rule { return b.rules[0][0] }
+func (b *bitBlock) first() *Rule { return b.rules[0][0] }
 
 // slots is a chunk of a block's slots; those past the block's n are nil.
-type slots [slotChunk]*rule
+type slots [slotChunk]*Rule
 
 // chunkSlots cuts slots into chunks of slotChunk (one array for them all).
-func chunkSlots(rules []*rule) []*slots {
+func chunkSlots(rules []*Rule) []*slots {
 	arr := make([]slots, (len(rules)+slotChunk-1)/slotChunk)
 	out := make([]*slots, len(arr))
 	for c := range arr {
@@ -144,11 +144,11 @@ func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chu
 
 // buildBlock makes a block of rules (sorted); ids holds the term ids of the
 // rules this update adds (termIDs), the others' are looked up in ix.
-func (ix *ruleIndex) buildBlock(rules []*rule, ids *addedIDs) *bitBlock {
+func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 	slotOf, n := gapSlots(len(rules))
 	nw := words(n)
 	// A free slot holds the rule before it, as a bound of the order.
-	laid := make([]*rule, n)
+	laid := make([]*Rule, n)
 	for i, r := range rules {
 		laid[slotOf(i)] = r
 	}
@@ -270,26 +270,26 @@ func (ix *ruleIndex) buildBlock(rules []*rule, ids *addedIDs) *bitBlock {
 
 // lookupIDs appends the ids of a filed rule's exact and '*' terms, looked up
 // in ix, as termIDs computes them when the rule is added.
-func (ix *ruleIndex) lookupIDs(r *rule, out []idTerm) []idTerm {
+func (ix *Index) lookupIDs(r *Rule, out []idTerm) []idTerm {
 	for _, side := range [2]struct {
 		end uint8
-		m   *matcher
-	}{{endDst, r.dst}, {endSrc, r.src}} {
+		m   *Matcher
+	}{{EndDst, r.Dst}, {EndSrc, r.Src}} {
 		if side.m == nil {
 			continue
 		}
-		for _, kv := range side.m.exact {
-			kp, ok := ix.keys.Get(termKey{side.end, kv.k})
+		for _, kv := range side.m.Exact {
+			kp, ok := ix.keys.Get(termKey{side.end, kv.K})
 			if !ok {
 				continue // every term of an indexed rule has its entry
 			}
 			vid := valueUnknown // never a flow's value id: the rule matches no flow
-			if p, ok := kp.exact.Get(kv.v); ok {
+			if p, ok := kp.exact.Get(kv.V); ok {
 				vid = p.vid
 			}
 			out = append(out, idTerm{kp.kid, vid})
 		}
-		for _, k := range side.m.present {
+		for _, k := range side.m.Present {
 			if kp, ok := ix.keys.Get(termKey{side.end, k}); ok {
 				out = append(out, idTerm{kp.kid, 0})
 			}
@@ -301,8 +301,8 @@ func (ix *ruleIndex) lookupIDs(r *rule, out []idTerm) []idTerm {
 // updateBits returns the blocks of ix (its keys already updated) without the
 // removed rules and with the added ones, in out (its own: nil, a new one);
 // old are the blocks before.
-func (ix *ruleIndex) updateBits(out, old *bitIndex, removed, added []*rule, ids *addedIDs) *bitIndex {
-	if ix.ends != endSrc|endDst {
+func (ix *Index) updateBits(out, old *bitIndex, removed, added []*Rule, ids *addedIDs) *bitIndex {
+	if ix.Ends != EndSrc|EndDst {
 		return nil
 	}
 	rm, add := byClass(removed), byClass(added)
@@ -320,12 +320,12 @@ func (ix *ruleIndex) updateBits(out, old *bitIndex, removed, added []*rule, ids 
 }
 
 // byClass splits rules by action class; rules of one class are passed as they are.
-func byClass(rules []*rule) (out [2][]*rule) {
+func byClass(rules []*Rule) (out [2][]*Rule) {
 	if len(rules) == 0 {
 		return out
 	}
 	cl := classOf(rules[0])
-	if !slices.ContainsFunc(rules, func(r *rule) bool { return classOf(r) != cl }) {
+	if !slices.ContainsFunc(rules, func(r *Rule) bool { return classOf(r) != cl }) {
 		out[cl] = rules
 		return out
 	}
@@ -338,7 +338,7 @@ func byClass(rules []*rule) (out [2][]*rule) {
 // updateBlocks returns blocks without the removed rules and with the added
 // ones: the blocks they fall in are patched (patchBlock) or, when a block has
 // no room, rebuilt; the others are shared.
-func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, ids *addedIDs) []*bitBlock {
+func (ix *Index) updateBlocks(blocks []*bitBlock, removed, added []*Rule, ids *addedIDs) []*bitBlock {
 	if len(removed) == 0 && len(added) == 0 {
 		return blocks
 	}
@@ -373,7 +373,7 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 	}
 	for i, r := range adds {
 		// The last block whose first slot is not after r.
-		bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].first().key) }) - 1
+		bi := sort.Search(len(blocks), func(i int) bool { return r.Key.Less(&blocks[i].first().Key) }) - 1
 		into[i] = max(bi, 0)
 	}
 	out := make([]*bitBlock, 0, len(blocks)+1)
@@ -400,7 +400,7 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 			}
 			continue
 		}
-		merged := make([]*rule, 0, b.n+len(a))
+		merged := make([]*Rule, 0, b.n+len(a))
 		i, gi := 0, 0
 		for s := 0; s < b.n; s++ {
 			if gi < len(g) && g[gi] == s {
@@ -411,7 +411,7 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 				continue
 			}
 			r := b.at(s)
-			for i < len(a) && a[i].key.less(&r.key) {
+			for i < len(a) && a[i].Key.Less(&r.Key) {
 				merged = append(merged, a[i])
 				i++
 			}
@@ -430,7 +430,7 @@ func (ix *ruleIndex) updateBlocks(blocks []*bitBlock, removed, added []*rule, id
 }
 
 // chunk cuts sorted rules into blocks of about blockFill rules.
-func (ix *ruleIndex) chunk(rules []*rule, ids *addedIDs) []*bitBlock {
+func (ix *Index) chunk(rules []*Rule, ids *addedIDs) []*bitBlock {
 	if len(rules) == 0 {
 		return nil
 	}
@@ -444,16 +444,16 @@ func (ix *ruleIndex) chunk(rules []*rule, ids *addedIDs) []*bitBlock {
 
 // findRule finds the block and the slot holding r: the blocks whose range of
 // keys holds r's key (rules of equal keys may straddle two).
-func findRule(blocks []*bitBlock, r *rule) (int, int, bool) {
-	bi := sort.Search(len(blocks), func(i int) bool { return r.key.less(&blocks[i].first().key) }) - 1
+func findRule(blocks []*bitBlock, r *Rule) (int, int, bool) {
+	bi := sort.Search(len(blocks), func(i int) bool { return r.Key.Less(&blocks[i].first().Key) }) - 1
 	for ; bi >= 0; bi-- {
 		b := blocks[bi]
-		for i := sort.Search(b.n, func(i int) bool { return !b.at(i).key.less(&r.key) }); i < b.n && !r.key.less(&b.at(i).key); i++ {
+		for i := sort.Search(b.n, func(i int) bool { return !b.at(i).Key.Less(&r.Key) }); i < b.n && !r.Key.Less(&b.at(i).Key); i++ {
 			if b.at(i) == r && b.holds(i) {
 				return bi, i, true
 			}
 		}
-		if b.first().key.less(&r.key) {
+		if b.first().Key.Less(&r.Key) {
 			break // r's key starts inside this block: no earlier block holds it
 		}
 	}
@@ -474,17 +474,17 @@ const chunkWords = 8
 
 // scanBits improves best[side], for each side in need, with the first rule in
 // order of the class that matches the flow; sc.vals holds the flow's ids
-// (ruleIndex.lists).
-func scanBits(bi *bitIndex, class int, f *flow, sc *scanScratch, need [2]bool, best *[2]*rule) {
+// (Index.lists).
+func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	var ord [2]uint64
 	for side := range best {
 		if best[side] != nil {
-			ord[side] = orderPrefix(&best[side].key)
+			ord[side] = orderPrefix(&best[side].Key)
 		}
 	}
 	vals := &sc.vals
 	for _, b := range bi.classes[class] {
-		if e := orderPrefix(&b.first().key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+		if e := orderPrefix(&b.first().Key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 			return
 		}
 		cur := sc.cursors[:0]
@@ -502,7 +502,7 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scanScratch, need [2]bool, b
 		sc.cursors = cur
 		nw := len(b.all)
 		for w0 := 0; w0 < nw; w0 += chunkWords {
-			if e := orderPrefix(&b.rules[w0][0].key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+			if e := orderPrefix(&b.rules[w0][0].Key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 				return
 			}
 			acc := *(*[chunkWords]uint64)(b.all[w0 : w0+chunkWords])
@@ -549,21 +549,21 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scanScratch, need [2]bool, b
 				for x := acc[j]; x != 0; x &= x - 1 {
 					i := (w0+j)*64 + bits.TrailingZeros64(x)
 					r := rs[i%64] // a slot: bits past the slots are never set
-					e := orderPrefix(&r.key)
+					e := orderPrefix(&r.Key)
 					// Past the best of every open side: done.
 					if (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
 						return
 					}
 					if b.resid[w0+j]&(1<<(i%64)) != 0 {
-						if !r.matchesFlow(f) {
+						if !r.MatchesFlow(f) {
 							continue
 						}
 					} else if !r.matchesRest(f) {
 						continue
 					}
 					for side := 0; side < 2; side++ {
-						if need[side] && r.sides&sideBits[side] != 0 && (best[side] == nil || bitBefore(r, e, best[side], ord[side])) &&
-							sc.isMember(side, r.scope) {
+						if need[side] && r.Sides&SideBits[side] != 0 && (best[side] == nil || bitBefore(r, e, best[side], ord[side])) &&
+							sc.IsMember(side, r.Scope) {
 							best[side], ord[side] = r, e
 						}
 					}
@@ -574,11 +574,11 @@ func scanBits(bi *bitIndex, class int, f *flow, sc *scanScratch, need [2]bool, b
 }
 
 // bitBefore reports whether rule a (ord its prefix) comes before rule b.
-func bitBefore(a *rule, ord uint64, b *rule, bord uint64) bool {
+func bitBefore(a *Rule, ord uint64, b *Rule, bord uint64) bool {
 	if ord != bord {
 		return ord < bord
 	}
-	return a.key.less(&b.key)
+	return a.Key.Less(&b.Key)
 }
 
 // Patching. A block's rules are slots: slot i holds a rule of the block when
@@ -648,7 +648,7 @@ func (b *bitBlock) live() int {
 // patchBlock returns b without the rules in slots gone and with adds
 // (sorted), or false if b has no room for them or an added rule has no ids
 // (the caller rebuilds the block). b itself is not changed.
-func patchBlock(b *bitBlock, gone []int, adds []*rule, ids *addedIDs) (*bitBlock, bool) {
+func patchBlock(b *bitBlock, gone []int, adds []*Rule, ids *addedIDs) (*bitBlock, bool) {
 	for _, r := range adds {
 		if _, ok := ids.of(r); !ok {
 			return nil, false
@@ -836,7 +836,7 @@ func (p *patcher) clear(ws *[]uint64, owned *bool, s int) {
 }
 
 // setRule puts r in slot i, copying its chunk first.
-func (p *patcher) setRule(i int, r *rule) {
+func (p *patcher) setRule(i int, r *Rule) {
 	p.ownChunk(i / slotChunk)[i%slotChunk] = r
 }
 
@@ -850,7 +850,7 @@ func (p *patcher) ownChunk(c int) *slots {
 }
 
 // grow adds a slot past the end holding r; its bits are clear.
-func (p *patcher) grow(r *rule) {
+func (p *patcher) grow(r *Rule) {
 	b := p.b
 	if b.n%slotChunk == 0 {
 		b.rules = append(b.rules, new(slots))
@@ -865,10 +865,10 @@ func (p *patcher) grow(r *rule) {
 // order, shifting the slots between its place and the nearest free one (a
 // free slot as found keeps the bits of the rule it held; one a shift left
 // has none).
-func (p *patcher) makeRoom(r *rule) (slot int, ok bool) {
+func (p *patcher) makeRoom(r *Rule) (slot int, ok bool) {
 	b := p.b
 	n := b.n
-	i := sort.Search(n, func(i int) bool { return r.key.less(&b.at(i).key) }) // r goes before slot i
+	i := sort.Search(n, func(i int) bool { return r.Key.Less(&b.at(i).Key) }) // r goes before slot i
 	if i > 0 && !b.holds(i-1) {
 		return i - 1, true
 	}
@@ -1113,7 +1113,7 @@ func dimTerm(rids []idTerm, kid uint32) (vid uint32, pres, conflict bool) {
 // bitmap and position list the bit r's terms ask there. A bitmap whose bit
 // is already as asked (left by the rule the slot held, which a policy's new
 // version mostly shares) is neither written nor copied.
-func (p *patcher) assign(s int, r *rule, rids []idTerm) {
+func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 	b := p.b
 	p.setRule(s, r)
 	p.set(&b.all, &p.top, s)

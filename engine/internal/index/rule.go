@@ -1,4 +1,4 @@
-package engine
+package index
 
 import (
 	"cmp"
@@ -8,58 +8,58 @@ import (
 
 // Phases of the order (docs/order.md, key 1).
 const (
-	phaseAbsolute uint8 = iota
-	phaseDefault
-	phaseCatchAll
+	PhaseAbsolute uint8 = iota
+	PhaseDefault
+	PhaseCatchAll
 )
 
-var phaseNames = []string{"Absolute", "Default", "CatchAll"}
+var PhaseNames = []string{"Absolute", "Default", "CatchAll"}
 
 // Sides of a flow. A rule is a candidate on the sides in its mask.
 const (
-	sideOut  uint8 = 1 << iota // outbound: decided at the source workload
-	sideIn                     // inbound: decided at the destination workload
-	sideBoth = sideOut | sideIn
+	SideOut  uint8 = 1 << iota // outbound: decided at the source workload
+	SideIn                     // inbound: decided at the destination workload
+	SideBoth = SideOut | SideIn
 )
 
-// orderKey is a rule's place in the one ordered rule list of its mesh and type
+// OrderKey is a rule's place in the one ordered rule list of its mesh and type
 // (docs/order.md). Smaller keys come first; keys are unique within a type.
-type orderKey struct {
-	phase    uint8
-	scope    int32 // Absolute: the scope's position; Default and catch-all: minus it
-	priority int32
-	total    int16 // specificity, greater first
-	exact    int16
-	tb1, tb2 int64 // tie-break, smaller first (newest first is stored negated)
-	name     string
-	item     int32 // item position (FirstWins) or minus it (LastWins); S&D pair index
+type OrderKey struct {
+	Phase    uint8
+	Scope    int32 // Absolute: the scope's position; Default and catch-all: minus it
+	Priority int32
+	Total    int16 // specificity, greater first
+	Exact    int16
+	Tb1, Tb2 int64 // tie-break, smaller first (newest first is stored negated)
+	Name     string
+	Item     int32 // item position (FirstWins) or minus it (LastWins); S&D pair index
 }
 
-func (a *orderKey) less(b *orderKey) bool {
-	if a.phase != b.phase {
-		return a.phase < b.phase
+func (a *OrderKey) Less(b *OrderKey) bool {
+	if a.Phase != b.Phase {
+		return a.Phase < b.Phase
 	}
-	if a.scope != b.scope {
-		return a.scope < b.scope
+	if a.Scope != b.Scope {
+		return a.Scope < b.Scope
 	}
-	if a.priority != b.priority {
-		return a.priority < b.priority
+	if a.Priority != b.Priority {
+		return a.Priority < b.Priority
 	}
-	if c := rankCmp(a.total, a.exact, a.tb1, a.tb2, b.total, b.exact, b.tb1, b.tb2); c != 0 {
+	if c := RankCmp(a.Total, a.Exact, a.Tb1, a.Tb2, b.Total, b.Exact, b.Tb1, b.Tb2); c != 0 {
 		return c < 0
 	}
-	if a.name != b.name {
-		return a.name < b.name
+	if a.Name != b.Name {
+		return a.Name < b.Name
 	}
-	return a.item < b.item
+	return a.Item < b.Item
 }
 
-// rankCmp compares two places of the order from the specificity on (docs/order.md):
+// RankCmp compares two places of the order from the specificity on (docs/order.md):
 // the greater total, then the more exact entries, then the smaller tie-break
 // values come first. It returns -1 when a comes first, 1 when b does, 0 on a tie
 // (the name and the item decide then). PerDestination's choice (destindex.go)
 // orders its claims by the same rule.
-func rankCmp(aTotal, aExact int16, aTb1, aTb2 int64, bTotal, bExact int16, bTb1, bTb2 int64) int {
+func RankCmp(aTotal, aExact int16, aTb1, aTb2 int64, bTotal, bExact int16, bTb1, bTb2 int64) int {
 	if c := cmp.Compare(bTotal, aTotal); c != 0 {
 		return c
 	}
@@ -72,60 +72,60 @@ func rankCmp(aTotal, aExact int16, aTb1, aTb2 int64, bTotal, bExact int16, bTb1,
 	return cmp.Compare(aTb2, bTb2)
 }
 
-// rule is one compiled entry of the order: a (source, destination) selector pair
+// Rule is one compiled entry of the order: a (source, destination) selector pair
 // of an S&D policy, a from or to item of a targetRef policy, or a scope's catch-all.
-type rule struct {
-	key    orderKey
-	policy *resource.Policy // nil for a catch-all
-	src    *matcher
-	dst    *matcher
-	ports  []resource.PortEntry
+type Rule struct {
+	Key    OrderKey
+	Policy *resource.Policy // nil for a catch-all
+	Src    *Matcher
+	Dst    *Matcher
+	Ports  []resource.PortEntry
 	// The small fields together (136 bytes, the 144-byte size class; 160
 	// when they were scattered), beside what a scan reads with them.
-	action resource.Action
-	sides  uint8
+	Action resource.Action
+	Sides  uint8
 	filed  uint8 // the end of the term the rule is filed under (endSrc, endDst; 0: the always list)
-	audit  bool  // decides the shadow decision only (docs/audit.md)
-	scope  int32 // position of the rule's scope in the mesh's scope order; 0 = the mesh root
-	conf   resource.Object
-	id     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
+	Audit  bool  // decides the shadow decision only (docs/audit.md)
+	Scope  int32 // position of the rule's scope in the mesh's scope order; 0 = the mesh root
+	Conf   resource.Object
+	ID     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
 }
 
-// matchesFlow reports whether the rule matches the flow, attachment aside. The
+// MatchesFlow reports whether the rule matches the flow, attachment aside. The
 // end the rule was found through mostly matches already, so the other end is
 // checked first.
-func (r *rule) matchesFlow(f *flow) bool {
-	if !matchesPorts(r.ports, f.proto, f.port) {
+func (r *Rule) MatchesFlow(f *Flow) bool {
+	if !MatchesPorts(r.Ports, f.Proto, f.Port) {
 		return false
 	}
-	if r.filed == endSrc {
-		return r.dst.matches(f.dst) && r.src.matches(f.src)
+	if r.filed == EndSrc {
+		return r.Dst.Matches(f.Dst) && r.Src.Matches(f.Src)
 	}
-	return r.src.matches(f.src) && r.dst.matches(f.dst)
+	return r.Src.Matches(f.Src) && r.Dst.Matches(f.Dst)
 }
 
-func (r *rule) policyName() string {
-	if r.policy == nil {
+func (r *Rule) PolicyName() string {
+	if r.Policy == nil {
 		return ""
 	}
-	return r.policy.Name
+	return r.Policy.Name
 }
 
 // Decision procedures (scanClass).
 const (
-	procLists uint8 = 1 + iota
-	procBits
+	ProcLists uint8 = 1 + iota
+	ProcBits
 )
 
-// flow is a request's flow as the matchers see it.
-type flow struct {
-	src, dst resource.Tags
-	proto    resource.Protocol
-	port     uint32
+// Flow is a request's flow as the matchers see it.
+type Flow struct {
+	Src, Dst resource.Tags
+	Proto    resource.Protocol
+	Port     uint32
 }
 
 // sideBits maps a side index (0 outbound, 1 inbound) to its bit.
-var sideBits = [2]uint8{sideOut, sideIn}
+var SideBits = [2]uint8{SideOut, SideIn}
 
 // The decision procedure. A flow's tags are resolved once to ids (the posting
 // lists of its terms and a (key id → value id) table). Then each action class
@@ -141,11 +141,11 @@ var sideBits = [2]uint8{sideOut, sideIn}
 // bitmaps cost a block's setup and a chunk of 512 rules per dimension at least.
 const bitsAbove = 128
 
-// scanFirstMatch improves best, per side, with the first rule in order that
+// ScanFirstMatch improves best, per side, with the first rule in order that
 // matches the flow and is a candidate on that side.
-func scanFirstMatch(ix *ruleIndex, f *flow, sc *scanScratch, need [2]bool, best *[2]*rule) {
+func ScanFirstMatch(ix *Index, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	sc.vals.reset(ix.nextID)
-	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
+	ix.Lists(f.Src, f.Dst, &sc.Lists, &sc.vals)
 	scanClass(ix, classAllow, f, sc, need, best)
 	scanClass(ix, classDeny, f, sc, need, best)
 }
@@ -153,18 +153,18 @@ func scanFirstMatch(ix *ruleIndex, f *flow, sc *scanScratch, need [2]bool, best 
 // scanClass improves best[side], for each side in need, with the first
 // matching candidate of the class; sc.lists and sc.vals hold the flow's lists
 // and ids.
-func scanClass(ix *ruleIndex, class int, f *flow, sc *scanScratch, need [2]bool, best *[2]*rule) {
-	if ix.bits != nil && sc.procedure != procLists {
+func scanClass(ix *Index, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
+	if ix.Bits != nil && sc.Procedure != ProcLists {
 		n := 0
-		for _, l := range sc.lists[class] {
+		for _, l := range sc.Lists[class] {
 			n += len(l)
 		}
-		if n > bitsAbove || sc.procedure == procBits {
-			scanBits(ix.bits, class, f, sc, need, best)
+		if n > bitsAbove || sc.Procedure == ProcBits {
+			scanBits(ix.Bits, class, f, sc, need, best)
 			return
 		}
 	}
-	scanLists(sc.lists[class], f, sc, need, best)
+	scanLists(sc.Lists[class], f, sc, need, best)
 }
 
 // scanLists improves best[side], for each side in need, with the first matching
@@ -174,11 +174,11 @@ func scanClass(ix *ruleIndex, class int, f *flow, sc *scanScratch, need [2]bool,
 // list bound the walk of the others (walking one long list to its first match
 // before looking at the others examines many rules a better match elsewhere
 // would have cut off).
-func scanLists(ls []plist, f *flow, sc *scanScratch, need [2]bool, best *[2]*rule) {
+func scanLists(ls []List, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	var ord [2]uint64
 	for side := range best {
 		if best[side] != nil {
-			ord[side] = orderPrefix(&best[side].key)
+			ord[side] = orderPrefix(&best[side].Key)
 		}
 	}
 	vals := &sc.vals
@@ -209,13 +209,13 @@ func scanLists(ls []plist, f *flow, sc *scanScratch, need [2]bool, best *[2]*rul
 						continue entries
 					}
 				}
-				r := e.r
-				if !e.plain && (e.n == overflowIDs && !r.matchesFlow(f) || !r.matchesRest(f)) {
+				r := e.R
+				if !e.plain && (e.n == overflowIDs && !r.MatchesFlow(f) || !r.matchesRest(f)) {
 					continue
 				}
 				for side := 0; side < 2; side++ {
-					if need[side] && r.sides&sideBits[side] != 0 && (best[side] == nil || e.before(best[side], ord[side])) &&
-						sc.isMember(side, r.scope) {
+					if need[side] && r.Sides&SideBits[side] != 0 && (best[side] == nil || e.before(best[side], ord[side])) &&
+						sc.IsMember(side, r.Scope) {
 						best[side], ord[side] = r, e.ord
 					}
 				}
@@ -234,28 +234,28 @@ func scanLists(ls []plist, f *flow, sc *scanScratch, need [2]bool, best *[2]*rul
 const scanStep = 2
 
 // matchesRest checks what ids do not cover: ports and expressions.
-func (r *rule) matchesRest(f *flow) bool {
-	return matchesPorts(r.ports, f.proto, f.port) &&
-		(len(r.src.exprs) == 0 || r.src.exprsHold(f.src)) && (len(r.dst.exprs) == 0 || r.dst.exprsHold(f.dst))
+func (r *Rule) matchesRest(f *Flow) bool {
+	return MatchesPorts(r.Ports, f.Proto, f.Port) &&
+		(len(r.Src.Exprs) == 0 || r.Src.exprsHold(f.Src)) && (len(r.Dst.Exprs) == 0 || r.Dst.exprsHold(f.Dst))
 }
 
 // exprsHold reports whether the workload satisfies the selector's expressions.
-func (m *matcher) exprsHold(tags resource.Tags) bool {
-	for i := range m.exprs {
-		if !m.exprs[i].holds(tags) {
+func (m *Matcher) exprsHold(tags resource.Tags) bool {
+	for i := range m.Exprs {
+		if !m.Exprs[i].holds(tags) {
 			return false
 		}
 	}
 	return true
 }
 
-// scanDenyOverrides finds, per side in need, the first matching DENY rule,
+// ScanDenyOverrides finds, per side in need, the first matching DENY rule,
 // else the first matching ALLOW rule (docs/order.md): the DENY lists first,
 // then the ALLOW lists only for a side no DENY decided. first is the answer;
 // deny and allow are what each class gave.
-func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scanScratch, need [2]bool, first, deny, allow *[2]*rule) {
+func ScanDenyOverrides(ix *Index, f *Flow, sc *Scratch, need [2]bool, first, deny, allow *[2]*Rule) {
 	sc.vals.reset(ix.nextID)
-	ix.lists(f.src, f.dst, &sc.lists, &sc.vals)
+	ix.Lists(f.Src, f.Dst, &sc.Lists, &sc.vals)
 	scanClass(ix, classDeny, f, sc, need, deny)
 	for side := 0; side < 2; side++ {
 		need[side] = need[side] && deny[side] == nil
@@ -271,21 +271,21 @@ func scanDenyOverrides(ix *ruleIndex, f *flow, sc *scanScratch, need [2]bool, fi
 	}
 }
 
-// scanScratch is the per-call working memory of a scan.
-type scanScratch struct {
-	lists   [2][]plist  // per action class (index.go)
+// Scratch is the per-call working memory of a scan.
+type Scratch struct {
+	Lists   [2][]List   // per action class (index.go)
 	vals    flowVals    // the flow's tags as ids of the type's rule index
 	pos     []int       // per list: where the scan resumes; -1 when done
 	cursors []dimCursor // per dimension of a block (bitindex.go)
-	// procedure forces the decision procedure (Request.procedure); 0: chosen per flow
-	procedure uint8
-	// gen stamps the scopes' membership of this call; mem, per side, per
+	// Procedure forces the decision procedure (Request.procedure); 0: chosen per flow
+	Procedure uint8
+	// Gen stamps the scopes' membership of this call; mem, per side, per
 	// scope ord: == gen when the workload is a member. A rule is a candidate
 	// on a side only if its scope is a member there (isMember).
-	gen uint32
-	mem [2][]uint32
+	Gen uint32
+	Mem [2][]uint32
 }
 
-func (sc *scanScratch) isMember(side int, ord int32) bool {
-	return ord == 0 || sc.mem[side][ord] == sc.gen
+func (sc *Scratch) IsMember(side int, ord int32) bool {
+	return ord == 0 || sc.Mem[side][ord] == sc.Gen
 }

@@ -1,4 +1,4 @@
-package engine
+package index
 
 import (
 	"slices"
@@ -20,8 +20,8 @@ import (
 
 // Ends of a flow a term can name.
 const (
-	endSrc uint8 = 1 << iota
-	endDst
+	EndSrc uint8 = 1 << iota
+	EndDst
 )
 
 type termKey struct {
@@ -40,16 +40,16 @@ type term struct {
 	value    string
 }
 
-// plist is a posting list: entries sorted by the rule order. An entry carries
+// List is a posting list: entries sorted by the rule order. An entry carries
 // what the scan needs before it touches the rule: an order prefix (ord) and
 // the rule's terms as ids (the one the list is filed under left out, since a
 // flow that reaches the list has it), so most candidates are rejected without
 // following the pointer.
-type plist []posting
+type List []posting
 
 type posting struct {
 	ord   uint64 // orderPrefix(&r.key)
-	r     *rule
+	R     *Rule
 	ids   [inlineIDs]idTerm
 	n     uint8 // ids in use; overflowIDs: every slot in use, and the rule has more terms
 	plain bool  // no ports and no expressions: the ids decide the match
@@ -65,18 +65,18 @@ const (
 // specificity (greater first) and exact entries (greater first), each clamped
 // to its bits; from the first field at its bound, the rest is left zero (equal
 // prefixes fall back to the whole key).
-func orderPrefix(k *orderKey) uint64 {
+func orderPrefix(k *OrderKey) uint64 {
 	var x uint64
 	fields := [...]struct {
 		v      int64
 		bits   uint
 		lo, hi int64
 	}{
-		{int64(k.phase), 2, 0, 3},
-		{int64(k.scope), 14, -(1 << 13) + 1, 1<<13 - 1},
-		{int64(k.priority), 24, -(1 << 23) + 1, 1<<23 - 1},
-		{-int64(k.total), 12, -(1 << 11) + 1, 1<<11 - 1},
-		{-int64(k.exact), 12, -(1 << 11) + 1, 1<<11 - 1},
+		{int64(k.Phase), 2, 0, 3},
+		{int64(k.Scope), 14, -(1 << 13) + 1, 1<<13 - 1},
+		{int64(k.Priority), 24, -(1 << 23) + 1, 1<<23 - 1},
+		{-int64(k.Total), 12, -(1 << 11) + 1, 1<<11 - 1},
+		{-int64(k.Exact), 12, -(1 << 11) + 1, 1<<11 - 1},
 	}
 	var used uint
 	for _, f := range fields {
@@ -96,11 +96,11 @@ func orderPrefix(k *orderKey) uint64 {
 }
 
 // before reports whether the entry comes before rule b (ord its prefix) in the order.
-func (e *posting) before(b *rule, ord uint64) bool {
+func (e *posting) before(b *Rule, ord uint64) bool {
 	if e.ord != ord {
 		return e.ord < ord
 	}
-	return e.r.key.less(&b.key)
+	return e.R.Key.Less(&b.Key)
 }
 
 // postings is one term's posting lists, one per action class (ALLOW and DENY):
@@ -113,7 +113,7 @@ func (e *posting) before(b *rule, ord uint64) bool {
 // is what an update copies per node and what the map holds per term): the
 // ALLOW list is l, the DENY list follows it in l's capacity.
 type postings struct {
-	l   plist
+	l   List
 	df  int32
 	vid uint32 // the value id of an exact term (valueUnknown for presence)
 }
@@ -121,7 +121,7 @@ type postings struct {
 func (p *postings) empty() bool { return cap(p.l) == 0 }
 
 // list returns the posting list of class cl.
-func (p *postings) list(cl int) plist {
+func (p *postings) list(cl int) List {
 	if cl == classAllow {
 		return p.l[:len(p.l):len(p.l)]
 	}
@@ -129,7 +129,7 @@ func (p *postings) list(cl int) plist {
 }
 
 // reach appends the term's non-empty lists to lists, per class.
-func (p *postings) reach(lists *[2][]plist) {
+func (p *postings) reach(lists *[2][]List) {
 	if cap(p.l) == 0 {
 		return
 	}
@@ -147,8 +147,8 @@ const (
 	classDeny  = 1
 )
 
-func classOf(r *rule) int {
-	if r.action == resource.Deny {
+func classOf(r *Rule) int {
+	if r.Action == resource.Deny {
 		return classDeny
 	}
 	return classAllow
@@ -226,49 +226,49 @@ const (
 // idTerm is one exact (val != 0) or presence (val == 0) term of a rule.
 type idTerm struct{ kid, vid uint32 }
 
-type ruleIndex struct {
+type Index struct {
 	keys   pmap.Map[termKey, *keyPostings]
-	always [2]plist
-	size   int
-	ends   uint8
+	always [2]List
+	Size   int
+	Ends   uint8
 	nextID uint32
-	bits   *bitIndex // the decision procedure of an index of both ends (bitindex.go)
+	Bits   *bitIndex // the decision procedure of an index of both ends (bitindex.go)
 }
 
-func newIndex(ends uint8) *ruleIndex {
-	return &ruleIndex{keys: pmap.New[termKey, *keyPostings](termKeyHash), ends: ends, nextID: firstID}
+func newIndex(ends uint8) *Index {
+	return &Index{keys: pmap.New[termKey, *keyPostings](termKeyHash), Ends: ends, nextID: firstID}
 }
 
 // terms lists the terms a rule carries and could be filed under: exact terms,
 // then presence terms, of the ends the index covers. Presence terms of
 // expressions (In with several values, Exists, Prefix, CIDR) come last, after
 // the '*' ones.
-func (ix *ruleIndex) terms(r *rule, out []term) []term {
+func (ix *Index) terms(r *Rule, out []term) []term {
 	for _, side := range [2]struct {
 		end uint8
-		m   *matcher
-	}{{endSrc, r.src}, {endDst, r.dst}} {
-		if side.m == nil || ix.ends&side.end == 0 {
+		m   *Matcher
+	}{{EndSrc, r.Src}, {EndDst, r.Dst}} {
+		if side.m == nil || ix.Ends&side.end == 0 {
 			continue
 		}
-		for _, kv := range side.m.exact {
-			out = append(out, term{end: side.end, key: kv.k, value: kv.v})
+		for _, kv := range side.m.Exact {
+			out = append(out, term{end: side.end, key: kv.K, value: kv.V})
 		}
 	}
 	for _, side := range [2]struct {
 		end uint8
-		m   *matcher
-	}{{endSrc, r.src}, {endDst, r.dst}} {
-		if side.m == nil || ix.ends&side.end == 0 {
+		m   *Matcher
+	}{{EndSrc, r.Src}, {EndDst, r.Dst}} {
+		if side.m == nil || ix.Ends&side.end == 0 {
 			continue
 		}
-		for _, k := range side.m.present {
+		for _, k := range side.m.Present {
 			out = append(out, term{end: side.end, key: k, presence: true})
 		}
-		for i := range side.m.exprs {
-			switch e := &side.m.exprs[i]; e.op {
+		for i := range side.m.Exprs {
+			switch e := &side.m.Exprs[i]; e.Op {
 			case resource.OpIn, resource.OpExists, resource.OpPrefix, resource.OpCIDR:
-				out = append(out, term{end: side.end, key: e.key, presence: true})
+				out = append(out, term{end: side.end, key: e.Key, presence: true})
 			}
 		}
 	}
@@ -295,7 +295,7 @@ func termEntry(t term, kb *pmap.Builder[termKey, *keyPostings]) (postings, bool)
 // rarest — the one the fewest rules carry (df, the pending changes included) —
 // so that rules leave the lists of common terms (env, region, zone) that most
 // flows probe.
-func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings], pending *termChanges) term {
+func (ix *Index) chooseTerm(r *Rule, kb *pmap.Builder[termKey, *keyPostings], pending *termChanges) term {
 	var buf [8]term
 	best, bestDF, bestExact := term{}, int32(-1), false
 	for _, t := range ix.terms(r, buf[:0]) {
@@ -319,11 +319,11 @@ func (ix *ruleIndex) chooseTerm(r *rule, kb *pmap.Builder[termKey, *keyPostings]
 
 // locate finds the term a filed rule is under (rules do not store it: a rule has
 // few candidate terms and each list is sorted, so a binary search per term finds it).
-func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (term, bool) {
+func (ix *Index) locate(r *Rule, kb *pmap.Builder[termKey, *keyPostings]) (term, bool) {
 	var buf [8]term
 	class := classOf(r)
 	for _, t := range append(ix.terms(r, buf[:0]), term{}) {
-		var l plist
+		var l List
 		if t.end == 0 {
 			l = ix.always[class]
 		} else if p, ok := termEntry(t, kb); ok {
@@ -331,8 +331,8 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 		}
 		// Keys are unique within a side; a from and a to item of one policy may
 		// share one, so look through the run of equal keys.
-		for i := sort.Search(len(l), func(i int) bool { return !l[i].r.key.less(&r.key) }); i < len(l) && !r.key.less(&l[i].r.key); i++ {
-			if l[i].r == r {
+		for i := sort.Search(len(l), func(i int) bool { return !l[i].R.Key.Less(&r.Key) }); i < len(l) && !r.Key.Less(&l[i].R.Key); i++ {
+			if l[i].R == r {
 				return t, true
 			}
 		}
@@ -345,7 +345,7 @@ func (ix *ruleIndex) locate(r *rule, kb *pmap.Builder[termKey, *keyPostings]) (t
 // rule it changes).
 type termChange struct {
 	t      term
-	rs     []*rule // the rules unfiled (rs[:ndel]), then those filed
+	rs     []*Rule // the rules unfiled (rs[:ndel]), then those filed
 	ndel   int32
 	df     int32
 	id     idTerm // the term's ids once its entry exists
@@ -359,12 +359,12 @@ func (c *termChange) changed() bool {
 }
 
 // lists returns the rules unfiled and filed per class (rs reordered in place).
-func (c *termChange) lists() (del, add [2][]*rule) {
+func (c *termChange) lists() (del, add [2][]*Rule) {
 	return byClassIn(c.rs[:c.ndel]), byClassIn(c.rs[c.ndel:])
 }
 
 // byClassIn orders rs by class in place and returns each class's run.
-func byClassIn(rs []*rule) (out [2][]*rule) {
+func byClassIn(rs []*Rule) (out [2][]*Rule) {
 	i := 0
 	for j, r := range rs {
 		if classOf(r) == classAllow {
@@ -372,7 +372,7 @@ func byClassIn(rs []*rule) (out [2][]*rule) {
 			i++
 		}
 	}
-	return [2][]*rule{rs[:i:i], rs[i:len(rs):len(rs)]}
+	return [2][]*Rule{rs[:i:i], rs[i:len(rs):len(rs)]}
 }
 
 // termChanges is an update's changes per term: a slice searched linearly for
@@ -385,12 +385,12 @@ type termChanges struct {
 	// rules backs the first rule of each change's rs (most hold one): one
 	// array for the update, not one per change. A change's slice has no room
 	// past its rule, so a second push copies it out.
-	rules []*rule
+	rules []*Rule
 }
 
 // push adds r to c's rules, unfiled (del) or filed, in rules' array if c has
 // none yet and the array has room.
-func (cs *termChanges) push(c *termChange, r *rule, del bool) {
+func (cs *termChanges) push(c *termChange, r *Rule, del bool) {
 	switch {
 	case len(c.rs) == 0 && len(cs.rules) < cap(cs.rules):
 		cs.rules = append(cs.rules, r)
@@ -482,36 +482,36 @@ func (cs *termChanges) byKey() [][]*termChange {
 	return out
 }
 
-// update returns an index without the removed rules and with the added ones.
+// Update returns an index without the removed rules and with the added ones.
 // The receiver is not changed. Removed rules are located by their terms and key.
-func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
+func (ix *Index) Update(removed, added []*Rule) *Index {
 	if len(removed) == 0 && len(added) == 0 {
 		return ix
 	}
 	// An index of both ends gets its bitmaps' index in the same allocation:
 	// it is its own, and lives as long.
-	var out *ruleIndex
+	var out *Index
 	var bits *bitIndex
-	if ix.ends == endSrc|endDst {
+	if ix.Ends == EndSrc|EndDst {
 		both := &struct {
-			ix   ruleIndex
+			ix   Index
 			bits bitIndex
 		}{}
 		out, bits = &both.ix, &both.bits
 	} else {
-		out = &ruleIndex{}
+		out = &Index{}
 	}
-	out.ends, out.size, out.always, out.nextID = ix.ends, ix.size, ix.always, ix.nextID
+	out.Ends, out.Size, out.always, out.nextID = ix.Ends, ix.Size, ix.always, ix.nextID
 	kb := ix.keys.Builder()
 	var buf [8]term
 	n := 0
-	for _, rs := range [2][]*rule{removed, added} {
+	for _, rs := range [2][]*Rule{removed, added} {
 		for _, r := range rs {
 			n += len(ix.terms(r, buf[:0]))
 		}
 	}
 	changes := newTermChanges(n)
-	changes.rules = make([]*rule, 0, len(removed)+len(added))
+	changes.rules = make([]*Rule, 0, len(removed)+len(added))
 	var always termChange
 	get := func(t term) *termChange {
 		if t.end == 0 {
@@ -526,7 +526,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		}
 		c := get(t)
 		changes.push(c, r, true)
-		out.size--
+		out.Size--
 		for _, t := range ix.terms(r, buf[:0]) {
 			get(t).df--
 		}
@@ -543,7 +543,7 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		r.filed = t.end // rules are fresh here: filed in this index only
 		c := get(t)
 		changes.push(c, r, false)
-		out.size++
+		out.Size++
 	}
 	// First every term's entry with its df and ids, then the lists (their
 	// entries carry the ids of their rules' terms); one builder per map for
@@ -657,16 +657,16 @@ func (ix *ruleIndex) update(removed, added []*rule) *ruleIndex {
 		}
 	}
 	out.keys = kb.Map()
-	out.bits = out.updateBits(bits, ix.bits, removed, added, ids)
+	out.Bits = out.updateBits(bits, ix.Bits, removed, added, ids)
 	return out
 }
 
 // addedIDs holds the term ids of the rules an update adds (termIDs), found
 // by a linear search among a few rules, by a map among many.
 type addedIDs struct {
-	rules []*rule
+	rules []*Rule
 	ids   [][]idTerm // beside rules
-	at    map[*rule]int32
+	at    map[*Rule]int32
 	buf   [4][]idTerm // ids' array for a few rules
 }
 
@@ -674,7 +674,7 @@ type addedIDs struct {
 const smallAdds = 16
 
 // of returns r's term ids, false if r is not an added rule (nil: none is).
-func (a *addedIDs) of(r *rule) ([]idTerm, bool) {
+func (a *addedIDs) of(r *Rule) ([]idTerm, bool) {
 	if a == nil {
 		return nil, false
 	}
@@ -695,8 +695,8 @@ func (a *addedIDs) of(r *rule) ([]idTerm, bool) {
 // 0), the destination's first, exact before '*' on each end; every term has
 // its id in changes, since its df changed with the rule. Only indexes of both
 // ends use ids (nil otherwise).
-func (ix *ruleIndex) termIDs(rules []*rule, changes *termChanges) *addedIDs {
-	if ix.ends != endSrc|endDst || len(rules) == 0 {
+func (ix *Index) termIDs(rules []*Rule, changes *termChanges) *addedIDs {
+	if ix.Ends != EndSrc|EndDst || len(rules) == 0 {
 		return nil
 	}
 	out := &addedIDs{rules: rules}
@@ -706,13 +706,13 @@ func (ix *ruleIndex) termIDs(rules []*rule, changes *termChanges) *addedIDs {
 		out.ids = make([][]idTerm, len(rules))
 	}
 	if len(rules) > smallAdds {
-		out.at = make(map[*rule]int32, len(rules))
+		out.at = make(map[*Rule]int32, len(rules))
 	}
 	n := 0
 	for _, r := range rules {
-		for _, m := range [2]*matcher{r.dst, r.src} {
+		for _, m := range [2]*Matcher{r.Dst, r.Src} {
 			if m != nil {
-				n += len(m.exact) + len(m.present)
+				n += len(m.Exact) + len(m.Present)
 			}
 		}
 	}
@@ -721,15 +721,15 @@ func (ix *ruleIndex) termIDs(rules []*rule, changes *termChanges) *addedIDs {
 		start := len(flat)
 		for _, side := range [2]struct {
 			end uint8
-			m   *matcher
-		}{{endDst, r.dst}, {endSrc, r.src}} {
+			m   *Matcher
+		}{{EndDst, r.Dst}, {EndSrc, r.Src}} {
 			if side.m == nil {
 				continue
 			}
-			for _, kv := range side.m.exact {
-				flat = append(flat, changes.find(term{end: side.end, key: kv.k, value: kv.v}).id)
+			for _, kv := range side.m.Exact {
+				flat = append(flat, changes.find(term{end: side.end, key: kv.K, value: kv.V}).id)
 			}
-			for _, k := range side.m.present {
+			for _, k := range side.m.Present {
 				flat = append(flat, changes.find(term{end: side.end, key: k, presence: true}).id)
 			}
 		}
@@ -743,13 +743,13 @@ func (ix *ruleIndex) termIDs(rules []*rule, changes *termChanges) *addedIDs {
 
 // merge applies c's deletions and additions to p's lists: a new slice for
 // both, if either changes.
-func (ix *ruleIndex) merge(p *postings, c *termChange, ids *addedIDs) {
+func (ix *Index) merge(p *postings, c *termChange, ids *addedIDs) {
 	n := cap(p.l) // a deleted rule is in its list: the lists' new length
 	n += len(c.rs) - 2*int(c.ndel)
 	if n == cap(p.l) && len(c.rs) == int(c.ndel) {
 		return
 	}
-	out := make(plist, 0, n)
+	out := make(List, 0, n)
 	del, add := c.lists()
 	out = ix.mergeList(out, p.list(classAllow), del[classAllow], add[classAllow], c.id, ids)
 	na := len(out)
@@ -764,15 +764,15 @@ func (ix *ruleIndex) merge(p *postings, c *termChange, ids *addedIDs) {
 // mergeList appends to dst (nil: a new list) the sorted list l without del,
 // with add (as entries whose ids leave out the term t the list is filed
 // under).
-func (ix *ruleIndex) mergeList(dst, l plist, del, add []*rule, skip idTerm, ids *addedIDs) plist {
-	var gone map[*rule]struct{} // a few are searched in del
+func (ix *Index) mergeList(dst, l List, del, add []*Rule, skip idTerm, ids *addedIDs) List {
+	var gone map[*Rule]struct{} // a few are searched in del
 	if len(del) > 8 {
-		gone = make(map[*rule]struct{}, len(del))
+		gone = make(map[*Rule]struct{}, len(del))
 		for _, r := range del {
 			gone[r] = struct{}{}
 		}
 	}
-	isGone := func(r *rule) bool {
+	isGone := func(r *Rule) bool {
 		if gone != nil {
 			_, ok := gone[r]
 			return ok
@@ -786,14 +786,14 @@ func (ix *ruleIndex) mergeList(dst, l plist, del, add []*rule, skip idTerm, ids 
 	}
 	out := dst
 	if out == nil {
-		out = make(plist, 0, len(l)+len(adds)-len(del))
+		out = make(List, 0, len(l)+len(adds)-len(del))
 	}
 	i := 0
 	for _, e := range l {
-		if len(del) > 0 && isGone(e.r) {
+		if len(del) > 0 && isGone(e.R) {
 			continue
 		}
-		for i < len(adds) && adds[i].key.less(&e.r.key) {
+		for i < len(adds) && adds[i].Key.Less(&e.R.Key) {
 			rids, _ := ids.of(adds[i])
 			out = append(out, entry(adds[i], skip, rids))
 			i++
@@ -811,11 +811,11 @@ func (ix *ruleIndex) mergeList(dst, l plist, del, add []*rule, skip idTerm, ids 
 }
 
 // byKeyCmp orders rules by their order keys.
-func byKeyCmp(a, b *rule) int {
+func byKeyCmp(a, b *Rule) int {
 	switch {
-	case a.key.less(&b.key):
+	case a.Key.Less(&b.Key):
 		return -1
-	case b.key.less(&a.key):
+	case b.Key.Less(&a.Key):
 		return 1
 	}
 	return 0
@@ -825,9 +825,9 @@ func byKeyCmp(a, b *rule) int {
 // the rule's term ids (termIDs). A rule with more terms than an entry holds is
 // marked overflowIDs: its first ones are checked as ids, then the whole rule
 // as strings (matchesFlow).
-func entry(r *rule, skip idTerm, ids []idTerm) posting {
-	e := posting{ord: orderPrefix(&r.key), r: r}
-	e.plain = len(r.ports) == 0 && (r.src == nil || len(r.src.exprs) == 0) && (r.dst == nil || len(r.dst.exprs) == 0)
+func entry(r *Rule, skip idTerm, ids []idTerm) posting {
+	e := posting{ord: orderPrefix(&r.Key), R: r}
+	e.plain = len(r.Ports) == 0 && (r.Src == nil || len(r.Src.Exprs) == 0) && (r.Dst == nil || len(r.Dst.Exprs) == 0)
 	n := 0
 	for _, id := range ids {
 		if id == skip {
@@ -846,7 +846,7 @@ func entry(r *rule, skip idTerm, ids []idTerm) posting {
 
 // collect appends to lists every posting list the tags of one end can reach;
 // with vals, it also records the ids of the end's tags there.
-func (ix *ruleIndex) collect(end uint8, tags resource.Tags, lists *[2][]plist, vals *flowVals) {
+func (ix *Index) collect(end uint8, tags resource.Tags, lists *[2][]List, vals *flowVals) {
 	if ix.keys.Len() == 0 {
 		return
 	}
@@ -869,19 +869,19 @@ func (ix *ruleIndex) collect(end uint8, tags resource.Tags, lists *[2][]plist, v
 	}
 }
 
-// lists returns every posting list a flow can reach, per action class.
-func (ix *ruleIndex) lists(src, dst resource.Tags, lists *[2][]plist, vals *flowVals) {
+// Lists returns every posting list a flow can reach, per action class.
+func (ix *Index) Lists(src, dst resource.Tags, lists *[2][]List, vals *flowVals) {
 	lists[0], lists[1] = lists[0][:0], lists[1][:0]
 	for cl := range ix.always {
 		if len(ix.always[cl]) > 0 {
 			lists[cl] = append(lists[cl], ix.always[cl])
 		}
 	}
-	if ix.ends&endSrc != 0 {
-		ix.collect(endSrc, src, lists, vals)
+	if ix.Ends&EndSrc != 0 {
+		ix.collect(EndSrc, src, lists, vals)
 	}
-	if ix.ends&endDst != 0 {
-		ix.collect(endDst, dst, lists, vals)
+	if ix.Ends&EndDst != 0 {
+		ix.collect(EndDst, dst, lists, vals)
 	}
 }
 
@@ -905,20 +905,20 @@ func (fv *flowVals) reset(n uint32) {
 
 func (fv *flowVals) set(kid, vid uint32) { fv.vals[kid] = fv.gen<<32 | uint64(vid) }
 
-// each calls f for every rule in the index, list by list.
-func (ix *ruleIndex) each(f func(*rule)) {
+// Each calls f for every rule in the index, list by list.
+func (ix *Index) Each(f func(*Rule)) {
 	for cl := range ix.always {
 		for _, e := range ix.always[cl] {
-			f(e.r)
+			f(e.R)
 		}
 	}
 	ix.keys.Range(func(_ termKey, kp *keyPostings) bool {
 		for _, e := range kp.presence.l[:cap(kp.presence.l)] {
-			f(e.r)
+			f(e.R)
 		}
 		kp.exact.Range(func(_ string, p postings) bool {
 			for _, e := range p.l[:cap(p.l)] {
-				f(e.r)
+				f(e.R)
 			}
 			return true
 		})

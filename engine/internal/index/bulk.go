@@ -1,4 +1,4 @@
-package engine
+package index
 
 import (
 	"cmp"
@@ -12,7 +12,7 @@ import (
 )
 
 // A bulk build (a cold start, a resync, a Mesh or Scope change) compiles whole
-// partitions from scratch. It files every rule as ruleIndex.update does on an
+// partitions from scratch. It files every rule as Index.update does on an
 // empty index — under the globally rarest term, in the same lists, with the
 // same ids and bitmaps (TestBuildIndexMatchesUpdate) — without update's
 // per-change bookkeeping: each term is looked up once per rule that carries
@@ -20,8 +20,8 @@ import (
 // sorted or merged), and the independent parts (partitions, the indexes of a
 // partition, the bitmap blocks of an index) are built concurrently.
 
-// buildIndex files rules from scratch.
-func buildIndex(rules []*rule, ends uint8) *ruleIndex {
+// Build files rules from scratch.
+func Build(rules []*Rule, ends uint8) *Index {
 	ix := newIndex(ends)
 	if len(rules) == 0 {
 		return ix
@@ -33,7 +33,7 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 		df     int32
 		id     idTerm
 		n      [2]int32 // rules filed under it, per class
-		l      plist    // its lists, ALLOW's first
+		l      List     // its lists, ALLOW's first
 		nAllow int
 	}
 	slot := make(map[term]int32, len(rules)/4)
@@ -114,19 +114,19 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 	// before '*' on each end), for the entries and the bitmaps.
 	var ids *addedIDs
 	termIDs := func() {
-		if ends != endSrc|endDst {
+		if ends != EndSrc|EndDst {
 			return
 		}
 		ids = &addedIDs{rules: rules, ids: make([][]idTerm, len(rules))}
 		if len(rules) > smallAdds {
-			ids.at = make(map[*rule]int32, len(rules))
+			ids.at = make(map[*Rule]int32, len(rules))
 		}
 		flat := make([]idTerm, 0, len(termOf))
 		for i, r := range rules {
 			// ix.terms' order: exact (source, destination), then per end its
 			// '*' terms and its expressions' presence terms.
 			ks := termOf[off[i]:off[i+1]]
-			se, de := r.src.countTerms(), r.dst.countTerms()
+			se, de := r.Src.countTerms(), r.Dst.countTerms()
 			srcExact, ks := ks[:se.exact], ks[se.exact:]
 			dstExact, ks := ks[:de.exact], ks[de.exact:]
 			srcPresent, ks := ks[:se.present], ks[se.present+se.exprs:]
@@ -152,7 +152,7 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 	}
 	var byOrd [2][]sortKey
 	for i, r := range rules {
-		byOrd[classOf(r)] = append(byOrd[classOf(r)], sortKey{orderPrefix(&r.key), int32(i)})
+		byOrd[classOf(r)] = append(byOrd[classOf(r)], sortKey{orderPrefix(&r.Key), int32(i)})
 	}
 	var sorted [2][]int32
 	order := func() {
@@ -161,9 +161,9 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 				switch {
 				case a.ord != b.ord:
 					return cmp.Compare(a.ord, b.ord)
-				case rules[a.i].key.less(&rules[b.i].key):
+				case rules[a.i].Key.Less(&rules[b.i].Key):
 					return -1
-				case rules[b.i].key.less(&rules[a.i].key):
+				case rules[b.i].Key.Less(&rules[a.i].Key):
 					return 1
 				}
 				return cmp.Compare(a.i, b.i)
@@ -193,7 +193,7 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 		}
 	}
 	// The order and the entries are independent: made concurrently.
-	parallel(2, func(i int) {
+	Parallel(2, func(i int) {
 		if i == 0 {
 			order()
 		} else {
@@ -201,21 +201,21 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 		}
 	})
 	var jobs []blockJob
-	if ends == endSrc|endDst {
-		ix.bits = &bitIndex{}
-		jobs = ix.bits.jobs(rules, sorted)
+	if ends == EndSrc|EndDst {
+		ix.Bits = &bitIndex{}
+		jobs = ix.Bits.jobs(rules, sorted)
 	}
 	lists := func() {
 		// A term's two lists share one slice: ALLOW's its length, DENY's
 		// the rest of its capacity (postings.list).
 		for k := range tv {
 			if n := tv[k].n[classAllow] + tv[k].n[classDeny]; n > 0 {
-				tv[k].l = make(plist, 0, n)
+				tv[k].l = make(List, 0, n)
 			}
 		}
 		for cl := range sorted {
 			if always[cl] > 0 {
-				ix.always[cl] = make(plist, 0, always[cl])
+				ix.always[cl] = make(List, 0, always[cl])
 			}
 			for _, i := range sorted[cl] {
 				if k := chosen[i]; k < 0 {
@@ -255,33 +255,33 @@ func buildIndex(rules []*rule, ends uint8) *ruleIndex {
 	// The blocks and the lists concurrently (buildBlock reads nothing of ix
 	// when ids holds every rule); the lists last, so that a helper freed
 	// meanwhile finds blocks to build.
-	parallel(len(jobs)+1, func(j int) {
+	Parallel(len(jobs)+1, func(j int) {
 		if j == len(jobs) {
 			lists()
 			return
 		}
 		jb := &jobs[j]
-		ix.bits.classes[jb.cl][jb.bi] = ix.buildBlock(jb.rules, ids)
+		ix.Bits.classes[jb.cl][jb.bi] = ix.buildBlock(jb.rules, ids)
 	})
-	ix.size = len(rules)
+	ix.Size = len(rules)
 	return ix
 }
 
 // blockJob is one bitmap block a bulk build makes.
 type blockJob struct {
 	cl, bi int
-	rules  []*rule
+	rules  []*Rule
 }
 
 // jobs cuts every class (sorted: the class's rules in order) into blocks as
 // chunk cuts them, and makes room for them in bits.
-func (bits *bitIndex) jobs(rules []*rule, sorted [2][]int32) []blockJob {
+func (bits *bitIndex) jobs(rules []*Rule, sorted [2][]int32) []blockJob {
 	var jobs []blockJob
 	for cl := range sorted {
 		if len(sorted[cl]) == 0 {
 			continue
 		}
-		list := make([]*rule, len(sorted[cl]))
+		list := make([]*Rule, len(sorted[cl]))
 		for j, i := range sorted[cl] {
 			list[j] = rules[i]
 		}
@@ -294,16 +294,16 @@ func (bits *bitIndex) jobs(rules []*rule, sorted [2][]int32) []blockJob {
 	return jobs
 }
 
-// termCounts are the terms of one end a matcher gives ruleIndex.terms.
+// termCounts are the terms of one end a matcher gives Index.terms.
 type termCounts struct{ exact, present, exprs int }
 
-func (m *matcher) countTerms() termCounts {
+func (m *Matcher) countTerms() termCounts {
 	if m == nil {
 		return termCounts{}
 	}
-	c := termCounts{exact: len(m.exact), present: len(m.present)}
-	for i := range m.exprs {
-		switch m.exprs[i].op {
+	c := termCounts{exact: len(m.Exact), present: len(m.Present)}
+	for i := range m.Exprs {
+		switch m.Exprs[i].Op {
 		case resource.OpIn, resource.OpExists, resource.OpPrefix, resource.OpCIDR:
 			c.exprs++
 		}
@@ -316,13 +316,13 @@ func (m *matcher) countTerms() termCounts {
 // bound.
 var helpers atomic.Int32
 
-// parallel calls f(0), ..., f(n-1) and returns when every call has returned.
+// Parallel calls f(0), ..., f(n-1) and returns when every call has returned.
 // The caller makes calls itself; before each call, a goroutine of the call
 // starts one more to help while calls are left and fewer than GOMAXPROCS-1
 // help in the whole process, so nested calls never run more than GOMAXPROCS
 // calls at once and a helper freed by one call is taken up by another. The
 // calls must not depend on one another's order.
-func parallel(n int, f func(int)) {
+func Parallel(n int, f func(int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var work func()

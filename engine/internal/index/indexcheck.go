@@ -1,4 +1,4 @@
-package engine
+package index
 
 import (
 	"fmt"
@@ -10,11 +10,11 @@ import (
 // Consistency checks of the index, for the tests: each compares what an
 // update left with what a build from scratch makes.
 
-func checkBits(ix *ruleIndex) error {
-	want, live := map[*rule]bool{}, map[*rule]bool{}
-	ix.each(func(r *rule) { want[r], live[r] = true, true })
-	for cl, blocks := range ix.bits.classes {
-		var prev *rule
+func CheckBits(ix *Index) error {
+	want, live := map[*Rule]bool{}, map[*Rule]bool{}
+	ix.Each(func(r *Rule) { want[r], live[r] = true, true })
+	for cl, blocks := range ix.Bits.classes {
+		var prev *Rule
 		for bi, b := range blocks {
 			if b.n > len(b.all)*64 || b.n > blockMax || len(b.rules) != (b.n+slotChunk-1)/slotChunk {
 				return fmt.Errorf("class %d block %d: %d slots in %d words, %d chunks", cl, bi, b.n, len(b.all), len(b.rules))
@@ -37,10 +37,10 @@ func checkBits(ix *ruleIndex) error {
 				}
 			}
 			held := 0
-			removed := map[*rule]bool{} // kept alive by free slots
+			removed := map[*Rule]bool{} // kept alive by free slots
 			for s := 0; s < b.n; s++ {
 				r := b.at(s)
-				if prev != nil && r.key.less(&prev.key) {
+				if prev != nil && r.Key.Less(&prev.Key) {
 					return fmt.Errorf("class %d block %d slot %d: out of order", cl, bi, s)
 				}
 				prev = r
@@ -56,7 +56,7 @@ func checkBits(ix *ruleIndex) error {
 				}
 				delete(want, r)
 				if err := checkSlot(ix, b, s, r, in); err != nil {
-					return fmt.Errorf("class %d block %d slot %d (%s): %w", cl, bi, s, r.id, err)
+					return fmt.Errorf("class %d block %d slot %d (%s): %w", cl, bi, s, r.ID, err)
 				}
 			}
 			if held == 0 {
@@ -96,7 +96,7 @@ func checkBits(ix *ruleIndex) error {
 
 // checkSlot holds slot s of b, which holds r, to r's terms; values are the
 // values whose rules hold each slot, per dimension.
-func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule, values []map[int][]uint32) error {
+func checkSlot(ix *Index, b *bitBlock, s int, r *Rule, values []map[int][]uint32) error {
 	resid := b.resid[s/64]&(1<<(s%64)) != 0
 	rids := ix.lookupIDs(r, nil)
 	bit := func(ws []uint64) bool { return ws[s/64]&(1<<(s%64)) != 0 }
@@ -128,21 +128,21 @@ func checkSlot(ix *ruleIndex, b *bitBlock, s int, r *rule, values []map[int][]ui
 	return nil
 }
 
-func checkBulk(ix *ruleIndex) error {
-	var rules []*rule
-	ix.each(func(r *rule) { rules = append(rules, r) })
-	// The rules in another order than the partition's: buildIndex must not
+func CheckBulk(ix *Index) error {
+	var rules []*Rule
+	ix.Each(func(r *Rule) { rules = append(rules, r) })
+	// The rules in another order than the partition's: Build must not
 	// depend on it.
 	slices.Reverse(rules)
-	want := newIndex(ix.ends).update(nil, rules)
+	want := newIndex(ix.Ends).Update(nil, rules)
 	wantFiled := make([]uint8, len(rules))
 	for i, r := range rules {
 		wantFiled[i] = r.filed
 	}
-	got := buildIndex(rules, ix.ends)
+	got := Build(rules, ix.Ends)
 	for i, r := range rules {
 		if r.filed != wantFiled[i] {
-			return fmt.Errorf("rule %s of %q: filed at end %d, update files it at %d", r.id, r.policyName(), r.filed, wantFiled[i])
+			return fmt.Errorf("rule %s of %q: filed at end %d, update files it at %d", r.ID, r.PolicyName(), r.filed, wantFiled[i])
 		}
 	}
 	g, w := dumpIndex(got), dumpIndex(want)
@@ -154,24 +154,24 @@ func checkBulk(ix *ruleIndex) error {
 	if len(g) != len(w) {
 		return fmt.Errorf("got %d lists, terms and blocks, want %d", len(g), len(w))
 	}
-	if got.ends == endSrc|endDst {
-		if err := checkLists(got); err != nil {
+	if got.Ends == EndSrc|EndDst {
+		if err := CheckLists(got); err != nil {
 			return err
 		}
 	}
 	return checkBitsIfAny(got)
 }
 
-func checkBitsIfAny(ix *ruleIndex) error {
-	if ix.bits == nil {
+func checkBitsIfAny(ix *Index) error {
+	if ix.Bits == nil {
 		return nil
 	}
-	return checkBits(ix)
+	return CheckBits(ix)
 }
 
 // dumpIndex describes an index with its ids replaced by the terms they stand
 // for: one line per posting list, term and bitmap block.
-func dumpIndex(ix *ruleIndex) map[string]string {
+func dumpIndex(ix *Index) map[string]string {
 	keyOf := map[uint32]termKey{}
 	valOf := map[idTerm]string{}
 	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
@@ -189,10 +189,10 @@ func dumpIndex(ix *ruleIndex) map[string]string {
 		}
 		return fmt.Sprintf("%d:%s=%s", tk.end, tk.key, valOf[id])
 	}
-	list := func(l plist) string {
+	list := func(l List) string {
 		s := ""
 		for _, e := range l {
-			s += fmt.Sprintf("[%p %x %v %d", e.r, e.ord, e.plain, e.n)
+			s += fmt.Sprintf("[%p %x %v %d", e.R, e.ord, e.plain, e.n)
 			for _, id := range e.ids[:min(int(e.n), inlineIDs)] {
 				s += " " + name(id)
 			}
@@ -200,7 +200,7 @@ func dumpIndex(ix *ruleIndex) map[string]string {
 		}
 		return s
 	}
-	out := map[string]string{"size": fmt.Sprint(ix.size, ix.ends, len(keyOf), len(valOf))}
+	out := map[string]string{"size": fmt.Sprint(ix.Size, ix.Ends, len(keyOf), len(valOf))}
 	for cl := range ix.always {
 		out[fmt.Sprint("always ", cl)] = list(ix.always[cl])
 	}
@@ -216,10 +216,10 @@ func dumpIndex(ix *ruleIndex) map[string]string {
 		})
 		return true
 	})
-	if ix.bits == nil {
+	if ix.Bits == nil {
 		return out
 	}
-	for cl, blocks := range ix.bits.classes {
+	for cl, blocks := range ix.Bits.classes {
 		for bi, b := range blocks {
 			s := fmt.Sprint(b.n, b.all, b.resid)
 			for i := 0; i < b.n; i++ {
@@ -252,24 +252,24 @@ func dumpIndex(ix *ruleIndex) map[string]string {
 	return out
 }
 
-func checkLists(ix *ruleIndex) error {
-	seen := map[*rule]bool{}
-	check := func(name string, l plist, cl int, skip idTerm) error {
+func CheckLists(ix *Index) error {
+	seen := map[*Rule]bool{}
+	check := func(name string, l List, cl int, skip idTerm) error {
 		for i := range l {
 			e := &l[i]
-			if i > 0 && e.r.key.less(&l[i-1].r.key) {
+			if i > 0 && e.R.Key.Less(&l[i-1].R.Key) {
 				return fmt.Errorf("%s class %d: out of order at %d", name, cl, i)
 			}
-			if classOf(e.r) != cl {
-				return fmt.Errorf("%s class %d: a rule of class %d", name, cl, classOf(e.r))
+			if classOf(e.R) != cl {
+				return fmt.Errorf("%s class %d: a rule of class %d", name, cl, classOf(e.R))
 			}
-			if seen[e.r] {
-				return fmt.Errorf("%s: rule %s filed twice", name, e.r.id)
+			if seen[e.R] {
+				return fmt.Errorf("%s: rule %s filed twice", name, e.R.ID)
 			}
-			seen[e.r] = true
-			want := entry(e.r, skip, ix.lookupIDs(e.r, nil))
+			seen[e.R] = true
+			want := entry(e.R, skip, ix.lookupIDs(e.R, nil))
 			if *e != want {
-				return fmt.Errorf("%s: rule %s: entry %+v, want %+v", name, e.r.id, *e, want)
+				return fmt.Errorf("%s: rule %s: entry %+v, want %+v", name, e.R.ID, *e, want)
 			}
 		}
 		return nil
@@ -299,15 +299,15 @@ func checkLists(ix *ruleIndex) error {
 	if err != nil {
 		return err
 	}
-	if len(seen) != ix.size {
-		return fmt.Errorf("%d rules filed, size %d", len(seen), ix.size)
+	if len(seen) != ix.Size {
+		return fmt.Errorf("%d rules filed, size %d", len(seen), ix.Size)
 	}
 	return checkDF(ix, seen)
 }
 
 // checkDF holds every term's df, with its pending change, to the rules that
 // carry it; a term no rule carries may stay only while its change is pending.
-func checkDF(ix *ruleIndex, rules map[*rule]bool) error {
+func checkDF(ix *Index, rules map[*Rule]bool) error {
 	want := map[term]int32{}
 	var buf [8]term
 	for r := range rules {
@@ -358,22 +358,22 @@ func checkDF(ix *ruleIndex, rules map[*rule]bool) error {
 	return nil
 }
 
-// blockCounts returns how many bitmap blocks the index's rules are cut into,
+// BlockCounts returns how many bitmap blocks the index's rules are cut into,
 // per action class.
-func (ix *ruleIndex) blockCounts() [2]int {
-	if ix == nil || ix.bits == nil {
+func (ix *Index) BlockCounts() [2]int {
+	if ix == nil || ix.Bits == nil {
 		return [2]int{}
 	}
-	return [2]int{len(ix.bits.classes[0]), len(ix.bits.classes[1])}
+	return [2]int{len(ix.Bits.classes[0]), len(ix.Bits.classes[1])}
 }
 
-// freeSlots counts the free slots inside the index's bitmap blocks.
-func (ix *ruleIndex) freeSlots() int {
+// FreeSlots counts the free slots inside the index's bitmap blocks.
+func (ix *Index) FreeSlots() int {
 	n := 0
-	if ix == nil || ix.bits == nil {
+	if ix == nil || ix.Bits == nil {
 		return 0
 	}
-	for _, blocks := range ix.bits.classes {
+	for _, blocks := range ix.Bits.classes {
 		for _, b := range blocks {
 			n += b.n - b.live()
 		}
@@ -381,9 +381,9 @@ func (ix *ruleIndex) freeSlots() int {
 	return n
 }
 
-// digest mixes every block of the index (slots, bitmaps, directories) into mix.
-func (ix *ruleIndex) digest(mix func(uint64)) {
-	if ix == nil || ix.bits == nil {
+// Digest mixes every block of the index (slots, bitmaps, directories) into mix.
+func (ix *Index) Digest(mix func(uint64)) {
+	if ix == nil || ix.Bits == nil {
 		return
 	}
 	words := func(ws []uint64) {
@@ -392,7 +392,7 @@ func (ix *ruleIndex) digest(mix func(uint64)) {
 			mix(w)
 		}
 	}
-	for _, blocks := range ix.bits.classes {
+	for _, blocks := range ix.Bits.classes {
 		for _, b := range blocks {
 			mix(uint64(b.n))
 			for i := 0; i < b.n; i++ {
