@@ -215,20 +215,6 @@ type PeerMember struct {
 	Identity uint64
 }
 
-// Member returns the part of a workload in the set at snapshot s; false when
-// it takes no part (unknown, invalid, or none of its addresses concerned).
-func (p *PeerPlan) Member(s *Snapshot, mesh, name string) (PeerMember, bool) {
-	inv := s.inventoryOf(mesh)
-	if inv == nil {
-		return PeerMember{}, false
-	}
-	e, ok := inv.byName.Get(name)
-	if !ok {
-		return PeerMember{}, false
-	}
-	return p.member(e)
-}
-
 func (p *PeerPlan) member(e *workloadEntry) (PeerMember, bool) {
 	if e.err != "" || p.Kind != PeerSet {
 		return PeerMember{}, false
@@ -266,23 +252,6 @@ func (p *PeerPlan) inExternal(addr string) bool {
 	return false
 }
 
-// Members returns the part of every workload of the mesh in the set at s,
-// by workload name: O(workloads of the mesh).
-func (p *PeerPlan) Members(s *Snapshot, mesh string) map[string]PeerMember {
-	out := map[string]PeerMember{}
-	inv := s.inventoryOf(mesh)
-	if inv == nil || p.Kind != PeerSet {
-		return out
-	}
-	inv.byName.Range(func(name string, e *workloadEntry) bool {
-		if m, ok := p.member(e); ok {
-			out[name] = m
-		}
-		return true
-	})
-	return out
-}
-
 // Static reports whether the set's addresses are those its members hold
 // (false: the set is CIDRs less the members' Out addresses; see Addresses).
 func (p *PeerPlan) Static() bool { return !p.externalOK }
@@ -300,72 +269,4 @@ func (p *PeerPlan) Addresses(out []string) []string {
 	list := prefixStrings(ps)
 	sort.Strings(list)
 	return list
-}
-
-// TouchedWorkloads returns the workloads of a mesh whose part in any set may
-// differ between prev and s, given the names of the workloads changed between
-// them: the changed ones and those that claim an address one of them held in
-// prev or holds in s (a change can make such a claimant valid or invalid).
-func (s *Snapshot) TouchedWorkloads(prev *Snapshot, mesh string, changed []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	add := func(n string) {
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	invs := []*inventory{prev.inventoryOf(mesh), s.inventoryOf(mesh)}
-	for _, n := range changed {
-		add(n)
-		for _, inv := range invs {
-			if inv == nil {
-				continue
-			}
-			e, ok := inv.byName.Get(n)
-			if !ok {
-				continue
-			}
-			for _, a := range e.w.Addresses {
-				for _, in := range invs {
-					if in == nil {
-						continue
-					}
-					for _, c := range claimsOf(in.claims.Get, a) {
-						add(c.name)
-					}
-				}
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// WorkloadAddresses returns a valid workload's addresses; false when the mesh
-// holds no valid workload of that name.
-func (s *Snapshot) WorkloadAddresses(mesh, name string) ([]string, bool) {
-	inv := s.inventoryOf(mesh)
-	if inv == nil {
-		return nil, false
-	}
-	e, ok := inv.byName.Get(name)
-	if !ok || e.err != "" {
-		return nil, false
-	}
-	return e.w.Addresses, true
-}
-
-func (s *Snapshot) inventoryOf(mesh string) *inventory {
-	if s == nil {
-		return nil
-	}
-	if mesh == "" {
-		mesh = resource.DefaultMesh
-	}
-	ms, ok := s.meshes.Get(mesh)
-	if !ok || ms == nil {
-		return nil
-	}
-	return ms.inv
 }

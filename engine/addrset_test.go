@@ -23,7 +23,7 @@ func setOf(t *testing.T, s *engine.Snapshot, sel resource.Selector) (kind engine
 	}
 	var out []string
 	idset := map[uint64]bool{}
-	for _, m := range p.Members(s, "default") {
+	for _, m := range s.PeerMembers(p, "default") {
 		if len(m.In) > 0 {
 			idset[m.Identity] = true
 		}
@@ -117,10 +117,10 @@ func TestTouchedWorkloads(t *testing.T) {
 		t.Fatalf("touched %v", got)
 	}
 	p, _ := engine.PlanPeer(resource.Selector{Match: map[string]string{"app": "b"}})
-	if _, ok := p.Member(s1, "default", "b"); ok {
+	if _, ok := s1.PeerMember(p, "default", "b"); ok {
 		t.Fatal("b is invalid at s1, yet a member")
 	}
-	if m, ok := p.Member(s2, "default", "b"); !ok || !reflect.DeepEqual(m.In, []string{"10.0.0.1", "10.0.0.2"}) {
+	if m, ok := s2.PeerMember(p, "default", "b"); !ok || !reflect.DeepEqual(m.In, []string{"10.0.0.1", "10.0.0.2"}) {
 		t.Fatalf("b at s2: %v %+v", ok, m)
 	}
 }

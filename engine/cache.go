@@ -105,26 +105,6 @@ type cacheEntry struct {
 	ids [2]uint64
 }
 
-var cacheSeed = maphash.MakeSeed()
-
-func mix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
-}
-
-// tagsHash hashes a tag set independently of map order.
-func tagsHash(tags resource.Tags) uint64 {
-	var sum uint64
-	for k, v := range tags {
-		sum += mix64(maphash.String(cacheSeed, k) ^ maphash.String(cacheSeed, v)*0x9E3779B97F4A7C15)
-	}
-	return sum + uint64(len(tags))
-}
-
 func flowHash(mesh, typ string, f *index.Flow) uint64 {
 	return flowHashOf(mesh, typ, tagsHash(f.Src), tagsHash(f.Dst), f.Proto, f.Port)
 }
@@ -269,7 +249,7 @@ pick:
 // caller has it (set, of tags), else computed.
 func setIdentity(mesh string, set *TagSet, tags resource.Tags) uint64 {
 	if set != nil {
-		return set.id
+		return set.Identity()
 	}
 	return resource.Identity(mesh, tags)
 }

@@ -109,9 +109,14 @@ func (c claim) before(d claim) bool {
 	return c.name < d.name
 }
 
-// apply returns the inventory after workload changes (puts and deletes of
-// KindWorkload keys). inv may be nil.
-func (inv *inventory) apply(changes []Change) *inventory {
+// workloadChange is a put (w set) or a delete (w nil) of the workload name.
+type workloadChange struct {
+	name string
+	w    *resource.Workload
+}
+
+// apply returns the inventory after workload changes. inv may be nil.
+func (inv *inventory) apply(changes []workloadChange) *inventory {
 	if inv == nil {
 		inv = newInventory()
 	}
@@ -125,15 +130,15 @@ func (inv *inventory) apply(changes []Change) *inventory {
 	// claims an address one of them had or has.
 	affected := map[string]bool{}
 	for _, c := range changes {
-		affected[c.Key.Name] = true
-		if old, ok := names.Get(c.Key.Name); ok {
+		affected[c.name] = true
+		if old, ok := names.Get(c.name); ok {
 			for _, a := range old.w.Addresses {
 				for _, cl := range claimsOf(inv.claims.Get, a) {
 					affected[cl.name] = true
 				}
 			}
 		}
-		if w, ok := c.Resource.(*resource.Workload); ok {
+		if w := c.w; w != nil {
 			for _, a := range w.Addresses {
 				for _, cl := range claimsOf(inv.claims.Get, a) {
 					affected[cl.name] = true
@@ -161,7 +166,7 @@ func (inv *inventory) apply(changes []Change) *inventory {
 	}
 	// Replace the changed workloads and their claims.
 	for _, c := range changes {
-		if old, ok := names.Get(c.Key.Name); ok {
+		if old, ok := names.Get(c.name); ok {
 			for _, a := range old.w.Addresses {
 				if l := withoutClaim(claimsOf(claims.Get, a), old.w.Name); len(l) > 0 {
 					claims.Set(a, l)
@@ -169,10 +174,10 @@ func (inv *inventory) apply(changes []Change) *inventory {
 					claims.Delete(a)
 				}
 			}
-			names.Delete(c.Key.Name)
+			names.Delete(c.name)
 		}
-		w, ok := c.Resource.(*resource.Workload)
-		if !ok {
+		w := c.w
+		if w == nil {
 			continue
 		}
 		names.Set(w.Name, &workloadEntry{w: w, id: w.Identity()})
@@ -367,11 +372,3 @@ func (ph *principalHolders) sharedTags() resource.Tags {
 	return out
 }
 
-// entry is the workload as Snapshot.Get shows it.
-func (e *workloadEntry) entry() Entry {
-	var err error
-	if e.err != "" {
-		err = resource.Invalid("", e.err)
-	}
-	return Entry{Resource: e.w, Err: err}
-}

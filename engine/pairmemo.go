@@ -361,10 +361,10 @@ func (p *PairScope) Answer(src, dst *TagSet, proto resource.Protocol, port uint3
 		return answerDeny, p.closed, false
 	}
 	pp := uint64(proto)<<32 | uint64(port)
-	h := pairHash(src.id, dst.id, pp)
+	h := pairHash(src.Identity(), dst.Identity(), pp)
 	s1, s2 := &p.pairs.slots[h&(pairSlots-1)], &p.pairs.slots[(h>>32)&(pairSlots-1)]
 	for _, sl := range [2]*atomic.Pointer[pairEntry]{s1, s2} {
-		if pe := sl.Load(); pe != nil && pe.src == src.id && pe.dst == dst.id && pe.pp == pp && pe.srcSet == src && pe.dstSet == dst {
+		if pe := sl.Load(); pe != nil && pe.src == src.Identity() && pe.dst == dst.Identity() && pe.pp == pp && pe.srcSet == src && pe.dstSet == dst {
 			if pe.valid.Load() != p.gen { // resolved again, at the scope's generations: DecideIDs may trust it
 				pe.valid.Store(p.gen)
 			}
@@ -372,8 +372,8 @@ func (p *PairScope) Answer(src, dst *TagSet, proto resource.Protocol, port uint3
 		}
 	}
 	miss := p.cache.pairMisses.Add(1)
-	k := memoKey{epoch: p.epoch, mesh: p.mesh, typ: p.typ, f: index.Flow{Src: src.tags, Dst: dst.tags, Proto: proto, Port: port}, src: src, dst: dst}
-	k.h = flowHashOf(p.mesh, p.typ, src.hash, dst.hash, proto, port)
+	k := memoKey{epoch: p.epoch, mesh: p.mesh, typ: p.typ, f: index.Flow{Src: src.Tags(), Dst: dst.Tags(), Proto: proto, Port: port}, src: src, dst: dst}
+	k.h = flowHashOf(p.mesh, p.typ, src.Hash(), dst.Hash(), proto, port)
 	e, memo := p.cache.lookup(&k)
 	if !memo {
 		d := new(Decision)
@@ -382,7 +382,7 @@ func (p *PairScope) Answer(src, dst *TagSet, proto resource.Protocol, port uint3
 			return packAnswer(d, &p.pairs.policies), d, false // seen once: remembered by neither memo
 		}
 	}
-	pe := &pairEntry{src: src.id, dst: dst.id, pp: pp, ans: packAnswer(&e.d, &p.pairs.policies), srcSet: src, dstSet: dst, e: e}
+	pe := &pairEntry{src: src.Identity(), dst: dst.Identity(), pp: pp, ans: packAnswer(&e.d, &p.pairs.policies), srcSet: src, dstSet: dst, e: e}
 	pe.valid.Store(p.gen)
 	// A free choice, else either (by the miss count's parity): a flow that
 	// keeps coming back is stored again when pushed out.

@@ -154,7 +154,7 @@ func (s *Snapshot) Get(k resource.Key) (Entry, bool) {
 		if !ok {
 			return Entry{}, false
 		}
-		return e.entry(), true
+		return entryOf(e), true
 	}
 	return Entry{}, false
 }
@@ -177,7 +177,7 @@ func (s *Snapshot) Invalid() []InvalidResource {
 			ms.inv.byName.Range(func(_ string, e *workloadEntry) bool {
 				if e.err != "" {
 					out = append(out, InvalidResource{Path: e.w.Key().String(), Key: e.w.Key(), Resource: e.w,
-						Err: e.entry().Err, ModRevision: e.w.Meta.ModRevision})
+						Err: entryOf(e).Err, ModRevision: e.w.Meta.ModRevision})
 				}
 				return true
 			})
@@ -232,10 +232,19 @@ func (s *Snapshot) Resources(f func(Entry) bool) {
 		})
 		if cont && ms.inv != nil {
 			ms.inv.byName.Range(func(_ string, e *workloadEntry) bool {
-				cont = f(e.entry())
+				cont = f(entryOf(e))
 				return cont
 			})
 		}
 		return cont
 	})
+}
+
+// entryOf is the workload as Snapshot.Get shows it.
+func entryOf(e *workloadEntry) Entry {
+	var err error
+	if e.err != "" {
+		err = resource.Invalid("", e.err)
+	}
+	return Entry{Resource: e.w, Err: err}
 }

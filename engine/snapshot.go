@@ -212,12 +212,13 @@ func (m *meshState) applyAll(name string, changes []Change, check bool) *meshSta
 			nw++
 		}
 	}
-	workloads, rest := []Change(nil), changes
+	workloads, rest := []workloadChange(nil), changes
 	if nw > 0 {
-		workloads, rest = make([]Change, 0, nw), make([]Change, 0, len(changes)-nw)
+		workloads, rest = make([]workloadChange, 0, nw), make([]Change, 0, len(changes)-nw)
 		for _, c := range changes {
 			if c.Key.Kind == resource.KindWorkload {
-				workloads = append(workloads, c)
+				w, _ := c.Resource.(*resource.Workload)
+				workloads = append(workloads, workloadChange{name: c.Key.Name, w: w})
 			} else {
 				rest = append(rest, c)
 			}

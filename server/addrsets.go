@@ -131,7 +131,7 @@ func (r *setRegistry) peer(snap *engine.Snapshot, mesh string, sel resource.Sele
 	}
 	ps := &peerSet{name: name, mesh: mesh, key: key, plan: plan, rev: snap.Revision(),
 		members: map[string]engine.PeerMember{}, addrs: map[string]int{}, outs: map[string]int{}, ids: map[uint64]int{}}
-	for n, m := range plan.Members(snap, mesh) {
+	for n, m := range snap.PeerMembers(plan, mesh) {
 		ps.members[n] = m
 		ps.count(m, 1, nil)
 	}
@@ -238,7 +238,7 @@ func (ps *peerSet) update(snap *engine.Snapshot, names []string, all bool) {
 		}
 	}
 	if all {
-		fresh := ps.plan.Members(snap, ps.mesh)
+		fresh := snap.PeerMembers(ps.plan, ps.mesh)
 		for n := range ps.members {
 			if _, ok := fresh[n]; !ok {
 				set(n, engine.PeerMember{}, false)
@@ -249,7 +249,7 @@ func (ps *peerSet) update(snap *engine.Snapshot, names []string, all bool) {
 		}
 	} else {
 		for _, n := range names {
-			m, ok := ps.plan.Member(snap, ps.mesh, n)
+			m, ok := snap.PeerMember(ps.plan, ps.mesh, n)
 			set(n, m, ok)
 		}
 	}
