@@ -7,18 +7,19 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // setOf is what a kernel would hold for a selector at s: its CIDRs, or the
 // set's addresses and identities.
-func setOf(t *testing.T, s *engine.Snapshot, sel resource.Selector) (kind engine.PeerKind, addrs []string, ids []uint64) {
+func setOf(t *testing.T, s *engine.Snapshot, sel resource.Selector) (kind inventory.PeerKind, addrs []string, ids []uint64) {
 	t.Helper()
-	p, err := engine.PlanPeer(sel)
+	p, err := inventory.PlanPeer(sel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Kind == engine.PeerCIDRs {
+	if p.Kind == inventory.PeerCIDRs {
 		return p.Kind, p.CIDRs, nil
 	}
 	var out []string
@@ -59,31 +60,31 @@ func TestPeerAddressSets(t *testing.T) {
 	tests := []struct {
 		name  string
 		sel   resource.Selector
-		kind  engine.PeerKind
+		kind  inventory.PeerKind
 		addrs []string
 		ids   []uint64
 	}{
-		{"tags: the matching workloads' addresses", resource.Selector{Match: web}, engine.PeerSet,
+		{"tags: the matching workloads' addresses", resource.Selector{Match: web}, inventory.PeerSet,
 			[]string{"10.0.0.1", "10.1.0.2", "2001:db8::1"}, webIDs},
-		{"no workload matches: an empty set", resource.Selector{Match: map[string]string{"app": "none"}}, engine.PeerSet, nil, nil},
+		{"no workload matches: an empty set", resource.Selector{Match: map[string]string{"app": "none"}}, inventory.PeerSet, nil, nil},
 		{"only an ip CIDR: passed through", resource.Selector{Expressions: []resource.Expression{
-			{Key: "ip", Operator: resource.OpCIDR, Values: []string{"192.168.0.0/16", "10.0.0.0/8"}}}}, engine.PeerCIDRs,
+			{Key: "ip", Operator: resource.OpCIDR, Values: []string{"192.168.0.0/16", "10.0.0.0/8"}}}}, inventory.PeerCIDRs,
 			[]string{"10.0.0.0/8", "192.168.0.0/16"}, nil},
-		{"an exact ip: passed through", resource.Selector{Match: map[string]string{"ip": "10.9.9.9"}}, engine.PeerCIDRs,
+		{"an exact ip: passed through", resource.Selector{Match: map[string]string{"ip": "10.9.9.9"}}, inventory.PeerCIDRs,
 			[]string{"10.9.9.9"}, nil},
 		{"tags and an ip CIDR: the matching workloads' addresses within it", resource.Selector{Match: web,
 			Expressions: []resource.Expression{{Key: "ip", Operator: resource.OpCIDR, Values: []string{"10.0.0.0/16"}}}},
-			engine.PeerSet, []string{"10.0.0.1"}, webIDs},
+			inventory.PeerSet, []string{"10.0.0.1"}, webIDs},
 		{"NotIn on a tag, within a CIDR: the CIDR less the workloads that fail it", resource.Selector{Expressions: []resource.Expression{
 			{Key: "env", Operator: resource.OpNotIn, Values: []string{"prod"}},
 			{Key: "ip", Operator: resource.OpCIDR, Values: []string{"10.0.0.0/30"}}}},
-			engine.PeerSet, []string{"10.0.0.0/31", "10.0.0.2"}, webIDs},
+			inventory.PeerSet, []string{"10.0.0.0/31", "10.0.0.2"}, webIDs},
 		{"ip DoesNotExist: nothing a kernel sees", resource.Selector{Match: web, Expressions: []resource.Expression{
-			{Key: "ip", Operator: resource.OpDoesNotExist}}}, engine.PeerSet, nil, nil},
+			{Key: "ip", Operator: resource.OpDoesNotExist}}}, inventory.PeerSet, nil, nil},
 		{"a principal: no address carries one", resource.Selector{Match: map[string]string{"principal": "spiffe://x"}},
-			engine.PeerSet, nil, nil},
+			inventory.PeerSet, nil, nil},
 		{"In on a tag", resource.Selector{Expressions: []resource.Expression{{Key: "app", Operator: resource.OpIn, Values: []string{"db", "x"}}}},
-			engine.PeerSet, []string{"10.0.0.3"}, dbIDs},
+			inventory.PeerSet, []string{"10.0.0.3"}, dbIDs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,8 +99,8 @@ func TestPeerAddressSets(t *testing.T) {
 
 func TestPeerPrefixOnIPRefused(t *testing.T) {
 	t.Parallel()
-	_, err := engine.PlanPeer(resource.Selector{Expressions: []resource.Expression{{Key: "ip", Operator: resource.OpPrefix, Values: []string{"10."}}}})
-	if !errors.Is(err, engine.ErrPeerNotAddressable) {
+	_, err := inventory.PlanPeer(resource.Selector{Expressions: []resource.Expression{{Key: "ip", Operator: resource.OpPrefix, Values: []string{"10."}}}})
+	if !errors.Is(err, inventory.ErrPeerNotAddressable) {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -116,7 +117,7 @@ func TestTouchedWorkloads(t *testing.T) {
 	if got := s2.TouchedWorkloads(s1, "default", []string{"a"}); !reflect.DeepEqual(got, []string{"a", "b"}) {
 		t.Fatalf("touched %v", got)
 	}
-	p, _ := engine.PlanPeer(resource.Selector{Match: map[string]string{"app": "b"}})
+	p, _ := inventory.PlanPeer(resource.Selector{Match: map[string]string{"app": "b"}})
 	if _, ok := s1.PeerMember(p, "default", "b"); ok {
 		t.Fatal("b is invalid at s1, yet a member")
 	}

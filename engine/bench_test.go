@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/policygen"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -203,7 +204,7 @@ func BenchmarkDecideIdentityPair(b *testing.B) {
 	set := policygen.Generate(policygen.Config{Seed: 1, Policies: 10_000})
 	snap := engine.Build(1, set.Resources)
 	flows := set.Flows(2, 4096)
-	reg := engine.NewRegistry(0, 0)
+	reg := inventory.NewRegistry(0, 0)
 	reqs := make([]engine.SetRequest, len(flows))
 	for i, f := range flows {
 		src, err := snap.Identify("", f.Source, reg)

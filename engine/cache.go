@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -77,8 +78,8 @@ type memoKey struct {
 	h         uint64
 	epoch     *memoEpoch
 	mesh, typ string
-	f         index.Flow // by value: a pointer here would make every flow escape (escape analysis is field-insensitive)
-	src, dst  *TagSet    // the flow's interned tag sets, when the caller has them
+	f         index.Flow        // by value: a pointer here would make every flow escape (escape analysis is field-insensitive)
+	src, dst  *inventory.TagSet // the flow's interned tag sets, when the caller has them
 }
 
 type cacheBucket struct {
@@ -91,8 +92,8 @@ type cacheEntry struct {
 	hash     uint64
 	hits     atomic.Uint32
 	epoch    *memoEpoch
-	srcSet   *TagSet // the interned sets the entry was stored with, if any: a pointer compare verifies them
-	dstSet   *TagSet
+	srcSet   *inventory.TagSet // the interned sets the entry was stored with, if any: a pointer compare verifies them
+	dstSet   *inventory.TagSet
 	mesh     string
 	typ      string
 	proto    resource.Protocol
@@ -106,15 +107,15 @@ type cacheEntry struct {
 }
 
 func flowHash(mesh, typ string, f *index.Flow) uint64 {
-	return flowHashOf(mesh, typ, tagsHash(f.Src), tagsHash(f.Dst), f.Proto, f.Port)
+	return flowHashOf(mesh, typ, inventory.TagsHash(f.Src), inventory.TagsHash(f.Dst), f.Proto, f.Port)
 }
 
 // flowHashOf is flowHash from the tag sets' hashes (tagsHash).
 func flowHashOf(mesh, typ string, src, dst uint64, proto resource.Protocol, port uint32) uint64 {
-	h := maphash.String(cacheSeed, mesh) ^ mix64(maphash.String(cacheSeed, typ))
-	h ^= mix64(src + 0x632BE59BD9B4E019)
-	h ^= mix64(dst*3 + 0x8CB92BA72F3D8DD7)
-	h ^= mix64(uint64(proto)<<32 | uint64(port))
+	h := maphash.String(inventory.CacheSeed, mesh) ^ inventory.Mix64(maphash.String(inventory.CacheSeed, typ))
+	h ^= inventory.Mix64(src + 0x632BE59BD9B4E019)
+	h ^= inventory.Mix64(dst*3 + 0x8CB92BA72F3D8DD7)
+	h ^= inventory.Mix64(uint64(proto)<<32 | uint64(port))
 	return h | 1<<63 // never 0: 0 marks an empty slot
 }
 
@@ -247,7 +248,7 @@ pick:
 
 // setIdentity is the identity of tags in mesh: the interned set's when the
 // caller has it (set, of tags), else computed.
-func setIdentity(mesh string, set *TagSet, tags resource.Tags) uint64 {
+func setIdentity(mesh string, set *inventory.TagSet, tags resource.Tags) uint64 {
 	if set != nil {
 		return set.Identity()
 	}

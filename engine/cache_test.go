@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -30,7 +31,7 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 	if _, ok := c.lookup(&memoKey{h: h, epoch: &memoEpoch{}, mesh: "m", typ: "T", f: base}); ok {
 		t.Error("an entry of another epoch answered")
 	}
-	src, dst := newTagSet(1, base.Src), newTagSet(2, base.Dst)
+	src, dst := inventory.NewTagSet(1, base.Src), inventory.NewTagSet(2, base.Dst)
 	if _, ok := c.lookup(&memoKey{h: h, epoch: epoch, mesh: "m", typ: "T", f: base, src: src, dst: dst}); !ok {
 		t.Error("a lookup with interned sets missed an entry stored with tags")
 	}

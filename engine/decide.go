@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -18,12 +19,12 @@ type Request struct {
 	// (a workload name, an address, a principal, an identity, or tags),
 	// resolved against the mesh's inventory (endpoint.go); when one is set,
 	// the side's tag field must be nil.
-	SourceEndpoint      *Endpoint
-	DestinationEndpoint *Endpoint
+	SourceEndpoint      *inventory.Endpoint
+	DestinationEndpoint *inventory.Endpoint
 	// Registry, when set, is consulted for an identity that no valid
 	// workload of the mesh has as its own tag set: the identities registered
 	// through the API (identity.go). nil: the inventory alone.
-	Registry *Registry
+	Registry *inventory.Registry
 	Protocol resource.Protocol // ProtocolAny: not given
 	Port     uint32            // 0: not given
 	Explain  bool
@@ -81,8 +82,8 @@ type Decision struct {
 	Explain  *Explanation // only when the request asked for it
 	// How each end of the flow was resolved (endpoint.go); set by Decide on
 	// every answer, cached or not.
-	SourceResolution      EndpointResolution
-	DestinationResolution EndpointResolution
+	SourceResolution      inventory.EndpointResolution
+	DestinationResolution inventory.EndpointResolution
 	// Audit is the shadow result (docs/audit.md): set iff the shadow
 	// decision, which enforces the audit rules too, has another final
 	// action. Shared with the decision cache: do not modify.
@@ -223,7 +224,7 @@ func (s *Snapshot) decideInto(req *Request, d *Decision) error {
 	if req.Explain || req.NoCache {
 		err = s.decideDirect(ms, typ, req, &f, d)
 	} else {
-		ids, err = s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f}, tagsHash(f.Src), tagsHash(f.Dst), d)
+		ids, err = s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f}, inventory.TagsHash(f.Src), inventory.TagsHash(f.Dst), d)
 	}
 	req.identify(meshName, d, ids)
 	return err
@@ -258,8 +259,8 @@ func (r *Request) resolveSides(ms *meshState, mesh string, d *Decision) error {
 // the memo gave (memo; 0: none), else computes them.
 func (r *Request) identify(mesh string, d *Decision, memo [2]uint64) {
 	for i, side := range [2]struct {
-		res *EndpointResolution
-		ep  *Endpoint
+		res *inventory.EndpointResolution
+		ep  *inventory.Endpoint
 	}{{&d.SourceResolution, r.SourceEndpoint}, {&d.DestinationResolution, r.DestinationEndpoint}} {
 		switch {
 		case side.ep == nil && !r.TagIdentities, side.res.Identity != 0, side.res.Form == 0: // not wanted, known, or not resolved
@@ -330,13 +331,13 @@ func (s *Snapshot) decideMiss(ms *meshState, c *decisionCache, k *memoKey, d *De
 }
 
 // resolve resolves the request's source (or destination) in the mesh.
-func (r *Request) resolve(ms *meshState, mesh string, destination bool) (EndpointResolution, error) {
+func (r *Request) resolve(ms *meshState, mesh string, destination bool) (inventory.EndpointResolution, error) {
 	ep, tags := r.SourceEndpoint, r.Source
 	if destination {
 		ep, tags = r.DestinationEndpoint, r.Destination
 	}
 	if ep == nil {
-		return EndpointResolution{Form: FormTags, ResolvedAs: AsTags, Tags: tags}, nil // Identity left to the caller
+		return inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: tags}, nil // Identity left to the caller
 	}
 	return resolveEndpoint(ms, mesh, ep, destination, r.Port, r.Registry, false)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/policygen"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -253,8 +254,8 @@ func genRequest(c *choices) engine.Request {
 // resolution).
 func sameDecision(a, b engine.Decision) bool {
 	a.Revision, b.Revision, a.Explain, b.Explain = 0, 0, nil, nil
-	a.SourceResolution, b.SourceResolution = engine.EndpointResolution{}, engine.EndpointResolution{}
-	a.DestinationResolution, b.DestinationResolution = engine.EndpointResolution{}, engine.EndpointResolution{}
+	a.SourceResolution, b.SourceResolution = inventory.EndpointResolution{}, inventory.EndpointResolution{}
+	a.DestinationResolution, b.DestinationResolution = inventory.EndpointResolution{}, inventory.EndpointResolution{}
 	return reflect.DeepEqual(a, b)
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -84,81 +85,81 @@ func TestResolveEndpoint(t *testing.T) {
 		return out
 	}
 	registered := resource.Tags{"app": "registered"}
-	reg := engine.NewRegistry(0, 0)
+	reg := inventory.NewRegistry(0, 0)
 	if _, err := s.Identify("default", registered, reg); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
 		name     string
 		mesh     string
-		ep       engine.Endpoint
+		ep       inventory.Endpoint
 		dst      bool
 		port     uint32
-		reg      *engine.Registry
-		as       engine.ResolvedAs
+		reg      *inventory.Registry
+		as       inventory.ResolvedAs
 		workload string
 		holders  int
 		tags     resource.Tags
 		notFound bool
 	}{
-		{name: "tags are used as given", ep: engine.Endpoint{Tags: resource.Tags{"a": "b", "ip": "1.2.3.4"}},
-			as: engine.AsTags, tags: resource.Tags{"a": "b", "ip": "1.2.3.4"}},
-		{name: "no form is the empty tag set", as: engine.AsTags, tags: resource.Tags{}},
-		{name: "a workload source has its own tags", ep: engine.Endpoint{Workload: "web-1"}, port: 8080,
-			as: engine.AsWorkload, workload: "web-1", tags: web1},
-		{name: "a workload destination adds its first ports entry for the port", ep: engine.Endpoint{Workload: "web-1"}, dst: true, port: 8080,
-			as: engine.AsWorkload, workload: "web-1", tags: with(web1, "kuma.io/protocol", "http")},
-		{name: "port tags win over the workload's own", ep: engine.Endpoint{Workload: "web-1"}, dst: true, port: 9090,
-			as: engine.AsWorkload, workload: "web-1", tags: with(web1, "kuma.io/service", "web-admin")},
-		{name: "a port entry without tags adds nothing", ep: engine.Endpoint{Workload: "web-1"}, dst: true, port: 7070,
-			as: engine.AsWorkload, workload: "web-1", tags: web1},
-		{name: "a destination with no port has its own tags", ep: engine.Endpoint{Workload: "web-1"}, dst: true,
-			as: engine.AsWorkload, workload: "web-1", tags: web1},
-		{name: "an unknown workload is not found", ep: engine.Endpoint{Workload: "nope"}, notFound: true},
-		{name: "an invalid workload is not found", ep: engine.Endpoint{Workload: "bad-1"}, notFound: true},
-		{name: "a workload of another mesh is not found", mesh: "other", ep: engine.Endpoint{Workload: "web-1"}, notFound: true},
-		{name: "a known address is its workload's tags and ip", ep: engine.Endpoint{Address: "10.0.0.1"}, port: 8080,
-			as: engine.AsWorkload, workload: "web-1", tags: with(web1, "ip", "10.0.0.1")},
-		{name: "a known destination address adds the port's tags", ep: engine.Endpoint{Address: "10.0.0.1"}, dst: true, port: 8080,
-			as: engine.AsWorkload, workload: "web-1", tags: with(web1, "kuma.io/protocol", "http", "ip", "10.0.0.1")},
-		{name: "an IPv6 address is canonical", ep: engine.Endpoint{Address: "2001:DB8:0::1"},
-			as: engine.AsWorkload, workload: "web-1", tags: with(web1, "ip", "2001:db8::1")},
-		{name: "an IPv4-mapped address is the IPv4 address", ep: engine.Endpoint{Address: "::ffff:10.0.0.2"},
-			as: engine.AsWorkload, workload: "web-2", tags: resource.Tags{"kuma.io/service": "web", "env": "stage", "ip": "10.0.0.2"}},
-		{name: "an unknown address is external", ep: engine.Endpoint{Address: "10.9.9.9"}, dst: true, port: 8080,
-			as: engine.AsExternal, tags: resource.Tags{"ip": "10.9.9.9"}},
-		{name: "an unknown IPv6 address is external and canonical", ep: engine.Endpoint{Address: "2001:db8:0:0::99"},
-			as: engine.AsExternal, tags: resource.Tags{"ip": "2001:db8::99"}},
-		{name: "an address of an invalid workload is external", ep: engine.Endpoint{Address: "10.0.0.9"},
-			as: engine.AsExternal, tags: resource.Tags{"ip": "10.0.0.9"}},
-		{name: "a contested address is its earlier-written claimant's", ep: engine.Endpoint{Address: "10.0.0.3"},
-			as: engine.AsWorkload, workload: "db-1", tags: resource.Tags{"kuma.io/service": "db", "ip": "10.0.0.3"}},
-		{name: "an address in another mesh is external", mesh: "other", ep: engine.Endpoint{Address: "10.0.0.1"},
-			as: engine.AsExternal, tags: resource.Tags{"ip": "10.0.0.1"}},
-		{name: "a held principal is the tags its holders share, without port tags", ep: engine.Endpoint{Principal: "spiffe://default/web"},
-			dst: true, port: 8080, as: engine.AsPrincipalHolders, holders: 2,
+		{name: "tags are used as given", ep: inventory.Endpoint{Tags: resource.Tags{"a": "b", "ip": "1.2.3.4"}},
+			as: inventory.AsTags, tags: resource.Tags{"a": "b", "ip": "1.2.3.4"}},
+		{name: "no form is the empty tag set", as: inventory.AsTags, tags: resource.Tags{}},
+		{name: "a workload source has its own tags", ep: inventory.Endpoint{Workload: "web-1"}, port: 8080,
+			as: inventory.AsWorkload, workload: "web-1", tags: web1},
+		{name: "a workload destination adds its first ports entry for the port", ep: inventory.Endpoint{Workload: "web-1"}, dst: true, port: 8080,
+			as: inventory.AsWorkload, workload: "web-1", tags: with(web1, "kuma.io/protocol", "http")},
+		{name: "port tags win over the workload's own", ep: inventory.Endpoint{Workload: "web-1"}, dst: true, port: 9090,
+			as: inventory.AsWorkload, workload: "web-1", tags: with(web1, "kuma.io/service", "web-admin")},
+		{name: "a port entry without tags adds nothing", ep: inventory.Endpoint{Workload: "web-1"}, dst: true, port: 7070,
+			as: inventory.AsWorkload, workload: "web-1", tags: web1},
+		{name: "a destination with no port has its own tags", ep: inventory.Endpoint{Workload: "web-1"}, dst: true,
+			as: inventory.AsWorkload, workload: "web-1", tags: web1},
+		{name: "an unknown workload is not found", ep: inventory.Endpoint{Workload: "nope"}, notFound: true},
+		{name: "an invalid workload is not found", ep: inventory.Endpoint{Workload: "bad-1"}, notFound: true},
+		{name: "a workload of another mesh is not found", mesh: "other", ep: inventory.Endpoint{Workload: "web-1"}, notFound: true},
+		{name: "a known address is its workload's tags and ip", ep: inventory.Endpoint{Address: "10.0.0.1"}, port: 8080,
+			as: inventory.AsWorkload, workload: "web-1", tags: with(web1, "ip", "10.0.0.1")},
+		{name: "a known destination address adds the port's tags", ep: inventory.Endpoint{Address: "10.0.0.1"}, dst: true, port: 8080,
+			as: inventory.AsWorkload, workload: "web-1", tags: with(web1, "kuma.io/protocol", "http", "ip", "10.0.0.1")},
+		{name: "an IPv6 address is canonical", ep: inventory.Endpoint{Address: "2001:DB8:0::1"},
+			as: inventory.AsWorkload, workload: "web-1", tags: with(web1, "ip", "2001:db8::1")},
+		{name: "an IPv4-mapped address is the IPv4 address", ep: inventory.Endpoint{Address: "::ffff:10.0.0.2"},
+			as: inventory.AsWorkload, workload: "web-2", tags: resource.Tags{"kuma.io/service": "web", "env": "stage", "ip": "10.0.0.2"}},
+		{name: "an unknown address is external", ep: inventory.Endpoint{Address: "10.9.9.9"}, dst: true, port: 8080,
+			as: inventory.AsExternal, tags: resource.Tags{"ip": "10.9.9.9"}},
+		{name: "an unknown IPv6 address is external and canonical", ep: inventory.Endpoint{Address: "2001:db8:0:0::99"},
+			as: inventory.AsExternal, tags: resource.Tags{"ip": "2001:db8::99"}},
+		{name: "an address of an invalid workload is external", ep: inventory.Endpoint{Address: "10.0.0.9"},
+			as: inventory.AsExternal, tags: resource.Tags{"ip": "10.0.0.9"}},
+		{name: "a contested address is its earlier-written claimant's", ep: inventory.Endpoint{Address: "10.0.0.3"},
+			as: inventory.AsWorkload, workload: "db-1", tags: resource.Tags{"kuma.io/service": "db", "ip": "10.0.0.3"}},
+		{name: "an address in another mesh is external", mesh: "other", ep: inventory.Endpoint{Address: "10.0.0.1"},
+			as: inventory.AsExternal, tags: resource.Tags{"ip": "10.0.0.1"}},
+		{name: "a held principal is the tags its holders share, without port tags", ep: inventory.Endpoint{Principal: "spiffe://default/web"},
+			dst: true, port: 8080, as: inventory.AsPrincipalHolders, holders: 2,
 			tags: resource.Tags{"kuma.io/service": "web", "principal": "spiffe://default/web"}},
-		{name: "a Kuma SPIFFE ID no workload holds names the service", ep: engine.Endpoint{Principal: "spiffe://default/api"},
-			as: engine.AsKumaSpiffe, tags: resource.Tags{"kuma.io/service": "api", "principal": "spiffe://default/api"}},
-		{name: "a Kuma SPIFFE ID of another mesh is an unknown principal", ep: engine.Endpoint{Principal: "spiffe://other/api"},
-			as: engine.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://other/api"}},
-		{name: "the SPIFFE form counts in the request's mesh", mesh: "other", ep: engine.Endpoint{Principal: "spiffe://other/api"},
-			as: engine.AsKumaSpiffe, tags: resource.Tags{"kuma.io/service": "api", "principal": "spiffe://other/api"}},
-		{name: "a SPIFFE ID with a longer path is an unknown principal", ep: engine.Endpoint{Principal: "spiffe://default/ns/x/sa/y"},
-			as: engine.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://default/ns/x/sa/y"}},
-		{name: "a SPIFFE ID with no service is an unknown principal", ep: engine.Endpoint{Principal: "spiffe://default/"},
-			as: engine.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://default/"}},
-		{name: "a principal only an invalid workload holds is unknown", ep: engine.Endpoint{Principal: "urn:bad"},
-			as: engine.AsUnknownPrincipal, tags: resource.Tags{"principal": "urn:bad"}},
-		{name: "an identity is a workload's own tag set, without port tags", ep: engine.Endpoint{Identity: id(web1)}, dst: true, port: 8080,
-			as: engine.AsIdentity, tags: web1},
-		{name: "an identity only an invalid workload has is not found", ep: engine.Endpoint{Identity: id(resource.Tags{"kuma.io/service": "bad"})},
+		{name: "a Kuma SPIFFE ID no workload holds names the service", ep: inventory.Endpoint{Principal: "spiffe://default/api"},
+			as: inventory.AsKumaSpiffe, tags: resource.Tags{"kuma.io/service": "api", "principal": "spiffe://default/api"}},
+		{name: "a Kuma SPIFFE ID of another mesh is an unknown principal", ep: inventory.Endpoint{Principal: "spiffe://other/api"},
+			as: inventory.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://other/api"}},
+		{name: "the SPIFFE form counts in the request's mesh", mesh: "other", ep: inventory.Endpoint{Principal: "spiffe://other/api"},
+			as: inventory.AsKumaSpiffe, tags: resource.Tags{"kuma.io/service": "api", "principal": "spiffe://other/api"}},
+		{name: "a SPIFFE ID with a longer path is an unknown principal", ep: inventory.Endpoint{Principal: "spiffe://default/ns/x/sa/y"},
+			as: inventory.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://default/ns/x/sa/y"}},
+		{name: "a SPIFFE ID with no service is an unknown principal", ep: inventory.Endpoint{Principal: "spiffe://default/"},
+			as: inventory.AsUnknownPrincipal, tags: resource.Tags{"principal": "spiffe://default/"}},
+		{name: "a principal only an invalid workload holds is unknown", ep: inventory.Endpoint{Principal: "urn:bad"},
+			as: inventory.AsUnknownPrincipal, tags: resource.Tags{"principal": "urn:bad"}},
+		{name: "an identity is a workload's own tag set, without port tags", ep: inventory.Endpoint{Identity: id(web1)}, dst: true, port: 8080,
+			as: inventory.AsIdentity, tags: web1},
+		{name: "an identity only an invalid workload has is not found", ep: inventory.Endpoint{Identity: id(resource.Tags{"kuma.io/service": "bad"})},
 			notFound: true},
-		{name: "an unknown identity is not found", ep: engine.Endpoint{Identity: 42}, notFound: true},
-		{name: "an identity of another mesh is not found", mesh: "other", ep: engine.Endpoint{Identity: id(web1)}, notFound: true},
-		{name: "a registered identity resolves", ep: engine.Endpoint{Identity: id(registered)},
-			reg: reg, as: engine.AsIdentity, tags: registered},
-		{name: "a registered identity needs the registry", ep: engine.Endpoint{Identity: id(registered)}, notFound: true},
+		{name: "an unknown identity is not found", ep: inventory.Endpoint{Identity: 42}, notFound: true},
+		{name: "an identity of another mesh is not found", mesh: "other", ep: inventory.Endpoint{Identity: id(web1)}, notFound: true},
+		{name: "a registered identity resolves", ep: inventory.Endpoint{Identity: id(registered)},
+			reg: reg, as: inventory.AsIdentity, tags: registered},
+		{name: "a registered identity needs the registry", ep: inventory.Endpoint{Identity: id(registered)}, notFound: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -166,7 +167,7 @@ func TestResolveEndpoint(t *testing.T) {
 			ep := c.ep
 			r, err := s.ResolveEndpoint(c.mesh, &ep, c.dst, c.port, c.reg)
 			if c.notFound {
-				if !errors.Is(err, engine.ErrEndpointNotFound) && !errors.Is(err, engine.ErrIdentityNotFound) {
+				if !errors.Is(err, inventory.ErrEndpointNotFound) && !errors.Is(err, inventory.ErrIdentityNotFound) {
 					t.Fatalf("want not found, got %+v, %v", r, err)
 				}
 				if name, _ := engine.CodeName(err); name != "NotFound" {
@@ -181,7 +182,7 @@ func TestResolveEndpoint(t *testing.T) {
 			if mesh == "" {
 				mesh = "default"
 			}
-			want := engine.EndpointResolution{Form: c.ep.Form(), ResolvedAs: c.as, Workload: c.workload, Holders: c.holders,
+			want := inventory.EndpointResolution{Form: c.ep.Form(), ResolvedAs: c.as, Workload: c.workload, Holders: c.holders,
 				Identity: resource.Identity(mesh, c.tags), Tags: c.tags}
 			if !reflect.DeepEqual(r, want) {
 				t.Fatalf("got  %+v\nwant %+v", r, want)
@@ -198,23 +199,23 @@ func TestEndpointValidation(t *testing.T) {
 		field string // "" = valid
 		why   string
 	}{
-		{name: "one form each", req: engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
-			DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.1"}}},
-		{name: "identity 0 is not given", req: engine.Request{SourceEndpoint: &engine.Endpoint{Identity: 0, Tags: resource.Tags{"a": "b"}}}},
-		{name: "two forms are refused at the second", req: engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "w", Address: "10.0.0.1"}},
+		{name: "one form each", req: engine.Request{SourceEndpoint: &inventory.Endpoint{Workload: "web-1"},
+			DestinationEndpoint: &inventory.Endpoint{Address: "10.0.0.1"}}},
+		{name: "identity 0 is not given", req: engine.Request{SourceEndpoint: &inventory.Endpoint{Identity: 0, Tags: resource.Tags{"a": "b"}}}},
+		{name: "two forms are refused at the second", req: engine.Request{SourceEndpoint: &inventory.Endpoint{Workload: "w", Address: "10.0.0.1"}},
 			field: "source.address", why: "exactly one of"},
-		{name: "tags and an identity are refused", req: engine.Request{DestinationEndpoint: &engine.Endpoint{Tags: resource.Tags{"a": "b"}, Identity: 7}},
+		{name: "tags and an identity are refused", req: engine.Request{DestinationEndpoint: &inventory.Endpoint{Tags: resource.Tags{"a": "b"}, Identity: 7}},
 			field: "destination.identity", why: "tags and identity"},
-		{name: "a bad address is named", req: engine.Request{DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.300"}},
+		{name: "a bad address is named", req: engine.Request{DestinationEndpoint: &inventory.Endpoint{Address: "10.0.0.300"}},
 			field: "destination.address", why: "not an IP address"},
-		{name: "a zone is refused", req: engine.Request{SourceEndpoint: &engine.Endpoint{Address: "fe80::1%eth0"}},
+		{name: "a zone is refused", req: engine.Request{SourceEndpoint: &inventory.Endpoint{Address: "fe80::1%eth0"}},
 			field: "source.address", why: "zone"},
-		{name: "a bad workload name is named", req: engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "a/b"}},
+		{name: "a bad workload name is named", req: engine.Request{SourceEndpoint: &inventory.Endpoint{Workload: "a/b"}},
 			field: "source.workload", why: "names use only"},
-		{name: "a principal over the limit is named", req: engine.Request{SourceEndpoint: &engine.Endpoint{Principal: strings.Repeat("p", 1025)}},
+		{name: "a principal over the limit is named", req: engine.Request{SourceEndpoint: &inventory.Endpoint{Principal: strings.Repeat("p", 1025)}},
 			field: "source.principal", why: "limit"},
 		{name: "tags beside an endpoint are refused", req: engine.Request{Source: resource.Tags{"a": "b"},
-			SourceEndpoint: &engine.Endpoint{Workload: "w"}}, field: "source.tags", why: "in the endpoint"},
+			SourceEndpoint: &inventory.Endpoint{Workload: "w"}}, field: "source.tags", why: "in the endpoint"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -262,34 +263,34 @@ action: ALLOW
 		}
 		return s.Decide(&req)
 	}
-	d, err := decide(engine.Request{SourceEndpoint: &engine.Endpoint{Principal: "spiffe://default/web"},
-		DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.3"}})
+	d, err := decide(engine.Request{SourceEndpoint: &inventory.Endpoint{Principal: "spiffe://default/web"},
+		DestinationEndpoint: &inventory.Endpoint{Address: "10.0.0.3"}})
 	if err != nil || d.Action != resource.Allow || d.Policy != "web-to-db" {
 		t.Fatalf("principal to address: %+v, %v", d, err)
 	}
-	if d.SourceResolution.ResolvedAs != engine.AsPrincipalHolders || d.DestinationResolution.Workload != "db-1" {
+	if d.SourceResolution.ResolvedAs != inventory.AsPrincipalHolders || d.DestinationResolution.Workload != "db-1" {
 		t.Fatalf("resolution %+v / %+v", d.SourceResolution, d.DestinationResolution)
 	}
-	d, err = decide(engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
-		DestinationEndpoint: &engine.Endpoint{Address: "10.9.1.1"}})
-	if err != nil || d.Action != resource.Deny || d.Policy != "deny-outside" || d.DestinationResolution.ResolvedAs != engine.AsExternal {
+	d, err = decide(engine.Request{SourceEndpoint: &inventory.Endpoint{Workload: "web-1"},
+		DestinationEndpoint: &inventory.Endpoint{Address: "10.9.1.1"}})
+	if err != nil || d.Action != resource.Deny || d.Policy != "deny-outside" || d.DestinationResolution.ResolvedAs != inventory.AsExternal {
 		t.Fatalf("to an external address: %+v, %v", d, err)
 	}
 	// The tag form is reported as such; its identity is left to the caller.
 	d, err = decide(engine.Request{Source: resource.Tags{"kuma.io/service": "web"}, Destination: resource.Tags{"kuma.io/service": "db"}})
-	if err != nil || d.Action != resource.Allow || d.SourceResolution.Form != engine.FormTags || d.SourceResolution.ResolvedAs != engine.AsTags ||
+	if err != nil || d.Action != resource.Allow || d.SourceResolution.Form != inventory.FormTags || d.SourceResolution.ResolvedAs != inventory.AsTags ||
 		d.SourceResolution.Tags["kuma.io/service"] != "web" {
 		t.Fatalf("tags: %+v, %v", d, err)
 	}
-	if _, err := decide(engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "bad-1"}}); !errors.Is(err, engine.ErrEndpointNotFound) {
+	if _, err := decide(engine.Request{SourceEndpoint: &inventory.Endpoint{Workload: "bad-1"}}); !errors.Is(err, inventory.ErrEndpointNotFound) {
 		t.Fatalf("invalid workload: %v", err)
 	}
-	if _, err := decide(engine.Request{Mesh: "nope", SourceEndpoint: &engine.Endpoint{Workload: "web-1"}}); !errors.Is(err, engine.ErrMeshNotFound) {
+	if _, err := decide(engine.Request{Mesh: "nope", SourceEndpoint: &inventory.Endpoint{Workload: "web-1"}}); !errors.Is(err, engine.ErrMeshNotFound) {
 		t.Fatalf("unknown mesh: %v", err)
 	}
 	// Explain traces the resolved tags.
-	d, err = decide(engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
-		DestinationEndpoint: &engine.Endpoint{Address: "10.9.1.1"}, Explain: true})
+	d, err = decide(engine.Request{SourceEndpoint: &inventory.Endpoint{Workload: "web-1"},
+		DestinationEndpoint: &inventory.Endpoint{Address: "10.9.1.1"}, Explain: true})
 	if err != nil || d.Explain == nil || d.Action != resource.Deny {
 		t.Fatalf("explain: %+v, %v", d, err)
 	}
@@ -322,9 +323,9 @@ action: ALLOW
 		t.Fatal(err)
 	}
 	s := engine.Build(1, rs)
-	req := engine.Request{Source: resource.Tags{"app": "x"}, DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.5"}}
+	req := engine.Request{Source: resource.Tags{"app": "x"}, DestinationEndpoint: &inventory.Endpoint{Address: "10.0.0.5"}}
 	for i := 0; i < 3; i++ { // the later answers come from the cache
-		if d, err := s.Decide(&req); err != nil || d.Action != resource.Allow || d.DestinationResolution.ResolvedAs != engine.AsExternal {
+		if d, err := s.Decide(&req); err != nil || d.Action != resource.Allow || d.DestinationResolution.ResolvedAs != inventory.AsExternal {
 			t.Fatalf("before: %+v, %v", d, err)
 		}
 	}
@@ -337,8 +338,8 @@ action: ALLOW
 	}
 	// Same resolved tags by another form: the cached answer, with this
 	// request's resolution.
-	byName := engine.Request{Source: resource.Tags{"app": "x"}, DestinationEndpoint: &engine.Endpoint{Workload: "db-1"}}
-	if d, err := s2.Decide(&byName); err != nil || d.Action != resource.Deny || d.DestinationResolution.Form != engine.FormWorkload ||
+	byName := engine.Request{Source: resource.Tags{"app": "x"}, DestinationEndpoint: &inventory.Endpoint{Workload: "db-1"}}
+	if d, err := s2.Decide(&byName); err != nil || d.Action != resource.Deny || d.DestinationResolution.Form != inventory.FormWorkload ||
 		d.DestinationResolution.Tags["ip"] != "" {
 		t.Fatalf("by name: %+v, %v", d, err)
 	}
@@ -346,7 +347,7 @@ action: ALLOW
 	if d, err := s3.Decide(&req); err != nil || d.Action != resource.Allow {
 		t.Fatalf("after the delete: %+v, %v", d, err)
 	}
-	if _, err := s3.Decide(&byName); !errors.Is(err, engine.ErrEndpointNotFound) {
+	if _, err := s3.Decide(&byName); !errors.Is(err, inventory.ErrEndpointNotFound) {
 		t.Fatalf("deleted workload: %v", err)
 	}
 }
@@ -356,13 +357,13 @@ action: ALLOW
 func TestResolveByReference(t *testing.T) {
 	t.Parallel()
 	s := endpointSnapshot(t, "")
-	if _, err := s.Resolve(&engine.ResolveRequest{SourceEndpoint: &engine.Endpoint{Workload: "web-1"}}); err != nil {
+	if _, err := s.Resolve(&engine.ResolveRequest{SourceEndpoint: &inventory.Endpoint{Workload: "web-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Resolve(&engine.ResolveRequest{SourceEndpoint: &engine.Endpoint{Workload: "nope"}}); !errors.Is(err, engine.ErrEndpointNotFound) {
+	if _, err := s.Resolve(&engine.ResolveRequest{SourceEndpoint: &inventory.Endpoint{Workload: "nope"}}); !errors.Is(err, inventory.ErrEndpointNotFound) {
 		t.Fatalf("unknown workload: %v", err)
 	}
-	res, err := s.Resolve(&engine.ResolveRequest{Source: resource.Tags{"a": "b"}, DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.1"}})
+	res, err := s.Resolve(&engine.ResolveRequest{Source: resource.Tags{"a": "b"}, DestinationEndpoint: &inventory.Endpoint{Address: "10.0.0.1"}})
 	if err != nil || res.Main.Side != "inbound" {
 		t.Fatalf("with a destination: %+v, %v", res, err)
 	}
@@ -456,7 +457,7 @@ func genInventory(c *choices) []modelWorkload {
 
 // modelResolve is SPEC section 10's resolution, written out plainly; ok false
 // for NOT_FOUND.
-func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32) (resource.Tags, bool) {
+func modelResolve(inv []modelWorkload, ep inventory.Endpoint, dst bool, port uint32) (resource.Tags, bool) {
 	own := func(m modelWorkload) resource.Tags {
 		out := maps.Clone(m.w.Tags)
 		if out == nil {
@@ -533,7 +534,7 @@ func modelResolve(inv []modelWorkload, ep engine.Endpoint, dst bool, port uint32
 	return ep.Tags, true
 }
 
-func genEndpoint(c *choices, inv []modelWorkload) engine.Endpoint {
+func genEndpoint(c *choices, inv []modelWorkload) inventory.Endpoint {
 	pick := func() *resource.Workload {
 		if len(inv) == 0 {
 			return &resource.Workload{Name: "none"}
@@ -542,18 +543,18 @@ func genEndpoint(c *choices, inv []modelWorkload) engine.Endpoint {
 	}
 	switch c.n(5) {
 	case 0:
-		return engine.Endpoint{Workload: pick().Name}
+		return inventory.Endpoint{Workload: pick().Name}
 	case 1:
-		return engine.Endpoint{Address: askAddresses[c.n(len(askAddresses))]}
+		return inventory.Endpoint{Address: askAddresses[c.n(len(askAddresses))]}
 	case 2:
-		return engine.Endpoint{Principal: askPrincipals[c.n(len(askPrincipals))]}
+		return inventory.Endpoint{Principal: askPrincipals[c.n(len(askPrincipals))]}
 	case 3:
 		if c.chance(10) {
-			return engine.Endpoint{Identity: 12345}
+			return inventory.Endpoint{Identity: 12345}
 		}
-		return engine.Endpoint{Identity: resource.Identity("m", pick().Tags)}
+		return inventory.Endpoint{Identity: resource.Identity("m", pick().Tags)}
 	}
-	return engine.Endpoint{Tags: c.tags()}
+	return inventory.Endpoint{Tags: c.tags()}
 }
 
 func checkEndpointForms(t *testing.T, data []byte) {
@@ -644,12 +645,12 @@ action: ALLOW
 		{"tags", engine.Request{Source: web, Destination: db}},
 		{"tags with reserved keys", engine.Request{Source: resource.Tags{"kuma.io/service": "web", "ip": "10.1.1.1"},
 			Destination: resource.Tags{"kuma.io/service": "db", "principal": "spiffe://default/db"}}},
-		{"a workload to a known address", engine.Request{SourceEndpoint: &engine.Endpoint{Workload: "web-1"},
-			DestinationEndpoint: &engine.Endpoint{Address: "10.0.0.3"}, Port: 8080}},
-		{"a principal to an external address", engine.Request{SourceEndpoint: &engine.Endpoint{Principal: "spiffe://default/web"},
-			DestinationEndpoint: &engine.Endpoint{Address: "10.9.9.9"}}},
-		{"an endpoint given as tags to a destination port's tags", engine.Request{SourceEndpoint: &engine.Endpoint{Tags: web},
-			DestinationEndpoint: &engine.Endpoint{Workload: "web-1"}, Port: 9090}},
+		{"a workload to a known address", engine.Request{SourceEndpoint: &inventory.Endpoint{Workload: "web-1"},
+			DestinationEndpoint: &inventory.Endpoint{Address: "10.0.0.3"}, Port: 8080}},
+		{"a principal to an external address", engine.Request{SourceEndpoint: &inventory.Endpoint{Principal: "spiffe://default/web"},
+			DestinationEndpoint: &inventory.Endpoint{Address: "10.9.9.9"}}},
+		{"an endpoint given as tags to a destination port's tags", engine.Request{SourceEndpoint: &inventory.Endpoint{Tags: web},
+			DestinationEndpoint: &inventory.Endpoint{Workload: "web-1"}, Port: 9090}},
 	}
 	for _, f := range flows {
 		for _, tagIDs := range []bool{false, true} {
@@ -663,7 +664,7 @@ action: ALLOW
 						t.Fatalf("%s: %v", how, err)
 					}
 					for _, side := range []struct {
-						res   engine.EndpointResolution
+						res   inventory.EndpointResolution
 						given bool // by an endpoint
 					}{{d.SourceResolution, req.SourceEndpoint != nil}, {d.DestinationResolution, req.DestinationEndpoint != nil}} {
 						want := resource.Identity("default", side.res.Tags)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -15,7 +16,7 @@ import (
 // unknown workload name, ErrIdentityNotFound or ErrIdentityCollision for an
 // identity, ErrInvalid for an endpoint Validate refuses. A mesh that holds no
 // resource has an empty inventory.
-func (s *Snapshot) ResolveEndpoint(mesh string, ep *Endpoint, destination bool, port uint32, reg *Registry) (EndpointResolution, error) {
+func (s *Snapshot) ResolveEndpoint(mesh string, ep *inventory.Endpoint, destination bool, port uint32, reg *inventory.Registry) (inventory.EndpointResolution, error) {
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
@@ -27,64 +28,64 @@ func (s *Snapshot) ResolveEndpoint(mesh string, ep *Endpoint, destination bool, 
 // resource, named mesh). Without withID, an identity that would have to be
 // computed from the resolved tags is left 0 (Decide takes it from the memo
 // when it can: Request.identify).
-func resolveEndpoint(ms *meshState, mesh string, ep *Endpoint, destination bool, port uint32, reg *Registry, withID bool) (EndpointResolution, error) {
-	var inv *inventory
+func resolveEndpoint(ms *meshState, mesh string, ep *inventory.Endpoint, destination bool, port uint32, reg *inventory.Registry, withID bool) (inventory.EndpointResolution, error) {
+	var inv *inventory.Inventory
 	if ms != nil {
 		inv = ms.inv
 	}
 	var errs resource.FieldErrors
-	ep.check(&errs, "")
+	ep.Check(&errs, "")
 	if err := errs.Err(); err != nil {
-		return EndpointResolution{}, err
+		return inventory.EndpointResolution{}, err
 	}
 	if !destination {
 		port = 0
 	}
-	r := EndpointResolution{Form: ep.Form()}
+	r := inventory.EndpointResolution{Form: ep.Form()}
 	switch r.Form {
-	case FormTags:
-		r.ResolvedAs, r.Tags = AsTags, ep.Tags
+	case inventory.FormTags:
+		r.ResolvedAs, r.Tags = inventory.AsTags, ep.Tags
 		if r.Tags == nil {
 			r.Tags = resource.Tags{}
 		}
-	case FormWorkload:
-		e, ok := inv.workload(ep.Workload)
+	case inventory.FormWorkload:
+		e, ok := inv.Workload(ep.Workload)
 		if !ok {
-			return EndpointResolution{}, fmt.Errorf("%w: mesh %q has no valid workload %q", ErrEndpointNotFound, mesh, ep.Workload)
+			return inventory.EndpointResolution{}, fmt.Errorf("%w: mesh %q has no valid workload %q", inventory.ErrEndpointNotFound, mesh, ep.Workload)
 		}
-		r.ResolvedAs, r.Workload = AsWorkload, e.w.Name
-		r.Tags = e.w.ResolvedTags(port, "")
-		if len(r.Tags) == len(e.w.Tags) && resource.SameTagSet(r.Tags, e.w.Tags) {
-			r.Identity = e.id
+		r.ResolvedAs, r.Workload = inventory.AsWorkload, e.Workload.Name
+		r.Tags = e.Workload.ResolvedTags(port, "")
+		if len(r.Tags) == len(e.Workload.Tags) && resource.SameTagSet(r.Tags, e.Workload.Tags) {
+			r.Identity = e.ID
 			return r, nil
 		}
-	case FormAddress:
+	case inventory.FormAddress:
 		addr, _ := resource.CanonicalAddress(ep.Address) // checked above
-		if e, ok := inv.owner(addr); ok {
-			r.ResolvedAs, r.Workload = AsWorkload, e.w.Name
-			r.Tags = e.w.ResolvedTags(port, addr)
+		if e, ok := inv.Owner(addr); ok {
+			r.ResolvedAs, r.Workload = inventory.AsWorkload, e.Workload.Name
+			r.Tags = e.Workload.ResolvedTags(port, addr)
 		} else {
-			r.ResolvedAs, r.Tags = AsExternal, resource.Tags{resource.IPTag: addr}
+			r.ResolvedAs, r.Tags = inventory.AsExternal, resource.Tags{resource.IPTag: addr}
 		}
-	case FormPrincipal:
-		if ps, ok := inv.principal(ep.Principal); ok {
-			r.ResolvedAs, r.Holders = AsPrincipalHolders, ps.len()
-			r.Tags = withTag(ps.shared, resource.PrincipalTag, ep.Principal)
+	case inventory.FormPrincipal:
+		if ps, ok := inv.Principal(ep.Principal); ok {
+			r.ResolvedAs, r.Holders = inventory.AsPrincipalHolders, ps.Len()
+			r.Tags = withTag(ps.Shared, resource.PrincipalTag, ep.Principal)
 		} else if svc, ok := kumaSpiffeService(mesh, ep.Principal); ok {
-			r.ResolvedAs = AsKumaSpiffe
+			r.ResolvedAs = inventory.AsKumaSpiffe
 			r.Tags = resource.Tags{resource.ServiceTag: svc, resource.PrincipalTag: ep.Principal}
 		} else {
-			r.ResolvedAs, r.Tags = AsUnknownPrincipal, resource.Tags{resource.PrincipalTag: ep.Principal}
+			r.ResolvedAs, r.Tags = inventory.AsUnknownPrincipal, resource.Tags{resource.PrincipalTag: ep.Principal}
 		}
-	case FormIdentity:
+	case inventory.FormIdentity:
 		if ms == nil {
-			return EndpointResolution{}, fmt.Errorf("%w: %d: mesh %q holds no resource", ErrIdentityNotFound, ep.Identity, mesh)
+			return inventory.EndpointResolution{}, fmt.Errorf("%w: %d: mesh %q holds no resource", inventory.ErrIdentityNotFound, ep.Identity, mesh)
 		}
 		ts, err := ms.lookupIdentity(ep.Identity, reg.Mesh(ms.name))
 		if err != nil {
-			return EndpointResolution{}, err
+			return inventory.EndpointResolution{}, err
 		}
-		r.ResolvedAs, r.Tags, r.Identity = AsIdentity, ts.Tags(), ts.Identity()
+		r.ResolvedAs, r.Tags, r.Identity = inventory.AsIdentity, ts.Tags(), ts.Identity()
 		if r.Tags == nil {
 			r.Tags = resource.Tags{}
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -24,11 +25,11 @@ var codeNames = [...]struct {
 	{ErrMeshNotFound, "NotFound"},
 	{ErrInvalidStored, "FailedPrecondition"},
 	{ErrTypeNotFound, "NotFound"},
-	{ErrIdentityNotFound, "NotFound"},
-	{ErrIdentityCollision, "FailedPrecondition"},
-	{ErrRegistryFull, "ResourceExhausted"},
-	{ErrEndpointNotFound, "NotFound"},
-	{ErrPeerNotAddressable, "FailedPrecondition"},
+	{inventory.ErrIdentityNotFound, "NotFound"},
+	{inventory.ErrIdentityCollision, "FailedPrecondition"},
+	{inventory.ErrRegistryFull, "ResourceExhausted"},
+	{inventory.ErrEndpointNotFound, "NotFound"},
+	{inventory.ErrPeerNotAddressable, "FailedPrecondition"},
 }
 
 // CodeName returns the status code name the API answers err with when err is

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -12,7 +13,7 @@ import (
 // nil). ErrMeshNotFound for a mesh that holds no resource,
 // ErrIdentityNotFound for an identity neither knows, ErrIdentityCollision when
 // both know it with different tag sets.
-func (s *Snapshot) LookupIdentity(mesh string, id uint64, reg *Registry) (*TagSet, error) {
+func (s *Snapshot) LookupIdentity(mesh string, id uint64, reg *inventory.Registry) (*inventory.TagSet, error) {
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
@@ -23,18 +24,18 @@ func (s *Snapshot) LookupIdentity(mesh string, id uint64, reg *Registry) (*TagSe
 	return ms.lookupIdentity(id, reg.Mesh(mesh))
 }
 
-func (ms *meshState) lookupIdentity(id uint64, reg *MeshRegistry) (*TagSet, error) {
-	var inv *TagSet
+func (ms *meshState) lookupIdentity(id uint64, reg *inventory.MeshRegistry) (*inventory.TagSet, error) {
+	var inv *inventory.TagSet
 	if ms.inv != nil {
-		if ts, ok := ms.inv.ids.Get(id); ok {
-			inv = ts.set
+		if ts, ok := ms.inv.Ids.Get(id); ok {
+			inv = ts.Set
 		}
 	}
 	regSet, _ := reg.Lookup(id)
 	switch {
 	case inv != nil && regSet != nil:
 		if !resource.SameTagSet(inv.Tags(), regSet.Tags()) {
-			return nil, collision(ms.name, id, inv.Tags(), regSet.Tags())
+			return nil, inventory.Collision(ms.name, id, inv.Tags(), regSet.Tags())
 		}
 		return inv, nil
 	case inv != nil:
@@ -43,13 +44,13 @@ func (ms *meshState) lookupIdentity(id uint64, reg *MeshRegistry) (*TagSet, erro
 		return regSet, nil
 	}
 	return nil, fmt.Errorf("%w: %d in mesh %q: no workload has it as its own tag set and it is not registered (Identify)",
-		ErrIdentityNotFound, id, ms.name)
+		inventory.ErrIdentityNotFound, id, ms.name)
 }
 
 // Identify registers the tags' own set (reserved keys dropped) in reg and
 // returns it. ErrIdentityCollision when the inventory or the registry holds
 // another tag set with its identity (never registered then).
-func (s *Snapshot) Identify(mesh string, tags resource.Tags, reg *Registry) (*TagSet, error) {
+func (s *Snapshot) Identify(mesh string, tags resource.Tags, reg *inventory.Registry) (*inventory.TagSet, error) {
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
@@ -57,10 +58,10 @@ func (s *Snapshot) Identify(mesh string, tags resource.Tags, reg *Registry) (*Ta
 	if !ok {
 		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, mesh)
 	}
-	own := ownTags(tags)
+	own := inventory.OwnTags(tags)
 	if ms.inv != nil {
-		if ts, ok := ms.inv.ids.Get(reg.identity(mesh, own)); ok && !resource.SameTagSet(ts.tags, own) {
-			return nil, collision(mesh, ts.set.Identity(), ts.tags, own)
+		if ts, ok := ms.inv.Ids.Get(reg.Identity(mesh, own)); ok && !resource.SameTagSet(ts.Tags, own) {
+			return nil, inventory.Collision(mesh, ts.Set.Identity(), ts.Tags, own)
 		}
 	}
 	return reg.Register(mesh, own)
@@ -70,8 +71,8 @@ func (s *Snapshot) Identify(mesh string, tags resource.Tags, reg *Registry) (*Ta
 type SetRequest struct {
 	Mesh        string // "" = default
 	Type        string // "" = TrafficPermission
-	Source      *TagSet
-	Destination *TagSet
+	Source      *inventory.TagSet
+	Destination *inventory.TagSet
 	Protocol    resource.Protocol
 	Port        uint32
 	NoCache     bool // decide without the memo (benchmarks)

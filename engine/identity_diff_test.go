@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 )
 
 // TestDecideSetsMatchesDecide: a flow between interned tag sets gets the
@@ -13,7 +14,7 @@ func TestDecideSetsMatchesDecide(t *testing.T) {
 	for w := 0; w < 60; w++ {
 		c := newChoices(seedBytes(5_000_000 + w))
 		snap := engine.Build(1, genWorld(c))
-		reg := engine.NewRegistry(0, 0)
+		reg := inventory.NewRegistry(0, 0)
 		for j := 0; j < 40; j++ {
 			req := genRequest(c)
 			src, errS := snap.Identify("m", req.Source, reg)

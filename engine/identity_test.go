@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -92,7 +93,7 @@ func sameDecisionIgnoringRevision(a, b Decision) bool {
 func TestMemoKeepsReservedKeysApart(t *testing.T) {
 	t.Parallel()
 	s := memoWorld(t)
-	reg := NewRegistry(0, 0)
+	reg := inventory.NewRegistry(0, 0)
 	web, err := s.Identify("m", resource.Tags{"app": "web", "ip": "192.168.1.1"}, reg)
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +120,8 @@ func TestMemoKeepsReservedKeysApart(t *testing.T) {
 func TestRegistryBounds(t *testing.T) {
 	t.Parallel()
 	t.Run("count", func(t *testing.T) {
-		r := NewRegistry(4, 1<<20)
-		var sets []*TagSet
+		r := inventory.NewRegistry(4, 1<<20)
+		var sets []*inventory.TagSet
 		for i := 0; i < 4; i++ {
 			s, err := r.Register("m", resource.Tags{"i": fmt.Sprint(i)})
 			if err != nil {
@@ -147,8 +148,8 @@ func TestRegistryBounds(t *testing.T) {
 		}
 	})
 	t.Run("bytes", func(t *testing.T) {
-		one := setBytes(resource.Tags{"k": "0000"})
-		r := NewRegistry(1000, 3*one)
+		one := inventory.SetBytes(resource.Tags{"k": "0000"})
+		r := inventory.NewRegistry(1000, 3*one)
 		for i := 0; i < 10; i++ {
 			if _, err := r.Register("m", resource.Tags{"k": fmt.Sprintf("%04d", i)}); err != nil {
 				t.Fatal(err)
@@ -158,12 +159,12 @@ func TestRegistryBounds(t *testing.T) {
 			}
 		}
 		big := resource.Tags{"k": string(make([]byte, 4*one))}
-		if _, err := r.Register("m", big); !errors.Is(err, ErrRegistryFull) {
+		if _, err := r.Register("m", big); !errors.Is(err, inventory.ErrRegistryFull) {
 			t.Errorf("a set over the byte bound: %v, want ErrRegistryFull", err)
 		}
 	})
 	t.Run("meshes apart", func(t *testing.T) {
-		r := NewRegistry(0, 0)
+		r := inventory.NewRegistry(0, 0)
 		s, _ := r.Register("a", resource.Tags{"app": "web"})
 		if _, ok := r.Lookup("b", s.Identity()); ok {
 			t.Error("an identity of mesh a answered in mesh b")
@@ -181,22 +182,22 @@ func TestRegistryBounds(t *testing.T) {
 func TestIdentityCollisionRefused(t *testing.T) {
 	t.Parallel()
 	s := memoWorld(t) // web-1 holds {app: web}
-	reg := NewRegistry(0, 0)
+	reg := inventory.NewRegistry(0, 0)
 	webID := resource.Identity("m", resource.Tags{"app": "web"})
-	reg.identity = func(string, resource.Tags) uint64 { return webID } // every set collides with web-1's
-	if _, err := s.Identify("m", resource.Tags{"app": "api"}, reg); !errors.Is(err, ErrIdentityCollision) {
+	reg.Identity = func(string, resource.Tags) uint64 { return webID } // every set collides with web-1's
+	if _, err := s.Identify("m", resource.Tags{"app": "api"}, reg); !errors.Is(err, inventory.ErrIdentityCollision) {
 		t.Fatalf("a set colliding with a workload's: %v, want ErrIdentityCollision", err)
 	}
 	if got, err := s.LookupIdentity("m", webID, reg); err != nil || got.Tags()["app"] != "web" {
 		t.Fatalf("the workload's identity after a refused collision: %v %v", got, err)
 	}
 	// The registry alone: first come, first served; the second refused.
-	reg2 := NewRegistry(0, 0)
-	reg2.identity = func(string, resource.Tags) uint64 { return 42 }
+	reg2 := inventory.NewRegistry(0, 0)
+	reg2.Identity = func(string, resource.Tags) uint64 { return 42 }
 	if _, err := reg2.Register("m", resource.Tags{"app": "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg2.Register("m", resource.Tags{"app": "b"}); !errors.Is(err, ErrIdentityCollision) {
+	if _, err := reg2.Register("m", resource.Tags{"app": "b"}); !errors.Is(err, inventory.ErrIdentityCollision) {
 		t.Fatalf("a second set under one identity: %v, want ErrIdentityCollision", err)
 	}
 	if got, _ := reg2.Lookup("m", 42); got.Tags()["app"] != "a" {
@@ -204,16 +205,16 @@ func TestIdentityCollisionRefused(t *testing.T) {
 	}
 	// Registered first, then a workload arrives with another set under the
 	// same identity: never answered.
-	reg3 := NewRegistry(0, 0)
-	reg3.identity = func(string, resource.Tags) uint64 { return webID }
+	reg3 := inventory.NewRegistry(0, 0)
+	reg3.Identity = func(string, resource.Tags) uint64 { return webID }
 	empty := Build(1, []resource.Resource{&resource.Policy{Mesh: "m", Name: "p", Type: resource.DefaultType, Sources: []resource.Selector{{}}, Destinations: []resource.Selector{{}}}})
 	if _, err := empty.Identify("m", resource.Tags{"app": "api"}, reg3); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.LookupIdentity("m", webID, reg3); !errors.Is(err, ErrIdentityCollision) {
+	if _, err := s.LookupIdentity("m", webID, reg3); !errors.Is(err, inventory.ErrIdentityCollision) {
 		t.Fatalf("an identity known with two sets: %v, want ErrIdentityCollision", err)
 	}
-	if name, _ := CodeName(ErrIdentityCollision); name != "FailedPrecondition" {
+	if name, _ := CodeName(inventory.ErrIdentityCollision); name != "FailedPrecondition" {
 		t.Errorf("code %q", name)
 	}
 }
@@ -221,11 +222,11 @@ func TestIdentityCollisionRefused(t *testing.T) {
 func TestLookupIdentity(t *testing.T) {
 	t.Parallel()
 	s := memoWorld(t)
-	reg := NewRegistry(0, 0)
+	reg := inventory.NewRegistry(0, 0)
 	if _, err := s.LookupIdentity("m", resource.Identity("m", resource.Tags{"app": "web"}), reg); err != nil {
 		t.Errorf("a workload's own tag set: %v", err)
 	}
-	if _, err := s.LookupIdentity("m", resource.Identity("m", resource.Tags{"app": "api"}), reg); !errors.Is(err, ErrIdentityNotFound) {
+	if _, err := s.LookupIdentity("m", resource.Identity("m", resource.Tags{"app": "api"}), reg); !errors.Is(err, inventory.ErrIdentityNotFound) {
 		t.Errorf("an identity nobody registered: %v", err)
 	}
 	if _, err := s.Identify("m", resource.Tags{"app": "api"}, reg); err != nil {

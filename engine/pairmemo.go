@@ -50,6 +50,7 @@ import (
 	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -79,7 +80,7 @@ type pairEntry struct {
 	// src and dst resolve to (the only field written after the entry is
 	// stored).
 	valid          atomic.Pointer[resolutionGen]
-	srcSet, dstSet *TagSet
+	srcSet, dstSet *inventory.TagSet
 	e              *cacheEntry
 }
 
@@ -173,7 +174,7 @@ func (pn *PolicyNumbers) Name(n uint32) string {
 }
 
 func pairHash(src, dst, pp uint64) uint64 {
-	return mix64(src ^ mix64(dst+0x9E3779B97F4A7C15) ^ mix64(pp+0x632BE59BD9B4E019))
+	return inventory.Mix64(src ^ inventory.Mix64(dst+0x9E3779B97F4A7C15) ^ inventory.Mix64(pp+0x632BE59BD9B4E019))
 }
 
 // PairScope is a (mesh, type) partition of one snapshot, resolved once for a
@@ -186,7 +187,7 @@ type PairScope struct {
 	typ    string
 	closed *Decision // an invalid stored resource closes the partition: every flow is denied
 	epoch  *memoEpoch
-	reg    *MeshRegistry
+	reg    *inventory.MeshRegistry
 	pairs  *pairMemo
 	cache  *decisionCache
 	gen    *resolutionGen // loaded before any of the scope's lookups
@@ -196,7 +197,7 @@ type PairScope struct {
 // identities registered in reg (may be nil). ErrMeshNotFound or
 // ErrTypeNotFound as CheckMeshType; a partition closed by an invalid stored
 // resource can be decided (it answers DENY).
-func (s *Snapshot) PairScope(mesh, typ string, reg *Registry) (*PairScope, error) {
+func (s *Snapshot) PairScope(mesh, typ string, reg *inventory.Registry) (*PairScope, error) {
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
@@ -206,9 +207,9 @@ func (s *Snapshot) PairScope(mesh, typ string, reg *Registry) (*PairScope, error
 	ms, ok := s.meshes.Get(mesh)
 	// The generations first: what the scope resolves later is at least as
 	// new as they say.
-	gen := resolutionGen{reg: reg.generation()}
+	gen := resolutionGen{reg: reg.Generation()}
 	if ok && ms.inv != nil {
-		gen.inv = ms.inv.gen
+		gen.inv = ms.inv.Gen
 	}
 	p := &PairScope{s: s, mesh: mesh, typ: typ, reg: reg.Mesh(mesh)}
 	if ok {
@@ -332,11 +333,11 @@ func (e *PairEntry) Answer() PairAnswer { return e.ans }
 func (e *PairEntry) Decision() *Decision { return &e.e.d }
 
 // Sets are the tag sets the flow's identities resolve to.
-func (e *PairEntry) Sets() (src, dst *TagSet) { return e.srcSet, e.dstSet }
+func (e *PairEntry) Sets() (src, dst *inventory.TagSet) { return e.srcSet, e.dstSet }
 
 // Lookup returns the tag set of an identity in the scope's mesh, as
 // Snapshot.LookupIdentity.
-func (p *PairScope) Lookup(id uint64) (*TagSet, error) {
+func (p *PairScope) Lookup(id uint64) (*inventory.TagSet, error) {
 	if p.ms == nil {
 		return nil, fmt.Errorf("%w: %q holds no resource", ErrMeshNotFound, p.mesh)
 	}
@@ -350,13 +351,13 @@ func (p *PairScope) Lookup(id uint64) (*TagSet, error) {
 // (the identity-pair memo or the tag memo behind it) gave the answer, false
 // when the decision procedure ran (or the partition is closed): what the
 // server's memo counter counts.
-func (p *PairScope) Decide(src, dst *TagSet, proto resource.Protocol, port uint32) (d *Decision, memo bool) {
+func (p *PairScope) Decide(src, dst *inventory.TagSet, proto resource.Protocol, port uint32) (d *Decision, memo bool) {
 	_, d, memo = p.Answer(src, dst, proto, port)
 	return d, memo
 }
 
 // Answer is Decide with the decision packed as well (numbered in Policies).
-func (p *PairScope) Answer(src, dst *TagSet, proto resource.Protocol, port uint32) (a PairAnswer, d *Decision, memo bool) {
+func (p *PairScope) Answer(src, dst *inventory.TagSet, proto resource.Protocol, port uint32) (a PairAnswer, d *Decision, memo bool) {
 	if p.closed != nil {
 		return answerDeny, p.closed, false
 	}

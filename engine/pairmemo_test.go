@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -24,9 +25,9 @@ var pairFlows = []struct {
 // decidePairs decides every pair flow through a PairScope of s and returns the
 // identity-pair memo misses it caused, checking each answer against the
 // decision procedure of s without any memo.
-func decidePairs(t *testing.T, s *Snapshot, reg *Registry) (uint64, []Decision) {
+func decidePairs(t *testing.T, s *Snapshot, reg *inventory.Registry) (uint64, []Decision) {
 	t.Helper()
-	ids := make([][2]*TagSet, len(pairFlows))
+	ids := make([][2]*inventory.TagSet, len(pairFlows))
 	for i, f := range pairFlows { // registered first: a scope sees the registry as it was when made
 		src, err := s.Identify("m", f.src, reg)
 		if err != nil {
@@ -36,7 +37,7 @@ func decidePairs(t *testing.T, s *Snapshot, reg *Registry) (uint64, []Decision) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids[i] = [2]*TagSet{src, dst}
+		ids[i] = [2]*inventory.TagSet{src, dst}
 	}
 	scope, err := s.PairScope("m", "", reg)
 	if err != nil {
@@ -60,7 +61,7 @@ func decidePairs(t *testing.T, s *Snapshot, reg *Registry) (uint64, []Decision) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		want.SourceResolution, want.DestinationResolution = EndpointResolution{}, EndpointResolution{} // the tag form's alone
+		want.SourceResolution, want.DestinationResolution = inventory.EndpointResolution{}, inventory.EndpointResolution{} // the tag form's alone
 		if !sameDecisionIgnoringRevision(got, want) {
 			t.Errorf("flow %d at revision %d: the pair memo answered %+v, the decision procedure %+v", i, s.Revision(), got, want)
 		}
@@ -79,7 +80,7 @@ func TestPairMemoSurvivesUnrelatedChanges(t *testing.T) {
 	for _, tc := range memoChanges(resource.Deny) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, reg := memoWorld(t), NewRegistry(0, 0)
+			s, reg := memoWorld(t), inventory.NewRegistry(0, 0)
 			decidePairs(t, s, reg)
 			decidePairs(t, s, reg) // seen twice: stored
 			if miss, _ := decidePairs(t, s, reg); miss != 0 {
@@ -102,7 +103,7 @@ func TestPairMemoSurvivesUnrelatedChanges(t *testing.T) {
 // warm the pair memo was.
 func TestPairMemoNeverServesStale(t *testing.T) {
 	t.Parallel()
-	s, reg := memoWorld(t), NewRegistry(0, 0)
+	s, reg := memoWorld(t), inventory.NewRegistry(0, 0)
 	web, _ := s.Identify("m", resource.Tags{"app": "web", "team": "x"}, reg)
 	db, _ := s.Identify("m", resource.Tags{"app": "db", "team": "y"}, reg)
 	decide := func(s *Snapshot) Decision {
@@ -152,9 +153,9 @@ func TestPairMemoVerifiesTagSets(t *testing.T) {
 		}
 		return 42
 	}
-	regs := [2]*Registry{NewRegistry(0, 0), NewRegistry(0, 0)}
+	regs := [2]*inventory.Registry{inventory.NewRegistry(0, 0), inventory.NewRegistry(0, 0)}
 	for i, app := range []string{"web", "api"} {
-		regs[i].identity = func(_ string, tags resource.Tags) uint64 { return byApp(tags) }
+		regs[i].Identity = func(_ string, tags resource.Tags) uint64 { return byApp(tags) }
 		if _, err := s.Identify("m", resource.Tags{"app": app}, regs[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +186,7 @@ func TestPairMemoVerifiesTagSets(t *testing.T) {
 
 // byIDs answers every pair flow through DecideIDs of a new scope of s: the
 // answers, and how many flows it answered (the rest need the full path).
-func byIDs(t *testing.T, s *Snapshot, reg *Registry) (int, []*Decision) {
+func byIDs(t *testing.T, s *Snapshot, reg *inventory.Registry) (int, []*Decision) {
 	t.Helper()
 	scope, err := s.PairScope("m", "", reg)
 	if err != nil {
@@ -228,7 +229,7 @@ func byIDs(t *testing.T, s *Snapshot, reg *Registry) (int, []*Decision) {
 // the inventory), until the full path has verified the entry again.
 func TestPairMemoByIdentities(t *testing.T) {
 	t.Parallel()
-	s, reg := memoWorld(t), NewRegistry(0, 0)
+	s, reg := memoWorld(t), inventory.NewRegistry(0, 0)
 	if n, _ := byIDs(t, s, reg); n != 0 {
 		t.Fatalf("a cold memo answered %d flows by identities", n)
 	}
@@ -282,7 +283,7 @@ func TestPairMemoByIdentities(t *testing.T) {
 // not answered by a flow's identities: the full path finds it gone.
 func TestPairMemoByIdentitiesSeesEviction(t *testing.T) {
 	t.Parallel()
-	s, reg := memoWorld(t), NewRegistry(3, 0) // pairFlows' three sets fill it
+	s, reg := memoWorld(t), inventory.NewRegistry(3, 0) // pairFlows' three sets fill it
 	decidePairs(t, s, reg)
 	decidePairs(t, s, reg)
 	if n, _ := byIDs(t, s, reg); n != len(pairFlows) {
@@ -300,7 +301,7 @@ func TestPairMemoByIdentitiesSeesEviction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := scope.Lookup(resource.Identity("m", pairFlows[0].src)); !errors.Is(err, ErrIdentityNotFound) {
+	if _, err := scope.Lookup(resource.Identity("m", pairFlows[0].src)); !errors.Is(err, inventory.ErrIdentityNotFound) {
 		t.Fatalf("an evicted set: %v, want ErrIdentityNotFound", err)
 	}
 }
@@ -325,7 +326,7 @@ func checkAnswer(t *testing.T, scope *PairScope, a PairAnswer, d *Decision) {
 // numbers are never read against the new names.
 func TestPairAnswerPolicyNumbers(t *testing.T) {
 	t.Parallel()
-	s, reg := memoWorld(t), NewRegistry(0, 0)
+	s, reg := memoWorld(t), inventory.NewRegistry(0, 0)
 	s = s.Apply(2, []Change{Put(&resource.Policy{Mesh: "m", Name: "deny-api", Type: resource.DefaultType, Action: resource.Deny, Priority: 10,
 		Sources: []resource.Selector{{Match: map[string]string{"app": "api"}}}, Destinations: []resource.Selector{{}}})})
 	// numbers decides every pair flow three times (a miss, stored, a pair

@@ -3,33 +3,34 @@ package engine
 import (
 	"sort"
 
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // Member returns the part of a workload in the set at snapshot s; false when
 // it takes no part (unknown, invalid, or none of its addresses concerned).
-func (s *Snapshot) PeerMember(p *PeerPlan, mesh, name string) (PeerMember, bool) {
+func (s *Snapshot) PeerMember(p *inventory.PeerPlan, mesh, name string) (inventory.PeerMember, bool) {
 	inv := s.inventoryOf(mesh)
 	if inv == nil {
-		return PeerMember{}, false
+		return inventory.PeerMember{}, false
 	}
-	e, ok := inv.byName.Get(name)
+	e, ok := inv.ByName.Get(name)
 	if !ok {
-		return PeerMember{}, false
+		return inventory.PeerMember{}, false
 	}
-	return p.member(e)
+	return p.Member(e)
 }
 
 // Members returns the part of every workload of the mesh in the set at s,
 // by workload name: O(workloads of the mesh).
-func (s *Snapshot) PeerMembers(p *PeerPlan, mesh string) map[string]PeerMember {
-	out := map[string]PeerMember{}
+func (s *Snapshot) PeerMembers(p *inventory.PeerPlan, mesh string) map[string]inventory.PeerMember {
+	out := map[string]inventory.PeerMember{}
 	inv := s.inventoryOf(mesh)
-	if inv == nil || p.Kind != PeerSet {
+	if inv == nil || p.Kind != inventory.PeerSet {
 		return out
 	}
-	inv.byName.Range(func(name string, e *workloadEntry) bool {
-		if m, ok := p.member(e); ok {
+	inv.ByName.Range(func(name string, e *inventory.WorkloadEntry) bool {
+		if m, ok := p.Member(e); ok {
 			out[name] = m
 		}
 		return true
@@ -50,24 +51,24 @@ func (s *Snapshot) TouchedWorkloads(prev *Snapshot, mesh string, changed []strin
 			out = append(out, n)
 		}
 	}
-	invs := []*inventory{prev.inventoryOf(mesh), s.inventoryOf(mesh)}
+	invs := []*inventory.Inventory{prev.inventoryOf(mesh), s.inventoryOf(mesh)}
 	for _, n := range changed {
 		add(n)
 		for _, inv := range invs {
 			if inv == nil {
 				continue
 			}
-			e, ok := inv.byName.Get(n)
+			e, ok := inv.ByName.Get(n)
 			if !ok {
 				continue
 			}
-			for _, a := range e.w.Addresses {
+			for _, a := range e.Workload.Addresses {
 				for _, in := range invs {
 					if in == nil {
 						continue
 					}
-					for _, c := range claimsOf(in.claims.Get, a) {
-						add(c.name)
+					for _, c := range inventory.ClaimsOf(in.Claims.Get, a) {
+						add(c.Name)
 					}
 				}
 			}
@@ -84,14 +85,14 @@ func (s *Snapshot) WorkloadAddresses(mesh, name string) ([]string, bool) {
 	if inv == nil {
 		return nil, false
 	}
-	e, ok := inv.byName.Get(name)
-	if !ok || e.err != "" {
+	e, ok := inv.ByName.Get(name)
+	if !ok || e.Err != "" {
 		return nil, false
 	}
-	return e.w.Addresses, true
+	return e.Workload.Addresses, true
 }
 
-func (s *Snapshot) inventoryOf(mesh string) *inventory {
+func (s *Snapshot) inventoryOf(mesh string) *inventory.Inventory {
 	if s == nil {
 		return nil
 	}

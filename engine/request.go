@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -33,7 +34,7 @@ func (r *Request) Validate() error {
 
 // checkSide checks one end of a flow: its tag form, or its endpoint (exactly
 // one form; a valid address, name, principal).
-func checkSide(errs *resource.FieldErrors, field string, tags resource.Tags, ep *Endpoint) {
+func checkSide(errs *resource.FieldErrors, field string, tags resource.Tags, ep *inventory.Endpoint) {
 	if ep == nil {
 		if err := resource.CheckTags(tags); err != nil {
 			errs.Add(field+".tags", err.Error())
@@ -43,7 +44,7 @@ func checkSide(errs *resource.FieldErrors, field string, tags resource.Tags, ep 
 	if tags != nil {
 		errs.Add(field+".tags", "give the tags in the endpoint, not beside it")
 	}
-	ep.check(errs, field)
+	ep.Check(errs, field)
 }
 
 // CheckApply validates a write against the snapshot as a dry run (docs/api.md
@@ -150,7 +151,7 @@ func (s *Snapshot) Get(k resource.Key) (Entry, bool) {
 		if ms.inv == nil {
 			return Entry{}, false
 		}
-		e, ok := ms.inv.byName.Get(k.Name)
+		e, ok := ms.inv.ByName.Get(k.Name)
 		if !ok {
 			return Entry{}, false
 		}
@@ -173,11 +174,11 @@ func (s *Snapshot) Invalid() []InvalidResource {
 			out = append(out, InvalidResource{Path: sd.Key().String(), Key: sd.Key(), Resource: sd,
 				Err: resource.Invalid("parent", why), ModRevision: sd.Meta.ModRevision})
 		}
-		if ms.inv != nil && ms.inv.invalid > 0 {
-			ms.inv.byName.Range(func(_ string, e *workloadEntry) bool {
-				if e.err != "" {
-					out = append(out, InvalidResource{Path: e.w.Key().String(), Key: e.w.Key(), Resource: e.w,
-						Err: entryOf(e).Err, ModRevision: e.w.Meta.ModRevision})
+		if ms.inv != nil && ms.inv.Invalid > 0 {
+			ms.inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
+				if e.Err != "" {
+					out = append(out, InvalidResource{Path: e.Workload.Key().String(), Key: e.Workload.Key(), Resource: e.Workload,
+						Err: entryOf(e).Err, ModRevision: e.Workload.Meta.ModRevision})
 				}
 				return true
 			})
@@ -231,7 +232,7 @@ func (s *Snapshot) Resources(f func(Entry) bool) {
 			return cont
 		})
 		if cont && ms.inv != nil {
-			ms.inv.byName.Range(func(_ string, e *workloadEntry) bool {
+			ms.inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
 				cont = f(entryOf(e))
 				return cont
 			})
@@ -241,10 +242,10 @@ func (s *Snapshot) Resources(f func(Entry) bool) {
 }
 
 // entryOf is the workload as Snapshot.Get shows it.
-func entryOf(e *workloadEntry) Entry {
+func entryOf(e *inventory.WorkloadEntry) Entry {
 	var err error
-	if e.err != "" {
-		err = resource.Invalid("", e.err)
+	if e.Err != "" {
+		err = resource.Invalid("", e.Err)
 	}
-	return Entry{Resource: e.w, Err: err}
+	return Entry{Resource: e.Workload, Err: err}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -17,9 +18,9 @@ type ResolveRequest struct {
 	Source      resource.Tags // the workload when no destination is given
 	Destination resource.Tags
 	// The sides in any endpoint form, as Request has them (endpoint.go).
-	SourceEndpoint      *Endpoint
-	DestinationEndpoint *Endpoint
-	Registry            *Registry
+	SourceEndpoint      *inventory.Endpoint
+	DestinationEndpoint *inventory.Endpoint
+	Registry            *inventory.Registry
 	Protocol            resource.Protocol
 	Port                uint32
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -190,17 +191,17 @@ type meshState struct {
 	scopeDocs pmap.Map[string, *resource.Scope]
 	scopes    *scopeTable
 	types     pmap.Map[string, *typeState]
-	count     int             // the mesh document, scopes and policies, valid or not
-	invalid   int             // policies invalid in their mesh (typeState.invalid summed)
-	declared  map[string]bool // types named by the Mesh or a scope (types.go)
-	inv       *inventory      // workloads (inventory.go); nil for none
+	count     int                  // the mesh document, scopes and policies, valid or not
+	invalid   int                  // policies invalid in their mesh (typeState.invalid summed)
+	declared  map[string]bool      // types named by the Mesh or a scope (types.go)
+	inv       *inventory.Inventory // workloads (inventory.go); nil for none
 	// epoch marks the memo's answers of the types with no policy (cache.go):
 	// renewed by rebuildMesh (a Mesh or Scope change).
 	epoch *memoEpoch
 }
 
 // total is the number of resources of the mesh, workloads included.
-func (m *meshState) total() int { return m.count + m.inv.len() }
+func (m *meshState) total() int { return m.count + m.inv.Len() }
 
 // applyAll returns the mesh after changes; nil when it holds no resource.
 // Workload changes update the inventory alone: they never recompile scopes or
@@ -212,24 +213,24 @@ func (m *meshState) applyAll(name string, changes []Change, check bool) *meshSta
 			nw++
 		}
 	}
-	workloads, rest := []workloadChange(nil), changes
+	workloads, rest := []inventory.WorkloadChange(nil), changes
 	if nw > 0 {
-		workloads, rest = make([]workloadChange, 0, nw), make([]Change, 0, len(changes)-nw)
+		workloads, rest = make([]inventory.WorkloadChange, 0, nw), make([]Change, 0, len(changes)-nw)
 		for _, c := range changes {
 			if c.Key.Kind == resource.KindWorkload {
 				w, _ := c.Resource.(*resource.Workload)
-				workloads = append(workloads, workloadChange{name: c.Key.Name, w: w})
+				workloads = append(workloads, inventory.WorkloadChange{Name: c.Key.Name, Workload: w})
 			} else {
 				rest = append(rest, c)
 			}
 		}
 	}
-	var inv *inventory
+	var inv *inventory.Inventory
 	if m != nil {
 		inv = m.inv
 	}
 	if len(workloads) > 0 {
-		inv = inv.apply(workloads)
+		inv = inv.Apply(workloads)
 	}
 	var out *meshState
 	switch {

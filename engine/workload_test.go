@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -220,8 +221,8 @@ func TestPrincipalHoldersComeAndGo(t *testing.T) {
 	withPrincipal := func(w *resource.Workload) *resource.Workload { w.Principal = p; return w }
 	a := withPrincipal(workload("a", 1, map[string]string{"app": "web", "env": "prod"}, "10.0.0.1"))
 	b := withPrincipal(workload("b", 2, map[string]string{"app": "web", "env": "dev"}, "10.0.0.2"))
-	resolve := func(s *engine.Snapshot) (engine.EndpointResolution, error) {
-		return s.ResolveEndpoint("", &engine.Endpoint{Principal: p}, false, 0, nil)
+	resolve := func(s *engine.Snapshot) (inventory.EndpointResolution, error) {
+		return s.ResolveEndpoint("", &inventory.Endpoint{Principal: p}, false, 0, nil)
 	}
 	steps := []struct {
 		name    string
@@ -243,9 +244,9 @@ func TestPrincipalHoldersComeAndGo(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		want := engine.AsPrincipalHolders
+		want := inventory.AsPrincipalHolders
 		if st.holders == 0 {
-			want = engine.AsKumaSpiffe
+			want = inventory.AsKumaSpiffe
 			st.tags = resource.Tags{"kuma.io/service": "web", "principal": p}
 		}
 		if r.ResolvedAs != want || r.Holders != st.holders || !reflect.DeepEqual(r.Tags, st.tags) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -18,7 +19,7 @@ import (
 // Address sets of WatchRules (docs/api.md): one per distinct (mesh, peer
 // selector) named by the rules of some stream that asked for address sets,
 // shared by every rule and stream naming it (Calico's IP-set model). A set
-// holds each workload's part (engine.PeerPlan.Member); a snapshot that
+// holds each workload's part (engine.Snapshot.PeerMember); a snapshot that
 // changes workloads re-evaluates only the workloads it touched, so one
 // workload put costs one member evaluation per set, not per stream, and
 // yields a delta per set that changed. Everything here is guarded by the
@@ -37,11 +38,11 @@ type peerSet struct {
 	name string
 	mesh string
 	key  string
-	plan *engine.PeerPlan
+	plan *inventory.PeerPlan
 	refs int // groups whose current rules name it
 
 	rev     int64 // the revision its members reflect
-	members map[string]engine.PeerMember
+	members map[string]inventory.PeerMember
 	addrs   map[string]int // static sets: address → members holding it
 	outs    map[string]int // other sets: carved-out address → members
 	ids     map[uint64]int // identity → members with a matching address
@@ -118,11 +119,11 @@ func (r *setRegistry) peer(snap *engine.Snapshot, mesh string, sel resource.Sele
 	if ps, ok := r.byKey[key]; ok {
 		return nil, ps, nil
 	}
-	plan, err := engine.PlanPeer(sel)
+	plan, err := inventory.PlanPeer(sel)
 	if err != nil {
 		return nil, nil, err
 	}
-	if plan.Kind == engine.PeerCIDRs {
+	if plan.Kind == inventory.PeerCIDRs {
 		return plan.CIDRs, nil, nil
 	}
 	name := setName(key)
@@ -130,7 +131,7 @@ func (r *setRegistry) peer(snap *engine.Snapshot, mesh string, sel resource.Sele
 		return nil, nil, fmt.Errorf("%w: %q for two selectors of mesh %q", errSetNameCollision, name, mesh)
 	}
 	ps := &peerSet{name: name, mesh: mesh, key: key, plan: plan, rev: snap.Revision(),
-		members: map[string]engine.PeerMember{}, addrs: map[string]int{}, outs: map[string]int{}, ids: map[uint64]int{}}
+		members: map[string]inventory.PeerMember{}, addrs: map[string]int{}, outs: map[string]int{}, ids: map[uint64]int{}}
 	for n, m := range snap.PeerMembers(plan, mesh) {
 		ps.members[n] = m
 		ps.count(m, 1, nil)
@@ -162,7 +163,7 @@ func (r *setRegistry) release(ps *peerSet) {
 
 // count adds (n = 1) or removes (n = -1) a member's part; tr, when not nil,
 // records the addresses and identities that enter (+1) or leave (-1) the set.
-func (ps *peerSet) count(m engine.PeerMember, n int, tr *transitions) {
+func (ps *peerSet) count(m inventory.PeerMember, n int, tr *transitions) {
 	bump := func(c map[string]int, k string, track bool) {
 		before := c[k]
 		if c[k] += n; c[k] <= 0 {
@@ -222,7 +223,7 @@ func (ps *peerSet) update(snap *engine.Snapshot, names []string, all bool) {
 	}
 	tr := &transitions{addrs: map[string]int{}, ids: map[uint64]int{}}
 	changed := false
-	set := func(n string, m engine.PeerMember, ok bool) {
+	set := func(n string, m inventory.PeerMember, ok bool) {
 		old, had := ps.members[n]
 		if had == ok && (!ok || samePart(old, m)) {
 			return
@@ -241,7 +242,7 @@ func (ps *peerSet) update(snap *engine.Snapshot, names []string, all bool) {
 		fresh := snap.PeerMembers(ps.plan, ps.mesh)
 		for n := range ps.members {
 			if _, ok := fresh[n]; !ok {
-				set(n, engine.PeerMember{}, false)
+				set(n, inventory.PeerMember{}, false)
 			}
 		}
 		for n, m := range fresh {
@@ -296,7 +297,7 @@ func (ps *peerSet) addressList() []string {
 	return keysOf(ps.addrs)
 }
 
-func samePart(a, b engine.PeerMember) bool {
+func samePart(a, b inventory.PeerMember) bool {
 	return a.Identity == b.Identity && slices.Equal(a.In, b.In) && slices.Equal(a.Out, b.Out)
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -259,18 +260,18 @@ func TestSetNamesAreStable(t *testing.T) {
 // resolveWatched converts the engine's forms by number: the two enums agree.
 func TestEndpointEnumsAgree(t *testing.T) {
 	t.Parallel()
-	forms := map[engine.EndpointForm]verdictv1.EndpointForm{engine.FormTags: verdictv1.EndpointForm_ENDPOINT_FORM_TAGS,
-		engine.FormWorkload: verdictv1.EndpointForm_ENDPOINT_FORM_WORKLOAD, engine.FormAddress: verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS,
-		engine.FormPrincipal: verdictv1.EndpointForm_ENDPOINT_FORM_PRINCIPAL, engine.FormIdentity: verdictv1.EndpointForm_ENDPOINT_FORM_IDENTITY}
+	forms := map[inventory.EndpointForm]verdictv1.EndpointForm{inventory.FormTags: verdictv1.EndpointForm_ENDPOINT_FORM_TAGS,
+		inventory.FormWorkload: verdictv1.EndpointForm_ENDPOINT_FORM_WORKLOAD, inventory.FormAddress: verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS,
+		inventory.FormPrincipal: verdictv1.EndpointForm_ENDPOINT_FORM_PRINCIPAL, inventory.FormIdentity: verdictv1.EndpointForm_ENDPOINT_FORM_IDENTITY}
 	for e, p := range forms {
 		if verdictv1.EndpointForm(e) != p {
 			t.Errorf("form %v is %v in the API, not %v", e, p, verdictv1.EndpointForm(e))
 		}
 	}
-	as := map[engine.ResolvedAs]verdictv1.ResolvedAs{engine.AsTags: verdictv1.ResolvedAs_RESOLVED_AS_TAGS,
-		engine.AsWorkload: verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD, engine.AsExternal: verdictv1.ResolvedAs_RESOLVED_AS_EXTERNAL,
-		engine.AsPrincipalHolders: verdictv1.ResolvedAs_RESOLVED_AS_PRINCIPAL_HOLDERS, engine.AsKumaSpiffe: verdictv1.ResolvedAs_RESOLVED_AS_KUMA_SPIFFE,
-		engine.AsUnknownPrincipal: verdictv1.ResolvedAs_RESOLVED_AS_UNKNOWN_PRINCIPAL, engine.AsIdentity: verdictv1.ResolvedAs_RESOLVED_AS_IDENTITY}
+	as := map[inventory.ResolvedAs]verdictv1.ResolvedAs{inventory.AsTags: verdictv1.ResolvedAs_RESOLVED_AS_TAGS,
+		inventory.AsWorkload: verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD, inventory.AsExternal: verdictv1.ResolvedAs_RESOLVED_AS_EXTERNAL,
+		inventory.AsPrincipalHolders: verdictv1.ResolvedAs_RESOLVED_AS_PRINCIPAL_HOLDERS, inventory.AsKumaSpiffe: verdictv1.ResolvedAs_RESOLVED_AS_KUMA_SPIFFE,
+		inventory.AsUnknownPrincipal: verdictv1.ResolvedAs_RESOLVED_AS_UNKNOWN_PRINCIPAL, inventory.AsIdentity: verdictv1.ResolvedAs_RESOLVED_AS_IDENTITY}
 	for e, p := range as {
 		if verdictv1.ResolvedAs(e) != p {
 			t.Errorf("resolved-as %v is %v in the API, not %v", e, p, verdictv1.ResolvedAs(e))

@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -56,17 +57,17 @@ func (s decisionService) identify(ctx context.Context, snap *engine.Snapshot, me
 	}
 	tags, eep := apiconv.Endpoint(ep)
 	if eep == nil {
-		eep = &engine.Endpoint{Tags: tags}
+		eep = &inventory.Endpoint{Tags: tags}
 	}
 	res, err := snap.ResolveEndpoint(mesh, eep, false, 0, s.identities)
 	if err == nil {
-		var set *engine.TagSet
+		var set *inventory.TagSet
 		if set, err = snap.Identify(mesh, res.Tags, s.identities); err == nil {
 			r := apiconv.EndpointResolution(mesh, &res, false)
 			r.Identity = set.Identity() // of the tags minus the reserved keys
 			return &verdictv1.Identified{Identity: set.Identity(), Resolution: r}
 		}
-		if errors.Is(err, engine.ErrIdentityCollision) {
+		if errors.Is(err, inventory.ErrIdentityCollision) {
 			s.log.ErrorContext(ctx, "identity collision: a tag set refused", "err", err)
 		}
 	}
@@ -108,7 +109,7 @@ type policySlot struct {
 type idMemo struct {
 	gen  uint32
 	id   uint64
-	set  *engine.TagSet
+	set  *inventory.TagSet
 	code verdictv1.CompactCode // for the source; the destination's is code+1
 }
 
@@ -116,7 +117,7 @@ var compactPool = sync.Pool{New: func() any { return &compactScratch{} }}
 
 // resolve returns the tag set of identity id, or the code of why it has none
 // (as a source); an error only for the batch as a whole.
-func (sc *compactScratch) resolve(s decisionService, ctx context.Context, scope *engine.PairScope, id uint64) (*engine.TagSet, verdictv1.CompactCode, error) {
+func (sc *compactScratch) resolve(s decisionService, ctx context.Context, scope *engine.PairScope, id uint64) (*inventory.TagSet, verdictv1.CompactCode, error) {
 	m := &sc.ids[(id^id>>32)&(compactIDMemo-1)]
 	if m.gen == sc.gen && m.id == id {
 		return m.set, m.code, nil
@@ -125,9 +126,9 @@ func (sc *compactScratch) resolve(s decisionService, ctx context.Context, scope 
 	code := verdictv1.CompactCode_COMPACT_CODE_UNSPECIFIED
 	switch {
 	case err == nil:
-	case errors.Is(err, engine.ErrIdentityNotFound):
+	case errors.Is(err, inventory.ErrIdentityNotFound):
 		code = verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE
-	case errors.Is(err, engine.ErrIdentityCollision):
+	case errors.Is(err, inventory.ErrIdentityCollision):
 		s.log.ErrorContext(ctx, "identity collision: not answered", "err", err)
 		code = verdictv1.CompactCode_COMPACT_CODE_IDENTITY_COLLISION
 	default:
@@ -200,7 +201,7 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 		pe := ents[i]
 		var a engine.PairAnswer
 		var d *engine.Decision
-		var src, dst *engine.TagSet
+		var src, dst *inventory.TagSet
 		memo := pe != nil
 		if memo {
 			a = pe.Answer()
@@ -302,11 +303,11 @@ func (sc *compactScratch) cell(counts *policyCounts, nums *engine.PolicyNumbers,
 
 // logCompact offers a compact decision to the decision log: the endpoints as
 // the identities given, with the tags they stand for.
-func (s decisionService) logCompact(ctx context.Context, mesh, typ string, src, dst *engine.TagSet, proto resource.Protocol, port uint32, d engine.Decision) {
+func (s decisionService) logCompact(ctx context.Context, mesh, typ string, src, dst *inventory.TagSet, proto resource.Protocol, port uint32, d engine.Decision) {
 	er := engine.Request{Mesh: mesh, Type: typ, Protocol: proto, Port: port,
-		SourceEndpoint: &engine.Endpoint{Identity: src.Identity()}, DestinationEndpoint: &engine.Endpoint{Identity: dst.Identity()}}
-	resolved := func(t *engine.TagSet) engine.EndpointResolution {
-		return engine.EndpointResolution{Form: engine.FormIdentity, ResolvedAs: engine.AsIdentity, Identity: t.Identity(), Tags: t.Tags()}
+		SourceEndpoint: &inventory.Endpoint{Identity: src.Identity()}, DestinationEndpoint: &inventory.Endpoint{Identity: dst.Identity()}}
+	resolved := func(t *inventory.TagSet) inventory.EndpointResolution {
+		return inventory.EndpointResolution{Form: inventory.FormIdentity, ResolvedAs: inventory.AsIdentity, Identity: t.Identity(), Tags: t.Tags()}
 	}
 	d.SourceResolution, d.DestinationResolution = resolved(src), resolved(dst)
 	s.record.logDecision(ctx, &er, &d, 0)

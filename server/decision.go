@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -31,7 +32,7 @@ type decisionService struct {
 // timed and counted, recorded (decisionRecorder), converted to the API's
 // answer. The decision service and Envoy's Check (extauthz.go) share it.
 type decider struct {
-	identities *engine.Registry // the tag sets registered through Identify
+	identities *inventory.Registry // the tag sets registered through Identify
 	metrics    *metrics
 	record     decisionRecorder
 	confs      *apiconv.ConfCache

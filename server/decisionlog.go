@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -71,7 +72,7 @@ func (s decisionRecorder) logDecision(ctx context.Context, er *engine.Request, d
 
 // logEndpoint is one end of the flow as the request gave it (ep nil: as
 // tags), with the tags it was decided on.
-func logEndpoint(ep *engine.Endpoint, r *engine.EndpointResolution) decisionlog.Endpoint {
+func logEndpoint(ep *inventory.Endpoint, r *inventory.EndpointResolution) decisionlog.Endpoint {
 	out := decisionlog.Endpoint{Tags: maps.Clone(r.Tags)}
 	if ep != nil {
 		out.Workload, out.Address, out.Principal, out.Identity = ep.Workload, ep.Address, ep.Principal, ep.Identity

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -418,7 +419,7 @@ func sideName(side int) string {
 // NotFound); an address → its workload's tags plus ip, else the external
 // endpoint {ip: ADDRESS}. A workload's addresses come with it.
 func resolveWatched(snap *engine.Snapshot, mesh string, ep watched) (resolution, error) {
-	r, err := snap.ResolveEndpoint(mesh, &engine.Endpoint{Tags: ep.tags, Workload: ep.name, Address: ep.address}, false, 0, nil)
+	r, err := snap.ResolveEndpoint(mesh, &inventory.Endpoint{Tags: ep.tags, Workload: ep.name, Address: ep.address}, false, 0, nil)
 	if err != nil {
 		return resolution{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
@@ -93,7 +94,7 @@ func TestWatchRulesAwaitsTheReplica(t *testing.T) {
 		t.Fatalf("a workload the replica serves: %v", r.err)
 	}
 	r.w.close()
-	if _, err := h.watch(ctx, "aw", "", watched{name: "nobody"}, false, false); !errors.Is(err, engine.ErrEndpointNotFound) {
+	if _, err := h.watch(ctx, "aw", "", watched{name: "nobody"}, false, false); !errors.Is(err, inventory.ErrEndpointNotFound) {
 		t.Fatalf("an unknown workload: %v", err)
 	}
 }

@@ -44,6 +44,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
@@ -113,9 +114,9 @@ type Config struct {
 	// wants (never blocking a decision), and serves DecisionLogService.Follow.
 	DecisionLog *decisionlog.Logger
 	// IdentityMaxSets and IdentityMaxBytes bound the registry of tag sets
-	// registered through Identify (defaults engine.DefaultRegistryMaxSets and
-	// engine.DefaultRegistryMaxBytes); past them the least recently used sets
-	// are evicted (engine.Registry).
+	// registered through Identify (defaults inventory.DefaultRegistryMaxSets and
+	// inventory.DefaultRegistryMaxBytes); past them the least recently used sets
+	// are evicted (inventory.Registry).
 	IdentityMaxSets  int
 	IdentityMaxBytes int64
 	// DisableExtAuthz: do not serve Envoy's envoy.service.auth.v3.Authorization
@@ -216,7 +217,7 @@ type Server struct {
 	hub    *rulesHub
 	feed   *resourceFeed
 	// identities holds the tag sets registered through Identify (compact.go).
-	identities *engine.Registry
+	identities *inventory.Registry
 	health     *health.Server
 	grpc       *grpc.Server
 
@@ -239,7 +240,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, health: health.NewServer(), stop: make(chan struct{}),
 		auth:       newAuthorizer(&cfg),
-		identities: engine.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
+		identities: inventory.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
 		hub:        newRulesHub(cfg.Syncer, cfg.Logger),
 		feed:       newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges),
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -196,7 +197,7 @@ type request struct {
 	Mesh, Type          string
 	Source, Destination resource.Tags
 	// SourceEndpoint and DestinationEndpoint: a side given by reference.
-	SourceEndpoint, DestinationEndpoint *engine.Endpoint
+	SourceEndpoint, DestinationEndpoint *inventory.Endpoint
 	Protocol                            resource.Protocol
 	Port                                uint32
 	Explain                             bool
@@ -262,12 +263,12 @@ func text(v any) (string, error) {
 // endpoint reads one end of a flow: {tags: {...}} as tags, or one of
 // {workload: NAME}, {address: IP}, {principal: ID}, {identity: N} as an
 // endpoint by reference (several forms are kept, for Validate to refuse).
-func endpoint(v any) (resource.Tags, *engine.Endpoint, error) {
+func endpoint(v any) (resource.Tags, *inventory.Endpoint, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return nil, nil, errors.New("an endpoint is {tags: {...}}, {workload: NAME}, {address: IP}, {principal: ID} or {identity: N}")
 	}
-	var ep engine.Endpoint
+	var ep inventory.Endpoint
 	byRef := false
 	for k, val := range m {
 		var err error
@@ -575,7 +576,7 @@ func compareAudit(problems []string, want any, got *engine.Audit) []string {
 // form (tags, workload, address, principal, identity), resolvedAs (TAGS,
 // WORKLOAD, EXTERNAL, PRINCIPAL_HOLDERS, KUMA_SPIFFE, UNKNOWN_PRINCIPAL,
 // IDENTITY), workload, holders, identity, tags.
-func compareResolution(problems []string, name string, want any, mesh string, got engine.EndpointResolution) []string {
+func compareResolution(problems []string, name string, want any, mesh string, got inventory.EndpointResolution) []string {
 	wm, ok := want.(map[string]any)
 	if !ok {
 		return append(problems, fmt.Sprintf("expect.%s must be an object", name))
@@ -584,7 +585,7 @@ func compareResolution(problems []string, name string, want any, mesh string, go
 		mesh = resource.DefaultMesh
 	}
 	id := got.Identity
-	if id == 0 && got.Form == engine.FormTags { // as the API answers it
+	if id == 0 && got.Form == inventory.FormTags { // as the API answers it
 		id = resource.Identity(mesh, got.Tags)
 	}
 	for k, v := range wm {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -119,11 +120,11 @@ func DecideRequest(r *verdictv1.DecideRequest) engine.Request {
 // Endpoint translates one end of a flow: its tags when it is given as tags
 // (the common case costs no allocation), else the engine's endpoint, which
 // keeps every form given so that validation can name a second one.
-func Endpoint(e *verdictv1.Endpoint) (resource.Tags, *engine.Endpoint) {
+func Endpoint(e *verdictv1.Endpoint) (resource.Tags, *inventory.Endpoint) {
 	if e.GetWorkload() == "" && e.GetAddress() == "" && e.GetPrincipal() == "" && e.GetIdentity() == 0 {
 		return e.GetTags(), nil
 	}
-	return nil, &engine.Endpoint{Tags: e.GetTags(), Workload: e.GetWorkload(), Address: e.GetAddress(),
+	return nil, &inventory.Endpoint{Tags: e.GetTags(), Workload: e.GetWorkload(), Address: e.GetAddress(),
 		Principal: e.GetPrincipal(), Identity: e.GetIdentity()}
 }
 
@@ -131,15 +132,15 @@ func Endpoint(e *verdictv1.Endpoint) (resource.Tags, *engine.Endpoint) {
 // the tags are given only with explain (they can be many). A side given as
 // tags whose identity the engine was not asked for (engine.Request's
 // TagIdentities) gets it computed here.
-func EndpointResolution(mesh string, r *engine.EndpointResolution, explain bool) *verdictv1.EndpointResolution {
+func EndpointResolution(mesh string, r *inventory.EndpointResolution, explain bool) *verdictv1.EndpointResolution {
 	out := &verdictv1.EndpointResolution{}
 	fillResolution(out, mesh, r, explain)
 	return out
 }
 
-func fillResolution(out *verdictv1.EndpointResolution, mesh string, r *engine.EndpointResolution, explain bool) {
+func fillResolution(out *verdictv1.EndpointResolution, mesh string, r *inventory.EndpointResolution, explain bool) {
 	id := r.Identity
-	if id == 0 && r.Form == engine.FormTags {
+	if id == 0 && r.Form == inventory.FormTags {
 		id = resource.Identity(mesh, r.Tags)
 	}
 	out.Form, out.ResolvedAs = EndpointForm(r.Form), ResolvedAs(r.ResolvedAs)
@@ -149,37 +150,37 @@ func fillResolution(out *verdictv1.EndpointResolution, mesh string, r *engine.En
 	}
 }
 
-func EndpointForm(f engine.EndpointForm) verdictv1.EndpointForm {
+func EndpointForm(f inventory.EndpointForm) verdictv1.EndpointForm {
 	switch f {
-	case engine.FormTags:
+	case inventory.FormTags:
 		return verdictv1.EndpointForm_ENDPOINT_FORM_TAGS
-	case engine.FormWorkload:
+	case inventory.FormWorkload:
 		return verdictv1.EndpointForm_ENDPOINT_FORM_WORKLOAD
-	case engine.FormAddress:
+	case inventory.FormAddress:
 		return verdictv1.EndpointForm_ENDPOINT_FORM_ADDRESS
-	case engine.FormPrincipal:
+	case inventory.FormPrincipal:
 		return verdictv1.EndpointForm_ENDPOINT_FORM_PRINCIPAL
-	case engine.FormIdentity:
+	case inventory.FormIdentity:
 		return verdictv1.EndpointForm_ENDPOINT_FORM_IDENTITY
 	}
 	return verdictv1.EndpointForm_ENDPOINT_FORM_UNSPECIFIED
 }
 
-func ResolvedAs(a engine.ResolvedAs) verdictv1.ResolvedAs {
+func ResolvedAs(a inventory.ResolvedAs) verdictv1.ResolvedAs {
 	switch a {
-	case engine.AsTags:
+	case inventory.AsTags:
 		return verdictv1.ResolvedAs_RESOLVED_AS_TAGS
-	case engine.AsWorkload:
+	case inventory.AsWorkload:
 		return verdictv1.ResolvedAs_RESOLVED_AS_WORKLOAD
-	case engine.AsExternal:
+	case inventory.AsExternal:
 		return verdictv1.ResolvedAs_RESOLVED_AS_EXTERNAL
-	case engine.AsPrincipalHolders:
+	case inventory.AsPrincipalHolders:
 		return verdictv1.ResolvedAs_RESOLVED_AS_PRINCIPAL_HOLDERS
-	case engine.AsKumaSpiffe:
+	case inventory.AsKumaSpiffe:
 		return verdictv1.ResolvedAs_RESOLVED_AS_KUMA_SPIFFE
-	case engine.AsUnknownPrincipal:
+	case inventory.AsUnknownPrincipal:
 		return verdictv1.ResolvedAs_RESOLVED_AS_UNKNOWN_PRINCIPAL
-	case engine.AsIdentity:
+	case inventory.AsIdentity:
 		return verdictv1.ResolvedAs_RESOLVED_AS_IDENTITY
 	}
 	return verdictv1.ResolvedAs_RESOLVED_AS_UNSPECIFIED

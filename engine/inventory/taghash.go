@@ -1,4 +1,4 @@
-package engine
+package inventory
 
 import (
 	"hash/maphash"
@@ -8,9 +8,9 @@ import (
 
 // cacheSeed seeds the process's tag hashes: the memo's keys and the interned
 // tag sets' hashes.
-var cacheSeed = maphash.MakeSeed()
+var CacheSeed = maphash.MakeSeed()
 
-func mix64(x uint64) uint64 {
+func Mix64(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
 	x ^= x >> 33
@@ -19,11 +19,11 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
-// tagsHash hashes a tag set independently of map order.
-func tagsHash(tags resource.Tags) uint64 {
+// TagsHash hashes a tag set independently of map order.
+func TagsHash(tags resource.Tags) uint64 {
 	var sum uint64
 	for k, v := range tags {
-		sum += mix64(maphash.String(cacheSeed, k) ^ maphash.String(cacheSeed, v)*0x9E3779B97F4A7C15)
+		sum += Mix64(maphash.String(CacheSeed, k) ^ maphash.String(CacheSeed, v)*0x9E3779B97F4A7C15)
 	}
 	return sum + uint64(len(tags))
 }

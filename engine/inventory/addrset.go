@@ -1,4 +1,4 @@
-package engine
+package inventory
 
 // Address sets: a rule's peer selector as a kernel sees peers — addresses
 // (docs/api.md, WatchRules with address sets). A kernel sees a peer's address
@@ -215,16 +215,16 @@ type PeerMember struct {
 	Identity uint64
 }
 
-func (p *PeerPlan) member(e *workloadEntry) (PeerMember, bool) {
-	if e.err != "" || p.Kind != PeerSet {
+func (p *PeerPlan) Member(e *WorkloadEntry) (PeerMember, bool) {
+	if e.Err != "" || p.Kind != PeerSet {
 		return PeerMember{}, false
 	}
 	var m PeerMember
-	tags := make(resource.Tags, len(e.w.Tags)+1)
-	for k, v := range e.w.Tags {
+	tags := make(resource.Tags, len(e.Workload.Tags)+1)
+	for k, v := range e.Workload.Tags {
 		tags[k] = v
 	}
-	for _, a := range e.w.Addresses {
+	for _, a := range e.Workload.Addresses {
 		tags[resource.IPTag] = a
 		if p.m.Matches(tags) {
 			m.In = append(m.In, a)
@@ -235,7 +235,7 @@ func (p *PeerPlan) member(e *workloadEntry) (PeerMember, bool) {
 	if len(m.In) == 0 && len(m.Out) == 0 {
 		return PeerMember{}, false
 	}
-	m.Identity = e.id
+	m.Identity = e.ID
 	return m, true
 }
 

@@ -1,4 +1,4 @@
-package engine
+package inventory
 
 // Identities (docs/workloads.md): a tag set known by its numeric identity
 // (Identity), interned so the compact decision path goes identity → tag set →
@@ -47,12 +47,12 @@ func (t *TagSet) Identity() uint64 { return t.id }
 // Hash is the tag set's hash (tagsHash), computed once when it is interned.
 func (t *TagSet) Hash() uint64 { return t.hash }
 
-func newTagSet(id uint64, tags resource.Tags) *TagSet {
-	return &TagSet{tags: tags, id: id, hash: tagsHash(tags)}
+func NewTagSet(id uint64, tags resource.Tags) *TagSet {
+	return &TagSet{tags: tags, id: id, hash: TagsHash(tags)}
 }
 
-// ownTags returns tags without the reserved keys (tags itself when it has none).
-func ownTags(tags resource.Tags) resource.Tags {
+// OwnTags returns tags without the reserved keys (tags itself when it has none).
+func OwnTags(tags resource.Tags) resource.Tags {
 	n := 0
 	for k := range tags {
 		if resource.IsReservedTag(k) {
@@ -98,8 +98,8 @@ const (
 type Registry struct {
 	maxSets  int
 	maxBytes int64
-	// identity computes identities; tests replace it to make collisions.
-	identity func(mesh string, tags resource.Tags) uint64
+	// Identity computes identities; tests replace it to make collisions.
+	Identity func(mesh string, tags resource.Tags) uint64
 
 	// meshes holds each mesh's sets, an immutable map replaced whole by a
 	// writer: a compact batch finds its mesh once (MeshRegistry), then looks
@@ -140,7 +140,7 @@ type registryShard struct {
 }
 
 func (mr *MeshRegistry) shard(id uint64) *registryShard {
-	return &mr.shards[mix64(id)&(registryShards-1)]
+	return &mr.shards[Mix64(id)&(registryShards-1)]
 }
 
 func (sh *registryShard) get(id uint64) (*registryEntry, bool) {
@@ -208,7 +208,7 @@ func NewRegistry(maxSets int, maxBytes int64) *Registry {
 	if maxBytes <= 0 {
 		maxBytes = DefaultRegistryMaxBytes
 	}
-	r := &Registry{maxSets: maxSets, maxBytes: maxBytes, identity: resource.Identity}
+	r := &Registry{maxSets: maxSets, maxBytes: maxBytes, Identity: resource.Identity}
 	r.meshes.Store(&map[string]*MeshRegistry{})
 	return r
 }
@@ -227,7 +227,7 @@ func (r *Registry) Stats() RegistryStats {
 	return RegistryStats{Sets: r.count, Bytes: r.bytes, Evicted: r.evicted}
 }
 
-func setBytes(tags resource.Tags) int64 {
+func SetBytes(tags resource.Tags) int64 {
 	n := int64(registryEntryBytes)
 	for k, v := range tags {
 		n += int64(len(k)+len(v)) + tagPairBytes
@@ -260,12 +260,12 @@ func (r *Registry) Register(mesh string, tags resource.Tags) (*TagSet, error) {
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
-	own := ownTags(tags)
-	id := r.identity(mesh, own)
+	own := OwnTags(tags)
+	id := r.Identity(mesh, own)
 	if e, ok := r.Mesh(mesh).get(id); ok {
 		return r.existing(e, own)
 	}
-	size := setBytes(own)
+	size := SetBytes(own)
 	if size > r.maxBytes {
 		return nil, fmt.Errorf("%w: the tag set takes %d bytes, the registry holds %d", ErrRegistryFull, size, r.maxBytes)
 	}
@@ -280,7 +280,7 @@ func (r *Registry) Register(mesh string, tags resource.Tags) (*TagSet, error) {
 		mr = &MeshRegistry{mesh: mesh}
 		r.setMesh(mesh, mr)
 	}
-	e := &registryEntry{mr: mr, set: newTagSet(id, own), size: size}
+	e := &registryEntry{mr: mr, set: NewTagSet(id, own), size: size}
 	if n := len(r.free); n > 0 {
 		e.slot = r.free[n-1]
 		r.free = r.free[:n-1]
@@ -315,13 +315,13 @@ func (r *Registry) setMesh(mesh string, mr *MeshRegistry) {
 
 func (r *Registry) existing(e *registryEntry, tags resource.Tags) (*TagSet, error) {
 	if !resource.SameTagSet(e.set.tags, tags) {
-		return nil, collision(e.mr.mesh, e.set.id, e.set.tags, tags)
+		return nil, Collision(e.mr.mesh, e.set.id, e.set.tags, tags)
 	}
 	e.used.Store(true)
 	return e.set, nil
 }
 
-func collision(mesh string, id uint64, a, b resource.Tags) error {
+func Collision(mesh string, id uint64, a, b resource.Tags) error {
 	return fmt.Errorf("%w: in mesh %q, tags %v and %v both have identity %d; the second is refused and the identity is not answered",
 		ErrIdentityCollision, mesh, a, b, id)
 }
@@ -353,8 +353,8 @@ func (r *Registry) makeRoom(size int64) {
 	}
 }
 
-// generation is the registry's gen (0 for nil: no registry, no change).
-func (r *Registry) generation() uint64 {
+// Generation is the registry's gen (0 for nil: no registry, no change).
+func (r *Registry) Generation() uint64 {
 	if r == nil {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package engine
+package inventory
 
 // Endpoints by reference (docs/workloads.md, "Endpoints by reference"): a
 // flow's source or destination given by a workload name, an address, a
@@ -117,8 +117,8 @@ func (e *Endpoint) forms() []EndpointForm {
 	return out
 }
 
-// check adds the endpoint's field errors under field ("source").
-func (e *Endpoint) check(errs *resource.FieldErrors, field string) {
+// Check adds the endpoint's field errors under field ("source").
+func (e *Endpoint) Check(errs *resource.FieldErrors, field string) {
 	forms := e.forms()
 	if len(forms) > 1 {
 		names := make([]string, len(forms))
@@ -162,36 +162,36 @@ type EndpointResolution struct {
 	Tags     resource.Tags // the tags the flow is decided on (shared: do not modify)
 }
 
-// owner returns the valid workload that owns an address.
-func (inv *inventory) owner(addr string) (*workloadEntry, bool) {
+// Owner returns the valid workload that owns an address.
+func (inv *Inventory) Owner(addr string) (*WorkloadEntry, bool) {
 	if inv == nil {
 		return nil, false
 	}
-	l, ok := inv.claims.Get(addr)
+	l, ok := inv.Claims.Get(addr)
 	if !ok || len(l) == 0 {
 		return nil, false
 	}
-	e, ok := inv.byName.Get(l[0].name)
-	if !ok || e.err != "" {
+	e, ok := inv.ByName.Get(l[0].Name)
+	if !ok || e.Err != "" {
 		return nil, false
 	}
 	return e, true
 }
 
-// workload returns the valid workload named name.
-func (inv *inventory) workload(name string) (*workloadEntry, bool) {
+// Workload returns the valid workload named name.
+func (inv *Inventory) Workload(name string) (*WorkloadEntry, bool) {
 	if inv == nil {
 		return nil, false
 	}
-	e, ok := inv.byName.Get(name)
-	if !ok || e.err != "" {
+	e, ok := inv.ByName.Get(name)
+	if !ok || e.Err != "" {
 		return nil, false
 	}
 	return e, true
 }
 
-// principal returns the valid holders of a principal.
-func (inv *inventory) principal(id string) (*principalSet, bool) {
+// Principal returns the valid holders of a principal.
+func (inv *Inventory) Principal(id string) (*principalSet, bool) {
 	if inv == nil {
 		return nil, false
 	}
