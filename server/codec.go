@@ -54,6 +54,10 @@ func (c requestCodec) withLimits(limits map[protoreflect.FullName]int, def int) 
 // the highest valid field number, bytes "path\x00reason".
 const undecodableField protowire.Number = protowire.MaxValidNumber
 
+// maxSalvaged bounds the scalar fields decoded from an oversized message
+// (its id: MaxStreamIDLen, with room).
+const maxSalvaged = 1 << 10
+
 // oversizedField marks a message over its limit, left undecoded: bytes
 // "reason". undecodable reports it too, so that a path that checks only
 // for undecodable messages refuses it all the same.
@@ -88,6 +92,7 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 			}
 			if n > limit {
 				proto.Reset(m)
+				salvageScalars(data.Materialize(), m, maxSalvaged)
 				markOversized(m, fmt.Sprintf("%d bytes, over the limit of %d", n, limit))
 				return nil
 			}
@@ -111,7 +116,7 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	b := data.Materialize()
 	field, reason := locate(b, m.ProtoReflect(), "", 0)
 	proto.Reset(m)
-	salvageScalars(b, m)
+	salvageScalars(b, m, len(b))
 	markUndecodable(m, field, reason)
 	return nil
 }
@@ -321,10 +326,10 @@ func fieldName(path string, fd protoreflect.FieldDescriptor, num protowire.Numbe
 	return path + "." + name
 }
 
-// salvageScalars decodes the singular scalar fields of b that decode on
-// their own into m (a DecideStream message's id, so that its error answer
-// carries it).
-func salvageScalars(b []byte, m proto.Message) {
+// salvageScalars decodes the singular scalar fields of b of at most
+// maxValue bytes that decode on their own into m (a DecideStream message's
+// id, so that its error answer carries it).
+func salvageScalars(b []byte, m proto.Message, maxValue int) {
 	md := m.ProtoReflect().Descriptor()
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -338,7 +343,8 @@ func salvageScalars(b []byte, m proto.Message) {
 		whole := b[:n+vlen]
 		b = b[n+vlen:]
 		fd := md.Fields().ByNumber(num)
-		if fd == nil || fd.IsList() || fd.IsMap() || fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind {
+		if fd == nil || fd.IsList() || fd.IsMap() || fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind ||
+			vlen > maxValue {
 			continue
 		}
 		_ = proto.UnmarshalOptions{Merge: true}.Unmarshal(whole, m)
