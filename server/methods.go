@@ -42,10 +42,9 @@ const (
 // method is one row of the table.
 type method struct {
 	access access
-	// needs names the part of a request that needs an authorized caller on a
-	// method anyone may call ("explain"), or "" when the request has none; nil:
-	// no part does. It sees every message of a stream (needsIf).
-	needs func(req any) string
+	// needs are the parts of a request that need an authorized caller on a
+	// method anyone may call (explain); each message of a stream is checked.
+	needs []need
 	// redact removes from an answer to a caller who is not authorized what
 	// only an authorized caller may read (workload names, tags); nil: the
 	// method's answers hold none. It sees every message a stream sends.
@@ -62,16 +61,25 @@ type method struct {
 	selfChecked bool
 }
 
-// methodTable is the server's table, keyed by full method name. A row is
-// one line; a method may take parts of another's (needsIf, redacts).
+// need is a part of a request that needs an authorized caller (needsIf).
+type need struct {
+	what string         // "explain", as the refusal names it
+	in   func(any) bool // the request has it (a request of another type: true)
+}
+
+// methodTable is the server's table, keyed by full method name. A new method
+// is one row: its access and validator, and where it has them the parts of
+// its requests that need authorization (needsIf: a read at a past revision
+// would add needsIf("at_revision", ...)) and what its answers must not show
+// anyone else (redacts).
 var methodTable = map[string]*method{
 	// DecisionService: open to sidecars; explain and inventory data (workload
 	// names, tags) only for authorized callers.
-	verdictv1.DecisionService_Decide_FullMethodName: {access: anyone, needs: needsIf("explain", (*verdictv1.DecideRequest).GetExplain),
+	verdictv1.DecisionService_Decide_FullMethodName: {access: anyone, needs: []need{needsIf("explain", (*verdictv1.DecideRequest).GetExplain)},
 		redact: redacts(redactDecide), validate: validatedByHandler},
-	verdictv1.DecisionService_DecideBatch_FullMethodName: {access: anyone, needs: needsIf("explain", batchExplains),
+	verdictv1.DecisionService_DecideBatch_FullMethodName: {access: anyone, needs: []need{needsIf("explain", batchExplains)},
 		redact: redacts(redactBatch), validate: validates(checkDecideBatch)},
-	verdictv1.DecisionService_DecideStream_FullMethodName: {access: anyone, needs: needsIf("explain", streamExplains),
+	verdictv1.DecisionService_DecideStream_FullMethodName: {access: anyone, needs: []need{needsIf("explain", streamExplains)},
 		redact: redacts(redactStream), validate: validates(checkStreamMessage), selfChecked: true},
 	verdictv1.DecisionService_Resolve_FullMethodName:       {access: anyone, validate: validates(checkResolve)},
 	verdictv1.DecisionService_Identify_FullMethodName:      {access: anyone, redact: redacts(redactIdentify), validate: validates(checkIdentify)},
@@ -89,7 +97,7 @@ var methodTable = map[string]*method{
 	// WatchService: the store's changes need authorization; a workload's
 	// rules are open, its peers' addresses (address sets) are inventory.
 	verdictv1.WatchService_WatchResources_FullMethodName: {access: authorizedOnly, validate: validates(checkWatchResources)},
-	verdictv1.WatchService_WatchRules_FullMethodName: {access: anyone, needs: needsIf("address_sets", (*verdictv1.WatchRulesRequest).GetAddressSets),
+	verdictv1.WatchService_WatchRules_FullMethodName: {access: anyone, needs: []need{needsIf("address_sets", (*verdictv1.WatchRulesRequest).GetAddressSets)},
 		validate: validates(checkWatchRules)},
 
 	// Decision records name workloads and callers.
@@ -107,15 +115,12 @@ var methodTable = map[string]*method{
 	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: {access: anyone, validate: nothingToValidate},
 }
 
-// needsIf makes a row's needs: what, when part says a request of type T has
-// that part.
-func needsIf[T proto.Message](what string, part func(T) bool) func(any) string {
-	return func(req any) string {
-		if r, ok := req.(T); !ok || part(r) {
-			return what // a message of another type: refused, as if it had the part
-		}
-		return ""
-	}
+// needsIf is a need: what, which a request of type T has when has says so.
+func needsIf[T proto.Message](what string, has func(T) bool) need {
+	return need{what: what, in: func(req any) bool {
+		r, ok := req.(T)
+		return !ok || has(r) // a message of another type: refused, as if it had the part
+	}}
 }
 
 // redacts makes a row's redact of a function of one answer type; answers of
@@ -215,9 +220,11 @@ func (c *call) check(req any) error {
 	if reason, ok := oversized(req); ok {
 		return fmt.Errorf("%w: %s: %s", errTooLarge, c.method, reason)
 	}
-	if c.row.needs != nil && !c.authorized {
-		if what := c.row.needs(req); what != "" {
-			return fmt.Errorf("%s needs an authorized caller (a bearer token or an allowed client certificate): %w", what, c.why)
+	if !c.authorized {
+		for _, n := range c.row.needs {
+			if n.in(req) {
+				return fmt.Errorf("%s needs an authorized caller (a bearer token or an allowed client certificate): %w", n.what, c.why)
+			}
 		}
 	}
 	if c.row.validate == nil {

@@ -3,9 +3,9 @@
 // between the API's messages and the engine's types, call the engine, the
 // syncer's snapshot or the store, and map errors to codes (errors.go) —
 // nothing else. It also assembles the production gRPC server: interceptors
-// (logging, recovery, authorization, validation), limits, keepalive
-// enforcement, health, reflection, OpenTelemetry, and a graceful shutdown that
-// ends streams.
+// (logging, recovery, and the method table's access, limits, validation and
+// redaction: methods.go), keepalive enforcement, health, reflection,
+// OpenTelemetry, and a graceful shutdown that ends streams.
 //
 // Each service is a struct of exactly the dependencies it uses, wired by New
 // (see Server): a handler cannot reach the store, the syncer or the feed
