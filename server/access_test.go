@@ -114,6 +114,21 @@ func TestAccessByRow(t *testing.T) {
 			}
 			wantNames(t, "Identify", id.GetResults()[0].GetResolution(), "db-1", tc.names)
 
+			// WatchRules of an address: the rules for anyone; the workload
+			// they are for named only to authorized callers.
+			rules, err := tc.h.wat.WatchRules(tc.ctx, &verdictv1.WatchRulesRequest{Workload: &verdictv1.Endpoint{Address: "10.0.0.2"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := rules.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantNames(t, "WatchRules", first.GetWorkload(), "backend-1", tc.names)
+			if first.GetInbound() == nil {
+				t.Errorf("WatchRules: no inbound rules: %v", first)
+			}
+
 			// Envoy's Check: the metadata names the workloads only for authorized callers.
 			check, err := authzClient(tc.h).Check(tc.ctx, envoyTCPCheck(plainConn, envoyFilter{}))
 			if err != nil {

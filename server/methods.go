@@ -45,10 +45,11 @@ type method struct {
 	// needs are the parts of a request that need an authorized caller on a
 	// method anyone may call (explain); each message of a stream is checked.
 	needs []need
-	// redact removes from an answer to a caller who is not authorized what
-	// only an authorized caller may read (workload names, tags); nil: the
-	// method's answers hold none. It sees every message a stream sends.
-	redact func(resp any)
+	// redact returns an answer to a caller who is not authorized without
+	// what only an authorized caller may read (workload names, tags): the
+	// answer itself, edited, or a copy of one shared with other streams; nil:
+	// the method's answers hold none. It sees every message a stream sends.
+	redact func(resp any) any
 	// validate checks a request (validates); nil refuses every request.
 	validate func(req any) error
 	// maxBytes bounds a request message (0: Config.MaxRecvMsgBytes). Rows
@@ -98,7 +99,7 @@ var methodTable = map[string]*method{
 	// rules are open, its peers' addresses (address sets) are inventory.
 	verdictv1.WatchService_WatchResources_FullMethodName: {access: authorizedOnly, validate: validates(checkWatchResources)},
 	verdictv1.WatchService_WatchRules_FullMethodName: {access: anyone, needs: []need{needsIf("address_sets", (*verdictv1.WatchRulesRequest).GetAddressSets)},
-		validate: validates(checkWatchRules)},
+		redact: redactRules, validate: validates(checkWatchRules)},
 
 	// Decision records name workloads and callers.
 	verdictv1.DecisionLogService_Follow_FullMethodName: {access: authorizedOnly, validate: validates(checkFollow)},
@@ -123,13 +124,14 @@ func needsIf[T proto.Message](what string, has func(T) bool) need {
 	}}
 }
 
-// redacts makes a row's redact of a function of one answer type; answers of
-// other types are left as they are (a status, a pre-encoded message).
-func redacts[T proto.Message](redact func(T)) func(any) {
-	return func(resp any) {
+// redacts makes a row's redact of a function that edits answers of one
+// type; answers of other types are sent as they are.
+func redacts[T proto.Message](redact func(T)) func(any) any {
+	return func(resp any) any {
 		if r, ok := resp.(T); ok {
 			redact(r)
 		}
+		return resp
 	}
 }
 
@@ -187,6 +189,37 @@ func redactCheck(r *authv3.CheckResponse) {
 	}
 }
 
+// redactRules: a RULES message is shared by the streams watching one
+// workload, encoded once (encodedMsg); one that names the workload (watched
+// by address) goes to a caller who is not authorized as a copy that keeps of
+// the resolution its form, resolved_as and identity, encoded for that stream.
+func redactRules(resp any) any {
+	e, ok := resp.(*encodedMsg)
+	if !ok {
+		return resp
+	}
+	r, ok := e.msg.(*verdictv1.WatchRulesResponse)
+	if !ok || r.GetWorkload().GetWorkload() == "" {
+		return resp
+	}
+	out := shallowCopy(r)
+	w := r.GetWorkload()
+	out.Workload = &verdictv1.EndpointResolution{Form: w.GetForm(), ResolvedAs: w.GetResolvedAs(), Identity: w.GetIdentity()}
+	return out
+}
+
+// shallowCopy is a new message holding m's fields: its lists and messages
+// are m's, shared (read only).
+func shallowCopy[T proto.Message](m T) T {
+	src := m.ProtoReflect()
+	dst := src.New()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	return dst.Interface().(T)
+}
+
 // call is what the interceptors learned of a call: its method's row and its
 // caller's standing. Handlers of self-checked methods find it in their
 // context (checkRequest).
@@ -233,12 +266,13 @@ func (c *call) check(req any) error {
 	return c.row.validate(req)
 }
 
-// redact applies the row's redaction to an answer for a caller who is not
-// authorized.
-func (c *call) redact(resp any) {
+// redact is the answer to send: for a caller who is not authorized, as the
+// row's redaction leaves it.
+func (c *call) redact(resp any) any {
 	if !c.authorized && c.row.redact != nil {
-		c.row.redact(resp)
+		return c.row.redact(resp)
 	}
+	return resp
 }
 
 // admit looks a call up in the table and judges its caller: a method without
@@ -289,10 +323,10 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		return nil, toStatus(ctx, s.log, err)
 	}
 	resp, err := handler(ctx, req)
-	if err == nil {
-		c.redact(resp)
+	if err != nil {
+		return nil, err
 	}
-	return resp, err
+	return c.redact(resp), nil
 }
 
 // streamInterceptor admits a stream (admit); its messages are checked as
@@ -337,8 +371,7 @@ func (s *checkedStream) RecvMsg(m any) error {
 }
 
 func (s *checkedStream) SendMsg(m any) error {
-	s.call.redact(m)
-	return s.ServerStream.SendMsg(m)
+	return s.ServerStream.SendMsg(s.call.redact(m))
 }
 
 // ReceiveHeadroom is what the server's gRPC receive limit adds to the largest
