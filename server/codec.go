@@ -250,16 +250,16 @@ func marker(req any, num protowire.Number) ([]byte, bool) {
 	}
 	b := m.ProtoReflect().GetUnknown()
 	for len(b) > 0 {
-		n0, typ, n := protowire.ConsumeTag(b)
+		got, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return nil, false
 		}
 		b = b[n:]
-		if n0 == num && typ == protowire.BytesType {
+		if got == num && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			return v, n >= 0
 		}
-		n = protowire.ConsumeFieldValue(n0, typ, b)
+		n = protowire.ConsumeFieldValue(got, typ, b)
 		if n < 0 {
 			return nil, false
 		}

@@ -330,9 +330,10 @@ func (s decisionService) DecideCompact(ctx context.Context, req *verdictv1.Decid
 // DecideCompactStream answers each batch, in order, with its id; a batch that
 // fails as a whole gets its error and the stream goes on. A batch whose
 // min_revision is ahead of the snapshot waits for it (up to WaitTimeout,
-// whatever the stream's deadline: messageAt) and holds the batches behind it. The response message is reused from batch to
-// batch (Send has encoded it when it returns). The stream ends when the client
-// closes or cancels it, or with UNAVAILABLE when the server stops.
+// whatever the stream's deadline: messageAt) and holds the batches behind
+// it. The response message is reused from batch to batch (Send has encoded
+// it when it returns). The stream ends when the client closes or cancels it,
+// or with UNAVAILABLE when the server stops.
 func (s decisionService) DecideCompactStream(stream verdictv1.DecisionService_DecideCompactStreamServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()

@@ -169,8 +169,8 @@ const MaxStreamWaiting = 64
 
 // DecideStream answers each message with its id. An invalid message (or one
 // asking for explain without authorization) gets an error answer and the
-// stream goes on. A message whose min_revision is ahead of
-// the snapshot waits for it (WaitTimeout, then an UNAVAILABLE answer) without
+// stream goes on. A message whose min_revision is ahead of the snapshot
+// waits for it (WaitTimeout, then an UNAVAILABLE answer) without
 // holding the messages behind it: those are answered meanwhile, so answers
 // may come out of order — match them by id. The stream ends when the client
 // closes it (once every waiting message is answered), when the client cancels
