@@ -15,27 +15,15 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-
-	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// needsAuthorization reports whether a method needs an authorized caller
-// (docs/api.md): every PolicyService call, WatchResources and
-// DecisionLogService.Follow (records name workloads and callers). Decisions
-// and WatchRules are open to any client that reaches the listener.
-func needsAuthorization(fullMethod string) bool {
-	return strings.HasPrefix(fullMethod, "/"+verdictv1.PolicyService_ServiceDesc.ServiceName+"/") ||
-		fullMethod == verdictv1.WatchService_WatchResources_FullMethodName ||
-		fullMethod == verdictv1.DecisionLogService_Follow_FullMethodName
-}
-
-// authorizer admits callers to the methods that need authorization (the
-// interceptors, and WatchRules with address sets).
+// authorizer tells authorized callers from the others: the method table
+// (methods.go) says what each method, and each part of a request, needs.
 type authorizer struct {
 	log        *slog.Logger
 	token      string
 	identities []string // AllowedIdentities
-	devMode    bool     // neither configured: every caller is admitted
+	devMode    bool     // neither configured: every caller is authorized
 	refusals   *rateLimit
 }
 
@@ -44,26 +32,63 @@ func newAuthorizer(cfg *Config) *authorizer {
 		refusals: &rateLimit{interval: cfg.AuthLogInterval}}
 }
 
-// authorize admits a caller with the bearer token, or with a verified client
-// certificate whose URI or DNS SAN is on the allow-list; in development mode
-// (neither configured) every caller. The token is compared in constant time
-// and never logged. Refusals are logged at WARN at most once per
-// AuthLogInterval, with the count of the refusals not logged since (a client
-// retrying a wrong token in a loop must not flood the log); each one is
-// logged at debug.
-func (s *authorizer) authorize(ctx context.Context) (context.Context, error) {
+// standing tells whether the caller is authorized: it sent the bearer token,
+// or a verified client certificate whose URI or DNS SAN is on the allow-list;
+// in development mode (neither configured) every caller is. err says why a
+// caller is not (Unauthenticated or PermissionDenied). A token, when sent,
+// decides: a wrong one is not made good by a certificate on the list. More
+// than one authorization header is errAmbiguousAuthorization, which refuses
+// the call whatever its method: no header decides. The token is compared in
+// constant time and never logged.
+func (s *authorizer) standing(ctx context.Context) (authorized bool, err error) {
 	if s.devMode {
-		return ctx, nil
+		return true, nil
 	}
-	out, err := s.checkCaller(ctx)
-	if err != nil {
-		s.refused(ctx, err)
-		return nil, err
+	switch vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) {
+	case 0:
+	case 1:
+		scheme, token, ok := strings.Cut(vals[0], " ")
+		if !ok || !strings.EqualFold(scheme, "bearer") {
+			return false, fmt.Errorf("%w: the authorization header is not \"Bearer <token>\"", errUnauthenticated)
+		}
+		if s.token == "" || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.token)) != 1 {
+			return false, fmt.Errorf("%w: the bearer token is not valid", errUnauthenticated)
+		}
+		return true, nil
+	default:
+		return false, fmt.Errorf("%w: %d sent, send exactly one", errAmbiguousAuthorization, len(vals))
 	}
-	return out, nil
+	cert := verifiedClientCert(ctx)
+	if cert == nil {
+		return false, errNoCredentials
+	}
+	for _, id := range certIdentities(cert) {
+		if slices.Contains(s.identities, id) {
+			return true, nil
+		}
+	}
+	return false, notOnList{cert}
 }
 
-// refused logs a refused call, rate-limited.
+// errNoCredentials: neither a token nor a client certificate. The common
+// case of a sidecar's call, so it is one value, not built per call.
+var errNoCredentials = fmt.Errorf("%w: no credentials", errUnauthenticated)
+
+// notOnList is errPermissionDenied for a client certificate whose identities
+// are not on the allow-list; its text is built only when read (a sidecar
+// with a certificate of the mesh calls open methods with it at every call).
+type notOnList struct{ cert *x509.Certificate }
+
+func (e notOnList) Error() string {
+	return fmt.Sprintf("%v: client certificate %v is not on the allow-list", errPermissionDenied, certIdentities(e.cert))
+}
+
+func (e notOnList) Unwrap() error { return errPermissionDenied }
+
+// refused logs a call refused for its caller (no, wrong or ambiguous
+// credentials) at WARN at most once per AuthLogInterval, with the count of the
+// refusals not logged since: a client retrying a wrong token in a loop must
+// not flood the log. Each one is logged at debug by the logging interceptor.
 func (s *authorizer) refused(ctx context.Context, err error) {
 	method, _ := grpc.Method(ctx)
 	addr := ""
@@ -97,29 +122,6 @@ func (r *rateLimit) note(now time.Time) (through bool, suppressed int) {
 	}
 	r.last, suppressed, r.suppressed = now, r.suppressed, 0
 	return true, suppressed
-}
-
-func (s *authorizer) checkCaller(ctx context.Context) (context.Context, error) {
-	if vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) > 0 {
-		scheme, token, ok := strings.Cut(vals[0], " ")
-		if !ok || !strings.EqualFold(scheme, "bearer") {
-			return nil, toStatus(ctx, s.log, fmt.Errorf("%w: the authorization header is not \"Bearer <token>\"", errUnauthenticated))
-		}
-		if s.token == "" || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.token)) != 1 {
-			return nil, toStatus(ctx, s.log, fmt.Errorf("%w: the bearer token is not valid", errUnauthenticated))
-		}
-		return ctx, nil
-	}
-	cert := verifiedClientCert(ctx)
-	if cert == nil {
-		return nil, toStatus(ctx, s.log, fmt.Errorf("%w: this call needs a bearer token or an authorized client certificate", errUnauthenticated))
-	}
-	for _, id := range certIdentities(cert) {
-		if slices.Contains(s.identities, id) {
-			return ctx, nil
-		}
-	}
-	return nil, toStatus(ctx, s.log, fmt.Errorf("%w: client certificate %v is not on the allow-list", errPermissionDenied, certIdentities(cert)))
 }
 
 // verifiedClientCert returns the caller's client certificate when TLS verified it.

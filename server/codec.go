@@ -22,16 +22,46 @@ import (
 // any interceptor or handler sees the call. The message is decoded as an empty
 // one (plus its singular scalar fields that decode, such as a DecideStream
 // message's id) and marked with the path of the field that failed; validation
-// (validateRequest, validateStreamRequest) then answers INVALID_ARGUMENT
-// naming that field, and a DecideStream answers that one message and goes on.
-// Other messages (health, reflection) keep gRPC's behaviour.
-type requestCodec struct{ encoding.CodecV2 }
+// (the method table's validators) then answers INVALID_ARGUMENT naming that
+// field, and a DecideStream answers that one message and goes on. Other
+// messages (health, reflection) keep gRPC's behaviour.
+//
+// With limits (withLimits), a message of any type over its type's limit is
+// not decoded at all: it is left empty and marked oversized, and the method
+// table's check refuses it (RESOURCE_EXHAUSTED; Check: a DENY).
+type requestCodec struct {
+	encoding.CodecV2
+	limits   map[protoreflect.FullName]int // by request type; others: def
+	def      int                           // 0: no limits
+	smallest int                           // the smallest limit: a message within it is never measured further
+}
 
-func newRequestCodec() requestCodec { return requestCodec{encoding.GetCodecV2(grpcproto.Name)} }
+func newRequestCodec() requestCodec {
+	return requestCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}
+}
+
+// withLimits returns the codec measuring requests against limits (by type),
+// def for a type without one.
+func (c requestCodec) withLimits(limits map[protoreflect.FullName]int, def int) requestCodec {
+	c.limits, c.def, c.smallest = limits, def, def
+	for _, l := range limits {
+		c.smallest = min(c.smallest, l)
+	}
+	return c
+}
 
 // undecodableField is the unknown field that marks an undecodable message:
 // the highest valid field number, bytes "path\x00reason".
 const undecodableField protowire.Number = protowire.MaxValidNumber
+
+// maxSalvaged bounds the scalar fields decoded from an oversized message
+// (its id: MaxStreamIDLen, with room).
+const maxSalvaged = 1 << 10
+
+// oversizedField marks a message over its limit, left undecoded: bytes
+// "reason". undecodable reports it too, so that a path that checks only
+// for undecodable messages refuses it all the same.
+const oversizedField protowire.Number = protowire.MaxValidNumber - 1
 
 // maxLocateDepth bounds the search for the failing field in nested messages:
 // each level decodes the bytes again, so a hostile nesting costs at most this
@@ -55,6 +85,18 @@ func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
 // Unmarshal implements encoding.CodecV2.
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if m, ok := v.(proto.Message); ok {
+		if n := data.Len(); c.def > 0 && n > c.smallest {
+			limit, ok := c.limits[m.ProtoReflect().Descriptor().FullName()]
+			if !ok {
+				limit = c.def
+			}
+			if n > limit {
+				proto.Reset(m)
+				salvageScalars(data.Materialize(), m, maxSalvaged)
+				markOversized(m, fmt.Sprintf("%d bytes, over the limit of %d", n, limit))
+				return nil
+			}
+		}
 		if field, reason, over := overWireLimit(data, m); over {
 			markUndecodable(m, field, reason)
 			return nil
@@ -74,7 +116,7 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	b := data.Materialize()
 	field, reason := locate(b, m.ProtoReflect(), "", 0)
 	proto.Reset(m)
-	salvageScalars(b, m)
+	salvageScalars(b, m, len(b))
 	markUndecodable(m, field, reason)
 	return nil
 }
@@ -93,6 +135,20 @@ func markUndecodable(m proto.Message, field, reason string) {
 	raw := protowire.AppendTag(nil, undecodableField, protowire.BytesType)
 	raw = protowire.AppendBytes(raw, []byte(field+"\x00"+reason))
 	m.ProtoReflect().SetUnknown(raw)
+}
+
+// markOversized marks m (empty) as over its limit.
+func markOversized(m proto.Message, reason string) {
+	raw := protowire.AppendTag(nil, oversizedField, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, []byte(reason))
+	m.ProtoReflect().SetUnknown(raw)
+}
+
+// oversized returns the reason of a message requestCodec left undecoded for
+// its size; ok is false for any other.
+func oversized(req any) (reason string, ok bool) {
+	v, ok := marker(req, oversizedField)
+	return string(v), ok
 }
 
 // wireLimit bounds the entries of repeated fields of a request, counted on the
@@ -172,34 +228,44 @@ func overWireLimit(data mem.BufferSlice, m proto.Message) (field, reason string,
 }
 
 // undecodable returns the field error of a message requestCodec could not
-// decode; ok is false for a message that decoded.
+// decode, or left undecoded for its size (the whole message: field "");
+// ok is false for a message that decoded.
 func undecodable(req any) (fe resource.FieldError, ok bool) {
+	if v, ok := marker(req, undecodableField); ok {
+		field, reason, _ := strings.Cut(string(v), "\x00")
+		return resource.FieldError{Field: field, Reason: reason}, true
+	}
+	if reason, ok := oversized(req); ok {
+		return resource.FieldError{Reason: reason}, true
+	}
+	return fe, false
+}
+
+// marker returns the bytes of requestCodec's marker field num in req's
+// unknown fields.
+func marker(req any, num protowire.Number) ([]byte, bool) {
 	m, isMsg := req.(proto.Message)
 	if !isMsg || m == nil || !m.ProtoReflect().IsValid() {
-		return fe, false
+		return nil, false
 	}
 	b := m.ProtoReflect().GetUnknown()
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		got, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return fe, false
+			return nil, false
 		}
 		b = b[n:]
-		if num == undecodableField && typ == protowire.BytesType {
+		if got == num && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return fe, false
-			}
-			field, reason, _ := strings.Cut(string(v), "\x00")
-			return resource.FieldError{Field: field, Reason: reason}, true
+			return v, n >= 0
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
+		n = protowire.ConsumeFieldValue(got, typ, b)
 		if n < 0 {
-			return fe, false
+			return nil, false
 		}
 		b = b[n:]
 	}
-	return fe, false
+	return nil, false
 }
 
 // locate finds the field of b (a message of m's type) that does not decode,
@@ -260,10 +326,10 @@ func fieldName(path string, fd protoreflect.FieldDescriptor, num protowire.Numbe
 	return path + "." + name
 }
 
-// salvageScalars decodes the singular scalar fields of b that decode on
-// their own into m (a DecideStream message's id, so that its error answer
-// carries it).
-func salvageScalars(b []byte, m proto.Message) {
+// salvageScalars decodes the singular scalar fields of b of at most
+// maxValue bytes that decode on their own into m (a DecideStream message's
+// id, so that its error answer carries it).
+func salvageScalars(b []byte, m proto.Message, maxValue int) {
 	md := m.ProtoReflect().Descriptor()
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -277,7 +343,8 @@ func salvageScalars(b []byte, m proto.Message) {
 		whole := b[:n+vlen]
 		b = b[n+vlen:]
 		fd := md.Fields().ByNumber(num)
-		if fd == nil || fd.IsList() || fd.IsMap() || fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind {
+		if fd == nil || fd.IsList() || fd.IsMap() || fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind ||
+			vlen > maxValue {
 			continue
 		}
 		_ = proto.UnmarshalOptions{Merge: true}.Unmarshal(whole, m)

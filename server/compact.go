@@ -331,10 +331,11 @@ func (s decisionService) DecideCompact(ctx context.Context, req *verdictv1.Decid
 
 // DecideCompactStream answers each batch, in order, with its id; a batch that
 // fails as a whole gets its error and the stream goes on. A batch whose
-// min_revision is ahead of the snapshot waits for it (up to WaitTimeout) and
-// holds the batches behind it. The response message is reused from batch to
-// batch (Send has encoded it when it returns). The stream ends when the client
-// closes or cancels it, or with UNAVAILABLE when the server stops.
+// min_revision is ahead of the snapshot waits for it (up to WaitTimeout,
+// whatever the stream's deadline: messageAt) and holds the batches behind
+// it. The response message is reused from batch to batch (Send has encoded
+// it when it returns). The stream ends when the client closes or cancels it,
+// or with UNAVAILABLE when the server stops.
 func (s decisionService) DecideCompactStream(stream verdictv1.DecisionService_DecideCompactStreamServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -383,16 +384,14 @@ func (s decisionService) DecideCompactStream(stream verdictv1.DecisionService_De
 	}
 }
 
-// compactBatch answers one batch of a stream into out.
+// compactBatch answers one batch of a stream into out, checked against the
+// method's row.
 func (s decisionService) compactBatch(ctx context.Context, m *verdictv1.DecideCompactStreamRequest, out *verdictv1.DecideCompactResponse) error {
-	if fe, ok := undecodable(m); ok {
-		return &resource.ValidationError{Errors: []resource.FieldError{fe}}
-	}
-	r := m.GetBatch()
-	if err := compactRequest(r, "batch."); err != nil {
+	if err := checkRequest(ctx, m); err != nil {
 		return err
 	}
-	snap, err := s.snapshotAt(ctx, r.GetMinRevision())
+	r := m.GetBatch()
+	snap, err := s.messageAt(ctx, r.GetMinRevision())
 	if err != nil {
 		return err
 	}

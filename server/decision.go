@@ -169,9 +169,10 @@ func (s decisionService) result(ctx context.Context, snap *engine.Snapshot, pref
 // UNAVAILABLE.
 const MaxStreamWaiting = 64
 
-// DecideStream answers each message with its id. An invalid message gets an
-// error answer and the stream goes on. A message whose min_revision is ahead of
-// the snapshot waits for it (WaitTimeout, then an UNAVAILABLE answer) without
+// DecideStream answers each message with its id. An invalid message (or one
+// asking for explain without authorization) gets an error answer and the
+// stream goes on. A message whose min_revision is ahead of the snapshot
+// waits for it (WaitTimeout, then an UNAVAILABLE answer) without
 // holding the messages behind it: those are answered meanwhile, so answers
 // may come out of order — match them by id. The stream ends when the client
 // closes it (once every waiting message is answered), when the client cancels
@@ -245,12 +246,12 @@ func (s decisionService) DecideStream(stream verdictv1.DecisionService_DecideStr
 	return nil
 }
 
-// streamAnswer answers one message of a DecideStream. Without wait, a message
-// whose min_revision is ahead of the snapshot gets nil (it must wait); with
-// wait, it waits up to WaitTimeout: a stream message has no deadline of its
-// own.
+// streamAnswer answers one message of a DecideStream, checked against the
+// method's row (size, explain for an authorized caller, fields). Without
+// wait, a message whose min_revision is ahead of the snapshot gets nil (it
+// must wait); with wait, it waits as a stream message does (messageAt).
 func (s decisionService) streamAnswer(ctx context.Context, m *verdictv1.DecideStreamRequest, wait bool) *verdictv1.DecideStreamResponse {
-	if err := validateStreamRequest(m); err != nil {
+	if err := checkRequest(ctx, m); err != nil {
 		return streamError(ctx, s.log, m, err)
 	}
 	rev := m.GetRequest().GetMinRevision()
@@ -259,11 +260,8 @@ func (s decisionService) streamAnswer(ctx context.Context, m *verdictv1.DecideSt
 		if !wait {
 			return nil
 		}
-		wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-		defer wcancel()
-		defer context.AfterFunc(ctx, wcancel)()
 		var err error
-		if snap, err = s.snapshotAt(wctx, rev); err != nil {
+		if snap, err = s.messageAt(ctx, rev); err != nil {
 			return streamError(ctx, s.log, m, err)
 		}
 	}

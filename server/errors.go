@@ -35,6 +35,17 @@ var (
 	// errFellBehind ends a watch stream that fell behind the server's bounded
 	// history: the client resumes from the revision the error names.
 	errFellBehind = errors.New("watch stream too slow")
+	// errTooLarge: a message over its method's receive limit (methods.go).
+	errTooLarge = errors.New("message too large")
+	// errNoRow: a method the server registers but its method table has no
+	// row for: refused, never open by omission.
+	errNoRow = errors.New("method not served")
+	// errWrongMessage: a row's check was handed a message of another type
+	// (a wrong row: a bug, Internal).
+	errWrongMessage = errors.New("wrong message type")
+	// errAmbiguousAuthorization: a call with more than one authorization
+	// header; none of them decides.
+	errAmbiguousAuthorization = fmt.Errorf("%w: more than one authorization header", errUnauthenticated)
 )
 
 // codeOf maps an error to its gRPC code: the one table of the server (docs/api.md,
@@ -47,7 +58,11 @@ var (
 //   - errNotCurrent is Unavailable: another replica, or a retry, may answer;
 //   - store.ErrClosed is Unavailable: the daemon is stopping;
 //   - errFellBehind is ResourceExhausted: the stream's client read too slowly
-//     for the server's bounded history; it resumes (from the revision named).
+//     for the server's bounded history; it resumes (from the revision named);
+//   - errTooLarge is ResourceExhausted, as gRPC answers a message over the
+//     server's own receive limit;
+//   - errNoRow is Unimplemented: the server does not serve the method (as
+//     gRPC answers a method nobody registered).
 func codeOf(err error) codes.Code {
 	c, _ := classify(err)
 	return c
@@ -80,8 +95,10 @@ func classify(err error) (code codes.Code, known bool) {
 		return codes.Unavailable, true
 	case errors.Is(err, errDecisionLogOff):
 		return codes.FailedPrecondition, true
-	case errors.Is(err, errFellBehind):
+	case errors.Is(err, errFellBehind), errors.Is(err, errTooLarge):
 		return codes.ResourceExhausted, true
+	case errors.Is(err, errNoRow):
+		return codes.Unimplemented, true
 	case errors.Is(err, errUnauthenticated):
 		return codes.Unauthenticated, true
 	case errors.Is(err, errPermissionDenied):

@@ -143,12 +143,21 @@ var _ authv3.AuthorizationServer = authzService{}
 
 // Check answers a CheckRequest: OK when the flow's Decide allows it,
 // PERMISSION_DENIED when it denies it or when the request cannot be decided
-// for a reason of the request's own (unmappable, undecodable, an unknown
-// mesh, type or workload, an invalid field). Only the server's own failures
-// (an internal error, a cancelled call) are gRPC errors, which Envoy counts
-// as a failed check: with failure_mode_allow false (its default) the request
-// is refused.
+// for a reason of the request's own (over its size limit, unmappable,
+// undecodable, an unknown mesh, type or workload, an invalid field). Only the
+// server's own failures (an internal error, a cancelled call) are gRPC
+// errors, which Envoy counts as a failed check: with failure_mode_allow false
+// (its default) the request is refused.
 func (s authzService) Check(ctx context.Context, c *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	snap := s.snaps.current()
+	if err := checkRequest(ctx, c); err != nil {
+		// An oversized request was not decoded: whether it came from the
+		// HTTP filter is unknown, so it gets the HTTP filter's answer (a 403
+		// with the reason), which the network filter reads as a DENY too.
+		_, big := oversized(c)
+		http := big || c.GetAttributes().GetRequest().GetHttp() != nil
+		return deniedCheck(http, nil, snap.Revision(), "refused: "+err.Error()), nil
+	}
 	var f checkFlow
 	if fe, ok := undecodable(c); ok {
 		f.http = c.GetAttributes().GetRequest().GetHttp() != nil
@@ -156,7 +165,6 @@ func (s authzService) Check(ctx context.Context, c *authv3.CheckRequest) (*authv
 	} else {
 		f = mapCheck(c)
 	}
-	snap := s.snaps.current()
 	if f.req == nil {
 		return deniedCheck(f.http, nil, snap.Revision(), "cannot be mapped to a flow: "+f.denial), nil
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -100,7 +101,9 @@ func FuzzRequestMessages(f *testing.F) {
 	}
 	codec := newRequestCodec()
 	dec, pol := srv.decision, srv.policy
-	ctx := context.Background()
+	// As the stream interceptor leaves it for DecideStream's handler.
+	ctx := withCall(context.Background(), &call{method: verdictv1.DecisionService_DecideStream_FullMethodName,
+		row: methodTable[verdictv1.DecisionService_DecideStream_FullMethodName], authorized: true})
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		m := seeds[int(kind)%len(seeds)].ProtoReflect().New().Interface()
 		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, m); err != nil {
@@ -148,4 +151,24 @@ func FuzzRequestMessages(f *testing.F) {
 			t.Fatalf("%T %v: %v", m, m, err)
 		}
 	})
+}
+
+// validateRequest validates req as a call of its method is validated: by its
+// row's validator, or for the methods whose handler validates, as the
+// handler does.
+func validateRequest(req proto.Message) error {
+	switch r := req.(type) {
+	case *verdictv1.DecideRequest:
+		_, err := decideRequest(r)
+		return err
+	case *verdictv1.DecideCompactRequest:
+		return compactRequest(r, "")
+	}
+	name := req.ProtoReflect().Descriptor().FullName()
+	for m, row := range methodTable {
+		if in, ok := requestType(m); ok && in == name {
+			return row.validate(req)
+		}
+	}
+	panic(fmt.Sprintf("no method takes a %s", name))
 }

@@ -138,6 +138,10 @@ func TestHostileRequests(t *testing.T) {
 		{"5 MiB message", func() error {
 			_, err := h.dec.Decide(c, &verdictv1.DecideRequest{Source: tags("app", strings.Repeat("v", 5<<20))})
 			return err
+		}, codes.ResourceExhausted, "over the limit of 4194304"},
+		{"message over gRPC's own limit", func() error {
+			_, err := h.dec.Decide(c, &verdictv1.DecideRequest{Source: tags("app", strings.Repeat("v", DefaultMaxRecvMsgBytes+ReceiveHeadroom))})
+			return err
 		}, codes.ResourceExhausted, "larger than max"},
 		{"invalid UTF-8 in a tag value", func() error {
 			return raw(verdictv1.DecisionService_Decide_FullMethodName,
@@ -179,7 +183,7 @@ func TestHostileRequests(t *testing.T) {
 			}
 			_, err := h.dec.DecideBatch(c, &verdictv1.DecideBatchRequest{Requests: reqs})
 			return err
-		}, codes.ResourceExhausted, "larger than max"},
+		}, codes.ResourceExhausted, "over the limit of 4194304"},
 		{"policy with a 1 MiB conf", func() error {
 			conf, _ := structpb.NewStruct(map[string]any{"blob": strings.Repeat("x", 1<<20)})
 			_, err := h.pol.Apply(c, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{policyRes(&verdictv1.Policy{Name: "big",

@@ -18,7 +18,8 @@ import (
 )
 
 // policyService implements verdict.v1.PolicyService. Every call passed the
-// authorization interceptor; requests were validated by the validation one.
+// interceptors of the method table (methods.go): its caller is authorized
+// and its request validated.
 type policyService struct {
 	verdictv1.UnimplementedPolicyServiceServer
 	log   *slog.Logger

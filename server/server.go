@@ -3,9 +3,9 @@
 // between the API's messages and the engine's types, call the engine, the
 // syncer's snapshot or the store, and map errors to codes (errors.go) —
 // nothing else. It also assembles the production gRPC server: interceptors
-// (logging, recovery, authorization, validation), limits, keepalive
-// enforcement, health, reflection, OpenTelemetry, and a graceful shutdown that
-// ends streams.
+// (logging, recovery, and the method table's access, limits, validation and
+// redaction: methods.go), keepalive enforcement, health, reflection,
+// OpenTelemetry, and a graceful shutdown that ends streams.
 //
 // Each service is a struct of exactly the dependencies it uses, wired by New
 // (see Server): a handler cannot reach the store, the syncer or the feed
@@ -24,11 +24,8 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -42,6 +39,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
@@ -71,8 +69,9 @@ type Config struct {
 	// TLS secures the listener; nil serves plaintext. With ClientCAs set,
 	// client certificates are verified and identify callers for AllowedIdentities.
 	TLS *tls.Config
-	// Token is the bearer token that authorizes PolicyService and
-	// WatchResources calls ("authorization: Bearer <token>"); empty: none.
+	// Token is the bearer token of authorized callers ("authorization:
+	// Bearer <token>"); empty: none. The method table (methods.go) says what
+	// needs one.
 	Token string
 	// AllowedIdentities authorize mTLS clients: a URI SAN (spiffe://...) or a
 	// DNS SAN of the verified client certificate.
@@ -91,8 +90,11 @@ type Config struct {
 	// WaitTimeout bounds the wait for min_revision of a request without a
 	// deadline (default 5s).
 	WaitTimeout time.Duration
-	// MaxRecvMsgBytes bounds a request message (default 4 MiB: an Apply of one
-	// full etcd transaction fits).
+	// MaxRecvMsgBytes bounds a request message of a method whose row sets no
+	// limit of its own (default 4 MiB: an Apply of one full etcd transaction
+	// fits). gRPC's own receive limit is the largest method limit plus
+	// ReceiveHeadroom, so that a message over its method's limit is refused
+	// by its row (Check: a DENY), not by gRPC.
 	MaxRecvMsgBytes int
 	// KeepaliveMinTime: clients pinging more often are disconnected (default 10s).
 	KeepaliveMinTime time.Duration
@@ -126,6 +128,9 @@ type Config struct {
 	// the first sync (the daemon closes it once its --bootstrap file is in the
 	// snapshot).
 	Ready <-chan struct{}
+
+	// methods replaces the method table (tests only; nil: methodTable).
+	methods map[string]*method
 }
 
 // Defaults.
@@ -214,8 +219,13 @@ type Server struct {
 	log    *slog.Logger
 	syncer syncer.API // watchSynced
 	auth   *authorizer
-	hub    *rulesHub
-	feed   *resourceFeed
+	// methods is the method table (methods.go); limits its requests' receive
+	// limits by type (requestCodec) and grpcLimit gRPC's own.
+	methods   map[string]*method
+	limits    map[protoreflect.FullName]int
+	grpcLimit int
+	hub       *rulesHub
+	feed      *resourceFeed
 	// identities holds the tag sets registered through Identify (compact.go).
 	identities *inventory.Registry
 	health     *health.Server
@@ -240,10 +250,15 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, health: health.NewServer(), stop: make(chan struct{}),
 		auth:       newAuthorizer(&cfg),
+		methods:    cfg.methods,
 		identities: inventory.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
 		hub:        newRulesHub(cfg.Syncer, cfg.Logger),
 		feed:       newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges),
 	}
+	if s.methods == nil {
+		s.methods = methodTable
+	}
+	s.limits, s.grpcLimit = requestLimits(s.methods, cfg.MaxRecvMsgBytes)
 	m, err := newMetrics(cfg.MeterProvider, cfg.Syncer, cfg.Store)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
@@ -267,7 +282,7 @@ func New(cfg Config) (*Server, error) {
 	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
 	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, stop: s.stop, feed: s.feed, hub: s.hub,
-		auth: s.auth, dropped: m, rulesMaxLag: cfg.RulesMaxLag})
+		dropped: m, rulesMaxLag: cfg.RulesMaxLag})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{log: cfg.Logger, stop: s.stop, decisions: cfg.DecisionLog})
 	if !cfg.DisableExtAuthz {
 		authv3.RegisterAuthorizationServer(s.grpc, authzService{log: cfg.Logger, snaps: snaps, dec: dec})
@@ -322,23 +337,23 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	recoveryOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		return toStatus(ctx, s.log, fmt.Errorf("panic: %v", p))
 	})
-	authz := selector.MatchFunc(func(_ context.Context, cm interceptors.CallMeta) bool { return needsAuthorization(cm.FullMethod()) })
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithMeterProvider(s.cfg.MeterProvider), otelgrpc.WithTracerProvider(s.cfg.TracerProvider))),
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			recovery.UnaryServerInterceptor(recoveryOpt),
-			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(s.auth.authorize), authz),
-			s.validationInterceptor,
+			s.unaryInterceptor, // the method table: access, limits, validation, redaction
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(recoveryOpt),
-			selector.StreamServerInterceptor(auth.StreamServerInterceptor(s.auth.authorize), authz),
+			s.streamInterceptor,
 		),
-		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgBytes),
-		grpc.ForceServerCodecV2(newRequestCodec()), // undecodable requests: INVALID_ARGUMENT, not INTERNAL
+		grpc.MaxRecvMsgSize(s.grpcLimit),
+		// Undecodable requests: INVALID_ARGUMENT, not INTERNAL; requests over
+		// their method's limit are marked, not decoded.
+		grpc.ForceServerCodecV2(newRequestCodec().withLimits(s.limits, s.cfg.MaxRecvMsgBytes)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 	}
@@ -452,6 +467,19 @@ type snapshots struct {
 
 // current is the snapshot the replica serves now.
 func (s snapshots) current() *engine.Snapshot { return s.src.Snapshot() }
+
+// messageAt is snapshotAt for one message of a stream, which has no deadline
+// of its own: it waits at most WaitTimeout, whatever the stream's deadline,
+// and stops when the stream ends.
+func (s snapshots) messageAt(ctx context.Context, rev int64) (*engine.Snapshot, error) {
+	if snap := s.src.Snapshot(); rev <= 0 || snap.Revision() >= rev {
+		return snap, nil
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	return s.snapshotAt(wctx, rev)
+}
 
 // snapshotAt returns the current snapshot, or for rev > 0 one at or after rev,
 // waiting for the syncer until just before the request's deadline

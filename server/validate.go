@@ -1,13 +1,10 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -35,95 +32,139 @@ const (
 )
 
 // Plain Go validation: protovalidate is not available, so every request type
-// has a check here, run by the validation interceptor for unary calls and by
-// the handlers for stream messages. Errors are *resource.ValidationError with
-// field paths in the request's JSON names; errors.go turns them into
-// InvalidArgument with BadRequest details.
+// has a check here, named by its method's row in the method table
+// (methods.go): run by the interceptors for unary calls and a server stream's
+// request, and by the handlers for each message of a client stream. Errors
+// are *resource.ValidationError with field paths in the request's JSON names;
+// errors.go turns them into InvalidArgument with BadRequest details.
 
-// validationInterceptor validates unary requests before their handler runs.
-// Decide is left to its handler, which validates the request as it builds
-// the engine's (decideRequest): once per call. So is Envoy's Check, which
-// answers an invalid request with a DENY, never an error (extauthz.go).
-func (s *Server) validationInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	switch req.(type) {
-	case *verdictv1.DecideRequest, *verdictv1.DecideCompactRequest, *authv3.CheckRequest:
-		return handler(ctx, req)
+// validates makes a row's validator of a check of one request type: a
+// message that did not decode (requestCodec) is refused naming its field
+// before check runs; a message of another type is refused (a row naming the
+// wrong check fails closed).
+func validates[T proto.Message](check func(T) error) func(any) error {
+	return func(req any) error {
+		r, ok := req.(T)
+		if !ok {
+			return fmt.Errorf("%w: %T is not the request its row validates", errWrongMessage, req)
+		}
+		if fe, ok := undecodable(r); ok {
+			return &resource.ValidationError{Errors: []resource.FieldError{fe}}
+		}
+		return check(r)
 	}
-	if err := validateRequest(req); err != nil {
-		return nil, toStatus(ctx, s.log, err)
-	}
-	return handler(ctx, req)
 }
 
-// validateRequest checks a unary request (or a stream's first message).
-func validateRequest(req any) error {
-	if fe, ok := undecodable(req); ok {
-		return &resource.ValidationError{Errors: []resource.FieldError{fe}}
-	}
+// validatedByHandler is the validator of a method whose handler checks its
+// request as it builds the engine's (Decide: decideRequest; DecideCompact:
+// compactRequest) — once per call — or answers a bad request itself (Check:
+// a DENY, never an error).
+func validatedByHandler(any) error { return nil }
+
+// nothingToValidate is the validator of the methods verdict does not
+// implement (health, reflection): gRPC's own codec decodes their requests.
+func nothingToValidate(any) error { return nil }
+
+func checkDecideBatch(r *verdictv1.DecideBatchRequest) error {
 	var errs fieldErrors
-	switch r := req.(type) {
-	case *verdictv1.DecideRequest:
-		errs.decide("", r)
-	case *verdictv1.DecideBatchRequest:
-		if n := len(r.GetRequests()); n > MaxBatch {
-			errs.add("requests", fmt.Sprintf("%d flows, over the limit of %d per batch", n, MaxBatch))
-		}
-		explained := 0
-		for i, f := range r.GetRequests() {
-			if f.GetExplain() {
-				if explained++; explained == MaxExplainBatch+1 {
-					errs.add(fmt.Sprintf("requests[%d].explain", i), fmt.Sprintf("over the limit of %d explained flows per batch: "+
-						"ask Decide to explain one flow", MaxExplainBatch))
-				}
+	if n := len(r.GetRequests()); n > MaxBatch {
+		errs.add("requests", fmt.Sprintf("%d flows, over the limit of %d per batch", n, MaxBatch))
+	}
+	explained := 0
+	for i, f := range r.GetRequests() {
+		if f.GetExplain() {
+			if explained++; explained == MaxExplainBatch+1 {
+				errs.add(fmt.Sprintf("requests[%d].explain", i), fmt.Sprintf("over the limit of %d explained flows per batch: "+
+					"ask Decide to explain one flow", MaxExplainBatch))
 			}
 		}
-		errs.minRevision("minRevision", r.GetMinRevision())
-	case *verdictv1.IdentifyRequest:
-		errs.names(r.GetMesh(), "")
-		if n := len(r.GetEndpoints()); n > MaxBatch {
-			errs.add("endpoints", fmt.Sprintf("%d endpoints, over the limit of %d per call", n, MaxBatch))
-		}
-		errs.minRevision("minRevision", r.GetMinRevision())
-	case *verdictv1.DecideCompactRequest:
-		if err := compactRequest(r, ""); err != nil {
-			return err
-		}
-	case *verdictv1.ResolveRequest:
-		errs.flow("", r.GetMesh(), r.GetType(), r.GetSource(), r.GetDestination(), r.GetProtocol(), r.GetPort())
-		errs.minRevision("minRevision", r.GetMinRevision())
-	case *verdictv1.ApplyRequest:
-		errs.apply(r)
-	case *verdictv1.GetRequest:
-		errs.key("key", r.GetKey())
-		errs.minRevision("minRevision", r.GetMinRevision())
-	case *verdictv1.ListRequest:
-		if ps := r.GetPageSize(); ps < 0 || ps > MaxPageSize {
-			errs.add("pageSize", fmt.Sprintf("%d is not from 0 (default %d) to %d", ps, DefaultPageSize, MaxPageSize))
-		}
-		errs.minRevision("minRevision", r.GetMinRevision())
-	case *verdictv1.DeleteRequest:
-		if len(r.GetKeys()) == 0 {
-			errs.add("keys", "name at least one key")
-		}
-		if len(r.GetKeys()) > store.MaxOps {
-			errs.add("keys", fmt.Sprintf("%d keys, over the limit of %d per call (one etcd transaction)", len(r.GetKeys()), store.MaxOps))
-		}
-		seen := map[string]bool{}
-		for i, k := range r.GetKeys() {
-			errs.key(fmt.Sprintf("keys[%d]", i), k)
-			seen[k] = true
-		}
-		errs.expected(r.GetExpectedRevisions(), seen)
-	case *verdictv1.StatusRequest:
-		errs.minRevision("minRevision", r.GetMinRevision())
-	case *verdictv1.WatchResourcesRequest:
-		errs.minRevision("fromRevision", r.GetFromRevision())
-	case *verdictv1.WatchRulesRequest:
-		errs.names(r.GetMesh(), r.GetType())
-		errs.watchedForm("workload", r.GetWorkload())
 	}
+	errs.minRevision("minRevision", r.GetMinRevision())
 	return errs.err()
 }
+
+func checkIdentify(r *verdictv1.IdentifyRequest) error {
+	var errs fieldErrors
+	errs.names(r.GetMesh(), "")
+	if n := len(r.GetEndpoints()); n > MaxBatch {
+		errs.add("endpoints", fmt.Sprintf("%d endpoints, over the limit of %d per call", n, MaxBatch))
+	}
+	errs.minRevision("minRevision", r.GetMinRevision())
+	return errs.err()
+}
+
+func checkResolve(r *verdictv1.ResolveRequest) error {
+	var errs fieldErrors
+	errs.flow("", r.GetMesh(), r.GetType(), r.GetSource(), r.GetDestination(), r.GetProtocol(), r.GetPort())
+	errs.minRevision("minRevision", r.GetMinRevision())
+	return errs.err()
+}
+
+// checkCompactStreamMessage checks one batch of a DecideCompactStream.
+func checkCompactStreamMessage(m *verdictv1.DecideCompactStreamRequest) error {
+	return compactRequest(m.GetBatch(), "batch.")
+}
+
+func checkApply(r *verdictv1.ApplyRequest) error {
+	var errs fieldErrors
+	errs.apply(r)
+	return errs.err()
+}
+
+func checkGet(r *verdictv1.GetRequest) error {
+	var errs fieldErrors
+	errs.key("key", r.GetKey())
+	errs.minRevision("minRevision", r.GetMinRevision())
+	return errs.err()
+}
+
+func checkList(r *verdictv1.ListRequest) error {
+	var errs fieldErrors
+	if ps := r.GetPageSize(); ps < 0 || ps > MaxPageSize {
+		errs.add("pageSize", fmt.Sprintf("%d is not from 0 (default %d) to %d", ps, DefaultPageSize, MaxPageSize))
+	}
+	errs.minRevision("minRevision", r.GetMinRevision())
+	return errs.err()
+}
+
+func checkDelete(r *verdictv1.DeleteRequest) error {
+	var errs fieldErrors
+	if len(r.GetKeys()) == 0 {
+		errs.add("keys", "name at least one key")
+	}
+	if len(r.GetKeys()) > store.MaxOps {
+		errs.add("keys", fmt.Sprintf("%d keys, over the limit of %d per call (one etcd transaction)", len(r.GetKeys()), store.MaxOps))
+	}
+	seen := map[string]bool{}
+	for i, k := range r.GetKeys() {
+		errs.key(fmt.Sprintf("keys[%d]", i), k)
+		seen[k] = true
+	}
+	errs.expected(r.GetExpectedRevisions(), seen)
+	return errs.err()
+}
+
+func checkStatus(r *verdictv1.StatusRequest) error {
+	var errs fieldErrors
+	errs.minRevision("minRevision", r.GetMinRevision())
+	return errs.err()
+}
+
+func checkWatchResources(r *verdictv1.WatchResourcesRequest) error {
+	var errs fieldErrors
+	errs.minRevision("fromRevision", r.GetFromRevision())
+	return errs.err()
+}
+
+func checkWatchRules(r *verdictv1.WatchRulesRequest) error {
+	var errs fieldErrors
+	errs.names(r.GetMesh(), r.GetType())
+	errs.watchedForm("workload", r.GetWorkload())
+	return errs.err()
+}
+
+// checkFollow: a filter is matched as text, any value is valid.
+func checkFollow(*verdictv1.FollowRequest) error { return nil }
 
 // decideRequest validates a Decide's request and returns the engine's request
 // built from it: the one place a Decide's engine.Request is built.
@@ -136,11 +177,9 @@ func decideRequest(r *verdictv1.DecideRequest) (engine.Request, error) {
 	return req, errs.err()
 }
 
-// validateStreamRequest checks the envelope of one message of a DecideStream.
-func validateStreamRequest(m *verdictv1.DecideStreamRequest) error {
-	if fe, ok := undecodable(m); ok {
-		return &resource.ValidationError{Errors: []resource.FieldError{fe}}
-	}
+// checkStreamMessage checks the envelope of one message of a DecideStream;
+// the request's own fields are checked as a batch's flows are (result).
+func checkStreamMessage(m *verdictv1.DecideStreamRequest) error {
 	var errs fieldErrors
 	if len(m.GetId()) > MaxStreamIDLen {
 		errs.add("id", fmt.Sprintf("%d bytes, over the limit of %d", len(m.GetId()), MaxStreamIDLen))
@@ -148,8 +187,7 @@ func validateStreamRequest(m *verdictv1.DecideStreamRequest) error {
 	if m.GetRequest() == nil {
 		errs.add("request", "is required")
 	}
-	return errs.err() // the request's own fields are checked as a batch's flows are
-
+	return errs.err()
 }
 
 type fieldErrors struct{ list []resource.FieldError }

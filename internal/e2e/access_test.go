@@ -27,8 +27,8 @@ import (
 // daemons. PolicyService and WatchResources need a bearer token or an mTLS
 // client whose URI or DNS SAN is on the allow-list (else UNAUTHENTICATED, or
 // PERMISSION_DENIED for a verified certificate that is not on the list; a
-// token, when sent, is what counts); Decide and WatchRules are open to any
-// client that completes the connection; a TLS handshake that fails (a client
+// token, when sent, is what counts), and so does Decide with explain; a plain
+// Decide and WatchRules are open to any client that completes the connection; a TLS handshake that fails (a client
 // certificate of another CA, none where one is required, plaintext to TLS)
 // means no call at all (UNAVAILABLE). In development mode (no token, no
 // allow-list) every caller is admitted.
@@ -175,7 +175,7 @@ func dial(t *testing.T, d *daemon, pool *x509.CertPool, c caller) *grpc.ClientCo
 	return d.conn(t, grpc.WithTransportCredentials(creds))
 }
 
-// matrixRPCs: two that need an authorized caller, two that are open.
+// matrixRPCs: some that need an authorized caller, some that are open.
 var matrixRPCs = []struct {
 	name      string
 	needsAuth bool
@@ -200,6 +200,12 @@ var matrixRPCs = []struct {
 	{"Decide", false, func(ctx context.Context, conn *grpc.ClientConn) error {
 		_, err := verdictv1.NewDecisionServiceClient(conn).Decide(ctx, &verdictv1.DecideRequest{
 			Source: tags("kuma.io/service", "web"), Destination: tags("kuma.io/service", "backend"), Protocol: "TCP", Port: 8080})
+		return err
+	}},
+	{"Decide with explain", true, func(ctx context.Context, conn *grpc.ClientConn) error {
+		_, err := verdictv1.NewDecisionServiceClient(conn).Decide(ctx, &verdictv1.DecideRequest{
+			Source: tags("kuma.io/service", "web"), Destination: tags("kuma.io/service", "backend"), Protocol: "TCP", Port: 8080,
+			Explain: true})
 		return err
 	}},
 	{"WatchRules", false, func(ctx context.Context, conn *grpc.ClientConn) error {
