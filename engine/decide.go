@@ -224,7 +224,7 @@ func (s *Snapshot) decideInto(req *Request, d *Decision) error {
 	if req.Explain || req.NoCache {
 		err = s.decideDirect(ms, typ, req, &f, d)
 	} else {
-		ids, err = s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f}, inventory.TagsHash(f.Src), inventory.TagsHash(f.Dst), d)
+		ids, err = s.decideMemo(ms, &memoKey{Mesh: meshName, Type: typ, Flow: f}, inventory.TagsHash(f.Src), inventory.TagsHash(f.Dst), d)
 	}
 	req.identify(meshName, d, ids)
 	return err
@@ -298,23 +298,23 @@ func (s *Snapshot) decideDirect(ms *meshState, typ string, req *Request, f *inde
 // tagsHash. It returns the identities of the flow's tag sets when the answer
 // has a memo entry (0s otherwise); d's resolutions are left as they are.
 func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64, d *Decision) ([2]uint64, error) {
-	k.epoch = ms.epoch
-	if ts, ok := ms.types.Get(k.typ); ok {
-		k.epoch = ts.epoch
-	} else if err := ms.checkType(k.typ); err != nil {
+	k.Epoch = ms.epoch
+	if ts, ok := ms.types.Get(k.Type); ok {
+		k.Epoch = ts.epoch
+	} else if err := ms.checkType(k.Type); err != nil {
 		return [2]uint64{}, err // only known types are remembered
 	}
-	k.h = flowHashOf(k.mesh, k.typ, srcHash, dstHash, k.f.Proto, k.f.Port)
+	k.H = flowHashOf(k.Mesh, k.Type, srcHash, dstHash, k.Flow.Proto, k.Flow.Port)
 	c := s.cache()
-	e, ok := c.lookup(k)
+	e, ok := c.Lookup(k)
 	if !ok {
 		if e = s.decideMiss(ms, c, k, d); e == nil {
 			return [2]uint64{}, nil
 		}
 	}
-	d.setAnswer(&e.d)
+	d.setAnswer(e.Answer())
 	d.Revision = s.revision // the entry may be from an earlier snapshot of the same answers
-	return e.ids, nil
+	return e.IDs(), nil
 }
 
 // decideMiss decides k's flow, which the memo does not hold, and stores the
@@ -322,8 +322,8 @@ func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64
 // the answer in d.
 func (s *Snapshot) decideMiss(ms *meshState, c *decisionCache, k *memoKey, d *Decision) *cacheEntry {
 	var a Decision // without resolutions: the memo keeps answers only
-	s.decideUncached(ms, k.typ, &k.f, 0, &a)
-	e := c.store(k, &a)
+	s.decideUncached(ms, k.Type, &k.Flow, 0, &a)
+	e := c.Store(k, &a)
 	if e == nil {
 		d.setAnswer(&a)
 	}

@@ -107,14 +107,14 @@ func (s *Snapshot) DecideSets(req *SetRequest) (Decision, error) {
 		return d, nil
 	}
 	var d Decision
-	ids, err := s.decideMemo(ms, &memoKey{mesh: meshName, typ: typ, f: f, src: req.Source, dst: req.Destination},
+	ids, err := s.decideMemo(ms, &memoKey{Mesh: meshName, Type: typ, Flow: f, Src: req.Source, Dst: req.Destination},
 		req.Source.Hash(), req.Destination.Hash(), &d)
 	d.SourceResolution.Identity, d.DestinationResolution.Identity = ids[0], ids[1]
 	return d, err
 }
 
 // memoMisses is the number of memo lookups that missed (tests).
-func (s *Snapshot) memoMisses() uint64 { return s.cache().misses.Load() }
+func (s *Snapshot) memoMisses() uint64 { return s.cache().Misses() }
 
 // CheckMeshType reports whether flows of mesh and type can be decided: nil,
 // ErrMeshNotFound, or ErrTypeNotFound (an *UnknownTypeError). A partition

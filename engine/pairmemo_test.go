@@ -400,7 +400,7 @@ func TestPolicyNumbersConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range names {
 				j := (i*7 + w*31) % names // each worker in another order
-				got[w][j] = pn.number(fmt.Sprint("p", j))
+				got[w][j] = pn.Number(fmt.Sprint("p", j))
 			}
 		}()
 	}
@@ -421,7 +421,7 @@ func TestPolicyNumbersConcurrent(t *testing.T) {
 			t.Fatalf("number %d names %q, given for p%d", n, pn.Name(n), j)
 		}
 	}
-	if pn.number("") != 0 || pn.Name(0) != "" {
+	if pn.Number("") != 0 || pn.Name(0) != "" {
 		t.Fatal("no policy is not number 0")
 	}
 }

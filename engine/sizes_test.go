@@ -20,7 +20,7 @@ func TestCompiledSizes(t *testing.T) {
 		{"rule", unsafe.Sizeof(index.Rule{}), 144},
 		{"compiledPolicy", unsafe.Sizeof(compiledPolicy{}), 80},
 		{"onePolicy", unsafe.Sizeof(onePolicy{}), 224},
-		{"pairEntry", unsafe.Sizeof(pairEntry{}), 64}, // one cache line per pair memo hit
+		{"pairEntry", unsafe.Sizeof(PairEntry{}), 64}, // one cache line per pair memo hit
 	} {
 		if c.size > c.max {
 			t.Errorf("%s: %d bytes, more than %d", c.name, c.size, c.max)

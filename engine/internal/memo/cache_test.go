@@ -1,4 +1,4 @@
-package engine
+package memo
 
 import (
 	"testing"
@@ -8,31 +8,37 @@ import (
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
+// decision stands for the engine's answers.
+type decision struct {
+	Action resource.Action
+	Policy string
+}
+
 // TestCacheVerifiesEveryField: an entry found under a flow's hash answers only
 // that exact flow; a colliding hash is a miss, never another flow's answer.
 func TestCacheVerifiesEveryField(t *testing.T) {
 	t.Parallel()
 	base := index.Flow{Src: resource.Tags{"app": "web"}, Dst: resource.Tags{"app": "db", "env": "prod"}, Proto: resource.TCP, Port: 5432}
 	const h = 0x1234_5678_9abc_def0
-	c := &decisionCache{}
-	d := Decision{Action: resource.Deny, Policy: "deny-db"}
-	epoch := &memoEpoch{}
-	key := func(mesh, typ string, f *index.Flow) *memoKey {
-		return &memoKey{h: h, epoch: epoch, mesh: mesh, typ: typ, f: *f}
+	c := &Cache[decision]{}
+	d := decision{Action: resource.Deny, Policy: "deny-db"}
+	epoch := &Epoch[decision]{}
+	key := func(mesh, typ string, f *index.Flow) *Key[decision] {
+		return &Key[decision]{H: h, Epoch: epoch, Mesh: mesh, Type: typ, Flow: *f}
 	}
-	c.store(key("m", "T", &base), &d) // first sight: the doorkeeper only
-	if _, ok := c.lookup(key("m", "T", &base)); ok {
+	c.Store(key("m", "T", &base), &d) // first sight: the doorkeeper only
+	if _, ok := c.Lookup(key("m", "T", &base)); ok {
 		t.Fatal("a flow seen once is cached")
 	}
-	c.store(key("m", "T", &base), &d)
-	if got, ok := c.lookup(key("m", "T", &base)); !ok || got.d.Policy != "deny-db" {
+	c.Store(key("m", "T", &base), &d)
+	if got, ok := c.Lookup(key("m", "T", &base)); !ok || got.Answer().Policy != "deny-db" {
 		t.Fatalf("a flow seen twice is not cached: %+v %v", got, ok)
 	}
-	if _, ok := c.lookup(&memoKey{h: h, epoch: &memoEpoch{}, mesh: "m", typ: "T", f: base}); ok {
+	if _, ok := c.Lookup(&Key[decision]{H: h, Epoch: &Epoch[decision]{}, Mesh: "m", Type: "T", Flow: base}); ok {
 		t.Error("an entry of another epoch answered")
 	}
 	src, dst := inventory.NewTagSet(1, base.Src), inventory.NewTagSet(2, base.Dst)
-	if _, ok := c.lookup(&memoKey{h: h, epoch: epoch, mesh: "m", typ: "T", f: base, src: src, dst: dst}); !ok {
+	if _, ok := c.Lookup(&Key[decision]{H: h, Epoch: epoch, Mesh: "m", Type: "T", Flow: base, Src: src, Dst: dst}); !ok {
 		t.Error("a lookup with interned sets missed an entry stored with tags")
 	}
 	others := map[string]struct {
@@ -49,7 +55,7 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 		"destination one": {"m", "T", index.Flow{Src: base.Src, Dst: resource.Tags{"app": "db"}, Proto: resource.TCP, Port: 5432}},
 	}
 	for name, o := range others {
-		if got, ok := c.lookup(key(o.mesh, o.typ, &o.f)); ok {
+		if got, ok := c.Lookup(key(o.mesh, o.typ, &o.f)); ok {
 			t.Errorf("%s differs but the cache answered %+v", name, got)
 		}
 	}
@@ -59,8 +65,8 @@ func TestCacheVerifiesEveryField(t *testing.T) {
 // (as Decide does: lookup, else store) and returns the share of hits in the
 // last rounds.
 func cycleHitRate(n, rounds int) float64 {
-	c := &decisionCache{}
-	epoch := &memoEpoch{}
+	c := &Cache[decision]{}
+	epoch := &Epoch[decision]{}
 	flows := make([]index.Flow, n)
 	for i := range flows {
 		flows[i] = index.Flow{Src: resource.Tags{"app": "web", "i": itoa(i)}, Dst: resource.Tags{"app": "db"}, Proto: resource.TCP, Port: 5432}
@@ -68,10 +74,10 @@ func cycleHitRate(n, rounds int) float64 {
 	hits, asked := 0, 0
 	for r := 0; r < rounds; r++ {
 		for i := range flows {
-			k := &memoKey{h: flowHash("m", "T", &flows[i]), epoch: epoch, mesh: "m", typ: "T", f: flows[i]}
-			_, ok := c.lookup(k)
+			k := &Key[decision]{H: FlowHash("m", "T", &flows[i]), Epoch: epoch, Mesh: "m", Type: "T", Flow: flows[i]}
+			_, ok := c.Lookup(k)
 			if !ok {
-				c.store(k, &Decision{Action: resource.Allow})
+				c.Store(k, &decision{Action: resource.Allow})
 			}
 			if r >= rounds-3 {
 				asked++

@@ -1,0 +1,289 @@
+package memo
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+
+	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
+	"github.com/verdictpdp/verdict/engine/resource"
+)
+
+// The decision cache (the memo). Sidecars ask about the same flows over and
+// over; the engine remembers its answers, keyed by the whole flow (mesh, type,
+// both tag sets, protocol, port), so a repeated flow costs a hash and a check
+// instead of a scan. The tag sets are keyed whole, reserved keys (ip,
+// principal) included: an identity leaves them out, but selectors read them,
+// so two flows whose tags differ only in ip never share an entry. A flow
+// between interned tag sets (identity.go) brings the sets' hashes, so a hit
+// costs no pass over its tags, and a pointer compare verifies them.
+//
+// The memo outlives snapshots: Apply hands it to the next snapshot, and every
+// entry carries the epoch of the (mesh, type) partition it was computed in. A
+// partition's epoch is renewed whenever its answers may change — a policy of
+// its type (typeState.apply, buildType), a Mesh or Scope change (rebuildMesh:
+// every type of the mesh) — and is kept by the changes that cannot alter them:
+// a workload put, a policy of another type, a change in another mesh. An entry
+// of another epoch is a miss, and its slot is the first one the new answer
+// takes. Invalid stored resources close a partition before the memo is asked
+// (closedByType). A hit answers with the asking snapshot's revision.
+//
+// It is lock-free: fixed arrays of atomic words. A flow's hash picks two
+// buckets of 8 slots each (two choices: the cache fills to ~100% before flows
+// are lost to crowded buckets); a bucket's hashes sit in one cache line, so a
+// lookup reads one or two lines and follows a pointer only on a hash match. A hit is verified against the request field by field, so a hash
+// collision costs a miss, never a wrong answer. An entry is stored only for a
+// flow seen twice (a "doorkeeper" Bloom filter remembers flows seen once, and
+// starts over after 64k of them), so traffic
+// that never repeats allocates nothing; repeated traffic allocates once per flow.
+//
+// Eviction is least-frequently-used within the bucket, with aging: every entry
+// counts its hits (saturating at 15); a new flow replaces the entry with the
+// fewest hits of its two buckets, and every 8th replacement in a bucket halves its counts, so a flow
+// that stops coming leaves. Flows that keep coming stay: cycling over more flows
+// than the cache holds, the resident ones keep hitting and the others take turns
+// in a few slots, instead of every flow evicting another (which gives an LRU
+// cache no hits at all on a cycle larger than itself).
+
+const (
+	cacheWays     = 8
+	cacheBuckets  = 1 << 11
+	cacheSlots    = cacheWays * cacheBuckets // entries
+	cacheSeenBits = 1 << 18                  // doorkeeper bits
+	cacheSeenMax  = 1 << 16                  // flows the doorkeeper remembers before it starts over
+	cacheMaxHits  = 15
+)
+
+// Cache is the decision memo of a lineage of snapshots, for answers of type D.
+type Cache[D any] struct {
+	seen   [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
+	seenN  atomic.Uint32
+	misses atomic.Uint64 // lookups that found no entry (tests read it: a counter, not a timing)
+	// pairMisses counts identity-pair memo lookups that missed (pairmemo.go).
+	pairMisses atomic.Uint64
+	buckets    [cacheBuckets]bucket[D]
+}
+
+// Epoch marks the answers of one (mesh, type) partition: entries computed
+// under another epoch are stale. Compared by pointer; never zero-sized, so two
+// epochs never share an address. It holds the partition's identity-pair memo
+// (pairmemo.go), created on first use, so a new epoch starts without one.
+type Epoch[D any] struct{ pairs atomic.Pointer[Pairs[D]] }
+
+// Holder is the memo shared by a lineage of snapshots (Build, then Apply
+// after Apply); created on first use.
+type Holder[D any] struct{ c atomic.Pointer[Cache[D]] }
+
+// Key is what a lookup or a store is keyed and verified by.
+type Key[D any] struct {
+	H          uint64 // FlowHashOf the flow
+	Epoch      *Epoch[D]
+	Mesh, Type string
+	Flow       index.Flow        // by value: a pointer here would make every flow escape (escape analysis is field-insensitive)
+	Src, Dst   *inventory.TagSet // the flow's interned tag sets, when the caller has them
+}
+
+type bucket[D any] struct {
+	hashes  [cacheWays]atomic.Uint64 // 0: empty
+	slots   [cacheWays]atomic.Pointer[Entry[D]]
+	evicted atomic.Uint32
+}
+
+// Entry is one remembered answer. Never modified once stored, but for its
+// hit count.
+type Entry[D any] struct {
+	hash     uint64
+	hits     atomic.Uint32
+	epoch    *Epoch[D]
+	srcSet   *inventory.TagSet // the interned sets the entry was stored with, if any: a pointer compare verifies them
+	dstSet   *inventory.TagSet
+	mesh     string
+	typ      string
+	proto    resource.Protocol
+	port     uint32
+	src, dst []index.TagKV
+	d        D
+	// ids are the identities of the source's and the destination's tags in
+	// mesh (Identity), computed once when the entry is made: a hit reports
+	// them without hashing the tags again (Decide).
+	ids [2]uint64
+}
+
+// FlowHash is the hash a flow is remembered by.
+func FlowHash(mesh, typ string, f *index.Flow) uint64 {
+	return FlowHashOf(mesh, typ, inventory.TagsHash(f.Src), inventory.TagsHash(f.Dst), f.Proto, f.Port)
+}
+
+// FlowHashOf is FlowHash from the tag sets' hashes (inventory.TagsHash).
+func FlowHashOf(mesh, typ string, src, dst uint64, proto resource.Protocol, port uint32) uint64 {
+	h := maphash.String(inventory.CacheSeed, mesh) ^ inventory.Mix64(maphash.String(inventory.CacheSeed, typ))
+	h ^= inventory.Mix64(src + 0x632BE59BD9B4E019)
+	h ^= inventory.Mix64(dst*3 + 0x8CB92BA72F3D8DD7)
+	h ^= inventory.Mix64(uint64(proto)<<32 | uint64(port))
+	return h | 1<<63 // never 0: 0 marks an empty slot
+}
+
+// sameTags reports whether a request's tags are exactly the entry's.
+func sameTags(want []index.TagKV, tags resource.Tags) bool {
+	if len(want) != len(tags) {
+		return false
+	}
+	for _, kv := range want {
+		if v, ok := tags[kv.K]; !ok || v != kv.V {
+			return false
+		}
+	}
+	return true
+}
+
+// buckets returns the two buckets a flow may sit in.
+func (c *Cache[D]) bucketsOf(h uint64) [2]*bucket[D] {
+	return [2]*bucket[D]{&c.buckets[h&(cacheBuckets-1)], &c.buckets[(h>>22)&(cacheBuckets-1)]}
+}
+
+// Lookup returns the entry of k's flow in k's epoch, if the memo holds it.
+func (c *Cache[D]) Lookup(k *Key[D]) (*Entry[D], bool) {
+	bs := c.bucketsOf(k.H)
+	if e := bs[0].lookup(k); e != nil {
+		return e, true
+	}
+	if e := bs[1].lookup(k); e != nil {
+		return e, true
+	}
+	c.misses.Add(1)
+	return nil, false
+}
+
+// sameFlow reports whether e holds the answer of exactly k's flow, in k's epoch.
+func (e *Entry[D]) sameFlow(k *Key[D]) bool {
+	f := &k.Flow
+	return e.hash == k.H && e.mesh == k.Mesh && e.typ == k.Type && e.proto == f.Proto && e.port == f.Port &&
+		(e.srcSet != nil && e.srcSet == k.Src || sameTags(e.src, f.Src)) &&
+		(e.dstSet != nil && e.dstSet == k.Dst || sameTags(e.dst, f.Dst))
+}
+
+func (b *bucket[D]) lookup(k *Key[D]) *Entry[D] {
+	for i := range b.hashes {
+		if b.hashes[i].Load() != k.H {
+			continue
+		}
+		e := b.slots[i].Load()
+		if e == nil || e.epoch != k.Epoch || !e.sameFlow(k) {
+			continue
+		}
+		if n := e.hits.Load(); n < cacheMaxHits {
+			e.hits.Store(n + 1) // a lost increment only ages the entry a little sooner
+		}
+		return e
+	}
+	return nil
+}
+
+// Store remembers d for the flow if the flow was seen before, and returns the
+// entry stored (nil: seen once so far). An entry of the same flow from an
+// older epoch is replaced in place. Entries are never modified once stored
+// (but for their hit counts).
+func (c *Cache[D]) Store(k *Key[D], d *D) *Entry[D] {
+	h, f := k.H, &k.Flow
+	e := &Entry[D]{hash: h, epoch: k.Epoch, srcSet: k.Src, dstSet: k.Dst, mesh: k.Mesh, typ: k.Type,
+		proto: f.Proto, port: f.Port, d: *d}
+	for _, cb := range c.bucketsOf(h) {
+		for i := range cb.hashes {
+			if cb.hashes[i].Load() != h {
+				continue
+			}
+			if old := cb.slots[i].Load(); old != nil && old.epoch != k.Epoch && old.sameFlow(k) {
+				e.src, e.dst, e.ids = old.src, old.dst, old.ids
+				e.hits.Store(old.hits.Load())
+				cb.slots[i].Store(e) // the same flow, hash unchanged: readers verify the epoch
+				return e
+			}
+		}
+	}
+	b1, b2 := (h>>11)&(cacheSeenBits-1), (h>>37)&(cacheSeenBits-1)
+	w1, w2 := &c.seen[b1/64], &c.seen[b2/64]
+	m1, m2 := uint64(1)<<(b1%64), uint64(1)<<(b2%64)
+	if w1.Load()&m1 == 0 || w2.Load()&m2 == 0 {
+		if c.seenN.Add(1)%cacheSeenMax == 0 {
+			for i := range c.seen {
+				c.seen[i].Store(0)
+			}
+		}
+		w1.Or(m1)
+		w2.Or(m2)
+		return nil
+	}
+	e.src, e.dst = make([]index.TagKV, 0, len(f.Src)), make([]index.TagKV, 0, len(f.Dst))
+	for k, v := range f.Src {
+		e.src = append(e.src, index.TagKV{K: k, V: v})
+	}
+	for k, v := range f.Dst {
+		e.dst = append(e.dst, index.TagKV{K: k, V: v})
+	}
+	e.ids = [2]uint64{setIdentity(k.Mesh, k.Src, f.Src), setIdentity(k.Mesh, k.Dst, f.Dst)}
+	var b *bucket[D]
+	victim, fewest := -1, uint32(cacheMaxHits+1)
+pick:
+	for _, cb := range c.bucketsOf(h) {
+		for i := range cb.slots {
+			old := cb.slots[i].Load()
+			if old == nil {
+				b, victim = cb, i
+				break pick
+			}
+			if n := old.hits.Load(); n < fewest {
+				b, victim, fewest = cb, i, n
+			}
+		}
+	}
+	if b.slots[victim].Load() != nil && b.evicted.Add(1)%cacheWays == 0 {
+		for i := range b.slots {
+			if old := b.slots[i].Load(); old != nil {
+				old.hits.Store(old.hits.Load() / 2)
+			}
+		}
+	}
+	// The slot's hash is cleared while its entry changes, so a reader that sees
+	// the new hash finds the new entry (and verifies it in any case).
+	b.hashes[victim].Store(0)
+	b.slots[victim].Store(e)
+	b.hashes[victim].Store(h)
+	return e
+}
+
+// setIdentity is the identity of tags in mesh: the interned set's when the
+// caller has it (set, of tags), else computed.
+func setIdentity(mesh string, set *inventory.TagSet, tags resource.Tags) uint64 {
+	if set != nil {
+		return set.Identity()
+	}
+	return resource.Identity(mesh, tags)
+}
+
+// Answer is the entry's answer, shared by every reader: read only.
+func (e *Entry[D]) Answer() *D { return &e.d }
+
+// IDs are the identities of the flow's source and destination tag sets.
+func (e *Entry[D]) IDs() [2]uint64 { return e.ids }
+
+// Misses counts the lookups that found no entry (tests read it: a counter,
+// not a timing).
+func (c *Cache[D]) Misses() uint64 { return c.misses.Load() }
+
+// Get returns the memo of the lineage, creating it on first use.
+func (h *Holder[D]) Get() *Cache[D] {
+	if c := h.c.Load(); c != nil {
+		return c
+	}
+	c := &Cache[D]{}
+	if h.c.CompareAndSwap(nil, c) {
+		return c
+	}
+	return h.c.Load()
+}
+
+// PairMiss counts a miss of an identity-pair memo and returns the count.
+func (c *Cache[D]) PairMiss() uint64 { return c.pairMisses.Add(1) }
+
+// PairMisses counts the identity-pair memo lookups that missed (tests).
+func (c *Cache[D]) PairMisses() uint64 { return c.pairMisses.Load() }
