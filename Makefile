@@ -13,8 +13,10 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: ## run verdictd on an embedded etcd (.data/), bootstrapped with examples/policies.yaml
-	$(GO) run ./cmd/verdictd --data-dir .data/etcd --bootstrap examples/policies.yaml $(RUN_FLAGS)
+run: ## build bin/verdictd (listing what it compiles), run it on an embedded etcd (.data/) with examples/policies.yaml
+	@echo "make run: building bin/verdictd; go build -v names each package it compiles (none when cached)"
+	$(GO) build -v -o bin/verdictd ./cmd/verdictd
+	exec bin/verdictd --data-dir .data/etcd --bootstrap examples/policies.yaml $(RUN_FLAGS)
 
 .PHONY: build
 build: ## build bin/verdictd, bin/verdictctl, bin/verdict-agent, bin/verdict-loadtest and the pinned grpcurl into bin/
