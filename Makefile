@@ -78,6 +78,15 @@ loadtest: ## every load-test scenario against a fresh verdictd with 10k policies
 	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdict-loadtest
 	bin/verdict-loadtest --policies 10000 --duration 3s --warmup 1s $(LOADTEST_FLAGS)
 
+ROUNDS ?= 8
+AB_FLAGS ?=
+
+.PHONY: ab
+ab: ## same-run A/B of make bench and make loadtest, this tree against BASE=<git rev>, ROUNDS alternated rounds (AB_FLAGS=...)
+	@test -n "$(BASE)" || { echo "make ab: name the base revision: make ab BASE=<rev> [ROUNDS=8]"; exit 2; }
+	$(GO) build -o bin/ ./cmd/verdict-loadtest
+	bin/verdict-loadtest ab --base $(BASE) --rounds $(ROUNDS) $(AB_FLAGS)
+
 .PHONY: proto
 proto: ## format, lint and generate the protos (generated Go is checked in beside them)
 	$(BUF) format -w
