@@ -225,21 +225,23 @@ func runAB(ctx context.Context, cfg ABConfig, stdout, stderr io.Writer) error {
 }
 
 // buildSide builds a side's verdictd, its benchmark binaries and, with
-// --own-loadtester, its load tester. -trimpath keeps the temporary
-// worktree's path out of the build, so a second A/B against the same base
-// finds its packages in the build cache.
+// --own-loadtester, its load tester. The dependencies come from the build
+// cache; the module's own packages compile again for the temporary
+// worktree's path. (-trimpath would let a second A/B reuse them, at the
+// price of compiling every dependency and the standard library once more:
+// the everyday builds are not trimmed.)
 func buildSide(ctx context.Context, cfg ABConfig, s *abSide, stderr io.Writer) error {
 	if err := os.MkdirAll(s.bin, 0o755); err != nil {
 		return err
 	}
 	if cfg.Loadtest {
 		s.verdictd = filepath.Join(s.bin, "verdictd")
-		if err := goRun(ctx, s.dir, stderr, "build", "-trimpath", "-o", s.verdictd, "./cmd/verdictd"); err != nil {
+		if err := goRun(ctx, s.dir, stderr, "build", "-o", s.verdictd, "./cmd/verdictd"); err != nil {
 			return err
 		}
 		if cfg.OwnLoadtest {
 			s.loadtest = filepath.Join(s.bin, "verdict-loadtest")
-			if err := goRun(ctx, s.dir, stderr, "build", "-trimpath", "-o", s.loadtest, "./cmd/verdict-loadtest"); err != nil {
+			if err := goRun(ctx, s.dir, stderr, "build", "-o", s.loadtest, "./cmd/verdict-loadtest"); err != nil {
 				return err
 			}
 		}
@@ -261,7 +263,7 @@ func buildSide(ctx context.Context, cfg ABConfig, s *abSide, stderr io.Writer) e
 		}
 		b := abBenchBinary{pkg: pkg, dir: dir,
 			path: filepath.Join(s.bin, strings.NewReplacer("/", "_", ".", "_").Replace(pkg)+".test")}
-		if err := goRun(ctx, s.dir, stderr, "test", "-c", "-trimpath", "-o", b.path, pkg); err != nil {
+		if err := goRun(ctx, s.dir, stderr, "test", "-c", "-o", b.path, pkg); err != nil {
 			return err
 		}
 		s.benches = append(s.benches, b)
