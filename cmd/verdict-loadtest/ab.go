@@ -419,7 +419,7 @@ func writeABTable(w io.Writer, base, cur map[string][]float64) error {
 		return keys[i] < keys[j]
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "row\tbetter\tbase median\tnew median\tnew/base\trounds\t")
+	fmt.Fprintln(tw, "row\tbetter\tbase median\tnew median\tnew/base\trounds")
 	for _, k := range keys {
 		b, n := median(base[k]), median(cur[k])
 		better := "lower"
@@ -430,7 +430,7 @@ func writeABTable(w io.Writer, base, cur map[string][]float64) error {
 		if len(base[k]) > 0 && len(cur[k]) > 0 && b != 0 {
 			ratio = fmt.Sprintf("%.3f", n/b)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t\n", k, better, figure(b), figure(n), ratio, len(base[k]), len(cur[k]))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\n", k, better, figure(b), figure(n), ratio, len(base[k]), len(cur[k]))
 	}
 	return tw.Flush()
 }

@@ -115,6 +115,11 @@ func TestWriteABTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	for _, l := range lines {
+		if strings.TrimRight(l, " ") != l {
+			t.Errorf("trailing spaces: %q", l)
+		}
+	}
 	if len(lines) != 5 {
 		t.Fatalf("%d lines, want a header and 4 rows:\n%s", len(lines), b.String())
 	}
