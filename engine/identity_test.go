@@ -167,7 +167,7 @@ func TestRegistryBounds(t *testing.T) {
 			t.Error("an identity of mesh a answered in mesh b")
 		}
 		if s.Identity() != Identity("a", Tags{"app": "web"}) {
-			t.Error("the registered identity is not the SPEC's")
+			t.Error("the registered identity is not the documented encoding's")
 		}
 	})
 }
