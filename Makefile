@@ -13,8 +13,10 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: ## run verdictd on an embedded etcd (.data/), bootstrapped with examples/policies.yaml
-	$(GO) run ./cmd/verdictd --data-dir .data/etcd --bootstrap examples/policies.yaml $(RUN_FLAGS)
+run: ## build bin/verdictd (listing what it compiles), run it on an embedded etcd (.data/) with examples/policies.yaml
+	@echo "make run: building bin/verdictd; go build -v names each package it compiles (none when cached)"
+	$(GO) build -v -o bin/verdictd ./cmd/verdictd
+	exec bin/verdictd --data-dir .data/etcd --bootstrap examples/policies.yaml $(RUN_FLAGS)
 
 .PHONY: build
 build: ## build bin/verdictd, bin/verdictctl, bin/verdict-agent, bin/verdict-loadtest and the pinned grpcurl into bin/
@@ -75,6 +77,15 @@ bench: ## engine benchmarks (Decide, build, change, memory), the server vs an em
 loadtest: ## every load-test scenario against a fresh verdictd with 10k policies, about a minute
 	$(GO) build -o bin/ ./cmd/verdictd ./cmd/verdict-loadtest
 	bin/verdict-loadtest --policies 10000 --duration 3s --warmup 1s $(LOADTEST_FLAGS)
+
+ROUNDS ?= 8
+AB_FLAGS ?=
+
+.PHONY: ab
+ab: ## same-run A/B of make bench and make loadtest, this tree against BASE=<git rev>, ROUNDS alternated rounds (AB_FLAGS=...)
+	@test -n "$(BASE)" || { echo "make ab: name the base revision: make ab BASE=<rev> [ROUNDS=8]"; exit 2; }
+	$(GO) build -o bin/ ./cmd/verdict-loadtest
+	bin/verdict-loadtest ab --base $(BASE) --rounds $(ROUNDS) $(AB_FLAGS)
 
 .PHONY: proto
 proto: ## format, lint and generate the protos (generated Go is checked in beside them)

@@ -19,5 +19,6 @@
 //     the suites' dry run); Invalid lists what is stored but not in use, which
 //     fails closed (docs/storage.md).
 //
-// engine/README.md describes the index, the decision cache and their costs.
+// engine/README.md describes the index, the bitmaps, the patching and the
+// memos, with a worked example; BENCHMARKS.md has their costs.
 package engine

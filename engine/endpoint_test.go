@@ -371,8 +371,8 @@ func TestResolveByReference(t *testing.T) {
 
 // The differential test: for random inventories and policy sets, a flow whose
 // ends are given by workload name, address, principal or identity is decided
-// exactly as the same flow given by the tag sets a plain model of SPEC section
-// 10 computes — and as the reference decides those tags.
+// exactly as the same flow given by the tag sets a plain model of
+// docs/workloads.md ("Endpoints by reference") computes — and as the reference decides those tags.
 func TestEndpointFormsDecideAsTheirTags(t *testing.T) {
 	t.Parallel()
 	n := 400
@@ -455,7 +455,7 @@ func genInventory(c *choices) []modelWorkload {
 	return out
 }
 
-// modelResolve is SPEC section 10's resolution, written out plainly; ok false
+// modelResolve is docs/workloads.md's resolution, written out plainly; ok false
 // for NOT_FOUND.
 func modelResolve(inv []modelWorkload, ep inventory.Endpoint, dst bool, port uint32) (resource.Tags, bool) {
 	own := func(m modelWorkload) resource.Tags {

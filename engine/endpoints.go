@@ -98,8 +98,8 @@ func resolveEndpoint(ms *meshState, mesh string, ep *inventory.Endpoint, destina
 }
 
 // kumaSpiffeService returns <service> of a principal of Kuma's form
-// spiffe://<mesh>/<service>, when <mesh> is mesh (SPEC section 10: the form
-// counts only in the request's mesh).
+// spiffe://<mesh>/<service>, when <mesh> is mesh: the form counts only in the
+// request's mesh (docs/workloads.md, "Endpoints by reference").
 func kumaSpiffeService(mesh, principal string) (string, bool) {
 	rest, ok := strings.CutPrefix(principal, "spiffe://")
 	if !ok {

@@ -170,7 +170,7 @@ func TestRegistryBounds(t *testing.T) {
 			t.Error("an identity of mesh a answered in mesh b")
 		}
 		if s.Identity() != resource.Identity("a", resource.Tags{"app": "web"}) {
-			t.Error("the registered identity is not the SPEC's")
+			t.Error("the registered identity is not the documented encoding's")
 		}
 	})
 }

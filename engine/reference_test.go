@@ -40,7 +40,7 @@ type refWorld struct {
 	policies []*resource.Policy // of the request's type
 	anyRes   bool
 	// known: the type is built in, declared in the Mesh's types, named in a
-	// scope's catchAllTypes or used by a policy of the mesh (SPEC section 10)
+	// scope's catchAllTypes or used by a policy of the mesh (docs/types.md)
 	known bool
 }
 

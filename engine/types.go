@@ -1,6 +1,6 @@
 package engine
 
-// Known types (SPEC section 10): a policy type a mesh knows, so that a typo in
+// Known types (docs/types.md): a policy type a mesh knows, so that a typo in
 // a type name is an error, never an answer.
 
 import (
@@ -24,7 +24,7 @@ var ErrTypeNotFound = errors.New("type not known")
 //     pkg/core/resources/apis/mesh that are policies: not Dataplane, Mesh,
 //     ExternalService, the gateways, zones or insights);
 //   - Kong Mesh 2.x: MeshOPA, MeshGlobalRateLimit and the legacy OPAPolicy;
-//   - the seeds (/SPEC.md's sources): Kuadrant's AuthPolicy, RateLimitPolicy,
+//   - the seed policy models: Kuadrant's AuthPolicy, RateLimitPolicy,
 //     TLSPolicy and DNSPolicy (seed 003), UpstreamTimeout (seed 001).
 //
 // docs/types.md lists them; keep the two in step.
@@ -190,7 +190,7 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// TypeWarnings checks the policy types of a write (SPEC section 10, "Known
+// TypeWarnings checks the policy types of a write (docs/types.md, "Known
 // types"): a policy whose type is neither built in nor declared in its Mesh's
 // types (the Mesh of the write when it has one, else the stored one) gets a
 // warning, or, when that Mesh sets strictTypes, a validation error naming the

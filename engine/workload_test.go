@@ -186,7 +186,7 @@ func TestWorkloadOnlyMeshAndDigest(t *testing.T) {
 
 func TestIdentityEncoding(t *testing.T) {
 	t.Parallel()
-	// SPEC section 10: keys sorted (app < env), reserved keys left out.
+	// docs/workloads.md, "Identities": keys sorted (app < env), reserved keys left out.
 	a := resource.Identity("default", map[string]string{"env": "prod", "app": "web", "ip": "10.0.0.1"})
 	b := resource.Identity("", map[string]string{"app": "web", "env": "prod", "principal": "x"})
 	if a != b {

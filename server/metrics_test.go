@@ -16,7 +16,7 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// The metrics name the keys of invalid resources (SPEC section 10), at most
+// The metrics name the keys of invalid resources (docs/storage.md), at most
 // MaxInvalidKeyLabels of them, in key order, while the count covers them all.
 func TestMetricsNameInvalidKeys(t *testing.T) {
 	reader := sdkmetric.NewManualReader()

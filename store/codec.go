@@ -25,8 +25,8 @@ import (
 func RenderPath(raw string) string { return engine.RenderPath(raw) }
 
 // DecodeItem reads a stored value found at path (the key without the store's
-// prefix, as stored). A key that is not a resource's key (SPEC section 8: its
-// shape, its names, UTF-8), a value that does not decode or validate, or whose
+// prefix, as stored). A key that is not a resource's key (docs/storage.md,
+// "Keys": its shape, its names, UTF-8), a value that does not decode or validate, or whose
 // resource is not the one its key names, comes back with Err set and Resource
 // nil; the item's Path is RenderPath(path) and its error text valid UTF-8, so a
 // hostile key or value never breaks a read that shows it. A decoded resource

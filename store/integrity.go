@@ -19,8 +19,8 @@ import (
 var ErrIntegrity = errors.New("referential integrity")
 
 // Integrity is what a write needs to hold at commit so that no reference
-// dangles (SPEC section 10: writes through the API cannot create dangling
-// references). Both stores check it atomically with the write: store/memory
+// dangles: writes through the API cannot create dangling references
+// (docs/storage.md). Both stores check it atomically with the write: store/memory
 // under its lock, store/etcd with compares in the transaction (see Apply there).
 type Integrity struct {
 	// MustExist are the scopes that puts name (a policy's scope, a scope's

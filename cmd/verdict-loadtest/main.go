@@ -16,8 +16,13 @@
 // again on the same data and measures process start → SERVING and → deciding
 // at the seeded revision, then its live heap and resident set per workload.
 //
+// The ab subcommand (make ab) is a same-run A/B of make bench and make
+// loadtest between the working tree and a base git revision, in alternated
+// rounds, printing each row's medians and their ratio (ab.go).
+//
 //	verdict-loadtest [flags] [scenario...]
 //	verdict-loadtest cold-start [--workloads N] [--policies N] [--restarts N] [--external-etcd] [--profile-dir DIR] [--json]
+//	verdict-loadtest ab --base REV [--rounds N] [--bench REGEX] [--benchtime T] [--loadtest-args ARGS] [--out DIR]
 package main
 
 import (
@@ -173,6 +178,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "cold-start" {
 		return coldStart(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "ab" {
+		return abMain(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -255,7 +263,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.LogDir, "decision-log-dir", "", "--decision-log-ab: directory of the decision log file (default: the system's temporary directory)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n(default: %s)\n"+
-			"       verdict-loadtest cold-start [flags] (cold-start --help lists them)\n\n",
+			"       verdict-loadtest cold-start [flags] (cold-start --help lists them)\n"+
+			"       verdict-loadtest ab --base REV [flags] (ab --help lists them)\n\n",
 			strings.Join(allScenarios, "|"), strings.Join(defaultScenarios, " "))
 		fs.PrintDefaults()
 	}

@@ -1,6 +1,6 @@
 package main
 
-// Writes larger than one call (SPEC section 10, "Large applies"; docs/cli.md):
+// Writes larger than one call (docs/cli.md, "Large applies"):
 // the client sends them in dependency order, each call atomic and guarded by
 // the revisions it read, and on a failure rolls back the calls already made
 // with guarded writes, then says exactly what the store holds of the set.

@@ -283,7 +283,19 @@ func TestREADMEExamples(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, "--bootstrap", "examples/policies.yaml")
 	waitServing(t, d.conn(t))
-	f, err := os.Open(filepath.Join(repoRoot, "README.md"))
+	if n := runDocExamples(t, d, "README.md"); n < 20 {
+		t.Errorf("only %d README examples found", n)
+	}
+}
+
+// runDocExamples runs the grpcurl and verdictctl lines of the ```sh blocks
+// of a Markdown file of the repository (indented blocks of list items
+// included) against d, as written but for the address, and returns how many
+// it ran. A line exits 0 unless it says "# exit N"; one that says "# streams
+// until Ctrl-C" runs for 2 s and must print something.
+func runDocExamples(t *testing.T, d *daemon, file string) int {
+	t.Helper()
+	f, err := os.Open(filepath.Join(repoRoot, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +304,7 @@ func TestREADMEExamples(t *testing.T) {
 	inBlock, n := false, 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		line := sc.Text()
+		line := strings.TrimSpace(sc.Text())
 		if strings.HasPrefix(line, "```") {
 			inBlock = line == "```sh"
 			continue
@@ -304,8 +316,10 @@ func TestREADMEExamples(t *testing.T) {
 		line = strings.ReplaceAll(line, "127.0.0.1:7070", d.addr)
 		streams := strings.Contains(line, "# streams until Ctrl-C")
 		wantCode := 0
-		if strings.Contains(line, "# exit 1") {
-			wantCode = 1
+		if _, c, ok := strings.Cut(line, "# exit "); ok {
+			if _, err := fmt.Sscanf(c, "%d", &wantCode); err != nil {
+				t.Fatalf("%s: %s: %v", file, line, err)
+			}
 		}
 		timeout := 30 * time.Second
 		if streams {
@@ -325,15 +339,16 @@ func TestREADMEExamples(t *testing.T) {
 		switch {
 		case streams:
 			if len(out) == 0 {
-				t.Errorf("README: %s\nprinted nothing", line)
+				t.Errorf("%s: %s\nprinted nothing", file, line)
 			}
 		case code != wantCode:
-			t.Errorf("README: %s\nexit %d, want %d:\n%s", line, code, wantCode, out)
+			t.Errorf("%s: %s\nexit %d, want %d:\n%s", file, line, code, wantCode, out)
 		}
 	}
-	if n < 20 {
-		t.Errorf("only %d README examples found", n)
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
+	return n
 }
 
 func TestHealthBeforeFirstSync(t *testing.T) {

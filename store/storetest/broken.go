@@ -184,7 +184,7 @@ func runBroken(t *testing.T, newHarness Factory) {
 			t.Fatalf("the folded snapshot's digest %s is not the store's %s", got, want)
 		}
 		// The key whose mesh cannot be read harms no mesh; the policy keys
-		// close their own mesh and type only (SPEC section 10).
+		// close their own mesh and type only (docs/storage.md, "Invalid values").
 		req := &engine.Request{Mesh: "other", Source: resource.Tags{"kuma.io/service": "web"}, Destination: resource.Tags{"kuma.io/service": "b"}}
 		if d, err := snap.Decide(req); err != nil || d.Action != resource.Allow {
 			t.Fatalf("another mesh: %+v, %v; want ALLOW", d, err)

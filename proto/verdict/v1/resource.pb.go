@@ -165,8 +165,8 @@ type Mesh struct {
 	// types.TrafficPermission.select as that product decides; a field set here
 	// beats the profile.
 	Profile string `protobuf:"bytes,11,opt,name=profile,proto3" json:"profile,omitempty"`
-	// Refuse policies of types neither built in nor named in types (SPEC
-	// section 10, "Known types"); false: accept them with a warning.
+	// Refuse policies of types neither built in nor named in types
+	// (docs/types.md); false: accept them with a warning.
 	StrictTypes   bool `protobuf:"varint,12,opt,name=strict_types,json=strictTypes,proto3" json:"strict_types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
