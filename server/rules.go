@@ -414,7 +414,7 @@ func sideName(side int) string {
 }
 
 // resolveWatched resolves a WatchRules workload at snap as Decide resolves an
-// endpoint (engine.ResolveEndpoint, docs/workloads.md), with no flow port: tags
+// endpoint (engine.Snapshot.ResolveEndpoint, docs/workloads.md), with no flow port: tags
 // as given; a workload name → its tags (an unknown or invalid one is
 // NotFound); an address → its workload's tags plus ip, else the external
 // endpoint {ip: ADDRESS}. A workload's addresses come with it.

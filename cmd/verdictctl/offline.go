@@ -248,7 +248,7 @@ func printJUnit(w io.Writer, rep testReport) error {
 }
 
 func runValidate(args []string, e *env) int {
-	fset := newFlags("validate", "FILE|DIR|-...", "Checks documents offline with the server's decoder (engine.Decode*): every field of\n"+
+	fset := newFlags("validate", "FILE|DIR|-...", "Checks documents offline with the server's decoder (resource.Decode*): every field of\n"+
 		"every document. --whole also checks the set as a store of its own: references between its\n"+
 		"resources, conflicts (a reference to a resource only the server holds then fails).", e.stderr)
 	whole := fset.Bool("whole", false, "check the set as a whole too (references, conflicts), as if it were the whole store")

@@ -17,12 +17,11 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
-
-	"github.com/verdictpdp/verdict/engine"
 )
 
 // checkSite is one place where the example's Envoy asks verdict: an
@@ -210,13 +209,13 @@ func exampleAddresses(t *testing.T, path string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := engine.DecodeYAML(data)
+	res, err := resource.DecodeYAML(data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for _, r := range res {
-		if w, ok := r.(*engine.Workload); ok {
+		if w, ok := r.(*resource.Workload); ok {
 			out = append(out, w.Addresses...)
 		}
 	}
