@@ -248,7 +248,7 @@ func parseRequest(v any, decide bool) (request, error) {
 				p, err = n.Int64()
 			}
 			if !ok || err != nil || p < 0 || p > 65535 {
-				err = fmt.Errorf("port: %v is not a port", val)
+				err = fmt.Errorf("%v is not a port", val)
 			}
 			r.Port = uint32(p)
 		case "explain":
