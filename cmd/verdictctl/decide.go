@@ -24,7 +24,7 @@ type flowFlags struct {
 }
 
 func (f *flowFlags) register(fs *flagSet) {
-	fs.StringVar(&f.mesh, "mesh", "", "mesh (default \"default\")")
+	fs.StringVar(&f.mesh, "mesh", "", "the `MESH` (default \"default\")")
 	fs.StringVar(&f.typ, "type", "", "policy `TYPE` (default TrafficPermission)")
 	f.src.register(fs, "src", "source")
 	f.dst.register(fs, "dst", "destination")

@@ -19,7 +19,7 @@ import (
 // message), and its effective configuration (Resolve).
 func runInspect(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("inspect", e)
-	mesh := fs.String("mesh", "", "mesh (default \"default\")")
+	mesh := fs.String("mesh", "", "the `MESH` (default \"default\")")
 	var types fileList
 	fs.Var(&types, "type", "policy `TYPE`; repeatable (default TrafficPermission)")
 	workload := fs.String("workload", "", "the workload's `TAGS` k=v,k2=v2")

@@ -21,7 +21,7 @@ func runLogs(ctx context.Context, args []string, e *env) int {
 	action := fs.String("action", "", "only `ALLOW` or DENY")
 	policy := fs.String("policy", "", "only decisions by this `POLICY` (top level or either side)")
 	workload := fs.String("workload", "", "only flows with this end: a workload `NAME`, an address, a principal or a tag value")
-	mesh := fs.String("mesh", "", "only this mesh")
+	mesh := fs.String("mesh", "", "only this `MESH`")
 	typ := fs.String("type", "", "only this policy `TYPE`")
 	auditOnly := fs.Bool("audit-only", false, "only decisions whose audit (shadow) result differs")
 	var output outputFlag

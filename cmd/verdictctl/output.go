@@ -18,22 +18,6 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// printJSON writes a message as indented protobuf JSON. (protojson's own
-// spacing is deliberately unstable; encoding/json re-indents it, field order kept.)
-func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.Marshal(m)
-	if err != nil {
-		return err
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err = w.Write(out.Bytes())
-	return err
-}
-
 // compactJSON is one line of protobuf JSON.
 func compactJSON(m proto.Message) string {
 	b, err := protojson.Marshal(m)

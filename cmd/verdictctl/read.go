@@ -43,8 +43,8 @@ func keyOf(args []string, mesh, typ string) (string, error) {
 
 func runGet(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("get", e)
-	mesh := fs.String("mesh", engine.DefaultMesh, "mesh, for KIND NAME")
-	typ := fs.String("type", engine.DefaultType, "policy type, for policy NAME")
+	mesh := fs.String("mesh", engine.DefaultMesh, "`MESH`, for KIND NAME")
+	typ := fs.String("type", engine.DefaultType, "policy `TYPE`, for policy NAME")
 	var output outputFlag
 	output.register(fs, "yaml", "json", "text", "wide")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
@@ -79,8 +79,8 @@ func runGet(ctx context.Context, args []string, e *env) int {
 
 func runList(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("list", e)
-	mesh := fs.String("mesh", "", "only this mesh")
-	typ := fs.String("type", "", "only policies of this type (with --mesh, default mesh \"default\")")
+	mesh := fs.String("mesh", "", "only this `MESH`")
+	typ := fs.String("type", "", "only policies of this `TYPE` (with --mesh, default mesh \"default\")")
 	var output outputFlag
 	output.register(fs, "text", "wide", "yaml", "json")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
@@ -143,8 +143,8 @@ func runList(ctx context.Context, args []string, e *env) int {
 
 func runDelete(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("delete", e)
-	mesh := fs.String("mesh", engine.DefaultMesh, "mesh, for KIND NAME")
-	typ := fs.String("type", engine.DefaultType, "policy type, for policy NAME")
+	mesh := fs.String("mesh", engine.DefaultMesh, "`MESH`, for KIND NAME")
+	typ := fs.String("type", engine.DefaultType, "policy `TYPE`, for policy NAME")
 	var files fileList
 	fs.Var(&files, "f", "delete the resources of this `FILE` (or directory, or -)")
 	prefix := fs.String("prefix", "", "delete every key with this `PREFIX` (\"big/\", \"default/policies/TrafficLog/\")")

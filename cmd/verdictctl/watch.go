@@ -19,7 +19,7 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("watch", e)
 	prefix := fs.String("prefix", "", "resources: only keys with this `PREFIX`")
 	from := fs.Int64("from-revision", 0, "resources: resume after this revision")
-	mesh := fs.String("mesh", "", "rules: mesh (default \"default\")")
+	mesh := fs.String("mesh", "", "rules: the `MESH` (default \"default\")")
 	typ := fs.String("type", "", "rules: policy `TYPE` (default TrafficPermission)")
 	workload := fs.String("workload", "", "rules: the workload's `TAGS` k=v,k2=v2")
 	workloadName := fs.String("workload-name", "", "rules: the workload by `NAME`")
