@@ -58,11 +58,26 @@ func formatYAML(data []byte) ([]byte, error) {
 	if err := enc.Close(); err != nil {
 		return nil, err
 	}
-	out := finish(buf.String(), pads)
-	if strings.HasPrefix(strings.TrimLeft(string(data), "\n"), "---") && !strings.HasPrefix(out, "---") {
-		out = "---\n" + out // a stream that opens with a separator keeps it
+	out := strings.Split(finish(buf.String(), pads), "\n")
+	// A stream that opens with a separator (after its first comments)
+	// keeps it: the writer puts none before the first document.
+	if i := firstCode(lines); i >= 0 && strings.HasPrefix(lines[i], "---") {
+		if j := firstCode(out); j >= 0 && !strings.HasPrefix(out[j], "---") {
+			out = append(out[:j], append([]string{"---"}, out[j:]...)...)
+		}
 	}
-	return []byte(out), nil
+	return []byte(strings.Join(out, "\n")), nil
+}
+
+// firstCode is the index of the first line that is neither blank nor a
+// comment; -1 when there is none.
+func firstCode(lines []string) int {
+	for i, l := range lines {
+		if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "#") {
+			return i
+		}
+	}
+	return -1
 }
 
 // restyle sets the styles fmt normalizes and marks the blank lines to keep.

@@ -291,6 +291,8 @@ func TestFmt(t *testing.T) {
 			"type: MeshTrafficPermission\nname: p\nmesh: default\nspec:\n  targetRef: {kind: Mesh}\n  from:\n    - targetRef: {kind: Mesh}\n      default: {action: Allow}\n"},
 		{"a wrapped flow collection becomes a block", "tags: {app: web,\n  env: prod}\n", "tags:\n  app: web\n  env: prod\n"},
 		{"document order and separators", "---\nkind: Mesh\nname: b\n---\nkind: Mesh\nname: a\n", "---\nkind: Mesh\nname: b\n---\nkind: Mesh\nname: a\n"},
+		{"a separator after the first comment", "# meshes\n---\nkind: Mesh\nname: b\n", "# meshes\n---\nkind: Mesh\nname: b\n"},
+		{"a literal block", "kind: Policy\nconf:\n  script: |\n    one\n    two\n", "kind: Policy\nconf:\n  script: |\n    one\n    two\n"},
 	} {
 		out, err := formatYAML([]byte(tc.in))
 		if err != nil || string(out) != tc.want {
