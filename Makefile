@@ -28,6 +28,7 @@ test: ## unit, integration, end-to-end and conformance tests, brief fuzzing (wha
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) run ./cmd/verdictctl test testdata/conformance/*.yaml $(wildcard testdata/*.yaml)
+	$(GO) run ./cmd/verdictctl fmt --check examples/
 ifneq ($(SHARED_SUITES),)
 	$(GO) run ./cmd/verdictctl test $(SHARED_SUITES)
 endif

@@ -169,7 +169,7 @@ func TestNearestNames(t *testing.T) {
 		{"", nil},
 	}
 	for _, tt := range tests {
-		if got := engine.NearestNames(tt.in, names, 3); !reflect.DeepEqual(got, tt.want) {
+		if got := resource.NearestNames(tt.in, names, 3); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("NearestNames(%q) = %v, want %v", tt.in, got, tt.want)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -111,6 +112,11 @@ func (s decisionLogService) Follow(req *verdictv1.FollowRequest, stream grpc.Ser
 	l := s.decisions
 	if l == nil {
 		return toStatus(ctx, s.log, errDecisionLogOff)
+	}
+	// The filter goes first, so that a follower of records the daemon never
+	// logs can say why it sees none.
+	if err := stream.SendHeader(metadata.Pairs(decisionlog.FilterHeader, l.Filter().String())); err != nil {
+		return err
 	}
 	f := l.Follow(followMatch(req), followBuffer)
 	defer l.Close(f)

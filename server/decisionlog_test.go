@@ -182,3 +182,25 @@ func TestDecisionLogRecordsChecks(t *testing.T) {
 		t.Errorf("record %s", lines[0])
 	}
 }
+
+// TestFollowSaysTheFilter: a Follow stream opens with the daemon's filter in
+// a header, before any record, so that a follower waiting for records the
+// daemon never logs can say why (verdictctl logs --audit-only).
+func TestFollowSaysTheFilter(t *testing.T) {
+	for _, f := range []decisionlog.Filter{decisionlog.All, decisionlog.Denies, decisionlog.AuditDiffs} {
+		t.Run(f.String(), func(t *testing.T) {
+			h, _ := startLogged(t, f, "")
+			stream, err := verdictv1.NewDecisionLogServiceClient(h.conn).Follow(ctxT(t), &verdictv1.FollowRequest{AuditOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			md, err := stream.Header() // no decision is made: the header comes alone
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := md.Get(decisionlog.FilterHeader); len(got) != 1 || got[0] != f.String() {
+				t.Errorf("header %s: %q, want %q", decisionlog.FilterHeader, got, f.String())
+			}
+		})
+	}
+}

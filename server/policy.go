@@ -12,6 +12,7 @@ import (
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
+	"github.com/verdictpdp/verdict/internal/writeplan"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -45,7 +46,7 @@ func (s policyService) Apply(ctx context.Context, req *verdictv1.ApplyRequest) (
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	return &verdictv1.ApplyResponse{Revision: rev, Keys: w.putKeys, Deleted: w.deleteKeys, Warnings: warnings}, nil
+	return &verdictv1.ApplyResponse{Revision: rev, Keys: w.putKeys, Deleted: w.deleteKeys, Warnings: warnings, Results: w.results()}, nil
 }
 
 // Delete removes keys in one transaction; a key that holds nothing is NotFound.
@@ -120,6 +121,19 @@ type write struct {
 	ops        []store.Op
 	putKeys    []string
 	deleteKeys []string
+	outcomes   []verdictv1.ApplyOutcome // per put, set by write
+}
+
+// results is what the write did with each key: its puts, then its deletes.
+func (w *write) results() []*verdictv1.ApplyResult {
+	out := make([]*verdictv1.ApplyResult, 0, len(w.putKeys)+len(w.deleteKeys))
+	for i, k := range w.putKeys {
+		out = append(out, &verdictv1.ApplyResult{Key: k, Outcome: w.outcomes[i]})
+	}
+	for _, k := range w.deleteKeys {
+		out = append(out, &verdictv1.ApplyResult{Key: k, Outcome: verdictv1.ApplyOutcome_APPLY_OUTCOME_DELETED})
+	}
+	return out
 }
 
 // decodeWrite decodes resources (the engine's decoder validates them) and
@@ -187,14 +201,70 @@ func (s policyService) write(ctx context.Context, w *write, dryRun bool) (int64,
 	if err != nil {
 		return 0, nil, err
 	}
+	w.outcomes = make([]verdictv1.ApplyOutcome, len(w.puts))
+	unchanged := 0
+	for i, r := range w.puts {
+		w.outcomes[i] = outcomeOf(snap, r)
+		if w.outcomes[i] == verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED {
+			unchanged++
+		}
+	}
 	if dryRun {
 		return snap.Revision(), warnings, nil
 	}
-	for i := range w.ops {
-		w.ops[i].Current = currentOf(snap, w.ops[i].Key)
+	if unchanged > 0 {
+		// The snapshot may lag a write made since (a change and its undo in
+		// quick succession): what it calls unchanged is read from the store.
+		if err := s.confirmUnchanged(ctx, w); err != nil {
+			return 0, nil, err
+		}
 	}
-	rev, err := s.store.Apply(ctx, w.ops)
+	ops := make([]store.Op, 0, len(w.ops))
+	for i, op := range w.ops {
+		if i < len(w.puts) && w.outcomes[i] == verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED {
+			continue
+		}
+		op.Current = currentOf(snap, op.Key)
+		ops = append(ops, op)
+	}
+	// With no op left the store writes nothing and answers its revision.
+	rev, err := s.store.Apply(ctx, ops)
 	return rev, warnings, err
+}
+
+// outcomeOf says what writing r does, as far as snap knows: created,
+// configured, or unchanged (writeplan.Same as the stored valid resource).
+func outcomeOf(snap *engine.Snapshot, r resource.Resource) verdictv1.ApplyOutcome {
+	e, ok := snap.Get(r.Key())
+	switch {
+	case !ok:
+		return verdictv1.ApplyOutcome_APPLY_OUTCOME_CREATED
+	case e.Err == nil && writeplan.Same(e.Resource, r):
+		return verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED
+	}
+	return verdictv1.ApplyOutcome_APPLY_OUTCOME_CONFIGURED
+}
+
+// confirmUnchanged reads each put the snapshot calls unchanged from the
+// store (a linearizable read) and makes it a write unless the store holds
+// the same document at a revision its expected revision allows.
+func (s policyService) confirmUnchanged(ctx context.Context, w *write) error {
+	for i, r := range w.puts {
+		if w.outcomes[i] != verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED {
+			continue
+		}
+		it, err := s.store.Get(ctx, r.Key())
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			w.outcomes[i] = verdictv1.ApplyOutcome_APPLY_OUTCOME_CREATED
+		case err != nil:
+			return err
+		case it.Err != nil || !writeplan.Same(it.Resource, r) || !store.ExpectationHolds(w.ops[i].ExpectedRevision, it.ModRevision):
+			// A failed expectation is the store's to report, as a conflict.
+			w.outcomes[i] = verdictv1.ApplyOutcome_APPLY_OUTCOME_CONFIGURED
+		}
+	}
+	return nil
 }
 
 // currentOf is what the snapshot says k holds (store.Current): the store may

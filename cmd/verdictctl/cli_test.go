@@ -77,7 +77,7 @@ func TestCommands(t *testing.T) {
 		{args: append([]string{"decide", "-o", "yaml"}, flow...), code: 0, want: []string{"action: ACTION_ALLOW", "policy: web-to-api"}},
 		{args: append([]string{"decide", "-o", "json"}, flow...), code: 0, want: []string{`"action": "ACTION_ALLOW"`}},
 		{args: append([]string{"decide", "-o", "wide"}, flow...), code: 0, want: []string{"source: ", "destination: "}},
-		{args: append([]string{"decide", "-o", "JSON"}, flow...), code: 2, want: []string{`"JSON" is not one of text, wide, json, yaml`}},
+		{args: append([]string{"decide", "-o", "JSON"}, flow...), code: 2, want: []string{`-o JSON: not one of text, wide, json, yaml`, "Run 'verdictctl decide --help' for usage."}},
 		{args: append([]string{"explain", "-o", "xml"}, flow...), code: 2},
 		{args: []string{"resolve", "-o", "xml", "--mesh", "cli", "--type", "TrafficLog", "--dst", "app=api"}, code: 2},
 		{args: []string{"resolve", "-o", "yaml", "--mesh", "cli", "--type", "TrafficLog", "--src", "app=web", "--dst", "app=api"}, code: 0, want: []string{"policy: log-all"}},
@@ -86,7 +86,7 @@ func TestCommands(t *testing.T) {
 		{args: []string{"list", "-o", "xml", "cli/"}, code: 2},
 		{args: []string{"list", "-o", "table", "cli/"}, code: 0, want: []string{"KEY", "cli/scopes/Apps"}},
 		{args: []string{"list", "-o", "wide", "cli/"}, code: 0,
-			want: []string{"KIND", "TYPE", "ACTION", "SCOPE", "AGE", "cli/policies/TrafficLog/log-all", "TrafficLog", "Apps"}},
+			want: []string{"KIND", "TYPE", "MODE", "ACTION", "SCOPE", "AGE", "cli/policies/TrafficLog/log-all", "TrafficLog", "Apps", "Audit"}},
 		{args: []string{"list", "cli/polices/"}, code: 0, want: []string{"warning: no resource has the prefix \"cli/polices/\""}},
 		{args: []string{"list", "nosuchmesh/"}, code: 0, notWant: []string{"warning"}},
 		{args: []string{"status", "-o", "xml"}, code: 2},
@@ -161,7 +161,7 @@ func TestEndpointFlags(t *testing.T) {
 		{args: []string{"--src", "novalue"}, err: "not key=value"},
 	}
 	for _, tc := range tests {
-		fs := newFlags("t", "", "", &bytes.Buffer{})
+		fs := newFlags("t", &env{stderr: &bytes.Buffer{}, stdout: &bytes.Buffer{}})
 		var ff flowFlags
 		ff.register(fs)
 		if err := fs.Parse(tc.args); err != nil {
@@ -201,7 +201,7 @@ func TestSelectorText(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	printRules(&buf, &verdictv1.WatchRulesResponse{Inbound: &verdictv1.SideRules{Rules: []*verdictv1.Rule{{Policy: "p", Peer: tc0()}}}})
+	printRules(&buf, &verdictv1.WatchRulesResponse{Inbound: &verdictv1.SideRules{Rules: []*verdictv1.Rule{{Policy: "p", Peer: tc0()}}}}, true)
 	if !strings.Contains(buf.String(), "app=web,env in (a,b)") || strings.Contains(buf.String(), "{") {
 		t.Errorf("printRules:\n%s", buf.String())
 	}
@@ -241,7 +241,7 @@ cases:
 	passing := write("ok/good.yaml", good)
 	broken := write("broken.yaml", "name: [\n")
 	docs := write("docs/set.yaml", cliSet)
-	ugly := write("ugly.yaml", "name: p\nsources: [{match: {app: web}}]\nkind: Policy\ndestinations: [{}]\n")
+	ugly := write("ugly.yaml", "name: \"p\"\nsources:\n- {match: {app: web}}\nkind: Policy  # kept\ndestinations: [{}]\n")
 	badDoc := write("bad.yaml", "kind: Policy\nname: p\n\nsources: [{match: {app: web}}]\naction: MAYBE\ndestinations: [{}]\n")
 	badSyntax := write("syntax.yaml", "kind: Policy\nname: p\nsources: [{match: {app: web}}\ndestinations: [{}]\n")
 	secondDoc := write("second.yaml", "kind: Policy\nname: p\nsources: [{}]\ndestinations: [{}]\n---\n# a comment\nkind: Policy\nname: q\naction: X\nsources: [{}]\ndestinations: [{}]\n")
@@ -256,17 +256,19 @@ cases:
 		{[]string{"test", failing}, 1, []string{"FAIL " + failing + ": wrong on purpose", "1 passed, 1 failed"}},
 		{[]string{"test", "--run", "allowed", failing}, 0, []string{"1 passed, 0 failed"}},
 		{[]string{"test", "--run", "(", failing}, 2, nil},
-		{[]string{"test", broken, passing}, 3, []string{"did not load", "(1 files did not load)"}},
+		{[]string{"test", broken, passing}, 3, []string{"did not load: " + broken + ":2:1: did not find expected node content", "(1 file did not load)"}},
 		{[]string{"test", "-o", "xml", passing}, 2, nil},
 		{[]string{"validate", docs}, 0, []string{"5 resources valid"}},
+		{[]string{"validate", ugly}, 0, []string{"1 resource valid"}},
 		{[]string{"validate", "--whole", docs}, 0, nil},
-		{[]string{"validate", badDoc}, 3, []string{`"MAYBE" is not ALLOW or DENY`}},
-		{[]string{"validate", "-o", "json", badDoc}, 3, []string{`"valid": false`}},
-		// the line of the field, not of the document (finding 8)
-		{[]string{"validate", badDoc}, 3, []string{`documents[0] (line 5).action`}},
-		{[]string{"validate", badSyntax}, 3, []string{`line 3: did not find expected ',' or ']'`}},
-		{[]string{"validate", secondDoc}, 3, []string{`documents[1] (line 9).action`}},
-		{[]string{"fmt", ugly}, 0, []string{"kind: Policy\nmesh: default\nname: p\ntype: TrafficPermission\n"}},
+		// invalid documents in validate: the answer is no (exit 1)
+		{[]string{"validate", badDoc}, 1, []string{`"MAYBE" is not ALLOW or DENY`}},
+		{[]string{"validate", "-o", "json", badDoc}, 1, []string{`"valid": false`}},
+		// file:line:column and the path of the field
+		{[]string{"validate", badDoc}, 1, []string{badDoc + `:5:1: documents[0].action: "MAYBE" is not ALLOW or DENY`}},
+		{[]string{"validate", badSyntax}, 1, []string{badSyntax + `:3:10: did not find expected ',' or ']'`}},
+		{[]string{"validate", secondDoc}, 1, []string{secondDoc + `:9:1: documents[1].action`}},
+		{[]string{"fmt", ugly}, 0, []string{"name: p\nsources:\n  - {match: {app: web}}\nkind: Policy  # kept\ndestinations: [{}]\n"}},
 		{[]string{"fmt", "--check", ugly}, 1, []string{ugly}},
 	}
 	for _, tc := range tests {

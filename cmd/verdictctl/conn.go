@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -27,20 +24,23 @@ type connFlags struct {
 
 const defaultServer = "127.0.0.1:7070"
 
-func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+func (c *connFlags) register(fs *flagSet, getenv func(string) string) {
 	def := func(env, d string) string {
 		if v := getenv(env); v != "" {
 			return v
 		}
 		return d
 	}
-	fs.StringVar(&c.server, "server", def("VERDICT_SERVER", defaultServer), "verdictd's gRPC address (VERDICT_SERVER)")
-	fs.StringVar(&c.tokenFile, "token-file", def("VERDICT_TOKEN_FILE", ""), "file holding the bearer token for writes and watch (VERDICT_TOKEN_FILE)")
-	fs.StringVar(&c.caFile, "tls-ca", def("VERDICT_TLS_CA", ""), "CA (PEM) that verifies the server; turns TLS on (VERDICT_TLS_CA)")
-	fs.StringVar(&c.certFile, "tls-cert", def("VERDICT_TLS_CERT", ""), "client certificate (PEM) for mutual TLS (VERDICT_TLS_CERT)")
-	fs.StringVar(&c.keyFile, "tls-key", def("VERDICT_TLS_KEY", ""), "client key (PEM) for mutual TLS (VERDICT_TLS_KEY)")
-	fs.StringVar(&c.serverName, "tls-server-name", def("VERDICT_TLS_SERVER_NAME", ""), "name to verify in the server's certificate (default: the --server host)")
+	fs.StringVar(&c.server, "server", def("VERDICT_SERVER", defaultServer), "verdictd's gRPC `ADDR` (VERDICT_SERVER)")
+	fs.StringVar(&c.tokenFile, "token-file", def("VERDICT_TOKEN_FILE", ""), "`FILE` holding the bearer token for writes and watch (VERDICT_TOKEN_FILE)")
+	fs.StringVar(&c.caFile, "tls-ca", def("VERDICT_TLS_CA", ""), "CA (PEM `FILE`) that verifies the server; turns TLS on (VERDICT_TLS_CA)")
+	fs.StringVar(&c.certFile, "tls-cert", def("VERDICT_TLS_CERT", ""), "client certificate (PEM `FILE`) for mutual TLS (VERDICT_TLS_CERT)")
+	fs.StringVar(&c.keyFile, "tls-key", def("VERDICT_TLS_KEY", ""), "client key (PEM `FILE`) for mutual TLS (VERDICT_TLS_KEY)")
+	fs.StringVar(&c.serverName, "tls-server-name", def("VERDICT_TLS_SERVER_NAME", ""), "`NAME` to verify in the server's certificate (default: the --server host)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of each call (watch: of connecting)")
+	for _, n := range []string{"server", "token-file", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "timeout"} {
+		fs.conn[n] = true
+	}
 }
 
 // dial connects to verdictd. TLS is on when any TLS flag is given; a token
@@ -67,15 +67,4 @@ func (c *connFlags) token() (string, error) {
 
 func (c *connFlags) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, c.timeout)
-}
-
-// newFlags makes a command's flag set; its usage names the command.
-func newFlags(name, args, about string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("verdictctl "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: verdictctl %s %s\n\n%s\n\nFlags:\n", name, args, about)
-		fs.PrintDefaults()
-	}
-	return fs
 }

@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -16,20 +18,43 @@ import (
 type flowFlags struct {
 	mesh, typ, proto string
 	src, dst         endpointFlags
-	port             uint
+	port             uint32
 	minRev           int64
 	output           outputFlag
 }
 
-func (f *flowFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.mesh, "mesh", "", "mesh (default \"default\")")
-	fs.StringVar(&f.typ, "type", "", "policy type (default TrafficPermission)")
+func (f *flowFlags) register(fs *flagSet) {
+	fs.StringVar(&f.mesh, "mesh", "", "the `MESH` (default \"default\")")
+	fs.StringVar(&f.typ, "type", "", "policy `TYPE` (default TrafficPermission)")
 	f.src.register(fs, "src", "source")
 	f.dst.register(fs, "dst", "destination")
-	fs.StringVar(&f.proto, "proto", "", "TCP, UDP or ICMP (default: not given)")
-	fs.UintVar(&f.port, "port", 0, "destination port (default: not given)")
+	fs.Func("proto", "`PROTOCOL`: TCP, UDP or ICMP (default: not given)", func(s string) error {
+		if _, err := resource.ParseProtocol(s); err != nil || s == "" {
+			return errors.New("not TCP, UDP or ICMP")
+		}
+		f.proto = strings.ToUpper(s)
+		return nil
+	})
+	fs.Func("port", "destination `PORT`, 1-65535, with --proto (default: not given)", func(s string) error {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n < 1 || n > 65535 {
+			return errors.New("not a port (1-65535)")
+		}
+		f.port = uint32(n)
+		return nil
+	})
 	fs.Int64Var(&f.minRev, "min-revision", 0, "answer from a snapshot at or after this revision")
-	f.output.register(fs, "text", "text", "wide", "json", "yaml")
+	f.output.register(fs, "text", "wide", "json", "yaml")
+}
+
+// check finds the flow's usage errors before any call: a port needs its
+// protocol (a port alone would decide a flow of no protocol, which no rule
+// with ports matches).
+func (f *flowFlags) check() error {
+	if f.port != 0 && f.proto == "" {
+		return errors.New("--port needs --proto (TCP, UDP or ICMP)")
+	}
+	return nil
 }
 
 // endpointFlags give one end of a flow in exactly one form: --src k=v,..
@@ -43,12 +68,12 @@ type endpointFlags struct {
 	tagsSet                            bool
 }
 
-func (p *endpointFlags) register(fs *flag.FlagSet, name, end string) {
+func (p *endpointFlags) register(fs *flagSet, name, end string) {
 	p.flag = name
-	fs.Func(name, end+" workload tags: k=v,k2=v2", func(s string) error { p.tags, p.tagsSet = s, true; return nil })
-	fs.StringVar(&p.workload, name+"-workload", "", end+" by workload name")
-	fs.StringVar(&p.address, name+"-address", "", end+" by IP address")
-	fs.StringVar(&p.principal, name+"-principal", "", end+" by certificate identity (a SPIFFE ID)")
+	fs.Func(name, end+" workload `TAGS`: k=v,k2=v2", func(s string) error { p.tags, p.tagsSet = s, true; return nil })
+	fs.StringVar(&p.workload, name+"-workload", "", end+" by workload `NAME`")
+	fs.StringVar(&p.address, name+"-address", "", end+" by `IP` address")
+	fs.StringVar(&p.principal, name+"-principal", "", end+" by certificate identity (a SPIFFE `ID`)")
 	fs.Uint64Var(&p.identity, name+"-identity", 0, end+" by numeric identity")
 	fs.BoolVar(&p.any, name+"-any", false, end+" with no tags: what any workload gets")
 }
@@ -112,12 +137,15 @@ func (f *flowFlags) workloads(required bool) (src, dst *verdictv1.Endpoint, err 
 }
 
 func (f *flowFlags) decideRequest(explain bool) (*verdictv1.DecideRequest, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
 	src, dst, err := f.workloads(true)
 	if err != nil {
 		return nil, err
 	}
 	return &verdictv1.DecideRequest{Mesh: f.mesh, Type: f.typ, Source: src, Destination: dst, Protocol: f.proto,
-		Port: uint32(f.port), Explain: explain, MinRevision: f.minRev}, nil
+		Port: f.port, Explain: explain, MinRevision: f.minRev}, nil
 }
 
 func runDecide(ctx context.Context, args []string, e *env) int {
@@ -129,29 +157,21 @@ func runExplain(ctx context.Context, args []string, e *env) int {
 }
 
 func decideCmd(ctx context.Context, name string, args []string, e *env) int {
-	about := "Decides a flow. Exit code 0 when it is allowed, 1 when it is denied."
-	if name == "explain" {
-		about = "Decides a flow and shows, per side, the candidate rules in order, which matched,\n" +
-			"which decided and why the others did not, then the policies that were not candidates.\n" +
-			"Exit code 0 when the flow is allowed, 1 when it is denied."
-	}
-	fs := newFlags(name, "--src k=v,.. --dst k=v,.. [--proto TCP --port 443]", about, e.stderr)
+	fs := newFlags(name, e)
 	var ff flowFlags
 	ff.register(fs)
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	if len(rest) > 0 {
-		fmt.Fprintf(e.stderr, "verdictctl %s: unexpected argument %q\n", name, rest[0])
-		return exitUsage
+		return fs.usage("unexpected argument %q", rest[0])
 	}
 	req, err := ff.decideRequest(name == "explain")
 	if err != nil {
-		fmt.Fprintf(e.stderr, "verdictctl %s: %v\n", name, err)
-		return exitUsage
+		return fs.usage("%v", err)
 	}
 	conn, err := cf.dial()
 	if err != nil {
@@ -164,15 +184,14 @@ func decideCmd(ctx context.Context, name string, args []string, e *env) int {
 	if err != nil {
 		return fail(e, name, err, nil)
 	}
-	if ff.output.structured() {
-		err = printMessage(e.stdout, ff.output.value, resp)
-	} else {
-		printDecision(e.stdout, resp)
-		printResolutions(e.stdout, req, resp, ff.output.value == "wide")
+	err = ff.output.printer(e.stdout).print(resp, func(w io.Writer, wide bool) error {
+		printDecision(w, resp)
+		printResolutions(w, req, resp, wide)
 		if name == "explain" {
-			printExplanation(e.stdout, req, resp.GetExplanation())
+			printExplanation(w, req, resp.GetExplanation())
 		}
-	}
+		return nil
+	})
 	if err != nil {
 		return fail(e, name, err, nil)
 	}
@@ -244,7 +263,7 @@ func resolutionText(r *verdictv1.EndpointResolution) string {
 	}
 	var notes []string
 	if r.GetResolvedAs() == verdictv1.ResolvedAs_RESOLVED_AS_PRINCIPAL_HOLDERS {
-		notes = append(notes, fmt.Sprintf("%d holders", r.GetHolders()))
+		notes = append(notes, count(int(r.GetHolders()), "holder", "holders"))
 	}
 	if r.GetIdentity() != 0 {
 		notes = append(notes, fmt.Sprintf("identity %d", r.GetIdentity()))
@@ -334,25 +353,29 @@ func printExplanation(w io.Writer, req *verdictv1.DecideRequest, ex *verdictv1.E
 }
 
 func runResolve(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("resolve", "--type T --dst k=v,.. [--src k=v,..]",
-		"Shows the effective configuration of a type for a flow, or for one workload (--src alone):\n"+
-			"each rule with the policy it came from, and each policy's status.", e.stderr)
+	fs := newFlags("resolve", e)
 	var ff flowFlags
 	ff.register(fs)
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	if len(rest) > 0 {
-		fmt.Fprintf(e.stderr, "verdictctl resolve: unexpected argument %q\n", rest[0])
-		return exitUsage
+		return fs.usage("unexpected argument %q", rest[0])
+	}
+	if err := ff.check(); err != nil {
+		return fs.usage("%v", err)
 	}
 	src, dst, err := ff.workloads(false)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "verdictctl resolve: %v\n", err)
-		return exitUsage
+		return fs.usage("%v", err)
+	}
+	_, srcGiven, _ := ff.src.endpoint()
+	_, dstGiven, _ := ff.dst.endpoint()
+	if !srcGiven && !dstGiven {
+		return fs.usage("name an end: --dst k=v,.. (or --dst-workload NAME, --dst-address IP, ...), --src, or both")
 	}
 	conn, err := cf.dial()
 	if err != nil {
@@ -362,22 +385,22 @@ func runResolve(ctx context.Context, args []string, e *env) int {
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
 	resp, err := verdictv1.NewDecisionServiceClient(conn).Resolve(cctx, &verdictv1.ResolveRequest{Mesh: ff.mesh, Type: ff.typ,
-		Source: src, Destination: dst, Protocol: ff.proto, Port: uint32(ff.port), MinRevision: ff.minRev})
+		Source: src, Destination: dst, Protocol: ff.proto, Port: ff.port, MinRevision: ff.minRev})
 	if err != nil {
 		return fail(e, "resolve", err, nil)
 	}
-	if ff.output.structured() {
-		if err := printMessage(e.stdout, ff.output.value, resp); err != nil {
-			return fail(e, "resolve", err, nil)
+	err = ff.output.printer(e.stdout).print(resp, func(w io.Writer, _ bool) error {
+		printResolution(w, &verdictv1.Resolution{Side: resp.GetSide(), Rules: resp.GetRules(), Status: resp.GetStatus()})
+		if resp.GetOutbound() != nil {
+			fmt.Fprintln(w)
+			printResolution(w, resp.GetOutbound())
 		}
-		return exitOK
+		_, err := fmt.Fprintf(w, "(revision %d)\n", resp.GetRevision())
+		return err
+	})
+	if err != nil {
+		return fail(e, "resolve", err, nil)
 	}
-	printResolution(e.stdout, &verdictv1.Resolution{Side: resp.GetSide(), Rules: resp.GetRules(), Status: resp.GetStatus()})
-	if resp.GetOutbound() != nil {
-		fmt.Fprintln(e.stdout)
-		printResolution(e.stdout, resp.GetOutbound())
-	}
-	fmt.Fprintf(e.stdout, "(revision %d)\n", resp.GetRevision())
 	return exitOK
 }
 

@@ -65,6 +65,8 @@ func TestLogs(t *testing.T) {
 		{[]string{"logs", "--action", "deny", "--mesh", "lg"}, "DENY lg/TrafficPermission app=web -> app=db TCP/5432 by deny-db", "app=api"},
 		{[]string{"logs", "--workload", "api", "--mesh", "lg"}, "ALLOW lg/TrafficPermission app=web -> app=api TCP/5432 by allow-api", "app=db"},
 		{[]string{"logs", "-o", "json", "--policy", "deny-db"}, `"policy":"deny-db"`, "app=api"},
+		// the record's protobuf JSON: 64-bit integers as strings
+		{[]string{"logs", "-o", "json", "--policy", "deny-db"}, `"latencyNs":"`, `"latencyNs":0`},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -107,7 +109,7 @@ func TestWatchRulesAddressSets(t *testing.T) {
 	}
 	ts.keys(t, "as/") // the replica holds b1 (apply returns when etcd does)
 	w := c.start("watch", "rules", "--mesh", "as", "--workload-name", "b1", "--address-sets")
-	w.waitFor(t, "workload b1 [10.1.0.1]")
+	w.waitFor(t, "workload b1: 10.1.0.1")
 	w.waitFor(t, ": 10.1.0.2\n")
 	if r := c.run(t, "kind: Workload\nmesh: as\nname: w2\ntags: {app: web}\naddresses: [10.1.0.3]\n", "apply", "-f", "-"); r.code != 0 {
 		t.Fatalf("apply: %s%s", r.out, r.errOut)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"google.golang.org/grpc/status"
@@ -17,31 +18,27 @@ import (
 // scopes, its ordered inbound and outbound rules per type (WatchRules' first
 // message), and its effective configuration (Resolve).
 func runInspect(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("inspect", "--workload k=v,.. | --workload-name NAME | --workload-address IP [--type T]...",
-		"Shows a workload's member scopes, its inbound and outbound rules in decision order for each\n"+
-			"--type (default TrafficPermission), and each type's effective configuration.", e.stderr)
-	mesh := fs.String("mesh", "", "mesh (default \"default\")")
+	fs := newFlags("inspect", e)
+	mesh := fs.String("mesh", "", "the `MESH` (default \"default\")")
 	var types fileList
-	fs.Var(&types, "type", "policy type; repeatable (default TrafficPermission)")
-	workload := fs.String("workload", "", "the workload's tags k=v,k2=v2")
-	workloadName := fs.String("workload-name", "", "the workload by name")
-	workloadAddr := fs.String("workload-address", "", "the workload by address")
+	fs.Var(&types, "type", "policy `TYPE`; repeatable (default TrafficPermission)")
+	workload := fs.String("workload", "", "the workload's `TAGS` k=v,k2=v2")
+	workloadName := fs.String("workload-name", "", "the workload by `NAME`")
+	workloadAddr := fs.String("workload-address", "", "the workload by `IP` address")
 	var output outputFlag
-	output.register(fs, "text", "text", "wide", "json", "yaml")
+	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	if len(rest) > 0 {
-		fmt.Fprintf(e.stderr, "verdictctl inspect: unexpected argument %q\n", rest[0])
-		return exitUsage
+		return fs.usage("unexpected argument %q", rest[0])
 	}
 	wl, err := workloadEndpoint(*workload, *workloadName, *workloadAddr)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "verdictctl inspect: %v\n", err)
-		return exitUsage
+		return fs.usage("%v", err)
 	}
 	if len(types) == 0 {
 		types = fileList{resource.DefaultType}
@@ -67,61 +64,77 @@ func runInspect(ctx context.Context, args []string, e *env) int {
 	if r := d.GetSourceResolution(); r != nil {
 		doc["resolution"] = msgTree(r)
 	}
-	if !output.structured() {
-		fmt.Fprintf(e.stdout, "workload %s\n", endpointText(wl))
-		if r := d.GetSourceResolution(); r != nil {
-			fmt.Fprintf(e.stdout, "resolved: %s\n", resolutionText(r))
-		}
-		if len(trace.GetMembers()) == 0 {
-			fmt.Fprintln(e.stdout, "scopes: none (the mesh root only)")
-		} else {
-			fmt.Fprintf(e.stdout, "scopes: %s (most specific: %s)\n", strings.Join(trace.GetMembers(), ", "), trace.GetMostSpecificScope())
-		}
-	}
 	code = exitOK
+	type typeView struct {
+		name    string
+		rules   *verdictv1.WatchRulesResponse
+		res     *verdictv1.ResolveResponse
+		resErr  string
+		failure error
+	}
+	var views []typeView
 	perType := map[string]any{}
 	for _, typ := range types {
+		v := typeView{name: typ}
 		section := map[string]any{}
 		perType[typ] = section
-		if !output.structured() {
-			fmt.Fprintf(e.stdout, "\n%s rules, in decision order:\n", typ)
-		}
-		rules, err := firstRules(ctx, &cf, watch, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: typ, Workload: wl, IncludeAudit: true})
-		if err != nil {
-			section["rulesError"] = err.Error()
-			code = fail(e, "inspect", err, nil)
+		if v.rules, v.failure = firstRules(ctx, &cf, watch, &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: typ, Workload: wl, IncludeAudit: true}); v.failure != nil {
+			section["rulesError"] = v.failure.Error()
 		} else {
-			section["rules"] = msgTree(rules)
-			if !output.structured() {
-				printRules(e.stdout, rules)
-			}
+			section["rules"] = msgTree(v.rules)
 		}
 		cctx, cancel := cf.ctx(ctx)
 		res, err := dec.Resolve(cctx, &verdictv1.ResolveRequest{Mesh: *mesh, Type: typ, Source: wl})
 		cancel()
-		switch {
-		case err != nil:
+		if err != nil {
 			// Not every type has a configuration for one workload (a type
 			// whose rules need both ends): said, not failed.
-			section["configurationError"] = status.Convert(err).Message()
-			if !output.structured() {
-				fmt.Fprintf(e.stdout, "%s effective configuration: none for one workload (%s)\n", typ, status.Convert(err).Message())
-			}
-		default:
+			v.resErr = status.Convert(err).Message()
+			section["configurationError"] = v.resErr
+		} else {
+			v.res = res
 			section["configuration"] = msgTree(res)
-			if !output.structured() {
-				fmt.Fprintf(e.stdout, "%s effective configuration:\n", typ)
-				printResolution(e.stdout, &verdictv1.Resolution{Side: res.GetSide(), Rules: res.GetRules(), Status: res.GetStatus()})
-				if res.GetOutbound() != nil {
-					printResolution(e.stdout, res.GetOutbound())
-				}
-			}
 		}
+		views = append(views, v)
 	}
 	doc["types"] = perType
-	if output.structured() {
-		if err := printValue(e.stdout, output.value, doc); err != nil {
-			return fail(e, "inspect", err, nil)
+	err = output.printer(e.stdout).print(doc, func(w io.Writer, _ bool) error {
+		if wl.GetWorkload() == "" && wl.GetAddress() == "" && wl.GetPrincipal() == "" && wl.GetIdentity() == 0 {
+			fmt.Fprintf(w, "workload %s\n", endpointText(wl))
+		} else {
+			fmt.Fprintln(w, endpointText(wl)) // "workload cart-1", "address 10.0.0.7"
+		}
+		if r := d.GetSourceResolution(); r != nil {
+			fmt.Fprintf(w, "resolved: %s\n", resolutionText(r))
+		}
+		if len(trace.GetMembers()) == 0 {
+			fmt.Fprintln(w, "scopes: none (the mesh root only)")
+		} else {
+			fmt.Fprintf(w, "scopes: %s (most specific: %s)\n", strings.Join(trace.GetMembers(), ", "), trace.GetMostSpecificScope())
+		}
+		for _, v := range views {
+			fmt.Fprintf(w, "\n%s rules, in decision order:\n", v.name)
+			if v.rules != nil {
+				printRules(w, v.rules, false)
+			}
+			if v.res == nil {
+				fmt.Fprintf(w, "%s effective configuration: none for one workload (%s)\n", v.name, v.resErr)
+				continue
+			}
+			fmt.Fprintf(w, "%s effective configuration:\n", v.name)
+			printResolution(w, &verdictv1.Resolution{Side: v.res.GetSide(), Rules: v.res.GetRules(), Status: v.res.GetStatus()})
+			if v.res.GetOutbound() != nil {
+				printResolution(w, v.res.GetOutbound())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(e, "inspect", err, nil)
+	}
+	for _, v := range views {
+		if v.failure != nil {
+			code = fail(e, "inspect", v.failure, nil)
 		}
 	}
 	return code

@@ -10,36 +10,34 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
+// logFilterHeader is the header naming the daemon's decision-log filter
+// (decisionlog.FilterHeader; verdictctl does not link the logger).
+const logFilterHeader = "verdict-decision-log-filter"
+
 // runLogs follows the decision log of a running verdictd
 // (DecisionLogService.Follow, docs/logs.md).
 func runLogs(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("logs", "[--action DENY] [--policy P] [--workload W] [flags]",
-		"Follows the decision records of the replica at --server, from now on, until Ctrl-C: one line\n"+
-			"per decision (-o json: one record per line). Needs an authorized caller and the daemon's\n"+
-			"decision log on (--decision-log). A follower that falls behind is ended by the server;\n"+
-			"verdictctl reconnects and says so (the records in between are not replayed).", e.stderr)
-	action := fs.String("action", "", "only ALLOW or DENY")
-	policy := fs.String("policy", "", "only decisions by this policy (top level or either side)")
-	workload := fs.String("workload", "", "only flows with this end: a workload name, an address, a principal or a tag value")
-	mesh := fs.String("mesh", "", "only this mesh")
-	typ := fs.String("type", "", "only this policy type")
+	fs := newFlags("logs", e)
+	action := fs.String("action", "", "only `ALLOW` or DENY")
+	policy := fs.String("policy", "", "only decisions by this `POLICY` (top level or either side)")
+	workload := fs.String("workload", "", "only flows with this end: a workload `NAME`, an address, a principal or a tag value")
+	mesh := fs.String("mesh", "", "only this `MESH`")
+	typ := fs.String("type", "", "only this policy `TYPE`")
 	auditOnly := fs.Bool("audit-only", false, "only decisions whose audit (shadow) result differs")
 	var output outputFlag
-	output.register(fs, "text", "text", "wide", "json", "yaml")
+	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	if len(rest) > 0 {
-		fmt.Fprintf(e.stderr, "verdictctl logs: unexpected argument %q\n", rest[0])
-		return exitUsage
+		return fs.usage("unexpected argument %q", rest[0])
 	}
 	act := strings.ToUpper(*action)
 	if act != "" && act != "ALLOW" && act != "DENY" {
-		fmt.Fprintf(e.stderr, "verdictctl logs: --action %q: ALLOW or DENY\n", *action)
-		return exitUsage
+		return fs.usage("--action %q: ALLOW or DENY", *action)
 	}
 	conn, err := cf.dial()
 	if err != nil {
@@ -48,10 +46,16 @@ func runLogs(ctx context.Context, args []string, e *env) int {
 	defer conn.Close()
 	client := verdictv1.NewDecisionLogServiceClient(conn)
 	req := &verdictv1.FollowRequest{Action: act, Policy: *policy, Workload: *workload, Mesh: *mesh, Type: *typ, AuditOnly: *auditOnly}
+	out := output.printer(e.stdout)
+	hinted := false
 	return follow(ctx, e, "logs", func(ctx context.Context, got func()) error {
 		s, err := client.Follow(ctx, req)
 		if err != nil {
 			return err
+		}
+		if h, err := s.Header(); err == nil && !hinted {
+			hinted = true
+			logsHint(e.stderr, h.Get(logFilterHeader), req)
 		}
 		for {
 			m, err := s.Recv()
@@ -59,13 +63,29 @@ func runLogs(ctx context.Context, args []string, e *env) int {
 				return err
 			}
 			got()
-			if output.structured() {
-				printStreamed(e.stdout, output.value, m.GetRecord())
-				continue
+			r := m.GetRecord()
+			if err := out.record(r, func(w io.Writer, wide bool) error { printRecord(w, r, wide); return nil }); err != nil {
+				return err
 			}
-			printRecord(e.stdout, m.GetRecord(), output.value == "wide")
 		}
 	}, func() string { return "; the records in between are not replayed" })
+}
+
+// logsHint says on stderr when the daemon's own filter keeps the records
+// asked for from ever being logged.
+func logsHint(w io.Writer, filter []string, req *verdictv1.FollowRequest) {
+	if len(filter) == 0 {
+		return // a daemon older than the header
+	}
+	switch {
+	case filter[0] == "denies" && req.GetAuditOnly():
+		fmt.Fprintln(w, "hint: the server logs denied decisions only (--decision-log-filter denies): an allowed flow an audit "+
+			"policy would deny is never logged; run verdictd with --decision-log-filter audit (or all) to follow them")
+	case filter[0] == "denies" && req.GetAction() == "ALLOW":
+		fmt.Fprintln(w, "hint: the server logs denied decisions only (--decision-log-filter denies): no ALLOW record will come")
+	case filter[0] == "audit" && !req.GetAuditOnly():
+		fmt.Fprintln(w, "hint: the server logs only decisions whose audit result differs (--decision-log-filter audit)")
+	}
 }
 
 // printRecord is one decision on one line:

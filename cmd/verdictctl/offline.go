@@ -19,7 +19,6 @@ import (
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policytest"
 	"github.com/verdictpdp/verdict/engine/resource"
-	"github.com/verdictpdp/verdict/internal/apiconv"
 )
 
 // suiteFiles expands directories (recursively) to their .yaml and .yml files,
@@ -64,8 +63,11 @@ type testReport struct {
 }
 
 type testLoad struct {
-	File  string `json:"file"`
-	Error string `json:"error"`
+	File   string `json:"file"`
+	Line   int    `json:"line,omitempty"`
+	Column int    `json:"column,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Error  string `json:"error"`
 }
 
 type testResult struct {
@@ -77,26 +79,24 @@ type testResult struct {
 }
 
 func runTest(args []string, e *env) int {
-	fset := newFlags("test", "FILE|DIR...", "Runs policy test suites offline on the engine (docs/suites.md): no server.\n"+
-		"Exit code 0 when every case passed, 1 when a case failed, 3 when a file did not load.", e.stderr)
+	fset := newFlags("test", e)
 	verbose := fset.Bool("v", false, "print every case, passed or not")
-	runRE := fset.String("run", "", "run only the cases whose \"suite/case\" name matches this regular expression")
+	runRE := fset.String("run", "", "run only the cases whose \"suite/case\" name matches this `REGEX`")
 	var output outputFlag
-	output.register(fset, "text", "text", "json", "junit")
-	rest, code := parse(fset, args)
-	if code != 0 {
-		return stopCode(code)
+	output.register(fset, "text", "json", "junit")
+	output.other = map[string]func(io.Writer, any) error{"junit": func(w io.Writer, v any) error { return printJUnit(w, v.(testReport)) }}
+	rest, stop, code := fset.parse(args)
+	if stop {
+		return code
 	}
 	if len(rest) == 0 {
-		fmt.Fprintln(e.stderr, "verdictctl test: name at least one suite file or directory")
-		return exitUsage
+		return fset.usage("name at least one suite file or directory")
 	}
 	var filter *regexp.Regexp
 	if *runRE != "" {
 		var err error
 		if filter, err = regexp.Compile(*runRE); err != nil {
-			fmt.Fprintf(e.stderr, "verdictctl test: --run: %v\n", err)
-			return exitUsage
+			return fset.usage("--run: %v", err)
 		}
 	}
 	files, err := suiteFiles(rest)
@@ -104,13 +104,19 @@ func runTest(args []string, e *env) int {
 		fmt.Fprintf(e.stderr, "verdictctl test: %v\n", err)
 		return exitError
 	}
+	out := output.printer(e.stdout)
 	var rep testReport
-	for _, f := range files {
-		s, err := policytest.Load(f)
+	var lines []string // the text report's lines, in order
+	for i, f := range files {
+		data, err := os.ReadFile(f)
+		var s *policytest.Suite
+		if err == nil {
+			s, err = policytest.Parse(f, data)
+		}
 		if err != nil {
-			rep.LoadErrors = append(rep.LoadErrors, testLoad{File: f, Error: err.Error()})
-			if output.value == "text" {
-				fmt.Fprintf(e.stdout, "%s: did not load: %v\n", f, err)
+			for _, p := range suiteProblems(newSource(f, i, data), err) {
+				rep.LoadErrors = append(rep.LoadErrors, testLoad{File: f, Line: p.line, Column: p.col, Path: p.path, Error: p.msg})
+				lines = append(lines, "did not load: "+p.String())
 			}
 			continue
 		}
@@ -137,37 +143,32 @@ func runTest(args []string, e *env) int {
 				tr.Outcome = "fail"
 			}
 			rep.Cases = append(rep.Cases, tr)
-			if output.value != "text" {
-				continue
-			}
 			switch {
 			case tr.Outcome == "fail":
-				fmt.Fprintf(e.stdout, "FAIL %s: %s: %s\n", r.File, r.Case, r.Detail)
+				lines = append(lines, fmt.Sprintf("FAIL %s: %s: %s", r.File, r.Case, r.Detail))
 			case *verbose && tr.Outcome == "pass":
-				fmt.Fprintf(e.stdout, "PASS %s: %s\n", r.File, r.Case)
+				lines = append(lines, fmt.Sprintf("PASS %s: %s", r.File, r.Case))
 			case *verbose:
-				fmt.Fprintf(e.stdout, "SKIP %s: %s: %s\n", r.File, r.Case, r.Detail)
+				lines = append(lines, fmt.Sprintf("SKIP %s: %s: %s", r.File, r.Case, r.Detail))
 			}
 		}
 	}
-	switch output.value {
-	case "json":
-		if err := printValue(e.stdout, "json", rep); err != nil {
-			return fail(e, "test", err, nil)
+	err = out.print(rep, func(w io.Writer, _ bool) error {
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
 		}
-	case "junit":
-		if err := printJUnit(e.stdout, rep); err != nil {
-			return fail(e, "test", err, nil)
-		}
-	default:
 		line := fmt.Sprintf("%d passed, %d failed", rep.Passed, rep.Failed)
 		if rep.Skipped > 0 {
 			line += fmt.Sprintf(", %d skipped", rep.Skipped)
 		}
-		if n := len(rep.LoadErrors); n > 0 {
-			line += fmt.Sprintf(" (%d files did not load)", n)
+		if n := loadFailures(rep); n > 0 {
+			line += fmt.Sprintf(" (%s)", count(n, "file did not load", "files did not load"))
 		}
-		fmt.Fprintln(e.stdout, line)
+		_, err := fmt.Fprintln(w, line)
+		return err
+	})
+	if err != nil {
+		return fail(e, "test", err, nil)
 	}
 	switch {
 	case len(rep.LoadErrors) > 0:
@@ -176,6 +177,32 @@ func runTest(args []string, e *env) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// loadFailures counts the files that did not load.
+func loadFailures(rep testReport) int {
+	files := map[string]bool{}
+	for _, l := range rep.LoadErrors {
+		files[l.File] = true
+	}
+	return len(files)
+}
+
+// suiteProblems are the problems of a suite that did not load, each with its
+// position in the file.
+func suiteProblems(src *source, err error) problems {
+	var ve *resource.ValidationError
+	if !errors.As(err, &ve) {
+		return problems{src.syntax(err.Error())}
+	}
+	var out problems
+	for _, fe := range ve.Errors {
+		p := src.at(0, fe.Field, fe.Reason)
+		p.path = fe.Field // the suite is one document: its paths need no documents[0]
+		out = append(out, p)
+	}
+	out.sort()
+	return out
 }
 
 // printJUnit writes the report as JUnit XML: a testsuite per file, a
@@ -233,7 +260,8 @@ func printJUnit(w io.Writer, rep testReport) error {
 		s := suite(l.File)
 		s.Tests++
 		s.Errors++
-		s.Cases = append(s.Cases, testcase{Name: "load", Classname: l.File, Error: &failure{Message: "did not load", Text: l.Error}})
+		p := problem{file: l.File, line: l.Line, col: l.Column, path: l.Path, msg: l.Error}
+		s.Cases = append(s.Cases, testcase{Name: "load", Classname: l.File, Error: &failure{Message: "did not load", Text: p.String()}})
 	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err
@@ -248,103 +276,96 @@ func printJUnit(w io.Writer, rep testReport) error {
 }
 
 func runValidate(args []string, e *env) int {
-	fset := newFlags("validate", "FILE|DIR|-...", "Checks documents offline with the server's decoder (resource.Decode*): every field of\n"+
-		"every document. --whole also checks the set as a store of its own: references between its\n"+
-		"resources, conflicts (a reference to a resource only the server holds then fails).", e.stderr)
+	fset := newFlags("validate", e)
 	whole := fset.Bool("whole", false, "check the set as a whole too (references, conflicts), as if it were the whole store")
 	var output outputFlag
-	output.register(fset, "text", "text", "json", "yaml")
-	rest, code := parse(fset, args)
-	if code != 0 {
-		return stopCode(code)
+	output.register(fset, "text", "json", "yaml")
+	rest, stop, code := fset.parse(args)
+	if stop {
+		return code
 	}
 	if len(rest) == 0 {
-		fmt.Fprintln(e.stderr, "verdictctl validate: name at least one file, directory or -")
-		return exitUsage
+		return fset.usage("name at least one file, directory or -")
 	}
-	items, err := readResources(rest, e.stdin)
-	var problems []string
+	items, probs, err := readResources(rest, e.stdin)
 	if err != nil {
-		problems = strings.Split(err.Error(), "\n")
-	} else if *whole {
+		fmt.Fprintf(e.stderr, "verdictctl validate: %v\n", err)
+		return exitError
+	}
+	if len(probs) == 0 && *whole {
 		puts := make([]resource.Resource, len(items))
 		ops := make([]*op, len(items))
 		for i, it := range items {
 			puts[i] = it.res
-			ops[i] = &op{key: it.res.Key(), res: it.res, origin: it.origin}
+			ops[i] = &op{key: it.res.Key(), res: it.res, from: it}
 		}
 		if err := engine.Empty().CheckApply(puts, nil); err != nil {
-			problems = append(problems, validationLines(err, origin(ops))...)
+			var ve *resource.ValidationError
+			if !errors.As(err, &ve) {
+				return fail(e, "validate", err, nil)
+			}
+			for _, fe := range ve.Errors {
+				p := origin(ops)(fe.Field)
+				p.msg = fe.Reason
+				probs = append(probs, p)
+			}
 		}
 	}
-	if output.value != "text" {
-		res := map[string]any{"valid": len(problems) == 0, "resources": len(items)}
-		if len(problems) > 0 {
-			res["errors"] = problems
+	res := validateReport{Valid: len(probs) == 0, Resources: len(items), Errors: probs.strings()}
+	err = output.printer(e.stdout).print(res, func(w io.Writer, _ bool) error {
+		if len(probs) == 0 {
+			_, err := fmt.Fprintf(w, "%s valid\n", count(len(items), "resource", "resources"))
+			return err
 		}
-		if err := printValue(e.stdout, output.value, res); err != nil {
-			return fail(e, "validate", err, nil)
-		}
-	} else if len(problems) > 0 {
-		fmt.Fprintln(e.stderr, "verdictctl validate: invalid:")
-		for _, p := range problems {
-			fmt.Fprintf(e.stderr, "  %s\n", p)
-		}
-	} else {
-		fmt.Fprintf(e.stdout, "%d resources valid\n", len(items))
+		return nil
+	})
+	if err != nil {
+		return fail(e, "validate", err, nil)
 	}
-	if len(problems) > 0 {
-		return exitError
+	if len(probs) > 0 {
+		if output.printer(e.stdout).forPeople() {
+			fmt.Fprintln(e.stderr, "verdictctl validate: invalid:")
+			probs.print(e.stderr, "  ")
+		}
+		return exitFailed
 	}
 	return exitOK
 }
 
-// validationLines lists a validation error's fields, mapped through origin.
-func validationLines(err error, origin func(string) string) []string {
-	var ve *resource.ValidationError
-	if !errors.As(err, &ve) {
-		return []string{err.Error()}
-	}
-	out := make([]string, len(ve.Errors))
-	for i, fe := range ve.Errors {
-		out[i] = origin(fe.Error())
-	}
-	return out
+// validateReport is validate's answer as a document.
+type validateReport struct {
+	Valid     bool     `json:"valid"`
+	Resources int      `json:"resources"`
+	Errors    []string `json:"errors,omitempty"`
 }
 
 func runFmt(args []string, e *env) int {
-	fset := newFlags("fmt", "FILE|DIR|-...", "Prints documents in verdict's canonical native form (identifying fields first, the rest\n"+
-		"sorted), as the server decodes them: Kuma documents come out in the native form. -w rewrites\n"+
-		"the files; --check lists the files that are not canonical and exits 1.", e.stderr)
+	fset := newFlags("fmt", e)
 	write := fset.Bool("w", false, "rewrite the files in place")
-	check := fset.Bool("check", false, "list files not in canonical form; exit 1 if any")
-	rest, code := parse(fset, args)
-	if code != 0 {
-		return stopCode(code)
+	check := fset.Bool("check", false, "list the files fmt would change; exit 1 if any")
+	rest, stop, code := fset.parse(args)
+	if stop {
+		return code
 	}
 	if len(rest) == 0 {
-		fmt.Fprintln(e.stderr, "verdictctl fmt: name at least one file, directory or -")
-		return exitUsage
+		return fset.usage("name at least one file, directory or -")
 	}
-	var files []string
-	for _, a := range rest {
-		if a == "-" {
-			files = append(files, a)
-			continue
-		}
-		fs, err := suiteFiles([]string{a})
-		if err != nil {
-			fmt.Fprintf(e.stderr, "verdictctl fmt: %v\n", err)
-			return exitError
-		}
-		files = append(files, fs...)
+	if *write && *check {
+		return fset.usage("-w and --check exclude each other")
+	}
+	// A directory is read as apply -f reads one: its .yaml, .yml and .json
+	// files.
+	files, err := inputFiles(rest)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "verdictctl fmt: %v\n", err)
+		return exitError
 	}
 	if *write && slices.Contains(files, "-") {
-		fmt.Fprintln(e.stderr, "verdictctl fmt: -w cannot rewrite stdin")
-		return exitUsage
+		return fset.usage("-w cannot rewrite stdin")
 	}
 	differ := false
-	for _, f := range files {
+	var probs problems
+	for i, f := range files {
 		var data []byte
 		var err error
 		if f == "-" {
@@ -356,10 +377,14 @@ func runFmt(args []string, e *env) int {
 			fmt.Fprintf(e.stderr, "verdictctl fmt: %v\n", err)
 			return exitError
 		}
-		out, err := canonical(data)
+		name := f
+		if f == "-" {
+			name = "stdin"
+		}
+		out, err := formatYAML(data)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "verdictctl fmt: %s: %v\n", f, err)
-			return exitError
+			probs = append(probs, newSource(name, i, data).syntax(err.Error()))
+			continue
 		}
 		switch {
 		case *check:
@@ -380,34 +405,13 @@ func runFmt(args []string, e *env) int {
 			}
 		}
 	}
+	if len(probs) > 0 {
+		fmt.Fprintln(e.stderr, "verdictctl fmt: not YAML:")
+		probs.print(e.stderr, "  ")
+		return exitError
+	}
 	if differ {
 		return exitFailed
 	}
 	return exitOK
-}
-
-// canonical decodes documents and writes them back in the native form.
-func canonical(data []byte) ([]byte, error) {
-	rs, err := resource.DecodeYAML(data)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	for i, r := range rs {
-		if i > 0 {
-			buf.WriteString("---\n")
-		}
-		pb, err := apiconv.ResourceToProto(r)
-		if err != nil {
-			return nil, err
-		}
-		doc, err := resourceDoc(pb)
-		if err != nil {
-			return nil, err
-		}
-		if err := printYAMLDoc(&buf, doc); err != nil {
-			return nil, err
-		}
-	}
-	return buf.Bytes(), nil
 }

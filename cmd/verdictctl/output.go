@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -18,22 +17,6 @@ import (
 	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
-
-// printJSON writes a message as indented protobuf JSON. (protojson's own
-// spacing is deliberately unstable; encoding/json re-indents it, field order kept.)
-func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.Marshal(m)
-	if err != nil {
-		return err
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err = w.Write(out.Bytes())
-	return err
-}
 
 // compactJSON is one line of protobuf JSON.
 func compactJSON(m proto.Message) string {
@@ -175,70 +158,132 @@ func printStored(w io.Writer, sr *verdictv1.StoredResource) error {
 	return printYAMLDoc(w, doc, comments...)
 }
 
-// outputFlag is -o/--output, refused unless one of the formats the command
-// knows (a usage error, exit 2).
+// outputFlag is -o/--output: one of the formats the command knows (the
+// first is its default); any other value is a usage error (exit 2) found
+// before any call. The printer it makes is the only place that tells the
+// formats apart.
 type outputFlag struct {
 	value   string
 	allowed []string
+	// other formats of one command (test's junit): how to write its value.
+	other map[string]func(w io.Writer, v any) error
 }
 
-func (o *outputFlag) register(fs *flag.FlagSet, def string, allowed ...string) {
-	o.value, o.allowed = def, allowed
-	set := func(s string) error {
+func (o *outputFlag) register(fs *flagSet, allowed ...string) {
+	o.value, o.allowed = allowed[0], allowed
+	fs.Func("output", "`FORMAT` of the answer: "+strings.Join(allowed, ", ")+" (default "+allowed[0]+")", func(s string) error {
 		if s == "table" && slices.Contains(allowed, "text") { // list's former name for text
 			s = "text"
 		}
 		if !slices.Contains(allowed, s) {
-			return fmt.Errorf("%q is not one of %s", s, strings.Join(allowed, ", "))
+			return fmt.Errorf("not one of %s", strings.Join(allowed, ", "))
 		}
 		o.value = s
 		return nil
-	}
-	usage := "output: " + strings.Join(allowed, ", ") + " (default " + def + ")"
-	fs.Func("o", usage, set)
-	fs.Func("output", usage, set)
+	})
+	fs.alias("output", "o")
 }
 
-// structured reports whether the output is a document (json or yaml).
-func (o *outputFlag) structured() bool { return o.value == "json" || o.value == "yaml" }
-
-// printMessage writes a message as indented JSON or as YAML.
-func printMessage(w io.Writer, format string, m proto.Message) error {
-	if format == "json" {
-		return printJSON(w, m)
-	}
-	b, err := protojson.Marshal(m)
-	if err != nil {
-		return err
-	}
-	doc, err := resource.ParseJSON(b)
-	if err != nil {
-		return err
-	}
-	return printYAMLDoc(w, doc)
+// printer makes the printer of the chosen format, writing to w.
+func (o *outputFlag) printer(w io.Writer) *printer {
+	return &printer{w: w, format: o.value, other: o.other[o.value]}
 }
 
-// printValue writes a plain value (maps, slices, strings, numbers) as
-// indented JSON or as YAML.
-func printValue(w io.Writer, format string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if format == "json" {
+// printer writes a command's answer in the format -o chose. A command hands
+// it a value and a text renderer: json is the value's JSON (a message's
+// protobuf JSON, any other value's JSON with 64-bit integers as strings, as
+// protobuf JSON writes them), yaml the same tree as YAML, text and wide the
+// renderer's output.
+type printer struct {
+	w      io.Writer
+	format string
+	other  func(w io.Writer, v any) error
+}
+
+// textFunc renders an answer for people; wide asks for more columns.
+type textFunc func(w io.Writer, wide bool) error
+
+// forPeople reports whether the output is text for people rather than a
+// document for programs: progress and hints are shown only then.
+func (p *printer) forPeople() bool { return p.format == "text" || p.format == "wide" }
+
+// wide reports whether -o wide was asked for.
+func (p *printer) wide() bool { return p.format == "wide" }
+
+// print writes one answer.
+func (p *printer) print(v any, text textFunc) error {
+	switch {
+	case p.other != nil:
+		return p.other(p.w, v)
+	case p.format == "json":
+		b, err := marshal(v)
+		if err != nil {
+			return err
+		}
 		var out bytes.Buffer
 		if err := json.Indent(&out, b, "", "  "); err != nil {
 			return err
 		}
 		out.WriteByte('\n')
-		_, err = w.Write(out.Bytes())
+		_, err = p.w.Write(out.Bytes())
 		return err
+	case p.format == "yaml":
+		if d, ok := v.(ownYAML); ok {
+			return d.yaml(p.w)
+		}
+		t, err := tree(v)
+		if err != nil {
+			return err
+		}
+		return printYAMLDoc(p.w, t)
 	}
-	doc, err := resource.ParseJSON(b)
+	return text(p.w, p.wide())
+}
+
+// record writes one message of a stream: a JSON line, a YAML document after
+// "---", or the renderer's text.
+func (p *printer) record(v any, text textFunc) error {
+	switch p.format {
+	case "json":
+		b, err := marshal(v)
+		if err != nil {
+			return err
+		}
+		var out bytes.Buffer
+		if err := json.Compact(&out, b); err != nil {
+			return err
+		}
+		out.WriteByte('\n')
+		_, err = p.w.Write(out.Bytes())
+		return err
+	case "yaml":
+		if _, err := fmt.Fprintln(p.w, "---"); err != nil {
+			return err
+		}
+	}
+	return p.print(v, text)
+}
+
+// ownYAML is a value whose YAML is its own (re-appliable documents with
+// comments), not the tree of its JSON.
+type ownYAML interface{ yaml(w io.Writer) error }
+
+// marshal is a value's JSON: protobuf JSON for a message, encoding/json for
+// any other value (whose 64-bit integers carry the ",string" option).
+func marshal(v any) ([]byte, error) {
+	if m, ok := v.(proto.Message); ok {
+		return protojson.Marshal(m)
+	}
+	return json.Marshal(v)
+}
+
+// tree is a value as a generic tree (objects, lists, json.Number).
+func tree(v any) (any, error) {
+	b, err := marshal(v)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return printYAMLDoc(w, doc)
+	return resource.ParseJSON(b)
 }
 
 // selectorText renders a selector as "k=v,k2 in (a,b)" (kubectl's form);

@@ -7,14 +7,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -28,14 +31,15 @@ import (
 // op is one key of a write: a put (res set) or a delete, with the state the
 // key held before (read for writes of more than one call).
 type op struct {
-	key    resource.Key
-	res    resource.Resource   // put: the resource; nil: a delete
-	pb     *verdictv1.Resource // put: as sent
-	origin string              // where the resource came from ("a.yaml documents[3]")
+	key  resource.Key
+	res  resource.Resource   // put: the resource; nil: a delete
+	pb   *verdictv1.Resource // put: as sent
+	from loaded              // put: the document it came from
 
 	prior    *verdictv1.Resource // the value before; nil: absent (or undecodable: priorErr)
 	priorRev int64               // its mod revision; 0: absent
 	priorErr string              // the value before does not decode: it cannot be restored
+	same     bool                // a put of what the key holds already: the server writes nothing
 }
 
 func (o *op) isDelete() bool { return o.res == nil }
@@ -115,45 +119,62 @@ type writer struct {
 	e      *env
 	cmd    string // "apply" or "delete"
 	dryRun bool
-	maxOps int    // per call; 0: store.MaxOps (tests set less)
-	output string // text, json or yaml: the summary of a successful write
+	maxOps int      // per call; 0: store.MaxOps (tests set less)
+	out    *printer // the answer: a line per key and per call, or a writeReport
 }
 
-// writeResult is the summary of a write in json and yaml output.
-type writeResult struct {
-	DryRun bool        `json:"dryRun"`
-	Calls  []writeCall `json:"calls"`
+// writeReport is apply's and delete's answer as a document: each call's
+// ApplyResponse, in the API's own schema (warnings point into the files).
+type writeReport struct {
+	DryRun bool              `json:"dryRun"`
+	Calls  []json.RawMessage `json:"calls"`
 }
 
-type writeCall struct {
-	Written  []string `json:"written,omitempty"`
-	Deleted  []string `json:"deleted,omitempty"`
-	Revision int64    `json:"revision"`
-	Warnings []string `json:"warnings,omitempty"`
+func (r *writeReport) add(resp *verdictv1.ApplyResponse) {
+	b, err := protojson.Marshal(resp)
+	if err != nil {
+		b = []byte("{}")
+	}
+	r.Calls = append(r.Calls, b)
 }
 
-func (w *writer) structured() bool { return w.output == "json" || w.output == "yaml" }
-
-// origin maps "resources[i]..." of a call's error back to the file the
-// resource came from.
-func origin(part []*op) func(string) string {
+// origin maps a call's field path ("resources[i].policy.sources[0]", a
+// warning "resources[i] (key): ...") to the document it names, with its
+// position; other paths stay as they are.
+func origin(part []*op) func(string) problem {
 	var puts []*op
 	for _, o := range part {
 		if !o.isDelete() {
 			puts = append(puts, o)
 		}
 	}
-	return func(field string) string {
+	return func(field string) problem {
 		m := resourceIndex.FindStringSubmatch(field)
 		if m == nil {
-			return field
+			return problem{path: field}
 		}
 		i, _ := strconv.Atoi(m[1])
-		if i >= len(puts) || puts[i].origin == "" {
-			return field
+		if i >= len(puts) || puts[i].from.src == nil {
+			return problem{path: field}
 		}
-		return puts[i].origin + strings.TrimPrefix(field, m[0])
+		rest := field[len(m[0]):]
+		if key, why, ok := strings.Cut(rest, "): "); ok && strings.HasPrefix(rest, " (") {
+			// "resources[0] (key): why": a warning about the whole document
+			p := puts[i].from.at("", why)
+			p.path += key + ")"
+			return p
+		}
+		return puts[i].from.at(rest, "")
 	}
+}
+
+// warning is a call's warning, pointed into the files.
+func warning(part []*op, warn string) string {
+	p := origin(part)(warn)
+	if p.msg == "" {
+		return warn
+	}
+	return p.String()
 }
 
 // request is the Apply of a part; guarded when the write takes several calls.
@@ -181,28 +202,82 @@ type done struct {
 	rev int64
 }
 
+// outcomeText is an ApplyOutcome as kubectl says it: created, configured,
+// unchanged, deleted.
+func outcomeText(o verdictv1.ApplyOutcome) string {
+	return strings.ToLower(strings.TrimPrefix(o.String(), "APPLY_OUTCOME_"))
+}
+
+// printCall writes a call's line per key: "KEY created", "KEY unchanged"...
+func (w *writer) printCall(out io.Writer, resp *verdictv1.ApplyResponse) {
+	suffix := ""
+	if w.dryRun {
+		suffix = " (dry run)"
+	}
+	if len(resp.GetResults()) == 0 { // a server that does not say
+		for _, k := range append(resp.GetKeys(), resp.GetDeleted()...) {
+			fmt.Fprintf(out, "%s %s%s\n", k, map[string]string{"apply": "applied", "delete": "deleted"}[w.cmd], suffix)
+		}
+		return
+	}
+	for _, r := range resp.GetResults() {
+		fmt.Fprintf(out, "%s %s%s\n", r.GetKey(), outcomeText(r.GetOutcome()), suffix)
+	}
+}
+
+// changed reports whether a call wrote anything.
+func changed(resp *verdictv1.ApplyResponse) bool {
+	if len(resp.GetResults()) == 0 {
+		return true
+	}
+	for _, r := range resp.GetResults() {
+		if r.GetOutcome() != verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED {
+			return true
+		}
+	}
+	return false
+}
+
+// writtenOps are the ops of a call the server wrote: not those it found
+// unchanged (a rollback must not touch them).
+func writtenOps(part []*op, resp *verdictv1.ApplyResponse) []*op {
+	unchanged := map[string]bool{}
+	for _, r := range resp.GetResults() {
+		if r.GetOutcome() == verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED {
+			unchanged[r.GetKey()] = true
+		}
+	}
+	var out []*op
+	for _, o := range part {
+		if !unchanged[o.key.String()] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // execute writes the ops in order, in as many calls as they need, and
 // returns the exit code. A write of several calls was checked whole before
 // (checkWhole) and its ops carry the state they replace.
 func (w *writer) execute(ctx context.Context, ops []*op) int {
 	parts := splitOps(ops, w.maxOps)
-	verb := map[string]string{"apply": "applied", "delete": "deleted"}[w.cmd]
-	if w.dryRun {
-		verb = map[string]string{"apply": "valid (dry run)", "delete": "can be deleted (dry run)"}[w.cmd]
-	}
 	multi := len(parts) > 1
-	result := writeResult{DryRun: w.dryRun}
+	rep := writeReport{DryRun: w.dryRun}
 	if multi {
 		fmt.Fprintf(w.e.stderr, "%d keys do not fit one transaction: writing them in %d calls, each atomic, in dependency order; "+
 			"if one fails, the calls before it are rolled back (docs/cli.md)\n", len(ops), len(parts))
 	}
+	prog := newProgress(w.e, w.out, w.cmd, len(ops))
+	defer prog.done()
 	var applied []done
 	var last int64
+	sent := 0
 	for n, part := range parts {
 		if n > 0 {
 			// The server checks each call against its snapshot: it must hold
 			// the previous call's write (read-your-writes).
 			if err := w.waitFor(ctx, last); err != nil {
+				prog.done()
 				fmt.Fprintf(w.e.stderr, "verdictctl %s: waiting for the server to see call %d: %v\n", w.cmd, n, err)
 				return w.abandon(ctx, applied, nil)
 			}
@@ -210,10 +285,14 @@ func (w *writer) execute(ctx context.Context, ops []*op) int {
 		if w.e.beforeCall != nil {
 			w.e.beforeCall(n)
 		}
+		if multi {
+			prog.show(sent, fmt.Sprintf("call %d of %d", n+1, len(parts)))
+		}
 		cctx, cancel := w.cf.ctx(ctx)
 		resp, err := w.client.Apply(cctx, w.request(part, multi))
 		cancel()
 		if err != nil {
+			prog.done()
 			if multi {
 				fmt.Fprintf(w.e.stderr, "verdictctl %s: call %d of %d failed:\n", w.cmd, n+1, len(parts))
 			}
@@ -225,7 +304,13 @@ func (w *writer) execute(ctx context.Context, ops []*op) int {
 			if ambiguous(err) {
 				if rev, ok := w.probe(ctx, part); ok {
 					fmt.Fprintf(w.e.stderr, "call %d was written all the same (revision %d)\n", n+1, rev)
-					applied = append(applied, done{part, rev})
+					var written []*op
+					for _, o := range part {
+						if !o.same {
+							written = append(written, o)
+						}
+					}
+					applied = append(applied, done{written, rev})
 				} else {
 					unknown = part
 				}
@@ -234,28 +319,34 @@ func (w *writer) execute(ctx context.Context, ops []*op) int {
 			}
 			return w.abandon(ctx, applied, unknown)
 		}
-		call := writeCall{Written: resp.GetKeys(), Deleted: resp.GetDeleted(), Revision: resp.GetRevision()}
-		for _, warn := range resp.GetWarnings() {
-			call.Warnings = append(call.Warnings, origin(part)(warn))
-			fmt.Fprintf(w.e.stderr, "warning: %s\n", origin(part)(warn))
+		sent += len(part)
+		for i, warn := range resp.GetWarnings() {
+			resp.Warnings[i] = warning(part, warn)
+			prog.clear()
+			fmt.Fprintf(w.e.stderr, "warning: %s\n", resp.Warnings[i])
 		}
-		result.Calls = append(result.Calls, call)
-		applied = append(applied, done{part, resp.GetRevision()})
-		last = resp.GetRevision()
-		if w.structured() {
+		rep.add(resp)
+		if written := writtenOps(part, resp); len(written) > 0 {
+			applied = append(applied, done{written, resp.GetRevision()})
+		}
+		last = max(last, resp.GetRevision())
+		if !w.out.forPeople() {
 			continue
 		}
-		for _, k := range append(resp.GetKeys(), resp.GetDeleted()...) {
-			fmt.Fprintf(w.e.stdout, "%s %s\n", k, verb)
-		}
-		if w.dryRun {
-			fmt.Fprintf(w.e.stdout, "dry run: nothing was written (checked against revision %d)\n", resp.GetRevision())
-		} else {
-			fmt.Fprintf(w.e.stdout, "revision %d\n", resp.GetRevision())
+		prog.clear()
+		w.printCall(w.out.w, resp)
+		switch {
+		case w.dryRun:
+			fmt.Fprintf(w.out.w, "dry run: nothing was written (checked against revision %d)\n", resp.GetRevision())
+		case !changed(resp):
+			fmt.Fprintf(w.out.w, "revision %d (nothing changed: nothing was written)\n", resp.GetRevision())
+		default:
+			fmt.Fprintf(w.out.w, "revision %d\n", resp.GetRevision())
 		}
 	}
-	if w.structured() {
-		if err := printValue(w.e.stdout, w.output, result); err != nil {
+	prog.done()
+	if !w.out.forPeople() {
+		if err := w.out.print(rep, nil); err != nil {
 			return fail(w.e, w.cmd, err, nil)
 		}
 	}
@@ -291,6 +382,9 @@ func (w *writer) probe(ctx context.Context, part []*op) (int64, bool) {
 	}
 	var rev int64
 	for _, o := range part {
+		if o.same {
+			continue // not written either way
+		}
 		cctx, cancel := w.cf.ctx(ctx)
 		resp, err := w.client.Get(cctx, &verdictv1.GetRequest{Key: o.key.String(), MinRevision: st.GetStoreRevision()})
 		cancel()
@@ -436,6 +530,21 @@ type current struct {
 	stored map[string]*verdictv1.StoredResource
 }
 
+// outcome says what a put does to what the server holds, as the server
+// judges it (writeplan.Same).
+func (c *current) outcome(o *op) verdictv1.ApplyOutcome {
+	sr, ok := c.stored[o.key.String()]
+	switch {
+	case !ok:
+		return verdictv1.ApplyOutcome_APPLY_OUTCOME_CREATED
+	case sr.GetError() == "" && sr.GetResource() != nil:
+		if r, err := apiconv.ResourceFromProto(sr.GetKey(), sr.GetResource()); err == nil && writeplan.Same(r, o.res) {
+			return verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED
+		}
+	}
+	return verdictv1.ApplyOutcome_APPLY_OUTCOME_CONFIGURED
+}
+
 // readMeshes lists the meshes' resources and builds the engine's snapshot of
 // them: the server's own checks, run here on a set over one call's limit.
 func (w *writer) readMeshes(ctx context.Context, meshes []string) (*current, error) {
@@ -513,6 +622,7 @@ func (w *writer) checkWhole(ctx context.Context, ops []*op) (cur *current, warni
 		if o.prior == nil {
 			o.priorErr = orDash(sr.GetError())
 		}
+		o.same = !o.isDelete() && cur.outcome(o) == verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED
 	}
 	err = cur.snap.CheckApply(puts, deletes)
 	if err == nil {
@@ -523,15 +633,19 @@ func (w *writer) checkWhole(ctx context.Context, ops []*op) (cur *current, warni
 		if errors.As(err, &ve) {
 			fmt.Fprintf(w.e.stderr, "verdictctl %s: InvalidArgument (the whole set, checked against the server's contents at revision %d; nothing was written):\n",
 				w.cmd, cur.snap.Revision())
+			var ps problems
 			for _, fe := range ve.Errors {
-				fmt.Fprintf(w.e.stderr, "  %s\n", origin(putOps)(fe.Error()))
+				p := origin(putOps)(fe.Field)
+				p.msg = fe.Reason
+				ps = append(ps, p)
 			}
+			ps.print(w.e.stderr, "  ")
 			return nil, nil, exitError
 		}
 		return nil, nil, fail(w.e, w.cmd, err, nil)
 	}
 	for i, warn := range warnings {
-		warnings[i] = origin(putOps)(warn)
+		warnings[i] = warning(putOps, warn)
 	}
 	return cur, warnings, exitOK
 }

@@ -80,15 +80,15 @@ func TestLargeApply(t *testing.T) {
 		p0      string   // p0's action afterwards
 	}{
 		{name: "applied in three calls", mesh: "la1", code: 0,
-			want: []string{"23 keys do not fit one transaction: writing them in 3 calls", "la1/scopes/Apps:Child applied"},
+			want: []string{"23 keys do not fit one transaction: writing them in 3 calls", "la1/scopes/Apps:Child created"},
 			keys: append([]string{"la1/mesh", "la1/scopes/Apps", "la1/scopes/Apps:Child"}, policyKeys("la1", 20)...)},
 		{name: "invalid in the last call: nothing written", mesh: "la2", bad: true, code: 3,
-			want:    []string{"the whole set, checked against the server's contents", "stdin documents[23]: scope \"Nope\" does not exist", "nothing was written"},
-			notWant: []string{"applied"}},
+			want:    []string{"the whole set, checked against the server's contents", "stdin:175:1: documents[23]: scope \"Nope\" does not exist", "nothing was written"},
+			notWant: []string{"created"}},
 		{name: "dry run writes nothing and says so", mesh: "la3", dryRun: true, code: 0,
-			want:    []string{"la3/policies/TrafficPermission/p19 valid (dry run)", "dry run: nothing was written (the whole set of 23 keys"},
-			notWant: []string{"applied", "\nrevision "}},
-		{name: "dry run of an invalid set", mesh: "la4", dryRun: true, bad: true, code: 3, want: []string{"stdin documents[23]: scope \"Nope\" does not exist"}},
+			want:    []string{"la3/policies/TrafficPermission/p19 created (dry run)", "dry run: nothing was written (the whole set of 23 keys"},
+			notWant: []string{"created\n", "\nrevision "}},
+		{name: "dry run of an invalid set", mesh: "la4", dryRun: true, bad: true, code: 3, want: []string{"stdin:175:1: documents[23]: scope \"Nope\" does not exist"}},
 		{name: "a concurrent write fails the last call: the others are rolled back", mesh: "la5",
 			before: "kind: Policy\nmesh: la5\nname: p0\nsources: [{match: {app: old}}]\ndestinations: [{}]\n",
 			hook: func(m string) string {
@@ -189,13 +189,19 @@ func TestLargeDelete(t *testing.T) {
 		{name: "delete -f with a missing key", mesh: "ld1", args: func(f string) []string { return []string{"delete", "-f", f} },
 			want: []string{"ld1/policies/TrafficPermission/missing holds nothing", "in 3 calls", "ld1/mesh deleted"}, remain: 0},
 		{name: "--strict deletes nothing", mesh: "ld2", args: func(f string) []string { return []string{"delete", "--strict", "-f", f} },
-			code: 3, want: []string{"holds nothing", "--strict: 1 keys hold nothing; nothing was deleted"}, remain: 23},
+			code: 3, want: []string{"holds nothing", "--strict: 1 key holds nothing; nothing was deleted"}, remain: 23},
 		{name: "--prefix", mesh: "ld3", args: func(string) []string { return []string{"delete", "--prefix", "ld3/"} },
 			want: []string{"ld3/scopes/Apps deleted", "in 3 calls"}, remain: 0},
 		{name: "--prefix --dry-run", mesh: "ld4", args: func(string) []string { return []string{"delete", "--prefix", "ld4/", "--dry-run"} },
-			want: []string{"ld4/scopes/Apps can be deleted (dry run)", "nothing was written"}, remain: 23},
+			want: []string{"ld4/scopes/Apps deleted (dry run)", "nothing was written"}, remain: 23},
+		// Deleting what holds nothing is done: exit 0, and said; --strict
+		// makes it an error.
 		{name: "--prefix of nothing", mesh: "ld5", args: func(string) []string { return []string{"delete", "--prefix", "nothing-here/"} },
+			code: 0, want: []string{"no key has the prefix"}, remain: 23},
+		{name: "--prefix of nothing --strict", mesh: "ld6", args: func(string) []string { return []string{"delete", "--prefix", "nothing-here/", "--strict"} },
 			code: 3, want: []string{"no key has the prefix"}, remain: 23},
+		{name: "a missing key alone", mesh: "ld7", args: func(string) []string { return []string{"delete", "ld7/policies/TrafficPermission/missing"} },
+			code: 0, want: []string{"holds nothing"}, remain: 23},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,23 +42,21 @@ func keyOf(args []string, mesh, typ string) (string, error) {
 }
 
 func runGet(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("get", "KEY | KIND NAME", "Shows one resource from the server's snapshot, valid or not, as YAML\n"+
-		"(re-appliable; the key, revisions and any error as comments) or JSON.", e.stderr)
-	mesh := fs.String("mesh", resource.DefaultMesh, "mesh, for KIND NAME")
-	typ := fs.String("type", resource.DefaultType, "policy type, for policy NAME")
+	fs := newFlags("get", e)
+	mesh := fs.String("mesh", resource.DefaultMesh, "`MESH`, for KIND NAME")
+	typ := fs.String("type", resource.DefaultType, "policy `TYPE`, for policy NAME")
 	var output outputFlag
-	output.register(fs, "yaml", "yaml", "json", "text", "wide")
+	output.register(fs, "yaml", "json", "text", "wide")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	key, err := keyOf(rest, *mesh, *typ)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "verdictctl get: %v\n", err)
-		return exitUsage
+		return fs.usage("%v", err)
 	}
 	conn, err := cf.dial()
 	if err != nil {
@@ -70,38 +69,33 @@ func runGet(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fail(e, "get", err, nil)
 	}
-	if output.value == "json" {
-		err = printJSON(e.stdout, resp.GetResource())
-	} else { // text and wide are the YAML document: it is the resource's text form
-		err = printStored(e.stdout, resp.GetResource())
-	}
-	if err != nil {
+	// The text form of a resource is its YAML document.
+	doc := storedDoc{resp.GetResource()}
+	if err := output.printer(e.stdout).print(doc, func(w io.Writer, _ bool) error { return doc.yaml(w) }); err != nil {
 		return fail(e, "get", err, nil)
 	}
 	return exitOK
 }
 
 func runList(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("list", "[PREFIX]", "Lists resources in key order, valid or not (PREFIX: \"default/\",\n"+
-		"\"default/policies/TrafficLog/\"). -o yaml prints every document, re-appliable.", e.stderr)
-	mesh := fs.String("mesh", "", "only this mesh")
-	typ := fs.String("type", "", "only policies of this type (with --mesh, default mesh \"default\")")
+	fs := newFlags("list", e)
+	mesh := fs.String("mesh", "", "only this `MESH`")
+	typ := fs.String("type", "", "only policies of this `TYPE` (with --mesh, default mesh \"default\")")
 	var output outputFlag
-	output.register(fs, "text", "text", "wide", "yaml", "json")
+	output.register(fs, "text", "wide", "yaml", "json")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	prefix := ""
 	switch {
 	case len(rest) == 1:
 		prefix = rest[0]
 	case len(rest) > 1:
-		fmt.Fprintln(e.stderr, "verdictctl list: at most one PREFIX")
-		return exitUsage
+		return fs.usage("at most one PREFIX")
 	case *typ != "":
 		m := *mesh
 		if m == "" {
@@ -116,40 +110,18 @@ func runList(ctx context.Context, args []string, e *env) int {
 		return fail(e, "list", err, nil)
 	}
 	defer conn.Close()
-	client := verdictv1.NewPolicyServiceClient(conn)
-	var all []*verdictv1.StoredResource
-	token := ""
-	for {
-		cctx, cancel := cf.ctx(ctx)
-		resp, err := client.List(cctx, &verdictv1.ListRequest{Prefix: prefix, PageSize: 500, PageToken: token, MinRevision: *minRev})
-		cancel()
-		if err != nil {
-			return fail(e, "list", err, nil)
-		}
-		all = append(all, resp.GetResources()...)
-		if token = resp.GetNextPageToken(); token == "" {
-			break
-		}
+	all, err := listAll(ctx, verdictv1.NewPolicyServiceClient(conn), &cf, prefix, *minRev)
+	if err != nil {
+		return fail(e, "list", err, nil)
 	}
 	if len(all) == 0 && !knownPrefix(prefix) {
 		fmt.Fprintf(e.stderr, "warning: no resource has the prefix %q, which names no kind: keys are <mesh>/mesh, <mesh>/scopes/, <mesh>/policies/<type>/, <mesh>/workloads/\n", prefix)
 	}
-	switch output.value {
-	case "wide":
-		err = printWide(e.stdout, all, time.Now())
-	case "json":
-		err = printJSON(e.stdout, &verdictv1.ListResponse{Resources: all})
-	case "yaml":
-		for i, sr := range all {
-			if i > 0 {
-				fmt.Fprintln(e.stdout, "---")
-			}
-			if err = printStored(e.stdout, sr); err != nil {
-				break
-			}
+	err = output.printer(e.stdout).print(storedList{&verdictv1.ListResponse{Resources: all}}, func(w io.Writer, wide bool) error {
+		if wide {
+			return printWide(w, all, time.Now())
 		}
-	default:
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "KEY\tREVISION\tSTATUS")
 		for _, sr := range all {
 			st := "ok"
@@ -161,8 +133,8 @@ func runList(ctx context.Context, args []string, e *env) int {
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", sr.GetKey(), sr.GetModRevision(), st)
 		}
-		err = tw.Flush()
-	}
+		return tw.Flush()
+	})
 	if err != nil {
 		return fail(e, "list", err, nil)
 	}
@@ -170,37 +142,32 @@ func runList(ctx context.Context, args []string, e *env) int {
 }
 
 func runDelete(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("delete", "KEY... | KIND NAME | -f FILE | --prefix PREFIX",
-		"Removes resources: policies first, meshes last. A key that holds nothing is reported and\n"+
-			"skipped (--strict: nothing is deleted then). More keys than one etcd transaction holds\n"+
-			"are deleted in several calls, rolled back if one fails (docs/cli.md).", e.stderr)
-	mesh := fs.String("mesh", resource.DefaultMesh, "mesh, for KIND NAME")
-	typ := fs.String("type", resource.DefaultType, "policy type, for policy NAME")
+	fs := newFlags("delete", e)
+	mesh := fs.String("mesh", resource.DefaultMesh, "`MESH`, for KIND NAME")
+	typ := fs.String("type", resource.DefaultType, "policy `TYPE`, for policy NAME")
 	var files fileList
-	fs.Var(&files, "f", "delete the resources of this file (or directory, or -)")
-	prefix := fs.String("prefix", "", "delete every key with this prefix (\"big/\", \"default/policies/TrafficLog/\")")
-	strict := fs.Bool("strict", false, "a key that holds nothing fails the command before anything is deleted")
+	fs.Var(&files, "f", "delete the resources of this `FILE` (or directory, or -)")
+	prefix := fs.String("prefix", "", "delete every key with this `PREFIX` (\"big/\", \"default/policies/TrafficLog/\")")
+	strict := fs.Bool("strict", false, "a key that holds nothing fails the command (exit 3) before anything is deleted")
 	dryRun := fs.Bool("dry-run", false, "validate only")
 	var output outputFlag
-	output.register(fs, "text", "text", "wide", "json", "yaml")
+	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	var keys []string
 	switch {
 	case *prefix != "":
 		if len(files) > 0 || len(rest) > 0 {
-			fmt.Fprintln(e.stderr, "verdictctl delete: --prefix goes alone")
-			return exitUsage
+			return fs.usage("--prefix goes alone")
 		}
 	case len(files) > 0:
-		items, err := readResources(files, e.stdin)
-		if err != nil {
-			fmt.Fprintf(e.stderr, "verdictctl delete: invalid input:\n%v\n", err)
-			return exitError
+		items, code := readInput(e, "delete", files, exitError)
+		if code != exitOK {
+			return code
 		}
 		for _, it := range items {
 			keys = append(keys, it.res.Key().String())
@@ -208,24 +175,21 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 	case len(rest) == 2 && !strings.Contains(rest[0], "/"):
 		k, err := keyOf(rest, *mesh, *typ)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "verdictctl delete: %v\n", err)
-			return exitUsage
+			return fs.usage("%v", err)
 		}
 		keys = []string{k}
 	default:
 		keys = rest
 	}
-	if len(keys) == 0 && *prefix == "" {
-		fmt.Fprintln(e.stderr, "verdictctl delete: name the resources (KEY..., KIND NAME, -f FILE or --prefix PREFIX)")
-		return exitUsage
+	if len(keys) == 0 && *prefix == "" && len(files) == 0 {
+		return fs.usage("name the resources (KEY..., KIND NAME, -f FILE or --prefix PREFIX)")
 	}
 	var ops []*op
 	seen := map[string]bool{}
 	for _, k := range keys {
 		key, err := resource.ParseKey(k)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "verdictctl delete: %q: %v\n", k, err)
-			return exitUsage
+			return fs.usage("%q: %v", k, err)
 		}
 		if !seen[key.String()] {
 			seen[key.String()] = true
@@ -238,7 +202,7 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 	}
 	defer conn.Close()
 	client := verdictv1.NewPolicyServiceClient(conn)
-	w := &writer{client: client, cf: &cf, e: e, cmd: "delete", dryRun: *dryRun, maxOps: e.maxOps, output: output.value}
+	w := &writer{client: client, cf: &cf, e: e, cmd: "delete", dryRun: *dryRun, maxOps: e.maxOps, out: output.printer(e.stdout)}
 	rev, err := storeRevision(ctx, client, &cf)
 	if err != nil {
 		return fail(e, "delete", err, nil)
@@ -257,8 +221,11 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 			ops = append(ops, &op{key: key, prior: sr.GetResource(), priorRev: sr.GetModRevision()})
 		}
 		if len(ops) == 0 {
-			fmt.Fprintf(e.stderr, "verdictctl delete: no key has the prefix %q\n", *prefix)
-			return exitError
+			fmt.Fprintf(e.stderr, "verdictctl delete: no key has the prefix %q: nothing to delete\n", *prefix)
+			if *strict {
+				return exitError
+			}
+			return exitOK
 		}
 	} else {
 		var missing []string
@@ -282,11 +249,11 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 			fmt.Fprintf(e.stderr, "verdictctl delete: %s holds nothing\n", k)
 		}
 		if len(missing) > 0 && *strict {
-			fmt.Fprintf(e.stderr, "verdictctl delete: --strict: %d keys hold nothing; nothing was deleted\n", len(missing))
+			fmt.Fprintf(e.stderr, "verdictctl delete: --strict: %s nothing; nothing was deleted\n", count(len(missing), "key holds", "keys hold"))
 			return exitError
 		}
 		if len(ops) == 0 {
-			return exitError
+			return exitOK // every key named holds nothing already: what delete is for
 		}
 	}
 	ops = orderOps(ops)
@@ -321,17 +288,17 @@ func listAll(ctx context.Context, client verdictv1.PolicyServiceClient, cf *conn
 }
 
 func runStatus(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("status", "", "Shows the server's snapshot revision, sync state, digest and invalid resources.", e.stderr)
+	fs := newFlags("status", e)
 	var output outputFlag
-	output.register(fs, "text", "text", "wide", "json", "yaml")
+	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	if rest, code := parse(fs, args); code != 0 || len(rest) > 0 {
-		if code == 0 {
-			fmt.Fprintf(e.stderr, "verdictctl status: unexpected argument %q\n", rest[0])
-			return exitUsage
-		}
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
+	}
+	if len(rest) > 0 {
+		return fs.usage("unexpected argument %q", rest[0])
 	}
 	conn, err := cf.dial()
 	if err != nil {
@@ -344,16 +311,16 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fail(e, "status", err, nil)
 	}
-	if output.structured() {
-		if err := printMessage(e.stdout, output.value, st); err != nil {
-			return fail(e, "status", err, nil)
+	err = output.printer(e.stdout).print(st, func(w io.Writer, _ bool) error {
+		fmt.Fprintf(w, "revision:       %d (store at %d)\nsynced:         %v\nstale:          %v\nresources:      %d\ndigest:         %s\ninvalid:        %d\n",
+			st.GetRevision(), st.GetStoreRevision(), st.GetSynced(), st.GetStale(), st.GetResources(), st.GetDigest(), len(st.GetInvalid()))
+		for _, inv := range st.GetInvalid() {
+			fmt.Fprintf(w, "  %s: %s\n", inv.GetKey(), inv.GetError())
 		}
-		return exitOK
-	}
-	fmt.Fprintf(e.stdout, "revision:       %d (store at %d)\nsynced:         %v\nstale:          %v\nresources:      %d\ndigest:         %s\ninvalid:        %d\n",
-		st.GetRevision(), st.GetStoreRevision(), st.GetSynced(), st.GetStale(), st.GetResources(), st.GetDigest(), len(st.GetInvalid()))
-	for _, inv := range st.GetInvalid() {
-		fmt.Fprintf(e.stdout, "  %s: %s\n", inv.GetKey(), inv.GetError())
+		return nil
+	})
+	if err != nil {
+		return fail(e, "status", err, nil)
 	}
 	return exitOK
 }
@@ -375,29 +342,32 @@ func knownPrefix(prefix string) bool {
 	return false
 }
 
-// printWide is list -o wide: kind, type, action, scope and age beside each key.
+// printWide is list -o wide: kind, type, mode, action, scope and age beside
+// each key. ACTION is empty where no action applies (a Mesh, a Workload, a
+// policy of a configuration type such as TrafficLog); MODE is Audit for a
+// policy or scope whose rules are not enforced.
 func printWide(w io.Writer, all []*verdictv1.StoredResource, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tKIND\tTYPE\tACTION\tSCOPE\tAGE\tREVISION\tSTATUS")
+	fmt.Fprintln(tw, "KEY\tKIND\tTYPE\tMODE\tACTION\tSCOPE\tAGE\tREVISION\tSTATUS")
 	for _, sr := range all {
 		r := sr.GetResource()
-		kind, typ, action, scope := "-", "-", "-", "-"
+		kind, typ, mode, action, scope := "-", "-", "-", "", "-"
 		var created time.Time
 		switch {
 		case r.GetMesh() != nil:
 			kind, created = "Mesh", r.GetMesh().GetCreationTime().AsTime()
 		case r.GetScope() != nil:
-			kind, scope, created = "Scope", orDash(r.GetScope().GetParent()), r.GetScope().GetCreationTime().AsTime()
-			action = orDash(strings.TrimPrefix(r.GetScope().GetCatchAll(), "ACTION_"))
+			s := r.GetScope()
+			kind, scope, created = "Scope", orDash(s.GetParent()), s.GetCreationTime().AsTime()
+			mode = modeText(s.GetMode())
+			action = strings.TrimPrefix(s.GetCatchAll(), "ACTION_")
 		case r.GetWorkload() != nil:
 			kind, created = "Workload", r.GetWorkload().GetCreationTime().AsTime()
 		case r.GetPolicy() != nil:
 			p := r.GetPolicy()
 			kind, typ, scope, created = "Policy", p.GetType(), orDash(p.GetScope()), p.GetCreationTime().AsTime()
-			action = p.GetAction()
-			if action == "" {
-				action = "ALLOW"
-			}
+			mode = modeText(p.GetMode())
+			action = policyAction(p)
 		}
 		age := "-"
 		if !created.IsZero() && created.Unix() > 0 {
@@ -407,9 +377,17 @@ func printWide(w io.Writer, all []*verdictv1.StoredResource, now time.Time) erro
 		if sr.GetError() != "" {
 			st = "INVALID: " + sr.GetError()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", sr.GetKey(), kind, typ, action, scope, age, sr.GetModRevision(), st)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", sr.GetKey(), kind, typ, mode, action, scope, age, sr.GetModRevision(), st)
 	}
 	return tw.Flush()
+}
+
+// modeText is a policy's or a scope's mode: Enforce unless written Audit.
+func modeText(m string) string {
+	if m == "" {
+		return "Enforce"
+	}
+	return m
 }
 
 // shortAge is kubectl's age: 45s, 12m, 5h, 3d.
@@ -423,4 +401,61 @@ func shortAge(d time.Duration) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// storedDoc is a stored resource whose YAML is its re-appliable document,
+// with the key, revisions and error as comments.
+type storedDoc struct{ *verdictv1.StoredResource }
+
+func (d storedDoc) yaml(w io.Writer) error { return printStored(w, d.StoredResource) }
+
+// storedList is a list whose YAML is every document, re-appliable.
+type storedList struct{ *verdictv1.ListResponse }
+
+func (l storedList) yaml(w io.Writer) error {
+	for i, sr := range l.GetResources() {
+		if i > 0 {
+			if _, err := fmt.Fprintln(w, "---"); err != nil {
+				return err
+			}
+		}
+		if err := printStored(w, sr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyAction is the ACTION column of a policy: the action it writes, its
+// items' actions, ALLOW for an access-control type that writes none, and
+// nothing for a configuration type (TrafficLog: its action only says whether
+// it applies, docs/resources.md).
+func policyAction(p *verdictv1.Policy) string {
+	if a := p.GetAction(); a != "" {
+		return strings.ToUpper(a)
+	}
+	seen := map[string]bool{}
+	var items []string
+	for _, it := range append(append([]*verdictv1.Item(nil), p.GetFrom()...), p.GetTo()...) {
+		if a := strings.ToUpper(it.GetAction()); a != "" && !seen[a] {
+			seen[a] = true
+			items = append(items, a)
+		}
+	}
+	if len(items) > 0 {
+		sort.Strings(items)
+		return strings.Join(items, ",")
+	}
+	if p.GetConf() != nil || p.GetDefaults() != nil || p.GetOverrides() != nil || !strings.HasSuffix(p.GetType(), "TrafficPermission") {
+		return ""
+	}
+	return "ALLOW"
+}
+
+// count is "1 key holds" or "3 keys hold": a number with its noun.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,54 +14,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Exit codes a shell user can rely on.
+// Exit codes a shell user can rely on (docs/cli.md, "Exit codes").
 const (
 	exitOK     = 0
-	exitFailed = 1 // the command ran and the answer is "no": a denied flow, a failed test
-	exitUsage  = 2 // bad flags or arguments
-	exitError  = 3 // the command could not do its job: server unreachable, invalid input, not found
+	exitFailed = 1 // the answer is no: a denied flow, a difference, invalid documents in validate, a failed test
+	exitUsage  = 2 // an unknown command, flag or value, found before any call
+	exitError  = 3 // a server or I/O error: unreachable, refused, not found, a file that cannot be read
 )
-
-const usage = `verdictctl — verdict's command-line client (docs/cli.md)
-
-Usage:
-  verdictctl [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]
-
-Resources:
-  apply -f FILE|DIR|- [--dry-run]          write resources (native or Kuma YAML/JSON); large sets are
-                                           checked whole, written in order, rolled back on failure
-  get KEY | KIND NAME                      show one resource (KIND: mesh, scope, policy, workload)
-  list [PREFIX]                            list resources, valid or not (-o wide: kind, type, action, scope, age)
-  delete KEY... | KIND NAME | -f FILE | --prefix P [--strict]
-                                           remove resources
-  status                                   the server's revision, sync state, invalid resources
-Decisions:
-  decide --src k=v,.. --dst k=v,.. [--proto TCP --port 443]
-                                           decide a flow (exit 0 ALLOW, 1 DENY); an end may also be
-                                           --src-workload, --src-address, --src-principal, --src-identity
-                                           or --src-any (likewise --dst-...)
-  explain --src k=v,.. --dst k=v,..        decide and show the candidates of each side
-  resolve --dst k=v,.. [--src k=v,..]      effective configuration of a type
-  watch [resources|rules]                  follow changes (rules: of one --workload)
-  inspect --workload k=v,.. [--type T]...  a workload's scopes, ordered rules and effective configuration
-  logs [--action DENY] [--policy P] [--workload W]
-                                           follow the decision log of the server, live
-Other:
-  version [--client]                       the client's and the server's versions (warns when they differ)
-  completion bash|zsh|fish                 a shell completion script
-Offline:
-  test FILE|DIR...                         run policy test suites (docs/suites.md)
-  validate FILE|DIR|-...                   check documents with the server's decoder
-  fmt FILE|DIR|-...                        print documents in canonical form (-w, --check)
-
-Keys are "<mesh>/mesh", "<mesh>/scopes/<name>", "<mesh>/policies/<type>/<name>" or
-"<mesh>/workloads/<name>".
-Global flags (before or after the command): --server (VERDICT_SERVER, default 127.0.0.1:7070),
---token-file (VERDICT_TOKEN_FILE, or the token itself in VERDICT_TOKEN), --tls-ca, --tls-cert,
---tls-key, --tls-server-name, --timeout, -o text|wide|json|yaml.
-Exit codes: 0 success, 1 the answer is no (DENY, failed tests), 2 usage, 3 error.
-Run 'verdictctl COMMAND -h' for a command's flags.
-`
 
 // env lets tests replace the environment.
 type env struct {
@@ -71,45 +29,37 @@ type env struct {
 	getenv         func(string) string
 	maxOps         int            // keys per write call; 0: store.MaxOps (tests set less)
 	beforeCall     func(call int) // tests: runs before each write call of apply and delete
+	// terminal: stderr is a terminal a person watches (progress is shown).
+	terminal bool
+	// onFlags, when set, receives each command's flag set instead of running
+	// the command (the completion scripts list the flags this way).
+	onFlags func(fs *flagSet)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runEnv(ctx, args, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv})
+	return runEnv(ctx, args, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv,
+		terminal: isTerminal(os.Stdout) && isTerminal(os.Stderr)})
 }
 
 func runEnv(ctx context.Context, args []string, e *env) int {
 	if len(args) == 0 {
-		fmt.Fprint(e.stderr, usage)
+		topUsage(e.stderr)
 		return exitUsage
 	}
-	cmds := map[string]func(context.Context, []string, *env) int{
-		"apply": runApply, "get": runGet, "list": runList, "delete": runDelete, "status": runStatus,
-		"decide": runDecide, "explain": runExplain, "resolve": runResolve, "watch": runWatch, "logs": runLogs, "version": runVersion, "inspect": runInspect,
-	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(e.stdout, usage)
+	if args[0] == "-h" || args[0] == "--help" {
+		topUsage(e.stdout)
 		return exitOK
 	}
 	args, err := hoistGlobals(args)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "verdictctl: %v\n\n%s", err, usage)
+		fmt.Fprintf(e.stderr, "verdictctl: %v\nRun 'verdictctl help' for usage.\n", err)
 		return exitUsage
 	}
-	switch args[0] {
-	case "test":
-		return runTest(args[1:], e)
-	case "validate":
-		return runValidate(args[1:], e)
-	case "fmt":
-		return runFmt(args[1:], e)
-	case "completion":
-		return runCompletion(args[1:], e)
+	c := lookup(args[0])
+	if c == nil {
+		return unknownCommand(e, args[0])
 	}
-	if f, ok := cmds[args[0]]; ok {
-		return f(ctx, args[1:], e)
-	}
-	fmt.Fprintf(e.stderr, "verdictctl: unknown command %q\n\n%s", args[0], usage)
-	return exitUsage
+	return c.run(ctx, args[1:], e)
 }
 
 // globalFlags may come before the command: verdictctl --server H:P apply ...
@@ -139,40 +89,10 @@ func hoistGlobals(args []string) ([]string, error) {
 	return append(append([]string{args[0]}, pre...), args[1:]...), nil
 }
 
-// parse parses flags anywhere among the arguments and returns the others;
-// the exit code is non-zero when the command must stop.
-func parse(fs *flag.FlagSet, args []string) ([]string, int) {
-	var rest []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, exitOK + 100 // help printed: stop with 0
-			}
-			return nil, exitUsage
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return rest, 0
-		}
-		if args[0] == "--" {
-			return append(rest, args[1:]...), 0
-		}
-		rest = append(rest, args[0])
-		args = args[1:]
-	}
-}
-
-// stopCode turns parse's code into the command's exit code.
-func stopCode(code int) int {
-	if code == exitOK+100 {
-		return exitOK
-	}
-	return code
-}
-
-// fail prints an error (a gRPC status with its field violations) and returns
-// exitError. fields maps "resources[i]" prefixes to where they came from.
-func fail(e *env, cmd string, err error, origin func(field string) string) int {
+// fail prints an error — a gRPC status with its field violations, a
+// validation error, an I/O error — and returns exitError. at maps the field
+// paths of a write's violations to where they came from (nil: as they are).
+func fail(e *env, cmd string, err error, at func(field string) problem) int {
 	st, ok := status.FromError(err)
 	if !ok {
 		var ve *resource.ValidationError
@@ -204,13 +124,16 @@ func fail(e *env, cmd string, err error, origin func(field string) string) int {
 		return exitError
 	}
 	fmt.Fprintf(e.stderr, "verdictctl %s: %s:\n", cmd, st.Code())
+	var ps problems
 	for _, v := range violations {
-		field := v.GetField()
-		if origin != nil {
-			field = origin(field)
+		p := problem{path: v.GetField(), msg: v.GetDescription()}
+		if at != nil {
+			p = at(v.GetField())
+			p.msg = v.GetDescription()
 		}
-		fmt.Fprintf(e.stderr, "  %s: %s\n", field, v.GetDescription())
+		ps = append(ps, p)
 	}
+	ps.print(e.stderr, "  ")
 	return exitError
 }
 

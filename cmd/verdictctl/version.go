@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
-	"regexp"
+	"io"
 	"sort"
 	"strings"
 
@@ -17,19 +18,18 @@ import (
 // runVersion prints the client's version and the server's (from Status's
 // verdict-version header), warning when they differ.
 func runVersion(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("version", "[--client]", "Prints verdictctl's version and the server's; warns on stderr when they differ.", e.stderr)
+	fs := newFlags("version", e)
 	clientOnly := fs.Bool("client", false, "the client's version only; no server call")
 	var output outputFlag
-	output.register(fs, "text", "text", "wide", "json", "yaml")
+	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	if len(rest) > 0 {
-		fmt.Fprintf(e.stderr, "verdictctl version: unexpected argument %q\n", rest[0])
-		return exitUsage
+		return fs.usage("unexpected argument %q", rest[0])
 	}
 	res := map[string]string{"client": buildinfo.Version()}
 	code = exitOK
@@ -54,15 +54,15 @@ func runVersion(ctx context.Context, args []string, e *env) int {
 			res["server"] = v[0]
 		}
 	}
-	if output.structured() {
-		if err := printValue(e.stdout, output.value, res); err != nil {
-			return fail(e, "version", err, nil)
-		}
-	} else {
-		fmt.Fprintf(e.stdout, "client: %s\n", res["client"])
+	err := output.printer(e.stdout).print(res, func(w io.Writer, _ bool) error {
+		fmt.Fprintf(w, "client: %s\n", res["client"])
 		if s, ok := res["server"]; ok {
-			fmt.Fprintf(e.stdout, "server: %s\n", s)
+			fmt.Fprintf(w, "server: %s\n", s)
 		}
+		return nil
+	})
+	if err != nil {
+		return fail(e, "version", err, nil)
 	}
 	if s, ok := res["server"]; ok && code == exitOK && s != res["client"] {
 		fmt.Fprintf(e.stderr, "warning: the client and the server are different builds (client %s, server %s)\n", res["client"], s)
@@ -71,22 +71,18 @@ func runVersion(ctx context.Context, args []string, e *env) int {
 }
 
 // runCompletion prints a shell completion script: commands, and each
-// command's flags (read from its own -h).
+// command's flags (read from its flag set).
 func runCompletion(args []string, e *env) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+		return runEnv(context.Background(), []string{"help", "completion"}, e)
+	}
 	if len(args) != 1 || (args[0] != "bash" && args[0] != "zsh" && args[0] != "fish") {
-		fmt.Fprintln(e.stderr, "Usage: verdictctl completion bash|zsh|fish\n\n"+
-			"bash: source <(verdictctl completion bash)\n"+
-			"zsh:  source <(verdictctl completion zsh)\n"+
-			"fish: verdictctl completion fish | source")
-		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
-			return exitOK
-		}
-		return exitUsage
+		return usageError(e, "completion", "name the shell: bash, zsh or fish")
 	}
 	flags := commandFlags()
 	var cmds []string
-	for c := range flags {
-		cmds = append(cmds, c)
+	for _, c := range commands() {
+		cmds = append(cmds, c.name)
 	}
 	sort.Strings(cmds)
 	var b strings.Builder
@@ -101,7 +97,7 @@ func runCompletion(args []string, e *env) int {
 		fmt.Fprintf(&b, "  if [ -z \"$cmd\" ] && [[ $cur != -* ]]; then COMPREPLY=($(compgen -W %q -- \"$cur\")); return; fi\n", strings.Join(cmds, " "))
 		b.WriteString("  case \"$cmd\" in\n")
 		for _, c := range cmds {
-			fmt.Fprintf(&b, "    %s) flags=%q;;\n", c, dashed(flags[c]))
+			fmt.Fprintf(&b, "    %s) flags=%q;;\n", c, dashedAll(flags[c]))
 		}
 		fmt.Fprintf(&b, "    *) flags=%q;;\n  esac\n", "--server --token-file --tls-ca --tls-cert --tls-key --tls-server-name --timeout -o")
 		b.WriteString("  if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W \"$flags\" -- \"$cur\")); else COMPREPLY=($(compgen -f -- \"$cur\")); fi\n}\n")
@@ -122,33 +118,25 @@ func runCompletion(args []string, e *env) int {
 	return exitOK
 }
 
-func dashed(flags []string) string {
+func dashedAll(flags []string) string {
 	out := make([]string, len(flags))
 	for i, f := range flags {
-		if len(f) == 1 {
-			out[i] = "-" + f
-		} else {
-			out[i] = "--" + f
-		}
+		out[i] = dashed(f)
 	}
 	return strings.Join(out, " ")
 }
 
-var flagLine = regexp.MustCompile(`(?m)^  -(\S+)`)
-
-// commandFlags maps each command to its flags, read from its -h.
+// commandFlags maps each command to its flags, read from its flag set.
 func commandFlags() map[string][]string {
-	out := map[string][]string{"completion": nil}
-	for _, c := range []string{"apply", "get", "list", "delete", "status", "decide", "explain", "resolve", "watch", "logs",
-		"inspect", "version", "test", "validate", "fmt"} {
-		var help strings.Builder
-		runEnv(context.Background(), []string{c, "-h"}, &env{stdin: strings.NewReader(""), stdout: &help, stderr: &help,
-			getenv: func(string) string { return "" }})
+	out := map[string][]string{}
+	for _, c := range commands() {
 		var flags []string
-		for _, m := range flagLine.FindAllStringSubmatch(help.String(), -1) {
-			flags = append(flags, m[1])
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" },
+			onFlags: func(fs *flagSet) { fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f.Name) }) }}
+		if c.name != "completion" && c.name != "help" {
+			c.run(context.Background(), nil, e)
 		}
-		out[c] = flags
+		out[c.name] = flags
 	}
 	return out
 }

@@ -11,39 +11,41 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 func runWatch(ctx context.Context, args []string, e *env) int {
-	fs := newFlags("watch", "[resources|rules] [flags]",
-		"resources (default): prints the store's snapshot, a SYNCED line, then every change with its\n"+
-			"revision (--from-revision resumes). rules: prints the ordered rules of one --workload,\n"+
-			"again whenever they change. Stops on Ctrl-C.", e.stderr)
-	prefix := fs.String("prefix", "", "resources: only keys with this prefix")
+	fs := newFlags("watch", e)
+	prefix := fs.String("prefix", "", "resources: only keys with this `PREFIX`")
 	from := fs.Int64("from-revision", 0, "resources: resume after this revision")
-	mesh := fs.String("mesh", "", "rules: mesh (default \"default\")")
-	typ := fs.String("type", "", "rules: policy type (default TrafficPermission)")
-	workload := fs.String("workload", "", "rules: the workload's tags k=v,k2=v2")
-	workloadName := fs.String("workload-name", "", "rules: the workload by name")
-	workloadAddr := fs.String("workload-address", "", "rules: the workload by address")
+	mesh := fs.String("mesh", "", "rules: the `MESH` (default \"default\")")
+	typ := fs.String("type", "", "rules: policy `TYPE` (default TrafficPermission)")
+	workload := fs.String("workload", "", "rules: the workload's `TAGS` k=v,k2=v2")
+	workloadName := fs.String("workload-name", "", "rules: the workload by `NAME`")
+	workloadAddr := fs.String("workload-address", "", "rules: the workload by `IP` address")
 	addrSets := fs.Bool("address-sets", false, "rules: peers as address sets, then their deltas (needs an authorized caller)")
 	var output outputFlag
-	output.register(fs, "text", "text", "wide", "json", "yaml")
+	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, code := parse(fs, args)
-	if code != 0 {
-		return stopCode(code)
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return code
 	}
 	what := "resources"
 	if len(rest) > 0 {
 		what = rest[0]
 	}
 	if len(rest) > 1 || (what != "resources" && what != "rules") {
-		fmt.Fprintln(e.stderr, "verdictctl watch: watch resources or rules")
-		return exitUsage
+		return fs.usage("watch resources or rules")
+	}
+	var wl *verdictv1.Endpoint
+	if what == "rules" {
+		var err error
+		if wl, err = workloadEndpoint(*workload, *workloadName, *workloadAddr); err != nil {
+			return fs.usage("%v", err)
+		}
 	}
 	conn, err := cf.dial()
 	if err != nil {
@@ -51,12 +53,8 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 	}
 	defer conn.Close()
 	client := verdictv1.NewWatchServiceClient(conn)
+	out := output.printer(e.stdout)
 	if what == "rules" {
-		wl, err := workloadEndpoint(*workload, *workloadName, *workloadAddr)
-		if err != nil {
-			fmt.Fprintf(e.stderr, "verdictctl watch: %v\n", err)
-			return exitUsage
-		}
 		req := &verdictv1.WatchRulesRequest{Mesh: *mesh, Type: *typ, Workload: wl, AddressSets: *addrSets, IncludeAudit: true}
 		return follow(ctx, e, "watch", func(ctx context.Context, got func()) error {
 			s, err := client.WatchRules(ctx, req)
@@ -69,11 +67,9 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 					return err
 				}
 				got()
-				if output.structured() {
-					printStreamed(e.stdout, output.value, m)
-					continue
+				if err := out.record(m, func(w io.Writer, _ bool) error { printRules(w, m, true); return nil }); err != nil {
+					return err
 				}
-				printRules(e.stdout, m)
 			}
 		}, func() string { return "; the rules come again in full" })
 	}
@@ -94,11 +90,9 @@ func runWatch(ctx context.Context, args []string, e *env) int {
 			if m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT {
 				last = m.GetRevision()
 			}
-			if output.structured() {
-				printStreamed(e.stdout, output.value, m)
-				continue
+			if err := out.record(m, func(w io.Writer, _ bool) error { printWatchEvent(w, m); return nil }); err != nil {
+				return err
 			}
-			printWatchEvent(e.stdout, m)
 		}
 	}, func() string {
 		if last == 0 {
@@ -188,7 +182,9 @@ func printWatchEvent(w io.Writer, m *verdictv1.WatchResourcesResponse) {
 	}
 }
 
-func printRules(w io.Writer, m *verdictv1.WatchRulesResponse) {
+// printRules writes a WatchRules message; withWorkload adds the line naming
+// the workload and its addresses (inspect names it once, above).
+func printRules(w io.Writer, m *verdictv1.WatchRulesResponse, withWorkload bool) {
 	if m.GetKind() == verdictv1.WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS {
 		fmt.Fprintf(w, "revision %d: set deltas\n", m.GetRevision())
 		for _, d := range m.GetSetDeltas() {
@@ -204,8 +200,12 @@ func printRules(w io.Writer, m *verdictv1.WatchRulesResponse) {
 		return
 	}
 	fmt.Fprintf(w, "revision %d\n", m.GetRevision())
-	if r := m.GetWorkload(); r != nil && r.GetWorkload() != "" {
-		fmt.Fprintf(w, "  workload %s %v\n", r.GetWorkload(), m.GetWorkloadAddresses())
+	if r := m.GetWorkload(); withWorkload && r != nil && r.GetWorkload() != "" {
+		if addrs := m.GetWorkloadAddresses(); len(addrs) > 0 {
+			fmt.Fprintf(w, "  workload %s: %s\n", r.GetWorkload(), strings.Join(addrs, " "))
+		} else {
+			fmt.Fprintf(w, "  workload %s\n", r.GetWorkload())
+		}
 	}
 	for _, s := range []struct {
 		name string
@@ -260,16 +260,4 @@ func workloadEndpoint(tags, name, address string) (*verdictv1.Endpoint, error) {
 		return nil, fmt.Errorf("--workload: %w", err)
 	}
 	return &verdictv1.Endpoint{Tags: t}, nil
-}
-
-// printStreamed writes one message of a stream: a JSON line, or a YAML document.
-func printStreamed(w io.Writer, format string, m proto.Message) {
-	if format == "json" {
-		fmt.Fprintln(w, compactJSON(m))
-		return
-	}
-	fmt.Fprintln(w, "---")
-	if err := printMessage(w, "yaml", m); err != nil {
-		fmt.Fprintf(w, "# %v\n", err)
-	}
 }

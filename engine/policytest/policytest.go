@@ -67,7 +67,11 @@ func Load(path string) (*Suite, error) {
 	return Parse(path, data)
 }
 
-// Parse reads a suite from data; file names it in messages.
+// Parse reads a suite from data; file names it in messages. A suite that
+// does not load returns every problem found, as an *resource.ValidationError
+// whose field paths are the suite document's ("resources[1].sources[0]",
+// "cases[3]"), so that a caller can name each one's line; a YAML syntax error
+// is returned as it is.
 func Parse(file string, data []byte) (*Suite, error) {
 	docs, err := resource.ParseYAML(data)
 	if err != nil {
@@ -81,46 +85,60 @@ func Parse(file string, data []byte) (*Suite, error) {
 		return nil, errors.New("a suite is an object with name, resources and cases")
 	}
 	s := &Suite{File: file}
+	var problems []resource.FieldError
+	add := func(field, reason string) {
+		problems = append(problems, resource.FieldError{Field: field, Reason: reason})
+	}
 	for k := range top {
 		switch k {
 		case "name", "resources", "cases":
 		default:
-			return nil, fmt.Errorf("unknown field %q (a suite has name, resources and cases)", k)
+			add(k, "unknown field (a suite has name, resources and cases)")
 		}
 	}
 	s.Name, _ = top["name"].(string)
 	rawResources, _ := top["resources"].([]any)
 	resources := make([]resource.Resource, 0, len(rawResources))
-	var problems []string
+	index := map[string]int{} // a resource's key: its index in the file
 	for i, v := range rawResources {
 		r, err := resource.DecodeValue(v)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("resources[%d]: %v", i, err))
+			var ve *resource.ValidationError
+			if !errors.As(err, &ve) {
+				add(fmt.Sprintf("resources[%d]", i), err.Error())
+				continue
+			}
+			problems = append(problems, ve.Prefixed(fmt.Sprintf("resources[%d]", i)).Errors...)
 			continue
 		}
+		index[r.Key().String()] = i
 		resources = append(resources, r)
 	}
-	if len(problems) > 0 {
-		return nil, errors.New(strings.Join(problems, "; "))
-	}
-	s.Snapshot = engine.Build(0, resources)
-	if inv := s.Snapshot.Invalid(); len(inv) > 0 {
-		for _, r := range inv {
-			problems = append(problems, fmt.Sprintf("%s: %v", r.Path, r.Err))
+	if len(problems) == 0 {
+		s.Snapshot = engine.Build(0, resources)
+		for _, r := range s.Snapshot.Invalid() {
+			field := r.Path
+			if i, ok := index[r.Path]; ok {
+				field = fmt.Sprintf("resources[%d]", i)
+			}
+			add(field, fmt.Sprintf("invalid resource %s: %v", r.Path, r.Err))
 		}
-		sort.Strings(problems)
-		return nil, fmt.Errorf("invalid resources: %s", strings.Join(problems, "; "))
 	}
 	rawCases, ok := top["cases"].([]any)
 	if !ok {
-		return nil, errors.New("cases: a list is required")
+		add("cases", "a list is required")
 	}
 	for i, v := range rawCases {
 		c, err := parseCase(v)
 		if err != nil {
-			return nil, fmt.Errorf("cases[%d]: %w", i, err)
+			add(fmt.Sprintf("cases[%d]", i), err.Error())
+			continue
 		}
 		s.Cases = append(s.Cases, c)
+	}
+	if len(problems) > 0 {
+		sort.SliceStable(problems, func(i, j int) bool { return problems[i].Field < problems[j].Field })
+		return nil, &resource.ValidationError{Errors: problems}
 	}
 	return s, nil
 }
@@ -232,7 +250,7 @@ func parseRequest(v any, decide bool) (request, error) {
 				p, err = n.Int64()
 			}
 			if !ok || err != nil || p < 0 || p > 65535 {
-				err = fmt.Errorf("port: %v is not a port", val)
+				err = fmt.Errorf("%v is not a port", val)
 			}
 			r.Port = uint32(p)
 		case "explain":

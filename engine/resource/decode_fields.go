@@ -14,10 +14,11 @@ import (
 
 // obj reads the fields of one object and reports the ones never read as unknown.
 type obj struct {
-	errs *FieldErrors
-	path string
-	m    map[string]any
-	used map[string]struct{}
+	errs  *FieldErrors
+	path  string
+	m     map[string]any
+	used  map[string]struct{}
+	asked []string // every field read, present or not: the object's known fields
 }
 
 func newObj(errs *FieldErrors, path string, m map[string]any) *obj {
@@ -27,6 +28,7 @@ func newObj(errs *FieldErrors, path string, m map[string]any) *obj {
 func (o *obj) field(key string) string { return JoinPath(o.path, key) }
 
 func (o *obj) take(key string) (any, bool) {
+	o.asked = append(o.asked, key)
 	v, ok := o.m[key]
 	if !ok {
 		return nil, false
@@ -50,7 +52,11 @@ func (o *obj) finish() {
 	}
 	sort.Strings(unknown)
 	for _, k := range unknown {
-		o.errs.Add(o.field(k), "unknown field")
+		reason := "unknown field"
+		if near := NearestNames(k, o.asked, 1); len(near) > 0 {
+			reason += "; did you mean " + near[0] + "?"
+		}
+		o.errs.Add(o.field(k), reason)
 	}
 }
 

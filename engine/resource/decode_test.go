@@ -23,6 +23,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"unknown kind", `{kind: Gateway, name: x}`, "kind", "not Mesh, Scope, Policy or Workload"},
 		{"unknown field", `{kind: Policy, name: x, sources: [{}], destinations: [{}], actoin: DENY}`, "actoin", "unknown field"},
 		{"unknown nested field", `{kind: Policy, name: x, sources: [{mach: {a: b}}], destinations: [{}]}`, "sources[0].mach", "unknown field"},
+		{"unknown field near a known one", `{kind: Policy, name: x, sources: [{}], destination: [{}]}`, "destination", "unknown field; did you mean destinations?"},
+		{"unknown nested field near a known one", `{kind: Policy, name: x, sources: [{mach: {a: b}}], destinations: [{}]}`, "sources[0].mach", "did you mean match?"},
 		{"empty name", `{kind: Policy, name: '', sources: [{}], destinations: [{}]}`, "name", "required"},
 		{"slash in name", `{kind: Policy, name: a/b, sources: [{}], destinations: [{}]}`, "name", "names use only"},
 		{"long name", `{kind: Policy, name: ` + strings.Repeat("n", 254) + `, sources: [{}], destinations: [{}]}`, "name", "over the limit"},

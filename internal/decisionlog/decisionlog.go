@@ -107,6 +107,11 @@ func ParseFilter(s string) (Filter, error) {
 	return 0, errors.New("decision-log filter: all, denies or audit")
 }
 
+// FilterHeader is the gRPC header a Follow stream opens with: the daemon's
+// filter (String's words), so that a follower can say why it sees nothing
+// (verdictctl logs --audit-only against a daemon that logs denies only).
+const FilterHeader = "verdict-decision-log-filter"
+
 func (f Filter) String() string {
 	return [...]string{"all", "denies", "audit"}[f]
 }
@@ -187,6 +192,9 @@ func (l *Logger) Wants(deny, auditDiff bool) bool {
 	}
 	return l.cfg.SampleRate >= 1 || rand.Float64() < l.cfg.SampleRate
 }
+
+// Filter is the logger's filter: which decisions become records at all.
+func (l *Logger) Filter() Filter { return l.cfg.Filter }
 
 // Log offers r to the queue; when the queue is full r is dropped and
 // counted. It never blocks. The logger owns r afterwards.

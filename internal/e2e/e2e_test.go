@@ -200,9 +200,10 @@ func TestVerdictctl(t *testing.T) {
 		want string
 	}{
 		{[]string{"decide", "--src", "kuma.io/service=web", "--dst", "kuma.io/service=backend"}, 3, "NotFound"},
-		{[]string{"apply", "-f", "examples/policies.yaml", "--dry-run"}, 0, "valid (dry run)"},
-		{[]string{"apply", "-f", "examples/policies.yaml"}, 0, "default/policies/TrafficPermission/web-to-backend applied"},
-		{[]string{"apply", "-f", "examples/kuma-traffic-permission.yaml"}, 0, "default/policies/TrafficPermission/legacy-to-db applied"},
+		{[]string{"apply", "-f", "examples/policies.yaml", "--dry-run"}, 0, "default/policies/TrafficPermission/web-to-backend created (dry run)"},
+		{[]string{"apply", "-f", "examples/policies.yaml"}, 0, "default/policies/TrafficPermission/web-to-backend created"},
+		{[]string{"apply", "-f", "examples/policies.yaml"}, 0, "nothing changed: nothing was written"},
+		{[]string{"apply", "-f", "examples/kuma-traffic-permission.yaml"}, 0, "default/policies/TrafficPermission/legacy-to-db created"},
 		{[]string{"decide", "--src", "kuma.io/service=web", "--dst", "kuma.io/service=backend", "--proto", "TCP", "--port", "8080", "--min-revision", "3"}, 0, "ALLOW by policy web-to-backend"},
 		{[]string{"decide", "--src", "kuma.io/service=web", "--dst", "kuma.io/service=db", "--proto", "TCP", "--port", "5432"}, 1, "DENY by policy deny-all-to-db"},
 		{[]string{"explain", "--src", "kuma.io/service=web", "--dst", "kuma.io/service=db"}, 1, "MATCHED, DECIDED"},
@@ -213,10 +214,12 @@ func TestVerdictctl(t *testing.T) {
 		{[]string{"status"}, 0, "synced:         true"},
 		{[]string{"delete", "policy", "legacy-to-db"}, 0, "default/policies/TrafficPermission/legacy-to-db deleted"},
 		{[]string{"delete", "scope", "Apps", "--mesh", "payments"}, 3, "would make it invalid"},
-		{[]string{"decide", "--src", "a=b", "--dst", "c=d", "--proto", "SCTP"}, 3, "protocol"},
+		{[]string{"decide", "--src", "a=b", "--dst", "c=d", "--proto", "SCTP"}, 2, "--proto SCTP: not TCP, UDP or ICMP"},
+		{[]string{"decide", "--src", "a=b", "--dst", "c=d", "--port", "8080"}, 2, "--port needs --proto"},
 		{[]string{"decide", "--src", "a=b"}, 2, "name the destination"},
 		{[]string{"decide", "--src", "nokv"}, 2, "not key=value"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
+		{[]string{"decied"}, 2, "Did you mean decide?"},
 		{[]string{"test", "testdata/conformance/kuma_sd.yaml"}, 0, " passed, 0 failed"},
 	}
 	for _, tc := range tests {
@@ -228,7 +231,7 @@ func TestVerdictctl(t *testing.T) {
 	// apply from stdin, with an error naming the document
 	r := runTool(t, env, strings.NewReader("kind: Policy\nname: ok\nsources: [{}]\ndestinations: [{}]\n---\nkind: Policy\nname: bad\naction: MAYBE\nsources: [{}]\ndestinations: [{}]\n"),
 		"verdictctl", "apply", "-f", "-")
-	if r.code != 3 || !strings.Contains(r.out, "stdin: documents[1] (line ") || !strings.Contains(r.out, ").action: \"MAYBE\" is not ALLOW or DENY") {
+	if r.code != 3 || !strings.Contains(r.out, "stdin:8:1: documents[1].action: \"MAYBE\" is not ALLOW or DENY") {
 		t.Errorf("apply of an invalid document: exit %d\n%s", r.code, r.out)
 	}
 	// watch ends cleanly on SIGINT
@@ -441,7 +444,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 		code int
 		want string
 	}{
-		{"mTLS identity on the list writes", []string{"apply", "-f", "examples/kuma-traffic-permission.yaml", "--tls-ca", caFile, "--tls-cert", opsCert, "--tls-key", opsKey}, 0, "applied"},
+		{"mTLS identity on the list writes", []string{"apply", "-f", "examples/kuma-traffic-permission.yaml", "--tls-ca", caFile, "--tls-cert", opsCert, "--tls-key", opsKey}, 0, "legacy-to-db "},
 		{"identity not on the list", []string{"status", "--tls-ca", caFile, "--tls-cert", otherCert, "--tls-key", otherKey}, 3, "PermissionDenied"},
 		{"TLS without a client certificate", []string{"status", "--tls-ca", caFile}, 3, "Unauthenticated"},
 		{"decisions are open over TLS", []string{"decide", "--src", "kuma.io/service=web", "--dst", "kuma.io/service=backend", "--proto", "TCP", "--port", "8080", "--tls-ca", caFile}, 0, "ALLOW"},

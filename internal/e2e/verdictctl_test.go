@@ -29,11 +29,11 @@ func TestVerdictctlTypeTypo(t *testing.T) {
 		{args: []string{"watch", "rules", "--type", "TraficPermission", "--workload", "kuma.io/service=backend"},
 			code: 3, want: []string{"NotFound", "did you mean TrafficPermission?"}},
 		{args: []string{"apply", "-f", "-"}, stdin: "type: TrafficPermision\nname: typo\nsources: [{}]\ndestinations: [{}]\n",
-			code: 0, want: []string{"warning: stdin documents[0] (default/policies/TrafficPermision/typo): type \"TrafficPermision\" is neither built in nor declared", "did you mean TrafficPermission?", "applied"}},
+			code: 0, want: []string{"warning: stdin:1:1: documents[0] (default/policies/TrafficPermision/typo): type \"TrafficPermision\" is neither built in nor declared", "did you mean TrafficPermission?", "created"}},
 		{args: []string{"apply", "-f", "-"}, stdin: "kind: Mesh\nname: strict\nstrictTypes: true\ntypes: {Custom: {}}\n---\ntype: Custom\nmesh: strict\nname: ok\nsources: [{}]\ndestinations: [{}]\n",
-			code: 0, want: []string{"strict/policies/Custom/ok applied"}},
+			code: 0, want: []string{"strict/policies/Custom/ok created"}},
 		{args: []string{"apply", "-f", "-"}, stdin: "type: TrafficPermision\nmesh: strict\nname: typo\nsources: [{}]\ndestinations: [{}]\n",
-			code: 3, want: []string{"InvalidArgument", "stdin documents[0].type: ", "did you mean TrafficPermission?", "strictTypes"}},
+			code: 3, want: []string{"InvalidArgument", "stdin:1:1: documents[0].type: ", "did you mean TrafficPermission?", "strictTypes"}},
 	}
 	for _, tc := range tests {
 		var stdin *strings.Reader

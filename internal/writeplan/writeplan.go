@@ -3,10 +3,12 @@
 // under store.MaxTxnBytes), in dependency order (Order): meshes, then scopes
 // parents first, then workloads, then policies, so that every write refers
 // only to what earlier ones wrote. verdictctl apply and verdictd --bootstrap
-// use it; each part is atomic, the whole is not.
+// use it; each part is atomic, the whole is not. Same tells a document that
+// would change nothing, which verdictd does not write.
 package writeplan
 
 import (
+	"bytes"
 	"sort"
 
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -86,4 +88,21 @@ func Order(resources []resource.Resource) []resource.Resource {
 		return Rank(ordered[i].Key(), parents) < Rank(ordered[j].Key(), parents)
 	})
 	return ordered
+}
+
+// Same reports whether writing next over stored changes nothing a reader
+// sees: both encode to the same canonical document once the times and
+// revisions the store stamps (creationTime, modificationTime, create and mod
+// revisions) are set aside. An unchanged document is not written
+// (docs/cli.md, "Unchanged documents").
+func Same(stored, next resource.Resource) bool {
+	if stored == nil || next == nil {
+		return false
+	}
+	a, err := resource.EncodeJSON(stored.WithMeta(resource.Meta{}))
+	if err != nil {
+		return false
+	}
+	b, err := resource.EncodeJSON(next.WithMeta(resource.Meta{}))
+	return err == nil && bytes.Equal(a, b)
 }

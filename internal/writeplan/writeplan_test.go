@@ -85,3 +85,38 @@ name: default
 		t.Errorf("order:\n%s\nwant\n%s", strings.Join(got, " "), want)
 	}
 }
+
+// TestSame: documents equal but for what the store stamps are the same; any
+// other difference, or a missing side, is not.
+func TestSame(t *testing.T) {
+	decode := func(s string) resource.Resource {
+		t.Helper()
+		rs, err := resource.DecodeYAML([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs[0]
+	}
+	base := "kind: Policy\nname: p\nsources: [{match: {app: web}}]\ndestinations: [{}]\n"
+	stamped := decode(base + "creationTime: 2026-01-02T03:04:05Z\nmodificationTime: 2026-02-02T03:04:05Z\n")
+	m := stamped.Metadata()
+	m.CreateRevision, m.ModRevision = 3, 9
+	stamped = stamped.WithMeta(m)
+	tests := []struct {
+		name string
+		a, b resource.Resource
+		want bool
+	}{
+		{"times and revisions aside", stamped, decode(base), true},
+		{"a Kuma document and its native form", decode("type: MeshTrafficPermission\nname: k\nspec:\n  targetRef: {kind: Mesh}\n  from: [{targetRef: {kind: Mesh}, default: {action: Allow}}]\n"),
+			decode("type: MeshTrafficPermission\nname: k\nspec:\n  targetRef: {kind: Mesh}\n  from: [{targetRef: {kind: Mesh}, default: {action: Allow}}]\n"), true},
+		{"another action", decode(base), decode(base + "action: DENY\n"), false},
+		{"another selector", decode(base), decode("kind: Policy\nname: p\nsources: [{match: {app: api}}]\ndestinations: [{}]\n"), false},
+		{"nothing stored", nil, decode(base), false},
+	}
+	for _, tc := range tests {
+		if got := Same(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -21,6 +21,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ApplyOutcome is kubectl's vocabulary for one key of a write.
+type ApplyOutcome int32
+
+const (
+	ApplyOutcome_APPLY_OUTCOME_UNSPECIFIED ApplyOutcome = 0
+	// The key held nothing; the resource was written.
+	ApplyOutcome_APPLY_OUTCOME_CREATED ApplyOutcome = 1
+	// The key held another document (or a value that does not decode); the
+	// resource was written.
+	ApplyOutcome_APPLY_OUTCOME_CONFIGURED ApplyOutcome = 2
+	// The key held this document already: nothing was written for it.
+	ApplyOutcome_APPLY_OUTCOME_UNCHANGED ApplyOutcome = 3
+	// The key was deleted (or held nothing to delete).
+	ApplyOutcome_APPLY_OUTCOME_DELETED ApplyOutcome = 4
+)
+
+// Enum value maps for ApplyOutcome.
+var (
+	ApplyOutcome_name = map[int32]string{
+		0: "APPLY_OUTCOME_UNSPECIFIED",
+		1: "APPLY_OUTCOME_CREATED",
+		2: "APPLY_OUTCOME_CONFIGURED",
+		3: "APPLY_OUTCOME_UNCHANGED",
+		4: "APPLY_OUTCOME_DELETED",
+	}
+	ApplyOutcome_value = map[string]int32{
+		"APPLY_OUTCOME_UNSPECIFIED": 0,
+		"APPLY_OUTCOME_CREATED":     1,
+		"APPLY_OUTCOME_CONFIGURED":  2,
+		"APPLY_OUTCOME_UNCHANGED":   3,
+		"APPLY_OUTCOME_DELETED":     4,
+	}
+)
+
+func (x ApplyOutcome) Enum() *ApplyOutcome {
+	p := new(ApplyOutcome)
+	*p = x
+	return p
+}
+
+func (x ApplyOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApplyOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_verdict_v1_policy_proto_enumTypes[0].Descriptor()
+}
+
+func (ApplyOutcome) Type() protoreflect.EnumType {
+	return &file_verdict_v1_policy_proto_enumTypes[0]
+}
+
+func (x ApplyOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApplyOutcome.Descriptor instead.
+func (ApplyOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{0}
+}
+
 // ApplyRequest writes resources and deletes keys atomically.
 type ApplyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -108,7 +169,10 @@ type ApplyResponse struct {
 	// What was accepted but looks wrong: a policy type neither built in nor
 	// declared in its Mesh's types, with the nearest known types ("did you mean
 	// TrafficPermission?"). A Mesh with strict_types refuses such a write instead.
-	Warnings      []string `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	Warnings []string `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// What the call did with each key: one result per resource in request
+	// order, then one per delete. With dry_run, what it would do.
+	Results       []*ApplyResult `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,6 +235,66 @@ func (x *ApplyResponse) GetWarnings() []string {
 	return nil
 }
 
+func (x *ApplyResponse) GetResults() []*ApplyResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// ApplyResult is what an Apply did with one key.
+type ApplyResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Outcome       ApplyOutcome           `protobuf:"varint,2,opt,name=outcome,proto3,enum=verdict.v1.ApplyOutcome" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyResult) Reset() {
+	*x = ApplyResult{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyResult) ProtoMessage() {}
+
+func (x *ApplyResult) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
+func (*ApplyResult) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ApplyResult) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ApplyResult) GetOutcome() ApplyOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ApplyOutcome_APPLY_OUTCOME_UNSPECIFIED
+}
+
 // GetRequest names one resource.
 type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -183,7 +307,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_verdict_v1_policy_proto_msgTypes[2]
+	mi := &file_verdict_v1_policy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -195,7 +319,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_policy_proto_msgTypes[2]
+	mi := &file_verdict_v1_policy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -208,7 +332,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{2}
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -236,7 +360,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_verdict_v1_policy_proto_msgTypes[3]
+	mi := &file_verdict_v1_policy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -248,7 +372,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_policy_proto_msgTypes[3]
+	mi := &file_verdict_v1_policy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -261,7 +385,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetResponse) GetResource() *StoredResource {
@@ -294,7 +418,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_verdict_v1_policy_proto_msgTypes[4]
+	mi := &file_verdict_v1_policy_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +430,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_policy_proto_msgTypes[4]
+	mi := &file_verdict_v1_policy_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +443,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{4}
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -364,7 +488,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_verdict_v1_policy_proto_msgTypes[5]
+	mi := &file_verdict_v1_policy_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +500,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_policy_proto_msgTypes[5]
+	mi := &file_verdict_v1_policy_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +513,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{5}
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListResponse) GetResources() []*StoredResource {
@@ -426,7 +550,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_verdict_v1_policy_proto_msgTypes[6]
+	mi := &file_verdict_v1_policy_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +562,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_policy_proto_msgTypes[6]
+	mi := &file_verdict_v1_policy_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +575,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{6}
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteRequest) GetKeys() []string {
@@ -485,7 +609,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_verdict_v1_policy_proto_msgTypes[7]
+	mi := &file_verdict_v1_policy_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +621,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_policy_proto_msgTypes[7]
+	mi := &file_verdict_v1_policy_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +634,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{7}
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteResponse) GetRevision() int64 {
@@ -530,7 +654,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_verdict_v1_policy_proto_msgTypes[8]
+	mi := &file_verdict_v1_policy_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +666,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_policy_proto_msgTypes[8]
+	mi := &file_verdict_v1_policy_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +679,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{8}
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatusRequest) GetMinRevision() int64 {
@@ -590,7 +714,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_verdict_v1_policy_proto_msgTypes[9]
+	mi := &file_verdict_v1_policy_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +726,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_policy_proto_msgTypes[9]
+	mi := &file_verdict_v1_policy_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +739,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{9}
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatusResponse) GetRevision() int64 {
@@ -680,12 +804,16 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\x12expected_revisions\x18\x04 \x03(\v2/.verdict.v1.ApplyRequest.ExpectedRevisionsEntryR\x11expectedRevisions\x1aD\n" +
 	"\x16ExpectedRevisionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"u\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa8\x01\n" +
 	"\rApplyResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x18\n" +
 	"\adeleted\x18\x03 \x03(\tR\adeleted\x12\x1a\n" +
-	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"A\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\x121\n" +
+	"\aresults\x18\x05 \x03(\v2\x17.verdict.v1.ApplyResultR\aresults\"S\n" +
+	"\vApplyResult\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x18.verdict.v1.ApplyOutcomeR\aoutcome\"A\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +
@@ -721,7 +849,13 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x01(\x03R\tresources\x124\n" +
 	"\ainvalid\x18\x05 \x03(\v2\x1a.verdict.v1.StoredResourceR\ainvalid\x12\x16\n" +
 	"\x06digest\x18\x06 \x01(\tR\x06digest\x12%\n" +
-	"\x0estore_revision\x18\a \x01(\x03R\rstoreRevision2\xc2\x02\n" +
+	"\x0estore_revision\x18\a \x01(\x03R\rstoreRevision*\x9e\x01\n" +
+	"\fApplyOutcome\x12\x1d\n" +
+	"\x19APPLY_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15APPLY_OUTCOME_CREATED\x10\x01\x12\x1c\n" +
+	"\x18APPLY_OUTCOME_CONFIGURED\x10\x02\x12\x1b\n" +
+	"\x17APPLY_OUTCOME_UNCHANGED\x10\x03\x12\x19\n" +
+	"\x15APPLY_OUTCOME_DELETED\x10\x042\xc2\x02\n" +
 	"\rPolicyService\x12<\n" +
 	"\x05Apply\x12\x18.verdict.v1.ApplyRequest\x1a\x19.verdict.v1.ApplyResponse\x126\n" +
 	"\x03Get\x12\x16.verdict.v1.GetRequest\x1a\x17.verdict.v1.GetResponse\x129\n" +
@@ -741,45 +875,50 @@ func file_verdict_v1_policy_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_policy_proto_rawDescData
 }
 
-var file_verdict_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_verdict_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_verdict_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_verdict_v1_policy_proto_goTypes = []any{
-	(*ApplyRequest)(nil),   // 0: verdict.v1.ApplyRequest
-	(*ApplyResponse)(nil),  // 1: verdict.v1.ApplyResponse
-	(*GetRequest)(nil),     // 2: verdict.v1.GetRequest
-	(*GetResponse)(nil),    // 3: verdict.v1.GetResponse
-	(*ListRequest)(nil),    // 4: verdict.v1.ListRequest
-	(*ListResponse)(nil),   // 5: verdict.v1.ListResponse
-	(*DeleteRequest)(nil),  // 6: verdict.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 7: verdict.v1.DeleteResponse
-	(*StatusRequest)(nil),  // 8: verdict.v1.StatusRequest
-	(*StatusResponse)(nil), // 9: verdict.v1.StatusResponse
-	nil,                    // 10: verdict.v1.ApplyRequest.ExpectedRevisionsEntry
-	nil,                    // 11: verdict.v1.DeleteRequest.ExpectedRevisionsEntry
-	(*Resource)(nil),       // 12: verdict.v1.Resource
-	(*StoredResource)(nil), // 13: verdict.v1.StoredResource
+	(ApplyOutcome)(0),      // 0: verdict.v1.ApplyOutcome
+	(*ApplyRequest)(nil),   // 1: verdict.v1.ApplyRequest
+	(*ApplyResponse)(nil),  // 2: verdict.v1.ApplyResponse
+	(*ApplyResult)(nil),    // 3: verdict.v1.ApplyResult
+	(*GetRequest)(nil),     // 4: verdict.v1.GetRequest
+	(*GetResponse)(nil),    // 5: verdict.v1.GetResponse
+	(*ListRequest)(nil),    // 6: verdict.v1.ListRequest
+	(*ListResponse)(nil),   // 7: verdict.v1.ListResponse
+	(*DeleteRequest)(nil),  // 8: verdict.v1.DeleteRequest
+	(*DeleteResponse)(nil), // 9: verdict.v1.DeleteResponse
+	(*StatusRequest)(nil),  // 10: verdict.v1.StatusRequest
+	(*StatusResponse)(nil), // 11: verdict.v1.StatusResponse
+	nil,                    // 12: verdict.v1.ApplyRequest.ExpectedRevisionsEntry
+	nil,                    // 13: verdict.v1.DeleteRequest.ExpectedRevisionsEntry
+	(*Resource)(nil),       // 14: verdict.v1.Resource
+	(*StoredResource)(nil), // 15: verdict.v1.StoredResource
 }
 var file_verdict_v1_policy_proto_depIdxs = []int32{
-	12, // 0: verdict.v1.ApplyRequest.resources:type_name -> verdict.v1.Resource
-	10, // 1: verdict.v1.ApplyRequest.expected_revisions:type_name -> verdict.v1.ApplyRequest.ExpectedRevisionsEntry
-	13, // 2: verdict.v1.GetResponse.resource:type_name -> verdict.v1.StoredResource
-	13, // 3: verdict.v1.ListResponse.resources:type_name -> verdict.v1.StoredResource
-	11, // 4: verdict.v1.DeleteRequest.expected_revisions:type_name -> verdict.v1.DeleteRequest.ExpectedRevisionsEntry
-	13, // 5: verdict.v1.StatusResponse.invalid:type_name -> verdict.v1.StoredResource
-	0,  // 6: verdict.v1.PolicyService.Apply:input_type -> verdict.v1.ApplyRequest
-	2,  // 7: verdict.v1.PolicyService.Get:input_type -> verdict.v1.GetRequest
-	4,  // 8: verdict.v1.PolicyService.List:input_type -> verdict.v1.ListRequest
-	6,  // 9: verdict.v1.PolicyService.Delete:input_type -> verdict.v1.DeleteRequest
-	8,  // 10: verdict.v1.PolicyService.Status:input_type -> verdict.v1.StatusRequest
-	1,  // 11: verdict.v1.PolicyService.Apply:output_type -> verdict.v1.ApplyResponse
-	3,  // 12: verdict.v1.PolicyService.Get:output_type -> verdict.v1.GetResponse
-	5,  // 13: verdict.v1.PolicyService.List:output_type -> verdict.v1.ListResponse
-	7,  // 14: verdict.v1.PolicyService.Delete:output_type -> verdict.v1.DeleteResponse
-	9,  // 15: verdict.v1.PolicyService.Status:output_type -> verdict.v1.StatusResponse
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	14, // 0: verdict.v1.ApplyRequest.resources:type_name -> verdict.v1.Resource
+	12, // 1: verdict.v1.ApplyRequest.expected_revisions:type_name -> verdict.v1.ApplyRequest.ExpectedRevisionsEntry
+	3,  // 2: verdict.v1.ApplyResponse.results:type_name -> verdict.v1.ApplyResult
+	0,  // 3: verdict.v1.ApplyResult.outcome:type_name -> verdict.v1.ApplyOutcome
+	15, // 4: verdict.v1.GetResponse.resource:type_name -> verdict.v1.StoredResource
+	15, // 5: verdict.v1.ListResponse.resources:type_name -> verdict.v1.StoredResource
+	13, // 6: verdict.v1.DeleteRequest.expected_revisions:type_name -> verdict.v1.DeleteRequest.ExpectedRevisionsEntry
+	15, // 7: verdict.v1.StatusResponse.invalid:type_name -> verdict.v1.StoredResource
+	1,  // 8: verdict.v1.PolicyService.Apply:input_type -> verdict.v1.ApplyRequest
+	4,  // 9: verdict.v1.PolicyService.Get:input_type -> verdict.v1.GetRequest
+	6,  // 10: verdict.v1.PolicyService.List:input_type -> verdict.v1.ListRequest
+	8,  // 11: verdict.v1.PolicyService.Delete:input_type -> verdict.v1.DeleteRequest
+	10, // 12: verdict.v1.PolicyService.Status:input_type -> verdict.v1.StatusRequest
+	2,  // 13: verdict.v1.PolicyService.Apply:output_type -> verdict.v1.ApplyResponse
+	5,  // 14: verdict.v1.PolicyService.Get:output_type -> verdict.v1.GetResponse
+	7,  // 15: verdict.v1.PolicyService.List:output_type -> verdict.v1.ListResponse
+	9,  // 16: verdict.v1.PolicyService.Delete:output_type -> verdict.v1.DeleteResponse
+	11, // 17: verdict.v1.PolicyService.Status:output_type -> verdict.v1.StatusResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_policy_proto_init() }
@@ -793,13 +932,14 @@ func file_verdict_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_policy_proto_rawDesc), len(file_verdict_v1_policy_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   12,
+			NumEnums:      1,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_verdict_v1_policy_proto_goTypes,
 		DependencyIndexes: file_verdict_v1_policy_proto_depIdxs,
+		EnumInfos:         file_verdict_v1_policy_proto_enumTypes,
 		MessageInfos:      file_verdict_v1_policy_proto_msgTypes,
 	}.Build()
 	File_verdict_v1_policy_proto = out.File

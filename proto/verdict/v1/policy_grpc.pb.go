@@ -35,7 +35,10 @@ const (
 // on the server's allow-list (development mode admits every local caller).
 type PolicyServiceClient interface {
 	// Apply writes resources and deletes keys in one etcd transaction, after
-	// validating the result against the current snapshot. Validation errors come
+	// validating the result against the current snapshot. A resource equal to
+	// the stored one (but for the times and revisions the store stamps) is not
+	// written: a call that changes nothing writes nothing and answers the
+	// store's current revision. Validation errors come
 	// back as InvalidArgument with google.rpc.BadRequest field violations
 	// ("resources[2].policy.sources[0].match"); a write too large for one
 	// transaction is refused with InvalidArgument; a failed expected_revision is
@@ -118,7 +121,10 @@ func (c *policyServiceClient) Status(ctx context.Context, in *StatusRequest, opt
 // on the server's allow-list (development mode admits every local caller).
 type PolicyServiceServer interface {
 	// Apply writes resources and deletes keys in one etcd transaction, after
-	// validating the result against the current snapshot. Validation errors come
+	// validating the result against the current snapshot. A resource equal to
+	// the stored one (but for the times and revisions the store stamps) is not
+	// written: a call that changes nothing writes nothing and answers the
+	// store's current revision. Validation errors come
 	// back as InvalidArgument with google.rpc.BadRequest field violations
 	// ("resources[2].policy.sources[0].match"); a write too large for one
 	// transaction is refused with InvalidArgument; a failed expected_revision is
