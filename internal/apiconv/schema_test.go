@@ -2,6 +2,7 @@ package apiconv
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +42,7 @@ func TestDecoderKnowsEveryProtoField(t *testing.T) {
 			doc := documentWith(t, top, kind, path)
 			_, err := resource.DecodeJSON(doc)
 			var ve *resource.ValidationError
-			if !asValidation(err, &ve) {
+			if !errors.As(err, &ve) {
 				t.Errorf("%s: the probe beside it was not refused (%v): the decoder did not read its object", name, err)
 				return
 			}
@@ -131,14 +132,6 @@ func suiteOrDocuments(t *testing.T, data []byte) []resource.Resource {
 		}
 	}
 	return out
-}
-
-func asValidation(err error, target **resource.ValidationError) bool {
-	ve, ok := err.(*resource.ValidationError)
-	if ok {
-		*target = ve
-	}
-	return ok
 }
 
 // walkFields calls visit with the path of every field under md, depth first,
