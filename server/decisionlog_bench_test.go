@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -77,18 +79,19 @@ func BenchmarkDecisionLogThroughput(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
-	r := &decisionlog.Record{Time: time.Now(), RPC: "Decide", Revision: 42, Mesh: "default", Type: "TrafficPermission",
-		Source: decisionlog.Endpoint{Tags: map[string]string{"app": "web", "env": "prod"}}, Destination: decisionlog.Endpoint{Tags: map[string]string{"app": "db"}},
-		Protocol: "TCP", Port: 5432, Action: "DENY", Policy: "deny-db",
-		Outbound: decisionlog.Side{Action: "DENY", Policy: "deny-db", Rule: "sources[0]/destinations[0]", Reason: "MATCHED"},
-		Inbound:  decisionlog.Side{Action: "DENY", Policy: "deny-db", Rule: "sources[0]/destinations[0]", Reason: "MATCHED"}}
+	r := &decisionlog.Record{Time: timestamppb.Now(), Rpc: "Decide", Revision: 42, Mesh: "default", Type: "TrafficPermission",
+		Source:      &verdictv1.RecordEndpoint{Tags: map[string]string{"app": "web", "env": "prod"}},
+		Destination: &verdictv1.RecordEndpoint{Tags: map[string]string{"app": "db"}},
+		Protocol:    "TCP", Port: 5432, Action: "DENY", Policy: "deny-db",
+		Outbound: &verdictv1.RecordSide{Action: "DENY", Policy: "deny-db", Rule: "sources[0]/destinations[0]", Reason: "MATCHED"},
+		Inbound:  &verdictv1.RecordSide{Action: "DENY", Policy: "deny-db", Rule: "sources[0]/destinations[0]", Reason: "MATCHED"}}
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
 		for l.Stats().QueueDepth > 1<<15 { // offer no faster than it writes: nothing dropped
 			time.Sleep(50 * time.Microsecond)
 		}
-		l.Log(r)
+		l.Log(0, r)
 	}
 	for l.Stats().Written+l.Stats().Dropped < int64(b.N) {
 		time.Sleep(time.Millisecond)

@@ -1,0 +1,226 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/maphash"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/internal/decisionlog"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// recorder is where every decision path hands its answers — Decide,
+// DecideBatch, DecideStream, Check, DecideCompact and DecideCompactStream
+// alike: the counts (verdict_decisions_total, verdict_decisions_by_policy_total,
+// verdict_decisions_audit_differences_total, the compact path's memo
+// lookups), the engine's time (verdict_decide_duration_seconds, where a flow
+// is timed alone), and the decision log. A call's flows go through one tally,
+// whose counts are added to the metrics once, by done; the call's part of
+// every record (its RPC, its caller) is built once, for its first record.
+// Nothing here blocks a decision.
+type recorder struct {
+	metrics  *metrics
+	byPolicy *policyCounts
+	log      *decisionlog.Logger // nil: the log is off
+	seed     maphash.Seed        // of the records' repeat keys
+}
+
+func newRecorder(m *metrics, byPolicy *policyCounts, log *decisionlog.Logger) *recorder {
+	return &recorder{metrics: m, byPolicy: byPolicy, log: log, seed: maphash.MakeSeed()}
+}
+
+// tally is one call's (or one stream message's) flows on their way to the
+// recorder. The zero tally is ready; done adds it to the metrics.
+type tally struct {
+	n      [2]int64 // decisions by final action: ALLOW, DENY
+	audits [2]int64 // decisions whose shadow result differs, by shadow action
+	memo   [2]int64 // compact flows answered from the pair memo: hit, miss
+	// The call's part of its records: set by call, for the first record.
+	called  bool
+	rpc     string
+	caller  *verdictv1.RecordCaller // shared by the call's records
+	callKey uint64                  // the hash of rpc and caller
+}
+
+// decided hands the recorder one decision of a flow timed alone (every
+// path but the compact one): counted into t, its time recorded, its record
+// offered to the log.
+func (r *recorder) decided(ctx context.Context, t *tally, er *engine.Request, d *engine.Decision, took time.Duration) {
+	deny := d.Action == engine.Deny
+	t.n[b2i(deny)]++
+	if d.Audit != nil {
+		t.audits[b2i(d.Audit.Action == engine.Deny)]++
+	}
+	r.byPolicy.addN(ctx, d.Policy, deny, 1)
+	r.metrics.duration.Record(ctx, took.Seconds())
+	if r.log.Wants(deny, d.Audit != nil) {
+		r.logged(ctx, t, er, d, took)
+	}
+}
+
+// logged offers a decision the log wants: counted as a repeat of the same
+// flow's record, or built and queued. The compact path calls it directly.
+func (r *recorder) logged(ctx context.Context, t *tally, er *engine.Request, d *engine.Decision, took time.Duration) {
+	r.call(ctx, t)
+	key := r.key(t, er, d)
+	if r.log.Repeat(key) {
+		return
+	}
+	r.log.Log(key, t.record(er, d, took))
+}
+
+// done adds t's counts to the metrics.
+func (r *recorder) done(ctx context.Context, t *tally) {
+	r.metrics.decidedN(ctx, t.n[0], t.n[1])
+	r.metrics.memoN(ctx, t.memo[0], t.memo[1])
+	for shadowDeny, n := range t.audits {
+		if n > 0 {
+			r.byPolicy.auditN(ctx, shadowDeny == 1, n)
+		}
+	}
+}
+
+// call sets t's part of its records, once per call.
+func (r *recorder) call(ctx context.Context, t *tally) {
+	if t.called {
+		return
+	}
+	t.called = true
+	t.rpc = rpcName(ctx)
+	c := &verdictv1.RecordCaller{}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		c.Address = p.Addr.String()
+	}
+	if cert := verifiedClientCert(ctx); cert != nil {
+		if ids := certIdentities(cert); len(ids) > 0 {
+			c.Identity = ids[0]
+		}
+	}
+	t.caller = c
+	var h maphash.Hash
+	h.SetSeed(r.seed)
+	hashString(&h, t.rpc)
+	hashString(&h, c.Address)
+	hashString(&h, c.Identity)
+	t.callKey = h.Sum64()
+}
+
+// rpcName is the method's last element: Decide, DecideBatch, DecideStream,
+// Check, DecideCompact, DecideCompactStream.
+func rpcName(ctx context.Context) string {
+	m, _ := grpc.Method(ctx)
+	return m[strings.LastIndexByte(m, '/')+1:]
+}
+
+// key is the repeat key of a decision's record: a hash of everything the
+// record says but its time and latency — the call (RPC, caller), the flow
+// (mesh, type, each end as given and the identity of the tags it was
+// decided on, protocol, port), the revision and the answer. Reserved tags
+// (ip, principal) count too where a side is given as tags: the identity
+// leaves them out.
+func (r *recorder) key(t *tally, er *engine.Request, d *engine.Decision) uint64 {
+	var h maphash.Hash
+	h.SetSeed(r.seed)
+	var b [8 * 4]byte
+	binary.LittleEndian.PutUint64(b[0:], t.callKey)
+	binary.LittleEndian.PutUint64(b[8:], uint64(d.Revision))
+	binary.LittleEndian.PutUint64(b[16:], uint64(er.Protocol)<<32|uint64(er.Port))
+	binary.LittleEndian.PutUint64(b[24:], uint64(d.Action)<<8|uint64(d.Outbound.Reason)<<16|uint64(d.Inbound.Reason)<<32|
+		uint64(d.Outbound.Action)<<48|uint64(d.Inbound.Action)<<56)
+	h.Write(b[:])
+	hashString(&h, er.Mesh)
+	hashString(&h, er.Type)
+	hashEnd(&h, er.SourceEndpoint, &d.SourceResolution)
+	hashEnd(&h, er.DestinationEndpoint, &d.DestinationResolution)
+	hashString(&h, d.Policy)
+	for _, s := range [2]*engine.SideDecision{&d.Outbound, &d.Inbound} {
+		hashString(&h, s.Policy)
+		hashString(&h, s.Scope)
+		hashString(&h, s.Rule)
+	}
+	if a := d.Audit; a != nil {
+		h.WriteByte(byte(a.Action) + 1)
+		hashString(&h, a.Policy)
+		hashString(&h, a.Scope)
+		hashString(&h, a.Rule)
+		hashString(&h, a.Side)
+	}
+	return h.Sum64() | 1 // never 0: 0 is "no key"
+}
+
+func hashEnd(h *maphash.Hash, ep *engine.Endpoint, res *engine.EndpointResolution) {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[0:], res.Identity)
+	if ep != nil {
+		binary.LittleEndian.PutUint64(b[8:], ep.Identity)
+		h.Write(b[:])
+		hashString(h, ep.Workload)
+		hashString(h, ep.Address)
+		hashString(h, ep.Principal)
+		return
+	}
+	h.Write(b[:])
+	hashString(h, res.Tags[engine.IPTag])
+	hashString(h, res.Tags[engine.PrincipalTag])
+}
+
+// hashString writes s and its end, so that ("ab", "c") and ("a", "bc")
+// differ.
+func hashString(h *maphash.Hash, s string) {
+	h.WriteString(s)
+	h.WriteByte(0)
+}
+
+// recordParts are the messages of one record, allocated together.
+type recordParts struct {
+	rec      verdictv1.DecisionRecord
+	src, dst verdictv1.RecordEndpoint
+	out, in  verdictv1.RecordSide
+	time     timestamppb.Timestamp
+}
+
+// record is the decision's record. Its tag maps are the engine's (shared,
+// never modified: the log replaces what it cuts).
+func (t *tally) record(er *engine.Request, d *engine.Decision, took time.Duration) *decisionlog.Record {
+	p := new(recordParts)
+	now := time.Now()
+	p.time.Seconds, p.time.Nanos = now.Unix(), int32(now.Nanosecond())
+	r := &p.rec
+	r.Time, r.Rpc, r.Revision, r.Mesh, r.Type = &p.time, t.rpc, d.Revision, er.Mesh, er.Type
+	if r.Mesh == "" {
+		r.Mesh = engine.DefaultMesh
+	}
+	if r.Type == "" {
+		r.Type = engine.DefaultType
+	}
+	r.Source, r.Destination = recordEnd(&p.src, er.SourceEndpoint, &d.SourceResolution), recordEnd(&p.dst, er.DestinationEndpoint, &d.DestinationResolution)
+	r.Protocol, r.Port, r.Action, r.Policy = er.Protocol.String(), er.Port, d.Action.String(), d.Policy
+	r.Outbound, r.Inbound = recordSide(&p.out, &d.Outbound), recordSide(&p.in, &d.Inbound)
+	if a := d.Audit; a != nil {
+		r.Audit = &verdictv1.RecordAudit{Action: a.Action.String(), Policy: a.Policy, Scope: a.Scope, Rule: a.Rule, Side: a.Side}
+	}
+	r.Caller, r.LatencyNs = t.caller, took.Nanoseconds()
+	return r
+}
+
+// recordEnd is one end of the flow as the request gave it (ep nil: as
+// tags), with the tags it was decided on.
+func recordEnd(out *verdictv1.RecordEndpoint, ep *engine.Endpoint, res *engine.EndpointResolution) *verdictv1.RecordEndpoint {
+	out.Tags = res.Tags
+	if ep != nil {
+		out.Workload, out.Address, out.Principal, out.Identity = ep.Workload, ep.Address, ep.Principal, ep.Identity
+	}
+	return out
+}
+
+func recordSide(out *verdictv1.RecordSide, s *engine.SideDecision) *verdictv1.RecordSide {
+	out.Action, out.Policy, out.Scope, out.Rule, out.Reason = s.Action.String(), s.Policy, s.Scope, s.Rule, s.Reason.String()
+	return out
+}
