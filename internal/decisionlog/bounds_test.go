@@ -3,6 +3,7 @@ package decisionlog
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -290,5 +291,36 @@ func TestDropsPerMeshBounded(t *testing.T) {
 	d.add("m001", ReasonQueueFull)
 	if s := d.summary(now, reported); len(s.GetDropped()) != 1 || s.Dropped[0].Count != 1 {
 		t.Errorf("the second summary: %v", s)
+	}
+}
+
+// flakyWriter fails its first write.
+type flakyWriter struct {
+	failed bool
+	buf    strings.Builder
+}
+
+func (w *flakyWriter) Write(p []byte) (int, error) {
+	if !w.failed {
+		w.failed = true
+		return 0, errors.New("no space left on device")
+	}
+	return w.buf.Write(p)
+}
+
+// A sink whose writer failed once writes the next batch: the failure loses
+// its own batch only.
+func TestJSONLinesRecoversFromAFailedWrite(t *testing.T) {
+	t.Parallel()
+	w := &flakyWriter{}
+	s := NewJSONLines(w, nil)
+	if err := s.Write(context.Background(), []*Record{record(1, "DENY")}); err == nil {
+		t.Fatal("the failed write was not reported")
+	}
+	if err := s.Write(context.Background(), []*Record{record(2, "DENY")}); err != nil {
+		t.Fatalf("the next batch: %v", err)
+	}
+	if n := strings.Count(w.buf.String(), "\n"); n != 1 || !strings.Contains(w.buf.String(), `"revision":"2"`) {
+		t.Errorf("written: %q", w.buf.String())
 	}
 }

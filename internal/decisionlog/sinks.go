@@ -3,14 +3,12 @@ package decisionlog
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	otellog "go.opentelemetry.io/otel/log"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -20,6 +18,7 @@ import (
 // Opened by OpenFile, it rotates its file by size within a total.
 type JSONLines struct {
 	w    *bufio.Writer
+	out  io.Writer // under w
 	line []byte
 	file *rotatingFile // nil: w is not a file of ours
 	c    io.Closer     // closed with the sink; nil for stdout
@@ -27,7 +26,7 @@ type JSONLines struct {
 
 // NewJSONLines returns a sink writing to w; c (may be nil) is closed with it.
 func NewJSONLines(w io.Writer, c io.Closer) *JSONLines {
-	return &JSONLines{w: bufio.NewWriterSize(w, 64<<10), c: c}
+	return &JSONLines{w: bufio.NewWriterSize(w, 64<<10), out: w, c: c}
 }
 
 // OpenFile returns a sink appending to the file at path (created with mode
@@ -41,37 +40,39 @@ func OpenFile(path string, maxSize int64, maxFiles int) (*JSONLines, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &JSONLines{w: bufio.NewWriterSize(f, 64<<10), file: f, c: f}, nil
+	return &JSONLines{w: bufio.NewWriterSize(f, 64<<10), out: f, file: f, c: f}, nil
 }
 
-// jsonLine is the mapping of a record: one line, field names in lowerCamelCase.
-var jsonLine = protojson.MarshalOptions{}
-
-// Write encodes the batch and flushes it. A record that does not encode is
-// skipped (the error is returned once the others are written).
+// Write encodes the batch (json.go) and flushes it. After an error the
+// batch's unwritten records are lost and the next batch tries afresh (a
+// full disk may have room again).
 func (s *JSONLines) Write(_ context.Context, batch []*Record) error {
-	var errs []error
 	for _, r := range batch {
-		line, err := jsonLine.MarshalAppend(s.line[:0], r)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		line = append(line, '\n')
+		line := append(appendRecord(s.line[:0], r), '\n')
 		s.line = line
 		if f := s.file; f != nil && f.full(int64(s.w.Buffered()), len(line)) {
 			if err := s.w.Flush(); err != nil {
-				return errors.Join(append(errs, err)...)
+				return s.fail(err)
 			}
 			if err := f.rotate(); err != nil {
-				return errors.Join(append(errs, err)...)
+				return s.fail(err)
 			}
 		}
 		if _, err := s.w.Write(line); err != nil {
-			return errors.Join(append(errs, err)...)
+			return s.fail(err)
 		}
 	}
-	return errors.Join(append(errs, s.w.Flush())...)
+	if err := s.w.Flush(); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
+// fail drops what is buffered and the writer's error (bufio keeps the first
+// error for good), and returns err.
+func (s *JSONLines) fail(err error) error {
+	s.w.Reset(s.out)
+	return err
 }
 
 // Close flushes and closes the underlying file.
