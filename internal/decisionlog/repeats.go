@@ -19,24 +19,27 @@ const repeatShards = 64
 // in a written record's repeats, or counted as dropped.
 type repeatTable struct {
 	shards  [repeatShards]repeatShard
-	perShrd int          // entries a shard may hold
+	perShard int          // entries a shard may hold
 	counted atomic.Int64 // decisions counted as repeats, ever
 }
 
+// repeatShard: a repeat only reads the map (under the read lock) and adds
+// to its entry's count, so the decisions of one hot flow never wait for
+// each other; entering and sweeping take the lock.
 type repeatShard struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[uint64]*repeatEntry
-	_  [48]byte // a shard per cache line
+	_  [32]byte // a shard per cache line
 }
 
 type repeatEntry struct {
-	rec   *Record // the flow's last record; nil until its Log
-	n     int64   // repeats counted in this window
-	fresh bool    // created or written in this window: kept by the sweep
+	n     atomic.Int64 // repeats counted in this window
+	rec   *Record      // the flow's last record; nil until its Log (under the lock)
+	fresh bool         // created or written in this window: kept by the sweep (under the lock)
 }
 
 func newRepeatTable(flows int) *repeatTable {
-	t := &repeatTable{perShrd: max(flows/repeatShards, 1)}
+	t := &repeatTable{perShard: max(flows/repeatShards, 1)}
 	for i := range t.shards {
 		t.shards[i].m = make(map[uint64]*repeatEntry)
 	}
@@ -51,17 +54,26 @@ func (t *repeatTable) shard(key uint64) *repeatShard {
 // (room permitting) and reports false: the caller logs the decision.
 func (t *repeatTable) seen(key uint64) bool {
 	s := t.shard(key)
-	s.mu.Lock()
-	if e, ok := s.m[key]; ok {
-		e.n++
-		s.mu.Unlock()
+	s.mu.RLock()
+	e, ok := s.m[key]
+	if ok {
+		e.n.Add(1)
+	}
+	s.mu.RUnlock()
+	if ok {
 		t.counted.Add(1)
 		return true
 	}
-	if len(s.m) < t.perShrd {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.m[key]; ok { // entered meanwhile
+		e.n.Add(1)
+		t.counted.Add(1)
+		return true
+	}
+	if len(s.m) < t.perShard {
 		s.m[key] = &repeatEntry{fresh: true}
 	}
-	s.mu.Unlock()
 	return false
 }
 
@@ -84,10 +96,10 @@ func (t *repeatTable) sweep(now time.Time, emit func(*Record)) {
 		s.mu.Lock()
 		for k, e := range s.m {
 			switch {
-			case e.n > 0 && e.rec != nil:
-				out = append(out, withRepeats(e.rec, e.n, now))
-				e.n, e.fresh = 0, true
-			case e.n > 0: // its first record is not logged yet: next window
+			case e.n.Load() > 0 && e.rec != nil:
+				out = append(out, withRepeats(e.rec, e.n.Swap(0), now))
+				e.fresh = true
+			case e.n.Load() > 0: // its first record is not logged yet: next window
 			case e.fresh:
 				e.fresh = false
 			default:
