@@ -1,7 +1,12 @@
 package main
 
 import (
+	"context"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/verdictpdp/verdict/internal/decisionlog"
@@ -59,5 +64,43 @@ func TestDecisionLogBoundFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--decision-log-max-size", "lots"}, func(string) string { return "" }, io.Discard); err == nil {
 		t.Error("a size that is not one was accepted")
+	}
+}
+
+// --decision-log file:PATH with the bounds' flags: the file rotates within
+// max-files × max-size, and a repeats window of 0 writes every decision.
+func TestDecisionLogFileBounds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "d.jsonl")
+	c := Config{DecisionLog: "file:" + path, DecisionLogFilter: "all", DecisionLogSample: 1, DecisionLogQueue: 100_000,
+		DecisionLogMaxSize: 64 << 10, DecisionLogMaxFiles: 2, DecisionLogMaxRecord: 4 << 10}
+	l, err := newDecisionLog(context.Background(), c, func(string) string { return "" }, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	for i := range 2000 { // about 400 KB of records, all of one flow
+		if l.Repeat(1) {
+			t.Fatal("a repeat counted with the window off")
+		}
+		l.Log(1, &decisionlog.Record{Mesh: "default", Rpc: "Decide", Revision: int64(i), Policy: strings.Repeat("p", 150)})
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		if info, _ := e.Info(); info.Size() > 64<<10 {
+			t.Errorf("%s: %d bytes", e.Name(), info.Size())
+		}
+	}
+	if strings.Join(names, " ") != "d.jsonl d.jsonl.1" {
+		t.Errorf("files %v, want d.jsonl and d.jsonl.1", names)
 	}
 }
