@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"maps"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,10 +110,16 @@ func (r *recorder) call(ctx context.Context, t *tally) {
 		}
 	}
 	t.caller = c
+	// The caller is its host (and identity): one host's connections, each
+	// from a port of its own, repeat each other's decisions.
+	host := c.Address
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
 	var h maphash.Hash
 	h.SetSeed(r.seed)
 	hashString(&h, t.rpc)
-	hashString(&h, c.Address)
+	hashString(&h, host)
 	hashString(&h, c.Identity)
 	t.callKey = h.Sum64()
 }
@@ -125,7 +132,8 @@ func rpcName(ctx context.Context) string {
 }
 
 // key is the repeat key of a decision's record: a hash of everything the
-// record says but its time and latency — the call (RPC, caller), the flow
+// record says but its time and latency — the call (RPC, caller's host and
+// identity: the port of its connection aside), the flow
 // (mesh, type, each end as given and the identity of the tags it was
 // decided on, protocol, port), the revision and the answer. Reserved tags
 // (ip, principal) count too where a side is given as tags: the identity

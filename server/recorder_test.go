@@ -2,12 +2,16 @@ package server
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -37,12 +41,12 @@ tags: {app: db}
 addresses: [10.0.0.3]
 `
 
-// startRecorded serves policies with a decision log of every decision
-// (its JSON lines in the returned buffer, repeats counted in windows of
-// window) and a metrics reader.
-func startRecorded(t *testing.T, policies string, cfg decisionlog.Config) (*harness, *syncBuffer, *sdkmetric.ManualReader) {
+// startRecorded serves policies with a decision log configured by cfg (its
+// JSON lines in the returned buffer) and a metrics reader; stop stops the
+// log (its last windows and summary written).
+func startRecorded(t *testing.T, policies string, cfg decisionlog.Config) (h *harness, buf *syncBuffer, reader *sdkmetric.ManualReader, stop func()) {
 	t.Helper()
-	buf := &syncBuffer{}
+	buf = &syncBuffer{}
 	cfg.FlushInterval = 10 * time.Millisecond
 	cfg.Sinks = append(cfg.Sinks, decisionlog.NewJSONLines(buf, nil))
 	l, err := decisionlog.New(cfg)
@@ -52,35 +56,26 @@ func startRecorded(t *testing.T, policies string, cfg decisionlog.Config) (*harn
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("the decision log: %v", err)
+		}
 	})
-	reader := sdkmetric.NewManualReader()
-	h := start(t, newBackend(decodeYAML(t, policies)...), func(c *Config) {
+	t.Cleanup(stop)
+	reader = sdkmetric.NewManualReader()
+	h = start(t, newBackend(decodeYAML(t, policies)...), func(c *Config) {
 		c.DecisionLog = l
 		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	})
-	return h, buf, reader
-}
-
-// waitLines waits for at least n lines of the decision log.
-func waitLines(t *testing.T, buf *syncBuffer, n int) []string {
-	t.Helper()
-	var lines []string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if lines = buf.lines(); len(lines) >= n {
-			return lines
-		}
-	}
-	t.Fatalf("%d lines of the decision log, want %d:\n%s", len(lines), n, strings.Join(lines, "\n"))
-	return nil
+	return h, buf, reader, stop
 }
 
 // Every decision path hands its answers to one recorder: the same flow,
 // decided three times in one call (or three calls, or three stream
 // messages), leaves the same metrics and the same records on every path —
-// one record, then one with repeats: 2 when the repeat window closes — the
+// one record, then one with repeats: 2 when the repeat window closes (at the
+// log's stop: the window is long) — the
 // RPC's name, the time, the latency and the caller aside. The compact path
 // names its ends by identity; so do the rows of the identity form, whose
 // reference is Decide with identities. Check names its ends by address and
@@ -184,7 +179,7 @@ func TestOneRecorderForEveryPath(t *testing.T) {
 	reference := map[string]*verdictv1.DecisionRecord{} // by form: the first row's record
 	for _, row := range rows {
 		t.Run(row.rpc+"/"+row.form, func(t *testing.T) {
-			h, buf, reader := startRecorded(t, recorderPolicies, decisionlog.Config{RepeatWindow: 50 * time.Millisecond})
+			h, buf, reader, stopLog := startRecorded(t, recorderPolicies, decisionlog.Config{RepeatWindow: time.Hour})
 			ctx := ctxT(t)
 			got, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{tags("app", "web"), tags("app", "db")}})
 			if err != nil {
@@ -207,11 +202,11 @@ func TestOneRecorderForEveryPath(t *testing.T) {
 				}
 			}
 			// The records: one, then one standing for the two repeats.
-			lines := waitLines(t, buf, 2)
-			time.Sleep(200 * time.Millisecond) // a few more windows: nothing more comes
-			if lines = buf.lines(); len(lines) != 2 {
+			stopLog()
+			if lines := buf.lines(); len(lines) != 2 {
 				t.Fatalf("%d records, want 2:\n%s", len(lines), strings.Join(lines, "\n"))
 			}
+			lines := buf.lines()
 			first, repeats := parseRecord(t, lines[0]), parseRecord(t, lines[1])
 			for _, r := range []*verdictv1.DecisionRecord{first, repeats} {
 				if r.GetRpc() != row.rpc || r.GetCaller().GetAddress() == "" || r.GetTime() == nil {
@@ -237,5 +232,34 @@ func TestOneRecorderForEveryPath(t *testing.T) {
 				t.Errorf("%s records\n%v\nwhere Decide records\n%v", row.rpc, first, ref)
 			}
 		})
+	}
+}
+
+// A caller is its host and identity: two connections of one host share the
+// repeats of their decisions, another host does not; the record names the
+// connection.
+func TestCallerKeyIsTheHost(t *testing.T) {
+	t.Parallel()
+	r := newRecorder(nil, nil, nil)
+	key := func(addr string) (uint64, string) {
+		ap := netip.MustParseAddrPort(addr)
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: net.TCPAddrFromAddrPort(ap)})
+		var tl tally
+		r.call(ctx, &tl)
+		return tl.callKey, tl.caller.GetAddress()
+	}
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"10.0.0.1:40000", "10.0.0.1:40001", true},
+		{"10.0.0.1:40000", "10.0.0.2:40000", false},
+		{"[2001:db8::1]:1", "[2001:db8::1]:2", true},
+	} {
+		ka, addr := key(tc.a)
+		kb, _ := key(tc.b)
+		if (ka == kb) != tc.same || addr != tc.a {
+			t.Errorf("%s and %s: same key %v, want %v (record names %s)", tc.a, tc.b, ka == kb, tc.same, addr)
+		}
 	}
 }

@@ -229,13 +229,14 @@ func (l *Logger) Log(key uint64, r *Record) {
 	if bound(r, l.cfg.MaxRecordBytes) {
 		l.truncated.Add(1)
 	}
-	if key != 0 && l.repeats != nil {
-		l.repeats.keep(key, r)
-	}
 	select {
 	case l.queue <- r:
 	default:
 		l.drops.add(r.GetMesh(), ReasonQueueFull)
+	}
+	// Kept once queued: a repeats record follows the record it repeats.
+	if key != 0 && l.repeats != nil {
+		l.repeats.keep(key, r)
 	}
 }
 
@@ -292,10 +293,21 @@ func (l *Logger) Run(ctx context.Context) error {
 			add(ctx, r)
 		case <-tick.C:
 			flush(ctx)
-		case now := <-window:
-			l.repeats.sweep(now, func(r *Record) { add(ctx, r) })
-		case now := <-summary.C:
-			if r := l.drops.summary(now, reported); r != nil {
+		case <-window:
+			// The records queued first, then the repeats of those kept
+			// (Log queues before it keeps), written now, not at the tick.
+		queued:
+			for {
+				select {
+				case r := <-l.queue:
+					add(ctx, r)
+				default:
+					break queued
+				}
+			}
+			l.repeats.sweep(time.Now(), func(r *Record) { add(ctx, r) })
+		case <-summary.C:
+			if r := l.drops.summary(time.Now(), reported); r != nil {
 				add(ctx, r)
 			}
 		case <-ctx.Done():

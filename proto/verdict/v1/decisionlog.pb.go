@@ -187,9 +187,9 @@ type DecisionRecord struct {
 	// its batches as a whole).
 	LatencyNs int64 `protobuf:"varint,17,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"`
 	// When set, this record stands for that many decisions identical to the
-	// flow's last record (same flow, caller, RPC, revision and answer), made
-	// within one repeat window and not written one by one; time is when the
-	// window closed and latency_ns is 0.
+	// flow's last record (same flow, caller host, RPC, revision and answer),
+	// made within one repeat window and not written one by one; time is when
+	// the window closed and latency_ns is 0.
 	Repeats int64 `protobuf:"varint,19,opt,name=repeats,proto3" json:"repeats,omitempty"`
 	// Some tags or values were cut to keep the record within its size cap.
 	Truncated bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
