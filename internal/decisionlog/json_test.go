@@ -122,7 +122,7 @@ func TestJSONMatchesProtojson(t *testing.T) {
 	for i := range 500 {
 		r := &Record{Time: &timestamppb.Timestamp{Seconds: rng.Int64N(1 << 34), Nanos: rng.Int32N(1e9)}, Rpc: str(),
 			Revision: rng.Int64(), Mesh: str(), Port: rng.Uint32(), Action: str(), Repeats: rng.Int64N(3), Truncated: i%2 == 0,
-			Source: &verdictv1.RecordEndpoint{Tags: map[string]string{str(): str(), str(): str()}, Identity: rng.Uint64()},
+			Source:  &verdictv1.RecordEndpoint{Tags: map[string]string{str(): str(), str(): str()}, Identity: rng.Uint64()},
 			Inbound: &verdictv1.RecordSide{Rule: str(), Reason: str()}, Caller: &verdictv1.RecordCaller{Address: str()}}
 		checkJSON(t, r)
 	}

@@ -18,9 +18,9 @@ const repeatShards = 64
 // per window with its count; and every decision is either written, counted
 // in a written record's repeats, or counted as dropped.
 type repeatTable struct {
-	shards  [repeatShards]repeatShard
+	shards   [repeatShards]repeatShard
 	perShard int          // entries a shard may hold
-	counted atomic.Int64 // decisions counted as repeats, ever
+	counted  atomic.Int64 // decisions counted as repeats, ever
 }
 
 // repeatShard: a repeat only reads the map (under the read lock) and adds
