@@ -75,9 +75,12 @@ func (r *recorder) decided(ctx context.Context, t *tally, er *engine.Request, d 
 // flow's record, or built and queued. The compact path calls it directly.
 func (r *recorder) logged(ctx context.Context, t *tally, er *engine.Request, d *engine.Decision, took time.Duration) {
 	r.call(ctx, t)
-	key := r.key(t, er, d)
-	if r.log.Repeat(key) {
-		return
+	var key uint64 // none when every decision is written
+	if r.log.CountsRepeats() {
+		key = r.key(t, er, d)
+		if r.log.Repeat(key) {
+			return
+		}
 	}
 	r.log.Log(key, t.record(er, d, took))
 }
@@ -116,12 +119,8 @@ func (r *recorder) call(ctx context.Context, t *tally) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	var h maphash.Hash
-	h.SetSeed(r.seed)
-	hashString(&h, t.rpc)
-	hashString(&h, host)
-	hashString(&h, c.Identity)
-	t.callKey = h.Sum64()
+	var buf [256]byte
+	t.callKey = maphash.Bytes(r.seed, appendKeyStrings(buf[:0], t.rpc, host, c.Identity))
 }
 
 // rpcName is the method's last element: Decide, DecideBatch, DecideStream,
@@ -139,56 +138,39 @@ func rpcName(ctx context.Context) string {
 // (ip, principal) count too where a side is given as tags: the identity
 // leaves them out.
 func (r *recorder) key(t *tally, er *engine.Request, d *engine.Decision) uint64 {
-	var h maphash.Hash
-	h.SetSeed(r.seed)
-	var b [8 * 4]byte
-	binary.LittleEndian.PutUint64(b[0:], t.callKey)
-	binary.LittleEndian.PutUint64(b[8:], uint64(d.Revision))
-	binary.LittleEndian.PutUint64(b[16:], uint64(er.Protocol)<<32|uint64(er.Port))
-	binary.LittleEndian.PutUint64(b[24:], uint64(d.Action)<<8|uint64(d.Outbound.Reason)<<16|uint64(d.Inbound.Reason)<<32|
+	var buf [512]byte // the key's bytes, hashed at once: usually no allocation
+	b := binary.LittleEndian.AppendUint64(buf[:0], t.callKey)
+	b = binary.LittleEndian.AppendUint64(b, uint64(d.Revision))
+	b = binary.LittleEndian.AppendUint64(b, uint64(er.Protocol)<<32|uint64(er.Port))
+	b = binary.LittleEndian.AppendUint64(b, uint64(d.Action)<<8|uint64(d.Outbound.Reason)<<16|uint64(d.Inbound.Reason)<<32|
 		uint64(d.Outbound.Action)<<48|uint64(d.Inbound.Action)<<56)
-	h.Write(b[:])
-	hashString(&h, er.Mesh)
-	hashString(&h, er.Type)
-	hashEnd(&h, er.SourceEndpoint, &d.SourceResolution)
-	hashEnd(&h, er.DestinationEndpoint, &d.DestinationResolution)
-	hashString(&h, d.Policy)
-	for _, s := range [2]*engine.SideDecision{&d.Outbound, &d.Inbound} {
-		hashString(&h, s.Policy)
-		hashString(&h, s.Scope)
-		hashString(&h, s.Rule)
-	}
+	b = appendKeyEnd(b, er.SourceEndpoint, &d.SourceResolution)
+	b = appendKeyEnd(b, er.DestinationEndpoint, &d.DestinationResolution)
+	b = appendKeyStrings(b, er.Mesh, er.Type, d.Policy, d.Outbound.Policy, d.Outbound.Scope, d.Outbound.Rule,
+		d.Inbound.Policy, d.Inbound.Scope, d.Inbound.Rule)
 	if a := d.Audit; a != nil {
-		h.WriteByte(byte(a.Action) + 1)
-		hashString(&h, a.Policy)
-		hashString(&h, a.Scope)
-		hashString(&h, a.Rule)
-		hashString(&h, a.Side)
+		b = append(b, byte(a.Action)+1)
+		b = appendKeyStrings(b, a.Policy, a.Scope, a.Rule, a.Side)
 	}
-	return h.Sum64() | 1 // never 0: 0 is "no key"
+	return maphash.Bytes(r.seed, b) | 1 // never 0: 0 is "no key"
 }
 
-func hashEnd(h *maphash.Hash, ep *engine.Endpoint, res *engine.EndpointResolution) {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[0:], res.Identity)
+func appendKeyEnd(b []byte, ep *engine.Endpoint, res *engine.EndpointResolution) []byte {
+	b = binary.LittleEndian.AppendUint64(b, res.Identity)
 	if ep != nil {
-		binary.LittleEndian.PutUint64(b[8:], ep.Identity)
-		h.Write(b[:])
-		hashString(h, ep.Workload)
-		hashString(h, ep.Address)
-		hashString(h, ep.Principal)
-		return
+		b = binary.LittleEndian.AppendUint64(b, ep.Identity)
+		return appendKeyStrings(b, ep.Workload, ep.Address, ep.Principal)
 	}
-	h.Write(b[:])
-	hashString(h, res.Tags[engine.IPTag])
-	hashString(h, res.Tags[engine.PrincipalTag])
+	return appendKeyStrings(b, res.Tags[engine.IPTag], res.Tags[engine.PrincipalTag])
 }
 
-// hashString writes s and its end, so that ("ab", "c") and ("a", "bc")
-// differ.
-func hashString(h *maphash.Hash, s string) {
-	h.WriteString(s)
-	h.WriteByte(0)
+// appendKeyStrings appends each string and its end, so that ("ab", "c") and
+// ("a", "bc") differ.
+func appendKeyStrings(b []byte, ss ...string) []byte {
+	for _, s := range ss {
+		b = append(append(b, s...), 0)
+	}
+	return b
 }
 
 // recordParts are the messages of one record, allocated together.

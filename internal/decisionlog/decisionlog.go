@@ -206,6 +206,10 @@ func (l *Logger) Wants(deny, auditDiff bool) bool {
 	return l.cfg.SampleRate >= 1 || rand.Float64() < l.cfg.SampleRate
 }
 
+// CountsRepeats reports whether the repeat window is on: only then does a
+// caller need a decision's key (Repeat).
+func (l *Logger) CountsRepeats() bool { return l.repeats != nil }
+
 // Repeat reports whether a decision whose key is key repeats one logged
 // within the repeat window; it is then counted into the flow's next repeats
 // record, and the caller builds and logs nothing. Otherwise the caller builds
