@@ -9,7 +9,8 @@ package server
 // holds skips the resolution and reads its packed answer (engine.PairAnswer).
 // The batch's table of deciding policies is a slice indexed by the policy's
 // number in the scope's numbering (engine.PolicyNumbers), the metric counts
-// are summed per policy once per batch. No map is read or built per flow.
+// are summed per policy once per batch and handed to the recorder (recorder.go)
+// with the batch's other counts. No map is read or built per flow.
 
 import (
 	"context"
@@ -184,9 +185,8 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	if cap(answers) < len(srcs) {
 		answers = make([]uint32, 0, len(srcs))
 	}
-	var memoHits int64
-	var audits [2]int64 // by shadow action: ALLOW, DENY
-	logging := s.record.decisions != nil
+	var t tally // the batch's counts, added once, below
+	logging := s.record.log != nil
 	// A flow the pair memo holds, its identities resolving as when it was
 	// stored, is answered without resolving them: its packed answer alone,
 	// no Decision read. The whole batch is looked up first.
@@ -228,7 +228,7 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 			}
 			a, d, memo = scope.Answer(src, dst, proto, port) // shared with the memo: read only
 		}
-		memoHits += b2i(memo)
+		t.memo[b2i(!memo)]++
 		n := a.Policy()
 		if int(n) >= len(sc.byNumber) {
 			sc.byNumber = append(sc.byNumber, make([]policySlot, int(n)+1-len(sc.byNumber))...)
@@ -248,24 +248,22 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 		w |= p.i << compactPolicyShift
 		if a.AuditDiffers() { // the shadow result has another final action (docs/audit.md)
 			w |= compactAudit
-			audits[b2i(a.AuditDeny())]++ // counted once per batch, below
+			t.audits[b2i(a.AuditDeny())]++
 		}
 		answers = append(answers, w)
-		if logging && s.record.decisions.Wants(deny, a.AuditDiffers()) {
+		if logging && s.record.log.Wants(deny, a.AuditDiffers()) {
 			if d == nil {
 				d = pe.Decision()
 				src, dst = pe.Sets()
 			}
-			dd := *d
-			dd.Revision = out.Revision
-			s.logCompact(ctx, mesh, typ, src, dst, proto, port, dd)
+			s.logCompact(ctx, &t, mesh, typ, src, dst, proto, port, d, out.Revision)
 		}
 	}
 	out.Answers = answers
-	var allow, deny int64
+	// The counts by policy, from the batch's table; the others from t.
 	for i, n := range sc.numbers {
 		p := &sc.byNumber[n]
-		allow, deny = allow+int64(p.n[0]), deny+int64(p.n[1])
+		t.n[0], t.n[1] = t.n[0]+int64(p.n[0]), t.n[1]+int64(p.n[1])
 		c := sc.cell(s.record.byPolicy, nums, n, out.Policies[i])
 		for act, k := range p.n {
 			if k > 0 {
@@ -273,13 +271,7 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 			}
 		}
 	}
-	s.metrics.decidedN(ctx, allow, deny)
-	s.metrics.memoN(ctx, memoHits, allow+deny-memoHits)
-	for shadowDeny, n := range audits {
-		if n > 0 {
-			s.record.byPolicy.auditN(ctx, shadowDeny == 1, n)
-		}
-	}
+	s.record.done(ctx, &t)
 	return nil
 }
 
@@ -301,16 +293,19 @@ func (sc *compactScratch) cell(counts *policyCounts, nums *engine.PolicyNumbers,
 	return c
 }
 
-// logCompact offers a compact decision to the decision log: the endpoints as
-// the identities given, with the tags they stand for.
-func (s decisionService) logCompact(ctx context.Context, mesh, typ string, src, dst *inventory.TagSet, proto resource.Protocol, port uint32, d engine.Decision) {
+// logCompact hands a compact decision (shared with the memo: read only) to
+// the recorder's log, as the decision of a request naming the identities
+// given, resolved to the tags they stand for, at revision rev.
+func (s decisionService) logCompact(ctx context.Context, t *tally, mesh, typ string, src, dst *inventory.TagSet, proto resource.Protocol,
+	port uint32, d *engine.Decision, rev int64) {
 	er := engine.Request{Mesh: mesh, Type: typ, Protocol: proto, Port: port,
 		SourceEndpoint: &inventory.Endpoint{Identity: src.Identity()}, DestinationEndpoint: &inventory.Endpoint{Identity: dst.Identity()}}
 	resolved := func(t *inventory.TagSet) inventory.EndpointResolution {
 		return inventory.EndpointResolution{Form: inventory.FormIdentity, ResolvedAs: inventory.AsIdentity, Identity: t.Identity(), Tags: t.Tags()}
 	}
-	d.SourceResolution, d.DestinationResolution = resolved(src), resolved(dst)
-	s.record.logDecision(ctx, &er, &d, 0)
+	dd := *d
+	dd.Revision, dd.SourceResolution, dd.DestinationResolution = rev, resolved(src), resolved(dst)
+	s.record.logged(ctx, t, &er, &dd, 0)
 }
 
 // DecideCompact answers a packed batch of flows between identities.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -359,12 +358,9 @@ func TestCompactDecisionLog(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("%d records", len(lines))
 	}
-	var r decisionlog.Record
-	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := parseRecord(t, lines[0])
 	if r.Source.Identity != web || r.Source.Tags["app"] != "web" || r.Destination.Identity != db || r.Destination.Tags["app"] != "db" ||
-		r.Action != "DENY" || r.RPC != "DecideCompact" {
+		r.Action != "DENY" || r.Rpc != "DecideCompact" {
 		t.Fatalf("record %+v", r)
 	}
 }

@@ -29,12 +29,12 @@ type decisionService struct {
 }
 
 // decider answers validated requests from a snapshot: the engine's decision,
-// timed and counted, recorded (decisionRecorder), converted to the API's
-// answer. The decision service and Envoy's Check (extauthz.go) share it.
+// timed and handed to the recorder, converted to the API's answer. The
+// decision service (the compact path too) and Envoy's Check (extauthz.go)
+// share it.
 type decider struct {
 	identities *inventory.Registry // the tag sets registered through Identify
-	metrics    *metrics
-	record     decisionRecorder
+	record     *recorder
 	confs      *apiconv.ConfCache
 }
 
@@ -50,7 +50,9 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	resp, err := s.decide(ctx, snap, &er, new(apiconv.DecideAnswer))
+	var t tally
+	resp, err := s.decide(ctx, &t, snap, &er, new(apiconv.DecideAnswer))
+	s.record.done(ctx, &t)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -58,8 +60,8 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 }
 
 // decide answers a validated request from snap in a (zero), whose response
-// it returns.
-func (s *decider) decide(ctx context.Context, snap *engine.Snapshot, er *engine.Request, a *apiconv.DecideAnswer) (*verdictv1.DecideResponse, error) {
+// it returns; the decision goes to the recorder through t.
+func (s *decider) decide(ctx context.Context, t *tally, snap *engine.Snapshot, er *engine.Request, a *apiconv.DecideAnswer) (*verdictv1.DecideResponse, error) {
 	start := time.Now()
 	er.Registry = s.identities // identities registered through Identify resolve too
 	er.TagIdentities = true    // the answer reports every side's identity (from the memo when it answers)
@@ -67,9 +69,7 @@ func (s *decider) decide(ctx context.Context, snap *engine.Snapshot, er *engine.
 	if err != nil {
 		return nil, err
 	}
-	took := time.Since(start)
-	s.metrics.decided(ctx, d.Action, took)
-	s.record.recordDecision(ctx, er, &d, took)
+	s.record.decided(ctx, t, er, &d, time.Since(start))
 	mesh := er.Mesh
 	if mesh == "" {
 		mesh = resource.DefaultMesh
@@ -130,9 +130,11 @@ func (s decisionService) DecideBatch(ctx context.Context, req *verdictv1.DecideB
 	flows := req.GetRequests()
 	out := &verdictv1.DecideBatchResponse{Results: make([]*verdictv1.DecideResult, len(flows)), Revision: snap.Revision()}
 	answers := make([]flowAnswer, len(flows)) // one allocation for the batch's answers
+	var t tally
 	for i, r := range flows {
-		out.Results[i] = s.result(ctx, snap, func() string { return fmt.Sprintf("requests[%d].", i) }, r, &answers[i])
+		out.Results[i] = s.result(ctx, &t, snap, func() string { return fmt.Sprintf("requests[%d].", i) }, r, &answers[i])
 	}
+	s.record.done(ctx, &t)
 	return out, nil
 }
 
@@ -147,14 +149,14 @@ type flowAnswer struct {
 // result answers one flow of a batch or a stream in a (zero), or says why it
 // cannot; the fields of its errors start with prefix() ("requests[3]."),
 // computed only for a flow that has errors.
-func (s decisionService) result(ctx context.Context, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest, a *flowAnswer) *verdictv1.DecideResult {
+func (s decisionService) result(ctx context.Context, t *tally, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest, a *flowAnswer) *verdictv1.DecideResult {
 	var errs fieldErrors
 	er := errs.decide("", r)
 	errs.prefix(prefix)
 	err := errs.err()
 	if err == nil {
 		var resp *verdictv1.DecideResponse
-		if resp, err = s.decide(ctx, snap, &er, &a.DecideAnswer); err == nil {
+		if resp, err = s.decide(ctx, t, snap, &er, &a.DecideAnswer); err == nil {
 			a.response.Response = resp
 			a.result.Result = &a.response
 			return &a.result
@@ -267,7 +269,9 @@ func (s decisionService) streamAnswer(ctx context.Context, m *verdictv1.DecideSt
 	}
 	a := new(streamAnswer)
 	a.resp.Id = m.GetId()
-	a.resp.Result = s.result(ctx, snap, func() string { return "request." }, m.GetRequest(), &a.flowAnswer)
+	var t tally
+	a.resp.Result = s.result(ctx, &t, snap, func() string { return "request." }, m.GetRequest(), &a.flowAnswer)
+	s.record.done(ctx, &t)
 	return &a.resp
 }
 

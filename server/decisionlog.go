@@ -5,91 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/verdictpdp/verdict/engine"
-	"github.com/verdictpdp/verdict/engine/inventory"
-	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
-
-// decisionRecorder is what a decision leaves behind: its count by deciding
-// policy (verdict_decisions_by_policy_total) and, when the decision log is on
-// and wants it, a record.
-type decisionRecorder struct {
-	byPolicy  *policyCounts
-	decisions *decisionlog.Logger // nil: the log is off
-}
-
-// recordDecision counts one decision by policy and offers it to the
-// decision log, if the log wants it (the record is built only then). It never
-// blocks.
-func (s decisionRecorder) recordDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
-	s.byPolicy.add(ctx, d)
-	s.logDecision(ctx, er, d, took)
-}
-
-// logDecision offers a decision to the decision log, if its filter wants it.
-func (s decisionRecorder) logDecision(ctx context.Context, er *engine.Request, d *engine.Decision, took time.Duration) {
-	l := s.decisions
-	if !l.Wants(d.Action == resource.Deny, d.Audit != nil) {
-		return
-	}
-	r := &decisionlog.Record{Time: time.Now(), RPC: rpcName(ctx), Revision: d.Revision, Mesh: er.Mesh, Type: er.Type,
-		Source: logEndpoint(er.SourceEndpoint, &d.SourceResolution), Destination: logEndpoint(er.DestinationEndpoint, &d.DestinationResolution),
-		Protocol: er.Protocol.String(), Port: er.Port, Action: d.Action.String(), Policy: d.Policy,
-		Outbound: logSide(&d.Outbound), Inbound: logSide(&d.Inbound), LatencyNs: took.Nanoseconds()}
-	if a := d.Audit; a != nil {
-		r.Audit = &decisionlog.Audit{Action: a.Action.String(), Policy: a.Policy, Scope: a.Scope, Rule: a.Rule, Side: a.Side}
-	}
-	if r.Mesh == "" {
-		r.Mesh = resource.DefaultMesh
-	}
-	if r.Type == "" {
-		r.Type = resource.DefaultType
-	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		r.Caller.Address = p.Addr.String()
-	}
-	if c := verifiedClientCert(ctx); c != nil {
-		if ids := certIdentities(c); len(ids) > 0 {
-			r.Caller.Identity = ids[0]
-		}
-	}
-	l.Log(r)
-}
-
-// logEndpoint is one end of the flow as the request gave it (ep nil: as
-// tags), with the tags it was decided on.
-func logEndpoint(ep *inventory.Endpoint, r *inventory.EndpointResolution) decisionlog.Endpoint {
-	out := decisionlog.Endpoint{Tags: maps.Clone(r.Tags)}
-	if ep != nil {
-		out.Workload, out.Address, out.Principal, out.Identity = ep.Workload, ep.Address, ep.Principal, ep.Identity
-	}
-	return out
-}
-
-func logSide(s *engine.SideDecision) decisionlog.Side {
-	return decisionlog.Side{Action: s.Action.String(), Policy: s.Policy, Scope: s.Scope, Rule: s.Rule, Reason: s.Reason.String()}
-}
-
-// rpcName is the method's last element: Decide, DecideBatch, DecideStream, Check.
-func rpcName(ctx context.Context) string {
-	m, _ := grpc.Method(ctx)
-	return m[strings.LastIndexByte(m, '/')+1:]
-}
 
 // decisionLogService implements verdict.v1.DecisionLogService.
 type decisionLogService struct {
@@ -132,40 +57,44 @@ func (s decisionLogService) Follow(req *verdictv1.FollowRequest, stream grpc.Ser
 			}
 			return nil
 		case r := <-f.Records():
-			if err := stream.Send(&verdictv1.FollowResponse{Record: recordProto(r)}); err != nil {
+			if err := stream.Send(&verdictv1.FollowResponse{Record: r}); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// followMatch: every filter given must hold.
+// followMatch: every filter given must hold. A summary record (of the
+// records dropped) passes filters of mesh and type only.
 func followMatch(req *verdictv1.FollowRequest) decisionlog.Match {
 	return func(r *decisionlog.Record) bool {
-		if req.GetAction() != "" && !strings.EqualFold(req.GetAction(), r.Action) {
+		if req.GetMesh() != "" && req.GetMesh() != r.GetMesh() || req.GetType() != "" && req.GetType() != r.GetType() {
 			return false
 		}
-		if p := req.GetPolicy(); p != "" && p != r.Policy && p != r.Outbound.Policy && p != r.Inbound.Policy {
+		if r.GetDropped() != nil {
+			return req.GetAction() == "" && req.GetPolicy() == "" && !req.GetAuditOnly() && req.GetWorkload() == ""
+		}
+		if req.GetAction() != "" && !strings.EqualFold(req.GetAction(), r.GetAction()) {
 			return false
 		}
-		if req.GetMesh() != "" && req.GetMesh() != r.Mesh || req.GetType() != "" && req.GetType() != r.Type {
+		if p := req.GetPolicy(); p != "" && p != r.GetPolicy() && p != r.GetOutbound().GetPolicy() && p != r.GetInbound().GetPolicy() {
 			return false
 		}
-		if req.GetAuditOnly() && r.Audit == nil {
+		if req.GetAuditOnly() && r.GetAudit() == nil {
 			return false
 		}
-		if w := req.GetWorkload(); w != "" && !endpointIs(r.Source, w) && !endpointIs(r.Destination, w) {
+		if w := req.GetWorkload(); w != "" && !endpointIs(r.GetSource(), w) && !endpointIs(r.GetDestination(), w) {
 			return false
 		}
 		return true
 	}
 }
 
-func endpointIs(e decisionlog.Endpoint, w string) bool {
-	if e.Workload == w || e.Address == w || e.Principal == w {
+func endpointIs(e *verdictv1.RecordEndpoint, w string) bool {
+	if e.GetWorkload() == w || e.GetAddress() == w || e.GetPrincipal() == w {
 		return true
 	}
-	for _, v := range e.Tags {
+	for _, v := range e.GetTags() {
 		if v == w {
 			return true
 		}
@@ -173,162 +102,40 @@ func endpointIs(e decisionlog.Endpoint, w string) bool {
 	return false
 }
 
-func recordProto(r *decisionlog.Record) *verdictv1.DecisionRecord {
-	ep := func(e decisionlog.Endpoint) *verdictv1.RecordEndpoint {
-		return &verdictv1.RecordEndpoint{Tags: e.Tags, Workload: e.Workload, Address: e.Address, Principal: e.Principal, Identity: e.Identity}
-	}
-	side := func(s decisionlog.Side) *verdictv1.RecordSide {
-		return &verdictv1.RecordSide{Action: s.Action, Policy: s.Policy, Scope: s.Scope, Rule: s.Rule, Reason: s.Reason}
-	}
-	out := &verdictv1.DecisionRecord{Time: timestamppb.New(r.Time), Rpc: r.RPC, Revision: r.Revision, Mesh: r.Mesh, Type: r.Type,
-		Source: ep(r.Source), Destination: ep(r.Destination), Protocol: r.Protocol, Port: r.Port, Action: r.Action,
-		Policy: r.Policy, Outbound: side(r.Outbound), Inbound: side(r.Inbound), CallerAddress: r.Caller.Address,
-		CallerIdentity: r.Caller.Identity, LatencyNs: r.LatencyNs}
-	if a := r.Audit; a != nil {
-		out.Audit = &verdictv1.RecordAudit{Action: a.Action, Policy: a.Policy, Scope: a.Scope, Rule: a.Rule, Side: a.Side}
-	}
-	return out
-}
-
-// maxPolicyLabels bounds the distinct policy labels of
-// verdict_decisions_by_policy_total: the policies beyond it count as "other",
-// so that no number of policies can grow the metrics without bound.
-const maxPolicyLabels = 256
-
-// policyCounts counts decisions by deciding policy and action, and the
-// decisions whose shadow (audit) result differs, by shadow action.
-//
-// The counts by policy are atomics of its own, read by an observable counter
-// when the metrics are collected: a compact batch of 1,000 flows on 10k
-// policies counts hundreds of policies, and a synchronous counter's Add
-// (attribute set lookup, exemplar filter, its own sync map) was a fifth of
-// verdictd's CPU in the two-process run (BENCHMARKS.md). An add is now a read
-// of an immutable map and one atomic add.
-type policyCounts struct {
-	audits  metric.Int64Counter
-	auditBy [2][]metric.AddOption // shadow ALLOW, shadow DENY
-	// cells holds the first maxPolicyLabels policies' counts, an immutable
-	// map replaced whole (under mu) when a policy is added.
-	cells atomic.Pointer[map[string]*policyCell]
-	mu    sync.Mutex
-	other policyCell // the policies beyond maxPolicyLabels
-}
-
-// policyCell is one policy's counts by final action (ALLOW, DENY) and their
-// attribute sets.
-type policyCell struct {
-	n    [2]atomic.Int64
-	opts [2]metric.ObserveOption
-}
-
-func newPolicyCell(policy string) *policyCell {
-	c := &policyCell{}
-	for i, a := range [2]string{"ALLOW", "DENY"} {
-		c.opts[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", policy), attribute.String("action", a)))
-	}
-	return c
-}
-
-func newPolicyCounts(meter metric.Meter) (*policyCounts, error) {
-	audits, err := meter.Int64Counter("verdict.decisions.audit_differences",
-		metric.WithDescription("Flows whose shadow decision (audit rules enforced too) has another final action than the enforced one, by the shadow action."))
-	if err != nil {
-		return nil, err
-	}
-	shadow := func(a string) []metric.AddOption {
-		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("action", a)))}
-	}
-	p := &policyCounts{audits: audits, auditBy: [2][]metric.AddOption{shadow("ALLOW"), shadow("DENY")}}
-	p.other = *newPolicyCell("other")
-	p.cells.Store(&map[string]*policyCell{})
-	counter, err := meter.Int64ObservableCounter("verdict.decisions.by_policy",
-		metric.WithDescription("Flows decided, by the policy that decided the final action (\"\" none; \"other\" beyond the first 256 policies) and action."))
-	if err != nil {
-		return nil, err
-	}
-	if _, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		observe := func(c *policyCell) {
-			for i := range c.n {
-				if n := c.n[i].Load(); n > 0 { // a series appears with its first decision
-					o.ObserveInt64(counter, n, c.opts[i])
-				}
-			}
-		}
-		for _, c := range *p.cells.Load() {
-			observe(c)
-		}
-		observe(&p.other)
-		return nil
-	}, counter); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func (p *policyCounts) add(ctx context.Context, d *engine.Decision) {
-	p.addN(ctx, d.Policy, d.Action == resource.Deny, 1)
-	if d.Audit != nil {
-		p.auditN(ctx, d.Audit.Action == resource.Deny, 1)
-	}
-}
-
-// auditN counts n decisions whose shadow result differs, by shadow action.
-func (p *policyCounts) auditN(ctx context.Context, shadowDeny bool, n int64) {
-	p.audits.Add(ctx, n, p.auditBy[b2i(shadowDeny)]...)
-}
-
-// addN counts n decisions of one policy and final action.
-func (p *policyCounts) addN(_ context.Context, policy string, deny bool, n int64) {
-	p.cell(policy).n[b2i(deny)].Add(n)
-}
-
-// cell is policy's counts: its own among the first maxPolicyLabels policies
-// seen, else other's.
-func (p *policyCounts) cell(policy string) *policyCell {
-	if c, ok := (*p.cells.Load())[policy]; ok {
-		return c
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	old := *p.cells.Load()
-	if c, ok := old[policy]; ok {
-		return c
-	}
-	if len(old) >= maxPolicyLabels {
-		return &p.other
-	}
-	m := make(map[string]*policyCell, len(old)+1)
-	maps.Copy(m, old)
-	c := newPolicyCell(policy)
-	m[policy] = c
-	p.cells.Store(&m)
-	return c
-}
-
-// registerDecisionLogMetrics: records offered, written and dropped, sink
-// errors, followers dropped, and the queue's depth.
+// registerDecisionLogMetrics: records offered, written and dropped (per mesh
+// and reason, bounded as decisionlog.MaxDropMeshes says), decisions counted as
+// repeats, records truncated, sink errors, followers dropped, and the queue's
+// depth.
 func registerDecisionLogMetrics(meter metric.Meter, l *decisionlog.Logger) error {
 	counter := func(name, desc string) (metric.Int64ObservableCounter, error) {
 		return meter.Int64ObservableCounter(name, metric.WithDescription(desc))
 	}
 	offered, err1 := counter("verdict.decision_log.offered", "Decision records offered to the decision log.")
-	written, err2 := counter("verdict.decision_log.written", "Decision records written to the sinks.")
-	dropped, err3 := counter("verdict.decision_log.dropped", "Decision records dropped because the queue was full.")
+	written, err2 := counter("verdict.decision_log.written", "Decision records written to the sinks (not counting the repeats and summary records the log writes of its own).")
+	dropped, err3 := counter("verdict.decision_log.dropped", fmt.Sprintf(
+		"Decision records dropped, by mesh (the first %d meshes that dropped any; the others as %q) and reason (queue_full).",
+		decisionlog.MaxDropMeshes, decisionlog.OtherMesh))
 	sinkErrs, err4 := counter("verdict.decision_log.sink_errors", "Batches a sink failed to write.")
 	followers, err5 := counter("verdict.decision_log.followers_dropped", "Followers (verdictctl logs) dropped for falling behind.")
 	depth, err6 := meter.Int64ObservableGauge("verdict.decision_log.queue_depth", metric.WithDescription("Decision records waiting to be written."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	repeats, err7 := counter("verdict.decision_log.repeats", "Decisions counted into a record's repeats instead of logged one by one.")
+	truncated, err8 := counter("verdict.decision_log.truncated", "Decision records cut to the record size cap.")
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
 		return err
 	}
 	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := l.Stats()
 		o.ObserveInt64(offered, st.Offered)
 		o.ObserveInt64(written, st.Written)
-		o.ObserveInt64(dropped, st.Dropped)
+		l.Drops(func(mesh, reason string, n int64) {
+			o.ObserveInt64(dropped, n, metric.WithAttributes(attribute.String("mesh", mesh), attribute.String("reason", reason)))
+		})
 		o.ObserveInt64(sinkErrs, st.SinkErrors)
 		o.ObserveInt64(followers, st.FollowersDropped)
 		o.ObserveInt64(depth, int64(st.QueueDepth))
+		o.ObserveInt64(repeats, st.Repeats)
+		o.ObserveInt64(truncated, st.Truncated)
 		return nil
-	}, offered, written, dropped, sinkErrs, followers, depth)
+	}, offered, written, dropped, sinkErrs, followers, depth, repeats, truncated)
 	return err
 }

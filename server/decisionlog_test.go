@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -43,7 +43,7 @@ func (b *syncBuffer) lines() []string {
 func startLogged(t *testing.T, filter decisionlog.Filter, token string) (*harness, *syncBuffer) {
 	t.Helper()
 	buf := &syncBuffer{}
-	l, err := decisionlog.New(decisionlog.Config{Filter: filter, FlushInterval: 10 * time.Millisecond,
+	l, err := decisionlog.New(decisionlog.Config{Filter: filter, FlushInterval: 10 * time.Millisecond, RepeatWindow: 50 * time.Millisecond,
 		Sinks: []decisionlog.Sink{decisionlog.NewJSONLines(buf, nil)}})
 	if err != nil {
 		t.Fatal(err)
@@ -81,18 +81,20 @@ func TestDecisionLogRecordsDecisions(t *testing.T) {
 		lines = buf.lines()
 	}
 	if len(lines) != 3 {
-		t.Fatalf("%d records, want the 3 denies only:\n%s", len(lines), strings.Join(lines, "\n"))
+		t.Fatalf("%d records, want the 3 denies only (one as a repeat):\n%s", len(lines), strings.Join(lines, "\n"))
 	}
-	var r decisionlog.Record
-	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
-		t.Fatal(err)
+	r := parseRecord(t, lines[0])
+	if r.Rpc != "Decide" || r.Action != "DENY" || r.Policy != "deny-db" || r.Mesh != "default" || r.Type != "TrafficPermission" ||
+		r.Destination.Tags["app"] != "db" || r.Inbound.Reason != "MATCHED" || r.Caller.GetAddress() == "" || r.Revision == 0 || r.Port != 5432 {
+		t.Errorf("record %v", r)
 	}
-	if r.RPC != "Decide" || r.Action != "DENY" || r.Policy != "deny-db" || r.Mesh != "default" || r.Type != "TrafficPermission" ||
-		r.Destination.Tags["app"] != "db" || r.Inbound.Reason != "MATCHED" || r.Caller.Address == "" || r.Revision == 0 || r.Port != 5432 {
-		t.Errorf("record %+v", r)
+	// The batch's second deny repeats its first: counted, written when the
+	// repeat window closes.
+	if r := parseRecord(t, lines[1]); r.Rpc != "DecideBatch" || r.Repeats != 0 {
+		t.Errorf("second record from %q, repeats %d", r.Rpc, r.Repeats)
 	}
-	if err := json.Unmarshal([]byte(lines[2]), &r); err != nil || r.RPC != "DecideBatch" {
-		t.Errorf("third record from %q (%v)", r.RPC, err)
+	if r := parseRecord(t, lines[2]); r.Rpc != "DecideBatch" || r.Repeats != 1 {
+		t.Errorf("third record from %q, repeats %d: want the batch's repeat", r.Rpc, r.Repeats)
 	}
 }
 
@@ -174,11 +176,8 @@ func TestDecisionLogRecordsChecks(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("%d records, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
-	var r decisionlog.Record
-	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
-		t.Fatal(err)
-	}
-	if r.RPC != "Check" || r.Source.Address != "10.0.0.1" || r.Destination.Tags["app"] != "db" || r.Port != 8080 || r.Protocol != "TCP" {
+	r := parseRecord(t, lines[0])
+	if r.Rpc != "Check" || r.Source.Address != "10.0.0.1" || r.Destination.Tags["app"] != "db" || r.Port != 8080 || r.Protocol != "TCP" {
 		t.Errorf("record %s", lines[0])
 	}
 }
@@ -203,4 +202,15 @@ func TestFollowSaysTheFilter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parseRecord reads one JSON line of the decision log: the proto3 JSON
+// mapping of the record.
+func parseRecord(t *testing.T, line string) *decisionlog.Record {
+	t.Helper()
+	r := &decisionlog.Record{}
+	if err := protojson.Unmarshal([]byte(line), r); err != nil {
+		t.Fatalf("a line of the decision log: %v\n%s", err, line)
+	}
+	return r
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"maps"
@@ -245,10 +244,7 @@ func TestDecisionLogRecordsEndpointForms(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("%d records", len(lines))
 	}
-	var r decisionlog.Record
-	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := parseRecord(t, lines[0])
 	if r.Source.Principal != "spiffe://default/web" || r.Source.Tags["app"] != "web" || r.Destination.Address != "10.0.0.3" ||
 		r.Destination.Tags["ip"] != "10.0.0.3" || r.Destination.Tags["app"] != "db" || r.Destination.Workload != "" {
 		t.Fatalf("record endpoints %+v / %+v", r.Source, r.Destination)

@@ -171,7 +171,9 @@ func (s authzService) Check(ctx context.Context, c *authv3.CheckRequest) (*authv
 	er, err := decideRequest(f.req)
 	var resp *verdictv1.DecideResponse
 	if err == nil {
-		resp, err = s.dec.decide(ctx, snap, &er, new(apiconv.DecideAnswer))
+		var t tally
+		resp, err = s.dec.decide(ctx, &t, snap, &er, new(apiconv.DecideAnswer))
+		s.dec.record.done(ctx, &t)
 	}
 	if err != nil {
 		st := status.Convert(toStatus(ctx, s.log, err))

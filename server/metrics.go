@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/verdictpdp/verdict/engine"
-	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
@@ -44,7 +43,7 @@ func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, err
 	}
 	var err error
 	if m.decisions, err = meter.Int64Counter("verdict.decisions",
-		metric.WithDescription("Flows decided (Decide, DecideBatch, DecideStream), by final action.")); err != nil {
+		metric.WithDescription("Flows decided (Decide, DecideBatch, DecideStream, Check, DecideCompact, DecideCompactStream), by final action.")); err != nil {
 		return nil, err
 	}
 	if m.memo, err = meter.Int64Counter("verdict.decision_memo.lookups",
@@ -53,7 +52,7 @@ func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, err
 		return nil, err
 	}
 	if m.duration, err = meter.Float64Histogram("verdict.decide.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time the engine took to decide a flow."),
+		metric.WithDescription("Time the engine took to decide a flow (every path but the compact one, whose batches the RPC metrics time)."),
 		metric.WithExplicitBucketBoundaries(1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2, 0.1)); err != nil {
 		return nil, err
 	}
@@ -149,18 +148,8 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// decided records one decision.
-func (m *metrics) decided(ctx context.Context, a resource.Action, took time.Duration) {
-	opt := m.allow
-	if a == resource.Deny {
-		opt = m.deny
-	}
-	m.decisions.Add(ctx, 1, opt...)
-	m.duration.Record(ctx, took.Seconds())
-}
-
-// decidedN counts a batch's decisions without their durations (the compact
-// path: a batch is timed as a whole by the RPC's own metrics).
+// decidedN counts a call's decisions by final action (their durations are
+// recorded one by one, by the recorder).
 func (m *metrics) decidedN(ctx context.Context, allow, deny int64) {
 	if allow > 0 {
 		m.decisions.Add(ctx, allow, m.allow...)

@@ -10,7 +10,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policygen"
 	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -171,7 +170,7 @@ func TestPolicyCountsBoundLabels(t *testing.T) {
 		p.addN(ctx, fmt.Sprintf("p%03d", i), false, 2)
 		p.addN(ctx, fmt.Sprintf("p%03d", i), true, 1)
 	}
-	p.add(ctx, &engine.Decision{Action: resource.Deny, Policy: "p000"})
+	p.addN(ctx, "p000", true, 1)
 	got := collectInt64Sums(t, reader, "verdict.decisions.by_policy", "policy")
 	if len(got) != maxPolicyLabels+1 {
 		t.Errorf("%d policy labels, want %d and other", len(got), maxPolicyLabels)

@@ -274,8 +274,8 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	snaps := snapshots{src: cfg.Syncer, wait: cfg.WaitTimeout}
-	dec := &decider{identities: s.identities, metrics: m, confs: apiconv.NewConfCache(100_000),
-		record: decisionRecorder{byPolicy: byPolicy, decisions: cfg.DecisionLog}}
+	dec := &decider{identities: s.identities, confs: apiconv.NewConfCache(100_000),
+		record: newRecorder(m, byPolicy, cfg.DecisionLog)}
 	s.decision = decisionService{decider: dec, snapshots: snaps, log: cfg.Logger, stop: s.stop}
 	s.policy = policyService{log: cfg.Logger, snaps: snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{}}
 	s.grpc = grpc.NewServer(s.ServerOptions()...)

@@ -173,7 +173,10 @@ func startLogABTarget(ctx context.Context, cfg Config, logFile string, stderr io
 	maddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	args := []string{"--listen", listenArg(cfg), "--metrics-listen", maddr, "--data-dir", "", "--log-level", "warn"}
 	if logFile != "" {
-		args = append(args, "--decision-log", "file:"+logFile, "--decision-log-filter", "all", "--decision-log-sample", "1")
+		// Every decision written (no repeats folded), into one file that
+		// takeLines empties (no rotation).
+		args = append(args, "--decision-log", "file:"+logFile, "--decision-log-filter", "all", "--decision-log-sample", "1",
+			"--decision-log-repeats-window", "0", "--decision-log-max-size", "1024GiB")
 	}
 	p, err := startProcess(ctx, cfg.Verdictd, cfg.EtcdParent, stderr, args...)
 	if err != nil {

@@ -96,6 +96,14 @@ func printRecord(w io.Writer, r *verdictv1.DecisionRecord, wide bool) {
 	if wide {
 		ts = r.GetTime().AsTime().Format(time.RFC3339Nano)
 	}
+	if ds := r.GetDropped(); ds != nil { // a summary of the records dropped
+		fmt.Fprintf(&b, "%s DROPPED", ts)
+		for _, d := range ds {
+			fmt.Fprintf(&b, " %s/%s %d", d.GetMesh(), d.GetReason(), d.GetCount())
+		}
+		fmt.Fprintln(w, b.String())
+		return
+	}
 	fmt.Fprintf(&b, "%s %s %s/%s %s -> %s", ts, orDash(r.GetAction()), r.GetMesh(), r.GetType(),
 		recordEndpoint(r.GetSource()), recordEndpoint(r.GetDestination()))
 	if r.GetProtocol() != "" || r.GetPort() != 0 {
@@ -120,10 +128,13 @@ func printRecord(w io.Writer, r *verdictv1.DecisionRecord, wide bool) {
 		fmt.Fprintf(&b, " [audit: would be %s by %s, %s]", a.GetAction(), orDash(a.GetPolicy()), orDash(a.GetSide()))
 	}
 	fmt.Fprintf(&b, " rev %d", r.GetRevision())
+	if n := r.GetRepeats(); n > 0 {
+		fmt.Fprintf(&b, " (%d more)", n)
+	}
 	if wide {
-		fmt.Fprintf(&b, " rpc %s caller %s", r.GetRpc(), orDash(r.GetCallerAddress()))
-		if r.GetCallerIdentity() != "" {
-			fmt.Fprintf(&b, " (%s)", r.GetCallerIdentity())
+		fmt.Fprintf(&b, " rpc %s caller %s", r.GetRpc(), orDash(r.GetCaller().GetAddress()))
+		if r.GetCaller().GetIdentity() != "" {
+			fmt.Fprintf(&b, " (%s)", r.GetCaller().GetIdentity())
 		}
 		fmt.Fprintf(&b, " %v", time.Duration(r.GetLatencyNs()))
 	}

@@ -115,7 +115,7 @@ func (ts *testServer) serve(lis net.Listener) error {
 		cancel()
 		return err
 	}
-	dl, err := decisionlog.New(decisionlog.Config{FlushInterval: 10 * time.Millisecond})
+	dl, err := decisionlog.New(decisionlog.Config{FlushInterval: 10 * time.Millisecond, RepeatWindow: 50 * time.Millisecond})
 	if err != nil {
 		cancel()
 		return err

@@ -194,7 +194,7 @@ func TestPrinterJSON(t *testing.T) {
 	}{
 		{&verdictv1.DecideResponse{Revision: 42}, `"revision": "42"`},
 		{diffReport{Revision: 7}, `"revision": "7"`},
-		{&verdictv1.DecisionRecord{Revision: 3, LatencyNs: 1500, CallerAddress: "127.0.0.1:5"}, `"latencyNs": "1500"`},
+		{&verdictv1.DecisionRecord{Revision: 3, LatencyNs: 1500, Caller: &verdictv1.RecordCaller{Address: "127.0.0.1:5"}}, `"latencyNs": "1500"`},
 	} {
 		buf.Reset()
 		if err := p.print(tc.v, nil); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/verdictpdp/verdict/internal/decisionlog"
 	"github.com/verdictpdp/verdict/internal/listen"
 )
 
@@ -70,6 +71,17 @@ type Config struct {
 	DecisionLogFilter string
 	DecisionLogSample float64
 	DecisionLogQueue  int
+	// DecisionLogMaxSize: a file sink rotates before a file grows past it
+	// (default 100 MiB), keeping DecisionLogMaxFiles files in all, the current
+	// one included (default 10): at most 1 GiB on disk by default.
+	DecisionLogMaxSize  int64
+	DecisionLogMaxFiles int
+	// DecisionLogMaxRecord caps one record (default 4 KiB): longer tags are
+	// cut and the record marked truncated.
+	DecisionLogMaxRecord int64
+	// DecisionLogRepeatWindow: identical decisions within it are written
+	// once, then counted (default 5s; 0: off).
+	DecisionLogRepeatWindow time.Duration
 }
 
 // Defaults.
@@ -78,6 +90,10 @@ const (
 	defaultMetricsListen = "127.0.0.1:7071"
 	defaultDataDir       = ".data/etcd"
 	defaultPrefix        = "/verdict/v1"
+
+	defaultDecisionLogMaxSize  = 100 << 20
+	defaultDecisionLogMaxFiles = 10
+	minDecisionLogMaxSize      = 64 << 10
 )
 
 // Validate checks the configuration; the errors name the flags.
@@ -168,6 +184,19 @@ func (c *Config) Validate() error {
 	}
 	if c.DecisionLogQueue <= 0 {
 		add("--decision-log-queue: %d: at least 1", c.DecisionLogQueue)
+	}
+	if c.DecisionLogMaxRecord < decisionlog.MinMaxRecordBytes {
+		add("--decision-log-max-record: %d: at least %s", c.DecisionLogMaxRecord, formatSize(decisionlog.MinMaxRecordBytes))
+	}
+	if c.DecisionLogMaxSize < max(minDecisionLogMaxSize, c.DecisionLogMaxRecord) {
+		add("--decision-log-max-size: %d: at least %s and at least --decision-log-max-record", c.DecisionLogMaxSize,
+			formatSize(minDecisionLogMaxSize))
+	}
+	if c.DecisionLogMaxFiles < 1 {
+		add("--decision-log-max-files: %d: at least 1", c.DecisionLogMaxFiles)
+	}
+	if c.DecisionLogRepeatWindow < 0 {
+		add("--decision-log-repeats-window: %v: 0 (off) or more", c.DecisionLogRepeatWindow)
 	}
 	return errors.Join(errs...)
 }

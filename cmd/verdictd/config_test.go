@@ -49,7 +49,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 	base := func() Config {
 		return Config{Listen: defaultListen, MetricsListen: defaultMetricsListen, EtcdPrefix: defaultPrefix, DataDir: dir,
-			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10}
+			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10,
+			DecisionLogMaxSize: defaultDecisionLogMaxSize, DecisionLogMaxFiles: 1, DecisionLogMaxRecord: 4 << 10}
 	}
 	tests := []struct {
 		name string
@@ -61,6 +62,13 @@ func TestConfigValidate(t *testing.T) {
 		{"decision log sample 0", func(c *Config) { c.DecisionLogSample = 0 }, "--decision-log-sample"},
 		{"decision log sample over 1", func(c *Config) { c.DecisionLogSample = 1.5 }, "--decision-log-sample"},
 		{"decision log queue 0", func(c *Config) { c.DecisionLogQueue = 0 }, "--decision-log-queue"},
+		{"decision log files 0", func(c *Config) { c.DecisionLogMaxFiles = 0 }, "--decision-log-max-files"},
+		{"decision log file size under 64 KiB", func(c *Config) { c.DecisionLogMaxSize = 1000 }, "--decision-log-max-size"},
+		{"decision log file size under the record cap", func(c *Config) {
+			c.DecisionLogMaxSize, c.DecisionLogMaxRecord = 64<<10, 128<<10
+		}, "--decision-log-max-size"},
+		{"decision record cap under 1 KiB", func(c *Config) { c.DecisionLogMaxRecord = 100 }, "--decision-log-max-record"},
+		{"negative repeats window", func(c *Config) { c.DecisionLogRepeatWindow = -time.Second }, "--decision-log-repeats-window"},
 		{"IPv6 loopback", func(c *Config) { c.Listen = "[::1]:7070" }, ""},
 		{"beyond loopback without authorization", func(c *Config) { c.Listen = "0.0.0.0:7070" }, "configure authorization first"},
 		{"all interfaces without authorization", func(c *Config) { c.Listen = ":7070" }, "configure authorization first"},

@@ -15,7 +15,8 @@ import (
 )
 
 // newDecisionLog builds the decision log from --decision-log (a list of
-// sinks: stdout, file:PATH, otlp) and its filter, sample rate and queue; nil
+// sinks: stdout, file:PATH, otlp) and its filter, sample rate, queue, file
+// rotation, record cap and repeat window; nil
 // when no sink is asked for. The OTLP sink is also on when OTEL_LOGS_EXPORTER
 // is "otlp"; its endpoint, headers and TLS come from the standard
 // OTEL_EXPORTER_OTLP_* variables (docs/logs.md).
@@ -43,12 +44,12 @@ func newDecisionLog(ctx context.Context, c Config, getenv func(string) string, l
 		case s == "stdout":
 			out = append(out, decisionlog.NewJSONLines(os.Stdout, nil))
 		case strings.HasPrefix(s, "file:"):
-			f, err := os.OpenFile(strings.TrimPrefix(s, "file:"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+			f, err := decisionlog.OpenFile(strings.TrimPrefix(s, "file:"), c.DecisionLogMaxSize, c.DecisionLogMaxFiles)
 			if err != nil {
 				closeAll()
 				return nil, fmt.Errorf("--decision-log: %w", err)
 			}
-			out = append(out, decisionlog.NewJSONLines(f, f))
+			out = append(out, f)
 		case strings.EqualFold(s, "otlp"):
 			exp, err := otlploggrpc.New(ctx) // OTEL_EXPORTER_OTLP_(LOGS_)ENDPOINT, _HEADERS, _INSECURE, ...
 			if err != nil {
@@ -67,13 +68,19 @@ func newDecisionLog(ctx context.Context, c Config, getenv func(string) string, l
 			return nil, fmt.Errorf("--decision-log: %q: stdout, file:PATH or otlp", s)
 		}
 	}
+	window := c.DecisionLogRepeatWindow
+	if window == 0 {
+		window = -1 // off
+	}
 	l, err := decisionlog.New(decisionlog.Config{Filter: filter, SampleRate: c.DecisionLogSample, QueueSize: c.DecisionLogQueue,
-		Sinks: out, Logger: log})
+		MaxRecordBytes: int(c.DecisionLogMaxRecord), RepeatWindow: window, Sinks: out, Logger: log})
 	if err != nil {
 		closeAll()
-		return nil, fmt.Errorf("--decision-log-sample: %w", err)
+		return nil, fmt.Errorf("--decision-log: %w", err)
 	}
-	log.Info("decision log on", "sinks", sinks, "filter", filter.String(), "sample", c.DecisionLogSample)
+	log.Info("decision log on", "sinks", sinks, "filter", filter.String(), "sample", c.DecisionLogSample,
+		"max_size", formatSize(c.DecisionLogMaxSize), "max_files", c.DecisionLogMaxFiles,
+		"max_record", formatSize(c.DecisionLogMaxRecord), "repeats_window", c.DecisionLogRepeatWindow)
 	return l, nil
 }
 

@@ -11,12 +11,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/verdictpdp/verdict/internal/decisionlog"
 )
 
 func main() {
@@ -141,10 +144,33 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
 	duration(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound of the graceful stop")
+	size := func(p *int64, name string, def int64, usage string) {
+		env := envName(name)
+		if v := getenv(env); v != "" {
+			n, err := parseSize(v)
+			if err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+			def = n
+		}
+		*p = def
+		fs.Func(name, fmt.Sprintf("%s (default %s; %s)", usage, formatSize(def), env), func(s string) (err error) {
+			*p, err = parseSize(s)
+			return err
+		})
+	}
 	str(&c.DecisionLog, "decision-log", "", "decision log sinks, comma-separated: stdout, file:PATH, otlp (OTEL_EXPORTER_OTLP_*); empty: off")
 	str(&c.DecisionLogFilter, "decision-log-filter", "all", "which decisions are logged: all, denies or audit (shadow result differs)")
 	float(&c.DecisionLogSample, "decision-log-sample", 1, "share of the filtered decisions logged, in (0, 1]")
 	integer(&c.DecisionLogQueue, "decision-log-queue", 10000, "decision records waiting to be written; beyond, records are dropped and counted")
+	size(&c.DecisionLogMaxSize, "decision-log-max-size", defaultDecisionLogMaxSize,
+		"a decision log file:PATH is rotated (PATH.1, PATH.2, ...) before it grows past this size (B, KiB, MiB, GiB)")
+	integer(&c.DecisionLogMaxFiles, "decision-log-max-files", defaultDecisionLogMaxFiles,
+		"decision log files kept, the current one included: at most max-files x max-size bytes on disk")
+	size(&c.DecisionLogMaxRecord, "decision-log-max-record", decisionlog.DefaultMaxRecordBytes,
+		"a decision record longer than this is cut (long tags and values first) and marked truncated")
+	duration(&c.DecisionLogRepeatWindow, "decision-log-repeats-window", decisionlog.DefaultRepeatWindow,
+		"identical decisions within this window are written once, then counted in one record (repeats); 0: every decision is written")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "verdictd — verdict's policy decision daemon\n\nUsage: verdictd [flags]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -180,4 +206,34 @@ func newLogger(c Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// parseSize reads a byte count: a number, optionally followed by B, KiB, MiB
+// or GiB (K, M, G and KB, MB, GB mean the same powers of 1024).
+func parseSize(s string) (int64, error) {
+	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	unit := strings.ToLower(strings.TrimSpace(s[len(num):]))
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q: not a size (a number with B, KiB, MiB or GiB)", s)
+	}
+	shift := map[string]int{"": 0, "b": 0, "k": 10, "kb": 10, "kib": 10, "m": 20, "mb": 20, "mib": 20, "g": 30, "gb": 30, "gib": 30}
+	sh, ok := shift[unit]
+	if !ok || n > math.MaxInt64>>sh {
+		return 0, fmt.Errorf("%q: not a size (a number with B, KiB, MiB or GiB)", s)
+	}
+	return n << sh, nil
+}
+
+// formatSize writes n in the largest unit that divides it.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		shift int
+		name  string
+	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n > 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
 }

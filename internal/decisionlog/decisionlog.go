@@ -1,11 +1,21 @@
 // Package decisionlog turns decisions into structured records and exports
 // them without ever blocking the decision: a record is offered to a bounded
-// queue and dropped (and counted) when the queue is full, as OPA's
+// queue and dropped (and counted, per mesh) when the queue is full, as OPA's
 // decision-log plugin does. One goroutine takes records off the queue in
 // batches and writes them to the sinks (JSON lines, OTLP logs) and to the
 // followers (live streams of verdictctl logs), each follower with a bounded
 // buffer of its own: a follower that falls behind is dropped, never waited
 // for.
+//
+// Nothing a client sends can make the log grow without bound (docs/logs.md):
+// a record is cut to a size cap, identical decisions repeated within a
+// window are counted into one record (repeats), the records dropped are
+// summarised in a record of their own, and the file sink rotates within a
+// total size.
+//
+// A record is the API's verdict.v1.DecisionRecord: the JSON lines are its
+// proto3 JSON mapping, the message Follow streams. It imports neither the
+// server nor the engine.
 package decisionlog
 
 import (
@@ -16,62 +26,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// Record is one decision as logged. Field names are the JSON names of the
-// JSON-lines sink and the attribute names of the OTLP sink (docs/logs.md).
-type Record struct {
-	Time        time.Time `json:"time"`
-	RPC         string    `json:"rpc"` // Decide, DecideBatch, DecideStream, Check
-	Revision    int64     `json:"revision"`
-	Mesh        string    `json:"mesh"`
-	Type        string    `json:"type"`
-	Source      Endpoint  `json:"source"`
-	Destination Endpoint  `json:"destination"`
-	Protocol    string    `json:"protocol,omitempty"`
-	Port        uint32    `json:"port,omitempty"`
-	Action      string    `json:"action"` // ALLOW or DENY: the enforced final action
-	Policy      string    `json:"policy,omitempty"`
-	Outbound    Side      `json:"outbound"`
-	Inbound     Side      `json:"inbound"`
-	Audit       *Audit    `json:"audit,omitempty"` // the shadow result, when it differs
-	Caller      Caller    `json:"caller"`
-	LatencyNs   int64     `json:"latencyNs"`
-}
-
-// Endpoint is one end of the flow as the request gave it, with the tags it
-// was decided on.
-type Endpoint struct {
-	Tags      map[string]string `json:"tags,omitempty"`
-	Workload  string            `json:"workload,omitempty"`
-	Address   string            `json:"address,omitempty"`
-	Principal string            `json:"principal,omitempty"`
-	Identity  uint64            `json:"identity,omitempty"`
-}
-
-// Side is one side's answer.
-type Side struct {
-	Action string `json:"action"`
-	Policy string `json:"policy,omitempty"`
-	Scope  string `json:"scope,omitempty"`
-	Rule   string `json:"rule,omitempty"`
-	Reason string `json:"reason"`
-}
-
-// Audit is the shadow decision that differs from the enforced one.
-type Audit struct {
-	Action string `json:"action"`
-	Policy string `json:"policy,omitempty"`
-	Scope  string `json:"scope,omitempty"`
-	Rule   string `json:"rule,omitempty"`
-	Side   string `json:"side"`
-}
-
-// Caller is who asked: its peer address and, over mTLS, its identity.
-type Caller struct {
-	Address  string `json:"address,omitempty"`
-	Identity string `json:"identity,omitempty"`
-}
+// Record is one decision as logged (docs/logs.md). A record handed to Log
+// belongs to the logger and is shared with the sinks and followers: no one
+// modifies it afterwards.
+type Record = verdictv1.DecisionRecord
 
 // Sink receives batches of records in order. Write may block (a file, the
 // network); it is called by the logger's one goroutine only. Records are
@@ -116,6 +80,18 @@ func (f Filter) String() string {
 	return [...]string{"all", "denies", "audit"}[f]
 }
 
+// Defaults of Config.
+const (
+	DefaultQueueSize       = 10_000
+	DefaultBatchSize       = 512
+	DefaultFlushInterval   = time.Second
+	DefaultMaxRecordBytes  = 4 << 10
+	MinMaxRecordBytes      = 1 << 10
+	DefaultRepeatWindow    = 5 * time.Second
+	DefaultRepeatFlows     = 16_384
+	DefaultSummaryInterval = 10 * time.Second
+)
+
 // Config of a Logger. Zero values take the defaults.
 type Config struct {
 	Filter Filter
@@ -127,23 +103,45 @@ type Config struct {
 	// how long a partial batch may wait (default 1 s).
 	QueueSize, BatchSize int
 	FlushInterval        time.Duration
-	Sinks                []Sink
-	Logger               *slog.Logger
+	// MaxRecordBytes caps one record's JSON line (default 4 KiB, at least
+	// 1 KiB): longer tag keys, values and endpoint names are cut, then tags
+	// left out, and the record is marked truncated.
+	MaxRecordBytes int
+	// RepeatWindow: a decision identical to one logged less than one to two
+	// windows before (same flow, caller, RPC, revision and answer) is
+	// counted, not logged; each window that counted some writes one record
+	// with repeats set (default 5 s; negative: every decision is logged).
+	// RepeatFlows bounds the flows tracked at once (default 16,384); a flow
+	// beyond it is logged in full.
+	RepeatWindow time.Duration
+	RepeatFlows  int
+	// SummaryInterval: how often a summary record of the records dropped
+	// since the last one is written, when any were (default 10 s).
+	SummaryInterval time.Duration
+	Sinks           []Sink
+	Logger          *slog.Logger
 }
 
-// Stats are the logger's counters.
+// Stats are the logger's counters. Every record offered is written,
+// dropped or waiting in the queue; Written counts those, not the repeats
+// and summary records the logger writes of its own.
 type Stats struct {
 	Offered, Written, Dropped, SinkErrors, FollowersDropped int64
-	QueueDepth                                              int
+	// Repeats: decisions counted into a repeats record instead of logged
+	// one by one; Truncated: records cut to the size cap.
+	Repeats, Truncated int64
+	QueueDepth         int
 }
 
 // Logger is the decision log. Its methods are safe for concurrent use; Log
-// never blocks.
+// and Repeat never block.
 type Logger struct {
-	cfg   Config
-	queue chan *Record
+	cfg     Config
+	queue   chan *Record
+	repeats *repeatTable // nil: off
+	drops   dropCounts
 
-	offered, written, dropped, sinkErrs, followersDropped atomic.Int64
+	offered, written, sinkErrs, followersDropped, truncated atomic.Int64
 
 	mu        sync.Mutex
 	followers map[*Follower]struct{}
@@ -155,22 +153,42 @@ func New(cfg Config) (*Logger, error) {
 	if cfg.SampleRate < 0 || cfg.SampleRate > 1 {
 		return nil, errors.New("decision-log sample rate: in (0, 1]")
 	}
+	if cfg.MaxRecordBytes != 0 && cfg.MaxRecordBytes < MinMaxRecordBytes {
+		return nil, errors.New("decision-log record cap: at least 1 KiB")
+	}
 	if cfg.SampleRate == 0 {
 		cfg.SampleRate = 1
 	}
 	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = 10_000
+		cfg.QueueSize = DefaultQueueSize
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 512
+		cfg.BatchSize = DefaultBatchSize
 	}
 	if cfg.FlushInterval <= 0 {
-		cfg.FlushInterval = time.Second
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.MaxRecordBytes == 0 {
+		cfg.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if cfg.RepeatWindow == 0 {
+		cfg.RepeatWindow = DefaultRepeatWindow
+	}
+	if cfg.RepeatFlows <= 0 {
+		cfg.RepeatFlows = DefaultRepeatFlows
+	}
+	if cfg.SummaryInterval <= 0 {
+		cfg.SummaryInterval = DefaultSummaryInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Logger{cfg: cfg, queue: make(chan *Record, cfg.QueueSize), followers: map[*Follower]struct{}{}}, nil
+	l := &Logger{cfg: cfg, queue: make(chan *Record, cfg.QueueSize), followers: map[*Follower]struct{}{}}
+	if cfg.RepeatWindow > 0 {
+		l.repeats = newRepeatTable(cfg.RepeatFlows)
+	}
+	l.drops.init()
+	return l, nil
 }
 
 // Wants reports whether a decision with this final action and audit
@@ -196,29 +214,77 @@ func (l *Logger) Wants(deny, auditDiff bool) bool {
 // Filter is the logger's filter: which decisions become records at all.
 func (l *Logger) Filter() Filter { return l.cfg.Filter }
 
-// Log offers r to the queue; when the queue is full r is dropped and
-// counted. It never blocks. The logger owns r afterwards.
-func (l *Logger) Log(r *Record) {
+// CountsRepeats reports whether the repeat window is on: only then does a
+// caller need a decision's key (Repeat).
+func (l *Logger) CountsRepeats() bool { return l.repeats != nil }
+
+// Repeat reports whether a decision whose key is key repeats one logged
+// within the repeat window; it is then counted into the flow's next repeats
+// record, and the caller builds and logs nothing. Otherwise the caller builds
+// the record and hands it to Log with the same key. The key is a hash of
+// everything that makes two records the same decision (flow, caller, RPC,
+// revision, answer), computed by the caller; 0 (or the repeats off) never
+// repeats.
+func (l *Logger) Repeat(key uint64) bool {
+	if key == 0 || l.repeats == nil {
+		return false
+	}
+	return l.repeats.seen(key)
+}
+
+// Log cuts r to the record size cap and offers it to the queue; when the
+// queue is full r is dropped and counted under its mesh. It never blocks.
+// key is the one Repeat was asked about (0: none). The logger owns r
+// afterwards.
+func (l *Logger) Log(key uint64, r *Record) {
 	l.offered.Add(1)
+	if bound(r, l.cfg.MaxRecordBytes) {
+		l.truncated.Add(1)
+	}
 	select {
 	case l.queue <- r:
 	default:
-		l.dropped.Add(1)
+		l.drops.add(r.GetMesh(), ReasonQueueFull)
+	}
+	// Kept once queued: a repeats record follows the record it repeats.
+	if key != 0 && l.repeats != nil {
+		l.repeats.keep(key, r)
 	}
 }
 
 // Stats returns the counters.
 func (l *Logger) Stats() Stats {
-	return Stats{Offered: l.offered.Load(), Written: l.written.Load(), Dropped: l.dropped.Load(),
-		SinkErrors: l.sinkErrs.Load(), FollowersDropped: l.followersDropped.Load(), QueueDepth: len(l.queue)}
+	st := Stats{Offered: l.offered.Load(), Written: l.written.Load(), Dropped: l.drops.total(),
+		SinkErrors: l.sinkErrs.Load(), FollowersDropped: l.followersDropped.Load(), Truncated: l.truncated.Load(),
+		QueueDepth: len(l.queue)}
+	if l.repeats != nil {
+		st.Repeats = l.repeats.counted.Load()
+	}
+	return st
 }
 
+// Drops calls f with the records dropped so far, per mesh (the first
+// MaxDropMeshes meshes that dropped any by name, the others as "other") and
+// reason.
+func (l *Logger) Drops(f func(mesh, reason string, n int64)) { l.drops.each(f) }
+
 // Run writes batches until ctx ends, then writes what is queued (within
-// 5 s), closes the sinks and ends the followers.
+// 5 s), closes the sinks and ends the followers. It also closes the repeat
+// windows (writing the repeats records) and writes the summary records of
+// what was dropped.
 func (l *Logger) Run(ctx context.Context) error {
 	batch := make([]*Record, 0, l.cfg.BatchSize)
 	tick := time.NewTicker(l.cfg.FlushInterval)
 	defer tick.Stop()
+	summary := time.NewTicker(l.cfg.SummaryInterval)
+	defer summary.Stop()
+	var window <-chan time.Time
+	if l.repeats != nil {
+		t := time.NewTicker(l.cfg.RepeatWindow)
+		defer t.Stop()
+		window = t.C
+	}
+	reported := map[dropKey]int64{} // the drops the summaries have told
 	flush := func(ctx context.Context) {
 		if len(batch) == 0 {
 			return
@@ -227,15 +293,35 @@ func (l *Logger) Run(ctx context.Context) error {
 		clear(batch)
 		batch = batch[:0]
 	}
+	add := func(ctx context.Context, r *Record) {
+		batch = append(batch, r)
+		if len(batch) == cap(batch) {
+			flush(ctx)
+		}
+	}
 	for {
 		select {
 		case r := <-l.queue:
-			batch = append(batch, r)
-			if len(batch) == cap(batch) {
-				flush(ctx)
-			}
+			add(ctx, r)
 		case <-tick.C:
 			flush(ctx)
+		case <-window:
+			// The records queued first, then the repeats of those kept
+			// (Log queues before it keeps), written now, not at the tick.
+		queued:
+			for {
+				select {
+				case r := <-l.queue:
+					add(ctx, r)
+				default:
+					break queued
+				}
+			}
+			l.repeats.sweep(time.Now(), func(r *Record) { add(ctx, r) })
+		case <-summary.C:
+			if r := l.drops.summary(time.Now(), reported); r != nil {
+				add(ctx, r)
+			}
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -243,13 +329,16 @@ func (l *Logger) Run(ctx context.Context) error {
 			for {
 				select {
 				case r := <-l.queue:
-					batch = append(batch, r)
-					if len(batch) == cap(batch) {
-						flush(dctx)
-					}
+					add(dctx, r)
 				default:
 					break drain
 				}
+			}
+			if l.repeats != nil {
+				l.repeats.sweep(time.Now(), func(r *Record) { add(dctx, r) })
+			}
+			if r := l.drops.summary(time.Now(), reported); r != nil {
+				add(dctx, r)
 			}
 			flush(dctx)
 			var errs []error
@@ -277,7 +366,13 @@ func (l *Logger) write(ctx context.Context, batch []*Record) {
 			}
 		}
 	}
-	l.written.Add(int64(len(batch)))
+	n := 0
+	for _, r := range batch {
+		if r.Repeats == 0 && r.Dropped == nil {
+			n++
+		}
+	}
+	l.written.Add(int64(n))
 	l.mu.Lock()
 	for f := range l.followers {
 		if !f.offer(batch) {
@@ -286,6 +381,15 @@ func (l *Logger) write(ctx context.Context, batch []*Record) {
 		}
 	}
 	l.mu.Unlock()
+}
+
+// withRepeats is a record standing for n more decisions identical to r's,
+// at t: r's parts are shared (records are not modified once logged).
+func withRepeats(r *Record, n int64, t time.Time) *Record {
+	return &Record{Time: timestamppb.New(t), Rpc: r.Rpc, Revision: r.Revision, Mesh: r.Mesh, Type: r.Type,
+		Source: r.Source, Destination: r.Destination, Protocol: r.Protocol, Port: r.Port, Action: r.Action,
+		Policy: r.Policy, Outbound: r.Outbound, Inbound: r.Inbound, Audit: r.Audit, Caller: r.Caller,
+		Repeats: n, Truncated: r.Truncated}
 }
 
 // Errors that end a follower.

@@ -15,24 +15,30 @@ import (
 	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func record(i int, action string) *Record {
-	return &Record{Time: time.Unix(1_700_000_000, int64(i)), RPC: "Decide", Revision: int64(i), Mesh: "default",
+	return &Record{Time: timestamppb.New(time.Unix(1_700_000_000, int64(i))), Rpc: "Decide", Revision: int64(i), Mesh: "default",
 		Type: "TrafficPermission", Action: action, Policy: "p",
-		Source:      Endpoint{Tags: map[string]string{"app": "web"}},
-		Destination: Endpoint{Address: "10.0.0.2"}, Protocol: "TCP", Port: 8080,
-		Outbound: Side{Action: action, Policy: "p", Reason: "MATCHED"}, Inbound: Side{Action: action, Policy: "p", Reason: "MATCHED"},
-		Caller: Caller{Address: "127.0.0.1:5000"}}
+		Source:      &verdictv1.RecordEndpoint{Tags: map[string]string{"app": "web"}},
+		Destination: &verdictv1.RecordEndpoint{Address: "10.0.0.2"}, Protocol: "TCP", Port: 8080,
+		Outbound: &verdictv1.RecordSide{Action: action, Policy: "p", Reason: "MATCHED"},
+		Inbound:  &verdictv1.RecordSide{Action: action, Policy: "p", Reason: "MATCHED"},
+		Caller:   &verdictv1.RecordCaller{Address: "127.0.0.1:5000"}}
 }
 
 // blockingSink holds every Write until release is closed.
 type blockingSink struct {
 	release chan struct{}
 	mu      sync.Mutex
-	got     int
+	got     int       // decision records
+	dropped []*Record // summary records
 }
 
 func (s *blockingSink) Write(ctx context.Context, b []*Record) error {
@@ -42,7 +48,13 @@ func (s *blockingSink) Write(ctx context.Context, b []*Record) error {
 		return ctx.Err()
 	}
 	s.mu.Lock()
-	s.got += len(b)
+	for _, r := range b {
+		if r.Dropped != nil {
+			s.dropped = append(s.dropped, r)
+		} else {
+			s.got++
+		}
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -73,7 +85,7 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		for i := range 1000 {
-			l.Log(record(i, "ALLOW"))
+			l.Log(0, record(i, "ALLOW"))
 		}
 		close(done)
 	}()
@@ -91,6 +103,14 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 	st = l.Stats()
 	if st.Written+st.Dropped != 1000 || int64(sink.got) != st.Written {
 		t.Fatalf("stats %+v, sink got %d: every record is written or dropped", st, sink.got)
+	}
+	// The drops are told in the log itself, per mesh and reason (here at
+	// the stop: the summary interval is 10 s).
+	if len(sink.dropped) != 1 || len(sink.dropped[0].Dropped) != 1 {
+		t.Fatalf("summary records %v", sink.dropped)
+	}
+	if d := sink.dropped[0].Dropped[0]; d.Mesh != "default" || d.Reason != ReasonQueueFull || d.Count != st.Dropped {
+		t.Errorf("summary %v, want %d dropped in default", d, st.Dropped)
 	}
 }
 
@@ -137,19 +157,29 @@ func TestJSONLines(t *testing.T) {
 	var buf bytes.Buffer
 	l, _ := New(Config{Sinks: []Sink{NewJSONLines(&buf, nil)}})
 	stop := run(t, l)
-	l.Log(record(1, "ALLOW"))
-	l.Log(record(2, "DENY"))
+	l.Log(0, record(1, "ALLOW"))
+	l.Log(0, record(2, "DENY"))
 	stop()
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("%d lines:\n%s", len(lines), buf.String())
 	}
 	var r Record
-	if err := json.Unmarshal([]byte(lines[1]), &r); err != nil {
+	if err := protojson.Unmarshal([]byte(lines[1]), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Action != "DENY" || r.Revision != 2 || r.Destination.Address != "10.0.0.2" || r.Inbound.Reason != "MATCHED" {
-		t.Errorf("line 2 read back as %+v", r)
+	if r.Action != "DENY" || r.Revision != 2 || r.Destination.Address != "10.0.0.2" || r.Inbound.Reason != "MATCHED" ||
+		r.Caller.GetAddress() != "127.0.0.1:5000" {
+		t.Errorf("line 2 read back as %v", &r)
+	}
+	// The proto3 JSON mapping: 64-bit integers are strings, the caller a
+	// message of its own.
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(lines[1]), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw["revision"] != "2" || raw["caller"].(map[string]any)["address"] != "127.0.0.1:5000" || raw["port"] != 8080.0 {
+		t.Errorf("line 2: %s", lines[1])
 	}
 }
 
@@ -204,8 +234,8 @@ func TestOTLPSink(t *testing.T) {
 	}
 	l, _ := New(Config{Sinks: []Sink{NewOTLP(exp)}})
 	stop := run(t, l)
-	l.Log(record(7, "DENY"))
-	l.Log(record(8, "ALLOW"))
+	l.Log(0, record(7, "DENY"))
+	l.Log(0, record(8, "ALLOW"))
 	stop() // flushes and shuts the exporter down
 	got := col.records()
 	if len(got) != 2 {
@@ -227,7 +257,7 @@ func TestSinkErrorsAreCountedAndOthersStillWrite(t *testing.T) {
 	var buf bytes.Buffer
 	l, _ := New(Config{Sinks: []Sink{errSink{}, NewJSONLines(&buf, nil)}})
 	stop := run(t, l)
-	l.Log(record(1, "ALLOW"))
+	l.Log(0, record(1, "ALLOW"))
 	stop()
 	if st := l.Stats(); st.SinkErrors != 1 || st.Written != 1 || buf.Len() == 0 {
 		t.Errorf("stats %+v, JSON %q", st, buf.String())
@@ -240,7 +270,7 @@ func TestFollowers(t *testing.T) {
 	denies := l.Follow(func(r *Record) bool { return r.Action == "DENY" }, 100)
 	slow := l.Follow(nil, 2)
 	for i := range 10 {
-		l.Log(record(i, []string{"ALLOW", "DENY"}[i%2]))
+		l.Log(0, record(i, []string{"ALLOW", "DENY"}[i%2]))
 	}
 	for range 5 {
 		select {

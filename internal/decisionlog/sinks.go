@@ -3,37 +3,76 @@ package decisionlog
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	otellog "go.opentelemetry.io/otel/log"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// JSONLines writes each record as one line of JSON to w, flushing after each
-// batch.
+// JSONLines writes each record as one line of JSON — the proto3 JSON
+// mapping of verdict.v1.DecisionRecord — to w, flushing after each batch.
+// Opened by OpenFile, it rotates its file by size within a total.
 type JSONLines struct {
-	w   *bufio.Writer
-	enc *json.Encoder
-	c   io.Closer // closed with the sink; nil for stdout
+	w    *bufio.Writer
+	out  io.Writer // under w
+	line []byte
+	file *rotatingFile // nil: w is not a file of ours
+	c    io.Closer     // closed with the sink; nil for stdout
 }
 
 // NewJSONLines returns a sink writing to w; c (may be nil) is closed with it.
 func NewJSONLines(w io.Writer, c io.Closer) *JSONLines {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	return &JSONLines{w: bw, enc: json.NewEncoder(bw), c: c}
+	return &JSONLines{w: bufio.NewWriterSize(w, 64<<10), out: w, c: c}
 }
 
-// Write encodes the batch and flushes it.
+// OpenFile returns a sink appending to the file at path (created with mode
+// 0600) that keeps each file under maxSize bytes and at most maxFiles files
+// in all: when a line would take the file past maxSize, the file is renamed
+// path.1 (path.1 becomes path.2, and so on; the oldest beyond maxFiles-1 is
+// removed) and a new one started. A line longer than maxSize gets a file of
+// its own.
+func OpenFile(path string, maxSize int64, maxFiles int) (*JSONLines, error) {
+	f, err := openRotating(path, maxSize, maxFiles)
+	if err != nil {
+		return nil, err
+	}
+	return &JSONLines{w: bufio.NewWriterSize(f, 64<<10), out: f, file: f, c: f}, nil
+}
+
+// Write encodes the batch (json.go) and flushes it. After an error the
+// batch's unwritten records are lost and the next batch tries afresh (a
+// full disk may have room again).
 func (s *JSONLines) Write(_ context.Context, batch []*Record) error {
 	for _, r := range batch {
-		if err := s.enc.Encode(r); err != nil {
-			return err
+		line := append(appendRecord(s.line[:0], r), '\n')
+		s.line = line
+		if f := s.file; f != nil && f.full(int64(s.w.Buffered()), len(line)) {
+			if err := s.w.Flush(); err != nil {
+				return s.fail(err)
+			}
+			if err := f.rotate(); err != nil {
+				return s.fail(err)
+			}
+		}
+		if _, err := s.w.Write(line); err != nil {
+			return s.fail(err)
 		}
 	}
-	return s.w.Flush()
+	if err := s.w.Flush(); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
+// fail drops what is buffered and the writer's error (bufio keeps the first
+// error for good), and returns err.
+func (s *JSONLines) fail(err error) error {
+	s.w.Reset(s.out)
+	return err
 }
 
 // Close flushes and closes the underlying file.
@@ -69,9 +108,19 @@ func NewOTLP(exp sdklog.Exporter, opts ...sdklog.LoggerProviderOption) *OTLP {
 func (s *OTLP) Write(ctx context.Context, batch []*Record) error {
 	for _, r := range batch {
 		var lr otellog.Record
+		t := r.GetTime().AsTime()
+		lr.SetTimestamp(t)
+		lr.SetObservedTimestamp(t)
+		if r.Dropped != nil {
+			lr.SetEventName("verdict.decision_log.dropped")
+			lr.SetSeverity(otellog.SeverityWarn)
+			lr.SetSeverityText("WARN")
+			lr.SetBody(attribute.StringValue("decision records dropped"))
+			lr.AddAttributes(droppedAttrs(r.Dropped))
+			s.logger.Emit(ctx, lr)
+			continue
+		}
 		lr.SetEventName("verdict.decision")
-		lr.SetTimestamp(r.Time)
-		lr.SetObservedTimestamp(r.Time)
 		lr.SetSeverity(otellog.SeverityInfo)
 		lr.SetSeverityText("INFO")
 		if r.Action != "ALLOW" {
@@ -97,7 +146,7 @@ func policyOrNone(p string) string {
 
 func attributes(r *Record) []attribute.KeyValue {
 	kv := []attribute.KeyValue{
-		attribute.String("verdict.rpc", r.RPC),
+		attribute.String("verdict.rpc", r.Rpc),
 		attribute.Int64("verdict.revision", r.Revision),
 		attribute.String("verdict.mesh", r.Mesh),
 		attribute.String("verdict.type", r.Type),
@@ -111,45 +160,60 @@ func attributes(r *Record) []attribute.KeyValue {
 		attribute.Map("verdict.outbound", sideAttrs(r.Outbound)...),
 		attribute.Map("verdict.inbound", sideAttrs(r.Inbound)...),
 	}
-	if r.Caller.Address != "" {
-		kv = append(kv, attribute.String("client.address", r.Caller.Address))
+	if a := r.Caller.GetAddress(); a != "" {
+		kv = append(kv, attribute.String("client.address", a))
 	}
-	if r.Caller.Identity != "" {
-		kv = append(kv, attribute.String("verdict.caller.identity", r.Caller.Identity))
+	if id := r.Caller.GetIdentity(); id != "" {
+		kv = append(kv, attribute.String("verdict.caller.identity", id))
 	}
 	if a := r.Audit; a != nil {
 		kv = append(kv, attribute.Map("verdict.audit",
 			attribute.String("action", a.Action), attribute.String("policy", a.Policy), attribute.String("scope", a.Scope),
 			attribute.String("rule", a.Rule), attribute.String("side", a.Side)))
 	}
+	if r.Repeats != 0 {
+		kv = append(kv, attribute.Int64("verdict.repeats", r.Repeats))
+	}
+	if r.Truncated {
+		kv = append(kv, attribute.Bool("verdict.truncated", true))
+	}
 	return kv
 }
 
-func endpointAttrs(e Endpoint) []attribute.KeyValue {
+func droppedAttrs(ds []*verdictv1.RecordsDropped) attribute.KeyValue {
+	vs := make([]attribute.Value, len(ds))
+	for i, d := range ds {
+		vs[i] = attribute.MapValue(attribute.String("mesh", d.Mesh), attribute.String("reason", d.Reason),
+			attribute.Int64("count", d.Count))
+	}
+	return attribute.Slice("verdict.dropped", vs...)
+}
+
+func endpointAttrs(e *verdictv1.RecordEndpoint) []attribute.KeyValue {
 	var kv []attribute.KeyValue
-	if len(e.Tags) > 0 {
+	if len(e.GetTags()) > 0 {
 		tags := make([]attribute.KeyValue, 0, len(e.Tags))
 		for k, v := range e.Tags {
 			tags = append(tags, attribute.String(k, v))
 		}
 		kv = append(kv, attribute.Map("tags", tags...))
 	}
-	if e.Workload != "" {
+	if e.GetWorkload() != "" {
 		kv = append(kv, attribute.String("workload", e.Workload))
 	}
-	if e.Address != "" {
+	if e.GetAddress() != "" {
 		kv = append(kv, attribute.String("address", e.Address))
 	}
-	if e.Principal != "" {
+	if e.GetPrincipal() != "" {
 		kv = append(kv, attribute.String("principal", e.Principal))
 	}
-	if e.Identity != 0 {
+	if e.GetIdentity() != 0 {
 		kv = append(kv, attribute.String("identity", strconv.FormatUint(e.Identity, 10)))
 	}
 	return kv
 }
 
-func sideAttrs(s Side) []attribute.KeyValue {
-	return []attribute.KeyValue{attribute.String("action", s.Action), attribute.String("policy", s.Policy),
-		attribute.String("scope", s.Scope), attribute.String("rule", s.Rule), attribute.String("reason", s.Reason)}
+func sideAttrs(s *verdictv1.RecordSide) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("action", s.GetAction()), attribute.String("policy", s.GetPolicy()),
+		attribute.String("scope", s.GetScope()), attribute.String("rule", s.GetRule()), attribute.String("reason", s.GetReason())}
 }

@@ -7,12 +7,13 @@
 package verdictv1
 
 import (
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
+
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 )
 
 const (
@@ -157,11 +158,15 @@ func (x *FollowResponse) GetRecord() *DecisionRecord {
 	return nil
 }
 
-// DecisionRecord is one decision as logged.
+// DecisionRecord is one decision as logged: the record Follow streams and the
+// one the decision log writes (its JSON lines are this message in the proto3
+// JSON mapping). A record may stand for several identical decisions
+// (repeats), and a summary record carries only time and dropped.
 type DecisionRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
-	// Decide, DecideBatch, DecideStream or Check.
+	// Decide, DecideBatch, DecideStream, Check, DecideCompact or
+	// DecideCompactStream; empty in a summary record.
 	Rpc         string          `protobuf:"bytes,2,opt,name=rpc,proto3" json:"rpc,omitempty"`
 	Revision    int64           `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	Mesh        string          `protobuf:"bytes,4,opt,name=mesh,proto3" json:"mesh,omitempty"`
@@ -177,12 +182,23 @@ type DecisionRecord struct {
 	Inbound  *RecordSide `protobuf:"bytes,13,opt,name=inbound,proto3" json:"inbound,omitempty"`
 	// The shadow (audit) result, when it differs from the enforced one.
 	Audit *RecordAudit `protobuf:"bytes,14,opt,name=audit,proto3" json:"audit,omitempty"`
-	// The caller's peer address and, over mTLS, its certificate identity.
-	CallerAddress  string `protobuf:"bytes,15,opt,name=caller_address,json=callerAddress,proto3" json:"caller_address,omitempty"`
-	CallerIdentity string `protobuf:"bytes,16,opt,name=caller_identity,json=callerIdentity,proto3" json:"caller_identity,omitempty"`
-	LatencyNs      int64  `protobuf:"varint,17,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Who asked.
+	Caller *RecordCaller `protobuf:"bytes,18,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The engine's time for this decision (0 on the compact path, which times
+	// its batches as a whole).
+	LatencyNs int64 `protobuf:"varint,17,opt,name=latency_ns,json=latencyNs,proto3" json:"latency_ns,omitempty"`
+	// When set, this record stands for that many decisions identical to the
+	// flow's last record (same flow, caller host, RPC, revision and answer),
+	// made within one repeat window and not written one by one; time is when
+	// the window closed and latency_ns is 0.
+	Repeats int64 `protobuf:"varint,19,opt,name=repeats,proto3" json:"repeats,omitempty"`
+	// Some tags or values were cut to keep the record within its size cap.
+	Truncated bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// A summary record: the records dropped since the previous summary, per
+	// mesh and reason.
+	Dropped       []*RecordsDropped `protobuf:"bytes,21,rep,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecisionRecord) Reset() {
@@ -313,23 +329,155 @@ func (x *DecisionRecord) GetAudit() *RecordAudit {
 	return nil
 }
 
-func (x *DecisionRecord) GetCallerAddress() string {
+func (x *DecisionRecord) GetCaller() *RecordCaller {
 	if x != nil {
-		return x.CallerAddress
+		return x.Caller
 	}
-	return ""
-}
-
-func (x *DecisionRecord) GetCallerIdentity() string {
-	if x != nil {
-		return x.CallerIdentity
-	}
-	return ""
+	return nil
 }
 
 func (x *DecisionRecord) GetLatencyNs() int64 {
 	if x != nil {
 		return x.LatencyNs
+	}
+	return 0
+}
+
+func (x *DecisionRecord) GetRepeats() int64 {
+	if x != nil {
+		return x.Repeats
+	}
+	return 0
+}
+
+func (x *DecisionRecord) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *DecisionRecord) GetDropped() []*RecordsDropped {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
+// RecordCaller is who asked for a logged decision.
+type RecordCaller struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The peer address.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// Over mTLS, the verified certificate's first URI or DNS SAN.
+	Identity      string `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordCaller) Reset() {
+	*x = RecordCaller{}
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordCaller) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordCaller) ProtoMessage() {}
+
+func (x *RecordCaller) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordCaller.ProtoReflect.Descriptor instead.
+func (*RecordCaller) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decisionlog_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RecordCaller) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *RecordCaller) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// RecordsDropped counts the records of one mesh dropped for one reason.
+type RecordsDropped struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mesh, or "other" beyond the first 64 meshes that dropped records.
+	Mesh string `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	// queue_full: the queue was full when the decision was offered.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Count         int64  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordsDropped) Reset() {
+	*x = RecordsDropped{}
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordsDropped) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordsDropped) ProtoMessage() {}
+
+func (x *RecordsDropped) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordsDropped.ProtoReflect.Descriptor instead.
+func (*RecordsDropped) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_decisionlog_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RecordsDropped) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *RecordsDropped) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RecordsDropped) GetCount() int64 {
+	if x != nil {
+		return x.Count
 	}
 	return 0
 }
@@ -348,7 +496,7 @@ type RecordEndpoint struct {
 
 func (x *RecordEndpoint) Reset() {
 	*x = RecordEndpoint{}
-	mi := &file_verdict_v1_decisionlog_proto_msgTypes[3]
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +508,7 @@ func (x *RecordEndpoint) String() string {
 func (*RecordEndpoint) ProtoMessage() {}
 
 func (x *RecordEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decisionlog_proto_msgTypes[3]
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +521,7 @@ func (x *RecordEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEndpoint.ProtoReflect.Descriptor instead.
 func (*RecordEndpoint) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decisionlog_proto_rawDescGZIP(), []int{3}
+	return file_verdict_v1_decisionlog_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RecordEndpoint) GetTags() map[string]string {
@@ -425,7 +573,7 @@ type RecordSide struct {
 
 func (x *RecordSide) Reset() {
 	*x = RecordSide{}
-	mi := &file_verdict_v1_decisionlog_proto_msgTypes[4]
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +585,7 @@ func (x *RecordSide) String() string {
 func (*RecordSide) ProtoMessage() {}
 
 func (x *RecordSide) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decisionlog_proto_msgTypes[4]
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +598,7 @@ func (x *RecordSide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSide.ProtoReflect.Descriptor instead.
 func (*RecordSide) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decisionlog_proto_rawDescGZIP(), []int{4}
+	return file_verdict_v1_decisionlog_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RecordSide) GetAction() string {
@@ -502,7 +650,7 @@ type RecordAudit struct {
 
 func (x *RecordAudit) Reset() {
 	*x = RecordAudit{}
-	mi := &file_verdict_v1_decisionlog_proto_msgTypes[5]
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +662,7 @@ func (x *RecordAudit) String() string {
 func (*RecordAudit) ProtoMessage() {}
 
 func (x *RecordAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_verdict_v1_decisionlog_proto_msgTypes[5]
+	mi := &file_verdict_v1_decisionlog_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +675,7 @@ func (x *RecordAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordAudit.ProtoReflect.Descriptor instead.
 func (*RecordAudit) Descriptor() ([]byte, []int) {
-	return file_verdict_v1_decisionlog_proto_rawDescGZIP(), []int{5}
+	return file_verdict_v1_decisionlog_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RecordAudit) GetAction() string {
@@ -580,7 +728,7 @@ const file_verdict_v1_decisionlog_proto_rawDesc = "" +
 	"\n" +
 	"audit_only\x18\x06 \x01(\bR\tauditOnly\"D\n" +
 	"\x0eFollowResponse\x122\n" +
-	"\x06record\x18\x01 \x01(\v2\x1a.verdict.v1.DecisionRecordR\x06record\"\xec\x04\n" +
+	"\x06record\x18\x01 \x01(\v2\x1a.verdict.v1.DecisionRecordR\x06record\"\xe9\x05\n" +
 	"\x0eDecisionRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x10\n" +
 	"\x03rpc\x18\x02 \x01(\tR\x03rpc\x12\x1a\n" +
@@ -596,11 +744,20 @@ const file_verdict_v1_decisionlog_proto_rawDesc = "" +
 	"\x06policy\x18\v \x01(\tR\x06policy\x122\n" +
 	"\boutbound\x18\f \x01(\v2\x16.verdict.v1.RecordSideR\boutbound\x120\n" +
 	"\ainbound\x18\r \x01(\v2\x16.verdict.v1.RecordSideR\ainbound\x12-\n" +
-	"\x05audit\x18\x0e \x01(\v2\x17.verdict.v1.RecordAuditR\x05audit\x12%\n" +
-	"\x0ecaller_address\x18\x0f \x01(\tR\rcallerAddress\x12'\n" +
-	"\x0fcaller_identity\x18\x10 \x01(\tR\x0ecallerIdentity\x12\x1d\n" +
+	"\x05audit\x18\x0e \x01(\v2\x17.verdict.v1.RecordAuditR\x05audit\x120\n" +
+	"\x06caller\x18\x12 \x01(\v2\x18.verdict.v1.RecordCallerR\x06caller\x12\x1d\n" +
 	"\n" +
-	"latency_ns\x18\x11 \x01(\x03R\tlatencyNs\"\xf3\x01\n" +
+	"latency_ns\x18\x11 \x01(\x03R\tlatencyNs\x12\x18\n" +
+	"\arepeats\x18\x13 \x01(\x03R\arepeats\x12\x1c\n" +
+	"\ttruncated\x18\x14 \x01(\bR\ttruncated\x124\n" +
+	"\adropped\x18\x15 \x03(\v2\x1a.verdict.v1.RecordsDroppedR\adroppedJ\x04\b\x0f\x10\x10J\x04\b\x10\x10\x11R\x0ecaller_addressR\x0fcaller_identity\"D\n" +
+	"\fRecordCaller\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"R\n" +
+	"\x0eRecordsDropped\x12\x12\n" +
+	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\xf3\x01\n" +
 	"\x0eRecordEndpoint\x128\n" +
 	"\x04tags\x18\x01 \x03(\v2$.verdict.v1.RecordEndpoint.TagsEntryR\x04tags\x12\x1a\n" +
 	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x18\n" +
@@ -638,33 +795,37 @@ func file_verdict_v1_decisionlog_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_decisionlog_proto_rawDescData
 }
 
-var file_verdict_v1_decisionlog_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_verdict_v1_decisionlog_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_verdict_v1_decisionlog_proto_goTypes = []any{
 	(*FollowRequest)(nil),         // 0: verdict.v1.FollowRequest
 	(*FollowResponse)(nil),        // 1: verdict.v1.FollowResponse
 	(*DecisionRecord)(nil),        // 2: verdict.v1.DecisionRecord
-	(*RecordEndpoint)(nil),        // 3: verdict.v1.RecordEndpoint
-	(*RecordSide)(nil),            // 4: verdict.v1.RecordSide
-	(*RecordAudit)(nil),           // 5: verdict.v1.RecordAudit
-	nil,                           // 6: verdict.v1.RecordEndpoint.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*RecordCaller)(nil),          // 3: verdict.v1.RecordCaller
+	(*RecordsDropped)(nil),        // 4: verdict.v1.RecordsDropped
+	(*RecordEndpoint)(nil),        // 5: verdict.v1.RecordEndpoint
+	(*RecordSide)(nil),            // 6: verdict.v1.RecordSide
+	(*RecordAudit)(nil),           // 7: verdict.v1.RecordAudit
+	nil,                           // 8: verdict.v1.RecordEndpoint.TagsEntry
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 }
 var file_verdict_v1_decisionlog_proto_depIdxs = []int32{
-	2, // 0: verdict.v1.FollowResponse.record:type_name -> verdict.v1.DecisionRecord
-	7, // 1: verdict.v1.DecisionRecord.time:type_name -> google.protobuf.Timestamp
-	3, // 2: verdict.v1.DecisionRecord.source:type_name -> verdict.v1.RecordEndpoint
-	3, // 3: verdict.v1.DecisionRecord.destination:type_name -> verdict.v1.RecordEndpoint
-	4, // 4: verdict.v1.DecisionRecord.outbound:type_name -> verdict.v1.RecordSide
-	4, // 5: verdict.v1.DecisionRecord.inbound:type_name -> verdict.v1.RecordSide
-	5, // 6: verdict.v1.DecisionRecord.audit:type_name -> verdict.v1.RecordAudit
-	6, // 7: verdict.v1.RecordEndpoint.tags:type_name -> verdict.v1.RecordEndpoint.TagsEntry
-	0, // 8: verdict.v1.DecisionLogService.Follow:input_type -> verdict.v1.FollowRequest
-	1, // 9: verdict.v1.DecisionLogService.Follow:output_type -> verdict.v1.FollowResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	2,  // 0: verdict.v1.FollowResponse.record:type_name -> verdict.v1.DecisionRecord
+	9,  // 1: verdict.v1.DecisionRecord.time:type_name -> google.protobuf.Timestamp
+	5,  // 2: verdict.v1.DecisionRecord.source:type_name -> verdict.v1.RecordEndpoint
+	5,  // 3: verdict.v1.DecisionRecord.destination:type_name -> verdict.v1.RecordEndpoint
+	6,  // 4: verdict.v1.DecisionRecord.outbound:type_name -> verdict.v1.RecordSide
+	6,  // 5: verdict.v1.DecisionRecord.inbound:type_name -> verdict.v1.RecordSide
+	7,  // 6: verdict.v1.DecisionRecord.audit:type_name -> verdict.v1.RecordAudit
+	3,  // 7: verdict.v1.DecisionRecord.caller:type_name -> verdict.v1.RecordCaller
+	4,  // 8: verdict.v1.DecisionRecord.dropped:type_name -> verdict.v1.RecordsDropped
+	8,  // 9: verdict.v1.RecordEndpoint.tags:type_name -> verdict.v1.RecordEndpoint.TagsEntry
+	0,  // 10: verdict.v1.DecisionLogService.Follow:input_type -> verdict.v1.FollowRequest
+	1,  // 11: verdict.v1.DecisionLogService.Follow:output_type -> verdict.v1.FollowResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_decisionlog_proto_init() }
@@ -678,7 +839,7 @@ func file_verdict_v1_decisionlog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_decisionlog_proto_rawDesc), len(file_verdict_v1_decisionlog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

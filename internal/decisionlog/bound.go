@@ -1,0 +1,162 @@
+package decisionlog
+
+import (
+	"slices"
+	"unicode/utf8"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// MaxValueBytes is the longest a tag key or value, or an endpoint's
+// workload, address or principal, stays in a record that is over its size
+// cap; a longer one is cut (on a rune boundary) and ends with "…".
+const MaxValueBytes = 256
+
+// recordOverhead bounds the JSON of a record's field names, punctuation,
+// numbers and time: a record's line is at most this plus its strings as JSON
+// (TestBoundHoldsTheCap checks it).
+const recordOverhead = 768
+
+// ellipsis ends a cut string.
+const ellipsis = "…"
+
+// bound cuts r so that its JSON line is at most max bytes: first the long
+// strings of its endpoints, then the tags that do not fit (in key order),
+// and marks it truncated; it reports whether it cut anything. The tag maps
+// it cuts are replaced, never modified: they may be shared.
+func bound(r *Record, max int) bool {
+	if r.Dropped != nil {
+		return false
+	}
+	// Escaping makes a string's JSON at most 6 times its length: most
+	// records are far enough below the cap to need no closer look.
+	if recordOverhead+6*rawLen(r) <= max {
+		return false
+	}
+	fixed := recordOverhead + otherLen(r)
+	src, dst := r.Source, r.Destination
+	cut := false
+	for _, ep := range []*verdictv1.RecordEndpoint{src, dst} {
+		if ep == nil {
+			continue
+		}
+		for _, s := range []*string{&ep.Workload, &ep.Address, &ep.Principal} {
+			if len(*s) > MaxValueBytes {
+				*s, cut = shorten(*s), true
+			}
+			fixed += jsonLen(*s)
+		}
+	}
+	ts, td := tagsLen(src.GetTags()), tagsLen(dst.GetTags())
+	budget := max - fixed
+	if ts+td <= budget {
+		r.Truncated = r.Truncated || cut
+		return cut
+	}
+	// Each side gets half the budget, and what the other leaves of its half.
+	bs, bd := budget/2, budget-budget/2
+	switch {
+	case ts < bs:
+		bd = budget - ts
+	case td < bd:
+		bs = budget - td
+	}
+	if ts > bs {
+		src.Tags = cutTags(src.Tags, bs)
+	}
+	if td > bd {
+		dst.Tags = cutTags(dst.Tags, bd)
+	}
+	r.Truncated = true
+	return true
+}
+
+// cutTags is a new map of tags' pairs, in key order, each shortened, as far
+// as they fit in budget bytes of JSON.
+func cutTags(tags map[string]string, budget int) map[string]string {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make(map[string]string)
+	for _, k := range keys {
+		v := tags[k]
+		if len(k) > MaxValueBytes {
+			k = shorten(k)
+		}
+		if len(v) > MaxValueBytes {
+			v = shorten(v)
+		}
+		n := jsonLen(k) + jsonLen(v) + 2
+		if n > budget {
+			continue // a shorter pair further on may fit
+		}
+		budget -= n
+		out[k] = v
+	}
+	return out
+}
+
+// shorten cuts s to at most MaxValueBytes, on a rune boundary, ending it
+// with an ellipsis; the result shares no memory with s.
+func shorten(s string) string {
+	i := MaxValueBytes - len(ellipsis)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + ellipsis // a new string
+}
+
+// jsonLen is the length of s as a JSON string: quotes, escapes (protojson
+// escapes '"', '\\' and the control characters) included.
+func jsonLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			n++
+		case c < 0x20:
+			n += 5
+		}
+	}
+	return n
+}
+
+func tagsLen(tags map[string]string) int {
+	n := 0
+	for k, v := range tags {
+		n += jsonLen(k) + jsonLen(v) + 2
+	}
+	return n
+}
+
+// rawLen is the length of every string of r.
+func rawLen(r *Record) int {
+	n := len(r.Rpc) + len(r.Mesh) + len(r.Type) + len(r.Protocol) + len(r.Action) + len(r.Policy)
+	for _, ep := range []*verdictv1.RecordEndpoint{r.Source, r.Destination} {
+		n += len(ep.GetWorkload()) + len(ep.GetAddress()) + len(ep.GetPrincipal())
+		for k, v := range ep.GetTags() {
+			n += len(k) + len(v)
+		}
+	}
+	for _, s := range []*verdictv1.RecordSide{r.Outbound, r.Inbound} {
+		n += len(s.GetAction()) + len(s.GetPolicy()) + len(s.GetScope()) + len(s.GetRule()) + len(s.GetReason())
+	}
+	a := r.Audit
+	n += len(a.GetAction()) + len(a.GetPolicy()) + len(a.GetScope()) + len(a.GetRule()) + len(a.GetSide())
+	return n + len(r.Caller.GetAddress()) + len(r.Caller.GetIdentity())
+}
+
+// otherLen is the JSON length of r's strings outside its endpoints.
+func otherLen(r *Record) int {
+	n := 0
+	for _, s := range []string{r.Rpc, r.Mesh, r.Type, r.Protocol, r.Action, r.Policy,
+		r.Outbound.GetAction(), r.Outbound.GetPolicy(), r.Outbound.GetScope(), r.Outbound.GetRule(), r.Outbound.GetReason(),
+		r.Inbound.GetAction(), r.Inbound.GetPolicy(), r.Inbound.GetScope(), r.Inbound.GetRule(), r.Inbound.GetReason(),
+		r.Audit.GetAction(), r.Audit.GetPolicy(), r.Audit.GetScope(), r.Audit.GetRule(), r.Audit.GetSide(),
+		r.Caller.GetAddress(), r.Caller.GetIdentity()} {
+		n += jsonLen(s)
+	}
+	return n
+}
