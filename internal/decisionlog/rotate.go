@@ -40,8 +40,7 @@ func (r *rotatingFile) open() error {
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
-		return err
+		return errors.Join(err, f.Close())
 	}
 	r.f, r.size = f, st.Size()
 	return nil
