@@ -44,6 +44,10 @@ var (
 	ErrStopped = errors.New("embedded etcd is stopped")
 )
 
+// MaxTxnOps is the members' --max-txn-ops: room for store.MaxOps writes and
+// their checks in one transaction (etcd's default is 128).
+const MaxTxnOps = 1024
+
 // Config configures one member.
 type Config struct {
 	// Dir is the data directory (required). It is created if missing; a member
@@ -266,6 +270,10 @@ func (m *Etcd) embedConfig() (*embed.Config, error) {
 		ec.TickMs, ec.ElectionMs = 10, 100
 	}
 	ec.UnsafeNoFsync = c.NoFsync
+	// verdict's transactions hold up to store.MaxOps writes plus their
+	// checks (guards, references, one form per type): more than etcd's
+	// default of 128 operations (docs/storage.md, "Transactions").
+	ec.MaxTxnOps = MaxTxnOps
 	if c.ProgressNotifyInterval > 0 {
 		ec.WatchProgressNotifyInterval = c.ProgressNotifyInterval
 	}
