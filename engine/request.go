@@ -96,7 +96,7 @@ func (s *Snapshot) CheckApply(puts []Resource, deletes []Key) error {
 		case written && idx >= 0:
 			errs.add(fmt.Sprintf("resources[%d]", idx), inv.Err.Error())
 		case !before[inv.Path]:
-			errs.add(inv.Path, "this write would make it invalid: "+inv.Err.Error())
+			errs.add(RenderPath(inv.Path), "this write would make it invalid: "+inv.Err.Error())
 		}
 	}
 	return errs.err()

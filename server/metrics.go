@@ -132,7 +132,7 @@ func invalidKeys(snap *engine.Snapshot, limit int) []string {
 	inv := snap.Invalid()
 	keys := make([]string, 0, len(inv))
 	for _, r := range inv {
-		keys = append(keys, r.Path)
+		keys = append(keys, engine.RenderPath(r.Path))
 	}
 	sort.Strings(keys)
 	if len(keys) > limit {

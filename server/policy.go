@@ -245,7 +245,7 @@ func getStored(snap *engine.Snapshot, key string) (*verdictv1.StoredResource, er
 	}
 	for _, inv := range snap.Invalid() {
 		if inv.Resource == nil && inv.Path == k.String() {
-			sr, err := apiconv.StoredResource(inv.Path, nil, inv.Err)
+			sr, err := apiconv.StoredResource(k.String(), nil, inv.Err)
 			if sr != nil {
 				sr.ModRevision = inv.ModRevision
 			}
@@ -261,7 +261,7 @@ func invalidResources(snap *engine.Snapshot) ([]*verdictv1.StoredResource, error
 	sort.Slice(inv, func(i, j int) bool { return inv[i].Path < inv[j].Path })
 	out := make([]*verdictv1.StoredResource, 0, len(inv))
 	for _, r := range inv {
-		sr, err := apiconv.StoredResource(r.Path, r.Resource, r.Err)
+		sr, err := apiconv.StoredResource(engine.RenderPath(r.Path), r.Resource, r.Err)
 		if err != nil {
 			return nil, err
 		}
@@ -301,7 +301,7 @@ func (c *listCache) sorted(snap *engine.Snapshot) []listEntry {
 	})
 	for _, inv := range snap.Invalid() {
 		if inv.Resource == nil {
-			entries = append(entries, listEntry{path: inv.Path, err: inv.Err, rev: inv.ModRevision})
+			entries = append(entries, listEntry{path: engine.RenderPath(inv.Path), err: inv.Err, rev: inv.ModRevision})
 		}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })

@@ -156,7 +156,7 @@ func Missing(keys []engine.Key) error {
 }
 
 // InUse is the error of deleted scopes that stored resources still name
-// (dependents: path → the scope it names).
+// (dependents: path as stored → the scope it names).
 func InUse(dependents map[string]engine.Key) error {
 	paths := make([]string, 0, len(dependents))
 	for p := range dependents {
@@ -166,7 +166,7 @@ func InUse(dependents map[string]engine.Key) error {
 	const show = 5
 	var parts []string
 	for _, p := range paths[:min(len(paths), show)] {
-		parts = append(parts, fmt.Sprintf("%s names %s", p, dependents[p].String()))
+		parts = append(parts, fmt.Sprintf("%s names %s", RenderPath(p), dependents[p].String()))
 	}
 	if len(paths) > show {
 		parts = append(parts, fmt.Sprintf("and %d more", len(paths)-show))

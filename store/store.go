@@ -89,7 +89,7 @@ type Current struct {
 // Item is a stored resource as read back.
 type Item struct {
 	Key            engine.Key
-	Path           string          // the key without prefix
+	Path           string          // the key without prefix, its bytes as stored (RenderPath shows it)
 	Resource       engine.Resource // nil when Err is set
 	Err            error           // why the stored value is unusable
 	Value          []byte          // the stored bytes

@@ -397,7 +397,7 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string,
 					if rd.dependents == nil {
 						rd.dependents = map[string]engine.Key{}
 					}
-					rd.dependents[store.RenderPath(p)] = d
+					rd.dependents[p] = d
 				}
 			}
 		case j < nMarkers:

@@ -308,7 +308,7 @@ func (s *Store) item(key string, value []byte, create, mod int64, tags *store.Ta
 	it := store.DecodeItemInterned(strings.TrimPrefix(key, s.prefix), value, create, mod, tags)
 	if it.Err != nil {
 		s.skipped.Add(1)
-		s.log.Warn("skipping a stored value that does not decode", "path", it.Path, "mod_revision", mod, "error", it.Err)
+		s.log.Warn("skipping a stored value that does not decode", "path", store.RenderPath(it.Path), "mod_revision", mod, "error", it.Err)
 	}
 	return it
 }
@@ -372,8 +372,7 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListPag
 		page.Items[i] = s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision, nil)
 	}
 	if resp.More && len(page.Items) > 0 {
-		// The stored key, not the item's Path (a rendering when it is not UTF-8).
-		page.NextPageToken = store.EncodePageToken(opts.Prefix, rev, s.path(resp.Kvs[len(resp.Kvs)-1].Key))
+		page.NextPageToken = store.EncodePageToken(opts.Prefix, rev, page.Items[len(page.Items)-1].Path)
 	}
 	return page, nil
 }

@@ -117,7 +117,7 @@ func (s *Store) checkIntegrity(integ store.Integrity) error {
 					if deps == nil {
 						deps = map[string]engine.Key{}
 					}
-					deps[store.RenderPath(p)] = d
+					deps[p] = d
 				}
 			}
 		}
@@ -266,6 +266,22 @@ func (s *Store) PutRaw(path string, value []byte) int64 {
 	return s.rev
 }
 
+// DeleteRaw deletes path (the key without prefix) as `etcdctl del` would,
+// and returns the revision of the delete (the current one when path holds
+// nothing).
+func (s *Store) DeleteRaw(path string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current(path) == nil {
+		return s.rev
+	}
+	s.rev++
+	s.kvs[path] = append(s.kvs[path], &version{rev: s.rev})
+	s.history = append(s.history, record{rev: s.rev, path: path})
+	s.notify()
+	return s.rev
+}
+
 // Compact discards the history before rev, as etcd's compaction does: reads
 // and watches from before it fail or re-list.
 func (s *Store) Compact(rev int64) error {
@@ -327,7 +343,7 @@ func (s *Store) item(path string, v *version) store.Item {
 	it := store.DecodeItem(path, v.value, v.create, v.rev)
 	if it.Err != nil {
 		s.skipped.Add(1)
-		s.log.Warn("skipping a stored value that does not decode", "path", path, "mod_revision", v.rev, "error", it.Err)
+		s.log.Warn("skipping a stored value that does not decode", "path", store.RenderPath(path), "mod_revision", v.rev, "error", it.Err)
 	}
 	return it
 }
