@@ -78,6 +78,8 @@ const (
 	defaultMetricsListen = "127.0.0.1:7071"
 	defaultDataDir       = ".data/etcd"
 	defaultPrefix        = "/verdict/v1"
+	// defaultShutdownTimeout bounds the graceful stop.
+	defaultShutdownTimeout = 10 * time.Second
 )
 
 // Validate checks the configuration; the errors name the flags.

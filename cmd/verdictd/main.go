@@ -20,16 +20,59 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	stop()
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	bound := make(chan time.Duration, 1)
+	go stopOnSignal(sig, cancel, bound, os.Stderr, os.Exit)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr, func(d time.Duration) { bound <- d })
+	cancel()
 	os.Exit(code)
 }
 
+// forcedExit is the exit code of a stop that did not end in time.
+const forcedExit = 1
+
+// stopMargin is the time a stop may take beyond ShutdownTimeout (the gRPC
+// server's graceful stop) for what follows it: the store, the embedded etcd,
+// telemetry.
+const stopMargin = 5 * time.Second
+
+// stopOnSignal ends the process on SIGINT or SIGTERM, however it is stuck:
+// the first signal cancels the daemon's context, which stops it gracefully;
+// a second signal, or a stop still running after its bound (ShutdownTimeout
+// plus stopMargin, received on bound once the configuration is read), exits
+// at once with forcedExit. (Before, a daemon waiting at start for a lock —
+// a data directory in use — ignored both.)
+func stopOnSignal(sig <-chan os.Signal, cancel context.CancelFunc, bound <-chan time.Duration, stderr io.Writer, exit func(int)) {
+	limit := defaultShutdownTimeout + stopMargin
+wait:
+	for {
+		select {
+		case d := <-bound:
+			limit = d + stopMargin
+		case s := <-sig:
+			cancel()
+			fmt.Fprintf(stderr, "verdictd: %v: stopping (within %v; a second signal stops at once)\n", s, limit)
+			break wait
+		}
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case s := <-sig:
+		fmt.Fprintf(stderr, "verdictd: %v again: exiting now\n", s)
+	case <-timer.C:
+		fmt.Fprintf(stderr, "verdictd: the stop did not end within %v: exiting now\n", limit)
+	}
+	exit(forcedExit)
+}
+
 // run parses the configuration, validates it and runs the daemon until ctx
-// ends. Exit codes: 0 after a clean stop, 1 when the daemon failed, 2 for a
-// configuration it refuses.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+// ends; bound receives the configured ShutdownTimeout before the daemon
+// starts (stopOnSignal). Exit codes: 0 after a clean stop, 1 when the daemon
+// failed (or its stop was forced), 2 for a configuration it refuses.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, bound func(time.Duration)) int {
 	cfg, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -42,6 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintf(stderr, "verdictd: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	bound(cfg.ShutdownTimeout)
 	log := newLogger(cfg, stderr)
 	if err := Run(ctx, cfg, log); err != nil {
 		log.Error("verdictd failed", "err", err)
@@ -140,7 +184,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	boolean(&c.DisableExtAuthz, "disable-ext-authz", "do not serve Envoy's ext_authz API (envoy.service.auth.v3.Authorization) on the gRPC listener")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
-	duration(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound of the graceful stop")
+	duration(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "bound of the graceful stop")
 	str(&c.DecisionLog, "decision-log", "", "decision log sinks, comma-separated: stdout, file:PATH, otlp (OTEL_EXPORTER_OTLP_*); empty: off")
 	str(&c.DecisionLogFilter, "decision-log-filter", "all", "which decisions are logged: all, denies or audit (shadow result differs)")
 	float(&c.DecisionLogSample, "decision-log-sample", 1, "share of the filtered decisions logged, in (0, 1]")
