@@ -108,8 +108,15 @@ func (s policyService) Status(ctx context.Context, req *verdictv1.StatusRequest)
 	if out.Invalid, err = invalidResources(snap); err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
+	if sr, ok := s.store.(storageReporter); ok {
+		out.StoreAlarms = sr.Storage().Alarms
+	}
 	return out, nil
 }
+
+// storageReporter is a store that reports its backend's storage (store/etcd
+// while it maintains etcd): Status shows its alarms, the metrics its sizes.
+type storageReporter interface{ Storage() store.Storage }
 
 // write is a decoded Apply or Delete.
 type write struct {

@@ -195,3 +195,26 @@ type Health struct {
 	// time one was read (a counter for metrics; Snapshot.Invalid lists them).
 	Skipped int64
 }
+
+// Storage is what a store knows of its backend's storage, for Status and the
+// metrics (docs/storage.md, "Retention"); store/etcd reports it while it
+// maintains etcd (etcd.Store.Maintain). Zero values are unknown.
+type Storage struct {
+	// DBSize is the largest database file among the backend's members, in
+	// bytes; DBSizeInUse the part of it holding data (the rest is free pages
+	// a defragmentation gives back); DBSizeQuota the member's quota, beyond
+	// which it refuses writes (the NOSPACE alarm).
+	DBSize, DBSizeInUse, DBSizeQuota int64
+	// OldestRevision is the revision the backend is compacted to: revisions
+	// from it on can be read.
+	OldestRevision int64
+	// Compactions and Defrags count what this replica made.
+	Compactions, Defrags int64
+	// Compactor: this replica is the one that compacts.
+	Compactor bool
+	// Alarms are the backend's raised alarms ("NOSPACE", "CORRUPT"), with
+	// the member that raised each: "NOSPACE (member 8e9e05c52164694d)".
+	Alarms []string
+	// Checks counts the maintenance rounds run (tests wait on it).
+	Checks int64
+}

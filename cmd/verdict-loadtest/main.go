@@ -16,8 +16,15 @@
 // again on the same data and measures process start → SERVING and → deciding
 // at the seeded revision, then its live heap and resident set per workload.
 //
+// The etcd-soak subcommand (issue 28 item 11) writes --writes workload puts
+// (default 1,000,000) to a verdictd on its embedded etcd, with verdictd's
+// retention defaults or the --retention and --retention-revisions given, and
+// samples the database file and verdict_etcd_* metrics along the way: with
+// retention working, the file stops growing.
+//
 //	verdict-loadtest [flags] [scenario...]
 //	verdict-loadtest cold-start [--workloads N] [--policies N] [--restarts N] [--external-etcd] [--profile-dir DIR] [--json]
+//	verdict-loadtest etcd-soak [--writes N] [--workloads N] [--writers N] [--retention D] [--retention-revisions N] [--json]
 package main
 
 import (
@@ -173,6 +180,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "cold-start" {
 		return coldStart(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "etcd-soak" {
+		return etcdSoak(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -255,7 +265,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.LogDir, "decision-log-dir", "", "--decision-log-ab: directory of the decision log file (default: the system's temporary directory)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n(default: %s)\n"+
-			"       verdict-loadtest cold-start [flags] (cold-start --help lists them)\n\n",
+			"       verdict-loadtest cold-start [flags] (cold-start --help lists them)\n"+
+			"       verdict-loadtest etcd-soak [flags] (etcd-soak --help lists them)\n\n",
 			strings.Join(allScenarios, "|"), strings.Join(defaultScenarios, " "))
 		fs.PrintDefaults()
 	}

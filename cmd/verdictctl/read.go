@@ -355,6 +355,9 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 	for _, inv := range st.GetInvalid() {
 		fmt.Fprintf(e.stdout, "  %s: %s\n", inv.GetKey(), inv.GetError())
 	}
+	for _, a := range st.GetStoreAlarms() {
+		fmt.Fprintf(e.stdout, "etcd alarm:     %s\n", a)
+	}
 	return exitOK
 }
 

@@ -49,7 +49,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 	base := func() Config {
 		return Config{Listen: defaultListen, MetricsListen: defaultMetricsListen, EtcdPrefix: defaultPrefix, DataDir: dir,
-			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10}
+			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10,
+			Retention: time.Hour, RetentionRevisions: 10}
 	}
 	tests := []struct {
 		name string

@@ -165,6 +165,17 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		fs.IntVar(p, name, def, usage+" ("+env+")")
 	}
+	int64Flag := func(p *int64, name string, def int64, usage string) {
+		env := envName(name)
+		if v := getenv(env); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: not an integer", env, v))
+			}
+			def = n
+		}
+		fs.Int64Var(p, name, def, usage+" ("+env+")")
+	}
 	str(&c.Listen, "listen", defaultListen, "gRPC listen address: host:port, or unix:PATH for a Unix socket; beyond loopback it needs authorization and TLS")
 	str(&c.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of Prometheus /metrics; empty disables it")
 	list(&c.EtcdEndpoints, "etcd-endpoints", "etcd client URLs; empty runs an embedded etcd in --data-dir")
@@ -174,6 +185,30 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	str(&c.EtcdKey, "etcd-key", "", "client key (PEM) for etcd")
 	str(&c.DataDir, "data-dir", defaultDataDir, "data directory of the embedded etcd")
 	str(&c.Bootstrap, "bootstrap", "", "policy file applied at start when the store holds no resource")
+	retention := func(name string, def time.Duration, usage string) {
+		env := envName(name)
+		set := func(v string) error {
+			if v == "off" {
+				c.Retention, c.RetentionOff = 0, true
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%q: a duration (168h) or off", v)
+			}
+			c.Retention, c.RetentionOff = d, false
+			return nil
+		}
+		c.Retention = def
+		if v := getenv(env); v != "" {
+			if err := set(v); err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%w", env, err))
+			}
+		}
+		fs.Func(name, usage+" (default "+def.String()+"; "+env+")", set)
+	}
+	retention("retention", defaultRetention, "etcd history kept, or off to leave compaction to whoever runs etcd")
+	int64Flag(&c.RetentionRevisions, "retention-revisions", defaultRetentionRevisions, "at most this many etcd revisions kept")
 	str(&c.TLSCert, "tls-cert", "", "server certificate (PEM) of the gRPC listener")
 	str(&c.TLSKey, "tls-key", "", "server key (PEM) of the gRPC listener")
 	str(&c.TLSClientCA, "tls-client-ca", "", "CA (PEM) that verifies client certificates (mutual TLS)")

@@ -172,10 +172,11 @@ type Store struct {
 	watchID atomic.Int64
 	reads   atomic.Int64 // Apply's reads before its transaction (tests)
 
-	mu     sync.Mutex
-	health store.Health
-	closed bool
-	kicks  map[chan struct{}]struct{} // one per watch: progress requests
+	mu      sync.Mutex
+	health  store.Health
+	storage store.Storage // Maintain's last round (retention.go)
+	closed  bool
+	kicks   map[chan struct{}]struct{} // one per watch: progress requests
 }
 
 var _ store.Store = (*Store)(nil)
