@@ -75,12 +75,8 @@ func (b *InvalidResource) scopeOfHarm() (mesh, typ string, ok bool) {
 	default:
 		return "", "", false
 	}
-	// The path is not a key: read what can be read of it.
-	path := b.Path
-	if raw, err := strconv.Unquote(path); err == nil && strings.HasPrefix(path, `"`) {
-		path = raw // RenderPath's form of a key that is not UTF-8
-	}
-	parts := strings.Split(path, "/")
+	// The path is not a key: read what can be read of its stored bytes.
+	parts := strings.Split(b.Path, "/")
 	if !utf8.ValidString(parts[0]) || resource.CheckName(parts[0]) != nil {
 		return "", "", false
 	}
@@ -94,14 +90,16 @@ func (b *InvalidResource) scopeOfHarm() (mesh, typ string, ok bool) {
 	return mesh, "", true
 }
 
-// RenderPath is how a stored key (without the store's prefix) is named in
-// changes, InvalidResource.Path, the digest and every answer: the key itself
-// when it is valid UTF-8, else the key Go-quoted ("\xff\xfe/mesh", quotes
-// included). A key that is not UTF-8 is never a resource's key (names are
-// ASCII), and no valid key contains a quote, so the rendering names one stored
-// key and fits a protobuf string.
+// RenderPath is how a stored key (without the store's prefix) is shown in
+// every answer, error and log line: the key itself when it is valid UTF-8 and
+// does not start with a quote, else the key Go-quoted ("\xff\xfe/mesh",
+// quotes included). It fits a protobuf string and is one-to-one: a rendering
+// that starts with a quote is always a quoted key, so a key written to look
+// like another's rendering (`"\xff\xfe/mesh"` literally) is shown quoted
+// again, never as the other. Changes, InvalidResource.Path and the digest
+// keep the stored bytes themselves; only what is shown is rendered.
 func RenderPath(raw string) string {
-	if utf8.ValidString(raw) {
+	if utf8.ValidString(raw) && !strings.HasPrefix(raw, `"`) {
 		return raw
 	}
 	return strconv.Quote(raw)
@@ -183,15 +181,19 @@ func closedRules(set typeSettings) RuleSet {
 // closedError is Resolve's error for a closed mesh and type.
 func closedError(mesh, typ string, paths []string) error {
 	const show = 5
-	list := strings.Join(paths[:min(len(paths), show)], ", ")
+	shown := make([]string, 0, show)
+	for _, p := range paths[:min(len(paths), show)] {
+		shown = append(shown, RenderPath(p))
+	}
+	list := strings.Join(shown, ", ")
 	if len(paths) > show {
 		list += fmt.Sprintf(" and %d more", len(paths)-show)
 	}
 	return fmt.Errorf("%w: mesh %q type %s is closed by invalid stored resources (%s); fix or delete them, or set invalidResources: Skip on the mesh", ErrInvalidStored, mesh, typ, list)
 }
 
-// ClosedBy returns the keys (paths without prefix) of the invalid stored
-// resources that make Decide of mesh and type answer DENY with reason
+// ClosedBy returns the keys (paths without prefix, as stored: RenderPath
+// shows them) of the invalid stored resources that make Decide of mesh and type answer DENY with reason
 // INVALID_RESOURCE; nil when the mesh and type decide normally.
 func (s *Snapshot) ClosedBy(mesh, typ string) []string {
 	if mesh == "" {

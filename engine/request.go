@@ -99,7 +99,7 @@ func (s *Snapshot) CheckApply(puts []resource.Resource, deletes []resource.Key) 
 		case written && idx >= 0:
 			errs.Add(fmt.Sprintf("resources[%d]", idx), inv.Err.Error())
 		case !before[inv.Path]:
-			errs.Add(inv.Path, "this write would make it invalid: "+inv.Err.Error())
+			errs.Add(RenderPath(inv.Path), "this write would make it invalid: "+inv.Err.Error())
 		}
 	}
 	return errs.Err()

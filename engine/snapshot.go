@@ -40,7 +40,7 @@ type Snapshot struct {
 // to decode or validate, or a valid resource in conflict with an earlier one
 // (docs/storage.md).
 type InvalidResource struct {
-	Path        string       // the key without prefix: "default/policies/TrafficLog/x"
+	Path        string       // the key without prefix as stored, its bytes as they are (RenderPath shows it): "default/policies/TrafficLog/x"
 	Key         resource.Key // zero when the path itself is not a valid key
 	Resource    resource.Resource
 	Err         error
@@ -51,7 +51,7 @@ type InvalidResource struct {
 // Change is one event: a put (Resource set), a delete (Resource nil, Err nil), or
 // a stored value that failed to decode (Err set; the key holds nothing usable).
 type Change struct {
-	Path     string // the key without prefix; Key.String() when Key is set
+	Path     string // the key without prefix as stored (raw bytes, RenderPath shows it); Key.String() when Key is set
 	Key      resource.Key
 	Resource resource.Resource
 	Err      error

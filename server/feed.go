@@ -155,7 +155,7 @@ func (f *resourceFeed) reset(snap *engine.Snapshot) {
 		changes = append(changes, encodeChange(f.log, c))
 	})
 	for path := range mods {
-		changes = append(changes, &verdictv1.ResourceChange{Key: path, Deleted: true})
+		changes = append(changes, &verdictv1.ResourceChange{Key: engine.RenderPath(path), Deleted: true})
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -218,8 +218,9 @@ func (f *resourceFeed) pushLocked(rev int64, changes []*verdictv1.ResourceChange
 func encodeChange(log *slog.Logger, c engine.Change) *verdictv1.ResourceChange {
 	rc, err := resourceChange(c)
 	if err != nil {
-		log.Error("watch: a change does not convert", "key", c.Path, "err", err)
-		return &verdictv1.ResourceChange{Key: c.Path, Resource: &verdictv1.StoredResource{Key: c.Path,
+		key := engine.RenderPath(c.Path)
+		log.Error("watch: a change does not convert", "key", key, "err", err)
+		return &verdictv1.ResourceChange{Key: key, Resource: &verdictv1.StoredResource{Key: key,
 			ModRevision: c.ModRevision, Error: "does not convert: " + err.Error()}}
 	}
 	return rc
@@ -343,18 +344,20 @@ func (set *changeSet) response(prefix string) any {
 	return &verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES, Revision: set.rev, Changes: changes}
 }
 
-// resourceChange is one change of the store as the API shows it.
+// resourceChange is one change of the store as the API shows it (its key
+// rendered: engine.RenderPath).
 func resourceChange(c engine.Change) (*verdictv1.ResourceChange, error) {
+	key := engine.RenderPath(c.Path)
 	switch {
 	case c.Resource != nil:
-		sr, err := apiconv.StoredResource(c.Path, c.Resource, nil)
-		return &verdictv1.ResourceChange{Key: c.Path, Resource: sr}, err
+		sr, err := apiconv.StoredResource(key, c.Resource, nil)
+		return &verdictv1.ResourceChange{Key: key, Resource: sr}, err
 	case c.Err != nil:
-		sr, err := apiconv.StoredResource(c.Path, nil, c.Err)
+		sr, err := apiconv.StoredResource(key, nil, c.Err)
 		if sr != nil {
 			sr.ModRevision = c.ModRevision
 		}
-		return &verdictv1.ResourceChange{Key: c.Path, Resource: sr}, err
+		return &verdictv1.ResourceChange{Key: key, Resource: sr}, err
 	}
-	return &verdictv1.ResourceChange{Key: c.Path, Deleted: true}, nil
+	return &verdictv1.ResourceChange{Key: key, Deleted: true}, nil
 }

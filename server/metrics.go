@@ -18,8 +18,12 @@ import (
 // verdict_decide_duration_seconds, verdict_snapshot_revision,
 // verdict_store_revision, verdict_watch_lag_seconds, verdict_resources_invalid,
 // verdict_resource_invalid{key} (1 per invalid key, the first
-// MaxInvalidKeyLabels keys by key order), verdict_synced, verdict_stale and
-// verdict_watch_dropped_total{rpc}.
+// MaxInvalidKeyLabels keys by key order), verdict_synced, verdict_stale,
+// verdict_watch_dropped_total{rpc}, and for an etcd store
+// verdict_etcd_db_size_bytes, verdict_etcd_db_size_in_use_bytes,
+// verdict_etcd_db_size_quota_bytes, verdict_etcd_oldest_revision,
+// verdict_etcd_compactions_total, verdict_etcd_defrags_total,
+// verdict_etcd_compactor and verdict_etcd_alarm{alarm}.
 type metrics struct {
 	decisions metric.Int64Counter
 	memo      metric.Int64Counter
@@ -96,6 +100,11 @@ func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, err
 	if err != nil {
 		return nil, err
 	}
+	if sr, ok := st.(storageReporter); ok {
+		if err := storageMetrics(meter, sr); err != nil {
+			return nil, err
+		}
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := sy.Status()
 		o.ObserveInt64(revision, s.Revision)
@@ -132,7 +141,7 @@ func invalidKeys(snap *engine.Snapshot, limit int) []string {
 	inv := snap.Invalid()
 	keys := make([]string, 0, len(inv))
 	for _, r := range inv {
-		keys = append(keys, r.Path)
+		keys = append(keys, engine.RenderPath(r.Path))
 	}
 	sort.Strings(keys)
 	if len(keys) > limit {
@@ -182,4 +191,68 @@ var watchRulesRPC = metric.WithAttributeSet(attribute.NewSet(attribute.String("r
 // rulesDropped counts a WatchRules stream dropped for not reading.
 func (m *metrics) rulesDropped(ctx context.Context) {
 	m.dropped.Add(ctx, 1, watchRulesRPC)
+}
+
+// storageMetrics observes an etcd store's storage (docs/storage.md,
+// "Retention"): database sizes, the oldest revision held, this replica's
+// compactions and defragmentations, whether it is the compactor, and etcd's
+// alarms (1 per raised alarm).
+func storageMetrics(meter metric.Meter, sr storageReporter) error {
+	gauge := func(name, unit, desc string) (metric.Int64ObservableGauge, error) {
+		return meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	}
+	counter := func(name, desc string) (metric.Int64ObservableCounter, error) {
+		return meter.Int64ObservableCounter(name, metric.WithDescription(desc))
+	}
+	size, err := gauge("verdict.etcd.db_size", "By", "Size of etcd's database file (the largest member's).")
+	if err != nil {
+		return err
+	}
+	inUse, err := gauge("verdict.etcd.db_size_in_use", "By", "Part of etcd's database file holding data; the rest is free pages a defragmentation gives back.")
+	if err != nil {
+		return err
+	}
+	quota, err := gauge("verdict.etcd.db_size_quota", "By", "etcd's database quota: beyond it etcd raises NOSPACE and refuses every write.")
+	if err != nil {
+		return err
+	}
+	oldest, err := gauge("verdict.etcd.oldest_revision", "", "The revision etcd is compacted to: revisions from it on are held.")
+	if err != nil {
+		return err
+	}
+	compactor, err := gauge("verdict.etcd.compactor", "", "1 on the replica that compacts etcd.")
+	if err != nil {
+		return err
+	}
+	alarm, err := gauge("verdict.etcd.alarm", "", "1 per alarm etcd raised (NOSPACE: every write refused), by alarm and member.")
+	if err != nil {
+		return err
+	}
+	compactions, err := counter("verdict.etcd.compactions", "Compactions of etcd this replica made.")
+	if err != nil {
+		return err
+	}
+	defrags, err := counter("verdict.etcd.defrags", "Defragmentations of etcd members this replica made.")
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := sr.Storage()
+		if s.DBSize > 0 {
+			o.ObserveInt64(size, s.DBSize)
+			o.ObserveInt64(inUse, s.DBSizeInUse)
+		}
+		if s.DBSizeQuota > 0 {
+			o.ObserveInt64(quota, s.DBSizeQuota)
+		}
+		o.ObserveInt64(oldest, s.OldestRevision)
+		o.ObserveInt64(compactor, b2i(s.Compactor))
+		for _, a := range s.Alarms {
+			o.ObserveInt64(alarm, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("alarm", a))))
+		}
+		o.ObserveInt64(compactions, s.Compactions)
+		o.ObserveInt64(defrags, s.Defrags)
+		return nil
+	}, size, inUse, quota, oldest, compactor, alarm, compactions, defrags)
+	return err
 }

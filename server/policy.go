@@ -111,8 +111,15 @@ func (s policyService) Status(ctx context.Context, req *verdictv1.StatusRequest)
 	if out.Invalid, err = invalidResources(snap); err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
+	if sr, ok := s.store.(storageReporter); ok {
+		out.StoreAlarms = sr.Storage().Alarms
+	}
 	return out, nil
 }
+
+// storageReporter is a store that reports its backend's storage (store/etcd
+// while it maintains etcd): Status shows its alarms, the metrics its sizes.
+type storageReporter interface{ Storage() store.Storage }
 
 // write is a decoded Apply or Delete.
 type write struct {
@@ -317,7 +324,7 @@ func getStored(snap *engine.Snapshot, key string) (*verdictv1.StoredResource, er
 	}
 	for _, inv := range snap.Invalid() {
 		if inv.Resource == nil && inv.Path == k.String() {
-			sr, err := apiconv.StoredResource(inv.Path, nil, inv.Err)
+			sr, err := apiconv.StoredResource(k.String(), nil, inv.Err)
 			if sr != nil {
 				sr.ModRevision = inv.ModRevision
 			}
@@ -333,7 +340,7 @@ func invalidResources(snap *engine.Snapshot) ([]*verdictv1.StoredResource, error
 	sort.Slice(inv, func(i, j int) bool { return inv[i].Path < inv[j].Path })
 	out := make([]*verdictv1.StoredResource, 0, len(inv))
 	for _, r := range inv {
-		sr, err := apiconv.StoredResource(r.Path, r.Resource, r.Err)
+		sr, err := apiconv.StoredResource(engine.RenderPath(r.Path), r.Resource, r.Err)
 		if err != nil {
 			return nil, err
 		}
@@ -373,7 +380,7 @@ func (c *listCache) sorted(snap *engine.Snapshot) []listEntry {
 	})
 	for _, inv := range snap.Invalid() {
 		if inv.Resource == nil {
-			entries = append(entries, listEntry{path: inv.Path, err: inv.Err, rev: inv.ModRevision})
+			entries = append(entries, listEntry{path: engine.RenderPath(inv.Path), err: inv.Err, rev: inv.ModRevision})
 		}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })

@@ -20,16 +20,19 @@ import (
 // stamp and check exactly alike.
 
 // RenderPath is engine.RenderPath: how a stored key (without the store's
-// prefix) is named everywhere verdict shows it — Item.Path, engine changes,
-// Status, List, WatchResources, the digest.
+// prefix) is shown everywhere verdict shows it — Status, List,
+// WatchResources, errors and logs. Item.Path, engine changes and the digest
+// keep the key's stored bytes: two keys are one only when their bytes are,
+// never because they look alike.
 func RenderPath(raw string) string { return engine.RenderPath(raw) }
 
 // DecodeItem reads a stored value found at path (the key without the store's
 // prefix, as stored). A key that is not a resource's key (docs/storage.md,
 // "Keys": its shape, its names, UTF-8), a value that does not decode or validate, or whose
 // resource is not the one its key names, comes back with Err set and Resource
-// nil; the item's Path is RenderPath(path) and its error text valid UTF-8, so a
-// hostile key or value never breaks a read that shows it. A decoded resource
+// nil; the item's Path is path as stored (show it with RenderPath) and its
+// error text valid UTF-8, so a hostile key or value never breaks a read that
+// shows it. A decoded resource
 // carries the revisions and the SHA-256 of value in its Meta (the snapshot's
 // Digest hashes the stored bytes, not a re-encoding).
 func DecodeItem(path string, value []byte, createRevision, modRevision int64) Item {
@@ -42,7 +45,7 @@ func DecodeItem(path string, value []byte, createRevision, modRevision int64) It
 // tag sets keep a few thousand maps, not 100k (the engine would otherwise copy
 // each workload to share its tag set's map).
 func DecodeItemInterned(path string, value []byte, createRevision, modRevision int64, tags *TagInterner) Item {
-	it := Item{Path: RenderPath(path), Value: value, CreateRevision: createRevision, ModRevision: modRevision}
+	it := Item{Path: path, Value: value, CreateRevision: createRevision, ModRevision: modRevision}
 	key, err := resource.ParseKey(path)
 	if err != nil {
 		it.Err = utf8Error{fmt.Errorf("%w: %w", resource.ErrInvalid, err)}
@@ -125,7 +128,7 @@ func (e utf8Error) Unwrap() error { return e.err }
 // DeleteChange is the change that removes what path (as stored) held, deleted
 // at revision.
 func DeleteChange(path string, revision int64) engine.Change {
-	c := engine.Change{Path: RenderPath(path), ModRevision: revision}
+	c := engine.Change{Path: path, ModRevision: revision}
 	if k, err := resource.ParseKey(path); err == nil {
 		c.Key = k
 	}

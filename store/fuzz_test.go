@@ -44,8 +44,11 @@ func FuzzDecodeItem(f *testing.F) {
 		case it.Resource.Key().String() != path || it.Resource.Metadata().ValueHash != sha256.Sum256(value):
 			t.Fatalf("decoded %s with hash %x from %q", it.Resource.Key(), it.Resource.Metadata().ValueHash, path)
 		}
-		if !utf8.ValidString(it.Path) || it.Err != nil && !utf8.ValidString(it.Err.Error()) {
-			t.Fatalf("item %q, error %v: not UTF-8 (a protobuf string must be)", it.Path, it.Err)
+		if it.Path != path {
+			t.Fatalf("item %q read from key %q: want the key's bytes", it.Path, path)
+		}
+		if !utf8.ValidString(store.RenderPath(it.Path)) || it.Err != nil && !utf8.ValidString(it.Err.Error()) {
+			t.Fatalf("item %q, error %v: not UTF-8 once shown (a protobuf string must be)", it.Path, it.Err)
 		}
 		snap := engine.Empty().Apply(1, []engine.Change{keep.Change()})
 		snap = snap.Apply(2, []engine.Change{it.Change()})

@@ -90,7 +90,7 @@ type Current struct {
 // Item is a stored resource as read back.
 type Item struct {
 	Key            resource.Key
-	Path           string            // the key without prefix
+	Path           string            // the key without prefix, its bytes as stored (RenderPath shows it)
 	Resource       resource.Resource // nil when Err is set
 	Err            error             // why the stored value is unusable
 	Value          []byte            // the stored bytes
@@ -195,4 +195,27 @@ type Health struct {
 	// Skipped counts the stored values that failed to decode or validate, each
 	// time one was read (a counter for metrics; Snapshot.Invalid lists them).
 	Skipped int64
+}
+
+// Storage is what a store knows of its backend's storage, for Status and the
+// metrics (docs/storage.md, "Retention"); store/etcd reports it while it
+// maintains etcd (etcd.Store.Maintain). Zero values are unknown.
+type Storage struct {
+	// DBSize is the largest database file among the backend's members, in
+	// bytes; DBSizeInUse the part of it holding data (the rest is free pages
+	// a defragmentation gives back); DBSizeQuota the member's quota, beyond
+	// which it refuses writes (the NOSPACE alarm).
+	DBSize, DBSizeInUse, DBSizeQuota int64
+	// OldestRevision is the revision the backend is compacted to: revisions
+	// from it on can be read.
+	OldestRevision int64
+	// Compactions and Defrags count what this replica made.
+	Compactions, Defrags int64
+	// Compactor: this replica is the one that compacts.
+	Compactor bool
+	// Alarms are the backend's raised alarms ("NOSPACE", "CORRUPT"), with
+	// the member that raised each: "NOSPACE (member 8e9e05c52164694d)".
+	Alarms []string
+	// Checks counts the maintenance rounds run (tests wait on it).
+	Checks int64
 }

@@ -20,9 +20,16 @@
 // loadtest between the working tree and a base git revision, in alternated
 // rounds, printing each row's medians and their ratio (ab.go).
 //
+// The etcd-soak subcommand writes --writes workload puts (default
+// 1,000,000) to a verdictd on its embedded etcd, with verdictd's retention
+// defaults or the --retention and --retention-revisions given, and samples
+// the database file and verdict_etcd_* metrics along the way: with
+// retention working, the file stops growing.
+//
 //	verdict-loadtest [flags] [scenario...]
 //	verdict-loadtest cold-start [--workloads N] [--policies N] [--restarts N] [--external-etcd] [--profile-dir DIR] [--json]
 //	verdict-loadtest ab --base REV [--rounds N] [--bench REGEX] [--benchtime T] [--loadtest-args ARGS] [--out DIR]
+//	verdict-loadtest etcd-soak [--writes N] [--workloads N] [--writers N] [--retention D] [--retention-revisions N] [--json]
 package main
 
 import (
@@ -181,6 +188,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "ab" {
 		return abMain(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "etcd-soak" {
+		return etcdSoak(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -264,7 +274,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: verdict-loadtest [flags] [%s ...]\n(default: %s)\n"+
 			"       verdict-loadtest cold-start [flags] (cold-start --help lists them)\n"+
-			"       verdict-loadtest ab --base REV [flags] (ab --help lists them)\n\n",
+			"       verdict-loadtest ab --base REV [flags] (ab --help lists them)\n"+
+			"       verdict-loadtest etcd-soak [flags] (etcd-soak --help lists them)\n\n",
 			strings.Join(allScenarios, "|"), strings.Join(defaultScenarios, " "))
 		fs.PrintDefaults()
 	}

@@ -322,6 +322,9 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fail(e, "status", err, nil)
 	}
+	for _, a := range st.GetStoreAlarms() {
+		fmt.Fprintf(e.stdout, "etcd alarm:     %s\n", a)
+	}
 	return exitOK
 }
 

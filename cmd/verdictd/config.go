@@ -40,6 +40,13 @@ type Config struct {
 	// Bootstrap is a policy file (YAML, native or Kuma) applied at start when
 	// the store holds no resource.
 	Bootstrap string
+	// Retention is the etcd history kept (default 168h), RetentionRevisions
+	// the most revisions kept (default 100000): one replica compacts etcd to
+	// the newer of the two bounds (docs/storage.md, "Retention").
+	// RetentionOff (--retention off) leaves compaction to whoever runs etcd.
+	Retention          time.Duration
+	RetentionRevisions int64
+	RetentionOff       bool
 
 	// TLS on the gRPC listener: certificate and key, and a CA to verify client
 	// certificates (mutual TLS). RequireClientCert refuses clients without
@@ -94,6 +101,11 @@ const (
 	defaultDecisionLogMaxSize  = 100 << 20
 	defaultDecisionLogMaxFiles = 10
 	minDecisionLogMaxSize      = 64 << 10
+	// defaultRetention and defaultRetentionRevisions bound etcd's history.
+	defaultRetention          = 168 * time.Hour
+	defaultRetentionRevisions = 100000
+	// defaultShutdownTimeout bounds the graceful stop.
+	defaultShutdownTimeout = 10 * time.Second
 )
 
 // Validate checks the configuration; the errors name the flags.
@@ -175,6 +187,12 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		add("--log-format %q: text or json", c.LogFormat)
+	}
+	if !c.RetentionOff && c.Retention <= 0 {
+		add("--retention %v: a positive duration, or off", c.Retention)
+	}
+	if c.RetentionRevisions <= 0 {
+		add("--retention-revisions %d: at least 1", c.RetentionRevisions)
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("--shutdown-timeout must be positive")

@@ -50,7 +50,8 @@ func TestConfigValidate(t *testing.T) {
 	base := func() Config {
 		return Config{Listen: defaultListen, MetricsListen: defaultMetricsListen, EtcdPrefix: defaultPrefix, DataDir: dir,
 			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10,
-			DecisionLogMaxSize: defaultDecisionLogMaxSize, DecisionLogMaxFiles: 1, DecisionLogMaxRecord: 4 << 10}
+			DecisionLogMaxSize: defaultDecisionLogMaxSize, DecisionLogMaxFiles: 1, DecisionLogMaxRecord: 4 << 10,
+			Retention: time.Hour, RetentionRevisions: 10}
 	}
 	tests := []struct {
 		name string

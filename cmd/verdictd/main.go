@@ -23,16 +23,59 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	stop()
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	bound := make(chan time.Duration, 1)
+	go stopOnSignal(sig, cancel, bound, os.Stderr, os.Exit)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr, func(d time.Duration) { bound <- d })
+	cancel()
 	os.Exit(code)
 }
 
+// forcedExit is the exit code of a stop that did not end in time.
+const forcedExit = 1
+
+// stopMargin is the time a stop may take beyond ShutdownTimeout (the gRPC
+// server's graceful stop) for what follows it: the store, the embedded etcd,
+// telemetry.
+const stopMargin = 5 * time.Second
+
+// stopOnSignal ends the process on SIGINT or SIGTERM, however it is stuck:
+// the first signal cancels the daemon's context, which stops it gracefully;
+// a second signal, or a stop still running after its bound (ShutdownTimeout
+// plus stopMargin, received on bound once the configuration is read), exits
+// at once with forcedExit. (Before, a daemon waiting at start for a lock —
+// a data directory in use — ignored both.)
+func stopOnSignal(sig <-chan os.Signal, cancel context.CancelFunc, bound <-chan time.Duration, stderr io.Writer, exit func(int)) {
+	limit := defaultShutdownTimeout + stopMargin
+wait:
+	for {
+		select {
+		case d := <-bound:
+			limit = d + stopMargin
+		case s := <-sig:
+			cancel()
+			fmt.Fprintf(stderr, "verdictd: %v: stopping (within %v; a second signal stops at once)\n", s, limit)
+			break wait
+		}
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case s := <-sig:
+		fmt.Fprintf(stderr, "verdictd: %v again: exiting now\n", s)
+	case <-timer.C:
+		fmt.Fprintf(stderr, "verdictd: the stop did not end within %v: exiting now\n", limit)
+	}
+	exit(forcedExit)
+}
+
 // run parses the configuration, validates it and runs the daemon until ctx
-// ends. Exit codes: 0 after a clean stop, 1 when the daemon failed, 2 for a
-// configuration it refuses.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+// ends; bound receives the configured ShutdownTimeout before the daemon
+// starts (stopOnSignal). Exit codes: 0 after a clean stop, 1 when the daemon
+// failed (or its stop was forced), 2 for a configuration it refuses.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, bound func(time.Duration)) int {
 	cfg, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -45,6 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintf(stderr, "verdictd: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	bound(cfg.ShutdownTimeout)
 	log := newLogger(cfg, stderr)
 	if err := Run(ctx, cfg, log); err != nil {
 		log.Error("verdictd failed", "err", err)
@@ -124,6 +168,17 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		fs.IntVar(p, name, def, usage+" ("+env+")")
 	}
+	int64Flag := func(p *int64, name string, def int64, usage string) {
+		env := envName(name)
+		if v := getenv(env); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: not an integer", env, v))
+			}
+			def = n
+		}
+		fs.Int64Var(p, name, def, usage+" ("+env+")")
+	}
 	str(&c.Listen, "listen", defaultListen, "gRPC listen address: host:port, or unix:PATH for a Unix socket; beyond loopback it needs authorization and TLS")
 	str(&c.MetricsListen, "metrics-listen", defaultMetricsListen, "HTTP address of Prometheus /metrics; empty disables it")
 	list(&c.EtcdEndpoints, "etcd-endpoints", "etcd client URLs; empty runs an embedded etcd in --data-dir")
@@ -133,6 +188,30 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	str(&c.EtcdKey, "etcd-key", "", "client key (PEM) for etcd")
 	str(&c.DataDir, "data-dir", defaultDataDir, "data directory of the embedded etcd")
 	str(&c.Bootstrap, "bootstrap", "", "policy file applied at start when the store holds no resource")
+	retention := func(name string, def time.Duration, usage string) {
+		env := envName(name)
+		set := func(v string) error {
+			if v == "off" {
+				c.Retention, c.RetentionOff = 0, true
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%q: a duration (168h) or off", v)
+			}
+			c.Retention, c.RetentionOff = d, false
+			return nil
+		}
+		c.Retention = def
+		if v := getenv(env); v != "" {
+			if err := set(v); err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%w", env, err))
+			}
+		}
+		fs.Func(name, usage+" (default "+def.String()+"; "+env+")", set)
+	}
+	retention("retention", defaultRetention, "etcd history kept, or off to leave compaction to whoever runs etcd")
+	int64Flag(&c.RetentionRevisions, "retention-revisions", defaultRetentionRevisions, "at most this many etcd revisions kept")
 	str(&c.TLSCert, "tls-cert", "", "server certificate (PEM) of the gRPC listener")
 	str(&c.TLSKey, "tls-key", "", "server key (PEM) of the gRPC listener")
 	str(&c.TLSClientCA, "tls-client-ca", "", "CA (PEM) that verifies client certificates (mutual TLS)")
@@ -143,7 +222,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	boolean(&c.DisableExtAuthz, "disable-ext-authz", "do not serve Envoy's ext_authz API (envoy.service.auth.v3.Authorization) on the gRPC listener")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
-	duration(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound of the graceful stop")
+	duration(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "bound of the graceful stop")
 	size := func(p *int64, name string, def int64, usage string) {
 		env := envName(name)
 		if v := getenv(env); v != "" {

@@ -120,8 +120,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		"mtls", serverTLS != nil && serverTLS.ClientCAs != nil, "token", token != "", "allowed_identities", len(cfg.AllowIdentities),
 		"ext_authz", !cfg.DisableExtAuthz)
 
+	// One replica compacts etcd (an election among those that share it);
+	// only the embedded member is defragmented: a shared etcd's members are
+	// its operator's (docs/storage.md, "Retention").
+	retention := etcd.Retention{Off: cfg.RetentionOff, Duration: cfg.Retention, Revisions: cfg.RetentionRevisions,
+		Defrag: len(cfg.EtcdEndpoints) == 0}
+	log.Info("etcd retention", "retention", retentionText(cfg), "revisions", cfg.RetentionRevisions, "defragment", retention.Defrag)
+
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return sy.Run(gctx) })
+	g.Go(func() error { return st.Maintain(gctx, retention) })
 	g.Go(func() error { return srv.Serve(gctx, lis) })
 	if dlog != nil {
 		g.Go(func() error { return dlog.Run(gctx) })
@@ -172,6 +180,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return nil
 	}
 	return err
+}
+
+// retentionText is --retention as given: a duration, or off.
+func retentionText(cfg Config) string {
+	if cfg.RetentionOff {
+		return "off"
+	}
+	return cfg.Retention.String()
 }
 
 // readyOrNil keeps a nil channel nil through the receive-only conversion.

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,10 @@ var (
 	// ErrStopped: an operation that needs a running member.
 	ErrStopped = errors.New("embedded etcd is stopped")
 )
+
+// MaxTxnOps is the members' --max-txn-ops: room for store.MaxOps writes and
+// their checks in one transaction (etcd's default is 128).
+const MaxTxnOps = 1024
 
 // Config configures one member.
 type Config struct {
@@ -131,6 +136,7 @@ type Etcd struct {
 	cfg     Config // URLs resolved
 	auto    bool   // ports were picked here (a bind conflict may pick others)
 	private *privateCerts
+	lock    *os.File // the data directory's lock (lock.go), held until Close
 
 	mu      sync.Mutex
 	e       *embed.Etcd
@@ -141,7 +147,10 @@ type Etcd struct {
 	stopping atomic.Bool
 }
 
-// Start starts a member and waits until it serves clients or ctx ends.
+// Start starts a member and waits until it serves clients or ctx ends. The
+// member holds its data directory's lock until Close (Stop keeps it):
+// another process starting on the directory fails at once with
+// ErrDirInUse, and so does one while another etcd holds the database there.
 func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -150,6 +159,22 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 		cfg.Name = "default"
 	}
 	auto := cfg.ClientURL == "" || cfg.PeerURL == "" || cfg.HTTPURL == ""
+	// The directory's lock first: a second process must change nothing in
+	// it (the certificates below are rewritten at every start).
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := start(ctx, cfg, auto, lock)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// start is Start once the data directory is locked.
+func start(ctx context.Context, cfg Config, auto bool, lock *os.File) (*Etcd, error) {
 	var private *privateCerts
 	if cfg.Private {
 		var err error
@@ -158,7 +183,7 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		m := &Etcd{cfg: cfg, auto: auto, private: private}
+		m := &Etcd{cfg: cfg, auto: auto, private: private, lock: lock}
 		if auto {
 			ports, err := listen.FreePorts(3)
 			if err != nil {
@@ -266,6 +291,10 @@ func (m *Etcd) embedConfig() (*embed.Config, error) {
 		ec.TickMs, ec.ElectionMs = 10, 100
 	}
 	ec.UnsafeNoFsync = c.NoFsync
+	// verdict's transactions hold up to store.MaxOps writes plus their
+	// checks (guards, references, one form per type): more than etcd's
+	// default of 128 operations (docs/storage.md, "Transactions").
+	ec.MaxTxnOps = MaxTxnOps
 	if c.ProgressNotifyInterval > 0 {
 		ec.WatchProgressNotifyInterval = c.ProgressNotifyInterval
 	}
@@ -389,5 +418,16 @@ func (m *Etcd) Restart(ctx context.Context) error {
 	}
 }
 
-// Close stops the member for good. It is safe to call more than once.
-func (m *Etcd) Close() error { return m.Stop() }
+// Close stops the member for good and releases its data directory. It is
+// safe to call more than once.
+func (m *Etcd) Close() error {
+	err := m.Stop()
+	m.mu.Lock()
+	lock := m.lock
+	m.lock = nil
+	m.mu.Unlock()
+	if lock != nil {
+		lock.Close() // releases the flock; nothing was written to the file
+	}
+	return err
+}

@@ -45,6 +45,22 @@ const raftOverhead = 512
 // Never both. The price is a read of the mesh's policies per scope delete, and
 // a retry when the mesh is written meanwhile.
 //
+// One form per type (store.Form) is kept with a marker per mesh and type
+// under the store's meta prefix (metaKey): <meta>forms/<mesh>/<type>/targeting
+// and …/content hold the form the type's policies use. A put compares the
+// markers' values with its form (Compare(Value(marker) = form)): writers of
+// one form never conflict with each other, and a put of another form fails the
+// compare. Such a put — or the first of a type, with no marker yet — switches
+// the form: it reads the type's policies at revision R with the markers,
+// finds none of another form (other than those it rewrites or deletes), and
+// the transaction compares every key under <mesh>/policies/<type>/ to a mod
+// revision ≤ R and the markers' mod revisions, and writes the markers. So of
+// two writers racing with two forms, whichever commits second fails a compare,
+// reads again, and finds the other's policy: ErrIntegrity. The markers only
+// ever say a form the type's API-written policies all use: a write that set
+// them found no other at R, and every later put of another form must change
+// them first.
+//
 // The read is skipped when the caller says what its keys hold (Op.Current,
 // from its snapshot) and no scope is deleted: the transaction is then guarded
 // by those mod revisions, stamped with those creationTimes, and sent at once —
@@ -80,14 +96,16 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		paths[i] = s.key(k)
 	}
 	if cur, ok := knownCurrent(ops, integ); ok {
-		rev, done, err := s.commit(ctx, ops, paths, cur, integ, 0)
+		rev, done, err := s.commit(ctx, ops, paths, cur, integ, 0, fastForms(integ))
 		if err != nil || done {
 			return rev, err
 		}
-		// A Current was wrong (the caller's snapshot lags): read and retry.
+		// A Current was wrong (the caller's snapshot lags), or a form marker
+		// is missing or says another form: read and retry.
 	}
+	switching := make([]bool, len(integ.Forms)) // forms whose type's policies are read
 	for attempt := 0; ; attempt++ {
-		cur, rd, err := s.readCurrent(ctx, ops, paths, integ)
+		cur, rd, err := s.readCurrent(ctx, ops, paths, integ, switching)
 		if err != nil {
 			return 0, err
 		}
@@ -102,7 +120,16 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		if len(rd.dependents) > 0 {
 			return 0, store.InUse(rd.dependents)
 		}
-		rev, done, err := s.commit(ctx, ops, paths, cur, integ, rd.rev)
+		if len(rd.mixed) > 0 {
+			return 0, store.MixedForms(rd.mixed)
+		}
+		guards, reread := formGuards(integ, rd, switching)
+		if reread {
+			// A marker does not say the write's form: read that type's
+			// policies (at a new revision, with everything else).
+			continue
+		}
+		rev, done, err := s.commit(ctx, ops, paths, cur, integ, rd.rev, guards)
 		if err != nil || done {
 			return rev, err
 		}
@@ -137,11 +164,66 @@ func knownCurrent(ops []store.Op, integ store.Integrity) ([]current, bool) {
 	return cur, true
 }
 
+// formGuard is how a transaction keeps one of the write's forms (see Apply):
+// with switching false, by comparing the markers' values with the form; with
+// switching true, by comparing the type's policies to mod revisions ≤ the read
+// revision and the markers to the mod revisions read, and writing the markers.
+type formGuard struct {
+	form      store.Form
+	switching bool
+	mods      [2]int64 // the targeting and content markers' mod revisions (0: absent)
+}
+
+// fastForms guards every form of the write by its markers' values.
+func fastForms(integ store.Integrity) []formGuard {
+	out := make([]formGuard, len(integ.Forms))
+	for i, f := range integ.Forms {
+		out[i] = formGuard{form: f}
+	}
+	return out
+}
+
+// formGuards returns the guards of the write's forms after a read: a form its
+// markers say is guarded by them; one they do not say switches, which needs
+// its type's policies read (reread: not read yet; switching is updated).
+func formGuards(integ store.Integrity, rd integrityRead, switching []bool) (_ []formGuard, reread bool) {
+	out := make([]formGuard, len(integ.Forms))
+	for i, f := range integ.Forms {
+		m := rd.markers[i]
+		if m.says(f) && !switching[i] {
+			out[i] = formGuard{form: f}
+			continue
+		}
+		if !switching[i] {
+			switching[i], reread = true, true
+		}
+		out[i] = formGuard{form: f, switching: true, mods: [2]int64{m.mod[0], m.mod[1]}}
+	}
+	return out, reread
+}
+
+// markers is what a type's form markers hold: values ("" absent) and mod
+// revisions, [0] targeting and [1] content.
+type markers struct {
+	value [2]string
+	mod   [2]int64
+}
+
+func (m markers) says(f store.Form) bool {
+	return m.value[0] == f.Targeting && (f.Content == "" || m.value[1] == f.Content)
+}
+
+// formKeys are the etcd keys of f's markers: targeting, content.
+func (s *Store) formKeys(f store.Form) [2]string {
+	base := s.meta + "forms/" + f.Mesh + "/" + f.Type + "/"
+	return [2]string{base + "targeting", base + "content"}
+}
+
 // commit sends ops as one transaction guarded by cur (the mod revision each
-// key holds) and integ's compares (dependents' ranges as read at rev). done
-// is false when a guard failed: nothing was written.
+// key holds), integ's compares (dependents' ranges as read at rev) and the
+// forms' guards. done is false when a guard failed: nothing was written.
 func (s *Store) commit(ctx context.Context, ops []store.Op, paths []string, cur []current, integ store.Integrity,
-	rev int64) (_ int64, done bool, _ error) {
+	rev int64, forms []formGuard) (_ int64, done bool, _ error) {
 	now := s.cfg.Now()
 	var cmps []clientv3.Cmp
 	var then []clientv3.Op
@@ -156,6 +238,30 @@ func (s *Store) commit(ctx context.Context, ops []store.Op, paths []string, cur 
 		c := clientv3.Compare(clientv3.ModRevision(s.prefix+r), "<", rev+1).WithPrefix()
 		cmps = append(cmps, c)
 		size.Compare = append(size.Compare, c.GetCompare())
+	}
+	for _, g := range forms {
+		keys := s.formKeys(g.form)
+		values := [2]string{g.form.Targeting, g.form.Content}
+		n := 1 // markers in play: targeting, and content when the write has one
+		if g.form.Content != "" {
+			n = 2
+		}
+		if g.switching {
+			c := clientv3.Compare(clientv3.ModRevision(s.prefix+g.form.Range()), "<", rev+1).WithPrefix()
+			cmps = append(cmps, c)
+			size.Compare = append(size.Compare, c.GetCompare())
+		}
+		for j := range n {
+			c := clientv3.Compare(clientv3.Value(keys[j]), "=", values[j])
+			if g.switching {
+				c = clientv3.Compare(clientv3.ModRevision(keys[j]), "=", g.mods[j])
+				then = append(then, clientv3.OpPut(keys[j], values[j]))
+				size.Success = append(size.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{
+					RequestPut: &pb.PutRequest{Key: []byte(keys[j]), Value: []byte(values[j])}}})
+			}
+			cmps = append(cmps, c)
+			size.Compare = append(size.Compare, c.GetCompare())
+		}
 	}
 	for i, op := range ops {
 		mod := cur[i].mod
@@ -212,20 +318,26 @@ func (c current) stamp(r resource.Resource, now time.Time) resource.Resource {
 }
 
 // integrityRead is what readCurrent found of a write's integrity: the
-// revision it read at, the scopes named that do not exist, and the stored
-// dependents of deleted scopes (path → the scope it names).
+// revision it read at, the scopes named that do not exist, the stored
+// dependents of deleted scopes (path → the scope it names), the markers of
+// the write's forms, and the stored policies whose forms mix with the
+// write's (path → how), among the types read.
 type integrityRead struct {
 	rev        int64
 	missing    []resource.Key
 	dependents map[string]resource.Key
+	markers    []markers
+	mixed      map[string]string
 }
 
 // readCurrent reads, in one transaction (one revision), the keys of ops, the
-// scopes they name and the ranges where dependents of the scopes they delete
-// can be.
-func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string, integ store.Integrity) ([]current, integrityRead, error) {
+// scopes they name, the ranges where dependents of the scopes they delete can
+// be, the markers of their forms, and the policies of the types of the forms
+// that are switching.
+func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string, integ store.Integrity,
+	switching []bool) ([]current, integrityRead, error) {
 	out := make([]current, len(ops))
-	var rd integrityRead
+	rd := integrityRead{markers: make([]markers, len(integ.Forms))}
 	var gets []clientv3.Op
 	var idx []int
 	for i, op := range ops {
@@ -238,8 +350,21 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string,
 	for _, k := range integ.MustExist {
 		gets = append(gets, clientv3.OpGet(s.key(k), clientv3.WithKeysOnly()))
 	}
-	for _, r := range integ.DependentRanges() {
+	nExist := len(gets)
+	ranges := integ.DependentRanges()
+	for _, r := range ranges {
 		gets = append(gets, clientv3.OpGet(s.prefix+r, clientv3.WithPrefix()))
+	}
+	nDeps := len(gets)
+	for _, f := range integ.Forms {
+		keys := s.formKeys(f)
+		gets = append(gets, clientv3.OpGet(keys[0]), clientv3.OpGet(keys[1]))
+	}
+	nMarkers := len(gets)
+	for i, f := range integ.Forms {
+		if switching[i] {
+			gets = append(gets, clientv3.OpGet(s.prefix+f.Range(), clientv3.WithPrefix()))
+		}
 	}
 	if len(gets) == 0 {
 		return out, rd, nil
@@ -261,18 +386,33 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string,
 			if len(kvs) > 0 {
 				out[idx[j]] = current{mod: kvs[0].ModRevision, value: kvs[0].Value}
 			}
-		case j < nKeys+len(integ.MustExist):
+		case j < nExist:
 			if len(kvs) == 0 {
 				rd.missing = append(rd.missing, integ.MustExist[j-nKeys])
 			}
-		default:
+		case j < nDeps:
 			for _, kv := range kvs {
 				p := s.path(kv.Key)
 				if d, ok := integ.Dependent(p, kv.Value); ok {
 					if rd.dependents == nil {
 						rd.dependents = map[string]resource.Key{}
 					}
-					rd.dependents[store.RenderPath(p)] = d
+					rd.dependents[p] = d
+				}
+			}
+		case j < nMarkers:
+			if len(kvs) > 0 {
+				m := &rd.markers[(j-nDeps)/2]
+				m.value[(j-nDeps)%2], m.mod[(j-nDeps)%2] = string(kvs[0].Value), kvs[0].ModRevision
+			}
+		default:
+			for _, kv := range kvs {
+				p := s.path(kv.Key)
+				if why, ok := integ.FormConflict(p, kv.Value); ok {
+					if rd.mixed == nil {
+						rd.mixed = map[string]string{}
+					}
+					rd.mixed[p] = why
 				}
 			}
 		}

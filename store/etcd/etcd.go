@@ -93,6 +93,9 @@ func (c Config) Validate() error {
 	if c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/")) {
 		return fmt.Errorf("%w: prefix %q must start with / and not end with /", ErrInvalidConfig, c.Prefix)
 	}
+	if strings.HasSuffix(c.Prefix, metaSuffix) {
+		return fmt.Errorf("%w: prefix %q ends with %q: that is where another prefix keeps its bookkeeping", ErrInvalidConfig, c.Prefix, metaSuffix)
+	}
 	for name, d := range map[string]time.Duration{"DialTimeout": c.DialTimeout, "RequestTimeout": c.RequestTimeout,
 		"ProgressInterval": c.ProgressInterval, "LivenessTimeout": c.LivenessTimeout} {
 		if d < 0 {
@@ -159,6 +162,7 @@ type Store struct {
 	log    *slog.Logger
 	cli    *clientv3.Client
 	prefix string // cfg.Prefix + "/"
+	meta   string // MetaPrefix(cfg.Prefix)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -168,10 +172,11 @@ type Store struct {
 	watchID atomic.Int64
 	reads   atomic.Int64 // Apply's reads before its transaction (tests)
 
-	mu     sync.Mutex
-	health store.Health
-	closed bool
-	kicks  map[chan struct{}]struct{} // one per watch: progress requests
+	mu      sync.Mutex
+	health  store.Health
+	storage store.Storage // Maintain's last round (retention.go)
+	closed  bool
+	kicks   map[chan struct{}]struct{} // one per watch: progress requests
 }
 
 var _ store.Store = (*Store)(nil)
@@ -207,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd client: %w", store.ErrUnavailable, err)
 	}
-	s := &Store{cfg: cfg, log: log, cli: cli, prefix: cfg.Prefix + "/", kicks: map[chan struct{}]struct{}{}}
+	s := &Store{cfg: cfg, log: log, cli: cli, prefix: cfg.Prefix + "/", meta: MetaPrefix(cfg.Prefix), kicks: map[chan struct{}]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
@@ -219,6 +224,22 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.health = store.Health{Connected: true, Revision: resp.Header.Revision}
 	return s, nil
+}
+
+// metaSuffix makes a prefix's meta prefix (MetaPrefix).
+const metaSuffix = ".meta"
+
+// MetaPrefix is where the store keeps its bookkeeping for resources under
+// prefix (docs/storage.md, "Bookkeeping"): prefix + ".meta/", beside the
+// resources' prefix + "/", so that no List, Watch or digest of the resources
+// ever sees it, and no mesh name can collide with it. Under it: forms/ (one
+// form per type, see Apply), clock/ (revision-time samples) and compactor/
+// (the election of the replica that compacts; see Retention).
+func MetaPrefix(prefix string) string {
+	if prefix == "" {
+		prefix = store.DefaultPrefix
+	}
+	return prefix + metaSuffix + "/"
 }
 
 // Client returns the etcd client the store uses (for tools and tests; writes
@@ -252,7 +273,10 @@ func mapErr(what string, err error) error {
 		return fmt.Errorf("%w: %s: %v", store.ErrCompacted, what, err)
 	case errors.Is(err, rpctypes.ErrFutureRev):
 		return fmt.Errorf("%w: %s: %v", store.ErrInvalidArgument, what, err)
-	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge):
+	case errors.Is(err, rpctypes.ErrTooManyOps):
+		return fmt.Errorf("%w: %s: %v (the write and its checks need more operations than etcd's --max-txn-ops allows: "+
+			"split the write, or raise --max-txn-ops to 256 or more; docs/storage.md)", store.ErrTooLarge, what, err)
+	case errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return fmt.Errorf("%w: %s: %v", store.ErrTooLarge, what, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
 		errors.Is(err, rpctypes.ErrNotLeader):
@@ -285,7 +309,7 @@ func (s *Store) item(key string, value []byte, create, mod int64, tags *store.Ta
 	it := store.DecodeItemInterned(strings.TrimPrefix(key, s.prefix), value, create, mod, tags)
 	if it.Err != nil {
 		s.skipped.Add(1)
-		s.log.Warn("skipping a stored value that does not decode", "path", it.Path, "mod_revision", mod, "error", it.Err)
+		s.log.Warn("skipping a stored value that does not decode", "path", store.RenderPath(it.Path), "mod_revision", mod, "error", it.Err)
 	}
 	return it
 }
@@ -349,8 +373,7 @@ func (s *Store) List(ctx context.Context, opts store.ListOptions) (store.ListPag
 		page.Items[i] = s.item(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision, nil)
 	}
 	if resp.More && len(page.Items) > 0 {
-		// The stored key, not the item's Path (a rendering when it is not UTF-8).
-		page.NextPageToken = store.EncodePageToken(opts.Prefix, rev, s.path(resp.Kvs[len(resp.Kvs)-1].Key))
+		page.NextPageToken = store.EncodePageToken(opts.Prefix, rev, page.Items[len(page.Items)-1].Path)
 	}
 	return page, nil
 }

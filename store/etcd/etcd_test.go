@@ -93,6 +93,13 @@ func harnessWith(t *testing.T, open func(endpoints []string) store.Store) storet
 			}
 			return resp.Header.Revision, nil
 		},
+		RawDelete: func(ctx context.Context, path string) (int64, error) {
+			resp, err := raw.Delete(ctx, store.DefaultPrefix+"/"+path)
+			if err != nil {
+				return 0, err
+			}
+			return resp.Header.Revision, nil
+		},
 		Compact: func(ctx context.Context, rev int64) error {
 			_, err := raw.Compact(ctx, rev, clientv3.WithCompactPhysical())
 			return err

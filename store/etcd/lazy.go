@@ -163,3 +163,26 @@ func (l *Lazy) Close() error {
 	}
 	return nil
 }
+
+// Maintain waits for the connection, then runs the store's Maintain (its
+// Retention is checked at once).
+func (l *Lazy) Maintain(ctx context.Context, r Retention) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-l.ready:
+	}
+	return l.s.Maintain(ctx, r)
+}
+
+// Storage is the connected store's Storage; zero before the connection.
+func (l *Lazy) Storage() store.Storage {
+	s, err := l.get()
+	if err != nil {
+		return store.Storage{}
+	}
+	return s.Storage()
+}

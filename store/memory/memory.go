@@ -40,6 +40,7 @@ type Store struct {
 	compacted    int64                 // revisions before it are gone
 	kvs          map[string][]*version // path → versions, oldest first
 	history      []record              // every change at or after compacted, in order
+	forms        map[string][2]string  // mesh/type → the form its policies use: targeting, content (store/etcd's markers)
 	changed      chan struct{}         // closed and replaced on every write or hook
 	disconnected bool
 	closed       bool
@@ -73,7 +74,8 @@ func New(cfg Config) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{cfg: cfg, log: log, rev: 1, kvs: map[string][]*version{}, changed: make(chan struct{}), done: make(chan struct{})}
+	return &Store{cfg: cfg, log: log, rev: 1, kvs: map[string][]*version{}, forms: map[string][2]string{},
+		changed: make(chan struct{}), done: make(chan struct{})}
 }
 
 // notify wakes the watches; s.mu is held.
@@ -91,8 +93,9 @@ func (s *Store) current(path string) *version {
 	return vs[len(vs)-1]
 }
 
-// checkIntegrity checks a write's references against the current values, as
-// store/etcd does inside its transaction; s.mu is held.
+// checkIntegrity checks a write's references and forms against the current
+// values, as store/etcd does inside its transaction, and notes the forms it
+// switches (the write is then made); s.mu is held.
 func (s *Store) checkIntegrity(integ store.Integrity) error {
 	var missing []resource.Key
 	for _, k := range integ.MustExist {
@@ -114,13 +117,45 @@ func (s *Store) checkIntegrity(integ store.Integrity) error {
 					if deps == nil {
 						deps = map[string]resource.Key{}
 					}
-					deps[store.RenderPath(p)] = d
+					deps[p] = d
 				}
 			}
 		}
 	}
 	if deps != nil {
 		return store.InUse(deps)
+	}
+	var mixed map[string]string
+	var switched []store.Form
+	for _, f := range integ.Forms {
+		if m, ok := s.forms[f.Mesh+"/"+f.Type]; ok && m[0] == f.Targeting && (f.Content == "" || m[1] == f.Content) {
+			continue // the form the type's policies use (as store/etcd's markers)
+		}
+		switched = append(switched, f)
+		for p := range s.kvs {
+			if !strings.HasPrefix(p, f.Range()) {
+				continue
+			}
+			if v := s.current(p); v != nil {
+				if why, ok := integ.FormConflict(p, v.value); ok {
+					if mixed == nil {
+						mixed = map[string]string{}
+					}
+					mixed[p] = why
+				}
+			}
+		}
+	}
+	if mixed != nil {
+		return store.MixedForms(mixed)
+	}
+	for _, f := range switched {
+		m := s.forms[f.Mesh+"/"+f.Type]
+		m[0] = f.Targeting
+		if f.Content != "" {
+			m[1] = f.Content
+		}
+		s.forms[f.Mesh+"/"+f.Type] = m
 	}
 	return nil
 }
@@ -231,6 +266,22 @@ func (s *Store) PutRaw(path string, value []byte) int64 {
 	return s.rev
 }
 
+// DeleteRaw deletes path (the key without prefix) as `etcdctl del` would,
+// and returns the revision of the delete (the current one when path holds
+// nothing).
+func (s *Store) DeleteRaw(path string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current(path) == nil {
+		return s.rev
+	}
+	s.rev++
+	s.kvs[path] = append(s.kvs[path], &version{rev: s.rev})
+	s.history = append(s.history, record{rev: s.rev, path: path})
+	s.notify()
+	return s.rev
+}
+
 // Compact discards the history before rev, as etcd's compaction does: reads
 // and watches from before it fail or re-list.
 func (s *Store) Compact(rev int64) error {
@@ -292,7 +343,7 @@ func (s *Store) item(path string, v *version) store.Item {
 	it := store.DecodeItem(path, v.value, v.create, v.rev)
 	if it.Err != nil {
 		s.skipped.Add(1)
-		s.log.Warn("skipping a stored value that does not decode", "path", path, "mod_revision", v.rev, "error", it.Err)
+		s.log.Warn("skipping a stored value that does not decode", "path", store.RenderPath(path), "mod_revision", v.rev, "error", it.Err)
 	}
 	return it
 }

@@ -24,6 +24,9 @@ func harness(t *testing.T) storetest.Harness {
 		RawPut: func(_ context.Context, path string, value []byte) (int64, error) {
 			return st.PutRaw(path, value), nil
 		},
+		RawDelete: func(_ context.Context, path string) (int64, error) {
+			return st.DeleteRaw(path), nil
+		},
 		Compact: func(_ context.Context, rev int64) error { return st.Compact(rev) },
 		Interrupt: func() func() {
 			st.Disconnect()

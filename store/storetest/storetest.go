@@ -28,6 +28,9 @@ type Harness struct {
 	// RawPut stores value at path (the key without prefix) as is, as
 	// `etcdctl put` would, and returns the revision of the write.
 	RawPut func(ctx context.Context, path string, value []byte) (int64, error)
+	// RawDelete deletes path (the key without prefix, its bytes as they are),
+	// as `etcdctl del` would, and returns the revision of the delete.
+	RawDelete func(ctx context.Context, path string) (int64, error)
 	// Compact discards the history before rev.
 	Compact func(ctx context.Context, rev int64) error
 	// Interrupt cuts Store off from its backend (its watches hear nothing,

@@ -708,6 +708,10 @@ type StatusResponse struct {
 	Digest string `protobuf:"bytes,6,opt,name=digest,proto3" json:"digest,omitempty"`
 	// The newest revision the store has been seen at.
 	StoreRevision int64 `protobuf:"varint,7,opt,name=store_revision,json=storeRevision,proto3" json:"store_revision,omitempty"`
+	// etcd's raised alarms, with the member that raised each: "NOSPACE (member
+	// 8e9e05c52164694d)". Under NOSPACE etcd refuses every write; decisions go
+	// on from the snapshot (docs/storage.md, "Retention").
+	StoreAlarms   []string `protobuf:"bytes,8,rep,name=store_alarms,json=storeAlarms,proto3" json:"store_alarms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -791,6 +795,13 @@ func (x *StatusResponse) GetStoreRevision() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetStoreAlarms() []string {
+	if x != nil {
+		return x.StoreAlarms
+	}
+	return nil
+}
+
 var File_verdict_v1_policy_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_policy_proto_rawDesc = "" +
@@ -841,7 +852,7 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\x0eDeleteResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\"2\n" +
 	"\rStatusRequest\x12!\n" +
-	"\fmin_revision\x18\x01 \x01(\x03R\vminRevision\"\xed\x01\n" +
+	"\fmin_revision\x18\x01 \x01(\x03R\vminRevision\"\x90\x02\n" +
 	"\x0eStatusResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x16\n" +
 	"\x06synced\x18\x02 \x01(\bR\x06synced\x12\x14\n" +
@@ -849,7 +860,8 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x01(\x03R\tresources\x124\n" +
 	"\ainvalid\x18\x05 \x03(\v2\x1a.verdict.v1.StoredResourceR\ainvalid\x12\x16\n" +
 	"\x06digest\x18\x06 \x01(\tR\x06digest\x12%\n" +
-	"\x0estore_revision\x18\a \x01(\x03R\rstoreRevision*\x9e\x01\n" +
+	"\x0estore_revision\x18\a \x01(\x03R\rstoreRevision\x12!\n" +
+	"\fstore_alarms\x18\b \x03(\tR\vstoreAlarms*\x9e\x01\n" +
 	"\fApplyOutcome\x12\x1d\n" +
 	"\x19APPLY_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15APPLY_OUTCOME_CREATED\x10\x01\x12\x1c\n" +
