@@ -129,3 +129,49 @@ func TestTracesWanted(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRetention(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		retention time.Duration
+		off       bool
+		revisions int64
+		bad       bool
+	}{
+		{name: "defaults", retention: 168 * time.Hour, revisions: 100000},
+		{name: "a duration and a count", args: []string{"--retention", "24h", "--retention-revisions", "5000"}, retention: 24 * time.Hour, revisions: 5000},
+		{name: "off", args: []string{"--retention", "off"}, off: true, revisions: 100000},
+		{name: "the environment", env: map[string]string{"VERDICT_RETENTION": "off", "VERDICT_RETENTION_REVISIONS": "7"}, off: true, revisions: 7},
+		{name: "the flag over the environment", args: []string{"--retention", "1h"}, env: map[string]string{"VERDICT_RETENTION": "off"}, retention: time.Hour, revisions: 100000},
+		{name: "not a duration", args: []string{"--retention", "forever"}, bad: true},
+		{name: "not a duration in the environment", env: map[string]string{"VERDICT_RETENTION": "week"}, bad: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := parseFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.bad {
+				if err == nil {
+					t.Fatalf("accepted: %+v", c)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Retention != tc.retention || c.RetentionOff != tc.off || c.RetentionRevisions != tc.revisions {
+				t.Fatalf("retention %v off %v revisions %d", c.Retention, c.RetentionOff, c.RetentionRevisions)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+		})
+	}
+	c, _ := parseFlags([]string{"--retention", "0s", "--retention-revisions", "0"}, func(string) string { return "" }, io.Discard)
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--retention 0s") || !strings.Contains(err.Error(), "--retention-revisions 0") {
+		t.Fatalf("Validate of a zero retention and count: %v", err)
+	}
+}
