@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -310,38 +307,17 @@ func answerKey(r *verdictv1.DecideResponse) string {
 // readMemory reads the live heap, the heap in use and the resident set from
 // verdictd's Prometheus text at http://addr/metrics.
 func readMemory(ctx context.Context, addr string) (Memory, error) {
-	var m Memory
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	names := []string{"go_gc_heap_live_bytes", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"}
+	vals, err := readMetrics(ctx, addr, names...)
 	if err != nil {
-		return m, err
+		return Memory{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return m, fmt.Errorf("metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	want := map[string]*float64{"go_gc_heap_live_bytes": &m.HeapLive, "go_memstats_heap_inuse_bytes": &m.HeapInuse,
-		"process_resident_memory_bytes": &m.RSS}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if dst := want[name]; ok && dst != nil {
-			if *dst, err = strconv.ParseFloat(strings.TrimSpace(value), 64); err != nil {
-				return m, fmt.Errorf("metrics: %s: %w", name, err)
-			}
-			delete(want, name)
+	for _, n := range names {
+		if _, ok := vals[n]; !ok {
+			return Memory{}, fmt.Errorf("metrics: %s missing", n)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return m, fmt.Errorf("metrics: %w", err)
-	}
-	if len(want) > 0 {
-		return m, fmt.Errorf("metrics: %d of the memory figures missing", len(want))
-	}
-	return m, nil
+	return Memory{HeapLive: vals[names[0]], HeapInuse: vals[names[1]], RSS: vals[names[2]]}, nil
 }
 
 func writeColdStart(w io.Writer, r *ColdStartResult) {
