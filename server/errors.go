@@ -13,6 +13,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/fanout"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -91,11 +92,11 @@ func classify(err error) (code codes.Code, known bool) {
 	case errors.Is(err, store.ErrCompacted):
 		return codes.OutOfRange, true
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed), errors.Is(err, errNotCurrent),
-		errors.Is(err, errShuttingDown):
+		errors.Is(err, errShuttingDown), errors.Is(err, fanout.ErrStopped):
 		return codes.Unavailable, true
 	case errors.Is(err, errDecisionLogOff):
 		return codes.FailedPrecondition, true
-	case errors.Is(err, errFellBehind), errors.Is(err, errTooLarge):
+	case errors.Is(err, errFellBehind), errors.Is(err, fanout.ErrFellBehind), errors.Is(err, errTooLarge):
 		return codes.ResourceExhausted, true
 	case errors.Is(err, errNoRow):
 		return codes.Unimplemented, true

@@ -142,10 +142,10 @@ func droppedCount(rm metricdata.ResourceMetrics, rpc string) int64 {
 // (with the count it saw) when ctx ends first.
 func waitWatchers(ctx context.Context, t *testing.T, h *harness, what string, n int) {
 	t.Helper()
-	for h.srv.hub.watcherCount() != n {
+	for h.srv.hub.Stats().Streams != n {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("%s: %d streams registered, want %d", what, h.srv.hub.watcherCount(), n)
+			t.Fatalf("%s: %d streams registered, want %d", what, h.srv.hub.Stats().Streams, n)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -46,6 +46,7 @@ import (
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
+	"github.com/verdictpdp/verdict/internal/fanout"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -135,12 +136,14 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultShutdownTimeout  = 10 * time.Second
-	DefaultWaitTimeout      = 5 * time.Second
-	DefaultMaxRecvMsgBytes  = 4 << 20
-	DefaultKeepaliveMinTime = 10 * time.Second
-	DefaultAuthLogInterval  = 10 * time.Second
-	DefaultRulesMaxLag      = 10 * time.Second
+	DefaultShutdownTimeout     = 10 * time.Second
+	DefaultWaitTimeout         = 5 * time.Second
+	DefaultMaxRecvMsgBytes     = 4 << 20
+	DefaultKeepaliveMinTime    = 10 * time.Second
+	DefaultAuthLogInterval     = 10 * time.Second
+	DefaultRulesMaxLag         = fanout.DefaultMaxLag
+	DefaultWatchHistory        = fanout.DefaultHistory
+	DefaultWatchHistoryChanges = fanout.DefaultHistoryChanges
 )
 
 // Validate checks the configuration and fills in defaults.
@@ -211,7 +214,7 @@ func (c *Config) DevMode() bool { return c.Token == "" && len(c.AllowedIdentitie
 // health, the stop — but hands no service itself: New gives each service a
 // struct of exactly what it uses (as etcd's v3rpc kvServer holds a RaftKV,
 // not the etcd server), narrow interfaces declared next to it
-// (snapshotSource, syncStatus, dropCounter) or small types (snapshots: reads
+// (snapshotSource, syncStatus, resourceFeed, rulesHub) or small types (snapshots: reads
 // at a min_revision; decider: a decision counted, logged and converted;
 // authorizer).
 type Server struct {
@@ -224,8 +227,8 @@ type Server struct {
 	methods   map[string]*method
 	limits    map[protoreflect.FullName]int
 	grpcLimit int
-	hub       *rulesHub
-	feed      *resourceFeed
+	hub       *fanout.Hub
+	feed      *fanout.Feed
 	// identities holds the tag sets registered through Identify (compact.go).
 	identities *inventory.Registry
 	health     *health.Server
@@ -252,8 +255,6 @@ func New(cfg Config) (*Server, error) {
 		auth:       newAuthorizer(&cfg),
 		methods:    cfg.methods,
 		identities: inventory.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
-		hub:        newRulesHub(cfg.Syncer, cfg.Logger),
-		feed:       newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges),
 	}
 	if s.methods == nil {
 		s.methods = methodTable
@@ -263,6 +264,17 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	s.feed = fanout.NewFeed(fanout.FeedConfig{Source: cfg.Syncer, Log: cfg.Logger, History: cfg.WatchHistory,
+		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped})
+	s.hub = fanout.NewHub(fanout.HubConfig{Source: cfg.Syncer, Log: cfg.Logger, MaxLag: cfg.RulesMaxLag, Stop: s.stop,
+		Dropped: func(ctx context.Context) {
+			m.rulesDropped(ctx)
+			// A client that stopped reading keeps what the transport queued
+			// for it until it reads or disconnects: close its connection, so
+			// that the memory goes with it. Its other streams and calls on
+			// that connection end UNAVAILABLE; gRPC clients reconnect.
+			closeCallerConn(ctx)
+		}})
 	meter := cfg.MeterProvider.Meter("github.com/verdictpdp/verdict/server")
 	byPolicy, err := newPolicyCounts(meter)
 	if err != nil {
@@ -281,8 +293,7 @@ func New(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
-	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, stop: s.stop, feed: s.feed, hub: s.hub,
-		dropped: m, rulesMaxLag: cfg.RulesMaxLag})
+	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, feed: s.feed, rules: s.hub})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{log: cfg.Logger, stop: s.stop, decisions: cfg.DecisionLog})
 	if !cfg.DisableExtAuthz {
 		authv3.RegisterAuthorizationServer(s.grpc, authzService{log: cfg.Logger, snaps: snaps, dec: dec})
@@ -377,8 +388,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		}
 		return nil
 	})
-	g.Go(func() error { s.hub.run(gctx); return nil })
-	g.Go(func() error { s.feed.run(gctx); return nil })
+	g.Go(func() error { s.hub.Run(gctx); return nil })
+	g.Go(func() error { s.feed.Run(gctx); return nil })
 	g.Go(func() error { s.watchSynced(gctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done()

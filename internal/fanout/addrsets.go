@@ -1,4 +1,4 @@
-package server
+package fanout
 
 import (
 	"crypto/sha256"
