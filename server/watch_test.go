@@ -144,6 +144,12 @@ func TestWatchResourcesDropsASlowStream(t *testing.T) {
 	if n := h.srv.feed.Dropped(); n != 1 {
 		t.Errorf("%d streams counted as dropped, want 1", n)
 	}
+	for h.srv.feed.Revision() < last { // the feed follows the syncer
+		if ctx.Err() != nil {
+			t.Fatalf("the feed is at %d, never at %d", h.srv.feed.Revision(), last)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	r, err := h.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{FromRevision: resume})
 	if err != nil {
 		t.Fatal(err)

@@ -150,6 +150,14 @@ func (f *Feed) Run(ctx context.Context) {
 	follow(ctx, f.src, 1024, f.log, "watch feed", f.reset, func(u syncer.Update) { f.apply(u.Snapshot, u.Changes) })
 }
 
+// Revision is the revision of the feed's state: what a stream starting now
+// is sent a snapshot of.
+func (f *Feed) Revision() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rev
+}
+
 // Dropped is the number of streams ended for falling behind.
 func (f *Feed) Dropped() int64 { return f.dropped.Load() }
 

@@ -81,6 +81,7 @@ type Hub struct {
 	moved  chan struct{} // closed when snap moves on (await)
 	groups map[string]*ruleGroup
 	sets   *setRegistry
+	bodies *bodyTable
 	// reresolved counts the groups resolved again after a workload change
 	// without a policy change in their mesh (tests).
 	reresolved int
@@ -97,23 +98,16 @@ func (r resolution) equal(o resolution) bool {
 	return maps.Equal(r.tags, o.tags) && proto.Equal(r.rep, o.rep) && slices.Equal(r.addrs, o.addrs)
 }
 
-// rulePeer is one rule's peer as address sets and CIDRs.
-type rulePeer struct {
-	sets  []string
-	cidrs []string
-}
-
 // rulesState is a group's rules at a revision, or the error that ends its streams.
 type rulesState struct {
 	rev int64
 	// version counts the states the streams were told of; a stream that has
 	// version-1 can take delta.
 	version uint64
-	set     engine.RuleSet
 	res     resolution
 	err     error
-	peers   [2][]rulePeer // address sets: outbound, inbound rules' peers
-	named   []*peerSet    // address sets: the distinct sets the rules name, by name
+	rules   *rulesBody // interned: a reference held per state (bodies)
+	named   []*peerSet // address sets: the distinct sets the rules name, by name
 	// delta is the SET_DELTAS message from version-1 to this state; nil when
 	// this state's rules or resolution changed.
 	delta *Message
@@ -158,7 +152,7 @@ func NewHub(cfg HubConfig) *Hub {
 		cfg.Dropped = func(context.Context) {}
 	}
 	return &Hub{src: cfg.Source, log: cfg.Log, maxLag: cfg.MaxLag, stop: cfg.Stop, onDrop: cfg.Dropped,
-		groups: map[string]*ruleGroup{}, sets: newSetRegistry(), moved: make(chan struct{})}
+		groups: map[string]*ruleGroup{}, sets: newSetRegistry(), bodies: newBodyTable(), moved: make(chan struct{})}
 }
 
 // Run follows the source's snapshots until ctx ends. A renewed subscription
@@ -233,8 +227,9 @@ func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 		}
 		st := h.compute(g, snap)
 		old := g.state
-		if st.err == nil && old.err == nil && st.set.Equal(old.set) && st.res.equal(old.res) {
+		if st.err == nil && old.err == nil && st.rules == old.rules && st.res.equal(old.res) {
 			h.swapSets(&old, &st)
+			h.bodies.release(old.rules)
 			h.advance(g, st, rev)
 			continue
 		}
@@ -242,6 +237,7 @@ func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 			continue
 		}
 		h.swapSets(&old, &st)
+		h.bodies.release(old.rules)
 		st.version = old.version + 1
 		g.state = st
 		g.wake()
@@ -386,41 +382,50 @@ func (h *Hub) compute(g *ruleGroup, snap *engine.Snapshot) rulesState {
 	if st.err != nil {
 		return st
 	}
-	st.set, st.err = snap.RulesFor(g.mesh, g.typ, st.res.tags)
-	if st.err == nil && !g.audit {
-		st.set = withoutAudit(st.set)
+	set, err := snap.RulesFor(g.mesh, g.typ, st.res.tags)
+	if err != nil {
+		return rulesState{rev: st.rev, err: err}
 	}
-	if st.err != nil || !g.sets {
-		return st
+	if !g.audit {
+		set = withoutAudit(set)
 	}
-	seen := map[*peerSet]bool{}
-	for side, sr := range []*engine.SideRules{&st.set.Outbound, &st.set.Inbound} {
-		st.peers[side] = make([]rulePeer, len(sr.Rules))
-		for i, r := range sr.Rules {
-			var p rulePeer
-			for _, sel := range r.Peer {
-				cidrs, ps, err := h.sets.peer(snap, g.mesh, sel)
-				if err != nil {
-					for _, ps := range st.named { // made for this state only: not kept
-						if ps.refs == 0 {
-							h.sets.refs0(ps)
-						}
+	resp := apiconv.RulesResponse(0, &set)
+	fail := func(err error) rulesState {
+		for _, ps := range st.named { // made for this state only: not kept
+			if ps.refs == 0 {
+				h.sets.refs0(ps)
+			}
+		}
+		return rulesState{rev: st.rev, err: err}
+	}
+	if g.sets {
+		seen := map[*peerSet]bool{}
+		for side, sr := range []*engine.SideRules{&set.Outbound, &set.Inbound} {
+			rules := []*verdictv1.SideRules{resp.Outbound, resp.Inbound}[side].GetRules()
+			for i, r := range sr.Rules {
+				for _, sel := range r.Peer {
+					cidrs, ps, err := h.sets.peer(snap, g.mesh, sel)
+					if err != nil {
+						return fail(fmt.Errorf("%s rule %s of policy %q: %w", sideName(side), r.Rule, r.Policy, err))
 					}
-					return rulesState{rev: st.rev, err: fmt.Errorf("%s rule %s of policy %q: %w", sideName(side), r.Rule, r.Policy, err)}
-				}
-				p.cidrs = append(p.cidrs, cidrs...)
-				if ps != nil {
-					p.sets = append(p.sets, ps.name)
-					if !seen[ps] {
-						seen[ps] = true
-						st.named = append(st.named, ps)
+					rules[i].PeerCidrs = append(rules[i].PeerCidrs, cidrs...)
+					if ps != nil {
+						rules[i].PeerSets = append(rules[i].PeerSets, ps.name)
+						if !seen[ps] {
+							seen[ps] = true
+							st.named = append(st.named, ps)
+						}
 					}
 				}
 			}
-			st.peers[side][i] = p
 		}
+		sort.Slice(st.named, func(i, j int) bool { return st.named[i].name < st.named[j].name })
 	}
-	sort.Slice(st.named, func(i, j int) bool { return st.named[i].name < st.named[j].name })
+	b, err := encodeBody(resp.Inbound, resp.Outbound)
+	if err != nil {
+		return fail(err)
+	}
+	st.rules = h.bodies.intern(b)
 	return st
 }
 
@@ -447,37 +452,6 @@ func resolveWatched(snap *engine.Snapshot, mesh string, ep Workload) (resolution
 		out.addrs, _ = snap.WorkloadAddresses(mesh, r.Workload)
 	}
 	return out, nil
-}
-
-// fullMessage is the group's RULES message at rev, made once per state and
-// revision and shared, encoded once, by the streams that need it.
-func (g *ruleGroup) fullMessage(rev int64) *Message {
-	if g.full != nil && g.fullVersion == g.state.version && g.fullRev == rev {
-		return g.full
-	}
-	st := &g.state
-	resp := apiconv.RulesResponse(rev, &st.set)
-	resp.Kind = verdictv1.WatchRulesKind_WATCH_RULES_KIND_RULES
-	resp.Workload = st.res.rep
-	if g.sets {
-		for side, sr := range []*verdictv1.SideRules{resp.Outbound, resp.Inbound} {
-			for i, r := range sr.GetRules() {
-				r.PeerSets, r.PeerCidrs = st.peers[side][i].sets, st.peers[side][i].cidrs
-			}
-		}
-		for _, ps := range st.named {
-			resp.Sets = append(resp.Sets, ps.message())
-		}
-		resp.WorkloadAddresses = st.res.addrs
-	}
-	g.full, g.fullVersion, g.fullRev = NewMessage(resp), st.version, rev
-	if w := resp.GetWorkload(); w.GetWorkload() != "" {
-		// The twin for a caller who may not read workload names.
-		r := proto.Clone(resp).(*verdictv1.WatchRulesResponse)
-		r.Workload = &verdictv1.EndpointResolution{Form: w.GetForm(), ResolvedAs: w.GetResolvedAs(), Identity: w.GetIdentity()}
-		g.full.redacted = NewMessage(r)
-	}
-	return g.full
 }
 
 // watch registers a stream for a workload, once the hub holds what the
@@ -553,6 +527,7 @@ func (w *rulesWatcher) close() {
 	if len(w.group.watchers) == 0 && h.groups[w.group.key] == w.group {
 		delete(h.groups, w.group.key)
 		h.swapSets(&w.group.state, &rulesState{})
+		h.bodies.release(w.group.state.rules)
 	}
 }
 
