@@ -83,8 +83,9 @@ type Hub struct {
 	sets   *setRegistry
 	bodies *bodyTable
 	// reresolved counts the groups resolved again after a workload change
-	// without a policy change in their mesh (tests).
-	reresolved int
+	// that could not alter their rules; computed the groups' rules computed
+	// again after a change (Stats).
+	reresolved, computed int
 }
 
 // resolution is how a watched workload resolved at a snapshot.
@@ -165,9 +166,11 @@ func (h *Hub) Run(ctx context.Context) {
 // refresh brings every set and group to snap and wakes the watchers of the
 // groups with something to send. With prev the hub's own snapshot and changes
 // the changes from it to snap, only what they can alter is recomputed: a
-// set's members touched by a workload change; a group's rules when its mesh's
-// policies changed or its workload resolves differently. Otherwise (prev
-// nil, or a gap) everything is.
+// set's members touched by a workload change; a group's rules when the
+// changes may alter the rules of its workload's tags (RulesImpact: a policy
+// whose rules select it, before or after; anything of its mesh and type that
+// concerns every workload) or its workload resolves differently. Otherwise
+// (prev nil, or a gap) everything is.
 func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -176,13 +179,14 @@ func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 	}
 	incremental := prev != nil && h.snap != nil && prev.Revision() == h.snap.Revision()
 	rev := snap.Revision()
-	policyMeshes := map[string]bool{}
+	var impact *engine.RulesImpact
+	if incremental {
+		impact = snap.RulesImpact(prev, changes)
+	}
 	workloads := map[string][]string{}
 	for _, c := range changes {
 		if c.Key.Kind == resource.KindWorkload {
 			workloads[c.Key.Mesh] = append(workloads[c.Key.Mesh], c.Key.Name)
-		} else {
-			policyMeshes[c.Key.Mesh] = true
 		}
 	}
 	// The workloads a mesh's changes touch (the changed ones and those
@@ -211,10 +215,11 @@ func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 		if g.state.rev >= rev {
 			continue
 		}
-		if incremental && !policyMeshes[g.mesh] && g.state.err == nil {
-			// The mesh's policies are unchanged: so are the rules, unless the
-			// workload resolves differently (a name or address, after a
-			// change of a workload it can resolve to).
+		if incremental && g.state.err == nil && !impact.May(g.mesh, g.typ, g.state.res.tags) {
+			// No change can alter the rules of the workload's tags: neither
+			// can they change unless the workload resolves differently (a
+			// name or address, after a change of a workload it can resolve
+			// to).
 			if g.ep.Tags != nil || len(workloads[g.mesh]) == 0 || !touchedIn(g.mesh).mayResolve(g) {
 				h.advance(g, g.state, rev)
 				continue
@@ -225,6 +230,7 @@ func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 				continue
 			}
 		}
+		h.computed++
 		st := h.compute(g, snap)
 		old := g.state
 		if st.err == nil && old.err == nil && st.rules == old.rules && st.res.equal(old.res) {
@@ -538,15 +544,17 @@ type HubStats struct {
 	Streams  int   // streams registered
 	Sets     int   // address sets in use
 	// Reresolved counts the groups resolved again after a workload change
-	// without a policy change that could alter their rules.
-	Reresolved int
+	// that could not alter their rules; Computed the groups whose rules
+	// were computed again after a change (engine.Snapshot.RulesImpact says
+	// which a change may alter).
+	Reresolved, Computed int
 }
 
 // Stats returns the hub's figures now.
 func (h *Hub) Stats() HubStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := HubStats{Groups: len(h.groups), Sets: len(h.sets.byKey), Reresolved: h.reresolved}
+	st := HubStats{Groups: len(h.groups), Sets: len(h.sets.byKey), Reresolved: h.reresolved, Computed: h.computed}
 	if h.snap != nil {
 		st.Revision = h.snap.Revision()
 	}
