@@ -108,8 +108,17 @@ type Config struct {
 	WatchHistoryChanges int
 	// RulesMaxLag: a WatchRules stream whose client does not read ends with
 	// RESOURCE_EXHAUSTED once a newer state has waited this long behind its
-	// unread messages (default 10s).
+	// unread messages (default 5s), and its connection is closed.
 	RulesMaxLag time.Duration
+	// RulesMaxStreams, RulesMaxStreamsPerCaller and RulesMaxStreamsPerConn
+	// cap the WatchRules streams open at once: on the server (default
+	// 10,000), per caller — a verified client certificate's identity, else
+	// the peer's address without its port — (default 4,000) and per
+	// connection (default 1,000). A stream over a cap is refused with
+	// RESOURCE_EXHAUSTED naming it.
+	RulesMaxStreams          int
+	RulesMaxStreamsPerCaller int
+	RulesMaxStreamsPerConn   int
 	// AuthLogInterval: refused calls (no or wrong credentials) are logged at
 	// WARN at most once per interval, with a count of the others (default 10s).
 	AuthLogInterval time.Duration
@@ -144,6 +153,10 @@ const (
 	DefaultRulesMaxLag         = fanout.DefaultMaxLag
 	DefaultWatchHistory        = fanout.DefaultHistory
 	DefaultWatchHistoryChanges = fanout.DefaultHistoryChanges
+
+	DefaultRulesMaxStreams          = fanout.DefaultMaxStreams
+	DefaultRulesMaxStreamsPerCaller = fanout.DefaultMaxStreamsPerCaller
+	DefaultRulesMaxStreamsPerConn   = fanout.DefaultMaxStreamsPerConn
 )
 
 // Validate checks the configuration and fills in defaults.
@@ -157,6 +170,7 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 || c.WaitTimeout < 0 || c.MaxRecvMsgBytes < 0 || c.KeepaliveMinTime < 0 ||
 		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 || c.RulesMaxLag < 0 ||
+		c.RulesMaxStreams < 0 || c.RulesMaxStreamsPerCaller < 0 || c.RulesMaxStreamsPerConn < 0 ||
 		c.IdentityMaxSets < 0 || c.IdentityMaxBytes < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
@@ -194,6 +208,19 @@ func (c *Config) Validate() error {
 	}
 	if c.RulesMaxLag == 0 {
 		c.RulesMaxLag = DefaultRulesMaxLag
+	}
+	if c.RulesMaxStreams == 0 {
+		c.RulesMaxStreams = DefaultRulesMaxStreams
+	}
+	if c.RulesMaxStreamsPerCaller == 0 {
+		c.RulesMaxStreamsPerCaller = DefaultRulesMaxStreamsPerCaller
+	}
+	if c.RulesMaxStreamsPerConn == 0 {
+		c.RulesMaxStreamsPerConn = DefaultRulesMaxStreamsPerConn
+	}
+	if c.RulesMaxStreamsPerConn > c.RulesMaxStreamsPerCaller || c.RulesMaxStreamsPerCaller > c.RulesMaxStreams {
+		errs = append(errs, fmt.Errorf("server: WatchRules stream caps must not grow inward: per connection %d, per caller %d, in total %d",
+			c.RulesMaxStreamsPerConn, c.RulesMaxStreamsPerCaller, c.RulesMaxStreams))
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = metricnoop.NewMeterProvider()
@@ -267,6 +294,7 @@ func New(cfg Config) (*Server, error) {
 	s.feed = fanout.NewFeed(fanout.FeedConfig{Source: cfg.Syncer, Log: cfg.Logger, History: cfg.WatchHistory,
 		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped})
 	s.hub = fanout.NewHub(fanout.HubConfig{Source: cfg.Syncer, Log: cfg.Logger, MaxLag: cfg.RulesMaxLag, Stop: s.stop,
+		Limits: fanout.Limits{Total: cfg.RulesMaxStreams, PerCaller: cfg.RulesMaxStreamsPerCaller, PerConnection: cfg.RulesMaxStreamsPerConn},
 		Dropped: func(ctx context.Context) {
 			m.rulesDropped(ctx)
 			// A client that stopped reading keeps what the transport queued

@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"log/slog"
+	"net"
+
+	"google.golang.org/grpc/peer"
 
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/fanout"
@@ -25,7 +28,7 @@ type resourceFeed interface {
 
 // rulesHub is what WatchRules needs of the rules hub (fanout.Hub).
 type rulesHub interface {
-	Serve(ctx context.Context, req fanout.RulesRequest, send func(any) error) error
+	Serve(ctx context.Context, req fanout.RulesRequest, caller fanout.Caller, send func(any) error) error
 }
 
 var _ verdictv1.WatchServiceServer = watchService{}
@@ -41,13 +44,38 @@ func (s watchService) WatchResources(req *verdictv1.WatchResourcesRequest, strea
 
 // WatchRules streams a workload's rules: in full first, then whenever they
 // change, and with address sets the deltas of their sets, computed once per
-// distinct workload by the hub. Address sets expose the inventory: they need
-// an authorized caller (the method table).
+// distinct workload by the hub, which caps the streams per connection, per
+// caller and in total. Address sets expose the inventory: they need an
+// authorized caller (the method table).
 func (s watchService) WatchRules(req *verdictv1.WatchRulesRequest, stream verdictv1.WatchService_WatchRulesServer) error {
 	ctx := stream.Context()
 	r := fanout.RulesRequest{Mesh: req.GetMesh(), Type: req.GetType(), Workload: watchedOf(req.GetWorkload()),
 		AddressSets: req.GetAddressSets(), IncludeAudit: req.GetIncludeAudit()}
-	return toStatus(ctx, s.log, s.rules.Serve(ctx, r, stream.SendMsg))
+	return toStatus(ctx, s.log, s.rules.Serve(ctx, r, callerOf(ctx), stream.SendMsg))
+}
+
+// callerOf is who calls, for the hub's caps: the connection, and the
+// verified client certificate's first identity, else the peer's address
+// without its port (every connection of one host is one caller).
+func callerOf(ctx context.Context) fanout.Caller {
+	var c fanout.Caller
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return c
+	}
+	c.Conn, c.ID = p.Addr.String(), p.Addr.String()
+	if a, ok := p.Addr.(connAddr); ok && a.conn != nil {
+		c.Conn = a.conn
+	}
+	if host, _, err := net.SplitHostPort(c.ID); err == nil {
+		c.ID = host
+	}
+	if cert := verifiedClientCert(ctx); cert != nil {
+		if ids := certIdentities(cert); len(ids) > 0 {
+			c.ID = ids[0]
+		}
+	}
+	return c
 }
 
 // watchedOf is a validated request's workload.

@@ -78,7 +78,7 @@ addresses: [10.0.1.1]
 	req := RulesRequest{Workload: Workload{Name: "backend-1"}, AddressSets: true}
 	var first *verdictv1.WatchRulesResponse
 	for i := range 3 {
-		m := collect[*verdictv1.WatchRulesResponse](t, 1, func(send func(any) error) error { return h.Serve(ctx, req, send) })[0]
+		m := collect[*verdictv1.WatchRulesResponse](t, 1, func(send func(any) error) error { return h.Serve(ctx, req, Caller{ID: "test"}, send) })[0]
 		if m.GetKind() != verdictv1.WatchRulesKind_WATCH_RULES_KIND_RULES || len(m.GetInbound().GetRules()) != 1 || len(m.GetSets()) != 1 {
 			t.Fatalf("stream %d received %v", i, m)
 		}

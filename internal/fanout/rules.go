@@ -24,7 +24,7 @@ import (
 
 // DefaultMaxLag is how long a WatchRules stream's newer state may wait behind
 // an unread message before the stream is dropped (HubConfig.MaxLag).
-const DefaultMaxLag = 10 * time.Second
+const DefaultMaxLag = 5 * time.Second
 
 // HubConfig configures a Hub. Zero values take the defaults.
 type HubConfig struct {
@@ -33,6 +33,8 @@ type HubConfig struct {
 	// MaxLag: a stream whose client does not read ends with ErrFellBehind
 	// once a newer state has waited this long behind its unread messages.
 	MaxLag time.Duration
+	// Limits caps the streams served at once.
+	Limits Limits
 	// Stop, when closed, ends every stream with ErrStopped.
 	Stop <-chan struct{}
 	// Dropped is called for each stream ended for falling behind, before it
@@ -82,6 +84,7 @@ type Hub struct {
 	groups map[string]*ruleGroup
 	sets   *setRegistry
 	bodies *bodyTable
+	counts *streamCounts
 	// reresolved counts the groups resolved again after a workload change
 	// that could not alter their rules; computed the groups' rules computed
 	// again after a change (Stats).
@@ -153,7 +156,7 @@ func NewHub(cfg HubConfig) *Hub {
 		cfg.Dropped = func(context.Context) {}
 	}
 	return &Hub{src: cfg.Source, log: cfg.Log, maxLag: cfg.MaxLag, stop: cfg.Stop, onDrop: cfg.Dropped,
-		groups: map[string]*ruleGroup{}, sets: newSetRegistry(), bodies: newBodyTable(), moved: make(chan struct{})}
+		groups: map[string]*ruleGroup{}, sets: newSetRegistry(), bodies: newBodyTable(), counts: newStreamCounts(cfg.Limits), moved: make(chan struct{})}
 }
 
 // Run follows the source's snapshots until ctx ends. A renewed subscription
@@ -627,10 +630,12 @@ func withoutAudit(rs engine.RuleSet) engine.RuleSet {
 	return rs
 }
 
-// Serve sends a workload's rules to one WatchRules stream (docs/api.md):
-// in full first, then whenever they change, and with address sets the
-// deltas of their sets. A mesh that holds no resource, or an unknown
-// workload, is the engine's NotFound error, at the start or later.
+// Serve sends a workload's rules to one WatchRules stream of caller
+// (docs/api.md): in full first, then whenever they change, and with address
+// sets the deltas of their sets. A stream over one of the Limits is refused
+// with ErrTooManyStreams, naming the cap. A mesh that holds no resource, or
+// an unknown workload, is the engine's NotFound error, at the start or
+// later.
 //
 // The stream is sent the newest state each time, never a backlog (a stream
 // that reads slowly skips intermediate states). A client that stops reading
@@ -640,7 +645,18 @@ func withoutAudit(rs engine.RuleSet) engine.RuleSet {
 // copy) after Dropped closed its connection, so the server holds no state,
 // no goroutine and no buffer for it any more. Streams on other connections
 // are never held up by it.
-func (h *Hub) Serve(ctx context.Context, req RulesRequest, send func(any) error) error {
+func (h *Hub) Serve(ctx context.Context, req RulesRequest, caller Caller, send func(any) error) error {
+	h.mu.Lock()
+	err := h.counts.admit(caller)
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		h.mu.Lock()
+		h.counts.release(caller)
+		h.mu.Unlock()
+	}()
 	w, err := h.watch(ctx, req.Mesh, req.Type, req.Workload, req.AddressSets, req.IncludeAudit)
 	if err != nil {
 		return err
