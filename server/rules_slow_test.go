@@ -21,7 +21,7 @@ import (
 // RESOURCE_EXHAUSTED once an update waits RulesMaxLag behind their unread
 // messages, counted in verdict_watch_dropped_total{rpc="WatchRules"}; an
 // honest watcher beside them (on another connection) gets every update
-// (issue 12 F8: 2,000 non-reading streams held 540 MiB and were never dropped;
+// (2,000 non-reading streams held 540 MiB when they were never dropped;
 // scaled down here). Sequential:
 // goleak checks that the dropped streams leave nothing behind.
 func TestWatchRulesDropsSlowConsumers(t *testing.T) {
