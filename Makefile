@@ -69,9 +69,9 @@ soak: ## SOAK (default 10m) of mixed load: goroutines and heap of each verdictd 
 	bin/verdict-chaos soak --verdictd bin/verdictd --duration $(SOAK) $(SOAK_FLAGS)
 
 .PHONY: bench
-bench: ## engine benchmarks (Decide, build, change, memory), the server vs an empty handler, and the peers (OPA, cedar-go, scan)
+bench: ## engine benchmarks (Decide, build, change, memory), the server vs an empty handler, the flow decoder, the rules hub, and the peers (OPA, cedar-go, scan)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./engine/...
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./server/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./server/ ./internal/flowcodec/ ./internal/fanout/
 	cd loadtest/peers && $(GO) run ./cmd/compare -sizes 1000,10000,100000 -flows 4096
 
 .PHONY: loadtest

@@ -17,7 +17,8 @@
 //   - PairScope is the entry for one (mesh, type): a batch of flows between
 //     identities resolves the partition once (the compact path);
 //   - Resolve folds the effective configuration (docs/resolve.md);
-//   - RulesFor lists a workload's ordered rules (WatchRules);
+//   - RulesFor lists a workload's ordered rules (WatchRules), and
+//     RulesImpact which workloads' lists a change set may have altered;
 //   - CheckApply validates a write against the current set (the API's and
 //     the suites' dry run); Invalid lists what is stored but not in use, which
 //     fails closed (docs/storage.md).
@@ -41,7 +42,7 @@
 //     PolicyStatus, RuleSet, SideRules, RuleView): the server through
 //     internal/apiconv, engine/policytest (verdictctl test);
 //   - PairScope, PairAnswer, PairEntry, PolicyNumbers: the server's compact
-//     path;
+//     path; RulesImpact: internal/fanout's rules hub;
 //   - CodeName, the Err* values and UnknownTypeError: server/errors.go's one
 //     mapping and the suites' expected codes; BuiltinTypes, IsBuiltinType,
 //     NearestNames: types and suggestions (server, verdictctl).

@@ -123,6 +123,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no syncer", Config{Store: b}, false},
 		{"allow-list without mTLS", Config{Syncer: b, Store: b, AllowedIdentities: []string{"x"}}, false},
 		{"negative timeout", Config{Syncer: b, Store: b, WaitTimeout: -1}, false},
+		{"WatchRules caps", Config{Syncer: b, Store: b, RulesMaxStreams: 100, RulesMaxStreamsPerCaller: 10, RulesMaxStreamsPerConn: 5}, true},
+		{"a negative WatchRules cap", Config{Syncer: b, Store: b, RulesMaxStreamsPerConn: -1}, false},
+		{"a caller's cap over the server's", Config{Syncer: b, Store: b, RulesMaxStreams: 100, RulesMaxStreamsPerCaller: 200}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

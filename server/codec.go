@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/fanout"
+	"github.com/verdictpdp/verdict/internal/flowcodec"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -68,16 +70,21 @@ const oversizedField protowire.Number = protowire.MaxValidNumber - 1
 // many passes.
 const maxLocateDepth = 8
 
-// Marshal implements encoding.CodecV2: an *encodedMsg is sent as the bytes
-// it holds (shared, never modified: gRPC only reads them, and a SliceBuffer's
-// Free does not recycle them); anything else as gRPC's proto codec does.
+// Marshal implements encoding.CodecV2: a *fanout.Message, shared by many
+// streams, is sent as the parts it holds (never modified: gRPC only reads
+// them, and a SliceBuffer's Free does not recycle them); anything else as
+// gRPC's proto codec does.
 func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if e, ok := v.(*encodedMsg); ok {
-		b, err := e.bytes()
+	if m, ok := v.(*fanout.Message); ok {
+		parts, err := m.Parts()
 		if err != nil {
 			return nil, err
 		}
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+		out := make(mem.BufferSlice, len(parts))
+		for i, p := range parts {
+			out[i] = mem.SliceBuffer(p)
+		}
+		return out, nil
 	}
 	return c.CodecV2.Marshal(v)
 }
@@ -102,7 +109,7 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 			return nil
 		}
 	}
-	if decodeFlows(data, v) {
+	if flowcodec.Decode(data, v) {
 		return nil
 	}
 	err := c.CodecV2.Unmarshal(data, v)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/fanout"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -60,7 +61,8 @@ var (
 //   - errFellBehind is ResourceExhausted: the stream's client read too slowly
 //     for the server's bounded history; it resumes (from the revision named);
 //   - errTooLarge is ResourceExhausted, as gRPC answers a message over the
-//     server's own receive limit;
+//     server's own receive limit; so is fanout.ErrTooManyStreams, a WatchRules
+//     stream over a cap (the message names it);
 //   - errNoRow is Unimplemented: the server does not serve the method (as
 //     gRPC answers a method nobody registered).
 func codeOf(err error) codes.Code {
@@ -91,11 +93,12 @@ func classify(err error) (code codes.Code, known bool) {
 	case errors.Is(err, store.ErrCompacted):
 		return codes.OutOfRange, true
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed), errors.Is(err, errNotCurrent),
-		errors.Is(err, errShuttingDown):
+		errors.Is(err, errShuttingDown), errors.Is(err, fanout.ErrStopped):
 		return codes.Unavailable, true
 	case errors.Is(err, errDecisionLogOff):
 		return codes.FailedPrecondition, true
-	case errors.Is(err, errFellBehind), errors.Is(err, errTooLarge):
+	case errors.Is(err, errFellBehind), errors.Is(err, fanout.ErrFellBehind), errors.Is(err, errTooLarge),
+		errors.Is(err, fanout.ErrTooManyStreams):
 		return codes.ResourceExhausted, true
 	case errors.Is(err, errNoRow):
 		return codes.Unimplemented, true

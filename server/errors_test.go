@@ -13,6 +13,7 @@ import (
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policytest"
 	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/fanout"
 	"github.com/verdictpdp/verdict/store"
 )
 
@@ -44,6 +45,9 @@ func TestCodeOf(t *testing.T) {
 		{"permission denied", errPermissionDenied, codes.PermissionDenied},
 		{"two authorization headers", errAmbiguousAuthorization, codes.Unauthenticated},
 		{"over the method's receive limit", fmt.Errorf("%w: 5 MiB", errTooLarge), codes.ResourceExhausted},
+		{"a watch stream fell behind", fmt.Errorf("%w: resume from 3", fanout.ErrFellBehind), codes.ResourceExhausted},
+		{"a WatchRules stream over a cap", fmt.Errorf("%w: 9 on this connection", fanout.ErrTooManyStreams), codes.ResourceExhausted},
+		{"the fan-out stopped", fanout.ErrStopped, codes.Unavailable},
 		{"no row in the method table", fmt.Errorf("%w: /x.Y/Z", errNoRow), codes.Unimplemented},
 		{"a row's check given another message", errWrongMessage, codes.Internal},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded},

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/verdictpdp/verdict/internal/fanout"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -190,34 +191,15 @@ func redactCheck(r *authv3.CheckResponse) {
 }
 
 // redactRules: a RULES message is shared by the streams watching one
-// workload, encoded once (encodedMsg); one that names the workload (watched
-// by address) goes to a caller who is not authorized as a copy that keeps of
-// the resolution its form, resolved_as and identity, encoded for that stream.
+// workload, encoded once (fanout.Message); one that names the workload
+// (watched by address) goes to a caller who is not authorized as its
+// redacted twin, which keeps of the resolution its form, resolved_as and
+// identity, shared too.
 func redactRules(resp any) any {
-	e, ok := resp.(*encodedMsg)
-	if !ok {
-		return resp
+	if m, ok := resp.(*fanout.Message); ok {
+		return m.Redacted()
 	}
-	r, ok := e.msg.(*verdictv1.WatchRulesResponse)
-	if !ok || r.GetWorkload().GetWorkload() == "" {
-		return resp
-	}
-	out := shallowCopy(r)
-	w := r.GetWorkload()
-	out.Workload = &verdictv1.EndpointResolution{Form: w.GetForm(), ResolvedAs: w.GetResolvedAs(), Identity: w.GetIdentity()}
-	return out
-}
-
-// shallowCopy is a new message holding m's fields: its lists and messages
-// are m's, shared (read only).
-func shallowCopy[T proto.Message](m T) T {
-	src := m.ProtoReflect()
-	dst := src.New()
-	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		dst.Set(fd, v)
-		return true
-	})
-	return dst.Interface().(T)
+	return resp
 }
 
 // call is what the interceptors learned of a call: its method's row and its

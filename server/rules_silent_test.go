@@ -23,7 +23,7 @@ import (
 // HTTP/2 client) gets them dropped, and its connection closed, so that what
 // gRPC had queued for those streams is freed. Before, the drop ended the
 // handlers but gRPC kept up to a 64 KiB write quota of messages per stream
-// for as long as the client held the connection (issue 12 F8: 2,000 such
+// for as long as the client held the connection (2,000 such
 // streams held 330 MiB). The heap is measured after a GC, with a bound far
 // below what the streams' queues hold (~100 KiB each here).
 func TestWatchRulesSilentConnectionFreed(t *testing.T) {

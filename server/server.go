@@ -46,6 +46,7 @@ import (
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
+	"github.com/verdictpdp/verdict/internal/fanout"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -107,8 +108,17 @@ type Config struct {
 	WatchHistoryChanges int
 	// RulesMaxLag: a WatchRules stream whose client does not read ends with
 	// RESOURCE_EXHAUSTED once a newer state has waited this long behind its
-	// unread messages (default 10s).
+	// unread messages (default 5s), and its connection is closed.
 	RulesMaxLag time.Duration
+	// RulesMaxStreams, RulesMaxStreamsPerCaller and RulesMaxStreamsPerConn
+	// cap the WatchRules streams open at once: on the server (default
+	// 10,000), per caller — a verified client certificate's identity, else
+	// the peer's address without its port — (default 4,000) and per
+	// connection (default 1,000). A stream over a cap is refused with
+	// RESOURCE_EXHAUSTED naming it.
+	RulesMaxStreams          int
+	RulesMaxStreamsPerCaller int
+	RulesMaxStreamsPerConn   int
 	// AuthLogInterval: refused calls (no or wrong credentials) are logged at
 	// WARN at most once per interval, with a count of the others (default 10s).
 	AuthLogInterval time.Duration
@@ -135,12 +145,18 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultShutdownTimeout  = 10 * time.Second
-	DefaultWaitTimeout      = 5 * time.Second
-	DefaultMaxRecvMsgBytes  = 4 << 20
-	DefaultKeepaliveMinTime = 10 * time.Second
-	DefaultAuthLogInterval  = 10 * time.Second
-	DefaultRulesMaxLag      = 10 * time.Second
+	DefaultShutdownTimeout     = 10 * time.Second
+	DefaultWaitTimeout         = 5 * time.Second
+	DefaultMaxRecvMsgBytes     = 4 << 20
+	DefaultKeepaliveMinTime    = 10 * time.Second
+	DefaultAuthLogInterval     = 10 * time.Second
+	DefaultRulesMaxLag         = fanout.DefaultMaxLag
+	DefaultWatchHistory        = fanout.DefaultHistory
+	DefaultWatchHistoryChanges = fanout.DefaultHistoryChanges
+
+	DefaultRulesMaxStreams          = fanout.DefaultMaxStreams
+	DefaultRulesMaxStreamsPerCaller = fanout.DefaultMaxStreamsPerCaller
+	DefaultRulesMaxStreamsPerConn   = fanout.DefaultMaxStreamsPerConn
 )
 
 // Validate checks the configuration and fills in defaults.
@@ -154,6 +170,7 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 || c.WaitTimeout < 0 || c.MaxRecvMsgBytes < 0 || c.KeepaliveMinTime < 0 ||
 		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 || c.RulesMaxLag < 0 ||
+		c.RulesMaxStreams < 0 || c.RulesMaxStreamsPerCaller < 0 || c.RulesMaxStreamsPerConn < 0 ||
 		c.IdentityMaxSets < 0 || c.IdentityMaxBytes < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
@@ -192,6 +209,19 @@ func (c *Config) Validate() error {
 	if c.RulesMaxLag == 0 {
 		c.RulesMaxLag = DefaultRulesMaxLag
 	}
+	if c.RulesMaxStreams == 0 {
+		c.RulesMaxStreams = DefaultRulesMaxStreams
+	}
+	if c.RulesMaxStreamsPerCaller == 0 {
+		c.RulesMaxStreamsPerCaller = DefaultRulesMaxStreamsPerCaller
+	}
+	if c.RulesMaxStreamsPerConn == 0 {
+		c.RulesMaxStreamsPerConn = DefaultRulesMaxStreamsPerConn
+	}
+	if c.RulesMaxStreamsPerConn > c.RulesMaxStreamsPerCaller || c.RulesMaxStreamsPerCaller > c.RulesMaxStreams {
+		errs = append(errs, fmt.Errorf("server: WatchRules stream caps must not grow inward: per connection %d, per caller %d, in total %d",
+			c.RulesMaxStreamsPerConn, c.RulesMaxStreamsPerCaller, c.RulesMaxStreams))
+	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = metricnoop.NewMeterProvider()
 	}
@@ -211,7 +241,7 @@ func (c *Config) DevMode() bool { return c.Token == "" && len(c.AllowedIdentitie
 // health, the stop — but hands no service itself: New gives each service a
 // struct of exactly what it uses (as etcd's v3rpc kvServer holds a RaftKV,
 // not the etcd server), narrow interfaces declared next to it
-// (snapshotSource, syncStatus, dropCounter) or small types (snapshots: reads
+// (snapshotSource, syncStatus, resourceFeed, rulesHub) or small types (snapshots: reads
 // at a min_revision; decider: a decision counted, logged and converted;
 // authorizer).
 type Server struct {
@@ -224,8 +254,8 @@ type Server struct {
 	methods   map[string]*method
 	limits    map[protoreflect.FullName]int
 	grpcLimit int
-	hub       *rulesHub
-	feed      *resourceFeed
+	hub       *fanout.Hub
+	feed      *fanout.Feed
 	// identities holds the tag sets registered through Identify (compact.go).
 	identities *inventory.Registry
 	health     *health.Server
@@ -252,8 +282,6 @@ func New(cfg Config) (*Server, error) {
 		auth:       newAuthorizer(&cfg),
 		methods:    cfg.methods,
 		identities: inventory.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
-		hub:        newRulesHub(cfg.Syncer, cfg.Logger),
-		feed:       newResourceFeed(cfg.Syncer, cfg.Logger, cfg.WatchHistory, cfg.WatchHistoryChanges),
 	}
 	if s.methods == nil {
 		s.methods = methodTable
@@ -263,6 +291,18 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	s.feed = fanout.NewFeed(fanout.FeedConfig{Source: cfg.Syncer, Log: cfg.Logger, History: cfg.WatchHistory,
+		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped})
+	s.hub = fanout.NewHub(fanout.HubConfig{Source: cfg.Syncer, Log: cfg.Logger, MaxLag: cfg.RulesMaxLag, Stop: s.stop,
+		Limits: fanout.Limits{Total: cfg.RulesMaxStreams, PerCaller: cfg.RulesMaxStreamsPerCaller, PerConnection: cfg.RulesMaxStreamsPerConn},
+		Dropped: func(ctx context.Context) {
+			m.rulesDropped(ctx)
+			// A client that stopped reading keeps what the transport queued
+			// for it until it reads or disconnects: close its connection, so
+			// that the memory goes with it. Its other streams and calls on
+			// that connection end UNAVAILABLE; gRPC clients reconnect.
+			closeCallerConn(ctx)
+		}})
 	meter := cfg.MeterProvider.Meter("github.com/verdictpdp/verdict/server")
 	byPolicy, err := newPolicyCounts(meter)
 	if err != nil {
@@ -281,8 +321,7 @@ func New(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
-	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, stop: s.stop, feed: s.feed, hub: s.hub,
-		dropped: m, rulesMaxLag: cfg.RulesMaxLag})
+	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, feed: s.feed, rules: s.hub})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{log: cfg.Logger, stop: s.stop, decisions: cfg.DecisionLog})
 	if !cfg.DisableExtAuthz {
 		authv3.RegisterAuthorizationServer(s.grpc, authzService{log: cfg.Logger, snaps: snaps, dec: dec})
@@ -377,8 +416,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		}
 		return nil
 	})
-	g.Go(func() error { s.hub.run(gctx); return nil })
-	g.Go(func() error { s.feed.run(gctx); return nil })
+	g.Go(func() error { s.hub.Run(gctx); return nil })
+	g.Go(func() error { s.feed.Run(gctx); return nil })
 	g.Go(func() error { s.watchSynced(gctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done()

@@ -141,8 +141,14 @@ func TestWatchResourcesDropsASlowStream(t *testing.T) {
 	if resume >= last {
 		t.Fatalf("the stream got every change (to %d): it never fell behind", resume)
 	}
-	if n := h.srv.feed.dropped.Load(); n != 1 {
+	if n := h.srv.feed.Dropped(); n != 1 {
 		t.Errorf("%d streams counted as dropped, want 1", n)
+	}
+	for h.srv.feed.Revision() < last { // the feed follows the syncer
+		if ctx.Err() != nil {
+			t.Fatalf("the feed is at %d, never at %d", h.srv.feed.Revision(), last)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	r, err := h.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{FromRevision: resume})
 	if err != nil {
@@ -189,7 +195,7 @@ func TestWatchRules(t *testing.T) {
 	if b.GetRevision() != a.GetRevision() || len(b.GetInbound().GetRules()) != 1 {
 		t.Errorf("second stream %v", b)
 	}
-	if n := h.srv.hub.groupCount(); n != 1 {
+	if n := h.srv.hub.Stats().Groups; n != 1 {
 		t.Errorf("%d groups for one workload", n)
 	}
 
@@ -227,15 +233,15 @@ func TestWatchRulesGroupsAreShared(t *testing.T) {
 		}
 		recvN(t, s, 1)
 	}
-	if n := h.srv.hub.groupCount(); n != 2 {
+	if n := h.srv.hub.Stats().Groups; n != 2 {
 		t.Errorf("%d groups, want 2", n)
 	}
 	cancel()
 	deadline := time.Now().Add(5 * time.Second)
-	for h.srv.hub.groupCount() != 0 && time.Now().Before(deadline) {
+	for h.srv.hub.Stats().Groups != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := h.srv.hub.groupCount(); n != 0 {
+	if n := h.srv.hub.Stats().Groups; n != 0 {
 		t.Errorf("%d groups left after every stream ended", n)
 	}
 }

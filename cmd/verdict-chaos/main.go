@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -178,7 +179,9 @@ func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&cfg.StormStreams, "storm-streams", 1000, "streams opened and cancelled per stream RPC")
 	fs.IntVar(&cfg.SilentStreams, "silent-streams", 2000, "WatchRules streams that never read")
 	fs.DurationVar(&cfg.SilentFor, "silent-for", 15*time.Second, "how long the silent streams are held under writes")
-	fs.Float64Var(&cfg.WriteRate, "write-rate", 20, "policy writes per second while the silent streams are held")
+	fs.Float64Var(&cfg.WriteRate, "write-rate", 20, "policy writes per second while the silent or reading streams are held")
+	reading := fs.String("reading-streams", "2000,6000", "sizes of the reading-streams scenarios: WatchRules streams of distinct workloads, comma-separated")
+	fs.DurationVar(&cfg.ReadingFor, "reading-for", 10*time.Second, "how long the reading streams are held under writes")
 	fs.IntVar(&cfg.Concurrent, "concurrent", 4, "oversized batches and explain floods sent at once")
 	fs.IntVar(&cfg.Rounds, "rounds", 3, "rounds of oversized batches and of explain floods")
 	fs.Float64Var(&cfg.ProbeRate, "rate", 100, "probe Decide calls per second")
@@ -196,6 +199,14 @@ func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "verdict-chaos hostile: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	for _, f := range strings.Split(*reading, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(stderr, "verdict-chaos hostile: --reading-streams %q: positive numbers, comma-separated\n", *reading)
+			return 2
+		}
+		cfg.ReadingStreams = append(cfg.ReadingStreams, n)
 	}
 	cfg.Logger = logger(stderr, *verbose)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)

@@ -117,7 +117,7 @@ func TestHostileSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := Hostile(ctx, HostileConfig{Verdictd: verdictd, StormStreams: 200, SilentStreams: 200, SilentFor: 4 * time.Second,
-		Concurrent: 2, Rounds: 1})
+		ReadingStreams: []int{200}, ReadingFor: 2 * time.Second, Concurrent: 2, Rounds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestHostileSmoke(t *testing.T) {
 	if len(rep.Misses) > 0 {
 		t.Logf("targets missed (not judged here): %v", rep.Misses)
 	}
-	if len(rep.Scenarios) != 6 || rep.Probes.OK == 0 {
+	if len(rep.Scenarios) != 7 || rep.Probes.OK == 0 {
 		t.Errorf("%d scenarios run, %d probes answered", len(rep.Scenarios), rep.Probes.OK)
 	}
 	for _, s := range rep.Scenarios {

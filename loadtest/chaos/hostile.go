@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +46,12 @@ type HostileConfig struct {
 	SilentStreams int
 	SilentFor     time.Duration
 	WriteRate     float64
+	// ReadingStreams: one scenario per size, each that many WatchRules
+	// streams that read, of distinct workloads under the 201 policies of
+	// the explain flood's mesh, held while policies selecting one of them
+	// change at WriteRate for ReadingFor (default 2,000 and 6,000, 10 s).
+	ReadingStreams []int
+	ReadingFor     time.Duration
 	// Oversized DecideBatch bodies (2,097,000 empty flows, ~4 MB) and explain
 	// floods (DecideBatch of 1,000 flows with explain on a mesh where 201
 	// policies match), each sent Concurrent at a time, Rounds times (default 4 and 3).
@@ -68,6 +77,12 @@ func (c HostileConfig) withDefaults() HostileConfig {
 	def(&c.Rounds, 3)
 	if c.SilentFor <= 0 {
 		c.SilentFor = 15 * time.Second
+	}
+	if len(c.ReadingStreams) == 0 {
+		c.ReadingStreams = []int{2000, 6000}
+	}
+	if c.ReadingFor <= 0 {
+		c.ReadingFor = 10 * time.Second
 	}
 	if c.WriteRate <= 0 {
 		c.WriteRate = 20
@@ -117,6 +132,12 @@ type HostileScenario struct {
 	LagP99     time.Duration `json:"lagP99,omitempty"`
 	LagMax     time.Duration `json:"lagMax,omitempty"`
 	AnswerSize int           `json:"largestAnswerBytes,omitempty"`
+	// the reading streams: their live heap each, and verdictd's CPU per
+	// write while they were attached
+	Streams       int           `json:"streams,omitempty"`
+	HeapPerStream int64         `json:"heapPerStreamBytes,omitempty"`
+	Writes        int           `json:"writes,omitempty"`
+	CPUPerWrite   time.Duration `json:"cpuPerWrite,omitempty"`
 	// ProbesFailed: probe Decides sent during the scenario (the attack and
 	// its settling) that failed, timed out included.
 	ProbesFailed int64 `json:"probesFailed"`
@@ -167,17 +188,22 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 	wg.Go(func() { dec.run(probeCtx, time.Now()) })
 
 	h := &hostile{cfg: cfg, env: e, r: r}
-	for _, sc := range []struct {
+	type scenario struct {
 		name string
 		run  func(context.Context, *HostileScenario) error
-	}{
+	}
+	scenarios := []scenario{
 		{"DecideStream cancel storm", h.stormDecideStream},
 		{"WatchRules cancel storm", h.stormWatchRules},
 		{"WatchResources cancel storm", h.stormWatchResources},
 		{"non-reading WatchRules streams under writes", h.silentStreams},
-		{"oversized DecideBatch bodies", h.oversized},
-		{"explain floods", h.explainFlood},
-	} {
+	}
+	for _, n := range cfg.ReadingStreams {
+		scenarios = append(scenarios, scenario{fmt.Sprintf("%d reading WatchRules streams of distinct workloads under writes", n),
+			func(ctx context.Context, s *HostileScenario) error { return h.readingStreams(ctx, s, n) }})
+	}
+	scenarios = append(scenarios, scenario{"oversized DecideBatch bodies", h.oversized}, scenario{"explain floods", h.explainFlood})
+	for _, sc := range scenarios {
 		if ctx.Err() != nil {
 			break
 		}
@@ -402,11 +428,15 @@ func (h *hostile) silentStreams(ctx context.Context, s *HostileScenario) error {
 	// estimates, up to 16 MiB per stream) would have this process's
 	// transport read and buffer everything for the streams, which measures
 	// this process's heap, not the server's handling of a client that stops.
-	silent, err := dialClients(h.r.addr, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	// The silent streams come from agents of their own: callerStreams a
+	// connection, each from its own loopback address (the server caps
+	// streams per connection and per caller).
+	silent, err := h.callers((h.cfg.SilentStreams+callerStreams-1)/callerStreams,
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	if err != nil {
 		return err
 	}
-	defer silent.conn.Close()
+	defer closeAll(silent)
 	honest, err := h.dial()
 	if err != nil {
 		return err
@@ -416,8 +446,8 @@ func (h *hostile) silentStreams(ctx context.Context, s *HostileScenario) error {
 	defer cancel()
 	req := &verdictv1.WatchRulesRequest{Workload: &verdictv1.Endpoint{Tags: hostileWorkload}}
 	streams := make([]grpc.ServerStreamingClient[verdictv1.WatchRulesResponse], 0, h.cfg.SilentStreams)
-	for range h.cfg.SilentStreams {
-		st, err := silent.wat.WatchRules(sctx, req)
+	for i := range h.cfg.SilentStreams {
+		st, err := silent[i/callerStreams].wat.WatchRules(sctx, req)
 		if err != nil {
 			return fmt.Errorf("open a silent stream: %w", err)
 		}
@@ -503,11 +533,7 @@ writing:
 	}
 	s.Updates = len(got)
 	mu.Unlock()
-	if len(lags) > 0 {
-		slices.Sort(lags)
-		s.LagP99 = lags[(len(lags)*99)/100-min(1, (len(lags)*99)/100)]
-		s.LagMax = lags[len(lags)-1]
-	}
+	s.LagP99, s.LagMax = lagFigures(lags)
 	// How the server ended the silent streams: read each until its end or
 	// until 2 s pass for all of them together.
 	var cmu sync.Mutex
@@ -541,6 +567,217 @@ writing:
 		return fmt.Errorf("the honest watcher's stream ended with %w", err)
 	}
 	return nil
+}
+
+// lagFigures are the p99 and the maximum of lags.
+func lagFigures(lags []time.Duration) (p99, most time.Duration) {
+	if len(lags) == 0 {
+		return 0, 0
+	}
+	slices.Sort(lags)
+	return lags[(len(lags)*99)/100-min(1, (len(lags)*99)/100)], lags[len(lags)-1]
+}
+
+// callerStreams is how many WatchRules streams one attacking agent opens on
+// its connection: under verdictd's caps per connection (1,000) and per
+// caller (4,000).
+const callerStreams = 500
+
+// callers dials n connections, connection i from the loopback address
+// 127.0.0.(2+i) where the system has it (Linux: all of 127/8; elsewhere the
+// default address), so that verdictd sees n callers, as it sees n agents.
+func (h *hostile) callers(n int, opts ...grpc.DialOption) ([]*clients, error) {
+	out := make([]*clients, 0, n)
+	for i := range n {
+		local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%250))}
+		dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{LocalAddr: local}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			}
+			return c, nil
+		})
+		c, err := dialClients(h.r.addr, append([]grpc.DialOption{dial}, opts...)...)
+		if err != nil {
+			closeAll(out)
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func closeAll(cs []*clients) {
+	for _, c := range cs {
+		c.conn.Close()
+	}
+}
+
+// readingStreams holds n WatchRules streams that read, each of a workload
+// of its own under the 201 policies of the explain flood's mesh (every
+// workload's lists hold all 201), spread over agents of callerStreams
+// streams each: the live heap they hold, per stream. Then a policy selecting
+// one of the workloads changes at WriteRate for ReadingFor: verdictd's CPU
+// per write (a write computes again only the lists it can change), and how
+// late that workload's stream learns of each write.
+func (h *hostile) readingStreams(ctx context.Context, s *HostileScenario, n int) error {
+	conns, err := h.callers((n + callerStreams - 1) / callerStreams)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conns)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const watched = 7 // the workload the writes select
+	type seen struct {
+		rev int64
+		at  time.Time
+	}
+	var (
+		mu          sync.Mutex
+		got         []seen
+		opened      sync.WaitGroup
+		wg          sync.WaitGroup
+		sem         = make(chan struct{}, 64)
+		started     atomic.Int64
+		watchedOpen atomic.Bool
+	)
+	for i := range n {
+		opened.Add(1)
+		wg.Go(func() {
+			first := true
+			done := func() {
+				if first {
+					first = false
+					opened.Done()
+				}
+			}
+			defer done()
+			sem <- struct{}{}
+			st, err := conns[i/callerStreams].wat.WatchRules(sctx, &verdictv1.WatchRulesRequest{Mesh: hostileMesh,
+				Workload: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: fmt.Sprintf("reading-%d", i)}}})
+			for err == nil {
+				var m *verdictv1.WatchRulesResponse
+				if m, err = st.Recv(); err != nil {
+					break
+				}
+				if first {
+					started.Add(1)
+					watchedOpen.CompareAndSwap(false, i == watched)
+					<-sem
+					done()
+					continue
+				}
+				if i == watched {
+					mu.Lock()
+					got = append(got, seen{m.GetRevision(), time.Now()})
+					mu.Unlock()
+				}
+			}
+			if first { // refused: a cap, or worse
+				<-sem
+				mu.Lock()
+				s.Codes["refused "+status.Code(err).String()]++
+				mu.Unlock()
+				return
+			}
+			count(&mu, s.Codes, err)
+		})
+	}
+	opened.Wait()
+	s.Streams = int(started.Load())
+	if held, err := scrapeLive(ctx, h.r.metrics); err == nil && s.Streams > 0 {
+		s.HeapPerStream = (held.HeapLive - s.Before.HeapLive) / int64(s.Streams)
+	}
+	cpu0, err := cpuSeconds(ctx, h.r.metrics)
+	if err != nil {
+		return err
+	}
+	type write struct {
+		rev int64
+		at  time.Time
+	}
+	var writes []write
+	tick := time.NewTicker(time.Duration(float64(time.Second) / h.cfg.WriteRate))
+	defer tick.Stop()
+	end := time.After(h.cfg.ReadingFor)
+	c := h.r.current()
+writing:
+	for k := 0; ; k++ {
+		select {
+		case <-ctx.Done():
+			break writing
+		case <-end:
+			break writing
+		case <-tick.C:
+		}
+		p := &resource.Policy{Mesh: hostileMesh, Type: resource.DefaultType, Name: "reading-write",
+			Action:       []resource.Action{resource.Allow, resource.Deny}[k%2],
+			Sources:      []resource.Selector{{Match: map[string]string{resource.ServiceTag: "peer"}}},
+			Destinations: []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("reading-%d", watched)}}}}
+		pr, err := apiconv.ResourceToProto(p)
+		if err != nil {
+			return err
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := c.pol.Apply(wctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{pr}})
+		wcancel()
+		if err != nil {
+			s.Codes["write "+status.Code(err).String()]++
+			continue
+		}
+		writes = append(writes, write{resp.GetRevision(), time.Now()})
+	}
+	sleepCtx(ctx, time.Second) // the last write's update
+	cpu1, err := cpuSeconds(ctx, h.r.metrics)
+	if err != nil {
+		return err
+	}
+	s.Writes = len(writes)
+	if len(writes) > 0 {
+		s.CPUPerWrite = time.Duration((cpu1 - cpu0) / float64(len(writes)) * float64(time.Second))
+	}
+	mu.Lock()
+	var lags []time.Duration
+	for _, w := range writes {
+		i := sort.Search(len(got), func(i int) bool { return got[i].rev >= w.rev })
+		if i == len(got) {
+			if watchedOpen.Load() {
+				s.Missed++
+			}
+			continue
+		}
+		lags = append(lags, max(0, got[i].at.Sub(w.at)))
+	}
+	s.Updates = len(got)
+	mu.Unlock()
+	s.LagP99, s.LagMax = lagFigures(lags)
+	cancel()
+	wg.Wait()
+	return nil
+}
+
+// cpuSeconds is verdictd's process_cpu_seconds_total.
+func cpuSeconds(ctx context.Context, addr string) (float64, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("metrics at %s: no process_cpu_seconds_total", addr)
 }
 
 // oversized sends DecideBatch bodies of 2,097,000 empty flows (~4 MB, just
@@ -641,6 +878,9 @@ func (rep *HostileReport) judge() {
 		if s.LagP99 > time.Second {
 			rep.Misses = append(rep.Misses, fmt.Sprintf("%s: the honest watcher's lag p99 %s (target ≤ 1 s)", s.Name, ms(s.LagP99)))
 		}
+		if s.HeapPerStream > 64<<10 {
+			rep.Misses = append(rep.Misses, fmt.Sprintf("%s: %s of live heap per stream (target ≤ 64 KiB)", s.Name, mib(s.HeapPerStream)))
+		}
 		for k, n := range s.Codes {
 			if strings.HasPrefix(k, "write ") {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d writes failed: %s", s.Name, n, k))
@@ -687,6 +927,10 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 		}
 		if s.AnswerSize > 0 {
 			fmt.Fprintf(w, "  largest answer: %d bytes\n", s.AnswerSize)
+		}
+		if s.Streams > 0 {
+			fmt.Fprintf(w, "  %d streams open: %.1f KiB of live heap each (target ≤ 64 KiB); %d writes, %s of verdictd CPU each\n",
+				s.Streams, float64(s.HeapPerStream)/1024, s.Writes, s.CPUPerWrite.Round(10*time.Microsecond))
 		}
 		fmt.Fprintf(w, "  probe Decides failed during it or its settling: %d\n", s.ProbesFailed)
 	}

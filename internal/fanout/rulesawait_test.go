@@ -1,4 +1,4 @@
-package server
+package fanout
 
 import (
 	"context"
@@ -56,10 +56,10 @@ func TestWatchRulesAwaitsTheReplica(t *testing.T) {
 	change := []engine.Change{engine.Put(b1)}
 	after := before.Apply(2, change)
 	sy := &laggingSyncer{snap: before, updates: make(chan syncer.Update, 1)}
-	h := newRulesHub(sy, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := NewHub(HubConfig{Source: sy, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { h.run(ctx); close(done) }()
+	go func() { h.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
 		h.mu.Lock()
@@ -80,7 +80,7 @@ func TestWatchRulesAwaitsTheReplica(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		w, err := h.watch(ctx, "aw", "", watched{name: "b1"}, false, false)
+		w, err := h.watch(ctx, "aw", "", Workload{Name: "b1"}, false, false)
 		got <- result{w, err}
 	}()
 	select {
@@ -94,7 +94,7 @@ func TestWatchRulesAwaitsTheReplica(t *testing.T) {
 		t.Fatalf("a workload the replica serves: %v", r.err)
 	}
 	r.w.close()
-	if _, err := h.watch(ctx, "aw", "", watched{name: "nobody"}, false, false); !errors.Is(err, inventory.ErrEndpointNotFound) {
+	if _, err := h.watch(ctx, "aw", "", Workload{Name: "nobody"}, false, false); !errors.Is(err, inventory.ErrEndpointNotFound) {
 		t.Fatalf("an unknown workload: %v", err)
 	}
 }

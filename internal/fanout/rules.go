@@ -1,4 +1,4 @@
-package server
+package fanout
 
 import (
 	"context"
@@ -22,7 +22,45 @@ import (
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
-// rulesHub computes WatchRules answers: one group per distinct (mesh, type,
+// DefaultMaxLag is how long a WatchRules stream's newer state may wait behind
+// an unread message before the stream is dropped (HubConfig.MaxLag).
+const DefaultMaxLag = 5 * time.Second
+
+// HubConfig configures a Hub. Zero values take the defaults.
+type HubConfig struct {
+	Source Source
+	Log    *slog.Logger
+	// MaxLag: a stream whose client does not read ends with ErrFellBehind
+	// once a newer state has waited this long behind its unread messages.
+	MaxLag time.Duration
+	// Limits caps the streams served at once.
+	Limits Limits
+	// Stop, when closed, ends every stream with ErrStopped.
+	Stop <-chan struct{}
+	// Dropped is called for each stream ended for falling behind, before it
+	// ends: count it, and close the caller's connection (Serve says why).
+	Dropped func(ctx context.Context)
+}
+
+// RulesRequest is what a WatchRules stream watches (validated).
+type RulesRequest struct {
+	Mesh, Type string // "" for the defaults
+	Workload   Workload
+	// AddressSets: peers as address sets (docs/api.md, "Address sets").
+	AddressSets bool
+	// IncludeAudit: audit rules are sent, marked.
+	IncludeAudit bool
+}
+
+// Workload is a watched workload as given: one of tags, a workload name, or
+// an address (canonical).
+type Workload struct {
+	Tags    resource.Tags
+	Name    string
+	Address string
+}
+
+// Hub computes WatchRules answers: one group per distinct (mesh, type,
 // workload as given, address sets or not), its rules computed once per
 // snapshot that may change them and handed to every stream of the group; a
 // stream is woken only when its group has something to send. With address
@@ -33,25 +71,24 @@ import (
 // Every group and set reflects the hub's snapshot (snap): all of it is
 // guarded by mu, and a new group is computed at snap, never at a newer
 // snapshot the hub has not processed (its sets' deltas would be skipped).
-type rulesHub struct {
-	syncer syncer.API
+type Hub struct {
+	src    Source
 	log    *slog.Logger
+	maxLag time.Duration
+	stop   <-chan struct{}
+	onDrop func(context.Context)
 
 	mu     sync.Mutex
 	snap   *engine.Snapshot
 	moved  chan struct{} // closed when snap moves on (await)
 	groups map[string]*ruleGroup
 	sets   *setRegistry
+	bodies *bodyTable
+	counts *streamCounts
 	// reresolved counts the groups resolved again after a workload change
-	// without a policy change in their mesh (tests).
-	reresolved int
-}
-
-// watched is the workload of a WatchRules request, as given.
-type watched struct {
-	tags    resource.Tags
-	name    string
-	address string // canonical
+	// that could not alter their rules; computed the groups' rules computed
+	// again after a change (Stats).
+	reresolved, computed int
 }
 
 // resolution is how a watched workload resolved at a snapshot.
@@ -65,40 +102,33 @@ func (r resolution) equal(o resolution) bool {
 	return maps.Equal(r.tags, o.tags) && proto.Equal(r.rep, o.rep) && slices.Equal(r.addrs, o.addrs)
 }
 
-// rulePeer is one rule's peer as address sets and CIDRs.
-type rulePeer struct {
-	sets  []string
-	cidrs []string
-}
-
 // rulesState is a group's rules at a revision, or the error that ends its streams.
 type rulesState struct {
 	rev int64
 	// version counts the states the streams were told of; a stream that has
 	// version-1 can take delta.
 	version uint64
-	set     engine.RuleSet
 	res     resolution
 	err     error
-	peers   [2][]rulePeer // address sets: outbound, inbound rules' peers
-	named   []*peerSet    // address sets: the distinct sets the rules name, by name
+	rules   *rulesBody // interned: a reference held per state (bodies)
+	named   []*peerSet // address sets: the distinct sets the rules name, by name
 	// delta is the SET_DELTAS message from version-1 to this state; nil when
 	// this state's rules or resolution changed.
-	delta *encodedMsg
+	delta *Message
 }
 
 type ruleGroup struct {
 	key      string
 	mesh     string
 	typ      string
-	ep       watched
+	ep       Workload
 	sets     bool
 	audit    bool // audit rules included (WatchRulesRequest.include_audit)
 	state    rulesState
 	watchers map[*rulesWatcher]struct{}
 	// full is the RULES message of the current state at fullRev, shared by
 	// the streams that need it, encoded once; never modified once made.
-	full        *encodedMsg
+	full        *Message
 	fullVersion uint64
 	fullRev     int64
 }
@@ -108,55 +138,43 @@ type ruleGroup struct {
 // skips intermediate states (it is then sent the state in full); it never
 // blocks the hub.
 type rulesWatcher struct {
-	hub    *rulesHub
+	hub    *Hub
 	group  *ruleGroup
 	notify chan struct{}
 	sent   uint64
 }
 
-func newRulesHub(sy syncer.API, log *slog.Logger) *rulesHub {
-	return &rulesHub{syncer: sy, log: log, groups: map[string]*ruleGroup{}, sets: newSetRegistry(), moved: make(chan struct{})}
+// NewHub makes a hub; Run follows its source.
+func NewHub(cfg HubConfig) *Hub {
+	if cfg.MaxLag <= 0 {
+		cfg.MaxLag = DefaultMaxLag
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Dropped == nil {
+		cfg.Dropped = func(context.Context) {}
+	}
+	return &Hub{src: cfg.Source, log: cfg.Log, maxLag: cfg.MaxLag, stop: cfg.Stop, onDrop: cfg.Dropped,
+		groups: map[string]*ruleGroup{}, sets: newSetRegistry(), bodies: newBodyTable(), counts: newStreamCounts(cfg.Limits), moved: make(chan struct{})}
 }
 
-// run follows the syncer's snapshots until ctx ends. A dropped subscription
-// (the hub fell behind) is renewed and every group recomputed.
-func (h *rulesHub) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		sub := h.syncer.Subscribe(64)
-		h.refresh(h.syncer.Snapshot(), nil, nil)
-		h.follow(ctx, sub)
-		sub.Close()
-		if err := sub.Err(); err != nil && ctx.Err() == nil {
-			h.log.WarnContext(ctx, "rules hub resubscribes", "err", err)
-		}
-		select { // never spin on a subscription that keeps ending
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func (h *rulesHub) follow(ctx context.Context, sub syncer.Subscription) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case u, ok := <-sub.Updates():
-			if !ok {
-				return
-			}
-			h.refresh(u.Snapshot, u.Previous, u.Changes)
-		}
-	}
+// Run follows the source's snapshots until ctx ends. A renewed subscription
+// (the hub fell behind) recomputes every group.
+func (h *Hub) Run(ctx context.Context) {
+	follow(ctx, h.src, 64, h.log, "rules hub", func(snap *engine.Snapshot) { h.refresh(snap, nil, nil) },
+		func(u syncer.Update) { h.refresh(u.Snapshot, u.Previous, u.Changes) })
 }
 
 // refresh brings every set and group to snap and wakes the watchers of the
 // groups with something to send. With prev the hub's own snapshot and changes
 // the changes from it to snap, only what they can alter is recomputed: a
-// set's members touched by a workload change; a group's rules when its mesh's
-// policies changed or its workload resolves differently. Otherwise (prev
-// nil, or a gap) everything is.
-func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
+// set's members touched by a workload change; a group's rules when the
+// changes may alter the rules of its workload's tags (RulesImpact: a policy
+// whose rules select it, before or after; anything of its mesh and type that
+// concerns every workload) or its workload resolves differently. Otherwise
+// (prev nil, or a gap) everything is.
+func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.snap != nil && snap.Revision() <= h.snap.Revision() {
@@ -164,13 +182,14 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 	}
 	incremental := prev != nil && h.snap != nil && prev.Revision() == h.snap.Revision()
 	rev := snap.Revision()
-	policyMeshes := map[string]bool{}
+	var impact *engine.RulesImpact
+	if incremental {
+		impact = snap.RulesImpact(prev, changes)
+	}
 	workloads := map[string][]string{}
 	for _, c := range changes {
 		if c.Key.Kind == resource.KindWorkload {
 			workloads[c.Key.Mesh] = append(workloads[c.Key.Mesh], c.Key.Name)
-		} else {
-			policyMeshes[c.Key.Mesh] = true
 		}
 	}
 	// The workloads a mesh's changes touch (the changed ones and those
@@ -199,11 +218,12 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 		if g.state.rev >= rev {
 			continue
 		}
-		if incremental && !policyMeshes[g.mesh] && g.state.err == nil {
-			// The mesh's policies are unchanged: so are the rules, unless the
-			// workload resolves differently (a name or address, after a
-			// change of a workload it can resolve to).
-			if g.ep.tags != nil || len(workloads[g.mesh]) == 0 || !touchedIn(g.mesh).mayResolve(g) {
+		if incremental && g.state.err == nil && !impact.May(g.mesh, g.typ, g.state.res.tags) {
+			// No change can alter the rules of the workload's tags: neither
+			// can they change unless the workload resolves differently (a
+			// name or address, after a change of a workload it can resolve
+			// to).
+			if g.ep.Tags != nil || len(workloads[g.mesh]) == 0 || !touchedIn(g.mesh).mayResolve(g) {
 				h.advance(g, g.state, rev)
 				continue
 			}
@@ -213,10 +233,12 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 				continue
 			}
 		}
+		h.computed++
 		st := h.compute(g, snap)
 		old := g.state
-		if st.err == nil && old.err == nil && st.set.Equal(old.set) && st.res.equal(old.res) {
+		if st.err == nil && old.err == nil && st.rules == old.rules && st.res.equal(old.res) {
 			h.swapSets(&old, &st)
+			h.bodies.release(old.rules)
 			h.advance(g, st, rev)
 			continue
 		}
@@ -224,6 +246,7 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 			continue
 		}
 		h.swapSets(&old, &st)
+		h.bodies.release(old.rules)
 		st.version = old.version + 1
 		g.state = st
 		g.wake()
@@ -232,7 +255,7 @@ func (h *rulesHub) refresh(snap, prev *engine.Snapshot, changes []engine.Change)
 }
 
 // setSnap moves the hub to snap and wakes those awaiting it.
-func (h *rulesHub) setSnap(snap *engine.Snapshot) {
+func (h *Hub) setSnap(snap *engine.Snapshot) {
 	h.snap = snap
 	close(h.moved)
 	h.moved = make(chan struct{})
@@ -247,7 +270,7 @@ const hubCatchUp = 2 * time.Second
 // has none yet: a new group then starts from the replica's), ctx ends, or
 // hubCatchUp passes. A stream opened after a write the replica serves then
 // sees it: a workload just applied is found, not NOT_FOUND.
-func (h *rulesHub) await(ctx context.Context, rev int64) {
+func (h *Hub) await(ctx context.Context, rev int64) {
 	timeout := time.NewTimer(hubCatchUp)
 	defer timeout.Stop()
 	for {
@@ -306,17 +329,17 @@ func (tw *touchedWorkloads) mayResolve(g *ruleGroup) bool {
 		return ok
 	}
 	switch {
-	case g.ep.name != "":
-		return has(g.ep.name)
-	case g.ep.address != "":
-		return tw.addrs[g.ep.address] || g.state.res.rep.GetWorkload() != "" && has(g.state.res.rep.GetWorkload())
+	case g.ep.Name != "":
+		return has(g.ep.Name)
+	case g.ep.Address != "":
+		return tw.addrs[g.ep.Address] || g.state.res.rep.GetWorkload() != "" && has(g.state.res.rep.GetWorkload())
 	}
 	return false
 }
 
 // advance moves a group whose rules and resolution are unchanged to rev: the
 // deltas of its sets at rev, if any, make a new state the streams are sent.
-func (h *rulesHub) advance(g *ruleGroup, st rulesState, rev int64) {
+func (h *Hub) advance(g *ruleGroup, st rulesState, rev int64) {
 	st.rev = rev
 	st.version = g.state.version
 	st.delta = nil
@@ -329,7 +352,7 @@ func (h *rulesHub) advance(g *ruleGroup, st rulesState, rev int64) {
 		}
 		if len(deltas) > 0 {
 			st.version++
-			st.delta = newEncoded(&verdictv1.WatchRulesResponse{Revision: rev, Kind: verdictv1.WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS,
+			st.delta = NewMessage(&verdictv1.WatchRulesResponse{Revision: rev, Kind: verdictv1.WatchRulesKind_WATCH_RULES_KIND_SET_DELTAS,
 				SetDeltas: deltas})
 		}
 	}
@@ -341,7 +364,7 @@ func (h *rulesHub) advance(g *ruleGroup, st rulesState, rev int64) {
 }
 
 // swapSets moves the group's set references from old's sets to st's.
-func (h *rulesHub) swapSets(old, st *rulesState) {
+func (h *Hub) swapSets(old, st *rulesState) {
 	for _, ps := range st.named {
 		ps.refs++
 	}
@@ -362,47 +385,56 @@ func (g *ruleGroup) wake() {
 // compute is a group's state at snap: its workload resolved, its rules, and
 // with address sets each rule's peer as sets and CIDRs (the sets made as
 // needed; the caller takes their references with swapSets).
-func (h *rulesHub) compute(g *ruleGroup, snap *engine.Snapshot) rulesState {
+func (h *Hub) compute(g *ruleGroup, snap *engine.Snapshot) rulesState {
 	st := rulesState{rev: snap.Revision()}
 	st.res, st.err = resolveWatched(snap, g.mesh, g.ep)
 	if st.err != nil {
 		return st
 	}
-	st.set, st.err = snap.RulesFor(g.mesh, g.typ, st.res.tags)
-	if st.err == nil && !g.audit {
-		st.set = withoutAudit(st.set)
+	set, err := snap.RulesFor(g.mesh, g.typ, st.res.tags)
+	if err != nil {
+		return rulesState{rev: st.rev, err: err}
 	}
-	if st.err != nil || !g.sets {
-		return st
+	if !g.audit {
+		set = withoutAudit(set)
 	}
-	seen := map[*peerSet]bool{}
-	for side, sr := range []*engine.SideRules{&st.set.Outbound, &st.set.Inbound} {
-		st.peers[side] = make([]rulePeer, len(sr.Rules))
-		for i, r := range sr.Rules {
-			var p rulePeer
-			for _, sel := range r.Peer {
-				cidrs, ps, err := h.sets.peer(snap, g.mesh, sel)
-				if err != nil {
-					for _, ps := range st.named { // made for this state only: not kept
-						if ps.refs == 0 {
-							h.sets.refs0(ps)
-						}
+	resp := apiconv.RulesResponse(0, &set)
+	fail := func(err error) rulesState {
+		for _, ps := range st.named { // made for this state only: not kept
+			if ps.refs == 0 {
+				h.sets.refs0(ps)
+			}
+		}
+		return rulesState{rev: st.rev, err: err}
+	}
+	if g.sets {
+		seen := map[*peerSet]bool{}
+		for side, sr := range []*engine.SideRules{&set.Outbound, &set.Inbound} {
+			rules := []*verdictv1.SideRules{resp.Outbound, resp.Inbound}[side].GetRules()
+			for i, r := range sr.Rules {
+				for _, sel := range r.Peer {
+					cidrs, ps, err := h.sets.peer(snap, g.mesh, sel)
+					if err != nil {
+						return fail(fmt.Errorf("%s rule %s of policy %q: %w", sideName(side), r.Rule, r.Policy, err))
 					}
-					return rulesState{rev: st.rev, err: fmt.Errorf("%s rule %s of policy %q: %w", sideName(side), r.Rule, r.Policy, err)}
-				}
-				p.cidrs = append(p.cidrs, cidrs...)
-				if ps != nil {
-					p.sets = append(p.sets, ps.name)
-					if !seen[ps] {
-						seen[ps] = true
-						st.named = append(st.named, ps)
+					rules[i].PeerCidrs = append(rules[i].PeerCidrs, cidrs...)
+					if ps != nil {
+						rules[i].PeerSets = append(rules[i].PeerSets, ps.name)
+						if !seen[ps] {
+							seen[ps] = true
+							st.named = append(st.named, ps)
+						}
 					}
 				}
 			}
-			st.peers[side][i] = p
 		}
+		sort.Slice(st.named, func(i, j int) bool { return st.named[i].name < st.named[j].name })
 	}
-	sort.Slice(st.named, func(i, j int) bool { return st.named[i].name < st.named[j].name })
+	b, err := encodeBody(resp.Inbound, resp.Outbound)
+	if err != nil {
+		return fail(err)
+	}
+	st.rules = h.bodies.intern(b)
 	return st
 }
 
@@ -418,8 +450,8 @@ func sideName(side int) string {
 // as given; a workload name → its tags (an unknown or invalid one is
 // NotFound); an address → its workload's tags plus ip, else the external
 // endpoint {ip: ADDRESS}. A workload's addresses come with it.
-func resolveWatched(snap *engine.Snapshot, mesh string, ep watched) (resolution, error) {
-	r, err := snap.ResolveEndpoint(mesh, &inventory.Endpoint{Tags: ep.tags, Workload: ep.name, Address: ep.address}, false, 0, nil)
+func resolveWatched(snap *engine.Snapshot, mesh string, ep Workload) (resolution, error) {
+	r, err := snap.ResolveEndpoint(mesh, &inventory.Endpoint{Tags: ep.Tags, Workload: ep.Name, Address: ep.Address}, false, 0, nil)
 	if err != nil {
 		return resolution{}, err
 	}
@@ -431,36 +463,11 @@ func resolveWatched(snap *engine.Snapshot, mesh string, ep watched) (resolution,
 	return out, nil
 }
 
-// fullMessage is the group's RULES message at rev, made once per state and
-// revision and shared, encoded once, by the streams that need it.
-func (g *ruleGroup) fullMessage(rev int64) *encodedMsg {
-	if g.full != nil && g.fullVersion == g.state.version && g.fullRev == rev {
-		return g.full
-	}
-	st := &g.state
-	resp := apiconv.RulesResponse(rev, &st.set)
-	resp.Kind = verdictv1.WatchRulesKind_WATCH_RULES_KIND_RULES
-	resp.Workload = st.res.rep
-	if g.sets {
-		for side, sr := range []*verdictv1.SideRules{resp.Outbound, resp.Inbound} {
-			for i, r := range sr.GetRules() {
-				r.PeerSets, r.PeerCidrs = st.peers[side][i].sets, st.peers[side][i].cidrs
-			}
-		}
-		for _, ps := range st.named {
-			resp.Sets = append(resp.Sets, ps.message())
-		}
-		resp.WorkloadAddresses = st.res.addrs
-	}
-	g.full, g.fullVersion, g.fullRev = newEncoded(resp), st.version, rev
-	return g.full
-}
-
 // watch registers a stream for a workload, once the hub holds what the
 // replica serves (await); its first message is ready at once. A mesh that
 // holds no resource, or an unknown workload, is NotFound.
-func (h *rulesHub) watch(ctx context.Context, mesh, typ string, ep watched, sets, audit bool) (*rulesWatcher, error) {
-	h.await(ctx, h.syncer.Snapshot().Revision())
+func (h *Hub) watch(ctx context.Context, mesh, typ string, ep Workload, sets, audit bool) (*rulesWatcher, error) {
+	h.await(ctx, h.src.Snapshot().Revision())
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
@@ -471,7 +478,7 @@ func (h *rulesHub) watch(ctx context.Context, mesh, typ string, ep watched, sets
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.snap == nil { // the hub has not run yet: it starts from this snapshot
-		h.setSnap(h.syncer.Snapshot())
+		h.setSnap(h.src.Snapshot())
 	}
 	g, ok := h.groups[key]
 	if !ok {
@@ -496,7 +503,7 @@ func (h *rulesHub) watch(ctx context.Context, mesh, typ string, ep watched, sets
 
 // next is what the stream sends next: nil when it has the group's state;
 // the state's deltas when it has the state before; else the state in full.
-func (h *rulesHub) next(w *rulesWatcher) (*encodedMsg, error) {
+func (h *Hub) next(w *rulesWatcher) (*Message, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := &w.group.state
@@ -529,46 +536,42 @@ func (w *rulesWatcher) close() {
 	if len(w.group.watchers) == 0 && h.groups[w.group.key] == w.group {
 		delete(h.groups, w.group.key)
 		h.swapSets(&w.group.state, &rulesState{})
+		h.bodies.release(w.group.state.rules)
 	}
 }
 
-// groupCount is the number of distinct workloads watched (for tests).
-func (h *rulesHub) groupCount() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.groups)
+// HubStats is what a hub holds and has done (tests, metrics).
+type HubStats struct {
+	Revision int64 // the revision its groups and sets reflect
+	Groups   int   // distinct workloads watched
+	Streams  int   // streams registered
+	Sets     int   // address sets in use
+	// Reresolved counts the groups resolved again after a workload change
+	// that could not alter their rules; Computed the groups whose rules
+	// were computed again after a change (engine.Snapshot.RulesImpact says
+	// which a change may alter).
+	Reresolved, Computed int
 }
 
-// revision is the revision the hub's groups and sets reflect (for tests).
-func (h *rulesHub) revision() int64 {
+// Stats returns the hub's figures now.
+func (h *Hub) Stats() HubStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.snap == nil {
-		return 0
+	st := HubStats{Groups: len(h.groups), Sets: len(h.sets.byKey), Reresolved: h.reresolved, Computed: h.computed}
+	if h.snap != nil {
+		st.Revision = h.snap.Revision()
 	}
-	return h.snap.Revision()
-}
-
-// reresolvedCount is the number of groups resolved again after workload
-// changes (for tests).
-func (h *rulesHub) reresolvedCount() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.reresolved
-}
-
-// setCount is the number of address sets in use (for tests).
-func (h *rulesHub) setCount() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.sets.byKey)
+	for _, g := range h.groups {
+		st.Streams += len(g.watchers)
+	}
+	return st
 }
 
 // groupKey is an unambiguous key of (mesh, type, workload as given, sets,
 // audit).
-func groupKey(mesh, typ string, ep watched, sets, audit bool) string {
-	keys := make([]string, 0, len(ep.tags))
-	for k := range ep.tags {
+func groupKey(mesh, typ string, ep Workload, sets, audit bool) string {
+	keys := make([]string, 0, len(ep.Tags))
+	for k := range ep.Tags {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -581,17 +584,17 @@ func groupKey(mesh, typ string, ep watched, sets, audit bool) string {
 	write(mesh)
 	write(typ)
 	switch {
-	case ep.name != "":
+	case ep.Name != "":
 		b.WriteString("w")
-		write(ep.name)
-	case ep.address != "":
+		write(ep.Name)
+	case ep.Address != "":
 		b.WriteString("a")
-		write(ep.address)
+		write(ep.Address)
 	default:
 		b.WriteString("t")
 		for _, k := range keys {
 			write(k)
-			write(ep.tags[k])
+			write(ep.Tags[k])
 		}
 	}
 	if sets {
@@ -627,16 +630,42 @@ func withoutAudit(rs engine.RuleSet) engine.RuleSet {
 	return rs
 }
 
-// serveRules sends a workload's rules to one WatchRules stream: the newest
-// state each time, never a backlog (a stream that reads slowly skips
-// intermediate states). A client that stops reading blocks the send in
-// gRPC's flow control; once a newer state has waited RulesMaxLag behind that
-// send, the stream ends with RESOURCE_EXHAUSTED (Typha's model: a slow
-// consumer is dropped, counted in verdict_watch_dropped_total{rpc="WatchRules"},
-// and reconnects to a fresh copy), and its connection is closed (see the
-// drop below), so the server holds no state, no goroutine and no buffer for
-// it any more. Streams on other connections are never held up by it.
-func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func(any) error) error {
+// Serve sends a workload's rules to one WatchRules stream of caller
+// (docs/api.md): in full first, then whenever they change, and with address
+// sets the deltas of their sets. A stream over one of the Limits is refused
+// with ErrTooManyStreams, naming the cap. A mesh that holds no resource, or
+// an unknown workload, is the engine's NotFound error, at the start or
+// later.
+//
+// The stream is sent the newest state each time, never a backlog (a stream
+// that reads slowly skips intermediate states). A client that stops reading
+// blocks the send in the transport's flow control; once a newer state has
+// waited MaxLag behind that send, the stream ends with ErrFellBehind
+// (Typha's model: a slow consumer is dropped, and reconnects to a fresh
+// copy) after Dropped closed its connection, so the server holds no state,
+// no goroutine and no buffer for it any more. Streams on other connections
+// are never held up by it.
+func (h *Hub) Serve(ctx context.Context, req RulesRequest, caller Caller, send func(any) error) error {
+	h.mu.Lock()
+	err := h.counts.admit(caller)
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		h.mu.Lock()
+		h.counts.release(caller)
+		h.mu.Unlock()
+	}()
+	w, err := h.watch(ctx, req.Mesh, req.Type, req.Workload, req.AddressSets, req.IncludeAudit)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	return h.serve(ctx, w, send)
+}
+
+func (h *Hub) serve(ctx context.Context, w *rulesWatcher, send func(any) error) error {
 	sent := make(chan error, 1) // buffered: a send still blocked when the stream ends exits when gRPC ends it
 	sending, pending := false, false
 	var behind *time.Timer
@@ -657,8 +686,8 @@ func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func
 	}
 	for {
 		select {
-		case <-s.stop:
-			return errShuttingDown
+		case <-h.stop:
+			return ErrStopped
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-w.notify:
@@ -670,7 +699,7 @@ func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func
 			}
 			pending = true
 			if behind == nil {
-				behind = time.NewTimer(s.rulesMaxLag)
+				behind = time.NewTimer(h.maxLag)
 				behindC = behind.C
 			}
 		case err := <-sent:
@@ -689,28 +718,15 @@ func (s watchService) serveRules(ctx context.Context, w *rulesWatcher, send func
 				}
 			}
 		case <-behindC:
-			s.dropped.rulesDropped(ctx)
-			// gRPC keeps what it queued for the stream (up to its 64 KiB
-			// write quota, in pooled buffers, plus the message blocked in
-			// send) and sends the stream's end behind it: until the client
-			// reads or disconnects. A client that stopped reading does
-			// neither: close its connection, as Typha does, so that the
-			// memory goes with it. Its other streams and calls on that
-			// connection end UNAVAILABLE; gRPC clients reconnect.
-			closeCallerConn(ctx)
+			// The transport keeps what it queued for the stream (gRPC: up
+			// to its 64 KiB write quota, plus the message blocked in send)
+			// and sends the stream's end behind it: until the client reads
+			// or disconnects. A client that stopped reading does neither:
+			// Dropped closes its connection, as Typha does, so that the
+			// memory goes with it.
+			h.onDrop(ctx)
 			return fmt.Errorf("%w: the rules of revision %d waited %v behind an unread message; reconnect",
-				errFellBehind, w.revision(), s.rulesMaxLag)
+				ErrFellBehind, w.revision(), h.maxLag)
 		}
 	}
-}
-
-// watcherCount is the number of streams registered (for tests).
-func (h *rulesHub) watcherCount() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, g := range h.groups {
-		n += len(g.watchers)
-	}
-	return n
 }

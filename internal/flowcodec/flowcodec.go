@@ -1,4 +1,20 @@
-package server
+// Package flowcodec decodes the flow requests — DecideRequest,
+// DecideBatchRequest and DecideStreamRequest — without protobuf-go's
+// reflection, tag strings interned. Decoding the tag maps was the largest
+// cost of a batch (a third of the CPU of client and server together,
+// BENCHMARKS.md): protobuf-go allocates every key and value of every flow,
+// though a sidecar sends the same few hundred strings again and again.
+//
+// It takes only what it fully understands: the fields of the schema, with
+// their wire types, valid UTF-8. Anything else — an unknown field, a wrong
+// wire type, a truncated value, invalid UTF-8 — makes Decode decline, and the
+// caller (the server's codec) decodes the message with protobuf-go, which
+// reports the error precisely (or keeps the unknown field). So the result is
+// always the message protobuf-go would give: FuzzFlowDecoderMatchesProto
+// checks that on any input, and TestFlowDecoderKnowsTheSchema fails when the
+// protos gain a field the decoder does not know. It imports no more than
+// protobuf's wire format, gRPC's buffers and the API's messages.
+package flowcodec
 
 import (
 	"hash/maphash"
@@ -12,23 +28,7 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// The flow decoder: DecideRequest, DecideBatchRequest and DecideStreamRequest
-// decoded without protobuf-go's reflection, tag strings interned. Decoding the
-// tag maps was the largest cost of a batch (a third of the CPU of client and
-// server together, BENCHMARKS.md): protobuf-go allocates every key and value
-// of every flow, though a sidecar sends the same few hundred strings again and
-// again.
-//
-// It takes only what it fully understands: the fields of the schema, with
-// their wire types, valid UTF-8. Anything else — an unknown field, a wrong
-// wire type, a truncated value, invalid UTF-8 — makes it decline, and
-// requestCodec decodes the message with protobuf-go, which reports the error
-// precisely (or keeps the unknown field). So the result is always the message
-// protobuf-go would give: FuzzFlowDecoderMatchesProto checks that on any
-// input, and TestFlowDecoderKnowsTheSchema fails when the protos gain a field
-// the decoder does not know.
-
-// flowFields lists, per message, the fields decodeFlows handles and their wire
+// flowFields lists, per message, the fields Decode handles and their wire
 // types; TestFlowDecoderKnowsTheSchema compares it with the descriptors.
 var flowFields = map[string]map[protowire.Number]protowire.Type{
 	"verdict.v1.DecideRequest": {
@@ -43,10 +43,16 @@ var flowFields = map[string]map[protowire.Number]protowire.Type{
 	"verdict.v1.DecideStreamRequest": {1: protowire.BytesType, 2: protowire.BytesType},
 }
 
-// decodeFlows decodes data into v when v is one of the flow requests and the
+// presize bounds the flows of a batch allocated together (a first pass
+// counts them); a batch over it has its further flows allocated one by one.
+// The server refuses a batch over its limit (1,000) before decoding it.
+const presize = 1024
+
+// Decode decodes data into v when v is one of the flow requests and the
 // bytes hold nothing unexpected; false leaves v to protobuf-go (v may then be
-// partly filled: protobuf-go resets it first).
-func decodeFlows(data mem.BufferSlice, v any) bool {
+// partly filled: protobuf-go resets it first). It never keeps data: every
+// string kept is copied or interned.
+func Decode(data mem.BufferSlice, v any) bool {
 	switch v.(type) {
 	case *verdictv1.DecideRequest, *verdictv1.DecideBatchRequest, *verdictv1.DecideStreamRequest:
 	default:
@@ -73,7 +79,7 @@ func decodeFlows(data mem.BufferSlice, v any) bool {
 func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
 	// The flows and their endpoints come from two slices sized by a first
 	// pass: three allocations per batch instead of three per flow.
-	n := countFields(b, 1, MaxBatch+1)
+	n := countFields(b, 1, presize)
 	flows := make([]verdictv1.DecideRequest, n)
 	eps := endpointSlab(make([]verdictv1.Endpoint, 2*n))
 	m.Requests = slices.Grow(m.Requests, n)
@@ -116,9 +122,7 @@ func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
 
 // countFields counts the top-level fields of b numbered field (any, with
 // 0), up to limit, to size a slice or map once; it stops at the first
-// malformed field (the decoder then declines). countFields(b, 1,
-// MaxBatch+1) counts a batch's flows: a larger batch is refused, its flows
-// beyond allocated one by one.
+// malformed field (the decoder then declines).
 func countFields(b []byte, field protowire.Number, limit int) int {
 	n := 0
 	for len(b) > 0 && n < limit {
@@ -333,10 +337,9 @@ func decodeTag(entry []byte) (key, value string, ok bool) {
 // The intern table: a fixed number of slots, each holding the last string
 // stored there; a hit costs a hash and a comparison, a miss one allocation (as
 // protobuf-go would make anyway). Hostile input can only evict: the table never
-// grows. (A second table of whole tag entries, d4e01ca, won in a benchmark of
-// a few repeated flows and lost in make loadtest's, whose ends name 40k
-// workloads: a miss there cost a third lookup before the two it meant to
-// save. Removed; BENCHMARKS.md, file 64.)
+// grows. (A second table of whole tag entries won in a benchmark of a few
+// repeated flows and lost in make loadtest's, whose ends name 40k workloads:
+// a miss there cost a third lookup before the two it meant to save.)
 const (
 	internSlots  = 1 << 13
 	internMaxLen = 64 // longer strings are copied, not kept

@@ -1,9 +1,8 @@
-package server
+package fanout
 
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -41,7 +40,7 @@ func TestFeedStateIsTheSnapshot(t *testing.T) {
 	}
 
 	s1 := engine.Empty().Apply(4, []engine.Change{put("a", 2, "web"), put("bb", 3, "db"), broken})
-	f := newResourceFeed(nil, slog.New(slog.DiscardHandler), DefaultWatchHistory, DefaultWatchHistoryChanges)
+	f := NewFeed(FeedConfig{})
 	f.reset(s1)
 	snap, rev, _ := f.start(0)
 	if want := " !default/policies/TrafficPermission/broken default/workloads/a@2 default/workloads/bb@3"; keys(snap) != want || rev != 4 {

@@ -1,7 +1,9 @@
-package server
+package fanout
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -15,13 +17,44 @@ import (
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
-// Defaults of the resource feed (Config.WatchHistory, Config.WatchHistoryChanges).
+// Defaults of the resource feed (FeedConfig).
 const (
-	DefaultWatchHistory        = 1024
-	DefaultWatchHistoryChanges = 16384
+	DefaultHistory        = 1024
+	DefaultHistoryChanges = 16384
 )
 
-// resourceFeed serves WatchResources from the replica's own change feed (the
+// snapshotChunk bounds the resources of one SNAPSHOT message.
+const snapshotChunk = 500
+
+// The errors the feed and the hub end streams with.
+var (
+	// ErrFellBehind ends a stream whose client reads too slowly: the feed's
+	// next change set left its history, or a hub's newer state waited
+	// MaxLag behind an unread message. The client reconnects (the feed's
+	// error names the revision to resume from).
+	ErrFellBehind = errors.New("watch stream too slow")
+	// ErrStopped ends every stream when the server stops (Stop closed).
+	ErrStopped = errors.New("server shutting down")
+	// ErrTooManyStreams refuses a WatchRules stream over one of the hub's
+	// caps (Limits); the error names the cap.
+	ErrTooManyStreams = errors.New("too many WatchRules streams")
+)
+
+// FeedConfig configures a Feed. Zero sizes take the defaults.
+type FeedConfig struct {
+	Source Source
+	Log    *slog.Logger
+	// History bounds the change sets kept for resumes and slow streams;
+	// HistoryChanges the changes they hold (the newest set is kept whatever
+	// its size).
+	History, HistoryChanges int
+	// Stop, when closed, ends every stream with ErrStopped.
+	Stop <-chan struct{}
+	// Dropped is called for each stream ended for falling behind (a metric).
+	Dropped func(ctx context.Context)
+}
+
+// Feed serves WatchResources from the replica's own change feed (the
 // syncer's updates), so that the number of streams costs etcd nothing: one
 // etcd watch per replica (the syncer's), no etcd read per stream.
 //
@@ -37,21 +70,23 @@ const (
 //   - from_revision within the history (or ahead of it): the change sets
 //     after it, replayed from the history, then live.
 //
-// The history holds at most WatchHistory change sets and WatchHistoryChanges
+// The history holds at most History change sets and HistoryChanges
 // changes (the newest set is always kept). A stream whose next change set has
-// left the history has fallen behind: it ends with RESOURCE_EXHAUSTED naming
+// left the history has fallen behind: it ends with ErrFellBehind naming
 // the revision to resume from (which then gets a fresh snapshot). A stream
 // holds no buffer of its own, so a slow stream costs memory only for the
 // history every stream shares.
-type resourceFeed struct {
-	syncer     syncer.API
+type Feed struct {
+	src        Source
 	log        *slog.Logger
 	maxSets    int
 	maxChanges int
+	stop       <-chan struct{}
+	onDrop     func(context.Context)
 	dropped    atomic.Int64 // streams ended for falling behind
 
 	ready   chan struct{} // closed once the state holds a synced snapshot
-	started bool          // ready is closed (owned by run)
+	started bool          // ready is closed (owned by Run)
 
 	mu      sync.Mutex
 	rev     int64            // the revision of state
@@ -65,7 +100,7 @@ type resourceFeed struct {
 	// parts is the snapshot at partsRev under partsPrefix as the messages
 	// a stream starting from it is sent (snapshotParts), shared and encoded
 	// once: the current revision's only, dropped when the state moves on.
-	parts       []*encodedMsg
+	parts       []*Message
 	partsRev    int64
 	partsPrefix string
 }
@@ -77,60 +112,110 @@ type changeSet struct {
 	changes []*verdictv1.ResourceChange
 	// all is the CHANGES message of a stream with no prefix, shared and
 	// encoded once.
-	all *encodedMsg
+	all *Message
 }
 
-func newResourceFeed(sy syncer.API, log *slog.Logger, maxSets, maxChanges int) *resourceFeed {
-	return &resourceFeed{syncer: sy, log: log, maxSets: maxSets, maxChanges: maxChanges,
-		ready: make(chan struct{}), wake: make(chan struct{})}
+// NewFeed makes a feed; Run follows its source.
+func NewFeed(cfg FeedConfig) *Feed {
+	if cfg.History <= 0 {
+		cfg.History = DefaultHistory
+	}
+	if cfg.HistoryChanges <= 0 {
+		cfg.HistoryChanges = DefaultHistoryChanges
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Dropped == nil {
+		cfg.Dropped = func(context.Context) {}
+	}
+	return &Feed{src: cfg.Source, log: cfg.Log, maxSets: cfg.History, maxChanges: cfg.HistoryChanges, stop: cfg.Stop,
+		onDrop: cfg.Dropped, ready: make(chan struct{}), wake: make(chan struct{})}
 }
 
-// run follows the syncer until ctx ends, from its first synced snapshot. A
-// dropped subscription (the feed fell behind the syncer) is renewed, and the
-// difference between the feed's state and the syncer's snapshot becomes one
-// change set: streams go on without a gap.
-func (f *resourceFeed) run(ctx context.Context) {
+// Run follows the source until ctx ends, from its first synced snapshot. A
+// renewed subscription (the feed fell behind the syncer) makes the
+// difference between the feed's state and the fresh snapshot one change set:
+// streams go on without a gap.
+func (f *Feed) Run(ctx context.Context) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for !f.syncer.Synced() {
+	for !f.src.Synced() {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
-	for ctx.Err() == nil {
-		sub := f.syncer.Subscribe(1024)
-		f.reset(f.syncer.Snapshot())
-		f.follow(ctx, sub)
-		sub.Close()
-		if err := sub.Err(); err != nil && ctx.Err() == nil {
-			f.log.WarnContext(ctx, "watch feed resubscribes", "err", err)
-		}
-		select { // never spin on a subscription that keeps ending
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	follow(ctx, f.src, 1024, f.log, "watch feed", f.reset, func(u syncer.Update) { f.apply(u.Snapshot, u.Changes) })
 }
 
-func (f *resourceFeed) follow(ctx context.Context, sub syncer.Subscription) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case u, ok := <-sub.Updates():
-			if !ok {
-				return
+// Revision is the revision of the feed's state: what a stream starting now
+// is sent a snapshot of.
+func (f *Feed) Revision() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rev
+}
+
+// Dropped is the number of streams ended for falling behind.
+func (f *Feed) Dropped() int64 { return f.dropped.Load() }
+
+// Serve sends one WatchResources stream (docs/api.md): a snapshot from
+// memory and a SYNCED marker (from 0, or older than the history), then every
+// change set after it under prefix, each as one CHANGES message. It waits for
+// the feed's first synced state. It ends when ctx does, with ErrStopped when
+// Stop closes, with ErrFellBehind (naming the revision to resume from) when
+// the stream's next change set has left the history, or with send's error.
+func (f *Feed) Serve(ctx context.Context, from int64, prefix string, send func(any) error) error {
+	select {
+	case <-f.stop:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-f.ready:
+	}
+	snapshot, rev, seq := f.start(from)
+	if snapshot != nil {
+		for _, part := range f.snapshotParts(rev, prefix, snapshot) {
+			if err := send(part); err != nil {
+				return err
 			}
-			f.apply(u.Snapshot, u.Changes)
 		}
+	}
+	for {
+		set, behind, wake := f.next(seq)
+		switch {
+		case behind:
+			f.dropped.Add(1)
+			f.onDrop(ctx)
+			return fmt.Errorf("%w: fell behind; resume from revision %d", ErrFellBehind, rev)
+		case set == nil:
+			select {
+			case <-f.stop:
+				return ErrStopped
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-wake:
+			}
+			continue
+		}
+		seq++
+		if set.rev <= rev {
+			continue // a resume from a revision ahead of the history
+		}
+		if resp := set.response(prefix); resp != nil {
+			if err := send(resp); err != nil {
+				return err
+			}
+		}
+		rev = set.rev
 	}
 }
 
 // reset brings the state to snap: the first time, the state itself (the
 // history starts after it); later, the difference as one change set.
-func (f *resourceFeed) reset(snap *engine.Snapshot) {
+func (f *Feed) reset(snap *engine.Snapshot) {
 	f.mu.Lock()
 	old := f.state // only run writes it
 	f.mu.Unlock()
@@ -168,7 +253,7 @@ func (f *resourceFeed) reset(snap *engine.Snapshot) {
 }
 
 // apply records one update of the syncer: the changes that made snap.
-func (f *resourceFeed) apply(snap *engine.Snapshot, cs []engine.Change) {
+func (f *Feed) apply(snap *engine.Snapshot, cs []engine.Change) {
 	rev := snap.Revision()
 	f.mu.Lock()
 	if rev <= f.rev || len(cs) == 0 {
@@ -191,10 +276,10 @@ func (f *resourceFeed) apply(snap *engine.Snapshot, cs []engine.Change) {
 
 // pushLocked appends a change set at rev, trims the history and wakes the
 // streams.
-func (f *resourceFeed) pushLocked(rev int64, changes []*verdictv1.ResourceChange) {
+func (f *Feed) pushLocked(rev int64, changes []*verdictv1.ResourceChange) {
 	f.rev, f.sorted, f.parts = rev, nil, nil
 	set := &changeSet{seq: f.nextSeq, rev: rev, changes: changes,
-		all: newEncoded(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES, Revision: rev, Changes: changes})}
+		all: NewMessage(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES, Revision: rev, Changes: changes})}
 	f.nextSeq++
 	f.sets = append(f.sets, set)
 	f.held += len(changes)
@@ -229,7 +314,7 @@ func encodeChange(log *slog.Logger, c engine.Change) *verdictv1.ResourceChange {
 // start places a new stream: the snapshot it begins with (nil for a resume
 // served from the history), the snapshot's revision, and the seq of the
 // first change set it reads. Call once the feed is ready.
-func (f *resourceFeed) start(from int64) (snapshot []*verdictv1.ResourceChange, rev int64, seq uint64) {
+func (f *Feed) start(from int64) (snapshot []*verdictv1.ResourceChange, rev int64, seq uint64) {
 	f.mu.Lock()
 	locked := true
 	defer func() {
@@ -276,7 +361,7 @@ func (f *resourceFeed) start(from int64) (snapshot []*verdictv1.ResourceChange, 
 // next returns the change set seq, or (nil, false, wake) when it is not made
 // yet (wake is closed when one is), or behind true when it has left the
 // history.
-func (f *resourceFeed) next(seq uint64) (set *changeSet, behind bool, wake <-chan struct{}) {
+func (f *Feed) next(seq uint64) (set *changeSet, behind bool, wake <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if seq >= f.nextSeq {
@@ -294,21 +379,21 @@ func (f *resourceFeed) next(seq uint64) (set *changeSet, behind bool, wake <-cha
 // marker. They are made once per revision and prefix and shared by every
 // stream that starts there: a storm of 1,000 streams from revision 0 encodes
 // the snapshot once, not 1,000 times. One revision's parts are kept.
-func (f *resourceFeed) snapshotParts(rev int64, prefix string, snapshot []*verdictv1.ResourceChange) []*encodedMsg {
+func (f *Feed) snapshotParts(rev int64, prefix string, snapshot []*verdictv1.ResourceChange) []*Message {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.parts != nil && f.partsRev == rev && f.partsPrefix == prefix {
 		return f.parts
 	}
 	changes := underPrefix(snapshot, prefix)
-	var parts []*encodedMsg
+	var parts []*Message
 	for first := true; first || len(changes) > 0; first = false {
 		n := min(len(changes), snapshotChunk)
-		parts = append(parts, newEncoded(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT,
+		parts = append(parts, NewMessage(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT,
 			Revision: rev, Fresh: first, Changes: changes[:n:n]}))
 		changes = changes[n:]
 	}
-	parts = append(parts, newEncoded(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED, Revision: rev}))
+	parts = append(parts, NewMessage(&verdictv1.WatchResourcesResponse{Type: verdictv1.WatchEventType_WATCH_EVENT_TYPE_SYNCED, Revision: rev}))
 	if rev == f.rev { // the state has not moved on since start
 		f.parts, f.partsRev, f.partsPrefix = parts, rev, prefix
 	}

@@ -1,4 +1,4 @@
-package server
+package fanout
 
 import (
 	"crypto/sha256"
@@ -47,8 +47,10 @@ type peerSet struct {
 	outs    map[string]int // other sets: carved-out address → members
 	ids     map[uint64]int // identity → members with a matching address
 	list    []string       // other sets: the addresses, sorted
-	// full is the set's contents as sent, built on demand; nil after a change.
-	full *verdictv1.AddressSet
+	// full is the set's contents as sent, built on demand, and encoded its
+	// part of a RULES message; both nil after a change.
+	full    *verdictv1.AddressSet
+	encoded []byte
 	// delta is the change made at deltaRev; nil when none.
 	delta    *verdictv1.AddressSetDelta
 	deltaRev int64
@@ -267,7 +269,7 @@ func (ps *peerSet) update(snap *engine.Snapshot, names []string, all bool) {
 		d.Added, d.Removed = diffSorted(old, ps.list)
 	}
 	d.IdentitiesAdded, d.IdentitiesRemoved = split(tr.ids)
-	ps.full = nil
+	ps.full, ps.encoded = nil, nil
 	if len(d.Added)+len(d.Removed)+len(d.IdentitiesAdded)+len(d.IdentitiesRemoved) > 0 {
 		ps.delta, ps.deltaRev = d, rev
 	}
@@ -287,6 +289,16 @@ func (ps *peerSet) message() *verdictv1.AddressSet {
 		ps.full = &verdictv1.AddressSet{Name: ps.name, Addresses: ps.addressList(), Identities: keysOf(ps.ids)}
 	}
 	return ps.full
+}
+
+// part is the set's part of a RULES message (its sets field), encoded once
+// per change and shared by every group naming it; a new change makes a new
+// part, never modifies one sent.
+func (ps *peerSet) part() []byte {
+	if ps.encoded == nil {
+		ps.encoded = mustMarshal(&verdictv1.WatchRulesResponse{Sets: []*verdictv1.AddressSet{ps.message()}})
+	}
+	return ps.encoded
 }
 
 // addressList is the set's addresses, sorted.
