@@ -61,28 +61,6 @@ func (s *testSource) Subscribe(buffer int) syncer.Subscription {
 	return sub
 }
 
-// apply makes the next revision of changes and returns it once handed on.
-func (s *testSource) apply(changes ...engine.Change) *engine.Snapshot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prev := s.snap
-	s.snap = prev.Apply(prev.Revision()+1, changes)
-	for _, sub := range s.subs {
-		sub.ch <- syncer.Update{Snapshot: s.snap, Previous: prev, Changes: changes}
-	}
-	return s.snap
-}
-
-// put applies the resources of a YAML document.
-func (s *testSource) put(t testing.TB, yaml string) *engine.Snapshot {
-	t.Helper()
-	var cs []engine.Change
-	for _, r := range decodeYAML(t, yaml) {
-		cs = append(cs, engine.Put(r))
-	}
-	return s.apply(cs...)
-}
-
 type testSub struct {
 	src  *testSource
 	ch   chan syncer.Update

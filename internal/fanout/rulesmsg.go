@@ -74,15 +74,6 @@ func (t *bodyTable) release(rb *rulesBody) {
 	}
 }
 
-// len is the number of distinct bodies held.
-func (t *bodyTable) len() int {
-	n := 0
-	for _, l := range t.m {
-		n += len(l)
-	}
-	return n
-}
-
 // encodeBody is the rules body of a response's inbound and outbound lists:
 // deterministic (map keys sorted), so equal rules give equal bytes.
 func encodeBody(in, out *verdictv1.SideRules) ([]byte, error) {

@@ -167,7 +167,7 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	}
 	m, err := start(ctx, cfg, auto, lock)
 	if err != nil {
-		lock.Close()
+		_ = lock.Close() // releases the flock; nothing was written to it
 		return nil, err
 	}
 	return m, nil
@@ -427,7 +427,7 @@ func (m *Etcd) Close() error {
 	m.lock = nil
 	m.mu.Unlock()
 	if lock != nil {
-		lock.Close() // releases the flock; nothing was written to the file
+		_ = lock.Close() // releases the flock; nothing was written to the file
 	}
 	return err
 }

@@ -29,7 +29,7 @@ func lockDir(dir string) (*os.File, error) {
 	if !held {
 		held, err = probeBolt(dir)
 		if err != nil || held {
-			f.Close()
+			_ = f.Close() // a lock file: nothing was written to it
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: data directory %s: %w", ErrStart, dir, err)

@@ -17,7 +17,7 @@ func lockFile(path string) (f *os.File, held bool, err error) {
 		return nil, false, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close() // never locked, nothing written
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, true, nil
 		}
@@ -38,7 +38,7 @@ func probeBolt(dir string) (held bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer f.Close() // releases the probe's lock, if it got it
+	defer func() { _ = f.Close() }() // releases the probe's lock, if it got it
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return true, nil
