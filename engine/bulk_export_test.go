@@ -33,3 +33,13 @@ func CheckBulkIndexes(s *Snapshot) (int, error) {
 	})
 	return n, err
 }
+
+// ForceFixedEnds makes every bulk evaluation walk fixed-end lists from the
+// first decision of an end (on), or only past the usual threshold (off).
+func ForceFixedEnds(on bool) {
+	if on {
+		fixedAfterOverride.Store(1)
+	} else {
+		fixedAfterOverride.Store(0)
+	}
+}
