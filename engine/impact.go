@@ -285,7 +285,9 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 	t := s.touchOf(after, p)
 	msB, _ := s.meshes.Get(p.mesh)
 	msA, _ := after.meshes.Get(p.mesh)
-	decideOn := func(bk *Bulk, src, dst ClassID, c FlowClass) *Decision { return bk.Decide(src, dst, c.Protocol, c.Port) }
+	decideOn := func(bk *Bulk, src, dst ClassID, c FlowClass) *Decision {
+		return bk.Decide(src, dst, c.Protocol, c.Port)
+	}
 	judge := func(src, dst *impactEnd, c FlowClass, observed bool, count uint64) {
 		ans.Considered++
 		f := index.Flow{Src: src.tags, Dst: dst.tags, Proto: c.Protocol, Port: c.Port}
