@@ -285,17 +285,17 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 	t := s.touchOf(after, p)
 	msB, _ := s.meshes.Get(p.mesh)
 	msA, _ := after.meshes.Get(p.mesh)
-	decideOn := func(bk *Bulk, src, dst ClassID, c FlowClass) *Decision {
-		return bk.Decide(src, dst, c.Protocol, c.Port)
-	}
-	judge := func(src, dst *impactEnd, c FlowClass, observed bool, count uint64) {
-		ans.Considered++
+	// judge decides a flow on both snapshots when the change can touch it;
+	// it returns the change, or nil when the answer stays. n is how many
+	// flows the call stands for.
+	judge := func(src, dst *impactEnd, c FlowClass, n int) *ImpactChange {
+		ans.Considered += n
 		f := index.Flow{Src: src.tags, Dst: dst.tags, Proto: c.Protocol, Port: c.Port}
 		if !t.touches(&f) && src.bOK == src.aOK && dst.bOK == dst.aOK {
-			return
+			return nil
 		}
-		ans.Redecided++
-		ch := ImpactChange{Mesh: p.mesh, Type: p.typ, Source: src.ep, Destination: dst.ep, Class: c, Observed: observed, Count: count}
+		ans.Redecided += n
+		ch := &ImpactChange{Mesh: p.mesh, Type: p.typ, Source: src.ep, Destination: dst.ep, Class: c}
 		var before, afterD *Decision
 		switch {
 		case errB != nil:
@@ -303,7 +303,7 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 		case !src.bOK || !dst.bOK:
 			ch.BeforeErr = firstNonEmpty(src.errB, dst.errB)
 		default:
-			before = decideOn(bb, src.b, dst.b, c)
+			before = bb.Decide(src.b, dst.b, c.Protocol, c.Port)
 			ch.Before = answerOnly(before)
 		}
 		switch {
@@ -312,41 +312,125 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 		case !src.aOK || !dst.aOK:
 			ch.AfterErr = firstNonEmpty(src.errA, dst.errA)
 		default:
-			afterD = decideOn(ba, src.a, dst.a, c)
+			afterD = ba.Decide(src.a, dst.a, c.Protocol, c.Port)
 			ch.After = answerOnly(afterD)
 		}
 		if before != nil && afterD != nil && sameAnswer(before, afterD) || before == nil && afterD == nil {
-			return
+			return nil
 		}
 		if req.Explain && afterD != nil {
-			r := Request{Mesh: p.mesh, Type: p.typ, Source: ba.tags[src.a], Destination: ba.tags[dst.a],
+			r := Request{Mesh: p.mesh, Type: p.typ, Source: src.tags, Destination: dst.tags,
 				Protocol: c.Protocol, Port: c.Port, Explain: true}
 			if d, err := after.Decide(&r); err == nil {
 				ch.Explain = d.Explain
 			}
 		}
-		ans.Changes = append(ans.Changes, ch)
+		return ch
 	}
-	// The inventory's pairs, grouped by their classes on both snapshots.
+	// The inventory's pairs, judged once per pair of groups (workloads of
+	// one class on both snapshots), listed per pair.
 	names := unionNames(msB, msA)
 	classes := FlowClasses(p.mesh, p.typ, s, after)
 	for _, c := range classes {
-		srcs := endsOf(names, msB, msA, bb, ba, false, c.Port)
-		dsts := endsOf(names, msB, msA, bb, ba, true, c.Port)
-		for i := range srcs {
-			for j := range dsts {
-				judge(&srcs[i], &dsts[j], c, false, 0)
+		srcs := groupEnds(endsOf(names, msB, msA, bb, ba, false, c.Port))
+		dsts := groupEnds(endsOf(names, msB, msA, bb, ba, true, c.Port))
+		for _, sg := range srcs {
+			for _, dg := range dsts {
+				ch := judge(&sg[0], &dg[0], c, len(sg)*len(dg))
+				if ch == nil {
+					continue
+				}
+				for i := range sg {
+					for j := range dg {
+						one := *ch
+						one.Source, one.Destination = sg[i].ep, dg[j].ep
+						if one.BeforeErr != "" && errB == nil {
+							one.BeforeErr = firstNonEmpty(sg[i].errB, dg[j].errB)
+						}
+						if one.AfterErr != "" && errA == nil {
+							one.AfterErr = firstNonEmpty(sg[i].errA, dg[j].errA)
+						}
+						ans.Changes = append(ans.Changes, one)
+					}
+				}
 			}
 		}
 	}
-	// The observed flows.
+	// The observed flows; their endpoints resolved once per form and port.
+	ends := map[endKey]impactEnd{}
+	end := func(ep inventory.Endpoint, destination bool, port uint32) impactEnd {
+		k, ok := endKeyOf(ep, destination, port)
+		if ok {
+			if e, hit := ends[k]; hit {
+				return e
+			}
+		}
+		e := observedEnd(ep, msB, msA, bb, ba, p.mesh, destination, port, req.Registry)
+		if ok {
+			ends[k] = e
+		}
+		return e
+	}
 	for _, i := range p.flows {
 		o := &req.Flows[i]
 		c := FlowClass{Protocol: o.Protocol, Port: o.Port, Lo: o.Port, Hi: o.Port}
-		src := observedEnd(o.Source, msB, msA, bb, ba, p.mesh, false, o.Port, req.Registry)
-		dst := observedEnd(o.Destination, msB, msA, bb, ba, p.mesh, true, o.Port, req.Registry)
-		judge(&src, &dst, c, true, o.Count)
+		src, dst := end(o.Source, false, 0), end(o.Destination, true, o.Port)
+		if ch := judge(&src, &dst, c, 1); ch != nil {
+			ch.Observed, ch.Count = true, o.Count
+			ans.Changes = append(ans.Changes, *ch)
+		}
 	}
+}
+
+// endKey names an endpoint given by reference, as an end of a flow.
+type endKey struct {
+	form        inventory.EndpointForm
+	ref         string
+	id          uint64
+	destination bool
+	port        uint32
+}
+
+// endKeyOf returns an endpoint's key; false for the tag form (not
+// comparable, and cheap to intern).
+func endKeyOf(ep inventory.Endpoint, destination bool, port uint32) (endKey, bool) {
+	k := endKey{form: ep.Form(), id: ep.Identity, destination: destination, port: port}
+	switch k.form {
+	case inventory.FormWorkload:
+		k.ref = ep.Workload
+	case inventory.FormAddress:
+		k.ref = ep.Address
+	case inventory.FormPrincipal:
+		k.ref = ep.Principal
+	case inventory.FormIdentity:
+	default:
+		return k, false
+	}
+	if !destination {
+		k.port = 0
+	}
+	return k, true
+}
+
+// groupEnds groups ends by their classes on both snapshots.
+func groupEnds(ends []impactEnd) [][]impactEnd {
+	type gk struct {
+		b, a     ClassID
+		bOK, aOK bool
+	}
+	idx := map[gk]int{}
+	var out [][]impactEnd
+	for _, e := range ends {
+		k := gk{e.b, e.a, e.bOK, e.aOK}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], e)
+	}
+	return out
 }
 
 func firstNonEmpty(a, b string) string {
