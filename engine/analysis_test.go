@@ -259,20 +259,20 @@ func checkAnalysis(t *testing.T, data []byte) {
 }
 
 // TestAnalysisMatchesDecide holds Reach and Matrix to brute-force Decide,
-// with the fixed-end walk (bulk.go) as the answers choose it, then forced on
-// every end.
+// with each class's masks (bulk.go) kept from its second decision, then from
+// its first.
 func TestAnalysisMatchesDecide(t *testing.T) {
 	n := 300
 	if testing.Short() {
 		n = 40
 	}
 	for _, forced := range []bool{false, true} {
-		engine.ForceFixedEnds(forced)
+		engine.KeepMasks(forced)
 		for i := 0; i < n; i++ {
 			checkAnalysis(t, seedBytes(5_000_000+i))
 		}
 	}
-	engine.ForceFixedEnds(false)
+	engine.KeepMasks(false)
 }
 
 func FuzzAnalysisMatchesDecide(f *testing.F) {

@@ -34,12 +34,6 @@ func CheckBulkIndexes(s *Snapshot) (int, error) {
 	return n, err
 }
 
-// ForceFixedEnds makes every bulk evaluation walk fixed-end lists from the
-// first decision of an end (on), or only past the usual threshold (off).
-func ForceFixedEnds(on bool) {
-	if on {
-		fixedAfterOverride.Store(1)
-	} else {
-		fixedAfterOverride.Store(0)
-	}
-}
+// KeepMasks makes every bulk evaluation keep a class's masks from its first
+// decision (on), or only from its second (off).
+func KeepMasks(on bool) { keepAlways.Store(on) }

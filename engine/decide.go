@@ -113,9 +113,9 @@ type scratch struct {
 	// per side: the most specific member scope of the enforced decision, which
 	// leaves audit scopes out (docs/audit.md)
 	specificEnf [2]int32
-	// fixed, set by a bulk evaluation (bulk.go), holds the rules that can
-	// match flows with one fixed end; scanRules walks them instead of the index.
-	fixed *fixedCands
+	// bulk, set by a bulk evaluation (bulk.go), holds the flow's masks over
+	// the partition's rules; scanRules reads them instead of the index.
+	bulk *bulkScan
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -455,8 +455,7 @@ func scanRules(ix *index.Index, combine resource.Combine, f *index.Flow, sc *scr
 	if ix == nil || ix.Size == 0 {
 		return p
 	}
-	if l := sc.fixed.list(ix); l != nil {
-		l.scan(sc.fixed.end, combine, f, sc, need, &p)
+	if sc.bulk.scanInto(ix, combine, sc, need, &p) {
 		return p
 	}
 	if combine == resource.DenyOverrides {
