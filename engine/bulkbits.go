@@ -18,14 +18,20 @@ type ruleBits struct {
 	words   int
 	deny    []uint64 // the DENY rules
 	ends    [2]endPostings
-	masks   [2]map[ClassID][]uint64
-	scratch [2][]uint64 // a mask not kept
+	masks   [2]map[ClassID]*mask
+	scratch [2]*mask // a mask not kept
 	ports   map[portKey][]uint64
 	// counting: per rule, the terms of the end's selector a tag set holds
 	cnt     []int32
 	stamp   []uint32
 	gen     uint32
 	touched []int32
+}
+
+// mask is a bitmap over the order and the words of it that are not zero.
+type mask struct {
+	bits  []uint64
+	words []int32
 }
 
 type portKey struct {
@@ -70,8 +76,8 @@ func newRuleBits(ix *index.Index) *ruleBits {
 		ep.exact = map[index.TagKV][]int32{}
 		ep.presence = map[string][]int32{}
 		ep.need = make([]int32, n)
-		rb.masks[end] = map[ClassID][]uint64{}
-		rb.scratch[end] = make([]uint64, rb.words)
+		rb.masks[end] = map[ClassID]*mask{}
+		rb.scratch[end] = &mask{bits: make([]uint64, rb.words)}
 	}
 	for i, r := range rb.rules {
 		if r.Action == resource.Deny {
@@ -83,13 +89,34 @@ func newRuleBits(ix *index.Index) *ruleBits {
 				ep.free = append(ep.free, int32(i))
 				continue
 			}
+			need := int32(len(m.Exact) + len(m.Present))
 			for _, kv := range m.Exact {
 				ep.exact[kv] = append(ep.exact[kv], int32(i))
 			}
 			for _, k := range m.Present {
 				ep.presence[k] = append(ep.presence[k], int32(i))
 			}
-			ep.need[i] = int32(len(m.Exact) + len(m.Present))
+			// Expressions that require the key (In with several values, by
+			// value; Exists, Prefix and CIDR, by presence) count too; NotIn
+			// and DoesNotExist hold without the key and are only verified.
+			if m.Sel != nil {
+				for _, e := range m.Sel.Expressions {
+					switch {
+					case e.Operator == resource.OpIn && len(e.Values) == 1:
+						// in Exact already
+					case e.Operator == resource.OpIn:
+						for _, v := range uniq(e.Values) {
+							kv := index.TagKV{K: e.Key, V: v}
+							ep.exact[kv] = append(ep.exact[kv], int32(i))
+						}
+						need++
+					case e.Operator == resource.OpExists || e.Operator == resource.OpPrefix || e.Operator == resource.OpCIDR:
+						ep.presence[e.Key] = append(ep.presence[e.Key], int32(i))
+						need++
+					}
+				}
+			}
+			ep.need[i] = need
 			if ep.need[i] == 0 {
 				ep.free = append(ep.free, int32(i))
 			}
@@ -101,18 +128,22 @@ func newRuleBits(ix *index.Index) *ruleBits {
 // mask returns the rules whose selector on end the class's tags satisfy;
 // kept for the class when keep, else in scratch memory valid until the next
 // call for the end.
-func (rb *ruleBits) mask(end int, c ClassID, tags resource.Tags, keep bool) []uint64 {
+func (rb *ruleBits) mask(end int, c ClassID, tags resource.Tags, keep bool) *mask {
 	if m, ok := rb.masks[end][c]; ok {
 		return m
 	}
-	var m []uint64
+	var mk *mask
 	if keep {
-		m = make([]uint64, rb.words)
-		rb.masks[end][c] = m
+		mk = &mask{bits: make([]uint64, rb.words)}
+		rb.masks[end][c] = mk
 	} else {
-		m = rb.scratch[end]
-		clear(m)
+		mk = rb.scratch[end]
+		for _, w := range mk.words {
+			mk.bits[w] = 0
+		}
+		mk.words = mk.words[:0]
 	}
+	m := mk.bits
 	ep := &rb.ends[end]
 	rb.gen++
 	if rb.gen == 0 {
@@ -140,6 +171,9 @@ func (rb *ruleBits) mask(end int, c ClassID, tags resource.Tags, keep bool) []ui
 			mt = r.Dst
 		}
 		if matcherHolds(mt, tags) {
+			if m[i/64] == 0 {
+				mk.words = append(mk.words, i/64)
+			}
 			m[i/64] |= 1 << (i % 64)
 		}
 	}
@@ -152,7 +186,8 @@ func (rb *ruleBits) mask(end int, c ClassID, tags resource.Tags, keep bool) []ui
 		set(i)
 	}
 	rb.touched = touched
-	return m
+	slices.Sort(mk.words)
+	return mk
 }
 
 // portMask returns the rules whose ports match a protocol and port.
@@ -180,7 +215,7 @@ type bulkScan struct {
 // destination's, its protocol and port's.
 type scanList struct {
 	rb   *ruleBits
-	ends [2][]uint64
+	ends [2]*mask
 	port []uint64
 }
 
@@ -225,8 +260,12 @@ func (l *scanList) first(class int, sc *scratch, need [2]bool, best *[2]*index.R
 	open := need
 	rb := l.rb
 	src, dst, port := l.ends[0], l.ends[1], l.port
-	for w := 0; w < rb.words; w++ {
-		x := src[w] & dst[w] & port[w]
+	words := src.words // the sparser end's words, in order
+	if len(dst.words) < len(words) {
+		words = dst.words
+	}
+	for _, w := range words {
+		x := src.bits[w] & dst.bits[w] & port[w]
 		switch class {
 		case 1:
 			x &= rb.deny[w]
@@ -234,7 +273,7 @@ func (l *scanList) first(class int, sc *scratch, need [2]bool, best *[2]*index.R
 			x &^= rb.deny[w]
 		}
 		for x != 0 {
-			r := rb.rules[w*64+bits.TrailingZeros64(x)]
+			r := rb.rules[int(w)*64+bits.TrailingZeros64(x)]
 			x &= x - 1
 			for side := 0; side < 2; side++ {
 				if !open[side] {
@@ -253,4 +292,11 @@ func (l *scanList) first(class int, sc *scratch, need [2]bool, best *[2]*index.R
 			}
 		}
 	}
+}
+
+// uniq returns the distinct values of l.
+func uniq(l []string) []string {
+	out := slices.Clone(l)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
