@@ -283,6 +283,7 @@ func New(cfg Config) (*Server, error) {
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
 	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, stop: s.stop, feed: s.feed, hub: s.hub,
 		dropped: m, rulesMaxLag: cfg.RulesMaxLag})
+	verdictv1.RegisterAnalysisServiceServer(s.grpc, analysisService{log: cfg.Logger, snaps: snaps, identities: s.identities})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{log: cfg.Logger, stop: s.stop, decisions: cfg.DecisionLog})
 	if !cfg.DisableExtAuthz {
 		authv3.RegisterAuthorizationServer(s.grpc, authzService{log: cfg.Logger, snaps: snaps, dec: dec})
@@ -300,7 +301,8 @@ func New(cfg Config) (*Server, error) {
 // Envoy cluster's gRPC health check may name it).
 func (s *Server) healthServices() []string {
 	out := []string{"", verdictv1.DecisionService_ServiceDesc.ServiceName,
-		verdictv1.PolicyService_ServiceDesc.ServiceName, verdictv1.WatchService_ServiceDesc.ServiceName}
+		verdictv1.PolicyService_ServiceDesc.ServiceName, verdictv1.WatchService_ServiceDesc.ServiceName,
+		verdictv1.AnalysisService_ServiceDesc.ServiceName}
 	if !s.cfg.DisableExtAuthz {
 		out = append(out, authv3.Authorization_ServiceDesc.ServiceName)
 	}
