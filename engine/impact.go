@@ -244,12 +244,18 @@ func (s *Snapshot) touchOf(after *Snapshot, p *impactPart) *touch {
 }
 
 // sameShape reports whether two versions of a partition agree on what every
-// flow's answer depends on besides its matching rules: the valid and invalid
-// policies' counts by form (not-applicable sides), audit, and which scopes
-// (the mesh root included) hold rules (sides with or without candidates).
+// flow's answer depends on besides its matching rules: which sides can have
+// candidates at all (not-applicable sides), in the enforced and the shadow
+// view, the invalid policies, audit, and which scopes (the mesh root
+// included) hold rules (sides with or without candidates).
 func sameShape(a, b *typeState) bool {
-	if a.valid != b.valid || a.validAudit != b.validAudit || a.invalid != b.invalid || a.conflicted || b.conflicted ||
-		a.audited() != b.audited() || len(a.scopeRules) != len(b.scopeRules) || len(a.audit.scopeRules) != len(b.audit.scopeRules) {
+	shape := func(ts *typeState, shadow bool) [4]bool {
+		c := ts.viewCounts(shadow)
+		return [4]bool{c.policies > 0, c.sd > 0, c.from > 0, c.to > 0}
+	}
+	if shape(a, false) != shape(b, false) || shape(a, true) != shape(b, true) || a.invalid != b.invalid ||
+		a.conflicted || b.conflicted || a.audited() != b.audited() ||
+		len(a.scopeRules) != len(b.scopeRules) || len(a.audit.scopeRules) != len(b.audit.scopeRules) {
 		return false
 	}
 	for i := range a.scopeRules {
