@@ -386,7 +386,9 @@ func runImpact(ctx context.Context, args []string, e *env) int {
 }
 
 // readFlows reads decision-log JSON lines ("-": stdin); blank lines are
-// skipped, a line that is not a record is an error naming it.
+// skipped, a line that is not a record is an error naming it. Fields a
+// record of this verdictctl does not know (a newer daemon's) are skipped:
+// a flow needs its mesh, type, ends, protocol and port alone.
 func readFlows(path string, stdin io.Reader) ([]*verdictv1.DecisionRecord, error) {
 	var r io.Reader = stdin
 	if path != "-" {
@@ -406,7 +408,7 @@ func readFlows(path string, stdin io.Reader) ([]*verdictv1.DecisionRecord, error
 			continue
 		}
 		rec := &verdictv1.DecisionRecord{}
-		if err := protojson.Unmarshal([]byte(line), rec); err != nil {
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(line), rec); err != nil {
 			return nil, fmt.Errorf("line %d: not a decision record: %v", n, err)
 		}
 		out = append(out, rec)

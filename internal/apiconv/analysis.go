@@ -85,9 +85,15 @@ func MatrixEntry(e *engine.MatrixEntry) *verdictv1.MatrixEntry {
 // count is 1 (a record is one decision).
 func ObservedFlow(r *verdictv1.DecisionRecord) engine.ObservedFlow {
 	p, _ := resource.ParseProtocol(r.GetProtocol())
+	// A record gives an end as the request named it, with the tags it was
+	// decided on beside a reference: the reference is replayed (it resolves
+	// anew on each snapshot), the tags only when the request gave tags.
 	end := func(e *verdictv1.RecordEndpoint) inventory.Endpoint {
-		return inventory.Endpoint{Tags: e.GetTags(), Workload: e.GetWorkload(), Address: e.GetAddress(),
-			Principal: e.GetPrincipal(), Identity: e.GetIdentity()}
+		ep := inventory.Endpoint{Workload: e.GetWorkload(), Address: e.GetAddress(), Principal: e.GetPrincipal(), Identity: e.GetIdentity()}
+		if ep.Form() == inventory.FormTags {
+			ep.Tags = e.GetTags()
+		}
+		return ep
 	}
 	return engine.ObservedFlow{Mesh: r.GetMesh(), Type: r.GetType(), Source: end(r.GetSource()),
 		Destination: end(r.GetDestination()), Protocol: p, Port: r.GetPort(), Count: 1}
