@@ -317,7 +317,7 @@ func runImpact(ctx context.Context, args []string, e *env) int {
 		}
 		return errors.New("not any, deny or allow")
 	})
-	fleet := fs.Bool("fleet", true, "replay the flows every live replica observed too")
+	fleet := fs.Bool("fleet", true, "replay the flows every live replica observed too (not yet served: the flows of --flows only)")
 	explain := fs.Bool("explain", false, "explain each changed flow's answer after the change (json, yaml)")
 	var output outputFlag
 	output.register(fs, "text", "wide", "json", "yaml")

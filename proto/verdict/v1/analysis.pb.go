@@ -705,7 +705,8 @@ type ImpactRequest struct {
 	// Observed flows, as the decision log writes them (verdictctl impact
 	// --flows): each replayed on the snapshot before and after the change.
 	Flows []*DecisionRecord `protobuf:"bytes,3,rep,name=flows,proto3" json:"flows,omitempty"`
-	// Also replay the flows every live replica observed.
+	// Also replay the flows every live replica observed (accepted, not yet
+	// served: replicas is empty).
 	Fleet bool `protobuf:"varint,4,opt,name=fleet,proto3" json:"fleet,omitempty"`
 	// Explain the after answer of each changed flow.
 	Explain       bool  `protobuf:"varint,5,opt,name=explain,proto3" json:"explain,omitempty"`
