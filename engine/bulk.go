@@ -199,9 +199,28 @@ func (b *Bulk) prepare(src, dst ClassID, proto resource.Protocol, port uint32) *
 		if rb == nil {
 			continue
 		}
-		sl.ends[0] = rb.mask(0, src, b.tags[src], keep[0])
-		sl.ends[1] = rb.mask(1, dst, b.tags[dst], keep[1])
 		sl.port = rb.portMask(proto, port)
+		// A class decided once against a kept end with few rules is
+		// tested within that end's rules alone.
+		switch {
+		case !keep[0] && keep[1]:
+			sl.ends[1] = rb.mask(1, dst, b.tags[dst], true)
+			if len(sl.ends[1].words) <= withinWords {
+				sl.ends[0] = rb.maskWithin(0, b.tags[src], sl.ends[1], sl.port)
+				continue
+			}
+			sl.ends[0] = rb.mask(0, src, b.tags[src], false)
+		case !keep[1] && keep[0]:
+			sl.ends[0] = rb.mask(0, src, b.tags[src], true)
+			if len(sl.ends[0].words) <= withinWords {
+				sl.ends[1] = rb.maskWithin(1, b.tags[dst], sl.ends[0], sl.port)
+				continue
+			}
+			sl.ends[1] = rb.mask(1, dst, b.tags[dst], false)
+		default:
+			sl.ends[0] = rb.mask(0, src, b.tags[src], keep[0])
+			sl.ends[1] = rb.mask(1, dst, b.tags[dst], keep[1])
+		}
 	}
 	return &b.scan
 }

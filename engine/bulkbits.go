@@ -190,6 +190,43 @@ func (rb *ruleBits) mask(end int, c ClassID, tags resource.Tags, keep bool) *mas
 	return mk
 }
 
+// maskWithin is mask for a class decided once against an end whose rules
+// are few: only the rules of within (the other end's mask) whose ports
+// match are tested, as the AND with within would drop the others anyway.
+// The result is in scratch memory.
+func (rb *ruleBits) maskWithin(end int, tags resource.Tags, within *mask, port []uint64) *mask {
+	mk := rb.scratch[end]
+	for _, w := range mk.words {
+		mk.bits[w] = 0
+	}
+	mk.words = mk.words[:0]
+	for _, w := range within.words {
+		x := within.bits[w] & port[w]
+		var out uint64
+		for x != 0 {
+			b := bits.TrailingZeros64(x)
+			x &= x - 1
+			r := rb.rules[int(w)*64+b]
+			mt := r.Src
+			if end == 1 {
+				mt = r.Dst
+			}
+			if matcherHolds(mt, tags) {
+				out |= 1 << b
+			}
+		}
+		if out != 0 {
+			mk.bits[w] = out
+			mk.words = append(mk.words, w)
+		}
+	}
+	return mk
+}
+
+// withinWords is how many non-zero words a kept mask may have for a class
+// decided once against it to be tested within it (maskWithin).
+const withinWords = 64
+
 // portMask returns the rules whose ports match a protocol and port.
 func (rb *ruleBits) portMask(proto resource.Protocol, port uint32) []uint64 {
 	k := portKey{proto, port}
