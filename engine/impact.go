@@ -334,33 +334,54 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 		return ch
 	}
 	// The inventory's pairs, judged once per pair of groups (workloads of
-	// one class on both snapshots), listed per pair.
+	// one class on both snapshots), listed per pair. Only the pairs the
+	// change can touch are judged: those a changed rule's selectors hold
+	// for (found per group, not per pair), unless the whole partition is.
 	names := unionNames(msB, msA)
 	classes := FlowClasses(p.mesh, p.typ, s, after)
-	for _, c := range classes {
-		srcs := groupEnds(endsOf(names, msB, msA, bb, ba, false, c.Port))
-		dsts := groupEnds(endsOf(names, msB, msA, bb, ba, true, c.Port))
-		for _, sg := range srcs {
-			for _, dg := range dsts {
-				ch := judge(&sg[0], &dg[0], c, len(sg)*len(dg))
-				if ch == nil {
-					continue
+	srcs := groupEnds(endsOf(names, msB, msA, bb, ba, false, 0))
+	tagged := portTagged(msB, msA)
+	dstsAt := map[uint32][][]impactEnd{}
+	emit := func(sg, dg []impactEnd, ch *ImpactChange) {
+		for i := range sg {
+			for j := range dg {
+				one := *ch
+				one.Source, one.Destination = sg[i].ep, dg[j].ep
+				if one.BeforeErr != "" && errB == nil {
+					one.BeforeErr = firstNonEmpty(sg[i].errB, dg[j].errB)
 				}
-				for i := range sg {
-					for j := range dg {
-						one := *ch
-						one.Source, one.Destination = sg[i].ep, dg[j].ep
-						if one.BeforeErr != "" && errB == nil {
-							one.BeforeErr = firstNonEmpty(sg[i].errB, dg[j].errB)
-						}
-						if one.AfterErr != "" && errA == nil {
-							one.AfterErr = firstNonEmpty(sg[i].errA, dg[j].errA)
-						}
-						ans.Changes = append(ans.Changes, one)
-					}
+				if one.AfterErr != "" && errA == nil {
+					one.AfterErr = firstNonEmpty(sg[i].errA, dg[j].errA)
 				}
+				ans.Changes = append(ans.Changes, one)
 			}
 		}
+	}
+	for _, c := range classes {
+		port := c.Port
+		if !tagged[port] {
+			port = 0 // no workload has tags for it: its own tags
+		}
+		dsts, ok := dstsAt[port]
+		if !ok {
+			dsts = groupEnds(endsOf(names, msB, msA, bb, ba, true, port))
+			dstsAt[port] = dsts
+		}
+		nSrc, nDst := 0, 0
+		for _, g := range srcs {
+			nSrc += len(g)
+		}
+		for _, g := range dsts {
+			nDst += len(g)
+		}
+		for _, pr := range t.pairs(srcs, dsts, c) {
+			sg, dg := srcs[pr[0]], dsts[pr[1]]
+			ans.Considered -= len(sg) * len(dg) // counted below, with every pair
+			if ch := judge(&sg[0], &dg[0], c, len(sg)*len(dg)); ch != nil {
+				emit(sg, dg, ch)
+			}
+		}
+		ans.Considered += nSrc * nDst
 	}
 	// The observed flows; their endpoints resolved once per form and port.
 	ends := map[endKey]impactEnd{}
@@ -386,6 +407,80 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 			ans.Changes = append(ans.Changes, *ch)
 		}
 	}
+}
+
+// pairs lists the pairs of groups (indexes into srcs and dsts) whose flows
+// of class c the change can touch: every pair when the whole partition is
+// touched, else those a changed rule matches (source and destination, and
+// its ports), and those of a source or destination a changed attachment
+// holds for.
+func (t *touch) pairs(srcs, dsts [][]impactEnd, c FlowClass) [][2]int32 {
+	all := func() [][2]int32 {
+		out := make([][2]int32, 0, len(srcs)*len(dsts))
+		for i := range srcs {
+			for j := range dsts {
+				out = append(out, [2]int32{int32(i), int32(j)})
+			}
+		}
+		return out
+	}
+	if t.full {
+		return all()
+	}
+	holding := func(groups [][]impactEnd, m *index.Matcher) []int32 {
+		var out []int32
+		for i, g := range groups {
+			if matcherHolds(m, g[0].tags) {
+				out = append(out, int32(i))
+			}
+		}
+		return out
+	}
+	every := func(groups [][]impactEnd) []int32 {
+		out := make([]int32, len(groups))
+		for i := range out {
+			out[i] = int32(i)
+		}
+		return out
+	}
+	seen := map[[2]int32]bool{}
+	var out [][2]int32
+	add := func(is, js []int32) {
+		for _, i := range is {
+			for _, j := range js {
+				k := [2]int32{i, j}
+				if !seen[k] {
+					seen[k] = true
+					out = append(out, k)
+				}
+			}
+		}
+	}
+	for _, r := range t.rules {
+		if index.MatchesPorts(r.Ports, c.Protocol, c.Port) {
+			add(holding(srcs, r.Src), holding(dsts, r.Dst))
+		}
+	}
+	for _, r := range t.out {
+		add(holding(srcs, r.Src), every(dsts))
+	}
+	for _, r := range t.in {
+		add(every(srcs), holding(dsts, r.Dst))
+	}
+	return out
+}
+
+// portTagged lists the ports some workload of either mesh gives tags to.
+func portTagged(a, b *meshState) map[uint32]bool {
+	out := map[uint32]bool{}
+	for _, ms := range []*meshState{a, b} {
+		for _, w := range workloadsOf(ms) {
+			for _, p := range w.Workload.Ports {
+				out[p.Port] = true
+			}
+		}
+	}
+	return out
 }
 
 // endKey names an endpoint given by reference, as an end of a flow.
