@@ -12,6 +12,7 @@ package engine
 // a side has candidates at all), and then the whole partition is decided.
 
 import (
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -179,6 +180,43 @@ type touch struct {
 	in    []*index.Rule // their inbound attachments (matched on the destination)
 }
 
+// endHits fills e's hits: which of at most 64 changed rules hold for its
+// tags at each end, and whether a changed attachment does. With more rules
+// (or a full touch) flows are tested whole (touches).
+func (t *touch) endHits(e *impactEnd) {
+	if t.full || len(t.rules) > 64 {
+		return
+	}
+	for i, r := range t.rules {
+		if matcherHolds(r.Src, e.tags) {
+			e.hits[0] |= 1 << i
+		}
+		if matcherHolds(r.Dst, e.tags) {
+			e.hits[1] |= 1 << i
+		}
+	}
+	for _, r := range t.out {
+		e.attached[0] = e.attached[0] || matcherHolds(r.Src, e.tags)
+	}
+	for _, r := range t.in {
+		e.attached[1] = e.attached[1] || matcherHolds(r.Dst, e.tags)
+	}
+	e.hitsOK = true
+}
+
+// touchesEnds is touches for a flow whose ends have their hits.
+func (t *touch) touchesEnds(src, dst *impactEnd, proto resource.Protocol, port uint32) bool {
+	if src.attached[0] || dst.attached[1] {
+		return true
+	}
+	for x := src.hits[0] & dst.hits[1]; x != 0; x &= x - 1 {
+		if index.MatchesPorts(t.rules[bits.TrailingZeros64(x)].Ports, proto, port) {
+			return true
+		}
+	}
+	return false
+}
+
 // touches reports whether the change can alter the flow's answer.
 func (t *touch) touches(f *index.Flow) bool {
 	if t.full {
@@ -273,6 +311,13 @@ func sameShape(a, b *typeState) bool {
 
 // impactEnd is one end of the partition's flows on both snapshots.
 type impactEnd struct {
+	// hits: which changed rules' selectors hold for the end, as a source
+	// (hits[0]) and as a destination (hits[1]), and whether a changed
+	// attachment does (attached); set when the touch is by rules
+	// (touch.endHits), hitsOK then.
+	hits     [2]uint64
+	attached [2]bool
+	hitsOK   bool
 	ep       inventory.Endpoint
 	b, a     ClassID
 	bOK, aOK bool
@@ -296,8 +341,14 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 	// flows the call stands for.
 	judge := func(src, dst *impactEnd, c FlowClass, n int) *ImpactChange {
 		ans.Considered += n
-		f := index.Flow{Src: src.tags, Dst: dst.tags, Proto: c.Protocol, Port: c.Port}
-		if !t.touches(&f) && src.bOK == src.aOK && dst.bOK == dst.aOK {
+		var touched bool
+		if src.hitsOK && dst.hitsOK {
+			touched = t.touchesEnds(src, dst, c.Protocol, c.Port)
+		} else {
+			f := index.Flow{Src: src.tags, Dst: dst.tags, Proto: c.Protocol, Port: c.Port}
+			touched = t.touches(&f)
+		}
+		if !touched && src.bOK == src.aOK && dst.bOK == dst.aOK {
 			return nil
 		}
 		ans.Redecided += n
@@ -393,6 +444,7 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 			}
 		}
 		e := observedEnd(ep, msB, msA, bb, ba, p.mesh, destination, port, req.Registry)
+		t.endHits(&e)
 		if ok {
 			ends[k] = e
 		}
