@@ -435,26 +435,26 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 		ans.Considered += nSrc * nDst
 	}
 	// The observed flows; their endpoints resolved once per form and port.
-	ends := map[endKey]impactEnd{}
-	end := func(ep inventory.Endpoint, destination bool, port uint32) impactEnd {
+	ends := map[endKey]*impactEnd{}
+	end := func(ep *inventory.Endpoint, destination bool, port uint32) *impactEnd {
 		k, ok := endKeyOf(ep, destination, port)
 		if ok {
 			if e, hit := ends[k]; hit {
 				return e
 			}
 		}
-		e := observedEnd(ep, msB, msA, bb, ba, p.mesh, destination, port, req.Registry)
+		e := observedEnd(*ep, msB, msA, bb, ba, p.mesh, destination, port, req.Registry)
 		t.endHits(&e)
 		if ok {
-			ends[k] = e
+			ends[k] = &e
 		}
-		return e
+		return &e
 	}
 	for _, i := range p.flows {
 		o := &req.Flows[i]
 		c := FlowClass{Protocol: o.Protocol, Port: o.Port, Lo: o.Port, Hi: o.Port}
-		src, dst := end(o.Source, false, 0), end(o.Destination, true, o.Port)
-		if ch := judge(&src, &dst, c, 1); ch != nil {
+		src, dst := end(&o.Source, false, 0), end(&o.Destination, true, o.Port)
+		if ch := judge(src, dst, c, 1); ch != nil {
 			ch.Observed, ch.Count = true, o.Count
 			ans.Changes = append(ans.Changes, *ch)
 		}
@@ -546,7 +546,7 @@ type endKey struct {
 
 // endKeyOf returns an endpoint's key; false for the tag form (not
 // comparable, and cheap to intern).
-func endKeyOf(ep inventory.Endpoint, destination bool, port uint32) (endKey, bool) {
+func endKeyOf(ep *inventory.Endpoint, destination bool, port uint32) (endKey, bool) {
 	k := endKey{form: ep.Form(), id: ep.Identity, destination: destination, port: port}
 	switch k.form {
 	case inventory.FormWorkload:
