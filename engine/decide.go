@@ -113,6 +113,9 @@ type scratch struct {
 	// per side: the most specific member scope of the enforced decision, which
 	// leaves audit scopes out (docs/audit.md)
 	specificEnf [2]int32
+	// bulk, set by a bulk evaluation (bulk.go), holds the flow's masks over
+	// the partition's rules; scanRules reads them instead of the index.
+	bulk *bulkScan
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -450,6 +453,9 @@ func scanRules(ix *index.Index, combine resource.Combine, f *index.Flow, sc *scr
 	p := prior
 	p.need = need
 	if ix == nil || ix.Size == 0 {
+		return p
+	}
+	if sc.bulk.scanInto(ix, combine, sc, need, &p) {
 		return p
 	}
 	if combine == resource.DenyOverrides {

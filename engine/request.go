@@ -54,6 +54,13 @@ func checkSide(errs *resource.FieldErrors, field string, tags resource.Tags, ep 
 // scope cycle, an unknown parent or scope). Field paths name the put
 // ("resources[2]") or, for a resource the write would break, its key.
 func (s *Snapshot) CheckApply(puts []resource.Resource, deletes []resource.Key) error {
+	_, err := s.checkApply(puts, deletes)
+	return err
+}
+
+// checkApply is CheckApply; it also returns the changes it checked, stamped
+// as the store would stamp them at the next revision.
+func (s *Snapshot) checkApply(puts []resource.Resource, deletes []resource.Key) ([]Change, error) {
 	var errs resource.FieldErrors
 	seen := make(map[string]int, len(puts)+len(deletes))
 	changes := make([]Change, 0, len(puts)+len(deletes))
@@ -84,7 +91,7 @@ func (s *Snapshot) CheckApply(puts []resource.Resource, deletes []resource.Key) 
 		changes = append(changes, Delete(k))
 	}
 	if err := errs.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	before := map[string]bool{}
 	for _, inv := range s.Invalid() {
@@ -102,7 +109,7 @@ func (s *Snapshot) CheckApply(puts []resource.Resource, deletes []resource.Key) 
 			errs.Add(RenderPath(inv.Path), "this write would make it invalid: "+inv.Err.Error())
 		}
 	}
-	return errs.Err()
+	return changes, errs.Err()
 }
 
 // Entry is a stored resource as the snapshot holds it.

@@ -102,6 +102,11 @@ var methodTable = map[string]*method{
 	verdictv1.WatchService_WatchRules_FullMethodName: {access: anyone, needs: []need{needsIf("address_sets", (*verdictv1.WatchRulesRequest).GetAddressSets)},
 		redact: redactRules, validate: validates(checkWatchRules)},
 
+	// AnalysisService: its answers name workloads and tags.
+	verdictv1.AnalysisService_Reach_FullMethodName:  {access: authorizedOnly, validate: validates(checkReach)},
+	verdictv1.AnalysisService_Matrix_FullMethodName: {access: authorizedOnly, validate: validates(checkMatrix)},
+	verdictv1.AnalysisService_Impact_FullMethodName: {access: authorizedOnly, validate: validates(checkImpact)},
+
 	// Decision records name workloads and callers.
 	verdictv1.DecisionLogService_Follow_FullMethodName: {access: authorizedOnly, validate: validates(checkFollow)},
 

@@ -322,6 +322,7 @@ func New(cfg Config) (*Server, error) {
 	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
 	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, feed: s.feed, rules: s.hub})
+	verdictv1.RegisterAnalysisServiceServer(s.grpc, analysisService{log: cfg.Logger, snaps: snaps, identities: s.identities})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{log: cfg.Logger, stop: s.stop, decisions: cfg.DecisionLog})
 	if !cfg.DisableExtAuthz {
 		authv3.RegisterAuthorizationServer(s.grpc, authzService{log: cfg.Logger, snaps: snaps, dec: dec})
@@ -339,7 +340,8 @@ func New(cfg Config) (*Server, error) {
 // Envoy cluster's gRPC health check may name it).
 func (s *Server) healthServices() []string {
 	out := []string{"", verdictv1.DecisionService_ServiceDesc.ServiceName,
-		verdictv1.PolicyService_ServiceDesc.ServiceName, verdictv1.WatchService_ServiceDesc.ServiceName}
+		verdictv1.PolicyService_ServiceDesc.ServiceName, verdictv1.WatchService_ServiceDesc.ServiceName,
+		verdictv1.AnalysisService_ServiceDesc.ServiceName}
 	if !s.cfg.DisableExtAuthz {
 		out = append(out, authv3.Authorization_ServiceDesc.ServiceName)
 	}

@@ -25,7 +25,7 @@ type command struct {
 }
 
 // groups orders the headings of the top-level help.
-var groups = []string{"Resources", "Decisions", "Offline", "Other"}
+var groups = []string{"Resources", "Decisions", "Analysis", "Offline", "Other"}
 
 // commands returns the table (a function: the commands' run functions read
 // it for their help, which would make a package-level table a cycle).
@@ -117,6 +117,32 @@ func commands() []*command {
 				"are not replayed).",
 			examples: []string{"verdictctl logs --action DENY", "verdictctl logs --workload web --mesh payments -o json", "verdictctl logs --audit-only"},
 			run:      runLogs},
+		{name: "reach", group: "Analysis", args: "--dst-workload NAME | --src-workload NAME [--proto TCP --port 5432]",
+			summary: "who can reach an endpoint (--dst-…), or what it can reach (--src-…)",
+			about: "Lists the peers an endpoint is allowed with, exactly as Decide answers each flow: the\n" +
+				"inventory's workloads, then what is allowed outside it (any address, CIDR blocks, principal\n" +
+				"patterns), each with the deciding policy of both sides (docs/analysis.md). Give one end, in\n" +
+				"any form decide takes: --dst-… for who can reach it, --src-… for what it can reach (both:\n" +
+				"exit 2). Exit code 0 on any answer.",
+			examples: []string{"verdictctl reach --dst-workload db-1 --proto TCP --port 5432",
+				"verdictctl reach --src-workload web-1 --proto TCP --port 8080 -o json"},
+			run: runReach},
+		{name: "matrix", group: "Analysis", args: "[--src k=v,..] [--dst k=v,..] [--proto TCP [--port 443]]",
+			summary: "the allowed pairs among workloads, per class of ports",
+			about: "Lists every allowed (source, destination) pair of workloads, per protocol and range of\n" +
+				"ports the policies tell apart (docs/analysis.md). --src and --dst select workloads by tags.",
+			examples: []string{"verdictctl matrix --src app=web", "verdictctl matrix --proto TCP --port 5432 -o json"},
+			run:      runMatrix},
+		{name: "impact", group: "Analysis", args: "-f FILE|DIR [--delete KEY] [--flows FILE] [--fail-on any|deny|allow]",
+			summary: "the flows a change would alter, before it is applied (exit 0 none, 1 some)",
+			about: "Judges a change without writing it: validated as apply's dry run, then every workload pair\n" +
+				"on every class of ports, and the flows the replicas observed (and --flows: decision-log JSON\n" +
+				"lines), decided before and after. Prints each changed flow (before -> after, deciding\n" +
+				"policy) and a count per policy, destination and ports. Exit code 0 when no flow changes, 1\n" +
+				"when one does (--fail-on deny: only a newly denied flow; allow: only a newly allowed one).",
+			examples: []string{"verdictctl impact -f change.yaml", "verdictctl impact --delete default/policies/TrafficPermission/old --fail-on deny",
+				"verdictctl impact -f policies/ --flows decisions.jsonl -o json"},
+			run: runImpact},
 		{name: "test", group: "Offline", args: "FILE|DIR...", offline: true,
 			summary: "run policy test suites (docs/suites.md)",
 			about: "Runs policy test suites offline on the engine (docs/suites.md): no server. Exit code 0 when\n" +

@@ -53,7 +53,17 @@ type Case struct {
 	Decide  *engine.Request
 	Resolve *engine.ResolveRequest
 	Apply   []any // documents, decoded when the case runs
+	Reach   *engine.ReachRequest
+	Impact  *impactCase
 	Expect  resource.Object
+}
+
+// impactCase is an impact case's change (documents decoded when it runs)
+// and the observed flows to replay.
+type impactCase struct {
+	apply  []any
+	delete []resource.Key
+	flows  []engine.ObservedFlow
 }
 
 // Load reads and compiles a suite file. Offline, creation and modification are
@@ -182,6 +192,24 @@ func parseCase(v any) (Case, error) {
 				return c, fmt.Errorf("%s: apply: a list of documents is required", c.Name)
 			}
 			c.Apply = l
+		case "reach":
+			kinds++
+			req, err := parseRequest(val, false)
+			if err != nil {
+				return c, fmt.Errorf("%s: reach: %w", c.Name, err)
+			}
+			r, err := reachOf(req)
+			if err != nil {
+				return c, fmt.Errorf("%s: reach: %w", c.Name, err)
+			}
+			c.Reach = r
+		case "impact":
+			kinds++
+			ic, err := parseImpact(val)
+			if err != nil {
+				return c, fmt.Errorf("%s: impact: %w", c.Name, err)
+			}
+			c.Impact = ic
 		case "expect":
 			e, ok := val.(map[string]any)
 			if !ok {
@@ -198,7 +226,7 @@ func parseCase(v any) (Case, error) {
 		}
 	}
 	if kinds != 1 {
-		return c, fmt.Errorf("%s: a case has exactly one of decide, resolve or apply", c.Name)
+		return c, fmt.Errorf("%s: a case has exactly one of decide, resolve, apply, reach or impact", c.Name)
 	}
 	if c.Expect == nil {
 		c.Expect = resource.Object{}
@@ -209,6 +237,7 @@ func parseCase(v any) (Case, error) {
 var expectKeys = map[string]bool{
 	"action": true, "policy": true, "conf": true, "outbound": true, "inbound": true, "revision": true,
 	"error": true, "rules": true, "status": true, "audit": true, "sourceResolution": true, "destinationResolution": true,
+	"workloads": true, "outside": true, "changes": true, "flows": true,
 }
 
 type request struct {
@@ -360,6 +389,10 @@ func (s *Suite) Run() []CaseResult {
 			problems = s.runDecide(c)
 		case c.Resolve != nil:
 			problems = s.runResolve(c)
+		case c.Reach != nil:
+			problems = s.runReach(c)
+		case c.Impact != nil:
+			problems = s.runImpact(c)
 		default:
 			problems = s.runApply(c)
 		}

@@ -1,0 +1,228 @@
+package engine
+
+// Bulk evaluation (docs/analysis.md): many flows of one mesh and type decided
+// against one snapshot, the work they share done once. Reach, Matrix and
+// Impact stand on it.
+//
+// Two reductions, both exact:
+//
+//   - Tag classes (classes.go). A decision reads a workload's tags only
+//     through the conditions of the selectors of the mesh's scopes and of the
+//     type's policies: which keys are present, which values are named (match,
+//     In, NotIn), which prefixes and CIDRs a value falls under. Two tag sets
+//     that agree on every such condition are decided alike. Intern projects a
+//     tag set onto the keys some selector mentions and replaces each value no
+//     selector names by the first value seen with the same prefixes and
+//     CIDRs: a class. Replicas of one deployment, instances that differ only
+//     by a name no policy names, fall into one class and are decided once per
+//     pair and port.
+//   - Pair dimensions (bulkbits.go). The partition's rules are put in order,
+//     once; per class and end, the rules whose selector on that end the class
+//     satisfies are one bitmap over that order, found through postings of the
+//     selectors' terms (not by testing every rule); per protocol and port,
+//     the rules whose ports match are another. A flow's matching rules are
+//     the AND of three bitmaps, and a side's answer is the first set bit, in
+//     order, whose rule is a candidate on the side — the scan's own
+//     definition — so the answer is the one Decide gives. Everything else
+//     (scopes, catch-alls, fallbacks, audit, PerDestination) is the decision
+//     procedure itself, run on the class's tags.
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/resource"
+)
+
+// Bulk decides flows of one mesh and type against one snapshot. It is not
+// safe for concurrent use; its answers are shared (do not modify them).
+type Bulk struct {
+	s         *Snapshot
+	ms        *meshState
+	ts        *typeState
+	mesh, typ string
+	closed    bool // an invalid stored resource closes the partition
+	conds     map[string]*keyConds
+	classes   map[string]int32
+	tags      []resource.Tags // per class, the tags it is decided on
+	answers   map[bulkKey]*Decision
+	bits      [2]*ruleBits // the enforced and the audit rules in order; built on first need
+	bitsOK    bool
+	uses      [2]map[ClassID]int32 // per end, the decisions of each class
+	scan      bulkScan             // the current flow's masks (Decide)
+	decisions int                  // decisions made: distinct (class, class, protocol, port)
+	// the outside classes (outside.go), computed on first need
+	outside      []outsideClass
+	outsideNotes []string
+}
+
+// ClassID names a tag class of a Bulk.
+type ClassID int32
+
+type bulkKey struct {
+	src, dst ClassID
+	proto    resource.Protocol
+	port     uint32
+}
+
+// keepAfter is how many decisions a class takes at one end before its mask
+// is kept: a class decided once (a peer of Reach) is masked in scratch
+// memory.
+const keepAfter = 2
+
+// keepAlways, when set, keeps every mask from a class's first decision (the
+// tests hold both ways to Decide).
+var keepAlways atomic.Bool
+
+// Bulk returns a bulk evaluator of mesh ("" = default) and typ (""
+// = TrafficPermission). It fails as Decide does: ErrMeshNotFound for a mesh
+// that holds no resource, ErrTypeNotFound for a type the mesh does not know.
+func (s *Snapshot) Bulk(mesh, typ string) (*Bulk, error) {
+	if mesh == "" {
+		mesh = resource.DefaultMesh
+	}
+	if typ == "" {
+		typ = resource.DefaultType
+	}
+	ms, ok := s.meshes.Get(mesh)
+	b := &Bulk{s: s, ms: ms, mesh: mesh, typ: typ, classes: map[string]int32{},
+		answers: map[bulkKey]*Decision{}, uses: [2]map[ClassID]int32{{}, {}}}
+	if s.closedByType(mesh, ms, typ) != nil {
+		b.closed = true
+		return b, nil
+	}
+	if !ok {
+		return nil, errNoMesh(mesh)
+	}
+	if err := ms.checkType(typ); err != nil {
+		return nil, err
+	}
+	b.ts, _ = ms.types.Get(typ)
+	b.conds = conditionsOf(ms, b.ts)
+	return b, nil
+}
+
+// Mesh names the partition's mesh.
+func (b *Bulk) Mesh() string { return b.mesh }
+
+// Type names the partition's type.
+func (b *Bulk) Type() string { return b.typ }
+
+// Decisions is the number of decisions made so far: one per distinct
+// (class, class, protocol, port).
+func (b *Bulk) Decisions() int { return b.decisions }
+
+// Intern returns the class of a tag set: equal for every tag set decided
+// alike by the reductions above.
+func (b *Bulk) Intern(tags resource.Tags) ClassID {
+	var kb [16]string
+	keys := kb[:0]
+	for k := range tags {
+		if _, ok := b.conds[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var sb strings.Builder
+	vals := make([]string, len(keys))
+	for i, k := range keys {
+		vals[i] = b.conds[k].canonical(tags[k])
+		sb.WriteString(k)
+		sb.WriteByte(0)
+		sb.WriteString(vals[i])
+		sb.WriteByte(0)
+	}
+	key := sb.String()
+	if id, ok := b.classes[key]; ok {
+		return ClassID(id)
+	}
+	t := make(resource.Tags, len(keys))
+	for i, k := range keys {
+		t[k] = vals[i]
+	}
+	id := int32(len(b.tags))
+	b.tags = append(b.tags, t)
+	b.classes[key] = id
+	return ClassID(id)
+}
+
+// Tags returns the tags a class is decided on (shared: do not modify).
+func (b *Bulk) Tags(c ClassID) resource.Tags { return b.tags[c] }
+
+// Decide answers the flow from class src to class dst, deciding it once per
+// distinct (src, dst, proto, port). The answer is Decide's for any flow
+// between tag sets of those classes (its resolutions aside); it is shared.
+func (b *Bulk) Decide(src, dst ClassID, proto resource.Protocol, port uint32) *Decision {
+	k := bulkKey{src, dst, proto, port}
+	if d, ok := b.answers[k]; ok {
+		return d
+	}
+	d := &Decision{}
+	b.decisions++
+	if b.closed {
+		*d = closedDecision(b.s.revision, false)
+		b.answers[k] = d
+		return d
+	}
+	f := index.Flow{Src: b.tags[src], Dst: b.tags[dst], Proto: proto, Port: port}
+	sc := scratchPool.Get().(*scratch)
+	sc.bulk = b.prepare(src, dst, proto, port)
+	b.ms.decide(b.typ, &f, sc, d)
+	sc.bulk = nil
+	scratchPool.Put(sc)
+	d.Revision = b.s.revision
+	b.answers[k] = d
+	return d
+}
+
+// prepare sets the masks of a flow into b.scan; nil when the partition has
+// no rule.
+func (b *Bulk) prepare(src, dst ClassID, proto resource.Protocol, port uint32) *bulkScan {
+	if b.ts == nil || b.ts.rules.Size+b.ts.audit.rules.Size == 0 {
+		return nil
+	}
+	if !b.bitsOK {
+		b.bits = [2]*ruleBits{newRuleBits(b.ts.rules), newRuleBits(b.ts.audit.rules)}
+		b.bitsOK = true
+	}
+	var keep [2]bool
+	for end, c := range [2]ClassID{src, dst} {
+		n := b.uses[end][c] + 1
+		b.uses[end][c] = n
+		keep[end] = n >= keepAfter || keepAlways.Load()
+	}
+	for i, rb := range b.bits {
+		sl := &b.scan.lists[i]
+		sl.rb = rb
+		if rb == nil {
+			continue
+		}
+		sl.port = rb.portMask(proto, port)
+		// A class decided once against a kept end with few rules is
+		// tested within that end's rules alone.
+		switch {
+		case !keep[0] && keep[1]:
+			sl.ends[1] = rb.mask(1, dst, b.tags[dst], true)
+			if len(sl.ends[1].words) <= withinWords {
+				sl.ends[0] = rb.maskWithin(0, b.tags[src], sl.ends[1], sl.port)
+				continue
+			}
+			sl.ends[0] = rb.mask(0, src, b.tags[src], false)
+		case !keep[1] && keep[0]:
+			sl.ends[0] = rb.mask(0, src, b.tags[src], true)
+			if len(sl.ends[0].words) <= withinWords {
+				sl.ends[1] = rb.maskWithin(1, b.tags[dst], sl.ends[0], sl.port)
+				continue
+			}
+			sl.ends[1] = rb.mask(1, dst, b.tags[dst], false)
+		default:
+			sl.ends[0] = rb.mask(0, src, b.tags[src], keep[0])
+			sl.ends[1] = rb.mask(1, dst, b.tags[dst], keep[1])
+		}
+	}
+	return &b.scan
+}
+
+func matcherHolds(m *index.Matcher, tags resource.Tags) bool { return m == nil || m.Matches(tags) }

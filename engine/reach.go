@@ -1,0 +1,327 @@
+package engine
+
+// Reach and Matrix (docs/analysis.md): who can reach an endpoint, what it can
+// reach, and the allowed pairs among workloads — answered by the bulk
+// evaluation (bulk.go), so that each entry is Decide's answer for every flow
+// it stands for.
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
+	"github.com/verdictpdp/verdict/engine/resource"
+)
+
+// ReachRequest asks who can reach an endpoint (Destination: the endpoint is
+// the flow's destination) or what it can reach (the endpoint is the source),
+// with a protocol and a port or neither (docs/analysis.md).
+type ReachRequest struct {
+	Mesh        string
+	Type        string
+	Endpoint    inventory.Endpoint
+	Destination bool
+	Protocol    resource.Protocol
+	Port        uint32
+	Registry    *inventory.Registry
+}
+
+// Validate checks the request's fields; the error is a *ValidationError.
+func (r *ReachRequest) Validate() error {
+	q := Request{Mesh: r.Mesh, Type: r.Type, Protocol: r.Protocol, Port: r.Port, SourceEndpoint: &r.Endpoint}
+	return q.Validate()
+}
+
+// ReachEntry is one peer the endpoint is allowed with: a workload of the
+// inventory (Workload, its Identity and the Tags the flow is decided on) or
+// a class of endpoints outside it (Outside). Outbound and Inbound are the
+// flow's sides, each naming its deciding policy.
+type ReachEntry struct {
+	Workload string
+	Identity uint64
+	Tags     resource.Tags
+	Outside  Outside
+	Outbound SideDecision
+	Inbound  SideDecision
+}
+
+// ReachAnswer is Reach's answer at one revision.
+type ReachAnswer struct {
+	Revision int64
+	Endpoint inventory.EndpointResolution
+	Entries  []ReachEntry
+	// Notes say where the outside could not be split exactly; the classes
+	// concerned are left out.
+	Notes []string
+	// Decisions made: one per distinct class of peers.
+	Decisions int
+}
+
+// Reach answers req: every valid workload of the mesh whose flow with the
+// endpoint Decide allows, then the allowed classes of addresses and
+// principals outside the inventory. It fails as Decide does for the
+// endpoint (ErrMeshNotFound, ErrTypeNotFound, ErrEndpointNotFound, ...).
+func (s *Snapshot) Reach(req *ReachRequest) (*ReachAnswer, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := s.Bulk(req.Mesh, req.Type)
+	if err != nil {
+		return nil, err
+	}
+	ms := b.ms
+	res, err := resolveEndpoint(ms, b.mesh, &req.Endpoint, req.Destination, req.Port, req.Registry, true)
+	if err != nil {
+		return nil, err
+	}
+	ans := &ReachAnswer{Revision: s.revision, Endpoint: res}
+	fixed := b.Intern(res.Tags)
+	decide := func(peer ClassID) *Decision {
+		if req.Destination {
+			return b.Decide(peer, fixed, req.Protocol, req.Port)
+		}
+		return b.Decide(fixed, peer, req.Protocol, req.Port)
+	}
+	for _, w := range workloadsOf(ms) {
+		tags := peerTags(w, !req.Destination, req.Port)
+		d := decide(b.Intern(tags))
+		if d.Action != resource.Allow {
+			continue
+		}
+		ans.Entries = append(ans.Entries, ReachEntry{Workload: w.Workload.Name, Identity: tagsIdentity(b.mesh, w, tags),
+			Tags: tags, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)})
+	}
+	out, notes := b.reachOutside(ms, !req.Destination, req.Port, decide)
+	ans.Entries = append(ans.Entries, out...)
+	ans.Notes = notes
+	ans.Decisions = b.Decisions()
+	return ans, nil
+}
+
+// sideOnly is a side without its conf (an analysis answer names policies).
+func sideOnly(sd SideDecision) SideDecision {
+	sd.Conf = nil
+	return sd
+}
+
+// workloadsOf lists the valid workloads of a mesh by name.
+func workloadsOf(ms *meshState) []*inventory.WorkloadEntry {
+	if ms == nil || ms.inv == nil {
+		return nil
+	}
+	var out []*inventory.WorkloadEntry
+	ms.inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
+		if e.Err == "" {
+			out = append(out, e)
+		}
+		return true
+	})
+	slices.SortFunc(out, func(a, b *inventory.WorkloadEntry) int { return strings.Compare(a.Workload.Name, b.Workload.Name) })
+	return out
+}
+
+// peerTags are a workload's tags as an end of a flow named by the workload:
+// its own, plus its port's tags as a destination.
+func peerTags(e *inventory.WorkloadEntry, destination bool, port uint32) resource.Tags {
+	if !destination {
+		port = 0
+	}
+	return e.Workload.ResolvedTags(port, "")
+}
+
+// tagsIdentity is the identity of tags resolved from a workload.
+func tagsIdentity(mesh string, e *inventory.WorkloadEntry, tags resource.Tags) uint64 {
+	if len(tags) == len(e.Workload.Tags) && resource.SameTagSet(tags, e.Workload.Tags) {
+		return e.ID
+	}
+	return resource.Identity(mesh, tags)
+}
+
+// sameSides reports whether two answers agree on both sides (confs aside).
+func sameSides(a, b *Decision) bool {
+	return a.Action == b.Action && sameSide(a.Outbound, b.Outbound) && sameSide(a.Inbound, b.Inbound)
+}
+
+func sameSide(a, b SideDecision) bool {
+	return a.Action == b.Action && a.Policy == b.Policy && a.Scope == b.Scope && a.Rule == b.Rule && a.Reason == b.Reason
+}
+
+// reachOutside answers the outside classes as the peer of a flow (peerDst:
+// the peer is the destination): allowed address ranges merged into CIDR
+// blocks (one Any entry when every outside address is allowed alike), and
+// allowed principal patterns with the more specific ones answered
+// otherwise.
+func (b *Bulk) reachOutside(ms *meshState, peerDst bool, port uint32, decide func(ClassID) *Decision) ([]ReachEntry, []string) {
+	classes, notes := b.outsideClasses()
+	answers := make([]*Decision, len(classes))
+	for i := range classes {
+		r, err := resolveEndpoint(ms, b.mesh, &classes[i].rep, peerDst, port, nil, false)
+		if err != nil {
+			continue
+		}
+		answers[i] = decide(b.Intern(r.Tags))
+	}
+	var out []ReachEntry
+	// Addresses: runs of adjacent ranges answered alike.
+	var addrIdx []int
+	for i, c := range classes {
+		if c.lo.IsValid() {
+			addrIdx = append(addrIdx, i)
+		}
+	}
+	allAlike := len(notes) == 0 || !strings.Contains(strings.Join(notes, " "), "IPv6")
+	for _, i := range addrIdx {
+		if answers[i] == nil || answers[i].Action != resource.Allow || !sameSides(answers[i], answers[addrIdx[0]]) {
+			allAlike = false
+		}
+	}
+	if allAlike && len(addrIdx) > 0 {
+		d := answers[addrIdx[0]]
+		out = append(out, ReachEntry{Tags: resource.Tags{resource.IPTag: "*"}, Outside: Outside{Any: true},
+			Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)})
+	} else {
+		for j := 0; j < len(addrIdx); {
+			i := addrIdx[j]
+			d := answers[i]
+			k := j + 1
+			for k < len(addrIdx) && answers[addrIdx[k]] != nil && d != nil && sameSides(answers[addrIdx[k]], d) &&
+				classes[addrIdx[k-1]].hi.Next() == classes[addrIdx[k]].lo {
+				k++
+			}
+			if d != nil && d.Action == resource.Allow {
+				for _, p := range rangeCIDRs(classes[i].lo, classes[addrIdx[k-1]].hi) {
+					out = append(out, ReachEntry{Tags: resource.Tags{resource.IPTag: p.String()}, Outside: Outside{CIDR: p.String()},
+						Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)})
+				}
+			}
+			j = k
+		}
+	}
+	// Principals.
+	for i, c := range classes {
+		d := answers[i]
+		if c.lo.IsValid() || d == nil || d.Action != resource.Allow {
+			continue
+		}
+		o := Outside{Principal: c.pattern}
+		if strings.HasSuffix(c.pattern, "*") {
+			for j, e := range classes {
+				if j == i || e.lo.IsValid() || !b.underPattern(e.rep.Principal, c) {
+					continue
+				}
+				if answers[j] == nil || !sameSides(answers[j], d) {
+					o.Except = append(o.Except, e.pattern)
+				}
+			}
+			slices.Sort(o.Except)
+			o.Except = slices.Compact(o.Except)
+		}
+		out = append(out, ReachEntry{Tags: resource.Tags{resource.PrincipalTag: c.pattern}, Outside: o,
+			Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)})
+	}
+	return out, notes
+}
+
+// underPattern reports whether a principal falls under a prefix pattern's
+// text (its prefix, and its form under spiffe://<mesh>/) while belonging to
+// another, more specific pattern.
+func (b *Bulk) underPattern(id string, c outsideClass) bool {
+	if !strings.HasPrefix(id, c.prefix) || b.principalPattern(id) == c.pattern {
+		return false
+	}
+	if strings.HasSuffix(c.pattern, "*/*") {
+		_, kuma := kumaSpiffeService(b.mesh, id)
+		return !kuma
+	}
+	if _, _, kumaPrefix := b.principalSets(); strings.HasPrefix(c.prefix, kumaPrefix) {
+		_, kuma := kumaSpiffeService(b.mesh, id)
+		return kuma
+	}
+	return true
+}
+
+// MatrixRequest asks for the allowed pairs among workloads of a mesh:
+// sources and destinations selected by selectors (nil: every valid
+// workload), on each class of Classes (nil: FlowClasses).
+type MatrixRequest struct {
+	Mesh         string
+	Type         string
+	Sources      *resource.Selector
+	Destinations *resource.Selector
+	Classes      []FlowClass
+}
+
+// MatrixEntry is one allowed pair on one class of flows.
+type MatrixEntry struct {
+	Source, Destination                 string
+	SourceIdentity, DestinationIdentity uint64
+	Class                               FlowClass
+	Outbound, Inbound                   SideDecision
+}
+
+// Matrix calls emit for every allowed pair, class by class, then by source
+// and destination name, until emit returns false. It returns the revision
+// answered at and the decisions made.
+func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int64, int, error) {
+	q := Request{Mesh: req.Mesh, Type: req.Type}
+	if err := q.Validate(); err != nil {
+		return 0, 0, err
+	}
+	b, err := s.Bulk(req.Mesh, req.Type)
+	if err != nil {
+		return 0, 0, err
+	}
+	classes := req.Classes
+	if classes == nil {
+		classes = FlowClasses(b.mesh, b.typ, s)
+	}
+	all := workloadsOf(b.ms)
+	pick := func(sel *resource.Selector) []*inventory.WorkloadEntry {
+		if sel == nil {
+			return all
+		}
+		m := index.CompileSelector(sel)
+		var out []*inventory.WorkloadEntry
+		for _, w := range all {
+			if m.Matches(w.Workload.Tags) {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	srcs, dsts := pick(req.Sources), pick(req.Destinations)
+	srcClass := make([]ClassID, len(srcs))
+	for i, w := range srcs {
+		srcClass[i] = b.Intern(peerTags(w, false, 0))
+	}
+	dstClass := make([]ClassID, len(dsts))
+	dstID := make([]uint64, len(dsts))
+	for _, c := range classes {
+		for j, w := range dsts {
+			tags := peerTags(w, true, c.Port)
+			dstClass[j], dstID[j] = b.Intern(tags), tagsIdentity(b.mesh, w, tags)
+		}
+		for i, sw := range srcs {
+			for j, dw := range dsts {
+				d := b.Decide(srcClass[i], dstClass[j], c.Protocol, c.Port)
+				if d.Action != resource.Allow {
+					continue
+				}
+				e := MatrixEntry{Source: sw.Workload.Name, Destination: dw.Workload.Name, SourceIdentity: sw.ID,
+					DestinationIdentity: dstID[j], Class: c,
+					Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)}
+				if !emit(e) {
+					return s.revision, b.Decisions(), nil
+				}
+			}
+		}
+	}
+	return s.revision, b.Decisions(), nil
+}
+
+// String is the entry as one line.
+func (e MatrixEntry) String() string {
+	return fmt.Sprintf("%s -> %s %s", e.Source, e.Destination, e.Class)
+}
