@@ -19,16 +19,16 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
-// table makes a table with a caption, a header row and rows of cells; a row
-// may be {cells, class}.
+// table makes a table with a caption, a header row and rows of cells (a row
+// may be {cells, class}), in a box that scrolls when it is too wide.
 export function table(caption, head, rows, attrs) {
-  return h('table', attrs,
+  return h('div', { class: 'scroll' }, h('table', attrs,
     h('caption', null, caption),
     h('thead', null, h('tr', null, head.map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', null, rows.map((r) => {
       const cells = Array.isArray(r) ? r : r.cells;
       return h('tr', { class: Array.isArray(r) ? null : r.class }, cells.map((c) => h('td', null, c)));
-    })));
+    }))));
 }
 
 // field is a labelled control: its label names it for assistive technology.
