@@ -5,7 +5,7 @@
 // URL: ?mesh=shop&type=TrafficPermission&src=workload:web-1&dst=workload:db-1&proto=TCP&port=5432
 
 import { h, table, field, errorBox, enumText, action, dash, tagsText } from '../dom.js';
-import { forms, parseEnd, endpoint, formatEnd } from '../ends.js';
+import { forms, parseEnd, endpoint, formatEnd, query } from '../ends.js';
 
 const protocols = ['', 'TCP', 'UDP', 'ICMP'];
 
@@ -31,12 +31,18 @@ export default {
     ctx.setTitle(`${formatEnd(flow.src)} → ${formatEnd(flow.dst)}`);
     const req = {
       mesh: flow.mesh, type: flow.type, source: endpoint(flow.src), destination: endpoint(flow.dst),
-      protocol: flow.proto, port: flow.port ? Number(flow.port) : 0, explain: true,
+      protocol: flow.proto, port: flow.port ? Number(flow.port) : 0,
     };
+    // Two calls at once: the plain answer, which is cheap, is shown as soon
+    // as it comes; the explained one (every candidate rule, which costs more
+    // on a large policy set) fills in the trace and the ends' tags.
     performance.mark('verdict:decide:start');
+    const method = 'verdict.v1.DecisionService/Decide';
+    const explained = ctx.api.call(method, { ...req, explain: true });
+    explained.catch(() => {}); // awaited below, unless the plain call fails first
     let resp;
     try {
-      resp = await ctx.api.call('verdict.v1.DecisionService/Decide', req);
+      resp = await ctx.api.call(method, req);
     } catch (err) {
       if (err.status === 401 || ctx.stale()) throw err;
       result.append(errorBox(err));
@@ -46,6 +52,25 @@ export default {
     result.append(...decision(flow, resp));
     performance.measure('verdict:decide', 'verdict:decide:start');
     if (ctx.focus) document.getElementById('result-title').focus();
+    let ex;
+    try {
+      ex = await explained;
+    } catch (err) {
+      if (err.status === 401 || ctx.stale()) throw err;
+      document.getElementById('trace').replaceChildren(errorBox(err));
+      return;
+    }
+    if (ctx.stale()) return;
+    if (ex.revision !== resp.revision) {
+      // A newer snapshot answered the explained call: show its answer whole.
+      const focused = document.activeElement?.id === 'result-title';
+      result.replaceChildren(...decision(flow, ex));
+      if (focused) document.getElementById('result-title').focus();
+    } else {
+      document.getElementById('ends').replaceWith(ends(flow, ex));
+      document.getElementById('trace').replaceWith(traces(flow, ex));
+    }
+    performance.measure('verdict:explain', 'verdict:decide:start');
   },
 };
 
@@ -76,7 +101,7 @@ function readFlow(params) {
 function flowForm(flow, ctx) {
   const mesh = h('input', { id: 'mesh', name: 'mesh', value: flow.mesh, placeholder: 'default', autocomplete: 'off' });
   const type = h('input', { id: 'type', name: 'type', value: flow.type, placeholder: 'TrafficPermission', autocomplete: 'off' });
-  const ends = {};
+  const endInputs = {};
   const endFields = ['src', 'dst'].map((end) => {
     const name = end === 'src' ? 'Source' : 'Destination';
     const sel = h('select', { id: `${end}-form`, name: `${end}-form` },
@@ -86,7 +111,7 @@ function flowForm(flow, ctx) {
       placeholder: forms.find((f) => f.form === flow[end].form).placeholder,
     });
     sel.addEventListener('change', () => { input.placeholder = forms.find((f) => f.form === sel.value).placeholder; });
-    ends[end] = { sel, input };
+    endInputs[end] = { sel, input };
     return h('fieldset', null, h('legend', null, name),
       field(`${name} given as`, sel), field(`${name} value`, input));
   });
@@ -101,7 +126,7 @@ function flowForm(flow, ctx) {
       p.set('mesh', mesh.value.trim());
       p.set('type', type.value.trim());
       for (const end of ['src', 'dst']) {
-        p.set(end, formatEnd({ form: ends[end].sel.value, value: ends[end].input.value.trim() }));
+        p.set(end, formatEnd({ form: endInputs[end].sel.value, value: endInputs[end].input.value.trim() }));
       }
       p.set('proto', proto.value);
       p.set('port', port.value.trim());
@@ -125,9 +150,7 @@ function decision(flow, r) {
       [['outbound', r.outbound], ['inbound', r.inbound]].map(([name, s]) => [
         name, action(s?.action), enumText(s?.reason, 'REASON_'), dash(s?.policy), dash(s?.scope), dash(s?.rule)]),
       { id: 'sides' }),
-    h('dl', { class: 'facts', id: 'ends' },
-      h('dt', null, 'Source'), h('dd', null, resolution(flow.src, r.sourceResolution, flow)),
-      h('dt', null, 'Destination'), h('dd', null, resolution(flow.dst, r.destinationResolution, flow))),
+    ends(flow, r),
   ];
   if (r.audit) {
     out.push(h('p', { id: 'audit' }, h('span', { class: 'audit' }, 'audit'),
@@ -137,11 +160,22 @@ function decision(flow, r) {
   if (r.conf && Object.keys(r.conf).length) {
     out.push(h('h3', null, 'Configuration of the deciding rule'), h('pre', { class: 'mono', id: 'conf' }, JSON.stringify(r.conf, null, 2)));
   }
-  const ex = r.explanation || {};
-  out.push(h('div', { class: 'sides' },
-    trace('outbound', 'source', flow.src, ex.outbound),
-    trace('inbound', 'destination', flow.dst, ex.inbound)));
+  out.push(r.explanation ? traces(flow, r)
+    : h('div', { id: 'trace', 'aria-busy': 'true' }, h('p', { class: 'hint' }, 'Explaining: the candidate rules of both sides…')));
   return out;
+}
+
+function ends(flow, r) {
+  return h('dl', { class: 'facts', id: 'ends' },
+    h('dt', null, 'Source'), h('dd', null, resolution(flow.src, r.sourceResolution, flow)),
+    h('dt', null, 'Destination'), h('dd', null, resolution(flow.dst, r.destinationResolution, flow)));
+}
+
+function traces(flow, r) {
+  const ex = r.explanation || {};
+  return h('div', { class: 'sides', id: 'trace' },
+    trace('outbound', 'source', flow.src, ex.outbound),
+    trace('inbound', 'destination', flow.dst, ex.inbound));
 }
 
 // resolution says how an end resolved, with a link to its workload's page.
@@ -153,8 +187,7 @@ function resolution(given, res, flow) {
   if (res.holders) notes.push(`${res.holders} holder${res.holders === 1 ? '' : 's'}`);
   if (res.identity) notes.push(`identity ${res.identity}`);
   const link = res.workload ? h('a', {
-    href: `?view=workload&mesh=${encodeURIComponent(flow.mesh || 'default')}&workload=${encodeURIComponent(res.workload)}`
-      + (flow.type ? `&type=${encodeURIComponent(flow.type)}` : ''),
+    href: query([['view', 'workload'], ['mesh', flow.mesh || 'default'], ['workload', res.workload], ['type', flow.type]]),
   }, res.workload) : null;
   return h('span', null, `${form} → ${as}`, link ? [' ', link] : null,
     notes.length ? ` (${notes.join(', ')})` : '', res.tags ? [': ', h('code', null, tagsText(res.tags))] : null);
