@@ -130,4 +130,3 @@ func pct(sorted []float64, p int) float64 {
 	i := (len(sorted)*p + 99) / 100
 	return sorted[max(i-1, 0)]
 }
-
