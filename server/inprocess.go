@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -30,20 +29,14 @@ import (
 // calls fail with UNAVAILABLE. The caller closes the connection.
 func (s *Server) InProcess(name string) (*InProcessConn, error) {
 	lis := &pipeListener{name: name, conns: make(chan net.Conn), done: make(chan struct{})}
-	go func() {
-		h2 := &http2.Server{}
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go h2.ServeConn(c, &http2.ServeConnOpts{Handler: http.HandlerFunc(s.serveInProcess)})
-		}
-	}()
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true) // gRPC's prior knowledge: no TLS, no upgrade
+	hs := &http.Server{Handler: http.HandlerFunc(s.serveInProcess), Protocols: &protocols}
+	go func() { _ = hs.Serve(lis) }() // ends when the listener closes
 	go func() {
 		select {
-		case <-s.stop:
-			lis.Close()
+		case <-s.stop: // no new connection; those open answer UNAVAILABLE
+			_ = lis.Close()
 		case <-lis.done:
 		}
 	}()
@@ -53,23 +46,21 @@ func (s *Server) InProcess(name string) (*InProcessConn, error) {
 		// Answers are bounded by the server; a page's request by the method table.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
-		lis.Close()
+		_ = hs.Close()
 		return nil, err
 	}
-	return &InProcessConn{ClientConn: conn, lis: lis}, nil
+	return &InProcessConn{ClientConn: conn, hs: hs}, nil
 }
 
 // InProcessConn is a client connection of InProcess.
 type InProcessConn struct {
 	*grpc.ClientConn
-	lis *pipeListener
+	hs *http.Server
 }
 
-// Close closes the connection and its listener.
+// Close closes the connection, and the in-memory server behind it.
 func (c *InProcessConn) Close() error {
-	err := c.ClientConn.Close()
-	c.lis.Close()
-	return err
+	return errors.Join(c.ClientConn.Close(), c.hs.Close())
 }
 
 // serveInProcess serves one in-process call; once the server stops, it
@@ -101,13 +92,13 @@ var errPipeClosed = errors.New("in-process listener closed")
 func (l *pipeListener) dial(ctx context.Context, _ string) (net.Conn, error) {
 	client, srv := net.Pipe()
 	select {
-	case l.conns <- namedConn{Conn: srv, remote: pipeAddr(l.name)}:
-		return namedConn{Conn: client, remote: pipeAddr(l.name)}, nil
+	case l.conns <- namedConn{Conn: srv, addr: pipeAddr(l.name)}:
+		return namedConn{Conn: client, addr: pipeAddr(l.name)}, nil
 	case <-l.done:
 	case <-ctx.Done():
 	}
-	client.Close()
-	srv.Close()
+	_ = client.Close()
+	_ = srv.Close()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -133,11 +124,11 @@ func (l *pipeListener) Addr() net.Addr { return pipeAddr(l.name) }
 // namedConn is a pipe end whose addresses are the listener's name.
 type namedConn struct {
 	net.Conn
-	remote pipeAddr
+	addr pipeAddr
 }
 
-func (c namedConn) LocalAddr() net.Addr  { return c.remote }
-func (c namedConn) RemoteAddr() net.Addr { return c.remote }
+func (c namedConn) LocalAddr() net.Addr  { return c.addr }
+func (c namedConn) RemoteAddr() net.Addr { return c.addr }
 
 type pipeAddr string
 

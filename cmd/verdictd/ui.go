@@ -29,12 +29,12 @@ func serveExplorer(ctx context.Context, g *errgroup.Group, cfg Config, srv *serv
 	}
 	h, err := explorer.New(explorer.Config{Conn: conn, Token: token, Hosts: cfg.UIHosts, Logger: log})
 	if err != nil {
-		conn.Close()
+		_ = conn.Close()
 		return err
 	}
 	lis, err := net.Listen("tcp", cfg.UIListen)
 	if err != nil {
-		conn.Close()
+		_ = conn.Close()
 		return fmt.Errorf("--ui-listen: %w", err)
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
@@ -61,7 +61,7 @@ func serveExplorer(ctx context.Context, g *errgroup.Group, cfg Config, srv *serv
 	})
 	g.Go(func() error {
 		<-ctx.Done()
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
 		return hs.Shutdown(sctx)
