@@ -33,13 +33,12 @@ export default {
       mesh: flow.mesh, type: flow.type, source: endpoint(flow.src), destination: endpoint(flow.dst),
       protocol: flow.proto, port: flow.port ? Number(flow.port) : 0,
     };
-    // Two calls at once: the plain answer, which is cheap, is shown as soon
-    // as it comes; the explained one (every candidate rule, which costs more
-    // on a large policy set) fills in the trace and the ends' tags.
+    // The plain answer, which is cheap, is shown as soon as it comes; the
+    // explained one (every candidate rule, which costs far more on a large
+    // policy set) is asked for then, so as not to slow the first, and fills
+    // in the trace and the ends' tags.
     performance.mark('verdict:decide:start');
     const method = 'verdict.v1.DecisionService/Decide';
-    const explained = ctx.api.call(method, { ...req, explain: true });
-    explained.catch(() => {}); // awaited below, unless the plain call fails first
     let resp;
     try {
       resp = await ctx.api.call(method, req);
@@ -49,6 +48,8 @@ export default {
       return;
     }
     if (ctx.stale()) return;
+    const explained = ctx.api.call(method, { ...req, explain: true });
+    explained.catch(() => {}); // awaited below
     result.append(...decision(flow, resp));
     performance.measure('verdict:decide', 'verdict:decide:start');
     if (ctx.focus) document.getElementById('result-title').focus();
