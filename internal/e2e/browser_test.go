@@ -197,9 +197,14 @@ func screenshotDir(t testing.TB) string {
 // waitHTTP waits until url answers GET (any status).
 func waitHTTP(t testing.TB, url string) {
 	t.Helper()
+	waitHTTPWith(t, http.DefaultClient, url)
+}
+
+func waitHTTPWith(t testing.TB, c *http.Client, url string) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(url)
+		resp, err := c.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			return

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,9 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"google.golang.org/grpc"
+
+	"github.com/verdictpdp/verdict/internal/testpki"
 )
 
 // The web explorer (docs/explorer.md) against a real verdictd: its views in
@@ -428,5 +432,78 @@ func TestExplorerGuards(t *testing.T) {
 				t.Errorf("Content-Security-Policy %q", csp)
 			}
 		})
+	}
+}
+
+// With TLS, the explorer serves HTTPS with the gRPC listener's certificate
+// and asks browsers for no client certificate, even where the gRPC listener
+// requires one: its callers give the token.
+func TestExplorerTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "verdict explorer CA")
+	caFile := ca.Write(t, dir, "ca")
+	srvCert, srvKey := ca.Server(t).Write(t, dir, "server")
+	opsCert, opsKey := ca.Client(t, nil, "spiffe://verdict.test/ops").Write(t, dir, "ops")
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("tls-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policies := filepath.Join(dir, "shop.yaml")
+	if err := os.WriteFile(policies, []byte(shopPolicies), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ui := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d := startDaemon(t, "--bootstrap", policies, "--ui-listen", ui, "--tls-cert", srvCert, "--tls-key", srvKey,
+		"--tls-client-ca", caFile, "--tls-require-client-cert", "--allow-identity", "spiffe://verdict.test/ops",
+		"--auth-token-file", token)
+	waitServing(t, d.conn(t, grpc.WithTransportCredentials((&tlsFiles{ca: caFile, cert: opsCert, key: opsKey}).creds(t))))
+	client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
+	waitHTTPWith(t, client, "https://"+ui+"/")
+	req, err := http.NewRequest("POST", "https://"+ui+"/api/verdict.v1.DecisionService/Decide",
+		strings.NewReader(`{"mesh":"shop","source":{"workload":"web-1"},"destination":{"workload":"db-1"},"protocol":"TCP","port":5432}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer tls-secret")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("HTTPS without a client certificate: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"policy":"web-to-db"`) {
+		t.Errorf("%d %s", resp.StatusCode, body)
+	}
+	if resp.ProtoMajor != 2 {
+		t.Errorf("HTTPS is served as %s, want HTTP/2", resp.Proto)
+	}
+	if resp, err := http.Get("http://" + ui + "/"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("plain HTTP to the HTTPS explorer: %s", resp.Status)
+		}
+	}
+}
+
+// The explorer's address follows --listen's rules: beyond loopback it needs
+// authorization, and then TLS.
+func TestExplorerRefusedBeyondLoopback(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ui-listen", "0.0.0.0:0"}, "--ui-listen 0.0.0.0:0 is beyond loopback: configure authorization"},
+		{[]string{"--ui-listen", "0.0.0.0:0", "--auth-token-file", token}, "--ui-listen 0.0.0.0:0 is beyond loopback without TLS"},
+	} {
+		r := runTool(t, nil, nil, "verdictd", append(tc.args, "--data-dir", t.TempDir())...)
+		if r.code != 2 || !strings.Contains(r.out, tc.want) {
+			t.Errorf("%v: exit %d\n%s", tc.args, r.code, r.out)
+		}
 	}
 }
