@@ -122,6 +122,16 @@ func (b *browser) waitView(view, state string) {
 	}
 }
 
+// waitFor waits until a JavaScript expression is true.
+func (b *browser) waitFor(what, expr string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(20*time.Millisecond))); err != nil {
+		b.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
 // text is the text of the first element matching a CSS selector ("" when none).
 func (b *browser) text(css string) string {
 	b.t.Helper()

@@ -172,6 +172,7 @@ func TestExplorerWorkload(t *testing.T) {
 		t.Errorf("the mesh's workloads:\n%s", got)
 	}
 	b.do(chromedp.Click(chromedp.CSS(`#workloads a[href*="workload=db-1"]`)))
+	b.waitFor("the workload's URL", `location.search.includes('workload=db-1')`)
 	b.waitView("workload", "ready")
 	if got := eval[string](b, `location.search`); !strings.Contains(got, "workload=db-1") {
 		t.Errorf("the URL %q does not hold the workload", got)
@@ -322,6 +323,7 @@ func TestExplorerToken(t *testing.T) {
 
 	// A wrong token: asked again, with the server's refusal.
 	b.do(chromedp.SendKeys(chromedp.ID("token"), "nope"), chromedp.Click(chromedp.ID("token-submit")))
+	b.waitFor("the refusal", `!!document.querySelector('main [role=alert]')`)
 	b.waitView("decide", "token")
 	if got := b.text("main [role=alert]"); !strings.Contains(got, "UNAUTHENTICATED") {
 		t.Errorf("a wrong token: alert %q", got)
