@@ -60,6 +60,15 @@ type Config struct {
 	AllowIdentities []string
 	// InsecureListen allows plaintext beyond loopback (behind a TLS proxy, say).
 	InsecureListen bool
+	// UIListen serves the web explorer (docs/explorer.md) over HTTP on this
+	// address; empty (the default) serves none. Its rules are Listen's:
+	// beyond loopback it needs authorization and TLS (the listener's
+	// certificate), or InsecureListen; with authorization its callers give
+	// the token, so it needs AuthTokenFile.
+	UIListen string
+	// UIHosts are the DNS names the explorer may be reached by, besides IP
+	// addresses and localhost; requests naming another host are refused.
+	UIHosts []string
 	// DisableExtAuthz stops serving Envoy's envoy.service.auth.v3.Authorization
 	// on the gRPC listener (served by default; docs/envoy.md).
 	DisableExtAuthz bool
@@ -156,6 +165,7 @@ func (c *Config) Validate() error {
 			add("--listen %s is beyond loopback without TLS: set --tls-cert/--tls-key, or --insecure-listen when a proxy terminates TLS", c.Listen)
 		}
 	}
+	c.validateUI(add, devMode)
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
 		add("--etcd-cert and --etcd-key go together")
 	}
@@ -217,6 +227,43 @@ func (c *Config) Validate() error {
 		add("--decision-log-repeats-window: %v: 0 (off) or more", c.DecisionLogRepeatWindow)
 	}
 	return errors.Join(errs...)
+}
+
+// validateUI checks the explorer's flags: --ui-listen follows --listen's
+// rules, and its callers authorize with the token.
+func (c *Config) validateUI(add func(string, ...any), devMode bool) {
+	if c.UIListen == "" {
+		if len(c.UIHosts) > 0 {
+			add("--ui-host needs --ui-listen")
+		}
+		return
+	}
+	if _, unix := listen.SocketPath(c.UIListen); unix {
+		add("--ui-listen %s: a browser reaches host:port, not a Unix socket", c.UIListen)
+		return
+	}
+	loopback, err := isLoopback(c.UIListen)
+	if err != nil {
+		add("--ui-listen: %v", err)
+		return
+	}
+	if !loopback {
+		if devMode {
+			add("--ui-listen %s is beyond loopback: configure authorization first (--auth-token-file); "+
+				"without it the explorer answers every caller and listens on loopback only", c.UIListen)
+		}
+		if c.TLSCert == "" && !c.InsecureListen {
+			add("--ui-listen %s is beyond loopback without TLS: set --tls-cert/--tls-key, or --insecure-listen when a proxy terminates TLS", c.UIListen)
+		}
+	}
+	if !devMode && c.AuthTokenFile == "" {
+		add("--ui-listen with --allow-identity alone: the explorer's callers authorize with the bearer token; set --auth-token-file")
+	}
+	for _, h := range c.UIHosts {
+		if h == "" || strings.ContainsAny(h, ":/ ") {
+			add("--ui-host %q: a DNS name without port", h)
+		}
+	}
 }
 
 // isLoopback reports whether a listen address is reachable from this host

@@ -219,6 +219,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	str(&c.AuthTokenFile, "auth-token-file", "", "file holding the bearer token that authorizes writes and WatchResources")
 	list(&c.AllowIdentities, "allow-identity", "mTLS client identity (URI or DNS SAN) authorized for writes and WatchResources")
 	boolean(&c.InsecureListen, "insecure-listen", "allow plaintext gRPC beyond loopback (TLS terminated by a proxy)")
+	str(&c.UIListen, "ui-listen", "", "HTTP address of the web explorer (docs/explorer.md); empty: off; beyond loopback it needs authorization and TLS")
+	list(&c.UIHosts, "ui-host", "DNS name the explorer may be reached by, besides IP addresses and localhost")
 	boolean(&c.DisableExtAuthz, "disable-ext-authz", "do not serve Envoy's ext_authz API (envoy.service.auth.v3.Authorization) on the gRPC listener")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")

@@ -156,6 +156,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return hs.Shutdown(sctx)
 		})
 	}
+	if cfg.UIListen != "" {
+		if err := serveExplorer(gctx, g, cfg, srv, serverTLS, token, log.With("component", "explorer")); err != nil {
+			lis.Close()
+			return err
+		}
+	}
 	if cfg.Bootstrap != "" {
 		g.Go(func() error {
 			select {
