@@ -312,6 +312,7 @@ func decodePolicy(o *obj) *Policy {
 	p.Mode = o.mode()
 	p.Meta = o.meta()
 	checkPolicyForm(o, p, hasSources || hasDestinations)
+	checkKumaItems(o, p)
 	return p
 }
 
