@@ -33,9 +33,11 @@ type decisionService struct {
 // answer. The decision service and Envoy's Check (extauthz.go) share it.
 type decider struct {
 	identities *inventory.Registry // the tag sets registered through Identify
-	metrics    *metrics
-	record     decisionRecorder
-	confs      *apiconv.ConfCache
+	// registrations limits the new sets each caller registers (Identify).
+	registrations *registrationLimits
+	metrics       *metrics
+	record        decisionRecorder
+	confs         *apiconv.ConfCache
 }
 
 var _ verdictv1.DecisionServiceServer = decisionService{}
