@@ -394,6 +394,11 @@ func (d *kumaDoc) rules() {
 		return
 	}
 	d.out["from"] = items
+	if typ == "MeshTrafficPermission" && len(items) > 0 {
+		// Kuma applies the denies of every policy's rules before any allow.
+		d.out["denyFirst"] = true
+		d.paths.add("denyFirst", rpath)
+	}
 }
 
 // ruleItem appends the from item of one rule (and match): its peer is tr, its

@@ -77,6 +77,14 @@ func decodeMesh(o *obj) *Mesh {
 					ts.Select = Select(i)
 				}
 			}
+			if s := to.str("tieBreak"); s != "" {
+				i := indexOf(tieBreakNames, s)
+				if i <= 0 {
+					o.errs.Add(to.field("tieBreak"), fmt.Sprintf("%q is not Name, NewestCreated or NewestModified", s))
+				} else {
+					ts.TieBreak = TieBreak(i)
+				}
+			}
 			to.finish()
 			m.Types[t] = ts
 		}
@@ -310,6 +318,7 @@ func decodePolicy(o *obj) *Policy {
 		}
 	}
 	p.Mode = o.mode()
+	p.DenyFirst = o.boolean("denyFirst", false)
 	p.Meta = o.meta()
 	checkPolicyForm(o, p, hasSources || hasDestinations)
 	checkKumaItems(o, p)
@@ -340,6 +349,9 @@ func checkPolicyForm(o *obj, p *Policy, sd bool) {
 		if len(p.Ports) > 0 && !p.HasItems() {
 			o.errs.Add(o.field("ports"), "ports restrict rules; a targetRef policy without from/to items has none")
 		}
+	}
+	if p.DenyFirst && len(p.From) == 0 {
+		o.errs.Add(o.field("denyFirst"), "orders from items: a policy without from items has none to order")
 	}
 	if p.HasItems() && p.HasBlocks() {
 		o.errs.Add(o.field("defaults"), "from/to items and defaults/overrides blocks cannot be mixed")

@@ -63,6 +63,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"priority too big", `{kind: Scope, name: a, selectors: [{}], priority: 3000000000}`, "priority", "integer"},
 		{"enforced not bool", `{kind: Scope, name: a, selectors: [{}], enforced: 'yes'}`, "enforced", "true or false"},
 		{"mesh tieBreak", `{kind: Mesh, name: m, tieBreak: Oldest}`, "tieBreak", "not Name"},
+		{"denyFirst without from items", `{kind: Policy, name: x, targetRef: {kind: Mesh}, to: [{targetRef: {kind: Mesh}}], denyFirst: true}`, "denyFirst", "orders from items"},
+		{"type tieBreak", `{kind: Mesh, name: m, types: {MeshTimeout: {tieBreak: Oldest}}}`, `types["MeshTimeout"].tieBreak`, "not Name"},
 		{"mesh combine", `{kind: Mesh, name: m, types: {TrafficPermission: {combine: AnyMatch}}}`, `types["TrafficPermission"].combine`, "not FirstMatch"},
 		{"bad time", `{kind: Policy, name: x, sources: [{}], destinations: [{}], creationTime: yesterday}`, "creationTime", "RFC 3339"},
 		{"conf not object", `{kind: Policy, name: x, sources: [{}], destinations: [{}], conf: [1, 2]}`, "conf", "must be an object"},
