@@ -417,7 +417,7 @@ func compilePolicy(p *resource.Policy, s *meshSettings, scope *scopeInfo) *compi
 			} else {
 				r.Src, r.Dst = top, peer
 			}
-			if p.DenyFirst && r.Action == resource.Deny {
+			if p.DenyFirst && sides == index.SideIn && r.Action == resource.Deny {
 				r.Key.Scope = denyFirstTier
 			}
 			if it.ShadowDeny {
