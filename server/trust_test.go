@@ -1,15 +1,22 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+	"github.com/verdictpdp/verdict/store"
 )
 
 // TestControlCharactersRefused: {app: "web\0env\0prod"} hashes like {app:
@@ -218,5 +225,72 @@ func TestIdentifyLimits(t *testing.T) {
 	again, err := h.dec.Identify(ctx, &verdictv1.IdentifyRequest{Mesh: "other", Endpoints: []*verdictv1.Endpoint{tags("app", "kept")}})
 	if err != nil || again.GetResults()[0].GetError() != nil {
 		t.Errorf("a set registered already, past the caller's limit: %v %v", again, err)
+	}
+}
+
+// putStored stores value at path as the store would read it (store.DecodeItem).
+func (b *backend) putStored(path, value string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rev++
+	it := store.DecodeItem(path, []byte(value), b.rev, b.rev)
+	b.items[path] = it
+	c := it.Change()
+	b.history = append(b.history, store.Event{Revision: b.rev, Changes: []engine.Change{c}})
+	b.pending = append(b.pending, c)
+	b.publishLocked()
+}
+
+// TestStoredNewlyRefusedReported: stored documents an earlier release
+// accepted and the stricter checks refuse are reported as such, by Status
+// (the invalid resource's error) and by verdict_stored_refused per check.
+func TestStoredNewlyRefusedReported(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	b := newBackend(decodeYAML(t, floodPolicies)...)
+	h := start(t, b, func(c *Config) { c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)) })
+	ctx := ctxT(t)
+	b.putStored("default/workloads/forged", `{"kind":"Workload","mesh":"default","name":"forged","tags":{"app":"web\u0000env\u0000prod"}}`)
+	b.putStored("default/policies/MeshTrafficPermission/typo", `{"kind":"Policy","mesh":"default","name":"typo",`+
+		`"type":"MeshTrafficPermission","targetRef":{"kind":"Mesh"},"from":[{"targetRef":{"kind":"Mesh"},"conf":{"actoin":"Deny"}}]}`)
+	b.putBroken("default/policies/TrafficLog/broken")
+
+	st, err := h.pol.Status(ctx, &verdictv1.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, inv := range st.GetInvalid() {
+		got[inv.GetKey()] = inv.GetError()
+	}
+	for key, check := range map[string]string{
+		"default/workloads/forged":                    resource.StricterControl,
+		"default/policies/MeshTrafficPermission/typo": resource.StricterKumaSchema,
+	} {
+		if why := got[key]; !strings.Contains(why, "newly refused by a stricter check") || !strings.Contains(why, check) {
+			t.Errorf("Status: %s: %q, want it newly refused by %q", key, why, check)
+		}
+	}
+	if why := got["default/policies/TrafficLog/broken"]; why == "" || strings.Contains(why, "newly refused") {
+		t.Errorf("Status: a value broken before: %q", why)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "verdict.stored.refused" {
+				for _, dp := range g.DataPoints {
+					v, _ := dp.Attributes.Value(attribute.Key("reason"))
+					refused[v.AsString()] = dp.Value
+				}
+			}
+		}
+	}
+	if want := map[string]int64{resource.StricterControl: 1, resource.StricterKumaSchema: 1}; !maps.Equal(refused, want) {
+		t.Errorf("verdict_stored_refused %v, want %v", refused, want)
 	}
 }

@@ -187,14 +187,14 @@ func decodeTargetRef(o *obj) TargetRef {
 			o.errs.Add(o.field("tags"), "kind Proxy selects by name or by tags (Kuma: labels), not both")
 		} else if t.Name != "" {
 			if err := CheckTagValue(t.Name, false); err != nil {
-				o.errs.Add(o.field("name"), err.Error())
+				o.errs.addErr(o.field("name"), err)
 			}
 		}
 	default:
 		if t.Name == "" {
 			o.errs.Add(o.field("name"), fmt.Sprintf("is required for kind %s", t.Kind))
 		} else if err := CheckTagValue(t.Name, false); err != nil {
-			o.errs.Add(o.field("name"), err.Error())
+			o.errs.addErr(o.field("name"), err)
 		}
 	}
 	switch t.Kind {

@@ -96,7 +96,7 @@ func checkKumaItems(o *obj, p *Policy) {
 		for i, it := range list.items {
 			path := fmt.Sprintf("%s[%d]", o.field(list.key), i)
 			if p.Type == "MeshTrafficPermission" && !hasField(raw, i, "action") {
-				o.errs.Add(path+".action", "is required for a MeshTrafficPermission item: Allow, Deny or AllowWithShadowDeny")
+				o.errs.addStricter(path+".action", "is required for a MeshTrafficPermission item: Allow, Deny or AllowWithShadowDeny", StricterKumaSchema)
 			}
 			schema.check(o.errs, path+".conf", it.Conf)
 		}
@@ -116,7 +116,7 @@ func (s fieldSchema) check(errs *FieldErrors, path string, v any) {
 		for _, k := range keys {
 			sub, known := s[k]
 			if !known {
-				errs.Add(JoinPath(path, k), unknownField(k, s))
+				errs.addStricter(JoinPath(path, k), unknownField(k, s), StricterKumaSchema)
 				continue
 			}
 			sub.check(errs, JoinPath(path, k), t[k])

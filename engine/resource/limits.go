@@ -55,7 +55,7 @@ func checkTagKey(k string) error {
 		return fmt.Errorf("key %q is not valid UTF-8", k)
 	}
 	if err := checkControl(k); err != nil {
-		return fmt.Errorf("key %q %v", k, err)
+		return fmt.Errorf("key %q %w", k, err)
 	}
 	return nil
 }
@@ -74,7 +74,7 @@ func CheckTagValue(v string, wildcard bool) error {
 		return fmt.Errorf("value %q is not valid UTF-8", v)
 	}
 	if err := checkControl(v); err != nil {
-		return fmt.Errorf("value %q %v", v, err)
+		return fmt.Errorf("value %q %w", v, err)
 	}
 	return nil
 }
@@ -86,10 +86,20 @@ func CheckTagValue(v string, wildcard bool) error {
 func checkControl(s string) error {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == 0x7f {
-			return fmt.Errorf("has the control character U+%04X at byte %d: control characters (U+0000 to U+001F, U+007F) are refused in tags", c, i)
+			return &controlError{c: c, at: i}
 		}
 	}
 	return nil
+}
+
+// controlError is a control character found in a tag (checkControl).
+type controlError struct {
+	c  byte
+	at int
+}
+
+func (e *controlError) Error() string {
+	return fmt.Sprintf("has the control character U+%04X at byte %d: control characters (U+0000 to U+001F, U+007F) are refused in tags", e.c, e.at)
 }
 
 // CheckTags validates a workload's tags as a request carries them.
@@ -108,7 +118,7 @@ func CheckTags(tags map[string]string) error {
 			return fmt.Errorf("tag %q: value is not valid UTF-8", k)
 		}
 		if err := checkControl(v); err != nil {
-			return fmt.Errorf("tag %q: value %v", k, err)
+			return fmt.Errorf("tag %q: value %w", k, err)
 		}
 	}
 	return nil
