@@ -255,14 +255,14 @@ kind: Policy
 name: timeout
 type: MeshTimeout
 targetRef: {kind: Mesh}
-from: [{targetRef: {kind: Mesh}, conf: {idle: 10s}}]
+from: [{targetRef: {kind: Mesh}, conf: {idleTimeout: 10s}}]
 ---
 kind: Policy
 name: timeout-trial
 type: MeshTimeout
 mode: Audit
 targetRef: {kind: Mesh}
-from: [{targetRef: {kind: Mesh}, conf: {idle: 1s}}]
+from: [{targetRef: {kind: Mesh}, conf: {idleTimeout: 1s}}]
 `))
 	web, api := resource.Tags{"app": "web"}, resource.Tags{"app": "api"}
 	d, err := snap.Decide(&engine.Request{Source: web, Destination: api, Explain: true})
@@ -278,7 +278,7 @@ from: [{targetRef: {kind: Mesh}, conf: {idle: 1s}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Main.RuleValues(); !reflect.DeepEqual(got, resource.Object{"idle": "10s"}) {
+	if got := res.Main.RuleValues(); !reflect.DeepEqual(got, resource.Object{"idleTimeout": "10s"}) {
 		t.Fatalf("resolve rules %v, want the enforced policy's", got)
 	}
 	if got := res.Main.StatusMap(); !reflect.DeepEqual(got, resource.Object{"timeout": "Enforced", "timeout-trial": "Audit"}) {

@@ -15,7 +15,8 @@ import (
 type meshSettings struct {
 	defaultAction    resource.Action
 	unenforcedAction resource.Action
-	tieBreak         resource.TieBreak
+	tieBreak         resource.TieBreak // of S&D types (tieBreakFor)
+	tieBreakSet      bool              // the Mesh sets tieBreak itself
 	itemOrder        resource.ItemOrder
 	profile          resource.Profile
 	types            map[string]resource.TypeSettings
@@ -54,7 +55,8 @@ func settingsOf(m *resource.Mesh) meshSettings {
 	s.defaultAction = m.DefaultAction.Or(resource.Deny)
 	s.unenforcedAction = m.UnenforcedAction.Or(resource.Allow)
 	s.tieBreak = m.TieBreak
-	if s.tieBreak == resource.TieBreakUnset {
+	s.tieBreakSet = m.TieBreak != resource.TieBreakUnset
+	if !s.tieBreakSet {
 		s.tieBreak = pd.tieBreak
 	}
 	s.itemOrder = m.ItemOrder
@@ -63,6 +65,52 @@ func settingsOf(m *resource.Mesh) meshSettings {
 	}
 	s.types = m.Types
 	return s
+}
+
+// tieBreakFor is the tie-break of the policies of type t (docs/order.md, key
+// 5): the type's own tieBreak, else the Mesh's; else, under a profile, Name
+// for targetRef policies — Kuma orders equally specific targetRef policies by
+// name and uses no timestamps — and the profile's for S&D policies; else
+// Name.
+func (s *meshSettings) tieBreakFor(t string, targetRef bool) resource.TieBreak {
+	if tb := s.types[t].TieBreak; tb != resource.TieBreakUnset {
+		return tb
+	}
+	if targetRef && s.profile != resource.ProfileNone && !s.tieBreakSet {
+		return resource.TieBreakName
+	}
+	return s.tieBreak
+}
+
+// level is the specificity of a targetRef policy (docs/order.md, key 4):
+// seed 002's levels, or under a profile Kuma's own sort of the kinds.
+func (s *meshSettings) level(t resource.TargetRef) int16 {
+	if s.profile == resource.ProfileNone {
+		return t.Level()
+	}
+	return kumaLevel(t)
+}
+
+// kumaLevel is Kuma's order of the top-level targetRef kinds, least specific
+// first: Mesh, Dataplane (by labels or every one before by name), MeshSubset,
+// MeshService, MeshServiceSubset (Kuma v2.14.3,
+// api/common/v1alpha1/targetref.go: the kinds' order and
+// CompareDataplaneKind, used by pkg/plugins/policies/core/rules/sort).
+func kumaLevel(t resource.TargetRef) int16 {
+	switch t.Kind {
+	case resource.TargetProxy:
+		if t.Name == "" {
+			return 1
+		}
+		return 2
+	case resource.TargetMeshSubset:
+		return 3
+	case resource.TargetService:
+		return 4
+	case resource.TargetServiceSubset:
+		return 5
+	}
+	return 0
 }
 
 // typeSettings are the settings that apply to one policy type.
@@ -250,6 +298,12 @@ func newestFirst(ns int64, zero bool) int64 {
 	return -ns
 }
 
+// denyFirstTier is the place in key 2 (scope) of a DenyFirst policy's DENY
+// items: before the mesh root's (0), where every other targetRef rule is. A
+// type's policies are all targetRef or all S&D, so no scope of S&D rules
+// shares it.
+const denyFirstTier = -1
+
 // compiledPolicy is a policy of a type partition with its rules.
 type compiledPolicy struct {
 	p      *resource.Policy
@@ -289,7 +343,7 @@ func compilePolicy(p *resource.Policy, s *meshSettings, scope *scopeInfo) *compi
 	} else {
 		base.Phase, base.Scope = index.PhaseDefault, -ord
 	}
-	ruleTieBreak(&base, p, s.tieBreak)
+	ruleTieBreak(&base, p, s.tieBreakFor(p.Type, p.TargetRef != nil))
 	ports := p.Ports
 	for i := range ports {
 		if ports[i].Ports != "" && ports[i].Ranges == nil {
@@ -344,7 +398,7 @@ func compilePolicy(p *resource.Policy, s *meshSettings, scope *scopeInfo) *compi
 	cp := new(compiledPolicy)
 	*cp = compiled
 	top := index.CompileSelector(resource.TargetSelector(*p.TargetRef))
-	level := p.TargetRef.Level()
+	level := s.level(*p.TargetRef)
 	addItems := func(items []resource.Item, list string, sides uint8) {
 		for i, it := range items {
 			k := base
@@ -362,6 +416,9 @@ func compilePolicy(p *resource.Policy, s *meshSettings, scope *scopeInfo) *compi
 				r.Src, r.Dst = peer, top
 			} else {
 				r.Src, r.Dst = top, peer
+			}
+			if p.DenyFirst && sides == index.SideIn && r.Action == resource.Deny {
+				r.Key.Scope = denyFirstTier
 			}
 			if it.ShadowDeny {
 				d := *r

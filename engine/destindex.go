@@ -253,13 +253,13 @@ func (d *destIndex) updateDest(m *meshState, typ string, removed, added []*compi
 	for _, cp := range removed {
 		if cp.err == "" {
 			i := auditIdx(cp.audit())
-			rm[i] = destClaims(cp, m.settings.tieBreak, rm[i])
+			rm[i] = destClaims(cp, m.settings.tieBreakFor(typ, cp.p.TargetRef != nil), rm[i])
 		}
 	}
 	for _, cp := range added {
 		if cp.err == "" {
 			i := auditIdx(cp.audit())
-			add[i] = destClaims(cp, m.settings.tieBreak, add[i])
+			add[i] = destClaims(cp, m.settings.tieBreakFor(typ, cp.p.TargetRef != nil), add[i])
 		}
 	}
 	if d == nil {

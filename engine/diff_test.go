@@ -164,6 +164,14 @@ func genWorld(c *choices) []resource.Resource {
 			mesh.Types["MeshTrafficPermission"] = resource.TypeSettings{Select: resource.SelectPerDestination, UnenforcedAction: c.action()}
 		}
 	}
+	if c.chance(20) {
+		if mesh.Types == nil {
+			mesh.Types = map[string]resource.TypeSettings{}
+		}
+		ts := mesh.Types["MeshTrafficPermission"]
+		ts.TieBreak = resource.TieBreak(c.n(4))
+		mesh.Types["MeshTrafficPermission"] = ts
+	}
 	if c.chance(50) {
 		// "Other" has no policy: declared, it is known and answered; else NOT_FOUND
 		if mesh.Types == nil {
@@ -225,13 +233,14 @@ func genWorld(c *choices) []resource.Resource {
 		if c.chance(15) {
 			p.Rank = resource.RankAbsolute
 		}
+		// A MeshTrafficPermission item has an action and no conf (Kuma's schema).
 		for j, m := 0, c.n(3); j < m; j++ {
-			p.From = append(p.From, resource.Item{TargetRef: c.targetRef(), Action: c.action(),
-				Conf: resource.Object{"item": json.Number(fmt.Sprint(j))}})
+			p.From = append(p.From, resource.Item{TargetRef: c.targetRef(), Action: c.action().Or(resource.Allow)})
 		}
 		for j, m := 0, c.n(3); j < m; j++ {
-			p.To = append(p.To, resource.Item{TargetRef: c.targetRef(), Action: c.action()})
+			p.To = append(p.To, resource.Item{TargetRef: c.targetRef(), Action: c.action().Or(resource.Allow)})
 		}
+		p.DenyFirst = len(p.From) > 0 && c.chance(30) // Kuma's rules: the denies first
 		p.Meta.CreationTime = genTimes[c.n(3)]
 		out = append(out, p)
 	}

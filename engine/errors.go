@@ -28,6 +28,7 @@ var codeNames = [...]struct {
 	{inventory.ErrIdentityNotFound, "NotFound"},
 	{inventory.ErrIdentityCollision, "FailedPrecondition"},
 	{inventory.ErrRegistryFull, "ResourceExhausted"},
+	{inventory.ErrRegistrationLimit, "ResourceExhausted"},
 	{inventory.ErrEndpointNotFound, "NotFound"},
 	{inventory.ErrPeerNotAddressable, "FailedPrecondition"},
 }

@@ -34,7 +34,7 @@ func refResolve(resources []resource.Resource, req engine.ResolveRequest) (rules
 	for _, p := range w.policies {
 		if p.TargetRef != nil {
 			if refSelects(refTarget(*p.TargetRef), workload) {
-				entries = append(entries, refEntry{p: p, level: refLevel(*p.TargetRef)})
+				entries = append(entries, refEntry{p: p, level: refLevel(*p.TargetRef, w.profile())})
 			}
 			continue
 		}

@@ -49,8 +49,16 @@ func (ms *meshState) lookupIdentity(id uint64, reg *inventory.MeshRegistry) (*in
 
 // Identify registers the tags' own set (reserved keys dropped) in reg and
 // returns it. ErrIdentityCollision when the inventory or the registry holds
-// another tag set with its identity (never registered then).
+// another tag set with its identity, or the registry evicted another set
+// with it (never registered then); ErrRegistryFull when the set does not fit
+// (inventory.Registry).
 func (s *Snapshot) Identify(mesh string, tags resource.Tags, reg *inventory.Registry) (*inventory.TagSet, error) {
+	return s.IdentifyWithin(mesh, tags, reg, nil)
+}
+
+// IdentifyWithin is Identify with q (may be nil) admitting the registration
+// of a set the registry does not hold yet: the server's per-caller limit.
+func (s *Snapshot) IdentifyWithin(mesh string, tags resource.Tags, reg *inventory.Registry, q inventory.Quota) (*inventory.TagSet, error) {
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
@@ -64,7 +72,7 @@ func (s *Snapshot) Identify(mesh string, tags resource.Tags, reg *inventory.Regi
 			return nil, inventory.Collision(mesh, ts.Set.Identity(), ts.Tags, own)
 		}
 	}
-	return reg.Register(mesh, own)
+	return reg.RegisterWithin(mesh, own, q)
 }
 
 // SetRequest is a flow between interned tag sets (the compact path).

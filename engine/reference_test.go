@@ -263,7 +263,25 @@ func refTarget(t resource.TargetRef) *resource.Selector {
 // Mesh < MeshSubset < Service < ServiceSubset < Proxy, with Kuma's Dataplane by
 // labels (or every Dataplane) above Mesh and below MeshSubset, as Kuma orders
 // its kinds (docs/kuma.md).
-func refLevel(t resource.TargetRef) int {
+// Under a profile, Kuma's sort: Mesh < Dataplane (labels or every one <
+// by name) < MeshSubset < MeshService < MeshServiceSubset (docs/kuma.md).
+func refLevel(t resource.TargetRef, profile resource.Profile) int {
+	if profile != resource.ProfileNone {
+		switch t.Kind {
+		case resource.TargetMesh:
+			return 0
+		case resource.TargetMeshSubset:
+			return 3
+		case resource.TargetService:
+			return 4
+		case resource.TargetServiceSubset:
+			return 5
+		}
+		if t.Name == "" {
+			return 1
+		}
+		return 2
+	}
 	switch t.Kind {
 	case resource.TargetMesh:
 		return 0
@@ -339,12 +357,12 @@ func (w *refWorld) rules(typ string) []*refRule {
 		}
 		top := refTarget(*p.TargetRef)
 		for i, it := range p.From {
-			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: refLevel(*p.TargetRef),
+			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: refLevel(*p.TargetRef, w.profile()),
 				item: i, src: refTarget(it.TargetRef), dst: top, top: top, inbound: true, action: act(it.Action),
 				conf: it.Conf, id: "from[" + strconv.Itoa(i) + "]"})
 		}
 		for i, it := range p.To {
-			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: refLevel(*p.TargetRef),
+			out = append(out, &refRule{policy: p, phase: phase, priority: p.Priority, total: refLevel(*p.TargetRef, w.profile()),
 				item: i, src: top, dst: refTarget(it.TargetRef), top: top, outbound: true, action: act(it.Action),
 				conf: it.Conf, id: "to[" + strconv.Itoa(i) + "]"})
 		}
@@ -381,7 +399,30 @@ type refSettings struct {
 // the type's own field.
 func (w *refWorld) settings(typ string) (def, unenf resource.Action, tb resource.TieBreak, io resource.ItemOrder, comb resource.Combine) {
 	s := w.allSettings(typ)
-	return s.def, s.unenf, s.tb, s.io, s.comb
+	tb = s.tb
+	// Equally specific targetRef policies: by name under a profile, unless
+	// the type or the Mesh sets a tieBreak (docs/order.md, key 5).
+	for _, p := range w.policies {
+		if p.TargetRef != nil && w.mesh != nil && w.mesh.Profile != resource.ProfileNone &&
+			w.mesh.TieBreak == resource.TieBreakUnset && w.mesh.Types[typ].TieBreak == resource.TieBreakUnset {
+			tb = resource.TieBreakName
+		}
+		break
+	}
+	return s.def, s.unenf, tb, s.io, s.comb
+}
+
+func (w *refWorld) profile() resource.Profile {
+	if w.mesh == nil {
+		return resource.ProfileNone
+	}
+	return w.mesh.Profile
+}
+
+// denyFirst reports whether r is a DENY item of a denyFirst policy: such
+// items come before every other rule of their phase (docs/order.md, key 2).
+func denyFirst(r *refRule) bool {
+	return r.policy != nil && r.policy.DenyFirst && r.inbound && r.action == resource.Deny
 }
 
 func (w *refWorld) allSettings(typ string) refSettings {
@@ -431,6 +472,9 @@ func (w *refWorld) allSettings(typ string) refSettings {
 		case resource.SelectPerDestination:
 			s.perDest = true
 		}
+		if ts.TieBreak != resource.TieBreakUnset {
+			s.tb = ts.TieBreak
+		}
 	}
 	return s
 }
@@ -439,6 +483,9 @@ func (w *refWorld) allSettings(typ string) refSettings {
 func (w *refWorld) before(a, b *refRule, tb resource.TieBreak, io resource.ItemOrder) bool {
 	if a.phase != b.phase {
 		return a.phase < b.phase
+	}
+	if da, db := denyFirst(a), denyFirst(b); da != db {
+		return da
 	}
 	pa, pb := w.position(a.scope), w.position(b.scope)
 	if pa != pb {
@@ -667,7 +714,7 @@ func (w *refWorld) refChoose(cands []*refRule, dst resource.Tags, tb resource.Ti
 			e, wc := refRank(r.dst)
 			c = claim{e + wc, e}
 		} else {
-			c = claim{refLevel(*r.policy.TargetRef), 0}
+			c = claim{refLevel(*r.policy.TargetRef, w.profile()), 0}
 		}
 		old, seen := best[r.policy]
 		if !seen || c.total > old.total || c.total == old.total && c.exact > old.exact {

@@ -338,13 +338,13 @@ func (ms *meshState) fold(ts *typeState, f *index.Flow, sc *scratch, side int) *
 				audited = append(audited, p.Name)
 				return true
 			}
-			e := foldEntry{p: p, key: index.OrderKey{Priority: p.Priority, Total: p.TargetRef.Level()}}
+			e := foldEntry{p: p, key: index.OrderKey{Priority: p.Priority, Total: ms.settings.level(*p.TargetRef)}}
 			if p.Rank == resource.RankAbsolute {
 				e.key.Phase = index.PhaseAbsolute
 			} else {
 				e.key.Phase = index.PhaseDefault
 			}
-			ruleTieBreak(&e.key, p, ms.settings.tieBreak)
+			ruleTieBreak(&e.key, p, ms.settings.tieBreakFor(p.Type, true))
 			entries = append(entries, e)
 			return true
 		}

@@ -46,13 +46,14 @@ func (s decisionService) Identify(ctx context.Context, req *verdictv1.IdentifyRe
 		return nil, toStatus(ctx, s.log, err)
 	}
 	out := &verdictv1.IdentifyResponse{Results: make([]*verdictv1.Identified, len(req.GetEndpoints())), Revision: snap.Revision()}
+	q := s.registrations.quota(ctx)
 	for i, ep := range req.GetEndpoints() {
-		out.Results[i] = s.identify(ctx, snap, req.GetMesh(), i, ep)
+		out.Results[i] = s.identify(ctx, snap, req.GetMesh(), i, ep, q)
 	}
 	return out, nil
 }
 
-func (s decisionService) identify(ctx context.Context, snap *engine.Snapshot, mesh string, i int, ep *verdictv1.Endpoint) *verdictv1.Identified {
+func (s decisionService) identify(ctx context.Context, snap *engine.Snapshot, mesh string, i int, ep *verdictv1.Endpoint, q inventory.Quota) *verdictv1.Identified {
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
@@ -63,7 +64,7 @@ func (s decisionService) identify(ctx context.Context, snap *engine.Snapshot, me
 	res, err := snap.ResolveEndpoint(mesh, eep, false, 0, s.identities)
 	if err == nil {
 		var set *inventory.TagSet
-		if set, err = snap.Identify(mesh, res.Tags, s.identities); err == nil {
+		if set, err = snap.IdentifyWithin(mesh, res.Tags, s.identities, q); err == nil {
 			r := apiconv.EndpointResolution(mesh, &res, false)
 			r.Identity = set.Identity() // of the tags minus the reserved keys
 			return &verdictv1.Identified{Identity: set.Identity(), Resolution: r}

@@ -34,8 +34,10 @@ type decisionService struct {
 // share it.
 type decider struct {
 	identities *inventory.Registry // the tag sets registered through Identify
-	record     *recorder
-	confs      *apiconv.ConfCache
+	// registrations limits the new sets each caller registers (Identify).
+	registrations *registrationLimits
+	record        *recorder
+	confs         *apiconv.ConfCache
 }
 
 var _ verdictv1.DecisionServiceServer = decisionService{}

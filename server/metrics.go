@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
@@ -90,6 +92,12 @@ func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, err
 	if err != nil {
 		return nil, err
 	}
+	refused, err := meter.Int64ObservableGauge("verdict.stored.refused",
+		metric.WithDescription("Stored documents an earlier release accepted that this one refuses, by the stricter check "+
+			"they fail (reason); each fails closed as an invalid resource (docs/storage.md)."))
+	if err != nil {
+		return nil, err
+	}
 	synced, err := meter.Int64ObservableGauge("verdict.synced",
 		metric.WithDescription("1 once the first full list of the store has been applied."))
 	if err != nil {
@@ -114,14 +122,18 @@ func newMetrics(mp metric.MeterProvider, sy syncer.API, st Store) (*metrics, err
 		}
 		o.ObserveInt64(invalid, int64(s.Invalid))
 		if s.Invalid > 0 {
-			for _, k := range invalidKeys(sy.Snapshot(), MaxInvalidKeyLabels) {
+			snap := sy.Snapshot()
+			for _, k := range invalidKeys(snap, MaxInvalidKeyLabels) {
 				o.ObserveInt64(invalidKey, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("key", k))))
+			}
+			for reason, n := range newlyRefused(snap) {
+				o.ObserveInt64(refused, n, metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason))))
 			}
 		}
 		o.ObserveInt64(synced, b2i(s.Synced))
 		o.ObserveInt64(stale, b2i(s.Stale))
 		return nil
-	}, revision, storeRev, lag, invalid, invalidKey, synced, stale)
+	}, revision, storeRev, lag, invalid, invalidKey, refused, synced, stale)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +160,28 @@ func invalidKeys(snap *engine.Snapshot, limit int) []string {
 		keys = keys[:limit]
 	}
 	return keys
+}
+
+// newlyRefused counts the snapshot's invalid resources that only this
+// release's stricter checks refuse, by check (resource.StricterError).
+func newlyRefused(snap *engine.Snapshot) map[string]int64 {
+	var out map[string]int64
+	if snap == nil {
+		return nil
+	}
+	for _, r := range snap.Invalid() {
+		var se *resource.StricterError
+		if r.Err == nil || !errors.As(r.Err, &se) {
+			continue
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		for _, c := range se.Checks {
+			out[c]++
+		}
+	}
+	return out
 }
 
 func b2i(b bool) int64 {

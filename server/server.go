@@ -131,6 +131,21 @@ type Config struct {
 	// are evicted (inventory.Registry).
 	IdentityMaxSets  int
 	IdentityMaxBytes int64
+	// IdentityMeshMaxSets and IdentityMeshMaxBytes bound one mesh's part of
+	// the registry (defaults inventory.DefaultRegistryMeshMaxSets and
+	// inventory.DefaultRegistryMeshMaxBytes, at most the whole): a mesh's new
+	// set evicts only its own mesh's sets, and a registry full of other
+	// meshes' sets refuses it (RESOURCE_EXHAUSTED).
+	IdentityMeshMaxSets  int
+	IdentityMeshMaxBytes int64
+	// IdentifyCallerRate and IdentifyCallerBurst limit the new tag sets one
+	// caller (its client certificate's first SAN, else its IP address)
+	// registers through Identify: a bucket of IdentifyCallerBurst sets
+	// (default 10,000) refilled at IdentifyCallerRate a second (default
+	// 1,000). A set registered already costs nothing; past the limit an
+	// endpoint answers RESOURCE_EXHAUSTED.
+	IdentifyCallerRate  float64
+	IdentifyCallerBurst int
 	// DisableExtAuthz: do not serve Envoy's envoy.service.auth.v3.Authorization
 	// (docs/envoy.md), which is served by default beside verdict.v1.
 	DisableExtAuthz bool
@@ -171,7 +186,8 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout < 0 || c.WaitTimeout < 0 || c.MaxRecvMsgBytes < 0 || c.KeepaliveMinTime < 0 ||
 		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 || c.RulesMaxLag < 0 ||
 		c.RulesMaxStreams < 0 || c.RulesMaxStreamsPerCaller < 0 || c.RulesMaxStreamsPerConn < 0 ||
-		c.IdentityMaxSets < 0 || c.IdentityMaxBytes < 0 {
+		c.IdentityMaxSets < 0 || c.IdentityMaxBytes < 0 || c.IdentityMeshMaxSets < 0 || c.IdentityMeshMaxBytes < 0 ||
+		c.IdentifyCallerRate < 0 || c.IdentifyCallerBurst < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
 	if len(c.AllowedIdentities) > 0 && (c.TLS == nil || c.TLS.ClientCAs == nil) {
@@ -208,6 +224,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RulesMaxLag == 0 {
 		c.RulesMaxLag = DefaultRulesMaxLag
+	}
+	if c.IdentifyCallerRate == 0 {
+		c.IdentifyCallerRate = DefaultIdentifyCallerRate
+	}
+	if c.IdentifyCallerBurst == 0 {
+		c.IdentifyCallerBurst = DefaultIdentifyCallerBurst
 	}
 	if c.RulesMaxStreams == 0 {
 		c.RulesMaxStreams = DefaultRulesMaxStreams
@@ -279,9 +301,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, syncer: cfg.Syncer, health: health.NewServer(), stop: make(chan struct{}),
-		auth:       newAuthorizer(&cfg),
-		methods:    cfg.methods,
-		identities: inventory.NewRegistry(cfg.IdentityMaxSets, cfg.IdentityMaxBytes),
+		auth:    newAuthorizer(&cfg),
+		methods: cfg.methods,
+		identities: inventory.NewRegistryWith(inventory.RegistryLimits{MaxSets: cfg.IdentityMaxSets, MaxBytes: cfg.IdentityMaxBytes,
+			MeshMaxSets: cfg.IdentityMeshMaxSets, MeshMaxBytes: cfg.IdentityMeshMaxBytes}),
 	}
 	if s.methods == nil {
 		s.methods = methodTable
@@ -314,8 +337,8 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	snaps := snapshots{src: cfg.Syncer, wait: cfg.WaitTimeout}
-	dec := &decider{identities: s.identities, confs: apiconv.NewConfCache(100_000),
-		record: newRecorder(m, byPolicy, cfg.DecisionLog)}
+	dec := &decider{identities: s.identities, registrations: newRegistrationLimits(cfg.IdentifyCallerRate, cfg.IdentifyCallerBurst),
+		confs: apiconv.NewConfCache(100_000), record: newRecorder(m, byPolicy, cfg.DecisionLog)}
 	s.decision = decisionService{decider: dec, snapshots: snaps, log: cfg.Logger, stop: s.stop}
 	s.policy = policyService{log: cfg.Logger, snaps: snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{}}
 	s.grpc = grpc.NewServer(s.ServerOptions()...)

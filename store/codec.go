@@ -54,6 +54,11 @@ func DecodeItemInterned(path string, value []byte, createRevision, modRevision i
 	it.Key = key
 	r, err := resource.DecodeJSON(value)
 	if err != nil {
+		if se := resource.AsStricter(err); se != nil {
+			// Accepted by an earlier release, refused by this one: reported
+			// as such (Status, the syncer's WARN log, verdict_stored_refused).
+			err = se
+		}
 		it.Err = utf8Error{err}
 		return it
 	}

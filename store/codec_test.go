@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +229,53 @@ func TestDecodeItemInternsTags(t *testing.T) {
 	}
 	if x, y := item("x", web, nil), item("y", web, nil); same(x.Tags, y.Tags) {
 		t.Fatal("without an interner two workloads share a map")
+	}
+}
+
+// TestDecodeItemNewlyRefused: a stored value that fails only the checks this
+// release added (control characters in tags, Kuma's schema of default) is
+// marked newly refused, naming the checks; one that fails another check too
+// is plainly invalid.
+func TestDecodeItemNewlyRefused(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, path, value string
+		checks            []string // nil: not newly refused
+	}{
+		{"a NUL in a workload tag", "default/workloads/w",
+			`{"kind":"Workload","mesh":"default","name":"w","tags":{"app":"web\u0000env\u0000prod"}}`,
+			[]string{resource.StricterControl}},
+		{"a typo in a permission item's conf", "default/policies/MeshTrafficPermission/p",
+			`{"kind":"Policy","mesh":"default","name":"p","type":"MeshTrafficPermission","targetRef":{"kind":"Mesh"},` +
+				`"from":[{"targetRef":{"kind":"Mesh"},"conf":{"actoin":"Deny"}}]}`,
+			[]string{resource.StricterKumaSchema}},
+		{"both", "default/policies/MeshTrafficPermission/p",
+			`{"kind":"Policy","mesh":"default","name":"p","type":"MeshTrafficPermission","targetRef":{"kind":"Mesh"},` +
+				`"from":[{"targetRef":{"kind":"MeshSubset","tags":{"a":"\u007f"}},"action":"DENY","conf":{"x":1}}]}`,
+			[]string{resource.StricterKumaSchema, resource.StricterControl}},
+		{"a stricter check and an old one", "default/policies/MeshTrafficPermission/p",
+			`{"kind":"Policy","mesh":"default","name":"p","type":"MeshTrafficPermission","targetRef":{"kind":"Mesh"},` +
+				`"from":[{"targetRef":{"kind":"Mesh"},"conf":{"actoin":"Deny"}}],"actoin":"DENY"}`, nil},
+		{"an old check alone", "default/policies/TrafficPermission/a", `{"kind":"Policy","name":"a","action":"MAYBE"}`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			it := store.DecodeItem(tt.path, []byte(tt.value), 3, 7)
+			if it.Err == nil || !errors.Is(it.Err, resource.ErrInvalid) {
+				t.Fatalf("Err = %v, want an ErrInvalid", it.Err)
+			}
+			var se *resource.StricterError
+			newly := errors.As(it.Err, &se)
+			if newly != (tt.checks != nil) || newly != errors.Is(it.Err, resource.ErrNewlyRefused) {
+				t.Fatalf("newly refused %v (%v), want %v", newly, it.Err, tt.checks != nil)
+			}
+			if !newly {
+				return
+			}
+			if !slices.Equal(se.Checks, tt.checks) || !strings.Contains(it.Err.Error(), "newly refused by a stricter check") {
+				t.Errorf("checks %v, error %q; want checks %v", se.Checks, it.Err, tt.checks)
+			}
+		})
 	}
 }

@@ -168,11 +168,11 @@ func (o *obj) stringMap(key string, wildcard bool) map[string]string {
 			continue
 		}
 		if err := checkTagKey(k); err != nil {
-			o.errs.Add(path, err.Error())
+			o.errs.addErr(path, err)
 			continue
 		}
 		if err := CheckTagValue(s, wildcard); err != nil {
-			o.errs.Add(path+"["+strconv.Quote(k)+"]", err.Error())
+			o.errs.addErr(path+"["+strconv.Quote(k)+"]", err)
 			continue
 		}
 		out[k] = s

@@ -357,7 +357,7 @@ func (d *kumaDoc) rules() {
 		}
 		for _, k := range sortedFields(rm) {
 			if k != "default" && k != "matches" {
-				d.errs.Add(path+"."+k, "unknown field")
+				d.errs.Add(path+"."+k, unknownField(k, fieldSchema{"default": nil, "matches": nil}))
 			}
 		}
 		def, _ := rm["default"].(map[string]any)
@@ -394,6 +394,11 @@ func (d *kumaDoc) rules() {
 		return
 	}
 	d.out["from"] = items
+	if typ == "MeshTrafficPermission" && len(items) > 0 {
+		// Kuma applies the denies of every policy's rules before any allow.
+		d.out["denyFirst"] = true
+		d.paths.add("denyFirst", rpath)
+	}
 }
 
 // ruleItem appends the from item of one rule (and match): its peer is tr, its
@@ -427,7 +432,8 @@ func (d *kumaDoc) permissionRule(items []any, path string, def map[string]any) [
 		switch k {
 		case "deny", "allow", "allowWithShadowDeny":
 		default:
-			d.errs.Add(path+".default."+k, "unknown field (a rule's default holds allow, deny and allowWithShadowDeny)")
+			d.errs.Add(path+".default."+k, unknownField(k, fieldSchema{"deny": nil, "allow": nil, "allowWithShadowDeny": nil})+
+				" (a rule's default holds allow, deny and allowWithShadowDeny)")
 		}
 	}
 	for _, list := range []struct{ key, action string }{{"deny", "Deny"}, {"allowWithShadowDeny", "AllowWithShadowDeny"}, {"allow", "Allow"}} {

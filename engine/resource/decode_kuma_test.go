@@ -44,7 +44,7 @@ func TestDecodeKumaForms(t *testing.T) {
 			`{type: MeshTrafficPermission, name: p, spec: {targetRef: {kind: Mesh}, rules: [{default: {
 			   allow: [{spiffeID: {type: Prefix, value: 'spiffe://default/'}}], allowWithShadowDeny: [{spiffeID: {type: Exact, value: 'spiffe://default/c'}}],
 			   deny: [{spiffeID: {type: Exact, value: 'spiffe://default/b'}}]}}]}}`,
-			`{kind: Policy, type: MeshTrafficPermission, name: p, targetRef: {kind: Mesh}, from: [
+			`{kind: Policy, type: MeshTrafficPermission, name: p, targetRef: {kind: Mesh}, denyFirst: true, from: [
 			  {targetRef: {kind: MeshSubset, tags: {principal: 'spiffe://default/b'}}, action: DENY},
 			  {targetRef: {kind: MeshSubset, tags: {principal: 'spiffe://default/c'}}, action: AllowWithShadowDeny},
 			  {targetRef: {kind: MeshSubset, expressions: [{key: principal, operator: Prefix, values: ['spiffe://default/']}]}, action: ALLOW}]}`},

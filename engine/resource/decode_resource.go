@@ -77,6 +77,14 @@ func decodeMesh(o *obj) *Mesh {
 					ts.Select = Select(i)
 				}
 			}
+			if s := to.str("tieBreak"); s != "" {
+				i := indexOf(tieBreakNames, s)
+				if i <= 0 {
+					o.errs.Add(to.field("tieBreak"), fmt.Sprintf("%q is not Name, NewestCreated or NewestModified", s))
+				} else {
+					ts.TieBreak = TieBreak(i)
+				}
+			}
 			to.finish()
 			m.Types[t] = ts
 		}
@@ -179,14 +187,14 @@ func decodeTargetRef(o *obj) TargetRef {
 			o.errs.Add(o.field("tags"), "kind Proxy selects by name or by tags (Kuma: labels), not both")
 		} else if t.Name != "" {
 			if err := CheckTagValue(t.Name, false); err != nil {
-				o.errs.Add(o.field("name"), err.Error())
+				o.errs.addErr(o.field("name"), err)
 			}
 		}
 	default:
 		if t.Name == "" {
 			o.errs.Add(o.field("name"), fmt.Sprintf("is required for kind %s", t.Kind))
 		} else if err := CheckTagValue(t.Name, false); err != nil {
-			o.errs.Add(o.field("name"), err.Error())
+			o.errs.addErr(o.field("name"), err)
 		}
 	}
 	switch t.Kind {
@@ -310,8 +318,10 @@ func decodePolicy(o *obj) *Policy {
 		}
 	}
 	p.Mode = o.mode()
+	p.DenyFirst = o.boolean("denyFirst", false)
 	p.Meta = o.meta()
 	checkPolicyForm(o, p, hasSources || hasDestinations)
+	checkKumaItems(o, p)
 	return p
 }
 
@@ -339,6 +349,9 @@ func checkPolicyForm(o *obj, p *Policy, sd bool) {
 		if len(p.Ports) > 0 && !p.HasItems() {
 			o.errs.Add(o.field("ports"), "ports restrict rules; a targetRef policy without from/to items has none")
 		}
+	}
+	if p.DenyFirst && len(p.From) == 0 {
+		o.errs.Add(o.field("denyFirst"), "orders from items: a policy without from items has none to order")
 	}
 	if p.HasItems() && p.HasBlocks() {
 		o.errs.Add(o.field("defaults"), "from/to items and defaults/overrides blocks cannot be mixed")

@@ -60,7 +60,7 @@ func decodeSelector(o *obj) Selector {
 			if e.Key == "" {
 				o.errs.Add(eo.field("key"), "is required")
 			} else if err := checkTagKey(e.Key); err != nil {
-				o.errs.Add(eo.field("key"), err.Error())
+				o.errs.addErr(eo.field("key"), err)
 			}
 			op := eo.str("operator")
 			idx := indexOf(operatorNames, op)
@@ -82,7 +82,7 @@ func decodeSelector(o *obj) Selector {
 						continue
 					}
 					if err := CheckTagValue(vs, false); err != nil {
-						o.errs.Add(vpath, err.Error())
+						o.errs.addErr(vpath, err)
 						continue
 					}
 					e.Values = append(e.Values, vs)

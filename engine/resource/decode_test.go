@@ -63,6 +63,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"priority too big", `{kind: Scope, name: a, selectors: [{}], priority: 3000000000}`, "priority", "integer"},
 		{"enforced not bool", `{kind: Scope, name: a, selectors: [{}], enforced: 'yes'}`, "enforced", "true or false"},
 		{"mesh tieBreak", `{kind: Mesh, name: m, tieBreak: Oldest}`, "tieBreak", "not Name"},
+		{"denyFirst without from items", `{kind: Policy, name: x, targetRef: {kind: Mesh}, to: [{targetRef: {kind: Mesh}}], denyFirst: true}`, "denyFirst", "orders from items"},
+		{"type tieBreak", `{kind: Mesh, name: m, types: {MeshTimeout: {tieBreak: Oldest}}}`, `types["MeshTimeout"].tieBreak`, "not Name"},
 		{"mesh combine", `{kind: Mesh, name: m, types: {TrafficPermission: {combine: AnyMatch}}}`, `types["TrafficPermission"].combine`, "not FirstMatch"},
 		{"bad time", `{kind: Policy, name: x, sources: [{}], destinations: [{}], creationTime: yesterday}`, "creationTime", "RFC 3339"},
 		{"conf not object", `{kind: Policy, name: x, sources: [{}], destinations: [{}], conf: [1, 2]}`, "conf", "must be an object"},
@@ -110,6 +112,14 @@ spec:
     - targetRef: {kind: MeshServiceSubset, name: web, tags: {version: v2}}
       default: {action: Deny}
     - targetRef: {kind: Dataplane, name: dp-1}
+      default: {action: Allow}
+---
+type: AuditedPermission
+name: audited
+spec:
+  targetRef: {kind: MeshService, name: backend}
+  from:
+    - targetRef: {kind: Dataplane, name: dp-1}
       default: {action: Allow, audit: {sink: file}}
 ---
 type: TrafficLog
@@ -129,10 +139,14 @@ conf: {backend: logstash}
 	if p.From[0].TargetRef.Kind != resource.TargetServiceSubset || p.From[0].Action != resource.Deny || p.From[0].Conf != nil {
 		t.Fatalf("from[0]: %+v", p.From[0])
 	}
-	if p.From[1].TargetRef.Kind != resource.TargetProxy || p.From[1].Action != resource.Allow || p.From[1].Conf["audit"] == nil {
+	if p.From[1].TargetRef.Kind != resource.TargetProxy || p.From[1].Action != resource.Allow || p.From[1].Conf != nil {
 		t.Fatalf("from[1]: %+v", p.From[1])
 	}
-	log := rs[1].(*resource.Policy)
+	// A type whose schema verdict does not know: the rest of default is conf.
+	if a := rs[1].(*resource.Policy); a.From[0].Action != resource.Allow || a.From[0].Conf["audit"] == nil {
+		t.Fatalf("an opaque type's from[0]: %+v", a.From[0])
+	}
+	log := rs[2].(*resource.Policy)
 	if log.Mesh != "default" || log.Type != "TrafficLog" || log.Conf["backend"] != "logstash" || log.Action != resource.ActionUnset {
 		t.Fatalf("legacy policy: %+v", log)
 	}

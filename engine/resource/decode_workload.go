@@ -92,7 +92,7 @@ func decodePrincipal(o *obj, key string) string {
 		return ""
 	}
 	if err := CheckTagValue(s, false); err != nil {
-		o.errs.Add(o.field(key), err.Error())
+		o.errs.addErr(o.field(key), err)
 	}
 	return s
 }

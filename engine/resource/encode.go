@@ -55,6 +55,7 @@ type jsonTypeSettings struct {
 	DefaultAction    string `json:"defaultAction,omitempty"`
 	UnenforcedAction string `json:"unenforcedAction,omitempty"`
 	Select           string `json:"select,omitempty"`
+	TieBreak         string `json:"tieBreak,omitempty"`
 }
 
 type jsonScope struct {
@@ -127,6 +128,7 @@ type jsonPolicy struct {
 	Overrides        *jsonBlock     `json:"overrides,omitempty"`
 	Unset            []string       `json:"unset,omitempty"`
 	Mode             string         `json:"mode,omitempty"`
+	DenyFirst        bool           `json:"denyFirst,omitempty"`
 	CreationTime     string         `json:"creationTime,omitempty"`
 	ModificationTime string         `json:"modificationTime,omitempty"`
 }
@@ -149,7 +151,7 @@ func document(r Resource) any {
 			m.Types = make(map[string]jsonTypeSettings, len(t.Types))
 			for k, ts := range t.Types {
 				j := jsonTypeSettings{DefaultAction: ts.DefaultAction.String(), UnenforcedAction: ts.UnenforcedAction.String(),
-					Select: ts.Select.String()}
+					Select: ts.Select.String(), TieBreak: ts.TieBreak.String()}
 				if ts.Combine != FirstMatch {
 					j.Combine = ts.Combine.String()
 				}
@@ -179,7 +181,7 @@ func document(r Resource) any {
 		p := jsonPolicy{
 			Kind: "Policy", Mesh: t.Mesh, Name: t.Name, Type: t.Type, Scope: t.Scope, Priority: t.Priority,
 			Sources: jsonSelectors(t.Sources), Destinations: jsonSelectors(t.Destinations),
-			Action: t.Action.String(), Conf: t.Conf, Unset: t.Unset,
+			Action: t.Action.String(), Conf: t.Conf, Unset: t.Unset, DenyFirst: t.DenyFirst,
 			CreationTime: jsonTime(t.Meta.CreationTime), ModificationTime: jsonTime(t.Meta.ModificationTime),
 		}
 		if t.Rank == RankAbsolute {

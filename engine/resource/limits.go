@@ -54,6 +54,9 @@ func checkTagKey(k string) error {
 	if !utf8.ValidString(k) {
 		return fmt.Errorf("key %q is not valid UTF-8", k)
 	}
+	if err := checkControl(k); err != nil {
+		return fmt.Errorf("key %q %w", k, err)
+	}
 	return nil
 }
 
@@ -70,7 +73,33 @@ func CheckTagValue(v string, wildcard bool) error {
 	if !utf8.ValidString(v) {
 		return fmt.Errorf("value %q is not valid UTF-8", v)
 	}
+	if err := checkControl(v); err != nil {
+		return fmt.Errorf("value %q %w", v, err)
+	}
 	return nil
+}
+
+// checkControl refuses the control characters U+0000–U+001F and U+007F. With
+// none in a tag's key or value, the identity's encoding (key, 0, value, 0 per
+// pair) reads back one way only, so two distinct tag sets never share the
+// bytes an identity is hashed from (docs/workloads.md, "Identities").
+func checkControl(s string) error {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return &controlError{c: c, at: i}
+		}
+	}
+	return nil
+}
+
+// controlError is a control character found in a tag (checkControl).
+type controlError struct {
+	c  byte
+	at int
+}
+
+func (e *controlError) Error() string {
+	return fmt.Sprintf("has the control character U+%04X at byte %d: control characters (U+0000 to U+001F, U+007F) are refused in tags", e.c, e.at)
 }
 
 // CheckTags validates a workload's tags as a request carries them.
@@ -87,6 +116,9 @@ func CheckTags(tags map[string]string) error {
 		}
 		if !utf8.ValidString(v) {
 			return fmt.Errorf("tag %q: value is not valid UTF-8", k)
+		}
+		if err := checkControl(v); err != nil {
+			return fmt.Errorf("tag %q: value %w", k, err)
 		}
 	}
 	return nil

@@ -286,6 +286,7 @@ type TypeSettings struct {
 	DefaultAction    Action
 	UnenforcedAction Action
 	Select           Select
+	TieBreak         TieBreak // unset: the mesh's (docs/order.md, key 5)
 }
 
 // Scope is a named set of workloads, nested under a parent (Secure Workload scopes).
@@ -397,7 +398,11 @@ type Policy struct {
 	Overrides    *Block
 	Unset        []string
 	Mode         Mode // Audit: the rules decide the shadow decision only
-	Meta         Meta
+	// DenyFirst (Kuma's MeshTrafficPermission rules): the policy's DENY items
+	// come before every item that is not such a DENY, of every policy of its
+	// mesh and type (docs/order.md, key 2).
+	DenyFirst bool
+	Meta      Meta
 }
 
 // IsTargetRef reports whether the policy is in targetRef form.

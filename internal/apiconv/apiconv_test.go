@@ -134,7 +134,7 @@ tieBreak: NewestModified
 itemOrder: LastWins
 profile: KongMesh
 invalidResources: Skip
-types: {TrafficPermission: {combine: DenyOverrides, defaultAction: ALLOW, select: PerDestination}, TrafficLog: {}}
+types: {TrafficPermission: {combine: DenyOverrides, defaultAction: ALLOW, select: PerDestination}, TrafficLog: {}, MeshTimeout: {tieBreak: Name}}
 ---
 kind: Scope
 mesh: m
@@ -160,9 +160,10 @@ unset: [a.b, c]
 kind: Policy
 mesh: m
 name: target
-type: MeshTimeout
+type: CustomTimeout
 targetRef: {kind: MeshSubset, tags: {app: a}}
 from: [{targetRef: {kind: Mesh}, conf: {}}, {targetRef: {kind: Service, name: web}, action: DENY, conf: {a: 1}}]
+denyFirst: true
 ---
 kind: Policy
 mesh: m

@@ -54,7 +54,7 @@ func meshToProto(m *resource.Mesh) *verdictv1.Mesh {
 		out.Types = make(map[string]*verdictv1.TypeSettings, len(m.Types))
 		for name, ts := range m.Types {
 			pts := &verdictv1.TypeSettings{DefaultAction: ts.DefaultAction.String(), UnenforcedAction: ts.UnenforcedAction.String(),
-				Select: ts.Select.String()}
+				Select: ts.Select.String(), TieBreak: ts.TieBreak.String()}
 			if ts.Combine != resource.FirstMatch {
 				pts.Combine = ts.Combine.String()
 			}
@@ -88,6 +88,7 @@ func policyToProto(p *resource.Policy) (*verdictv1.Policy, error) {
 	if p.Mode == resource.ModeAudit {
 		out.Mode = p.Mode.String()
 	}
+	out.DenyFirst = p.DenyFirst
 	for _, pe := range p.Ports {
 		proto := pe.Protocol.String()
 		if proto == "" {

@@ -195,12 +195,28 @@ func (s *Syncer) apply(batch []store.Event) {
 		}
 		return
 	}
+	s.reportNewlyRefused(changes)
 	next := prev.Apply(rev, changes)
 	s.snap.Store(next)
 	s.built.Add(1)
 	s.publish(Update{Snapshot: next, Previous: prev, Changes: changes})
 	if reset {
 		s.markSynced(next)
+	}
+}
+
+// reportNewlyRefused logs at WARN each stored value of changes that an
+// earlier release accepted and this one refuses (resource.StricterError):
+// before the snapshot that closes its mesh or type is served, the log names
+// it and why (docs/storage.md, "Checking a store before an upgrade"). Status
+// and verdict_stored_refused show the ones stored now.
+func (s *Syncer) reportNewlyRefused(changes []engine.Change) {
+	for _, c := range changes {
+		var se *resource.StricterError
+		if c.Err != nil && errors.As(c.Err, &se) {
+			s.log.Warn("a stored document is newly refused by a stricter check: it fails closed as an invalid resource",
+				"key", c.Path, "checks", se.Checks, "err", c.Err)
+		}
 	}
 }
 

@@ -1,9 +1,13 @@
 package syncer_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -378,4 +382,47 @@ func TestWaitFor(t *testing.T) {
 	if snap, err := sy.WaitFor(ctx, rev+100); !errors.Is(err, context.Canceled) || snap != nil {
 		t.Fatalf("WaitFor with a canceled context: %v, %v", snap, err)
 	}
+}
+
+// TestNewlyRefusedLogged: a stored document an earlier release accepted and
+// the stricter checks refuse is logged at WARN, with its key and the checks,
+// when the syncer first applies it; a value broken before is not.
+func TestNewlyRefusedLogged(t *testing.T) {
+	var buf syncBuffer
+	st := newScripted(0)
+	sy := run(t, syncer.Config{Store: st, Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	newly := store.DecodeItem("default/workloads/forged",
+		[]byte(`{"kind":"Workload","mesh":"default","name":"forged","tags":{"app":"web\u0000env\u0000prod"}}`), 6, 6).Change()
+	broken := store.DecodeItem("default/policies/TrafficPermission/broken", []byte("{"), 7, 7).Change()
+	st.events <- store.Event{Revision: 10, Reset: true, Changes: []engine.Change{put(t, "a", 3), newly, broken}}
+	waitFor(t, sy, 10)
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err == nil && strings.Contains(fmt.Sprint(m["msg"]), "newly refused") {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 1 || lines[0]["level"] != "WARN" || lines[0]["key"] != "default/workloads/forged" ||
+		!strings.Contains(fmt.Sprint(lines[0]["checks"]), resource.StricterControl) {
+		t.Fatalf("log lines %v, want one WARN naming default/workloads/forged and its check", lines)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the syncer's goroutine and the test's.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

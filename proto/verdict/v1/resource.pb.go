@@ -296,7 +296,10 @@ type TypeSettings struct {
 	// Aggregate or PerDestination; empty = the profile's, else Aggregate.
 	// PerDestination: the inbound side applies only the policy most specific by
 	// its destination selector; the outbound side is not applicable.
-	Select        string `protobuf:"bytes,4,opt,name=select,proto3" json:"select,omitempty"`
+	Select string `protobuf:"bytes,4,opt,name=select,proto3" json:"select,omitempty"`
+	// Name, NewestCreated or NewestModified; empty = the mesh's tie_break (for
+	// targetRef types under a profile: Name, as Kuma orders equal policies).
+	TieBreak      string `protobuf:"bytes,5,opt,name=tie_break,json=tieBreak,proto3" json:"tie_break,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -355,6 +358,13 @@ func (x *TypeSettings) GetUnenforcedAction() string {
 func (x *TypeSettings) GetSelect() string {
 	if x != nil {
 		return x.Select
+	}
+	return ""
+}
+
+func (x *TypeSettings) GetTieBreak() string {
+	if x != nil {
+		return x.TieBreak
 	}
 	return ""
 }
@@ -896,7 +906,10 @@ type Policy struct {
 	ModificationTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=modification_time,json=modificationTime,proto3" json:"modification_time,omitempty"`
 	// Enforce or Audit; empty = Enforce. Audit rules decide only the shadow
 	// decision (DecideResponse.audit).
-	Mode          string `protobuf:"bytes,21,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mode string `protobuf:"bytes,21,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The policy's DENY from items come before every other item of the type's
+	// policies (Kuma's MeshTrafficPermission rules: denies before allows).
+	DenyFirst     bool `protobuf:"varint,22,opt,name=deny_first,json=denyFirst,proto3" json:"deny_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,6 +1089,13 @@ func (x *Policy) GetMode() string {
 		return x.Mode
 	}
 	return ""
+}
+
+func (x *Policy) GetDenyFirst() bool {
+	if x != nil {
+		return x.DenyFirst
+	}
+	return false
 }
 
 // Workload is one entry of a mesh's inventory (docs/workloads.md): the
@@ -1370,12 +1390,13 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\n" +
 	"TypesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.verdict.v1.TypeSettingsR\x05value:\x028\x01\"\x94\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.verdict.v1.TypeSettingsR\x05value:\x028\x01\"\xb1\x01\n" +
 	"\fTypeSettings\x12\x18\n" +
 	"\acombine\x18\x01 \x01(\tR\acombine\x12%\n" +
 	"\x0edefault_action\x18\x02 \x01(\tR\rdefaultAction\x12+\n" +
 	"\x11unenforced_action\x18\x03 \x01(\tR\x10unenforcedAction\x12\x16\n" +
-	"\x06select\x18\x04 \x01(\tR\x06select\"\xbc\x03\n" +
+	"\x06select\x18\x04 \x01(\tR\x06select\x12\x1b\n" +
+	"\ttie_break\x18\x05 \x01(\tR\btieBreak\"\xbc\x03\n" +
 	"\x05Scope\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
@@ -1422,7 +1443,7 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12\x12\n" +
 	"\x04when\x18\x02 \x01(\tR\x04when\x12-\n" +
-	"\x05rules\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x05rules\"\x8c\x06\n" +
+	"\x05rules\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x05rules\"\xab\x06\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
@@ -1446,7 +1467,9 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x05unset\x18\x12 \x03(\tR\x05unset\x12?\n" +
 	"\rcreation_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\fcreationTime\x12G\n" +
 	"\x11modification_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x12\x12\n" +
-	"\x04mode\x18\x15 \x01(\tR\x04mode\"\xa9\x03\n" +
+	"\x04mode\x18\x15 \x01(\tR\x04mode\x12\x1d\n" +
+	"\n" +
+	"deny_first\x18\x16 \x01(\bR\tdenyFirst\"\xa9\x03\n" +
 	"\bWorkload\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
