@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -137,7 +138,27 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 			return 0, fmt.Errorf("%w: the keys kept changing during %d attempts", store.ErrConflict, maxAttempts)
 		}
 		// A guard failed: the next read tells whether the caller's expectation
-		// broke (a conflict) or another writer only raced ours (retry).
+		// broke (a conflict) or another writer only raced ours (retry). Writers
+		// racing on one key back off for a random while, growing with the
+		// attempts, so that one of them gets through instead of all of them
+		// reading and failing in step.
+		if err := backOff(ctx, attempt); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// backOff waits a random time in [0, 2^attempt ms), at most 128 ms, or until
+// ctx ends.
+func backOff(ctx context.Context, attempt int) error {
+	d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 7)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
