@@ -154,3 +154,28 @@ func TestApplyUnchangedReadsTheStore(t *testing.T) {
 		t.Errorf("the store holds %+v, want the last write (no DENY)", it.Resource)
 	}
 }
+
+// TestApplyRepeatedBeforeTheSnapshotSeesIt: a document applied twice at once
+// is unchanged the second time, though the snapshot has not seen the first
+// write yet: nothing is written again and the revision stays.
+func TestApplyRepeatedBeforeTheSnapshotSeesIt(t *testing.T) {
+	b := newBackend()
+	h := start(t, b, nil)
+	ctx := ctxT(t)
+	b.setHold(true) // the snapshot never sees the first write
+	first, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy("q", "web", "api", "")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy("q", "web", "api", "")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.release()
+	if got := outcomes(again)["default/policies/TrafficPermission/q"]; got != verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED {
+		t.Errorf("the repetition of a write the snapshot has not seen: %v, want UNCHANGED", got)
+	}
+	if again.GetRevision() != first.GetRevision() {
+		t.Errorf("the repetition wrote: revision %d after %d", again.GetRevision(), first.GetRevision())
+	}
+}

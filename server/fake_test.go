@@ -52,6 +52,9 @@ func (b *backend) Apply(_ context.Context, ops []store.Op) (int64, error) {
 	if len(ops) > store.MaxOps {
 		return 0, fmt.Errorf("%w: %d ops", store.ErrTooLarge, len(ops))
 	}
+	if len(ops) == 0 { // as the real stores: nothing written, the current revision
+		return b.rev, nil
+	}
 	for _, op := range ops {
 		cur, ok := b.items[op.Key.String()]
 		switch {

@@ -209,22 +209,17 @@ func (s policyService) write(ctx context.Context, w *write, dryRun bool) (int64,
 		return 0, nil, err
 	}
 	w.outcomes = make([]verdictv1.ApplyOutcome, len(w.puts))
-	unchanged := 0
 	for i, r := range w.puts {
 		w.outcomes[i] = outcomeOf(snap, r)
-		if w.outcomes[i] == verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED {
-			unchanged++
-		}
 	}
 	if dryRun {
 		return snap.Revision(), warnings, nil
 	}
-	if unchanged > 0 {
-		// The snapshot may lag a write made since (a change and its undo in
-		// quick succession): what it calls unchanged is read from the store.
-		if err := s.confirmUnchanged(ctx, w); err != nil {
-			return 0, nil, err
-		}
+	// The snapshot may lag a write made since (a put and its repetition, or a
+	// change and its undo, in quick succession): each put's outcome is read
+	// from the store.
+	if err := s.settleOutcomes(ctx, w); err != nil {
+		return 0, nil, err
 	}
 	ops := make([]store.Op, 0, len(w.ops))
 	for i, op := range w.ops {
@@ -252,21 +247,21 @@ func outcomeOf(snap *engine.Snapshot, r resource.Resource) verdictv1.ApplyOutcom
 	return verdictv1.ApplyOutcome_APPLY_OUTCOME_CONFIGURED
 }
 
-// confirmUnchanged reads each put the snapshot calls unchanged from the
-// store (a linearizable read) and makes it a write unless the store holds
-// the same document at a revision its expected revision allows.
-func (s policyService) confirmUnchanged(ctx context.Context, w *write) error {
+// settleOutcomes reads each put from the store (a linearizable read): it is
+// unchanged only when the store holds the same document at a revision its
+// expected revision allows, created when the store holds nothing, else
+// configured.
+func (s policyService) settleOutcomes(ctx context.Context, w *write) error {
 	for i, r := range w.puts {
-		if w.outcomes[i] != verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED {
-			continue
-		}
 		it, err := s.store.Get(ctx, r.Key())
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			w.outcomes[i] = verdictv1.ApplyOutcome_APPLY_OUTCOME_CREATED
 		case err != nil:
 			return err
-		case it.Err != nil || !writeplan.Same(it.Resource, r) || !store.ExpectationHolds(w.ops[i].ExpectedRevision, it.ModRevision):
+		case it.Err == nil && writeplan.Same(it.Resource, r) && store.ExpectationHolds(w.ops[i].ExpectedRevision, it.ModRevision):
+			w.outcomes[i] = verdictv1.ApplyOutcome_APPLY_OUTCOME_UNCHANGED
+		default:
 			// A failed expectation is the store's to report, as a conflict.
 			w.outcomes[i] = verdictv1.ApplyOutcome_APPLY_OUTCOME_CONFIGURED
 		}
