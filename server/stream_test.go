@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -145,8 +146,8 @@ func TestDecideStreamWaitHoldsNoOtherMessage(t *testing.T) {
 			t.Fatalf("answer %v, want %q answered while \"ahead\" waits", r, want)
 		}
 	}
-	for i := range 3 { // the snapshot reaches rev+3: the waiting message is answered
-		if _, err := h.pol.Apply(ctxT(t), &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy("p", "x", "y", "")}}); err != nil {
+	for i := range 3 { // three writes (an unchanged document writes nothing): the snapshot reaches rev+3
+		if _, err := h.pol.Apply(ctxT(t), &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{sdPolicy(fmt.Sprint("p", i), "x", "y", "")}}); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
