@@ -1,60 +1,26 @@
 package engine
 
 import (
-	"sort"
-
 	"github.com/verdictpdp/verdict/engine/internal/index"
-	"github.com/verdictpdp/verdict/engine/internal/pmap"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
-// The destination index of a PerDestination type (perdest.go): the inbound
-// side's choice — the policy most specific by its destination selector alone —
-// as a single-end query, the k-index idea of index.go on one end. Every valid
-// policy of such a type has claims, one per destination selector (S&D) or one
-// for its targetRef when it has from items. A claim is filed in one list,
-// under one term its selector requires (an exact tag, else the presence of a
-// key, else the always list; among several, the one whose list is shortest),
-// and lists are sorted by the choice's own order (destClaim.less: rank total
-// desc, exact desc, the mesh's tie-break, the name). A probe reads the
-// lists of the destination's tags and stops in each at the first claim that
-// matches and is attached (the destination a member of the policy's scope),
-// or as soon as the list's claims come after the best one found. Lists are
-// immutable slices in a persistent map: an update copies the lists it touches
-// and the map paths above them, O(change); readers take no lock. A claim is
-// 40 bytes, held in its list; claims are computed from the compiled policy
-// when it enters or leaves, so the policy stores nothing for them.
+// A PerDestination type's choice is indexed (index.DestIndex): each valid
+// policy claims the inbounds its destination selectors match, and a probe
+// finds the most specific claim that holds for a destination.
 
-// destClaim is a policy's claim on the inbounds its destination selector matches.
-type destClaim struct {
-	total, exact int16 // the selector's rank (targetRef: the level, exact 0)
-	item         int32 // the claim's place among its policy's claims
-	tb1, tb2     int64 // the mesh's tie-break (ruleTieBreak)
-	cp           *compiledPolicy
-	dst          *index.Matcher
-}
-
-// less is the choice's order: more specific first, then the tie-break, then
-// the name; item keeps a policy's claims apart.
-func (a *destClaim) less(b *destClaim) bool {
-	if c := index.RankCmp(a.total, a.exact, a.tb1, a.tb2, b.total, b.exact, b.tb1, b.tb2); c != 0 {
-		return c < 0
-	}
-	if a.cp.p.Name != b.cp.p.Name {
-		return a.cp.p.Name < b.cp.p.Name
-	}
-	return a.item < b.item
-}
-
-func (a *destClaim) same(b *destClaim) bool { return a.cp == b.cp && a.item == b.item }
+// destIndex is a partition's claims; nil when the type is not PerDestination
+// or no policy of it has a claim.
+type destIndex = index.DestIndex[*compiledPolicy]
 
 // destClaims returns a compiled policy's claims, under the tie-break tb.
-func destClaims(cp *compiledPolicy, tb resource.TieBreak, out []destClaim) []destClaim {
+func destClaims(cp *compiledPolicy, tb resource.TieBreak, out []index.Claim[*compiledPolicy]) []index.Claim[*compiledPolicy] {
 	var k index.OrderKey
 	ruleTieBreak(&k, cp.p, tb)
 	start := len(out)
-	mk := func(total, exact int16, dst *index.Matcher) destClaim {
-		return destClaim{total: total, exact: exact, item: int32(len(out) - start), tb1: k.Tb1, tb2: k.Tb2, cp: cp, dst: dst}
+	mk := func(total, exact int16, dst *index.Matcher) index.Claim[*compiledPolicy] {
+		return index.Claim[*compiledPolicy]{Total: total, Exact: exact, Item: int32(len(out) - start), Tb1: k.Tb1, Tb2: k.Tb2,
+			Scope: cp.scopeOrd(), Name: cp.p.Name, Policy: cp, Dst: dst}
 	}
 	if cp.p.TargetRef != nil {
 		// the top-level targetRef selects the destination of from items
@@ -76,180 +42,14 @@ func destClaims(cp *compiledPolicy, tb resource.TieBreak, out []destClaim) []des
 	return out
 }
 
-// claimTerm is a term a claim can be filed under: (key, value), or the
-// presence of key; the zero term is the always list.
-type claimTerm struct {
-	key, value string
-	presence   bool
-}
-
-func claimTermHash(t claimTerm) uint64 {
-	h := pmap.StringHash(t.key) ^ pmap.StringHash(t.value)*0x9E3779B97F4A7C15
-	if t.presence {
-		h ^= 0xA5A5A5A5A5A5A5A5
-	}
-	return h
-}
-
-type claimList []destClaim
-
-// claimIndex is one view's claims.
-type claimIndex struct {
-	lists  pmap.Map[claimTerm, claimList]
-	always claimList
-	size   int
-}
-
-// terms lists the terms a claim's selector requires: exact ones first, then
-// presence ones (the '*' entries, then the expressions that require the key).
-func (c *destClaim) terms(out []claimTerm) []claimTerm {
-	m := c.dst
-	for _, kv := range m.Exact {
-		out = append(out, claimTerm{key: kv.K, value: kv.V})
-	}
-	for _, k := range m.Present {
-		out = append(out, claimTerm{key: k, presence: true})
-	}
-	for i := range m.Exprs {
-		switch e := &m.Exprs[i]; e.Op {
-		case resource.OpIn, resource.OpExists, resource.OpPrefix, resource.OpCIDR:
-			out = append(out, claimTerm{key: e.Key, presence: true})
-		}
-	}
-	return out
-}
-
-func (ix *claimIndex) list(t claimTerm, lb *pmap.Builder[claimTerm, claimList]) claimList {
-	if t == (claimTerm{}) {
-		return ix.always
-	}
-	l, _ := lb.Get(t)
-	return l
-}
-
-// locate finds the term a filed claim is under: each of its terms' lists is
-// sorted, so a binary search per term finds it.
-func (ix *claimIndex) locate(c *destClaim, lb *pmap.Builder[claimTerm, claimList]) (claimTerm, bool) {
-	var buf [8]claimTerm
-	for _, t := range append(c.terms(buf[:0]), claimTerm{}) {
-		l := ix.list(t, lb)
-		if i := sort.Search(len(l), func(i int) bool { return !l[i].less(c) }); i < len(l) && l[i].same(c) {
-			return t, true
-		}
-	}
-	return claimTerm{}, false
-}
-
-// choose picks the term a new claim is filed under: an exact term if it has
-// one, else a presence term, else the always list; among several, the one
-// whose list (pending additions included) is shortest, so claims spread away
-// from common terms (env, region) that most destinations probe.
-func (ix *claimIndex) choose(c *destClaim, lb *pmap.Builder[claimTerm, claimList], pending map[claimTerm]int) claimTerm {
-	var buf [8]claimTerm
-	best, bestN, bestExact := claimTerm{}, -1, false
-	for _, t := range c.terms(buf[:0]) {
-		if bestN >= 0 && bestExact && t.presence {
-			break // exact terms come first
-		}
-		n := len(ix.list(t, lb)) + pending[t]
-		if bestN < 0 || n < bestN {
-			best, bestN, bestExact = t, n, !t.presence
-		}
-	}
-	return best
-}
-
-// update returns the index without the removed claims and with the added
-// ones; ix is not changed.
-func (ix *claimIndex) update(removed, added []destClaim) *claimIndex {
-	if len(removed) == 0 && len(added) == 0 {
-		return ix
-	}
-	out := &claimIndex{always: ix.always, size: ix.size}
-	lb := ix.lists.Builder()
-	type change struct{ del, add []destClaim }
-	changes := map[claimTerm]*change{}
-	get := func(t claimTerm) *change {
-		ch := changes[t]
-		if ch == nil {
-			ch = &change{}
-			changes[t] = ch
-		}
-		return ch
-	}
-	for i := range removed {
-		if t, ok := ix.locate(&removed[i], lb); ok {
-			get(t).del = append(get(t).del, removed[i])
-			out.size--
-		}
-	}
-	pending := map[claimTerm]int{}
-	for i := range added {
-		t := ix.choose(&added[i], lb, pending)
-		pending[t]++
-		get(t).add = append(get(t).add, added[i])
-		out.size++
-	}
-	for t, ch := range changes {
-		l := mergeClaims(ix.list(t, lb), ch.del, ch.add)
-		switch {
-		case t == claimTerm{}:
-			out.always = l
-		case len(l) == 0:
-			lb.Delete(t)
-		default:
-			lb.Set(t, l)
-		}
-	}
-	out.lists = lb.Map()
-	return out
-}
-
-// mergeClaims returns a new sorted list: l without del, with add.
-func mergeClaims(l claimList, del, add []destClaim) claimList {
-	type id struct {
-		cp   *compiledPolicy
-		item int32
-	}
-	gone := make(map[id]struct{}, len(del))
-	for _, c := range del {
-		gone[id{c.cp, c.item}] = struct{}{}
-	}
-	sort.Slice(add, func(i, j int) bool { return add[i].less(&add[j]) })
-	out := make(claimList, 0, len(l)+len(add)-len(del))
-	i := 0
-	for k := range l {
-		if _, ok := gone[id{l[k].cp, l[k].item}]; ok {
-			continue
-		}
-		for i < len(add) && add[i].less(&l[k]) {
-			out = append(out, add[i])
-			i++
-		}
-		out = append(out, l[k])
-	}
-	out = append(out, add[i:]...)
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// destIndex is a partition's claims: views[0] of its enforced policies,
-// views[1] of its audit ones. nil: the type is not PerDestination, or no
-// policy of it has a claim.
-type destIndex struct {
-	views [2]*claimIndex
-}
-
 // updateDest returns the destination index of a partition of m's type typ
 // after the policies removed left it and added entered it (invalid ones are
 // in neither index and are skipped); d is not changed.
-func (d *destIndex) updateDest(m *meshState, typ string, removed, added []*compiledPolicy) *destIndex {
+func updateDest(d *destIndex, m *meshState, typ string, removed, added []*compiledPolicy) *destIndex {
 	if !m.settings.forType(typ).perDestination {
 		return nil
 	}
-	var rm, add [2][]destClaim
+	var rm, add [2][]index.Claim[*compiledPolicy]
 	for _, cp := range removed {
 		if cp.err == "" {
 			i := auditIdx(cp.audit())
@@ -262,70 +62,5 @@ func (d *destIndex) updateDest(m *meshState, typ string, removed, added []*compi
 			add[i] = destClaims(cp, m.settings.tieBreakFor(typ, cp.p.TargetRef != nil), add[i])
 		}
 	}
-	if d == nil {
-		if len(add[0]) == 0 && len(add[1]) == 0 {
-			return nil
-		}
-		d = &destIndex{views: [2]*claimIndex{{}, {}}}
-		for i := range d.views {
-			d.views[i].lists = pmap.New[claimTerm, claimList](claimTermHash)
-		}
-	}
-	out := &destIndex{}
-	for i := range out.views {
-		out.views[i] = d.views[i].update(rm[i], add[i])
-	}
-	return out
-}
-
-// best returns the policy of the first claim, in the choice's order, that
-// the destination dst matches and is a member of the scope of (sc: the
-// inbound side's memberships), among the enforced claims and in the shadow
-// view the audit ones too; nil when none.
-func (d *destIndex) best(dst resource.Tags, sc *scratch, shadow bool) *compiledPolicy {
-	if d == nil {
-		return nil
-	}
-	var best *destClaim
-	for i, ix := range d.views {
-		if i == 1 && !shadow {
-			break
-		}
-		if ix.size == 0 {
-			continue
-		}
-		best = scanClaims(ix.always, dst, sc, best)
-		if ix.lists.Len() == 0 {
-			continue
-		}
-		for k, v := range dst {
-			t := claimTerm{key: k, value: v}
-			if l, ok := ix.lists.GetHashed(t, claimTermHash(t)); ok {
-				best = scanClaims(l, dst, sc, best)
-			}
-			t = claimTerm{key: k, presence: true}
-			if l, ok := ix.lists.GetHashed(t, claimTermHash(t)); ok {
-				best = scanClaims(l, dst, sc, best)
-			}
-		}
-	}
-	if best == nil {
-		return nil
-	}
-	return best.cp
-}
-
-// scanClaims returns the first claim of l before best that holds for the
-// destination, else best.
-func scanClaims(l claimList, dst resource.Tags, sc *scratch, best *destClaim) *destClaim {
-	for i := range l {
-		c := &l[i]
-		if best != nil && !c.less(best) {
-			break // this list's claims all come after the best one
-		}
-		if sc.IsMember(1, c.cp.scopeOrd()) && c.dst.Matches(dst) {
-			return c
-		}
-	}
-	return best
+	return d.Update(rm, add)
 }

@@ -14,10 +14,10 @@ import (
 // and ports must match the flow, else the side's fallback decides (its
 // catch-all, else defaultAction). The outbound side is not applicable.
 //
-// Cost: the choice is indexed (destindex.go): a probe reads the claim lists
+// Cost: the choice is indexed (index.DestIndex): a probe reads the claim lists
 // of the destination's tags, each sorted by the choice's order, and stops in
 // each at the first claim that holds — about the cost of the destination half
-// of a decision's walk, not O(policies). destClaim.less is the choice's order;
+// of a decision's walk, not O(policies). index.Claim's order is the choice's;
 // export_test.go keeps the scan by definition the tests compare it with.
 
 // chooseForDestination returns the policy chosen for an inbound of the
@@ -28,7 +28,8 @@ func (ms *meshState) chooseForDestination(ts *typeState, dst resource.Tags, sc *
 	if ts == nil || ts.viewCounts(shadow).policies == 0 {
 		return nil
 	}
-	return ts.dest.best(dst, sc, shadow)
+	cp, _ := ts.dest.Best(dst, &sc.Scratch, shadow)
+	return cp
 }
 
 // firstRuleOf returns the first rule of a policy, in order, that is a

@@ -596,7 +596,7 @@ func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
 		func() { ts.attachOut = index.Build(rs.out[0], index.EndSrc) },
 		func() { ts.audit.attachIn = index.Build(rs.in[1], index.EndDst) },
 		func() { ts.audit.attachOut = index.Build(rs.out[1], index.EndSrc) },
-		func() { ts.dest = ts.dest.updateDest(m, ts.name, nil, entries) },
+		func() { ts.dest = updateDest(ts.dest, m, ts.name, nil, entries) },
 	}
 	index.Parallel(len(builds), func(i int) { builds[i]() })
 }
@@ -764,7 +764,7 @@ func (ts *typeState) apply(name string, m *meshState, changes []Change, check bo
 	out.audit.rules = ts.audit.rules.Update(gone.rules[1], added2.rules[1])
 	out.audit.attachIn = ts.audit.attachIn.Update(gone.in[1], added2.in[1])
 	out.audit.attachOut = ts.audit.attachOut.Update(gone.out[1], added2.out[1])
-	out.dest = ts.dest.updateDest(m, name, removed, added)
+	out.dest = updateDest(ts.dest, m, name, removed, added)
 	return &out
 }
 
