@@ -47,12 +47,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := func() Config {
-		return Config{Listen: defaultListen, MetricsListen: defaultMetricsListen, EtcdPrefix: defaultPrefix, DataDir: dir,
-			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10,
-			DecisionLogMaxSize: defaultDecisionLogMaxSize, DecisionLogMaxFiles: 1, DecisionLogMaxRecord: 4 << 10,
-			Retention: time.Hour, RetentionRevisions: 10}
-	}
+	base := func() Config { return validConfig(dir) }
 	tests := []struct {
 		name string
 		mod  func(*Config)
@@ -174,4 +169,13 @@ func TestParseRetention(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--retention 0s") || !strings.Contains(err.Error(), "--retention-revisions 0") {
 		t.Fatalf("Validate of a zero retention and count: %v", err)
 	}
+}
+
+// validConfig is a Config that validates, on the data directory dir: the
+// tables of Validate's tests change one thing of it at a time.
+func validConfig(dir string) Config {
+	return Config{Listen: defaultListen, MetricsListen: defaultMetricsListen, EtcdPrefix: defaultPrefix, DataDir: dir,
+		LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10,
+		DecisionLogMaxSize: defaultDecisionLogMaxSize, DecisionLogMaxFiles: 1, DecisionLogMaxRecord: 4 << 10,
+		Retention: time.Hour, RetentionRevisions: 10}
 }

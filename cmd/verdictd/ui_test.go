@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // --ui-listen follows --listen's rules; the explorer's callers authorize with
@@ -19,8 +18,7 @@ func TestConfigValidateUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := func() Config {
-		return Config{Listen: defaultListen, MetricsListen: defaultMetricsListen, EtcdPrefix: defaultPrefix, DataDir: dir,
-			LogLevel: "info", LogFormat: "text", ShutdownTimeout: time.Second, DecisionLogSample: 1, DecisionLogQueue: 10}
+		return validConfig(dir)
 	}
 	tests := []struct {
 		name string
