@@ -104,9 +104,9 @@ type History interface {
 	// Oldest is the oldest revision the store holds: reads at it and after
 	// succeed.
 	Oldest(ctx context.Context) (int64, error)
-	// StateAt reads every key under the prefix at revision rev, decoded, as
-	// the changes that build it (a Reset's).
-	StateAt(ctx context.Context, rev int64) ([]engine.Change, error)
+	// StateAt reads every key starting with prefix ("" is everything) at
+	// revision rev, decoded, as the changes that build it (a Reset's).
+	StateAt(ctx context.Context, rev int64, prefix string) ([]engine.Change, error)
 	// Versions lists the changes of key (or, with prefix, of every key
 	// starting with it: "" is everything) with revisions in (from, to],
 	// oldest first, the changes of one revision in the order it made them.

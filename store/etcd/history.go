@@ -96,7 +96,7 @@ func (s *Store) checkRev(ctx context.Context, rev int64) error {
 }
 
 // StateAt implements store.History.
-func (s *Store) StateAt(ctx context.Context, rev int64) ([]engine.Change, error) {
+func (s *Store) StateAt(ctx context.Context, rev int64, prefix string) ([]engine.Change, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (s *Store) StateAt(ctx context.Context, rev int64) ([]engine.Change, error)
 	if err := s.checkRev(ctx, rev); err != nil {
 		return nil, err
 	}
-	ev, err := s.listAt(ctx, rev, "")
+	ev, err := s.listAt(ctx, rev, prefix)
 	if err != nil {
 		return nil, s.pastErr(ctx, rev, err)
 	}

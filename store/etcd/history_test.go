@@ -198,7 +198,7 @@ func TestRevisionAt(t *testing.T) {
 	if got, err := st.RevisionAt(ctx, base.Add(3*time.Minute)); err != nil || got != revs[3] {
 		t.Errorf("after compaction, at a write: %d, %v", got, err)
 	}
-	if _, err := st.StateAt(ctx, revs[1]); !errors.As(err, &ce) || ce.Oldest != revs[2] || !errors.Is(err, store.ErrCompacted) {
+	if _, err := st.StateAt(ctx, revs[1], ""); !errors.As(err, &ce) || ce.Oldest != revs[2] || !errors.Is(err, store.ErrCompacted) {
 		t.Errorf("a state below the oldest revision: %v", err)
 	}
 	if _, err := st.Oldest(context.Background()); err != nil {
