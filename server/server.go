@@ -284,8 +284,11 @@ func New(cfg Config) (*Server, error) {
 	snaps := snapshots{src: cfg.Syncer, wait: cfg.WaitTimeout}
 	hist, _ := cfg.Store.(store.History)
 	if hist != nil {
-		past, err := history.New(history.Config{Store: hist, Current: cfg.Syncer.Snapshot,
-			MaxSnapshots: cfg.HistorySnapshots, MaxBytes: cfg.HistoryBytes})
+		hc := history.Config{Store: hist, Current: cfg.Syncer.Snapshot, MaxSnapshots: cfg.HistorySnapshots, MaxBytes: cfg.HistoryBytes}
+		if sr, ok := cfg.Store.(storageReporter); ok {
+			hc.Oldest = func() int64 { return sr.Storage().OldestRevision }
+		}
+		past, err := history.New(hc)
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}

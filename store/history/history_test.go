@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,13 +198,24 @@ func TestRetentionEdge(t *testing.T) {
 	for i := range 5 {
 		revs = append(revs, storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "p", i))))
 	}
+	current := state(t, st, revs[4])
+	var known atomic.Int64 // what the replica's maintenance knows of the compaction
+	snaps, err := history.New(history.Config{Store: st, Current: func() *engine.Snapshot { return current }, Oldest: known.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snaps.At(ctx, revs[1]); err != nil { // cached before the compaction
+		t.Fatal(err)
+	}
 	if _, err := st.Client().Compact(ctx, revs[3]); err != nil {
 		t.Fatal(err)
 	}
-	current := state(t, st, revs[4])
-	snaps, err := history.New(history.Config{Store: st, Current: func() *engine.Snapshot { return current }})
-	if err != nil {
-		t.Fatal(err)
+	if _, err := snaps.At(ctx, revs[1]); err != nil {
+		t.Errorf("a cached snapshot before the replica knows of the compaction: %v", err)
+	}
+	known.Store(revs[3])
+	if _, err := snaps.At(ctx, revs[1]); !errors.Is(err, store.ErrCompacted) {
+		t.Errorf("a cached snapshot below the oldest revision known: %v", err)
 	}
 	cases := []struct {
 		rev  int64

@@ -51,6 +51,11 @@ type Config struct {
 	MaxDelta int
 	// Now reads the clock (default time.Now): at_time after it is refused.
 	Now func() time.Time
+	// Oldest, when set, is the oldest revision the store is known to hold
+	// (store.Storage's, from the replica's maintenance): a cached snapshot
+	// below it is dropped and its revision refused as any other compacted
+	// one, so that replicas answer alike. nil: learnt from reads alone.
+	Oldest func() int64
 }
 
 // Snapshots serves engine snapshots at past revisions. Safe for concurrent
@@ -67,6 +72,7 @@ type Snapshots struct {
 	flights map[int64]*flight
 
 	hits, misses, deltas, fulls atomic.Int64
+	oldest                      atomic.Int64 // the oldest revision reads have found held
 }
 
 type entry struct {
@@ -131,6 +137,14 @@ func (p *Snapshots) At(ctx context.Context, rev int64) (*engine.Snapshot, error)
 	if cur := p.cfg.Current(); cur.Revision() == rev {
 		return cur, nil
 	}
+	if floor := p.floor(); rev < floor {
+		p.mu.Lock()
+		if el, ok := p.byRev[rev]; ok {
+			p.remove(el)
+		}
+		p.mu.Unlock()
+		return nil, &store.CompactedError{Revision: rev, Oldest: floor}
+	}
 	p.mu.Lock()
 	if el, ok := p.byRev[rev]; ok {
 		p.lru.MoveToFront(el)
@@ -169,11 +183,23 @@ func (p *Snapshots) AtTime(ctx context.Context, t time.Time) (*engine.Snapshot, 
 	return p.At(ctx, rev)
 }
 
+// floor is the oldest revision known held.
+func (p *Snapshots) floor() int64 {
+	f := p.oldest.Load()
+	if p.cfg.Oldest != nil {
+		f = max(f, p.cfg.Oldest())
+	}
+	return f
+}
+
 // fly builds the snapshot at rev for every caller waiting on f, and caches it.
 func (p *Snapshots) fly(ctx context.Context, rev int64, f *flight) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	snap, bytes, err := p.build(ctx, rev)
+	if ce := (*store.CompactedError)(nil); errors.As(err, &ce) && ce.Oldest > p.oldest.Load() {
+		p.oldest.Store(ce.Oldest) // racing raises: a lower value lost costs one read more
+	}
 	p.mu.Lock()
 	delete(p.flights, rev)
 	if err == nil {
@@ -192,12 +218,16 @@ func (p *Snapshots) add(snap *engine.Snapshot, bytes int64) {
 	p.byRev[snap.Revision()] = p.lru.PushFront(&entry{snap: snap, bytes: bytes})
 	p.bytes += bytes
 	for p.lru.Len() > p.cfg.MaxSnapshots || p.bytes > p.cfg.MaxBytes && p.lru.Len() > 1 {
-		el := p.lru.Back()
-		e := el.Value.(*entry)
-		p.lru.Remove(el)
-		delete(p.byRev, e.snap.Revision())
-		p.bytes -= e.bytes
+		p.remove(p.lru.Back())
 	}
+}
+
+// remove drops a cached snapshot (p.mu held).
+func (p *Snapshots) remove(el *list.Element) {
+	e := el.Value.(*entry)
+	p.lru.Remove(el)
+	delete(p.byRev, e.snap.Revision())
+	p.bytes -= e.bytes
 }
 
 // nearest is the snapshot nearest rev among the cached ones and the current one.
