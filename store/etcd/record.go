@@ -63,7 +63,7 @@ func (s *Store) recorded(at time.Time) {
 	}
 }
 
-// readRecordState reads what a read of the record key found, and keeps it.
+// readRecordState is what a read of the record key found.
 func readRecordState(kvs []*mvccpb.KeyValue) recordState {
 	if len(kvs) == 0 {
 		return recordState{}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -353,7 +352,3 @@ func modRevision(c *engine.Change) int64 {
 	}
 	return c.ModRevision
 }
-
-// KeyPrefix says whether s names a key prefix rather than a key: "" and
-// anything ending in "/" do.
-func KeyPrefix(s string) bool { return s == "" || strings.HasSuffix(s, "/") }
