@@ -29,7 +29,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, opts...)
 }
 
-func newStore(t testing.TB) *etcd.Store {
+func newStore(t testing.TB) *etcd.Store { return newStoreAt(t, nil) }
+
+// newStoreAt is newStore stamping its writes with now (nil: the clock).
+func newStoreAt(t testing.TB, now func() time.Time) *etcd.Store {
 	t.Helper()
 	ctx := storetest.Context(t)
 	e, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), Fast: true, NoFsync: true})
@@ -37,7 +40,7 @@ func newStore(t testing.TB) *etcd.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	st, err := etcd.New(ctx, etcd.Config{Endpoints: e.Endpoints()})
+	st, err := etcd.New(ctx, etcd.Config{Endpoints: e.Endpoints(), Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,11 +248,13 @@ func TestRetentionEdge(t *testing.T) {
 // and created again since — and deletes what was created since; its plan is
 // refused when a key changed after the revision the caller saw.
 func TestRevertRestoresDocumentsExactly(t *testing.T) {
-	st := newStore(t)
+	var clock atomic.Int64 // every write an hour after the one before
+	st := newStoreAt(t, func() time.Time {
+		return time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC).Add(time.Duration(clock.Add(1)) * time.Hour)
+	})
 	ctx := storetest.Context(t)
 	p, q := storetest.Policy(t, "default", "p", 0), storetest.Policy(t, "default", "q", 0)
 	storetest.Apply(t, st, storetest.Put(p), storetest.Put(q))
-	time.Sleep(10 * time.Millisecond) // the times below must differ from the first write's
 	target := storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "p", 1)))
 	storetest.Apply(t, st, store.Op{Key: p.Key()})
 	storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", "p", 7)), storetest.Put(storetest.Policy(t, "default", "r", 0)))
