@@ -23,3 +23,18 @@ func flowHashOf(mesh, typ string, src, dst uint64, proto resource.Protocol, port
 
 // cache returns the memo of the snapshot's lineage, creating it on first use.
 func (s *Snapshot) cache() *decisionCache { return s.memo.Get() }
+
+// Memo is a decision memo that a lineage of snapshots may share instead of
+// the one it was built with (WithMemo). The zero value is ready.
+type Memo struct{ h memoHolder }
+
+// WithMemo returns s answering from m's memo: the snapshots Apply derives
+// from it share m too. Snapshots read at past revisions take one memo of
+// their own, so that their answers never evict the current lineage's;
+// entries stay verified by their partitions' epochs, so a shared memo never
+// answers for another snapshot's policies.
+func (s *Snapshot) WithMemo(m *Memo) *Snapshot {
+	out := *s
+	out.memo = &m.h
+	return &out
+}

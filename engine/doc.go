@@ -43,6 +43,8 @@
 //     internal/apiconv, engine/policytest (verdictctl test);
 //   - PairScope, PairAnswer, PairEntry, PolicyNumbers: the server's compact
 //     path; RulesImpact: internal/fanout's rules hub;
+//   - Memo and Snapshot.WithMemo: store/history, whose snapshots at past
+//     revisions share a memo apart from the current lineage's;
 //   - CodeName, the Err* values and UnknownTypeError: server/errors.go's one
 //     mapping and the suites' expected codes; BuiltinTypes, IsBuiltinType,
 //     NearestNames: types and suggestions (server, verdictctl).

@@ -48,7 +48,7 @@ func (s decisionService) Decide(ctx context.Context, req *verdictv1.DecideReques
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -125,7 +125,7 @@ func boundTrace(tr *verdictv1.SideTrace, budget int) {
 // DecideBatch answers every flow from one snapshot; an invalid flow gets an
 // error entry.
 func (s decisionService) DecideBatch(ctx context.Context, req *verdictv1.DecideBatchRequest) (*verdictv1.DecideBatchResponse, error) {
-	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -154,6 +154,7 @@ type flowAnswer struct {
 func (s decisionService) result(ctx context.Context, t *tally, snap *engine.Snapshot, prefix func() string, r *verdictv1.DecideRequest, a *flowAnswer) *verdictv1.DecideResult {
 	var errs fieldErrors
 	er := errs.decide("", r)
+	errs.notPast("", r, "set on the batch for all its flows; a stream answers from the current snapshot")
 	errs.prefix(prefix)
 	err := errs.err()
 	if err == nil {
@@ -291,7 +292,7 @@ func streamError(ctx context.Context, log *slog.Logger, m *verdictv1.DecideStrea
 
 // Resolve returns the effective configuration (validated by the interceptor).
 func (s decisionService) Resolve(ctx context.Context, req *verdictv1.ResolveRequest) (*verdictv1.ResolveResponse, error) {
-	snap, err := s.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}

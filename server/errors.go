@@ -64,7 +64,11 @@ var (
 //     server's own receive limit; so is fanout.ErrTooManyStreams, a WatchRules
 //     stream over a cap (the message names it);
 //   - errNoRow is Unimplemented: the server does not serve the method (as
-//     gRPC answers a method nobody registered).
+//     gRPC answers a method nobody registered);
+//   - a read below the retention window (*store.CompactedError) is
+//     FailedPrecondition, naming the oldest revision held; a revision or a
+//     time not reached yet (store.ErrFutureRevision) is OutOfRange, as a
+//     read past the end of a range (docs/history.md).
 func codeOf(err error) codes.Code {
 	c, _ := classify(err)
 	return c
@@ -81,7 +85,13 @@ func classify(err error) (code codes.Code, known bool) {
 	if name, ok := engine.CodeName(err); ok {
 		return codeNamed(name), true
 	}
+	var compacted *store.CompactedError
 	switch {
+	case errors.As(err, &compacted), errors.Is(err, errNoHistory):
+		// A read below the retention window names the oldest revision held.
+		return codes.FailedPrecondition, true
+	case errors.Is(err, store.ErrFutureRevision):
+		return codes.OutOfRange, true
 	case errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrInvalidArgument):
 		return codes.InvalidArgument, true
 	case errors.Is(err, store.ErrNotFound):

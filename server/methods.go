@@ -71,19 +71,22 @@ type need struct {
 
 // methodTable is the server's table, keyed by full method name. A new method
 // is one row: its access and validator, and where it has them the parts of
-// its requests that need authorization (needsIf: a read at a past revision
-// would add needsIf("at_revision", ...)) and what its answers must not show
-// anyone else (redacts).
+// its requests that need authorization (needsIf: explain, a read at a past
+// revision or time) and what its answers must not show anyone else
+// (redacts).
 var methodTable = map[string]*method{
 	// DecisionService: open to sidecars; explain and inventory data (workload
 	// names, tags) only for authorized callers.
-	verdictv1.DecisionService_Decide_FullMethodName: {access: anyone, needs: []need{needsIf("explain", (*verdictv1.DecideRequest).GetExplain)},
+	verdictv1.DecisionService_Decide_FullMethodName: {access: anyone, needs: []need{needsIf("explain", (*verdictv1.DecideRequest).GetExplain),
+		needsIf("at_revision", hasPast[*verdictv1.DecideRequest])},
 		redact: redacts(redactDecide), validate: validatedByHandler},
-	verdictv1.DecisionService_DecideBatch_FullMethodName: {access: anyone, needs: []need{needsIf("explain", batchExplains)},
+	verdictv1.DecisionService_DecideBatch_FullMethodName: {access: anyone, needs: []need{needsIf("explain", batchExplains),
+		needsIf("at_revision", hasPast[*verdictv1.DecideBatchRequest])},
 		redact: redacts(redactBatch), validate: validates(checkDecideBatch)},
 	verdictv1.DecisionService_DecideStream_FullMethodName: {access: anyone, needs: []need{needsIf("explain", streamExplains)},
 		redact: redacts(redactStream), validate: validates(checkStreamMessage), selfChecked: true},
-	verdictv1.DecisionService_Resolve_FullMethodName:       {access: anyone, validate: validates(checkResolve)},
+	verdictv1.DecisionService_Resolve_FullMethodName: {access: anyone, needs: []need{needsIf("at_revision", hasPast[*verdictv1.ResolveRequest])},
+		validate: validates(checkResolve)},
 	verdictv1.DecisionService_Identify_FullMethodName:      {access: anyone, redact: redacts(redactIdentify), validate: validates(checkIdentify)},
 	verdictv1.DecisionService_DecideCompact_FullMethodName: {access: anyone, validate: validatedByHandler},
 	verdictv1.DecisionService_DecideCompactStream_FullMethodName: {access: anyone, validate: validates(checkCompactStreamMessage),
@@ -95,6 +98,10 @@ var methodTable = map[string]*method{
 	verdictv1.PolicyService_List_FullMethodName:   {access: authorizedOnly, validate: validates(checkList)},
 	verdictv1.PolicyService_Delete_FullMethodName: {access: authorizedOnly, validate: validates(checkDelete)},
 	verdictv1.PolicyService_Status_FullMethodName: {access: authorizedOnly, validate: validates(checkStatus)},
+	// The store's past (docs/history.md): who changed what, and reverts.
+	verdictv1.PolicyService_History_FullMethodName: {access: authorizedOnly, validate: validates(checkHistory)},
+	verdictv1.PolicyService_Diff_FullMethodName:    {access: authorizedOnly, validate: validates(checkDiff)},
+	verdictv1.PolicyService_Revert_FullMethodName:  {access: authorizedOnly, validate: validates(checkRevert)},
 
 	// WatchService: the store's changes need authorization; a workload's
 	// rules are open, its peers' addresses (address sets) are inventory.

@@ -28,6 +28,9 @@ type policyService struct {
 	store Store     // writes, a key read past the snapshot, the store's revision
 	sync  syncStatus
 	lists *listCache
+	// history reads the store's past (history.go); nil: the store keeps none.
+	history store.History
+	auth    *authorizer // who a write is recorded for
 }
 
 // syncStatus is what Status reports of the syncer.
@@ -42,7 +45,7 @@ func (s policyService) Apply(ctx context.Context, req *verdictv1.ApplyRequest) (
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	rev, warnings, err := s.write(ctx, w, req.GetDryRun())
+	rev, warnings, err := s.write(s.writing(ctx, "apply"), w, req.GetDryRun())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -58,7 +61,7 @@ func (s policyService) Delete(ctx context.Context, req *verdictv1.DeleteRequest)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	rev, _, err := s.write(ctx, w, req.GetDryRun())
+	rev, _, err := s.write(s.writing(ctx, "delete"), w, req.GetDryRun())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -67,7 +70,7 @@ func (s policyService) Delete(ctx context.Context, req *verdictv1.DeleteRequest)
 
 // Get reads one resource from the snapshot, valid or not.
 func (s policyService) Get(ctx context.Context, req *verdictv1.GetRequest) (*verdictv1.GetResponse, error) {
-	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -81,13 +84,17 @@ func (s policyService) Get(ctx context.Context, req *verdictv1.GetRequest) (*ver
 // List reads a page of the snapshot, in key order; a page after the first
 // from a snapshot at or after the first page's revision.
 func (s policyService) List(ctx context.Context, req *verdictv1.ListRequest) (*verdictv1.ListResponse, error) {
-	minRev := req.GetMinRevision()
+	minRev, atRev, atTime := req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime()
 	if req.GetPageToken() != "" {
 		if rev, _, err := store.DecodePageToken(req.GetPrefix(), req.GetPageToken()); err == nil {
-			minRev = max(minRev, rev)
+			if atRev != 0 || atTime != nil {
+				atRev, atTime = rev, nil // the pages of a past list: the first page's revision
+			} else {
+				minRev = max(minRev, rev)
+			}
 		}
 	}
-	snap, err := s.snaps.snapshotAt(ctx, minRev)
+	snap, err := s.snaps.read(ctx, minRev, atRev, atTime)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}

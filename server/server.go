@@ -49,6 +49,7 @@ import (
 	"github.com/verdictpdp/verdict/internal/fanout"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
+	"github.com/verdictpdp/verdict/store/history"
 	"github.com/verdictpdp/verdict/store/syncer"
 )
 
@@ -154,6 +155,13 @@ type Config struct {
 	// snapshot).
 	Ready <-chan struct{}
 
+	// HistorySnapshots and HistoryBytes bound the cache of snapshots at past
+	// revisions (defaults history.DefaultMaxSnapshots, 1024, and
+	// history.DefaultMaxBytes, 512 MiB by estimate; docs/history.md). The
+	// past is read when Store keeps history (store.History: store/etcd).
+	HistorySnapshots int
+	HistoryBytes     int64
+
 	// methods replaces the method table (tests only; nil: methodTable).
 	methods map[string]*method
 }
@@ -187,7 +195,7 @@ func (c *Config) Validate() error {
 		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 || c.RulesMaxLag < 0 ||
 		c.RulesMaxStreams < 0 || c.RulesMaxStreamsPerCaller < 0 || c.RulesMaxStreamsPerConn < 0 ||
 		c.IdentityMaxSets < 0 || c.IdentityMaxBytes < 0 || c.IdentityMeshMaxSets < 0 || c.IdentityMeshMaxBytes < 0 ||
-		c.IdentifyCallerRate < 0 || c.IdentifyCallerBurst < 0 {
+		c.IdentifyCallerRate < 0 || c.IdentifyCallerBurst < 0 || c.HistorySnapshots < 0 || c.HistoryBytes < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
 	if len(c.AllowedIdentities) > 0 && (c.TLS == nil || c.TLS.ClientCAs == nil) {
@@ -337,10 +345,23 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	snaps := snapshots{src: cfg.Syncer, wait: cfg.WaitTimeout}
+	hist, _ := cfg.Store.(store.History)
+	if hist != nil {
+		hc := history.Config{Store: hist, Current: cfg.Syncer.Snapshot, MaxSnapshots: cfg.HistorySnapshots, MaxBytes: cfg.HistoryBytes}
+		if sr, ok := cfg.Store.(storageReporter); ok {
+			hc.Oldest = func() int64 { return sr.Storage().OldestRevision }
+		}
+		past, err := history.New(hc)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		snaps.past = past
+	}
 	dec := &decider{identities: s.identities, registrations: newRegistrationLimits(cfg.IdentifyCallerRate, cfg.IdentifyCallerBurst),
 		confs: apiconv.NewConfCache(100_000), record: newRecorder(m, byPolicy, cfg.DecisionLog)}
 	s.decision = decisionService{decider: dec, snapshots: snaps, log: cfg.Logger, stop: s.stop}
-	s.policy = policyService{log: cfg.Logger, snaps: snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{}}
+	s.policy = policyService{log: cfg.Logger, snaps: snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{},
+		history: hist, auth: s.auth}
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
@@ -527,6 +548,7 @@ type snapshotSource interface {
 type snapshots struct {
 	src  snapshotSource
 	wait time.Duration // Config.WaitTimeout: the wait of a request without a deadline
+	past pastReader    // reads at a past revision or time (history.go); nil: none
 }
 
 // current is the snapshot the replica serves now.

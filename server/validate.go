@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -79,7 +80,7 @@ func checkDecideBatch(r *verdictv1.DecideBatchRequest) error {
 			}
 		}
 	}
-	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
 
@@ -96,7 +97,7 @@ func checkIdentify(r *verdictv1.IdentifyRequest) error {
 func checkResolve(r *verdictv1.ResolveRequest) error {
 	var errs fieldErrors
 	errs.flow("", r.GetMesh(), r.GetType(), r.GetSource(), r.GetDestination(), r.GetProtocol(), r.GetPort())
-	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
 
@@ -114,7 +115,7 @@ func checkApply(r *verdictv1.ApplyRequest) error {
 func checkGet(r *verdictv1.GetRequest) error {
 	var errs fieldErrors
 	errs.key("key", r.GetKey())
-	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
 
@@ -123,7 +124,7 @@ func checkList(r *verdictv1.ListRequest) error {
 	if ps := r.GetPageSize(); ps < 0 || ps > MaxPageSize {
 		errs.add("pageSize", fmt.Sprintf("%d is not from 0 (default %d) to %d", ps, DefaultPageSize, MaxPageSize))
 	}
-	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
 
@@ -174,6 +175,7 @@ func decideRequest(r *verdictv1.DecideRequest) (engine.Request, error) {
 	}
 	var errs fieldErrors
 	req := errs.decide("", r)
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return req, errs.err()
 }
 
@@ -295,6 +297,47 @@ func (e *fieldErrors) minRevision(field string, rev int64) {
 	if rev < 0 {
 		e.add(field, fmt.Sprintf("%d is negative", rev))
 	}
+}
+
+// past checks a read's revision fields: at most one of min_revision,
+// at_revision and at_time, none negative, a time that is one.
+func (e *fieldErrors) past(prefix string, minRev, atRev int64, atTime *timestamppb.Timestamp) {
+	if atRev < 0 {
+		e.add(prefix+"atRevision", fmt.Sprintf("%d is negative", atRev))
+	}
+	if atTime != nil {
+		if err := atTime.CheckValid(); err != nil {
+			e.add(prefix+"atTime", err.Error())
+		}
+	}
+	given := 0
+	for _, set := range []bool{minRev != 0, atRev != 0, atTime != nil} {
+		if set {
+			given++
+		}
+	}
+	if given > 1 {
+		e.add(prefix+"atRevision", "give at most one of minRevision, atRevision and atTime")
+	}
+}
+
+// notPast refuses a flow's own at_revision or at_time in a batch or a
+// stream: a batch takes them for all its flows, a stream not at all.
+func (e *fieldErrors) notPast(prefix string, r *verdictv1.DecideRequest, where string) {
+	if r.GetAtRevision() != 0 {
+		e.add(prefix+"atRevision", where)
+	}
+	if r.GetAtTime() != nil {
+		e.add(prefix+"atTime", where)
+	}
+}
+
+// hasPast: a request reads the past (the method table's needs).
+func hasPast[T interface {
+	GetAtRevision() int64
+	GetAtTime() *timestamppb.Timestamp
+}](r T) bool {
+	return r.GetAtRevision() != 0 || r.GetAtTime() != nil
 }
 
 // key checks a storage key without prefix ("default/policies/TrafficLog/x").

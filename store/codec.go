@@ -217,6 +217,15 @@ func StampCurrent(r resource.Resource, cur Current, now time.Time) resource.Reso
 	return stamp(r, cur.ModRevision != 0, cur.CreationTime, !cur.CreationTime.IsZero(), now)
 }
 
+// StampRestore sets the times of a put that restores an earlier version
+// (Op.Restore): the creationTime it carries is kept (now when it has none),
+// modificationTime is now.
+func StampRestore(r resource.Resource, now time.Time) resource.Resource {
+	m := r.Metadata()
+	m.ModificationTime = time.Time{}
+	return stamp(r.WithMeta(m), false, time.Time{}, false, now)
+}
+
 // stamp is Stamp's rule: exists says a value is stored, created its
 // creationTime when known.
 func stamp(r resource.Resource, exists bool, created time.Time, known bool, now time.Time) resource.Resource {

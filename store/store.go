@@ -71,6 +71,10 @@ type Op struct {
 	// Current is what the caller believes the key holds now (from its
 	// snapshot), or nil. A store may take it instead of reading the key.
 	Current *Current
+	// Restore: the put writes an earlier version back (a revert), so its
+	// creationTime is the one it carries, not the stored value's; its
+	// modificationTime is the write's, as for every put.
+	Restore bool
 }
 
 // Current is what a write's caller believes a key holds now: the mod
@@ -148,7 +152,8 @@ type Store interface {
 	// it refuses as written, ErrUnavailable when the backend does not answer in
 	// time, and never writes partially. Resources are validated by the caller;
 	// Apply only encodes them. With no ops it writes nothing and returns the
-	// current revision.
+	// current revision. A store that keeps history (History) records the
+	// write's time and its writer (WithWriter) in the same transaction.
 	Apply(ctx context.Context, ops []Op) (revision int64, err error)
 
 	// Get reads one key: ErrNotFound when it holds nothing. A value that does not

@@ -41,17 +41,21 @@ func commands() []*command {
 			examples: []string{"verdictctl apply -f examples/policies.yaml", "verdictctl apply -f examples/ --dry-run",
 				"kumactl get meshtrafficpermissions -o yaml | verdictctl apply -f -"},
 			run: runApply},
-		{name: "diff", group: "Resources", args: "-f FILE|DIR|-",
-			summary: "what apply -f would change: exit 0 none, 1 some (like kubectl diff)",
+		{name: "diff", group: "Resources", args: "-f FILE|DIR|- | --from-revision A [--to-revision B] [--prefix P]",
+			summary: "what apply -f would change, or what changed between two revisions: exit 0 none, 1 some",
 			about: "Compares the documents with what the server holds and prints a unified diff per\n" +
 				"document that would change (a created one against nothing). Exit code 0 when applying them\n" +
-				"would change nothing, 1 when it would change something.",
-			examples: []string{"verdictctl diff -f examples/policies.yaml", "verdictctl diff -f policies/ && echo in sync"},
-			run:      runDiff},
+				"would change nothing, 1 when it would change something. With --from-revision A (and\n" +
+				"--to-revision B, default now) it compares the store at two revisions instead: a diff per\n" +
+				"resource added, changed or deleted (docs/history.md); exit 0 when none, 1 when some.",
+			examples: []string{"verdictctl diff -f examples/policies.yaml", "verdictctl diff -f policies/ && echo in sync",
+				"verdictctl diff --from-revision 120 --to-revision 135 --prefix default/"},
+			run: runDiff},
 		{name: "get", group: "Resources", args: "KEY | KIND NAME",
 			summary: "show one resource (KIND: mesh, scope, policy, workload)",
 			about: "Shows one resource from the server's snapshot, valid or not, as YAML (re-appliable; the\n" +
-				"key, revisions and any error as comments) or JSON.",
+				"key, revisions and any error as comments) or JSON. --at-revision N or --at TIME shows it as\n" +
+				"it was then (docs/history.md).",
 			examples: []string{"verdictctl get policy web-to-backend", "verdictctl get default/policies/TrafficLog/log-all -o json",
 				"verdictctl get scope Apps --mesh payments"},
 			run: runGet},
@@ -69,6 +73,24 @@ func commands() []*command {
 			examples: []string{"verdictctl delete policy legacy-to-db", "verdictctl delete default/scopes/Apps --dry-run",
 				"verdictctl delete -f examples/kuma-traffic-permission.yaml", "verdictctl delete --prefix big/"},
 			run: runDelete},
+		{name: "history", group: "Resources", args: "KEY | --prefix [PREFIX] [--from-revision A] [--to-revision B]",
+			summary: "who changed a key (or a prefix) and when, within the retention window",
+			about: "Lists the versions of a key, or of every key under a prefix, written within the retention\n" +
+				"window, oldest first: revision, time and writer as verdict recorded them (\"-\" for a write made\n" +
+				"around verdict, with etcdctl), and the change. -o wide adds each version's unified diff to\n" +
+				"the one before; -o json prints the versions with both documents (docs/history.md).",
+			examples: []string{"verdictctl history default/policies/TrafficPermission/web-to-backend -o wide",
+				"verdictctl history --prefix default/ --limit 20", "verdictctl history --prefix --from-revision 1200 -o json"},
+			run: runHistory},
+		{name: "revert", group: "Resources", args: "KEY | --prefix PREFIX --to-revision N [--dry-run]",
+			summary: "write back what a key (or a prefix) held at a past revision, as a new revision",
+			about: "Writes back the documents a key, or every key under a prefix, held at revision N — creationTime\n" +
+				"included — and deletes the keys created since, in one transaction validated as apply is.\n" +
+				"Refused (exit 3, ABORTED) when a key changed after the revision read first (or\n" +
+				"--expected-revision), so a revert never overwrites a change it did not see (docs/history.md).",
+			examples: []string{"verdictctl revert default/policies/TrafficPermission/web-to-backend --to-revision 120",
+				"verdictctl revert --prefix default/ --to-revision 120 --dry-run"},
+			run: runRevert},
 		{name: "status", group: "Resources", args: "",
 			summary:  "the server's revision, sync state, invalid resources",
 			about:    "Shows the server's snapshot revision, sync state, digest and invalid resources.",
@@ -78,9 +100,11 @@ func commands() []*command {
 			summary: "decide a flow (exit 0 ALLOW, 1 DENY)",
 			about: "Decides a flow. Exit code 0 when it is allowed, 1 when it is denied. Each end is given in\n" +
 				"exactly one form: --src k=v,.. (tags), --src-workload NAME, --src-address IP,\n" +
-				"--src-principal ID, --src-identity N or --src-any (likewise --dst-...).",
+				"--src-principal ID, --src-identity N or --src-any (likewise --dst-...). --at-revision N or\n" +
+				"--at TIME (RFC 3339, or -2h) decides as the policies were then (docs/history.md).",
 			examples: []string{"verdictctl decide --src kuma.io/service=web --dst kuma.io/service=backend --proto TCP --port 8080",
-				"verdictctl decide --src-workload web-1 --dst-address 10.0.0.7 --proto TCP --port 5432 -o json"},
+				"verdictctl decide --src-workload web-1 --dst-address 10.0.0.7 --proto TCP --port 5432 -o json",
+				"verdictctl decide --src kuma.io/service=web --dst kuma.io/service=db --at 2026-11-21T14:00:00Z"},
 			run: runDecide},
 		{name: "explain", group: "Decisions", args: "--src k=v,.. --dst k=v,.. [--proto TCP --port 443]",
 			summary: "decide and show the candidates of each side",

@@ -20,6 +20,7 @@ type flowFlags struct {
 	src, dst         endpointFlags
 	port             uint32
 	minRev           int64
+	past             pastFlags
 	output           outputFlag
 }
 
@@ -44,6 +45,7 @@ func (f *flowFlags) register(fs *flagSet) {
 		return nil
 	})
 	fs.Int64Var(&f.minRev, "min-revision", 0, "answer from a snapshot at or after this revision")
+	f.past.register(fs, true)
 	f.output.register(fs, "text", "wide", "json", "yaml")
 }
 
@@ -54,7 +56,7 @@ func (f *flowFlags) check() error {
 	if f.port != 0 && f.proto == "" {
 		return errors.New("--port needs --proto (TCP, UDP or ICMP)")
 	}
-	return nil
+	return f.past.check(f.minRev)
 }
 
 // endpointFlags give one end of a flow in exactly one form: --src k=v,..
@@ -145,7 +147,7 @@ func (f *flowFlags) decideRequest(explain bool) (*verdictv1.DecideRequest, error
 		return nil, err
 	}
 	return &verdictv1.DecideRequest{Mesh: f.mesh, Type: f.typ, Source: src, Destination: dst, Protocol: f.proto,
-		Port: f.port, Explain: explain, MinRevision: f.minRev}, nil
+		Port: f.port, Explain: explain, MinRevision: f.minRev, AtRevision: f.past.rev, AtTime: f.past.atTime()}, nil
 }
 
 func runDecide(ctx context.Context, args []string, e *env) int {
@@ -385,7 +387,8 @@ func runResolve(ctx context.Context, args []string, e *env) int {
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
 	resp, err := verdictv1.NewDecisionServiceClient(conn).Resolve(cctx, &verdictv1.ResolveRequest{Mesh: ff.mesh, Type: ff.typ,
-		Source: src, Destination: dst, Protocol: ff.proto, Port: ff.port, MinRevision: ff.minRev})
+		Source: src, Destination: dst, Protocol: ff.proto, Port: ff.port, MinRevision: ff.minRev,
+		AtRevision: ff.past.rev, AtTime: ff.past.atTime()})
 	if err != nil {
 		return fail(e, "resolve", err, nil)
 	}

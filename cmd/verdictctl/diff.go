@@ -1,6 +1,8 @@
 package main
 
-// verdictctl diff -f: what apply -f would change, as kubectl diff shows it.
+// verdictctl diff -f: what apply -f would change, as kubectl diff shows it
+// (diff --from-revision A --to-revision B, the store between two revisions,
+// is in history.go).
 // Each document is compared with what the server holds at its key, both in
 // the canonical native form without the times and revisions the store
 // stamps (the comparison verdictd makes before it writes, writeplan.Same):
@@ -23,6 +25,9 @@ func runDiff(ctx context.Context, args []string, e *env) int {
 	fs := newFlags("diff", e)
 	var files fileList
 	fs.Var(&files, "f", "`FILE`, directory or - (stdin) of documents, native or Kuma; repeatable")
+	from := fs.Int64("from-revision", 0, "compare the store at this `REVISION` ... (instead of -f)")
+	to := fs.Int64("to-revision", 0, "... with the store at this `REVISION` (default: the current one)")
+	prefix := fs.String("prefix", "", "with --from-revision: only keys under this `PREFIX`")
 	var output outputFlag
 	output.register(fs, "text", "json", "yaml")
 	var cf connFlags
@@ -31,8 +36,17 @@ func runDiff(ctx context.Context, args []string, e *env) int {
 	if stop {
 		return code
 	}
+	if *from != 0 || *to != 0 || *prefix != "" {
+		switch {
+		case len(files) > 0 || len(rest) > 0:
+			return fs.usage("give either -f FILE|DIR|- or --from-revision A [--to-revision B], and nothing else")
+		case *from < 1 || *to < 0:
+			return fs.usage("--from-revision A is required with --to-revision and --prefix (a revision, 1 or more)")
+		}
+		return runDiffRevisions(ctx, e, output, &cf, *prefix, *from, *to)
+	}
 	if len(files) == 0 || len(rest) > 0 {
-		return fs.usage("give the documents with -f FILE|DIR|- (and nothing else)")
+		return fs.usage("give the documents with -f FILE|DIR|-, or two revisions with --from-revision A [--to-revision B]")
 	}
 	items, code := readInput(e, "diff", files, exitError)
 	if code != exitOK {

@@ -48,6 +48,8 @@ func runGet(ctx context.Context, args []string, e *env) int {
 	var output outputFlag
 	output.register(fs, "yaml", "json", "text", "wide")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
+	var past pastFlags
+	past.register(fs, true)
 	var cf connFlags
 	cf.register(fs, e.getenv)
 	rest, stop, code := fs.parse(args)
@@ -58,6 +60,9 @@ func runGet(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fs.usage("%v", err)
 	}
+	if err := past.check(*minRev); err != nil {
+		return fs.usage("%v", err)
+	}
 	conn, err := cf.dial()
 	if err != nil {
 		return fail(e, "get", err, nil)
@@ -65,7 +70,8 @@ func runGet(ctx context.Context, args []string, e *env) int {
 	defer conn.Close()
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
-	resp, err := verdictv1.NewPolicyServiceClient(conn).Get(cctx, &verdictv1.GetRequest{Key: key, MinRevision: *minRev})
+	resp, err := verdictv1.NewPolicyServiceClient(conn).Get(cctx, &verdictv1.GetRequest{Key: key, MinRevision: *minRev,
+		AtRevision: past.rev, AtTime: past.atTime()})
 	if err != nil {
 		return fail(e, "get", err, nil)
 	}
@@ -84,11 +90,16 @@ func runList(ctx context.Context, args []string, e *env) int {
 	var output outputFlag
 	output.register(fs, "text", "wide", "yaml", "json")
 	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
+	var past pastFlags
+	past.register(fs, true)
 	var cf connFlags
 	cf.register(fs, e.getenv)
 	rest, stop, code := fs.parse(args)
 	if stop {
 		return code
+	}
+	if err := past.check(*minRev); err != nil {
+		return fs.usage("%v", err)
 	}
 	prefix := ""
 	switch {
@@ -110,7 +121,8 @@ func runList(ctx context.Context, args []string, e *env) int {
 		return fail(e, "list", err, nil)
 	}
 	defer conn.Close()
-	all, err := listAll(ctx, verdictv1.NewPolicyServiceClient(conn), &cf, prefix, *minRev)
+	all, err := listAllAt(ctx, verdictv1.NewPolicyServiceClient(conn), &cf,
+		&verdictv1.ListRequest{Prefix: prefix, MinRevision: *minRev, AtRevision: past.rev, AtTime: past.atTime()})
 	if err != nil {
 		return fail(e, "list", err, nil)
 	}
@@ -271,17 +283,22 @@ func runDelete(ctx context.Context, args []string, e *env) int {
 
 // listAll reads every resource with the prefix, page by page.
 func listAll(ctx context.Context, client verdictv1.PolicyServiceClient, cf *connFlags, prefix string, minRev int64) ([]*verdictv1.StoredResource, error) {
+	return listAllAt(ctx, client, cf, &verdictv1.ListRequest{Prefix: prefix, MinRevision: minRev})
+}
+
+// listAllAt reads every page of req (its page size and token are set here).
+func listAllAt(ctx context.Context, client verdictv1.PolicyServiceClient, cf *connFlags, req *verdictv1.ListRequest) ([]*verdictv1.StoredResource, error) {
 	var all []*verdictv1.StoredResource
-	token := ""
+	req.PageSize, req.PageToken = 500, ""
 	for {
 		cctx, cancel := cf.ctx(ctx)
-		resp, err := client.List(cctx, &verdictv1.ListRequest{Prefix: prefix, PageSize: 500, PageToken: token, MinRevision: minRev})
+		resp, err := client.List(cctx, req)
 		cancel()
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, resp.GetResources()...)
-		if token = resp.GetNextPageToken(); token == "" {
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
 			return all, nil
 		}
 	}

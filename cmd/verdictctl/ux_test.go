@@ -47,12 +47,14 @@ func TestBadValuesExitTwo(t *testing.T) {
 	flow := []string{"--src", "app=web", "--dst", "app=db"}
 	bad := map[string][][]string{
 		"apply":   {{"-o", "JSON", "-f", doc}, {}, {"-f", doc, "extra"}},
-		"diff":    {{"-o", "wide", "-f", doc}, {}},
-		"get":     {{"-o", "xml", "m/mesh"}, {"thing", "x"}},
+		"diff":    {{"-o", "wide", "-f", doc}, {}, {"-f", doc, "--from-revision", "3"}, {"--to-revision", "4"}},
+		"history": {{}, {"a/mesh", "b/mesh"}, {"--page-size", "0", "m/mesh"}, {"-o", "xml", "m/mesh"}},
+		"revert":  {{"m/mesh"}, {"--to-revision", "0", "m/mesh"}, {"--to-revision", "3"}},
+		"get":     {{"-o", "xml", "m/mesh"}, {"thing", "x"}, {"--at-revision", "2", "--min-revision", "3", "m/mesh"}},
 		"list":    {{"-o", "xml"}, {"a/", "b/"}},
 		"delete":  {{"-o", "xml", "m/mesh"}, {}, {"not-a-key/x"}, {"--prefix", "m/", "m/mesh"}},
 		"status":  {{"-o", "xml"}, {"extra"}},
-		"decide":  {append([]string{"--proto", "SCTP"}, flow...), append([]string{"--proto", "TCP", "--port", "70000"}, flow...), append([]string{"--port", "8080"}, flow...), {"--dst", "app=db"}, append([]string{"-o", "JSON"}, flow...)},
+		"decide":  {append([]string{"--at", "yesterday"}, flow...), append([]string{"--at-revision", "3", "--at", "-2h"}, flow...), append([]string{"--at-revision", "-1"}, flow...), append([]string{"--proto", "SCTP"}, flow...), append([]string{"--proto", "TCP", "--port", "70000"}, flow...), append([]string{"--port", "8080"}, flow...), {"--dst", "app=db"}, append([]string{"-o", "JSON"}, flow...)},
 		"explain": {append([]string{"--proto", "sctp"}, flow...), {"--src", "app=web"}, append([]string{"--port", "0", "--proto", "TCP"}, flow...)},
 		"resolve": {{"--type", "TrafficLog"}, {"--dst", "app=db", "--proto", "SCTP"}, {"--dst", "app=db", "--port", "80"}},
 		"watch":   {{"-o", "xml"}, {"everything"}, {"rules"}},

@@ -24,6 +24,8 @@ import (
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -34,12 +36,13 @@ var flowFields = map[string]map[protowire.Number]protowire.Type{
 	"verdict.v1.DecideRequest": {
 		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType, 4: protowire.BytesType,
 		5: protowire.BytesType, 6: protowire.VarintType, 7: protowire.VarintType, 8: protowire.VarintType,
+		9: protowire.VarintType, 10: protowire.BytesType,
 	},
 	"verdict.v1.Endpoint": {
 		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType, 4: protowire.BytesType,
 		5: protowire.VarintType,
 	},
-	"verdict.v1.DecideBatchRequest":  {1: protowire.BytesType, 2: protowire.VarintType},
+	"verdict.v1.DecideBatchRequest":  {1: protowire.BytesType, 2: protowire.VarintType, 3: protowire.VarintType, 4: protowire.BytesType},
 	"verdict.v1.DecideStreamRequest": {1: protowire.BytesType, 2: protowire.BytesType},
 }
 
@@ -113,11 +116,33 @@ func decodeBatch(b []byte, m *verdictv1.DecideBatchRequest) bool {
 			}
 			m.MinRevision = int64(v)
 			b = b[n:]
+		case num == 3 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			m.AtRevision = int64(v)
+			b = b[n:]
+		case num == 4 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !mergeTime(v, &m.AtTime) {
+				return false
+			}
+			b = b[n:]
 		default:
 			return false
 		}
 	}
 	return true
+}
+
+// mergeTime merges an encoded Timestamp into *t, as protobuf-go merges a
+// message field given again (rare: past reads; protobuf-go decodes it).
+func mergeTime(b []byte, t **timestamppb.Timestamp) bool {
+	if *t == nil {
+		*t = &timestamppb.Timestamp{}
+	}
+	return proto.UnmarshalOptions{Merge: true}.Unmarshal(b, *t) == nil
 }
 
 // countFields counts the top-level fields of b numbered field (any, with
@@ -198,8 +223,8 @@ func decodeDecide(b []byte, m *verdictv1.DecideRequest, eps *endpointSlab) bool 
 		}
 		b = b[n:]
 		switch {
-		case typ == protowire.VarintType && num >= 6 && num <= 8:
-		case typ == protowire.BytesType && num >= 1 && num <= 5:
+		case typ == protowire.VarintType && (num >= 6 && num <= 9):
+		case typ == protowire.BytesType && (num >= 1 && num <= 5 || num == 10):
 		default:
 			return false
 		}
@@ -216,6 +241,8 @@ func decodeDecide(b []byte, m *verdictv1.DecideRequest, eps *endpointSlab) bool 
 				m.Explain = v != 0
 			case 8:
 				m.MinRevision = int64(v)
+			case 9:
+				m.AtRevision = int64(v)
 			}
 			continue
 		}
@@ -242,6 +269,8 @@ func decodeDecide(b []byte, m *verdictv1.DecideRequest, eps *endpointSlab) bool 
 				m.Destination = eps.next()
 			}
 			ok = decodeWorkload(v, m.Destination)
+		case 10:
+			ok = mergeTime(v, &m.AtTime)
 		}
 		if !ok {
 			return false

@@ -3,6 +3,7 @@ package flowcodec
 import (
 	"fmt"
 	"testing"
+	"time"
 	"unsafe"
 
 	"google.golang.org/grpc/mem"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/verdictpdp/verdict/engine/policygen"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -65,6 +67,8 @@ func flowMessages(t testing.TB) map[string][]byte {
 	}
 	batch.MinRevision = 99
 	out["batch"] = wire(t, &batch)
+	out["past batch"] = wire(t, &verdictv1.DecideBatchRequest{Requests: batch.Requests[:2], AtRevision: 7, AtTime: timestamppb.New(time.Unix(1e9, 5))})
+	out["past decide"] = wire(t, &verdictv1.DecideRequest{Mesh: "m", AtRevision: 12, AtTime: &timestamppb.Timestamp{Seconds: -3, Nanos: 2}})
 	out["batch, one empty flow"] = wire(t, &verdictv1.DecideBatchRequest{Requests: []*verdictv1.DecideRequest{{}}})
 	out["empty decide"] = nil
 	out["endpoint forms"] = wire(t, &verdictv1.DecideRequest{Source: &verdictv1.Endpoint{Address: "10.0.0.7", Principal: "spiffe://default/web"},

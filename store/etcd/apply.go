@@ -97,7 +97,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		paths[i] = s.key(k)
 	}
 	if cur, ok := knownCurrent(ops, integ); ok {
-		rev, done, err := s.commit(ctx, ops, paths, cur, integ, 0, fastForms(integ))
+		rev, done, err := s.commit(ctx, ops, paths, cur, integ, 0, fastForms(integ), s.lastRecord())
 		if err != nil || done {
 			return rev, err
 		}
@@ -130,7 +130,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 			// policies (at a new revision, with everything else).
 			continue
 		}
-		rev, done, err := s.commit(ctx, ops, paths, cur, integ, rd.rev, guards)
+		rev, done, err := s.commit(ctx, ops, paths, cur, integ, rd.rev, guards, rd.record)
 		if err != nil || done {
 			return rev, err
 		}
@@ -241,14 +241,29 @@ func (s *Store) formKeys(f store.Form) [2]string {
 }
 
 // commit sends ops as one transaction guarded by cur (the mod revision each
-// key holds), integ's compares (dependents' ranges as read at rev) and the
-// forms' guards. done is false when a guard failed: nothing was written.
+// key holds), integ's compares (dependents' ranges as read at rev), the
+// forms' guards and the write record's (last: what the record key is known to
+// hold). done is false when a guard failed: nothing was written.
+//
+// The transaction records the write (record.go): its time — now, or the last
+// recorded time when the clock reads earlier, so that recorded times never go
+// backwards — and its writer. The puts are stamped with the same time.
 func (s *Store) commit(ctx context.Context, ops []store.Op, paths []string, cur []current, integ store.Integrity,
-	rev int64, forms []formGuard) (_ int64, done bool, _ error) {
-	now := s.cfg.Now()
+	rev int64, forms []formGuard, last recordState) (_ int64, done bool, _ error) {
+	now := s.cfg.Now().UTC()
+	if now.Before(last.at) {
+		now = last.at
+	}
 	var cmps []clientv3.Cmp
 	var then []clientv3.Op
 	size := &pb.TxnRequest{}
+	{
+		c, put := s.recordOps(ctx, now, last)
+		cmps, then = append(cmps, c), append(then, put)
+		size.Compare = append(size.Compare, c.GetCompare())
+		size.Success = append(size.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{
+			RequestPut: &pb.PutRequest{Key: []byte(s.recordKey()), Value: []byte(put.ValueBytes())}}})
+	}
 	for _, k := range integ.MustExist {
 		p := s.key(k)
 		c := clientv3.Compare(clientv3.CreateRevision(p), ">", 0)
@@ -298,7 +313,11 @@ func (s *Store) commit(ctx context.Context, ops []store.Op, paths []string, cur 
 				RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(paths[i])}}})
 			continue
 		}
-		value, err := resource.EncodeJSON(cur[i].stamp(op.Resource, now))
+		stamped := cur[i].stamp(op.Resource, now)
+		if op.Restore {
+			stamped = store.StampRestore(op.Resource, now)
+		}
+		value, err := resource.EncodeJSON(stamped)
 		if err != nil {
 			return 0, false, fmt.Errorf("%w: ops[%d]: %w", store.ErrInvalidArgument, i, err)
 		}
@@ -318,6 +337,9 @@ func (s *Store) commit(ctx context.Context, ops []store.Op, paths []string, cur 
 		return 0, false, err
 	}
 	s.observe(ctx, nil, resp.Header.Revision)
+	if resp.Succeeded {
+		s.recorded(now)
+	}
 	return resp.Header.Revision, resp.Succeeded, nil
 }
 
@@ -345,6 +367,7 @@ func (c current) stamp(r resource.Resource, now time.Time) resource.Resource {
 // write's (path → how), among the types read.
 type integrityRead struct {
 	rev        int64
+	record     recordState // what the write record key holds
 	missing    []resource.Key
 	dependents map[string]resource.Key
 	markers    []markers
@@ -387,9 +410,7 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string,
 			gets = append(gets, clientv3.OpGet(s.prefix+f.Range(), clientv3.WithPrefix()))
 		}
 	}
-	if len(gets) == 0 {
-		return out, rd, nil
-	}
+	gets = append(gets, clientv3.OpGet(s.recordKey()))
 	s.reads.Add(1)
 	cctx, cancel := s.callCtx(ctx)
 	defer cancel()
@@ -400,6 +421,9 @@ func (s *Store) readCurrent(ctx context.Context, ops []store.Op, paths []string,
 		return nil, rd, err
 	}
 	rd.rev = resp.Header.Revision
+	last := resp.Responses[len(resp.Responses)-1]
+	resp.Responses = resp.Responses[:len(resp.Responses)-1]
+	rd.record = readRecordState(last.GetResponseRange().GetKvs())
 	for j, r := range resp.Responses {
 		kvs := r.GetResponseRange().GetKvs()
 		switch {

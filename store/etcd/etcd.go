@@ -175,6 +175,7 @@ type Store struct {
 	mu      sync.Mutex
 	health  store.Health
 	storage store.Storage // Maintain's last round (retention.go)
+	record  recordState   // what the write record key was last known to hold (record.go)
 	closed  bool
 	kicks   map[chan struct{}]struct{} // one per watch: progress requests
 }
@@ -233,8 +234,9 @@ const metaSuffix = ".meta"
 // prefix (docs/storage.md, "Bookkeeping"): prefix + ".meta/", beside the
 // resources' prefix + "/", so that no List, Watch or digest of the resources
 // ever sees it, and no mesh name can collide with it. Under it: forms/ (one
-// form per type, see Apply), clock/ (revision-time samples) and compactor/
-// (the election of the replica that compacts; see Retention).
+// form per type, see Apply), writes (the write records, record.go), clock/
+// (revision-time samples) and compactor/ (the election of the replica that
+// compacts; see Retention).
 func MetaPrefix(prefix string) string {
 	if prefix == "" {
 		prefix = store.DefaultPrefix

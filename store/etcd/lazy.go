@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/store"
 )
@@ -185,4 +186,60 @@ func (l *Lazy) Storage() store.Storage {
 		return store.Storage{}
 	}
 	return s.Storage()
+}
+
+var _ store.History = (*Lazy)(nil)
+
+// Revision implements store.History once connected.
+func (l *Lazy) Revision(ctx context.Context) (int64, error) {
+	s, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return s.Revision(ctx)
+}
+
+// Oldest implements store.History once connected.
+func (l *Lazy) Oldest(ctx context.Context) (int64, error) {
+	s, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return s.Oldest(ctx)
+}
+
+// StateAt implements store.History once connected.
+func (l *Lazy) StateAt(ctx context.Context, rev int64, prefix string) ([]engine.Change, error) {
+	s, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.StateAt(ctx, rev, prefix)
+}
+
+// Versions implements store.History once connected.
+func (l *Lazy) Versions(ctx context.Context, key string, prefix bool, from, to int64, limit int) ([]store.Version, bool, error) {
+	s, err := l.get()
+	if err != nil {
+		return nil, false, err
+	}
+	return s.Versions(ctx, key, prefix, from, to, limit)
+}
+
+// Records implements store.History once connected.
+func (l *Lazy) Records(ctx context.Context, revisions []int64) (map[int64]store.WriteRecord, error) {
+	s, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.Records(ctx, revisions)
+}
+
+// RevisionAt implements store.History once connected.
+func (l *Lazy) RevisionAt(ctx context.Context, t time.Time) (int64, error) {
+	s, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return s.RevisionAt(ctx, t)
 }

@@ -302,6 +302,12 @@ func (s *Store) key(k resource.Key) string {
 // returns it as a Reset. Pages are decoded in parallel while the next ones
 // are fetched.
 func (s *Store) listAll(ctx context.Context) (store.Event, error) {
+	return s.listAt(ctx, 0, "")
+}
+
+// listAt is listAll at revision rev (0: the current one) of the keys under
+// the store's prefix and then sub.
+func (s *Store) listAt(ctx context.Context, rev int64, sub string) (store.Event, error) {
 	type page struct {
 		kvs     []*mvccpb.KeyValue
 		changes []engine.Change
@@ -321,7 +327,7 @@ func (s *Store) listAll(ctx context.Context) (store.Event, error) {
 		})
 	}
 	var pages []*page
-	rev, start, end := int64(0), s.prefix, clientv3.GetPrefixRangeEnd(s.prefix)
+	start, end := s.prefix+sub, clientv3.GetPrefixRangeEnd(s.prefix+sub)
 	var err error
 	for {
 		cctx, cancel := s.callCtx(ctx)

@@ -209,7 +209,11 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		if op.Resource == nil {
 			continue
 		}
-		b, err := resource.EncodeJSON(store.Stamp(op.Resource, stored, now))
+		stamped := store.Stamp(op.Resource, stored, now)
+		if op.Restore {
+			stamped = store.StampRestore(op.Resource, now)
+		}
+		b, err := resource.EncodeJSON(stamped)
 		if err != nil {
 			return 0, fmt.Errorf("%w: ops[%d]: %w", store.ErrInvalidArgument, i, err)
 		}

@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -578,7 +579,17 @@ type DecideRequest struct {
 	// Return the trace of the decision (docs/explain.md).
 	Explain bool `protobuf:"varint,7,opt,name=explain,proto3" json:"explain,omitempty"`
 	// Answer from a snapshot at or after this revision (read-your-writes).
-	MinRevision   int64 `protobuf:"varint,8,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	MinRevision int64 `protobuf:"varint,8,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// Answer as of this past revision, from the store as it was then
+	// (docs/history.md); the answer's revision echoes it. Needs an authorized
+	// caller. Older than the retention window: FailedPrecondition naming the
+	// oldest revision held; not reached yet: OutOfRange. Excludes min_revision
+	// and at_time. In a batch, set it on the batch; not served on streams.
+	AtRevision int64 `protobuf:"varint,9,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	// Answer as of the newest revision committed at or before this time
+	// (docs/history.md, "at_time"); the answer's revision says which. Needs an
+	// authorized caller. After the server's clock: OutOfRange.
+	AtTime        *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +678,20 @@ func (x *DecideRequest) GetMinRevision() int64 {
 		return x.MinRevision
 	}
 	return 0
+}
+
+func (x *DecideRequest) GetAtRevision() int64 {
+	if x != nil {
+		return x.AtRevision
+	}
+	return 0
+}
+
+func (x *DecideRequest) GetAtTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AtTime
+	}
+	return nil
 }
 
 // SideDecision is the answer of one side.
@@ -1284,7 +1309,12 @@ type DecideBatchRequest struct {
 	Requests []*DecideRequest       `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
 	// Answer every flow from a snapshot at or after this revision. A flow's own
 	// min_revision is ignored in a batch: one snapshot answers the whole batch.
-	MinRevision   int64 `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	MinRevision int64 `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// Answer every flow as of this past revision, or of the newest revision
+	// committed at or before at_time (DecideRequest.at_revision). A flow that
+	// sets its own is refused in its entry.
+	AtRevision    int64                  `protobuf:"varint,3,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1331,6 +1361,20 @@ func (x *DecideBatchRequest) GetMinRevision() int64 {
 		return x.MinRevision
 	}
 	return 0
+}
+
+func (x *DecideBatchRequest) GetAtRevision() int64 {
+	if x != nil {
+		return x.AtRevision
+	}
+	return 0
+}
+
+func (x *DecideBatchRequest) GetAtTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AtTime
+	}
+	return nil
 }
 
 // DecideBatchResponse answers every flow, in request order.
@@ -1697,14 +1741,17 @@ func (x *DecideStreamResponse) GetResult() *DecideResult {
 // ResolveRequest asks for the effective configuration of a type for a flow,
 // or for one workload (source only).
 type ResolveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Mesh          string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
-	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Source        *Endpoint              `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
-	Destination   *Endpoint              `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
-	Protocol      string                 `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	Port          uint32                 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
-	MinRevision   int64                  `protobuf:"varint,7,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Mesh        string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	Type        string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Source      *Endpoint              `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Destination *Endpoint              `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
+	Protocol    string                 `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Port        uint32                 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
+	MinRevision int64                  `protobuf:"varint,7,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// As of a past revision or time (DecideRequest.at_revision).
+	AtRevision    int64                  `protobuf:"varint,8,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime        *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1786,6 +1833,20 @@ func (x *ResolveRequest) GetMinRevision() int64 {
 		return x.MinRevision
 	}
 	return 0
+}
+
+func (x *ResolveRequest) GetAtRevision() int64 {
+	if x != nil {
+		return x.AtRevision
+	}
+	return 0
+}
+
+func (x *ResolveRequest) GetAtTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AtTime
+	}
+	return nil
 }
 
 // ResolvedRule is one effective rule and the policy it came from.
@@ -2585,7 +2646,7 @@ var File_verdict_v1_decision_proto protoreflect.FileDescriptor
 const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\n" +
 	"\x19verdict/v1/decision.proto\x12\n" +
-	"verdict.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xe7\x01\n" +
+	"verdict.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x01\n" +
 	"\bEndpoint\x122\n" +
 	"\x04tags\x18\x01 \x03(\v2\x1e.verdict.v1.Endpoint.TagsEntryR\x04tags\x12\x1a\n" +
 	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x18\n" +
@@ -2605,7 +2666,7 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x04tags\x18\x06 \x03(\v2(.verdict.v1.EndpointResolution.TagsEntryR\x04tags\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x02\n" +
 	"\rDecideRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12,\n" +
@@ -2614,7 +2675,11 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x12\n" +
 	"\x04port\x18\x06 \x01(\rR\x04port\x12\x18\n" +
 	"\aexplain\x18\a \x01(\bR\aexplain\x12!\n" +
-	"\fmin_revision\x18\b \x01(\x03R\vminRevision\"\xa8\x01\n" +
+	"\fmin_revision\x18\b \x01(\x03R\vminRevision\x12\x1f\n" +
+	"\vat_revision\x18\t \x01(\x03R\n" +
+	"atRevision\x123\n" +
+	"\aat_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"\xa8\x01\n" +
 	"\fSideDecision\x12*\n" +
 	"\x06action\x18\x01 \x01(\x0e2\x12.verdict.v1.ActionR\x06action\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
@@ -2666,10 +2731,13 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\x05audit\x18\v \x01(\bR\x05audit\"8\n" +
 	"\fNonCandidate\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
-	"\x03why\x18\x02 \x01(\tR\x03why\"n\n" +
+	"\x03why\x18\x02 \x01(\tR\x03why\"\xc4\x01\n" +
 	"\x12DecideBatchRequest\x125\n" +
 	"\brequests\x18\x01 \x03(\v2\x19.verdict.v1.DecideRequestR\brequests\x12!\n" +
-	"\fmin_revision\x18\x02 \x01(\x03R\vminRevision\"e\n" +
+	"\fmin_revision\x18\x02 \x01(\x03R\vminRevision\x12\x1f\n" +
+	"\vat_revision\x18\x03 \x01(\x03R\n" +
+	"atRevision\x123\n" +
+	"\aat_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"e\n" +
 	"\x13DecideBatchResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.verdict.v1.DecideResultR\aresults\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"}\n" +
@@ -2689,7 +2757,7 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.verdict.v1.DecideRequestR\arequest\"X\n" +
 	"\x14DecideStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
-	"\x06result\x18\x02 \x01(\v2\x18.verdict.v1.DecideResultR\x06result\"\xf1\x01\n" +
+	"\x06result\x18\x02 \x01(\v2\x18.verdict.v1.DecideResultR\x06result\"\xc7\x02\n" +
 	"\x0eResolveRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12,\n" +
@@ -2697,7 +2765,10 @@ const file_verdict_v1_decision_proto_rawDesc = "" +
 	"\vdestination\x18\x04 \x01(\v2\x14.verdict.v1.EndpointR\vdestination\x12\x1a\n" +
 	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x12\n" +
 	"\x04port\x18\x06 \x01(\rR\x04port\x12!\n" +
-	"\fmin_revision\x18\a \x01(\x03R\vminRevision\"h\n" +
+	"\fmin_revision\x18\a \x01(\x03R\vminRevision\x12\x1f\n" +
+	"\vat_revision\x18\b \x01(\x03R\n" +
+	"atRevision\x123\n" +
+	"\aat_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"h\n" +
 	"\fResolvedRule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12\x16\n" +
@@ -2858,8 +2929,9 @@ var file_verdict_v1_decision_proto_goTypes = []any{
 	(*DecideCompactStreamResponse)(nil), // 35: verdict.v1.DecideCompactStreamResponse
 	nil,                                 // 36: verdict.v1.Endpoint.TagsEntry
 	nil,                                 // 37: verdict.v1.EndpointResolution.TagsEntry
-	(*structpb.Struct)(nil),             // 38: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 39: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),       // 38: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 39: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 40: google.protobuf.Value
 }
 var file_verdict_v1_decision_proto_depIdxs = []int32{
 	36, // 0: verdict.v1.Endpoint.tags:type_name -> verdict.v1.Endpoint.TagsEntry
@@ -2868,66 +2940,69 @@ var file_verdict_v1_decision_proto_depIdxs = []int32{
 	37, // 3: verdict.v1.EndpointResolution.tags:type_name -> verdict.v1.EndpointResolution.TagsEntry
 	6,  // 4: verdict.v1.DecideRequest.source:type_name -> verdict.v1.Endpoint
 	6,  // 5: verdict.v1.DecideRequest.destination:type_name -> verdict.v1.Endpoint
-	0,  // 6: verdict.v1.SideDecision.action:type_name -> verdict.v1.Action
-	1,  // 7: verdict.v1.SideDecision.reason:type_name -> verdict.v1.Reason
-	0,  // 8: verdict.v1.DecideResponse.action:type_name -> verdict.v1.Action
-	9,  // 9: verdict.v1.DecideResponse.outbound:type_name -> verdict.v1.SideDecision
-	9,  // 10: verdict.v1.DecideResponse.inbound:type_name -> verdict.v1.SideDecision
-	38, // 11: verdict.v1.DecideResponse.conf:type_name -> google.protobuf.Struct
-	12, // 12: verdict.v1.DecideResponse.explanation:type_name -> verdict.v1.Explanation
-	7,  // 13: verdict.v1.DecideResponse.source_resolution:type_name -> verdict.v1.EndpointResolution
-	7,  // 14: verdict.v1.DecideResponse.destination_resolution:type_name -> verdict.v1.EndpointResolution
-	11, // 15: verdict.v1.DecideResponse.audit:type_name -> verdict.v1.Audit
-	0,  // 16: verdict.v1.Audit.action:type_name -> verdict.v1.Action
-	13, // 17: verdict.v1.Explanation.outbound:type_name -> verdict.v1.SideTrace
-	13, // 18: verdict.v1.Explanation.inbound:type_name -> verdict.v1.SideTrace
-	1,  // 19: verdict.v1.SideTrace.reason:type_name -> verdict.v1.Reason
-	14, // 20: verdict.v1.SideTrace.candidates:type_name -> verdict.v1.CandidateTrace
-	15, // 21: verdict.v1.SideTrace.not_candidates:type_name -> verdict.v1.NonCandidate
-	0,  // 22: verdict.v1.CandidateTrace.action:type_name -> verdict.v1.Action
-	8,  // 23: verdict.v1.DecideBatchRequest.requests:type_name -> verdict.v1.DecideRequest
-	18, // 24: verdict.v1.DecideBatchResponse.results:type_name -> verdict.v1.DecideResult
-	10, // 25: verdict.v1.DecideResult.response:type_name -> verdict.v1.DecideResponse
-	19, // 26: verdict.v1.DecideResult.error:type_name -> verdict.v1.Error
-	20, // 27: verdict.v1.Error.field_violations:type_name -> verdict.v1.FieldViolation
-	8,  // 28: verdict.v1.DecideStreamRequest.request:type_name -> verdict.v1.DecideRequest
-	18, // 29: verdict.v1.DecideStreamResponse.result:type_name -> verdict.v1.DecideResult
-	6,  // 30: verdict.v1.ResolveRequest.source:type_name -> verdict.v1.Endpoint
-	6,  // 31: verdict.v1.ResolveRequest.destination:type_name -> verdict.v1.Endpoint
-	39, // 32: verdict.v1.ResolvedRule.value:type_name -> google.protobuf.Value
-	4,  // 33: verdict.v1.PolicyStatus.state:type_name -> verdict.v1.PolicyState
-	25, // 34: verdict.v1.PolicyStatus.missing:type_name -> verdict.v1.MissingRule
-	24, // 35: verdict.v1.Resolution.rules:type_name -> verdict.v1.ResolvedRule
-	26, // 36: verdict.v1.Resolution.status:type_name -> verdict.v1.PolicyStatus
-	24, // 37: verdict.v1.ResolveResponse.rules:type_name -> verdict.v1.ResolvedRule
-	26, // 38: verdict.v1.ResolveResponse.status:type_name -> verdict.v1.PolicyStatus
-	27, // 39: verdict.v1.ResolveResponse.outbound:type_name -> verdict.v1.Resolution
-	6,  // 40: verdict.v1.IdentifyRequest.endpoints:type_name -> verdict.v1.Endpoint
-	31, // 41: verdict.v1.IdentifyResponse.results:type_name -> verdict.v1.Identified
-	7,  // 42: verdict.v1.Identified.resolution:type_name -> verdict.v1.EndpointResolution
-	19, // 43: verdict.v1.Identified.error:type_name -> verdict.v1.Error
-	32, // 44: verdict.v1.DecideCompactStreamRequest.batch:type_name -> verdict.v1.DecideCompactRequest
-	33, // 45: verdict.v1.DecideCompactStreamResponse.batch:type_name -> verdict.v1.DecideCompactResponse
-	19, // 46: verdict.v1.DecideCompactStreamResponse.error:type_name -> verdict.v1.Error
-	8,  // 47: verdict.v1.DecisionService.Decide:input_type -> verdict.v1.DecideRequest
-	16, // 48: verdict.v1.DecisionService.DecideBatch:input_type -> verdict.v1.DecideBatchRequest
-	21, // 49: verdict.v1.DecisionService.DecideStream:input_type -> verdict.v1.DecideStreamRequest
-	23, // 50: verdict.v1.DecisionService.Resolve:input_type -> verdict.v1.ResolveRequest
-	29, // 51: verdict.v1.DecisionService.Identify:input_type -> verdict.v1.IdentifyRequest
-	32, // 52: verdict.v1.DecisionService.DecideCompact:input_type -> verdict.v1.DecideCompactRequest
-	34, // 53: verdict.v1.DecisionService.DecideCompactStream:input_type -> verdict.v1.DecideCompactStreamRequest
-	10, // 54: verdict.v1.DecisionService.Decide:output_type -> verdict.v1.DecideResponse
-	17, // 55: verdict.v1.DecisionService.DecideBatch:output_type -> verdict.v1.DecideBatchResponse
-	22, // 56: verdict.v1.DecisionService.DecideStream:output_type -> verdict.v1.DecideStreamResponse
-	28, // 57: verdict.v1.DecisionService.Resolve:output_type -> verdict.v1.ResolveResponse
-	30, // 58: verdict.v1.DecisionService.Identify:output_type -> verdict.v1.IdentifyResponse
-	33, // 59: verdict.v1.DecisionService.DecideCompact:output_type -> verdict.v1.DecideCompactResponse
-	35, // 60: verdict.v1.DecisionService.DecideCompactStream:output_type -> verdict.v1.DecideCompactStreamResponse
-	54, // [54:61] is the sub-list for method output_type
-	47, // [47:54] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	38, // 6: verdict.v1.DecideRequest.at_time:type_name -> google.protobuf.Timestamp
+	0,  // 7: verdict.v1.SideDecision.action:type_name -> verdict.v1.Action
+	1,  // 8: verdict.v1.SideDecision.reason:type_name -> verdict.v1.Reason
+	0,  // 9: verdict.v1.DecideResponse.action:type_name -> verdict.v1.Action
+	9,  // 10: verdict.v1.DecideResponse.outbound:type_name -> verdict.v1.SideDecision
+	9,  // 11: verdict.v1.DecideResponse.inbound:type_name -> verdict.v1.SideDecision
+	39, // 12: verdict.v1.DecideResponse.conf:type_name -> google.protobuf.Struct
+	12, // 13: verdict.v1.DecideResponse.explanation:type_name -> verdict.v1.Explanation
+	7,  // 14: verdict.v1.DecideResponse.source_resolution:type_name -> verdict.v1.EndpointResolution
+	7,  // 15: verdict.v1.DecideResponse.destination_resolution:type_name -> verdict.v1.EndpointResolution
+	11, // 16: verdict.v1.DecideResponse.audit:type_name -> verdict.v1.Audit
+	0,  // 17: verdict.v1.Audit.action:type_name -> verdict.v1.Action
+	13, // 18: verdict.v1.Explanation.outbound:type_name -> verdict.v1.SideTrace
+	13, // 19: verdict.v1.Explanation.inbound:type_name -> verdict.v1.SideTrace
+	1,  // 20: verdict.v1.SideTrace.reason:type_name -> verdict.v1.Reason
+	14, // 21: verdict.v1.SideTrace.candidates:type_name -> verdict.v1.CandidateTrace
+	15, // 22: verdict.v1.SideTrace.not_candidates:type_name -> verdict.v1.NonCandidate
+	0,  // 23: verdict.v1.CandidateTrace.action:type_name -> verdict.v1.Action
+	8,  // 24: verdict.v1.DecideBatchRequest.requests:type_name -> verdict.v1.DecideRequest
+	38, // 25: verdict.v1.DecideBatchRequest.at_time:type_name -> google.protobuf.Timestamp
+	18, // 26: verdict.v1.DecideBatchResponse.results:type_name -> verdict.v1.DecideResult
+	10, // 27: verdict.v1.DecideResult.response:type_name -> verdict.v1.DecideResponse
+	19, // 28: verdict.v1.DecideResult.error:type_name -> verdict.v1.Error
+	20, // 29: verdict.v1.Error.field_violations:type_name -> verdict.v1.FieldViolation
+	8,  // 30: verdict.v1.DecideStreamRequest.request:type_name -> verdict.v1.DecideRequest
+	18, // 31: verdict.v1.DecideStreamResponse.result:type_name -> verdict.v1.DecideResult
+	6,  // 32: verdict.v1.ResolveRequest.source:type_name -> verdict.v1.Endpoint
+	6,  // 33: verdict.v1.ResolveRequest.destination:type_name -> verdict.v1.Endpoint
+	38, // 34: verdict.v1.ResolveRequest.at_time:type_name -> google.protobuf.Timestamp
+	40, // 35: verdict.v1.ResolvedRule.value:type_name -> google.protobuf.Value
+	4,  // 36: verdict.v1.PolicyStatus.state:type_name -> verdict.v1.PolicyState
+	25, // 37: verdict.v1.PolicyStatus.missing:type_name -> verdict.v1.MissingRule
+	24, // 38: verdict.v1.Resolution.rules:type_name -> verdict.v1.ResolvedRule
+	26, // 39: verdict.v1.Resolution.status:type_name -> verdict.v1.PolicyStatus
+	24, // 40: verdict.v1.ResolveResponse.rules:type_name -> verdict.v1.ResolvedRule
+	26, // 41: verdict.v1.ResolveResponse.status:type_name -> verdict.v1.PolicyStatus
+	27, // 42: verdict.v1.ResolveResponse.outbound:type_name -> verdict.v1.Resolution
+	6,  // 43: verdict.v1.IdentifyRequest.endpoints:type_name -> verdict.v1.Endpoint
+	31, // 44: verdict.v1.IdentifyResponse.results:type_name -> verdict.v1.Identified
+	7,  // 45: verdict.v1.Identified.resolution:type_name -> verdict.v1.EndpointResolution
+	19, // 46: verdict.v1.Identified.error:type_name -> verdict.v1.Error
+	32, // 47: verdict.v1.DecideCompactStreamRequest.batch:type_name -> verdict.v1.DecideCompactRequest
+	33, // 48: verdict.v1.DecideCompactStreamResponse.batch:type_name -> verdict.v1.DecideCompactResponse
+	19, // 49: verdict.v1.DecideCompactStreamResponse.error:type_name -> verdict.v1.Error
+	8,  // 50: verdict.v1.DecisionService.Decide:input_type -> verdict.v1.DecideRequest
+	16, // 51: verdict.v1.DecisionService.DecideBatch:input_type -> verdict.v1.DecideBatchRequest
+	21, // 52: verdict.v1.DecisionService.DecideStream:input_type -> verdict.v1.DecideStreamRequest
+	23, // 53: verdict.v1.DecisionService.Resolve:input_type -> verdict.v1.ResolveRequest
+	29, // 54: verdict.v1.DecisionService.Identify:input_type -> verdict.v1.IdentifyRequest
+	32, // 55: verdict.v1.DecisionService.DecideCompact:input_type -> verdict.v1.DecideCompactRequest
+	34, // 56: verdict.v1.DecisionService.DecideCompactStream:input_type -> verdict.v1.DecideCompactStreamRequest
+	10, // 57: verdict.v1.DecisionService.Decide:output_type -> verdict.v1.DecideResponse
+	17, // 58: verdict.v1.DecisionService.DecideBatch:output_type -> verdict.v1.DecideBatchResponse
+	22, // 59: verdict.v1.DecisionService.DecideStream:output_type -> verdict.v1.DecideStreamResponse
+	28, // 60: verdict.v1.DecisionService.Resolve:output_type -> verdict.v1.ResolveResponse
+	30, // 61: verdict.v1.DecisionService.Identify:output_type -> verdict.v1.IdentifyResponse
+	33, // 62: verdict.v1.DecisionService.DecideCompact:output_type -> verdict.v1.DecideCompactResponse
+	35, // 63: verdict.v1.DecisionService.DecideCompactStream:output_type -> verdict.v1.DecideCompactStreamResponse
+	57, // [57:64] is the sub-list for method output_type
+	50, // [50:57] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_decision_proto_init() }

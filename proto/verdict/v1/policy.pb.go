@@ -9,6 +9,7 @@ package verdictv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -80,6 +81,62 @@ func (x ApplyOutcome) Number() protoreflect.EnumNumber {
 // Deprecated: Use ApplyOutcome.Descriptor instead.
 func (ApplyOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{0}
+}
+
+// VersionChange says what a version did to its key.
+type VersionChange int32
+
+const (
+	VersionChange_VERSION_CHANGE_UNSPECIFIED VersionChange = 0
+	// The key held nothing before.
+	VersionChange_VERSION_CHANGE_CREATED VersionChange = 1
+	// The key held another value before.
+	VersionChange_VERSION_CHANGE_UPDATED VersionChange = 2
+	// The key was deleted.
+	VersionChange_VERSION_CHANGE_DELETED VersionChange = 3
+)
+
+// Enum value maps for VersionChange.
+var (
+	VersionChange_name = map[int32]string{
+		0: "VERSION_CHANGE_UNSPECIFIED",
+		1: "VERSION_CHANGE_CREATED",
+		2: "VERSION_CHANGE_UPDATED",
+		3: "VERSION_CHANGE_DELETED",
+	}
+	VersionChange_value = map[string]int32{
+		"VERSION_CHANGE_UNSPECIFIED": 0,
+		"VERSION_CHANGE_CREATED":     1,
+		"VERSION_CHANGE_UPDATED":     2,
+		"VERSION_CHANGE_DELETED":     3,
+	}
+)
+
+func (x VersionChange) Enum() *VersionChange {
+	p := new(VersionChange)
+	*p = x
+	return p
+}
+
+func (x VersionChange) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (VersionChange) Descriptor() protoreflect.EnumDescriptor {
+	return file_verdict_v1_policy_proto_enumTypes[1].Descriptor()
+}
+
+func (VersionChange) Type() protoreflect.EnumType {
+	return &file_verdict_v1_policy_proto_enumTypes[1]
+}
+
+func (x VersionChange) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use VersionChange.Descriptor instead.
+func (VersionChange) EnumDescriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{1}
 }
 
 // ApplyRequest writes resources and deletes keys atomically.
@@ -299,8 +356,12 @@ func (x *ApplyResult) GetOutcome() ApplyOutcome {
 type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "default/mesh", "default/scopes/Apps", "default/policies/TrafficLog/x".
-	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	MinRevision   int64  `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	Key         string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	MinRevision int64  `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// Read the resource as it was at a past revision, or at the newest revision
+	// committed at or before at_time (DecideRequest.at_revision).
+	AtRevision    int64                  `protobuf:"varint,3,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +408,20 @@ func (x *GetRequest) GetMinRevision() int64 {
 		return x.MinRevision
 	}
 	return 0
+}
+
+func (x *GetRequest) GetAtRevision() int64 {
+	if x != nil {
+		return x.AtRevision
+	}
+	return 0
+}
+
+func (x *GetRequest) GetAtTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AtTime
+	}
+	return nil
 }
 
 // GetResponse holds the resource.
@@ -410,8 +485,12 @@ type ListRequest struct {
 	// At most 1000; 0 = 100.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From the previous page's next_page_token.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	MinRevision   int64  `protobuf:"varint,4,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	PageToken   string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	MinRevision int64  `protobuf:"varint,4,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// List as of a past revision or time (GetRequest.at_revision); the pages
+	// after the first read the first page's revision.
+	AtRevision    int64                  `protobuf:"varint,5,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -472,6 +551,20 @@ func (x *ListRequest) GetMinRevision() int64 {
 		return x.MinRevision
 	}
 	return 0
+}
+
+func (x *ListRequest) GetAtRevision() int64 {
+	if x != nil {
+		return x.AtRevision
+	}
+	return 0
+}
+
+func (x *ListRequest) GetAtTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AtTime
+	}
+	return nil
 }
 
 // ListResponse is one page, in key order. Pages continue after the last key of
@@ -802,12 +895,620 @@ func (x *StatusResponse) GetStoreAlarms() []string {
 	return nil
 }
 
+// HistoryRequest selects the versions of a key, or of every key under a
+// prefix, within a window of revisions.
+type HistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A key ("default/policies/TrafficPermission/web"), or with prefix a key
+	// prefix ("default/"; "" is every key).
+	Key    string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix bool   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The versions written after from_revision (0: the oldest revision held)
+	// and up to to_revision (0: the current one).
+	FromRevision int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	ToRevision   int64 `protobuf:"varint,4,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	// At most 1000; 0 = 100.
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From the previous page's next_page_token (the window stays the first
+	// page's).
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryRequest) Reset() {
+	*x = HistoryRequest{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryRequest) ProtoMessage() {}
+
+func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
+func (*HistoryRequest) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HistoryRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+func (x *HistoryRequest) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *HistoryRequest) GetToRevision() int64 {
+	if x != nil {
+		return x.ToRevision
+	}
+	return 0
+}
+
+func (x *HistoryRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *HistoryRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// HistoryResponse is one page of versions, oldest first.
+type HistoryResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Versions []*Version             `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The window read: (from_revision, to_revision].
+	FromRevision  int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	ToRevision    int64 `protobuf:"varint,4,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryResponse) Reset() {
+	*x = HistoryResponse{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryResponse) ProtoMessage() {}
+
+func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
+func (*HistoryResponse) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HistoryResponse) GetVersions() []*Version {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *HistoryResponse) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetToRevision() int64 {
+	if x != nil {
+		return x.ToRevision
+	}
+	return 0
+}
+
+// Version is one change of a key.
+type Version struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The revision of the write.
+	Revision int64         `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Change   VersionChange `protobuf:"varint,3,opt,name=change,proto3,enum=verdict.v1.VersionChange" json:"change,omitempty"`
+	// When verdict recorded the write, and for whom: a client certificate's
+	// SAN, "token" for the shared token, "anonymous <address>" in development
+	// mode. Absent for a write made around verdict (etcdctl).
+	Time   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	Writer string                 `protobuf:"bytes,5,opt,name=writer,proto3" json:"writer,omitempty"`
+	// The call that wrote: "apply", "delete", "revert".
+	Via string `protobuf:"bytes,6,opt,name=via,proto3" json:"via,omitempty"`
+	// The value written; absent for a deletion.
+	Resource *StoredResource `protobuf:"bytes,7,opt,name=resource,proto3" json:"resource,omitempty"`
+	// The value it replaced; absent for a creation. resource against
+	// previous is the version's diff (verdictctl history shows it unified).
+	Previous      *StoredResource `protobuf:"bytes,8,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Version) Reset() {
+	*x = Version{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Version) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Version) ProtoMessage() {}
+
+func (x *Version) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Version.ProtoReflect.Descriptor instead.
+func (*Version) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Version) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Version) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Version) GetChange() VersionChange {
+	if x != nil {
+		return x.Change
+	}
+	return VersionChange_VERSION_CHANGE_UNSPECIFIED
+}
+
+func (x *Version) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Version) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
+}
+
+func (x *Version) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+func (x *Version) GetResource() *StoredResource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *Version) GetPrevious() *StoredResource {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+// DiffRequest compares two revisions.
+type DiffRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only keys under this prefix ("" every key).
+	Prefix       string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	FromRevision int64  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	// 0: the current revision.
+	ToRevision    int64 `protobuf:"varint,3,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffRequest) Reset() {
+	*x = DiffRequest{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffRequest) ProtoMessage() {}
+
+func (x *DiffRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
+func (*DiffRequest) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DiffRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *DiffRequest) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *DiffRequest) GetToRevision() int64 {
+	if x != nil {
+		return x.ToRevision
+	}
+	return 0
+}
+
+// DiffResponse lists the keys that differ, in key order.
+type DiffResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Differences   []*ResourceDifference  `protobuf:"bytes,1,rep,name=differences,proto3" json:"differences,omitempty"`
+	FromRevision  int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	ToRevision    int64                  `protobuf:"varint,3,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffResponse) Reset() {
+	*x = DiffResponse{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffResponse) ProtoMessage() {}
+
+func (x *DiffResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
+func (*DiffResponse) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DiffResponse) GetDifferences() []*ResourceDifference {
+	if x != nil {
+		return x.Differences
+	}
+	return nil
+}
+
+func (x *DiffResponse) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *DiffResponse) GetToRevision() int64 {
+	if x != nil {
+		return x.ToRevision
+	}
+	return 0
+}
+
+// ResourceDifference is one key that differs between two revisions: created
+// (absent at from_revision), deleted (absent at to_revision) or updated (another
+// document; the times and revisions the store stamps are set aside).
+type ResourceDifference struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Change        VersionChange          `protobuf:"varint,2,opt,name=change,proto3,enum=verdict.v1.VersionChange" json:"change,omitempty"`
+	Before        *StoredResource        `protobuf:"bytes,3,opt,name=before,proto3" json:"before,omitempty"`
+	After         *StoredResource        `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceDifference) Reset() {
+	*x = ResourceDifference{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceDifference) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceDifference) ProtoMessage() {}
+
+func (x *ResourceDifference) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceDifference.ProtoReflect.Descriptor instead.
+func (*ResourceDifference) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ResourceDifference) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ResourceDifference) GetChange() VersionChange {
+	if x != nil {
+		return x.Change
+	}
+	return VersionChange_VERSION_CHANGE_UNSPECIFIED
+}
+
+func (x *ResourceDifference) GetBefore() *StoredResource {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *ResourceDifference) GetAfter() *StoredResource {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+// RevertRequest brings a key, or every key under a prefix, back to a past
+// revision.
+type RevertRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A key, or with prefix a key prefix ("default/").
+	Key    string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix bool   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The revision whose documents are written back.
+	ToRevision int64 `protobuf:"varint,3,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	// The revision the caller read (from Status, Get, History): the revert is
+	// refused with Aborted when a key under key changed after it. 0: no check.
+	ExpectedRevision int64 `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	// Validate and say what would be written; write nothing.
+	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevertRequest) Reset() {
+	*x = RevertRequest{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevertRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevertRequest) ProtoMessage() {}
+
+func (x *RevertRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevertRequest.ProtoReflect.Descriptor instead.
+func (*RevertRequest) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RevertRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RevertRequest) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+func (x *RevertRequest) GetToRevision() int64 {
+	if x != nil {
+		return x.ToRevision
+	}
+	return 0
+}
+
+func (x *RevertRequest) GetExpectedRevision() int64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *RevertRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// RevertResponse says what the revert wrote.
+type RevertResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The revision of the write (nothing to write: the current revision; with
+	// dry_run, the revision read).
+	Revision int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// One result per key written back (created or configured) or deleted,
+	// in key order.
+	Results       []*ApplyResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevertResponse) Reset() {
+	*x = RevertResponse{}
+	mi := &file_verdict_v1_policy_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevertResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevertResponse) ProtoMessage() {}
+
+func (x *RevertResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_policy_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevertResponse.ProtoReflect.Descriptor instead.
+func (*RevertResponse) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_policy_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RevertResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RevertResponse) GetResults() []*ApplyResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_verdict_v1_policy_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\n" +
 	"\x17verdict/v1/policy.proto\x12\n" +
-	"verdict.v1\x1a\x19verdict/v1/resource.proto\"\x9b\x02\n" +
+	"verdict.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19verdict/v1/resource.proto\"\x9b\x02\n" +
 	"\fApplyRequest\x122\n" +
 	"\tresources\x18\x01 \x03(\v2\x14.verdict.v1.ResourceR\tresources\x12\x18\n" +
 	"\adeletes\x18\x02 \x03(\tR\adeletes\x12\x17\n" +
@@ -824,20 +1525,26 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\aresults\x18\x05 \x03(\v2\x17.verdict.v1.ApplyResultR\aresults\"S\n" +
 	"\vApplyResult\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
-	"\aoutcome\x18\x02 \x01(\x0e2\x18.verdict.v1.ApplyOutcomeR\aoutcome\"A\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x18.verdict.v1.ApplyOutcomeR\aoutcome\"\x97\x01\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +
-	"\fmin_revision\x18\x02 \x01(\x03R\vminRevision\"a\n" +
+	"\fmin_revision\x18\x02 \x01(\x03R\vminRevision\x12\x1f\n" +
+	"\vat_revision\x18\x03 \x01(\x03R\n" +
+	"atRevision\x123\n" +
+	"\aat_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"a\n" +
 	"\vGetResponse\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.verdict.v1.StoredResourceR\bresource\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x84\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xda\x01\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12!\n" +
-	"\fmin_revision\x18\x04 \x01(\x03R\vminRevision\"\x8c\x01\n" +
+	"\fmin_revision\x18\x04 \x01(\x03R\vminRevision\x12\x1f\n" +
+	"\vat_revision\x18\x05 \x01(\x03R\n" +
+	"atRevision\x123\n" +
+	"\aat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"\x8c\x01\n" +
 	"\fListResponse\x128\n" +
 	"\tresources\x18\x01 \x03(\v2\x1a.verdict.v1.StoredResourceR\tresources\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
@@ -861,19 +1568,76 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\ainvalid\x18\x05 \x03(\v2\x1a.verdict.v1.StoredResourceR\ainvalid\x12\x16\n" +
 	"\x06digest\x18\x06 \x01(\tR\x06digest\x12%\n" +
 	"\x0estore_revision\x18\a \x01(\x03R\rstoreRevision\x12!\n" +
-	"\fstore_alarms\x18\b \x03(\tR\vstoreAlarms*\x9e\x01\n" +
+	"\fstore_alarms\x18\b \x03(\tR\vstoreAlarms\"\xbc\x01\n" +
+	"\x0eHistoryRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x1f\n" +
+	"\vto_revision\x18\x04 \x01(\x03R\n" +
+	"toRevision\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\xb0\x01\n" +
+	"\x0fHistoryResponse\x12/\n" +
+	"\bversions\x18\x01 \x03(\v2\x13.verdict.v1.VersionR\bversions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x1f\n" +
+	"\vto_revision\x18\x04 \x01(\x03R\n" +
+	"toRevision\"\xb4\x02\n" +
+	"\aVersion\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x121\n" +
+	"\x06change\x18\x03 \x01(\x0e2\x19.verdict.v1.VersionChangeR\x06change\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06writer\x18\x05 \x01(\tR\x06writer\x12\x10\n" +
+	"\x03via\x18\x06 \x01(\tR\x03via\x126\n" +
+	"\bresource\x18\a \x01(\v2\x1a.verdict.v1.StoredResourceR\bresource\x126\n" +
+	"\bprevious\x18\b \x01(\v2\x1a.verdict.v1.StoredResourceR\bprevious\"k\n" +
+	"\vDiffRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12#\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1f\n" +
+	"\vto_revision\x18\x03 \x01(\x03R\n" +
+	"toRevision\"\x96\x01\n" +
+	"\fDiffResponse\x12@\n" +
+	"\vdifferences\x18\x01 \x03(\v2\x1e.verdict.v1.ResourceDifferenceR\vdifferences\x12#\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1f\n" +
+	"\vto_revision\x18\x03 \x01(\x03R\n" +
+	"toRevision\"\xbf\x01\n" +
+	"\x12ResourceDifference\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
+	"\x06change\x18\x02 \x01(\x0e2\x19.verdict.v1.VersionChangeR\x06change\x122\n" +
+	"\x06before\x18\x03 \x01(\v2\x1a.verdict.v1.StoredResourceR\x06before\x120\n" +
+	"\x05after\x18\x04 \x01(\v2\x1a.verdict.v1.StoredResourceR\x05after\"\xa0\x01\n" +
+	"\rRevertRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x1f\n" +
+	"\vto_revision\x18\x03 \x01(\x03R\n" +
+	"toRevision\x12+\n" +
+	"\x11expected_revision\x18\x04 \x01(\x03R\x10expectedRevision\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"_\n" +
+	"\x0eRevertResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x121\n" +
+	"\aresults\x18\x02 \x03(\v2\x17.verdict.v1.ApplyResultR\aresults*\x9e\x01\n" +
 	"\fApplyOutcome\x12\x1d\n" +
 	"\x19APPLY_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15APPLY_OUTCOME_CREATED\x10\x01\x12\x1c\n" +
 	"\x18APPLY_OUTCOME_CONFIGURED\x10\x02\x12\x1b\n" +
 	"\x17APPLY_OUTCOME_UNCHANGED\x10\x03\x12\x19\n" +
-	"\x15APPLY_OUTCOME_DELETED\x10\x042\xc2\x02\n" +
+	"\x15APPLY_OUTCOME_DELETED\x10\x04*\x83\x01\n" +
+	"\rVersionChange\x12\x1e\n" +
+	"\x1aVERSION_CHANGE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16VERSION_CHANGE_CREATED\x10\x01\x12\x1a\n" +
+	"\x16VERSION_CHANGE_UPDATED\x10\x02\x12\x1a\n" +
+	"\x16VERSION_CHANGE_DELETED\x10\x032\x82\x04\n" +
 	"\rPolicyService\x12<\n" +
 	"\x05Apply\x12\x18.verdict.v1.ApplyRequest\x1a\x19.verdict.v1.ApplyResponse\x126\n" +
 	"\x03Get\x12\x16.verdict.v1.GetRequest\x1a\x17.verdict.v1.GetResponse\x129\n" +
 	"\x04List\x12\x17.verdict.v1.ListRequest\x1a\x18.verdict.v1.ListResponse\x12?\n" +
 	"\x06Delete\x12\x19.verdict.v1.DeleteRequest\x1a\x1a.verdict.v1.DeleteResponse\x12?\n" +
-	"\x06Status\x12\x19.verdict.v1.StatusRequest\x1a\x1a.verdict.v1.StatusResponseB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
+	"\x06Status\x12\x19.verdict.v1.StatusRequest\x1a\x1a.verdict.v1.StatusResponse\x12B\n" +
+	"\aHistory\x12\x1a.verdict.v1.HistoryRequest\x1a\x1b.verdict.v1.HistoryResponse\x129\n" +
+	"\x04Diff\x12\x17.verdict.v1.DiffRequest\x1a\x18.verdict.v1.DiffResponse\x12?\n" +
+	"\x06Revert\x12\x19.verdict.v1.RevertRequest\x1a\x1a.verdict.v1.RevertResponseB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
 
 var (
 	file_verdict_v1_policy_proto_rawDescOnce sync.Once
@@ -887,50 +1651,78 @@ func file_verdict_v1_policy_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_policy_proto_rawDescData
 }
 
-var file_verdict_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_verdict_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_verdict_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_verdict_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_verdict_v1_policy_proto_goTypes = []any{
-	(ApplyOutcome)(0),      // 0: verdict.v1.ApplyOutcome
-	(*ApplyRequest)(nil),   // 1: verdict.v1.ApplyRequest
-	(*ApplyResponse)(nil),  // 2: verdict.v1.ApplyResponse
-	(*ApplyResult)(nil),    // 3: verdict.v1.ApplyResult
-	(*GetRequest)(nil),     // 4: verdict.v1.GetRequest
-	(*GetResponse)(nil),    // 5: verdict.v1.GetResponse
-	(*ListRequest)(nil),    // 6: verdict.v1.ListRequest
-	(*ListResponse)(nil),   // 7: verdict.v1.ListResponse
-	(*DeleteRequest)(nil),  // 8: verdict.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 9: verdict.v1.DeleteResponse
-	(*StatusRequest)(nil),  // 10: verdict.v1.StatusRequest
-	(*StatusResponse)(nil), // 11: verdict.v1.StatusResponse
-	nil,                    // 12: verdict.v1.ApplyRequest.ExpectedRevisionsEntry
-	nil,                    // 13: verdict.v1.DeleteRequest.ExpectedRevisionsEntry
-	(*Resource)(nil),       // 14: verdict.v1.Resource
-	(*StoredResource)(nil), // 15: verdict.v1.StoredResource
+	(ApplyOutcome)(0),             // 0: verdict.v1.ApplyOutcome
+	(VersionChange)(0),            // 1: verdict.v1.VersionChange
+	(*ApplyRequest)(nil),          // 2: verdict.v1.ApplyRequest
+	(*ApplyResponse)(nil),         // 3: verdict.v1.ApplyResponse
+	(*ApplyResult)(nil),           // 4: verdict.v1.ApplyResult
+	(*GetRequest)(nil),            // 5: verdict.v1.GetRequest
+	(*GetResponse)(nil),           // 6: verdict.v1.GetResponse
+	(*ListRequest)(nil),           // 7: verdict.v1.ListRequest
+	(*ListResponse)(nil),          // 8: verdict.v1.ListResponse
+	(*DeleteRequest)(nil),         // 9: verdict.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 10: verdict.v1.DeleteResponse
+	(*StatusRequest)(nil),         // 11: verdict.v1.StatusRequest
+	(*StatusResponse)(nil),        // 12: verdict.v1.StatusResponse
+	(*HistoryRequest)(nil),        // 13: verdict.v1.HistoryRequest
+	(*HistoryResponse)(nil),       // 14: verdict.v1.HistoryResponse
+	(*Version)(nil),               // 15: verdict.v1.Version
+	(*DiffRequest)(nil),           // 16: verdict.v1.DiffRequest
+	(*DiffResponse)(nil),          // 17: verdict.v1.DiffResponse
+	(*ResourceDifference)(nil),    // 18: verdict.v1.ResourceDifference
+	(*RevertRequest)(nil),         // 19: verdict.v1.RevertRequest
+	(*RevertResponse)(nil),        // 20: verdict.v1.RevertResponse
+	nil,                           // 21: verdict.v1.ApplyRequest.ExpectedRevisionsEntry
+	nil,                           // 22: verdict.v1.DeleteRequest.ExpectedRevisionsEntry
+	(*Resource)(nil),              // 23: verdict.v1.Resource
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*StoredResource)(nil),        // 25: verdict.v1.StoredResource
 }
 var file_verdict_v1_policy_proto_depIdxs = []int32{
-	14, // 0: verdict.v1.ApplyRequest.resources:type_name -> verdict.v1.Resource
-	12, // 1: verdict.v1.ApplyRequest.expected_revisions:type_name -> verdict.v1.ApplyRequest.ExpectedRevisionsEntry
-	3,  // 2: verdict.v1.ApplyResponse.results:type_name -> verdict.v1.ApplyResult
+	23, // 0: verdict.v1.ApplyRequest.resources:type_name -> verdict.v1.Resource
+	21, // 1: verdict.v1.ApplyRequest.expected_revisions:type_name -> verdict.v1.ApplyRequest.ExpectedRevisionsEntry
+	4,  // 2: verdict.v1.ApplyResponse.results:type_name -> verdict.v1.ApplyResult
 	0,  // 3: verdict.v1.ApplyResult.outcome:type_name -> verdict.v1.ApplyOutcome
-	15, // 4: verdict.v1.GetResponse.resource:type_name -> verdict.v1.StoredResource
-	15, // 5: verdict.v1.ListResponse.resources:type_name -> verdict.v1.StoredResource
-	13, // 6: verdict.v1.DeleteRequest.expected_revisions:type_name -> verdict.v1.DeleteRequest.ExpectedRevisionsEntry
-	15, // 7: verdict.v1.StatusResponse.invalid:type_name -> verdict.v1.StoredResource
-	1,  // 8: verdict.v1.PolicyService.Apply:input_type -> verdict.v1.ApplyRequest
-	4,  // 9: verdict.v1.PolicyService.Get:input_type -> verdict.v1.GetRequest
-	6,  // 10: verdict.v1.PolicyService.List:input_type -> verdict.v1.ListRequest
-	8,  // 11: verdict.v1.PolicyService.Delete:input_type -> verdict.v1.DeleteRequest
-	10, // 12: verdict.v1.PolicyService.Status:input_type -> verdict.v1.StatusRequest
-	2,  // 13: verdict.v1.PolicyService.Apply:output_type -> verdict.v1.ApplyResponse
-	5,  // 14: verdict.v1.PolicyService.Get:output_type -> verdict.v1.GetResponse
-	7,  // 15: verdict.v1.PolicyService.List:output_type -> verdict.v1.ListResponse
-	9,  // 16: verdict.v1.PolicyService.Delete:output_type -> verdict.v1.DeleteResponse
-	11, // 17: verdict.v1.PolicyService.Status:output_type -> verdict.v1.StatusResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	24, // 4: verdict.v1.GetRequest.at_time:type_name -> google.protobuf.Timestamp
+	25, // 5: verdict.v1.GetResponse.resource:type_name -> verdict.v1.StoredResource
+	24, // 6: verdict.v1.ListRequest.at_time:type_name -> google.protobuf.Timestamp
+	25, // 7: verdict.v1.ListResponse.resources:type_name -> verdict.v1.StoredResource
+	22, // 8: verdict.v1.DeleteRequest.expected_revisions:type_name -> verdict.v1.DeleteRequest.ExpectedRevisionsEntry
+	25, // 9: verdict.v1.StatusResponse.invalid:type_name -> verdict.v1.StoredResource
+	15, // 10: verdict.v1.HistoryResponse.versions:type_name -> verdict.v1.Version
+	1,  // 11: verdict.v1.Version.change:type_name -> verdict.v1.VersionChange
+	24, // 12: verdict.v1.Version.time:type_name -> google.protobuf.Timestamp
+	25, // 13: verdict.v1.Version.resource:type_name -> verdict.v1.StoredResource
+	25, // 14: verdict.v1.Version.previous:type_name -> verdict.v1.StoredResource
+	18, // 15: verdict.v1.DiffResponse.differences:type_name -> verdict.v1.ResourceDifference
+	1,  // 16: verdict.v1.ResourceDifference.change:type_name -> verdict.v1.VersionChange
+	25, // 17: verdict.v1.ResourceDifference.before:type_name -> verdict.v1.StoredResource
+	25, // 18: verdict.v1.ResourceDifference.after:type_name -> verdict.v1.StoredResource
+	4,  // 19: verdict.v1.RevertResponse.results:type_name -> verdict.v1.ApplyResult
+	2,  // 20: verdict.v1.PolicyService.Apply:input_type -> verdict.v1.ApplyRequest
+	5,  // 21: verdict.v1.PolicyService.Get:input_type -> verdict.v1.GetRequest
+	7,  // 22: verdict.v1.PolicyService.List:input_type -> verdict.v1.ListRequest
+	9,  // 23: verdict.v1.PolicyService.Delete:input_type -> verdict.v1.DeleteRequest
+	11, // 24: verdict.v1.PolicyService.Status:input_type -> verdict.v1.StatusRequest
+	13, // 25: verdict.v1.PolicyService.History:input_type -> verdict.v1.HistoryRequest
+	16, // 26: verdict.v1.PolicyService.Diff:input_type -> verdict.v1.DiffRequest
+	19, // 27: verdict.v1.PolicyService.Revert:input_type -> verdict.v1.RevertRequest
+	3,  // 28: verdict.v1.PolicyService.Apply:output_type -> verdict.v1.ApplyResponse
+	6,  // 29: verdict.v1.PolicyService.Get:output_type -> verdict.v1.GetResponse
+	8,  // 30: verdict.v1.PolicyService.List:output_type -> verdict.v1.ListResponse
+	10, // 31: verdict.v1.PolicyService.Delete:output_type -> verdict.v1.DeleteResponse
+	12, // 32: verdict.v1.PolicyService.Status:output_type -> verdict.v1.StatusResponse
+	14, // 33: verdict.v1.PolicyService.History:output_type -> verdict.v1.HistoryResponse
+	17, // 34: verdict.v1.PolicyService.Diff:output_type -> verdict.v1.DiffResponse
+	20, // 35: verdict.v1.PolicyService.Revert:output_type -> verdict.v1.RevertResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_policy_proto_init() }
@@ -944,8 +1736,8 @@ func file_verdict_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_policy_proto_rawDesc), len(file_verdict_v1_policy_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   13,
+			NumEnums:      2,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

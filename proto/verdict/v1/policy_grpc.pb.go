@@ -19,11 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PolicyService_Apply_FullMethodName  = "/verdict.v1.PolicyService/Apply"
-	PolicyService_Get_FullMethodName    = "/verdict.v1.PolicyService/Get"
-	PolicyService_List_FullMethodName   = "/verdict.v1.PolicyService/List"
-	PolicyService_Delete_FullMethodName = "/verdict.v1.PolicyService/Delete"
-	PolicyService_Status_FullMethodName = "/verdict.v1.PolicyService/Status"
+	PolicyService_Apply_FullMethodName   = "/verdict.v1.PolicyService/Apply"
+	PolicyService_Get_FullMethodName     = "/verdict.v1.PolicyService/Get"
+	PolicyService_List_FullMethodName    = "/verdict.v1.PolicyService/List"
+	PolicyService_Delete_FullMethodName  = "/verdict.v1.PolicyService/Delete"
+	PolicyService_Status_FullMethodName  = "/verdict.v1.PolicyService/Status"
+	PolicyService_History_FullMethodName = "/verdict.v1.PolicyService/History"
+	PolicyService_Diff_FullMethodName    = "/verdict.v1.PolicyService/Diff"
+	PolicyService_Revert_FullMethodName  = "/verdict.v1.PolicyService/Revert"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -52,6 +55,20 @@ type PolicyServiceClient interface {
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// Status tells how current the server's snapshot is.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// History lists the versions of a key, or of every key under a prefix,
+	// written within the retention window, oldest first: each with its
+	// revision, the time and writer verdict recorded for it, the document and
+	// the one it replaced (docs/history.md).
+	History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error)
+	// Diff lists the resources that differ between two revisions: added,
+	// changed or deleted, with their documents at both.
+	Diff(ctx context.Context, in *DiffRequest, opts ...grpc.CallOption) (*DiffResponse, error)
+	// Revert writes the documents a key, or every key under a prefix, held at
+	// a past revision back as a new revision, in one transaction guarded by
+	// what each key holds now, validated as Apply is. Refused with Aborted
+	// when a key changed after expected_revision or while the revert was
+	// written.
+	Revert(ctx context.Context, in *RevertRequest, opts ...grpc.CallOption) (*RevertResponse, error)
 }
 
 type policyServiceClient struct {
@@ -112,6 +129,36 @@ func (c *policyServiceClient) Status(ctx context.Context, in *StatusRequest, opt
 	return out, nil
 }
 
+func (c *policyServiceClient) History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HistoryResponse)
+	err := c.cc.Invoke(ctx, PolicyService_History_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) Diff(ctx context.Context, in *DiffRequest, opts ...grpc.CallOption) (*DiffResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiffResponse)
+	err := c.cc.Invoke(ctx, PolicyService_Diff_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) Revert(ctx context.Context, in *RevertRequest, opts ...grpc.CallOption) (*RevertResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevertResponse)
+	err := c.cc.Invoke(ctx, PolicyService_Revert_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -138,6 +185,20 @@ type PolicyServiceServer interface {
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	// Status tells how current the server's snapshot is.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// History lists the versions of a key, or of every key under a prefix,
+	// written within the retention window, oldest first: each with its
+	// revision, the time and writer verdict recorded for it, the document and
+	// the one it replaced (docs/history.md).
+	History(context.Context, *HistoryRequest) (*HistoryResponse, error)
+	// Diff lists the resources that differ between two revisions: added,
+	// changed or deleted, with their documents at both.
+	Diff(context.Context, *DiffRequest) (*DiffResponse, error)
+	// Revert writes the documents a key, or every key under a prefix, held at
+	// a past revision back as a new revision, in one transaction guarded by
+	// what each key holds now, validated as Apply is. Refused with Aborted
+	// when a key changed after expected_revision or while the revert was
+	// written.
+	Revert(context.Context, *RevertRequest) (*RevertResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -162,6 +223,15 @@ func (UnimplementedPolicyServiceServer) Delete(context.Context, *DeleteRequest) 
 }
 func (UnimplementedPolicyServiceServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedPolicyServiceServer) History(context.Context, *HistoryRequest) (*HistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method History not implemented")
+}
+func (UnimplementedPolicyServiceServer) Diff(context.Context, *DiffRequest) (*DiffResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Diff not implemented")
+}
+func (UnimplementedPolicyServiceServer) Revert(context.Context, *RevertRequest) (*RevertResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Revert not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -274,6 +344,60 @@ func _PolicyService_Status_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_History_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).History(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_History_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).History(ctx, req.(*HistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_Diff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiffRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).Diff(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_Diff_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).Diff(ctx, req.(*DiffRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_Revert_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevertRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).Revert(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_Revert_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).Revert(ctx, req.(*RevertRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -300,6 +424,18 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _PolicyService_Status_Handler,
+		},
+		{
+			MethodName: "History",
+			Handler:    _PolicyService_History_Handler,
+		},
+		{
+			MethodName: "Diff",
+			Handler:    _PolicyService_Diff_Handler,
+		},
+		{
+			MethodName: "Revert",
+			Handler:    _PolicyService_Revert_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
