@@ -144,6 +144,7 @@ type LintRequest struct {
 	// Budget bounds the search per rule (0: the default); past it a rule is
 	// Unproven.
 	Budget int
+	proofs *[]LintProof // the tests' (export_test.go)
 }
 
 // LintAnswer is Lint's answer.
@@ -176,18 +177,18 @@ const defaultLintBudget = 4096
 // change Apply would refuse.
 func (s *Snapshot) Lint(req *LintRequest) (*LintAnswer, error) {
 	if len(req.Puts) == 0 && len(req.Deletes) == 0 {
-		return s.lint(req, nil)
+		return s.lint(req)
 	}
 	changes, err := s.checkApply(req.Puts, req.Deletes)
 	if err != nil {
 		return nil, err
 	}
 	after := s.Apply(s.revision+1, slices.Clone(changes))
-	ans, err := after.lint(req, nil)
+	ans, err := after.lint(req)
 	if err != nil {
 		return nil, err
 	}
-	before, err := s.lint(req, nil)
+	before, err := s.lint(req)
 	if err != nil {
 		before = &LintAnswer{} // the change creates the mesh or the type
 	}
@@ -215,7 +216,7 @@ func (f *Finding) identity() string {
 	return b.String()
 }
 
-func (s *Snapshot) lint(req *LintRequest, _ any) (*LintAnswer, error) {
+func (s *Snapshot) lint(req *LintRequest) (*LintAnswer, error) {
 	ans := &LintAnswer{Revision: s.revision}
 	var meshes []string
 	if req.Mesh != "" {
@@ -250,7 +251,7 @@ func (s *Snapshot) lint(req *LintRequest, _ any) (*LintAnswer, error) {
 			s.lintScopes(ms, ans)
 		}
 		for _, typ := range types {
-			s.lintPartition(ms, typ, budget, ans)
+			s.lintPartition(ms, typ, budget, req.proofs, ans)
 		}
 	}
 	slices.SortStableFunc(ans.Findings, func(a, b Finding) int {
@@ -269,7 +270,7 @@ func (s *Snapshot) lint(req *LintRequest, _ any) (*LintAnswer, error) {
 }
 
 // lintPartition adds the findings of one (mesh, type).
-func (s *Snapshot) lintPartition(ms *meshState, typ string, budget int, ans *LintAnswer) {
+func (s *Snapshot) lintPartition(ms *meshState, typ string, budget int, proofs *[]LintProof, ans *LintAnswer) {
 	where := ms.name + "/" + typ
 	if s.closedByType(ms.name, ms, typ) != nil {
 		ans.Notes = append(ans.Notes, where+": not analyzed: an invalid stored resource closes it")
@@ -290,5 +291,6 @@ func (s *Snapshot) lintPartition(ms *meshState, typ string, budget int, ans *Lin
 		return
 	}
 	lp := newLintPart(s, ms, ts, typ, set, budget)
+	lp.proofs = proofs
 	lp.run(ans)
 }

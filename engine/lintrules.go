@@ -30,6 +30,7 @@ type lintPart struct {
 	exam   [2]*pred    // per side: the side is examined at all
 	budget int
 	steps  int
+	proofs *[]LintProof // the tests' (LintRequest.proofs)
 	// the index that finds the rules whose match meets a rule's: per
 	// dimension, the rules that require one class of it, by class, and the
 	// others
@@ -397,15 +398,19 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		case resFound:
 			if lr.wit == nil {
 				lr.wit = &lintWit{side: side, b: b}
+				lp.prove("decides", lr, b)
 			}
 		case resExhausted:
 			exhausted = true
 		}
 	}
 	if lr.wit != nil {
-		if !lp.approx(lr) {
-			lp.lintRedundant(lr, ans)
+		if lp.approx(lr) {
+			ans.Unproven = append(ans.Unproven, lp.unproven(FindingRedundant, lr,
+				"a key is tested both by prefix and by CIDR, whose value classes are not split exactly"))
+			return
 		}
+		lp.lintRedundant(lr, ans)
 		return
 	}
 	if exhausted {
@@ -542,27 +547,60 @@ func (lp *lintPart) successors(lr *lintRule, side int) ([]successor, bool) {
 	if def.Action == unf.Action {
 		return append(out, successor{ref: def}), true
 	}
-	has, ok := lp.hasCandidateWithout(lr, side)
+	has, ok := lp.hasCandidate(lr, side)
 	if !ok {
 		return nil, false
 	}
 	return append(out, successor{ref: def, p: has}, successor{ref: unf}), true
 }
 
-// hasCandidateWithout is the formula "some policy rule other than lr is a
-// candidate on the side" (decide.go's hasCandidate, lr removed); false
+// fallbackMoves looks for a flow, on a side, that no rule decides and no
+// catch-all either, where some rule is a candidate with lr and none is
+// without it: removing lr turns its fallback from defaultAction into
+// unenforcedAction.
+func (lp *lintPart) fallbackMoves(lr *lintRule, side int) (box, result) {
+	if lp.set.defaultAction == lp.set.unenforcedAction {
+		return nil, resNone
+	}
+	with, _ := lp.hasCandidate(nil, side)
+	without, ok := lp.hasCandidate(lr, side)
+	if !ok {
+		return nil, resExhausted
+	}
+	pos := []*pred{lp.exam[side], with, notPred(without)}
+	for _, c := range lp.ms.scopes.catchAlls[lp.typ] {
+		if !c.Audit {
+			pos = append(pos, notPred(lp.member[side][c.Scope]))
+		}
+	}
+	lp.steps = 0
+	if _, r := lp.search(lp.sp.fullBox(), pos, nil, nil, nil); r != resFound {
+		return nil, r
+	}
+	var negs []cover
+	for i, o := range lp.rules {
+		if o.cand[side] != nil && !o.never {
+			negs = append(negs, cover{rule: int32(i), p: lp.decidesOn(o, side)})
+		}
+	}
+	lp.steps = 0
+	return lp.search(lp.sp.fullBox(), pos, negs, nil, nil)
+}
+
+// hasCandidate is the formula "some policy rule other than lr (nil: any)
+// is a candidate on the side" (decide.go's hasCandidate, lr removed); false
 // when removing lr would leave a side without any rule (not applicable) or
 // the type without a policy.
-func (lp *lintPart) hasCandidateWithout(lr *lintRule, side int) (*pred, bool) {
+func (lp *lintPart) hasCandidate(lr *lintRule, side int) (*pred, bool) {
 	ts := lp.ts
 	c := ts.enforcedCounts()
-	if c.policies <= 1 && len(lp.policyRules(lr)) <= 1 {
+	if lr != nil && c.policies <= 1 && len(lp.policyRules(lr)) <= 1 {
 		return nil, false
 	}
 	if c.sd > 0 {
 		var terms []*pred
 		for ord, n := range ts.scopeRules {
-			if int32(ord) == lr.r.Scope {
+			if lr != nil && int32(ord) == lr.r.Scope {
 				n--
 			}
 			if n > 0 {
@@ -582,7 +620,7 @@ func (lp *lintPart) hasCandidateWithout(lr *lintRule, side int) (*pred, bool) {
 		}
 		n := 0
 		for _, r := range cp.rules {
-			if r.Sides&bit != 0 && !r.Audit && r != lr.r {
+			if r.Sides&bit != 0 && !r.Audit && (lr == nil || r != lr.r) {
 				n++
 			}
 		}
@@ -619,28 +657,49 @@ func (lp *lintPart) policyRules(lr *lintRule) []*index.Rule {
 // the conf).
 func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 	var next *successor
+	budget := lp.unproven(FindingRedundant, lr, "the search's budget ran out")
 	for side := 0; side < 2; side++ {
-		if lr.stat[side] != resFound {
-			if lr.stat[side] == resExhausted {
-				ans.Unproven = append(ans.Unproven, lp.unproven(FindingRedundant, lr, "the search's budget ran out"))
-				return
-			}
+		if lr.cand[side] == nil {
 			continue
+		}
+		if lr.stat[side] == resExhausted {
+			ans.Unproven = append(ans.Unproven, budget)
+			return
 		}
 		succ, ok := lp.successors(lr, side)
 		if !ok {
-			return // removing it changes more than its place: not redundant by this definition
+			ans.Unproven = append(ans.Unproven, lp.unproven(FindingRedundant, lr,
+				"removing it would leave its side or its type without a rule, which this analysis does not follow"))
+			return
+		}
+		// Where it decides nothing, removing it may still move the
+		// fallback of flows no rule decides.
+		moved, r := lp.fallbackMoves(lr, side)
+		switch r {
+		case resFound:
+			lp.prove("changes", lr, moved)
+			return
+		case resExhausted:
+			ans.Unproven = append(ans.Unproven, budget)
+			return
+		}
+		if lr.stat[side] != resFound {
+			continue
 		}
 		lp.steps = 0
 		pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
-		_, r := lp.search(lp.sp.fullBox(), pos, lp.coversOf(lr, side), nil, func(b box) result {
-			return lp.walk(b, succ, 0, lr)
+		var differs box
+		_, r = lp.search(lp.sp.fullBox(), pos, lp.coversOf(lr, side), nil, func(b box) result {
+			var r result
+			differs, r = lp.walk(b, succ, 0, lr)
+			return r
 		})
 		switch r {
 		case resFound:
+			lp.prove("changes", lr, differs)
 			return // a flow whose answer changes: not redundant
 		case resExhausted:
-			ans.Unproven = append(ans.Unproven, lp.unproven(FindingRedundant, lr, "the search's budget ran out"))
+			ans.Unproven = append(ans.Unproven, budget)
 			return
 		}
 		if lr.wit.side == side {
@@ -665,11 +724,11 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 
 // walk settles, on a box where lr decides, whether the successor answers
 // otherwise somewhere: resFound when it does.
-func (lp *lintPart) walk(b box, succ []successor, k int, lr *lintRule) result {
+func (lp *lintPart) walk(b box, succ []successor, k int, lr *lintRule) (box, result) {
 	for ; k < len(succ); k++ {
 		lp.steps++
 		if lp.steps > lp.budget {
-			return resExhausted
+			return nil, resExhausted
 		}
 		s := &succ[k]
 		v, a := triYes, (*atom)(nil)
@@ -681,17 +740,38 @@ func (lp *lintPart) walk(b box, succ []successor, k int, lr *lintRule) result {
 			continue
 		case triYes:
 			if s.ref.Action == lr.r.Action && confEqual(s.conf, lr.r.Conf) {
-				return resNone
+				return nil, resNone
 			}
-			return resFound
+			return b, resFound
 		}
 		in, out := lp.sp.split(b, a)
-		if r := lp.walk(in, succ, k, lr); r != resNone {
-			return r
+		if got, r := lp.walk(in, succ, k, lr); r != resNone {
+			return got, r
 		}
 		return lp.walk(out, succ, k, lr)
 	}
-	return resNone // unreachable: the fallback holds everywhere
+	return nil, resNone // unreachable: the fallback holds everywhere
+}
+
+// LintProof is a flow that settles a rule the other way (the tests hold
+// lint to brute force with them): "decides", a flow the rule decides (it
+// is not shadowed); "changes", a flow whose answer removing it changes (it
+// is not redundant).
+type LintProof struct {
+	What                string
+	Policy, Rule        string
+	Source, Destination resource.Tags
+	Protocol            resource.Protocol
+	Port                uint32
+}
+
+// prove records a proof when the request asks for them.
+func (lp *lintPart) prove(what string, lr *lintRule, b box) {
+	if lp.proofs == nil || b == nil {
+		return
+	}
+	src, dst, proto, port := lp.sp.point(b)
+	*lp.proofs = append(*lp.proofs, LintProof{What: what, Policy: lr.r.PolicyName(), Rule: lr.r.ID, Source: src, Destination: dst, Protocol: proto, Port: port})
 }
 
 // successorAt is the successor at a box's point.
