@@ -51,6 +51,10 @@ type lintRule struct {
 	meets []int32   // rules whose match meets its own (built on need)
 	met   bool      // meets is built
 	stat  [2]result // per side: whether it decides some flow
+	// per side, built on need: its "matches and is a candidate", and the
+	// covers of the rules that beat it
+	dec    [2]*pred
+	covers [2]*[]cover
 }
 
 // lintWit is a flow a rule decides, on a side.
@@ -250,7 +254,10 @@ type cover struct {
 }
 
 func (lp *lintPart) decidesOn(lr *lintRule, side int) *pred {
-	return andPred(conjPred(lr.match), lr.cand[side])
+	if lr.dec[side] == nil {
+		lr.dec[side] = andPred(conjPred(lr.match), lr.cand[side])
+	}
+	return lr.dec[side]
 }
 
 // search looks for a flow in b where every pos holds and no neg does; at
@@ -291,6 +298,9 @@ func (lp *lintPart) search(b box, pos []*pred, negs []cover, used map[int32]bool
 			}
 		}
 	}
+	if split != nil && leaf == nil && len(keepNegs) > 0 && lp.probe(b, keepPos, keepNegs) {
+		return lp.sp.pointBox(b), resFound
+	}
 	if split == nil {
 		if leaf == nil {
 			return b, resFound
@@ -320,8 +330,41 @@ func (lp *lintPart) search(b box, pos []*pred, negs []cover, used map[int32]bool
 	return nil, resNone
 }
 
+// region is the box of lr's match.
+func (lp *lintPart) region(lr *lintRule) box {
+	b, _ := lp.sp.fullBox().restrict(lp.sp, lr.match)
+	return b
+}
+
+// probe tests the point of b: most rules decide the flow of their box's
+// simplest point (the keys they do not test absent), which a search would
+// reach only after splitting on every cover.
+func (lp *lintPart) probe(b box, pos []*pred, negs []cover) bool {
+	pb := lp.sp.pointBox(b)
+	for _, p := range pos {
+		if v, _ := lp.sp.eval(p, pb); v != triYes {
+			return false
+		}
+	}
+	for _, n := range negs {
+		if v, _ := lp.sp.eval(n.p, pb); v != triNo {
+			return false
+		}
+	}
+	return true
+}
+
 // coversOf lists, for a side, the rules that beat lr and may match with it.
 func (lp *lintPart) coversOf(lr *lintRule, side int) []cover {
+	if lr.covers[side] != nil {
+		return *lr.covers[side]
+	}
+	out := lp.coversOnce(lr, side)
+	lr.covers[side] = &out
+	return out
+}
+
+func (lp *lintPart) coversOnce(lr *lintRule, side int) []cover {
 	var out []cover
 	for _, i := range lp.meetsOf(lr) {
 		o := lp.rules[i]
@@ -392,7 +435,7 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		}
 		lp.steps = 0
 		pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
-		b, r := lp.search(lp.sp.fullBox(), pos, lp.coversOf(lr, side), used, nil)
+		b, r := lp.search(lp.region(lr), pos, lp.coversOf(lr, side), used, nil)
 		lr.stat[side] = r
 		switch r {
 		case resFound:
@@ -448,7 +491,7 @@ func (lp *lintPart) reportShadowed(lr *lintRule, used map[int32]bool, ans *LintA
 			continue
 		}
 		lp.steps = 0
-		b, r := lp.search(lp.sp.fullBox(), []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}, nil, nil, nil)
+		b, r := lp.search(lp.region(lr), []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}, nil, nil, nil)
 		if r != resFound {
 			continue
 		}
@@ -689,7 +732,7 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 		lp.steps = 0
 		pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
 		var differs box
-		_, r = lp.search(lp.sp.fullBox(), pos, lp.coversOf(lr, side), nil, func(b box) result {
+		_, r = lp.search(lp.region(lr), pos, lp.coversOf(lr, side), nil, func(b box) result {
 			var r result
 			differs, r = lp.walk(b, succ, 0, lr)
 			return r
@@ -824,7 +867,11 @@ func (lp *lintPart) lintTie(first, second *lintRule, ans *LintAnswer) {
 		}
 		lp.steps = 0
 		pos := []*pred{lp.exam[side], conjPred(first.match), first.cand[side], conjPred(second.match), second.cand[side]}
-		b, r := lp.search(lp.sp.fullBox(), pos, lp.coversOf(first, side), nil, nil)
+		start, ok := lp.region(first).restrict(lp.sp, second.match)
+		if !ok {
+			return
+		}
+		b, r := lp.search(start, pos, lp.coversOf(first, side), nil, nil)
 		if r != resFound {
 			continue
 		}
