@@ -46,7 +46,7 @@ func TestBadValuesExitTwo(t *testing.T) {
 	}
 	flow := []string{"--src", "app=web", "--dst", "app=db"}
 	bad := map[string][][]string{
-		"apply":   {{"-o", "JSON", "-f", doc}, {}, {"-f", doc, "extra"}},
+		"apply":   {{"-o", "JSON", "-f", doc}, {}, {"-f", doc, "extra"}, {"-f", doc, "--lint", "maybe"}},
 		"diff":    {{"-o", "wide", "-f", doc}, {}},
 		"get":     {{"-o", "xml", "m/mesh"}, {"thing", "x"}},
 		"list":    {{"-o", "xml"}, {"a/", "b/"}},
@@ -62,6 +62,7 @@ func TestBadValuesExitTwo(t *testing.T) {
 			{"--dst-workload", "db-1", "--proto", "SCTP"}, {"--dst-workload", "db-1", "-o", "xml"}},
 		"matrix":     {{"--port", "80"}, {"--proto", "SCTP"}, {"--src", "novalue"}, {"extra"}},
 		"impact":     {{}, {"--delete", "not-a-key/x"}, {"-f", doc, "--fail-on", "maybe"}, {"-f", doc, "-o", "xml"}},
+		"lint":       {{"-o", "xml"}, {"extra"}},
 		"test":       {{}, {"-o", "xml", doc}, {"--run", "(", doc}},
 		"validate":   {{}, {"-o", "wide", doc}},
 		"fmt":        {{}, {"-w", "--check", doc}, {"-w", "-"}},
