@@ -59,9 +59,8 @@ func answerAt(d engine.Decision) answerOf {
 	return answerOf{d.Action, d.Outbound.Action, d.Inbound.Action, norm(d.Outbound.Conf), norm(d.Inbound.Conf)}
 }
 
-var unprovenWhy = map[string]int{}
-
 type lintStats struct {
+	why map[string]int // unproven, by kind and reason
 	rules, shadowed, redundant, ties, unprovenShadow, unprovenRedundant, flows int
 }
 
@@ -71,7 +70,7 @@ func TestLintAgainstBruteForce(t *testing.T) {
 	if testing.Short() {
 		worlds = 50
 	}
-	var st lintStats
+	st := lintStats{why: map[string]int{}}
 	for seed := 0; seed < worlds; seed++ {
 		c := newChoices([]byte(fmt.Sprintf("lint-%d", seed)))
 		res := singleRule(c, genWorld(c))
@@ -82,7 +81,7 @@ func TestLintAgainstBruteForce(t *testing.T) {
 	}
 	t.Logf("%d rules: %d shadowed, %d redundant, %d ties; unproven: %d shadowed, %d redundant; %d flows decided",
 		st.rules, st.shadowed, st.redundant, st.ties, st.unprovenShadow, st.unprovenRedundant, st.flows)
-	t.Logf("%v", unprovenWhy)
+	t.Logf("unproven by reason: %v", st.why)
 	if st.shadowed == 0 || st.redundant == 0 {
 		t.Fatalf("the worlds found nothing to check: %+v", st)
 	}
@@ -137,7 +136,7 @@ func checkLint(t *testing.T, c *choices, s *engine.Snapshot, res []resource.Reso
 	unShadow, unRedundant := map[ruleKey]bool{}, map[ruleKey]bool{}
 	for _, u := range ans.Unproven {
 		k := ruleKey{u.Policy, u.Rule}
-		unprovenWhy[u.Kind.String()+": "+u.Why]++
+		st.why[u.Kind.String()+": "+u.Why]++
 		if u.Kind == engine.FindingShadowed {
 			unShadow[k] = true
 			st.unprovenShadow++
