@@ -60,8 +60,9 @@ func answerAt(d engine.Decision) answerOf {
 }
 
 type lintStats struct {
-	why map[string]int // unproven, by kind and reason
 	rules, shadowed, redundant, ties, unprovenShadow, unprovenRedundant, flows int
+
+	why map[string]int // unproven, by kind and reason
 }
 
 func TestLintAgainstBruteForce(t *testing.T) {
