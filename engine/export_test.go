@@ -194,3 +194,40 @@ func BitmapsDigest(s *Snapshot) uint64 {
 	})
 	return h
 }
+
+// LintWithProofs is Lint, also returning a flow for each rule it found not
+// shadowed (one it decides) or not redundant (one whose answer its removal
+// changes).
+func LintWithProofs(s *Snapshot, req LintRequest) (*LintAnswer, []LintProof, error) {
+	var proofs []LintProof
+	req.proofs = &proofs
+	ans, err := s.Lint(&req)
+	return ans, proofs, err
+}
+
+// LintClasses returns the value classes lint splits a partition's keys
+// into, a value of each ("" for the key absent), and a protocol and port of
+// each port class.
+func LintClasses(s *Snapshot, mesh, typ string) (map[string][]string, []PortClass) {
+	ms, ok := s.meshes.Get(mesh)
+	if !ok {
+		return nil, nil
+	}
+	ts, _ := ms.types.Get(typ)
+	sp := newSpace(ms, ts)
+	keys := map[string][]string{}
+	for _, ks := range sp.keys {
+		keys[ks.key] = ks.reps
+	}
+	var ports []PortClass
+	for _, r := range sp.ports.reps {
+		ports = append(ports, PortClass{r.proto, r.port})
+	}
+	return keys, ports
+}
+
+// PortClass is a protocol and port.
+type PortClass struct {
+	Protocol resource.Protocol
+	Port     uint32
+}

@@ -169,3 +169,33 @@ func checkImpact(r *verdictv1.ImpactRequest) error {
 	errs.minRevision("minRevision", r.GetMinRevision())
 	return errs.err()
 }
+
+// Lint answers the findings of the current snapshot, or of the snapshot a
+// proposed change would make (nothing is written).
+func (s analysisService) Lint(ctx context.Context, req *verdictv1.LintRequest) (*verdictv1.LintResponse, error) {
+	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	w, err := decodeWrite(req.GetResources(), req.GetDeletes(), nil)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	ans, err := snap.Lint(&engine.LintRequest{Mesh: req.GetMesh(), Type: req.GetType(), Puts: w.puts, Deletes: w.deletes})
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return apiconv.LintResponse(ans), nil
+}
+
+// checkLint checks a Lint request: names (empty: every one), keys that are keys;
+// the documents are decoded and validated by the handler, as Apply's.
+func checkLint(r *verdictv1.LintRequest) error {
+	var errs fieldErrors
+	errs.names(r.GetMesh(), r.GetType())
+	for i, k := range r.GetDeletes() {
+		errs.key(fmt.Sprintf("deletes[%d]", i), k)
+	}
+	errs.minRevision("minRevision", r.GetMinRevision())
+	return errs.err()
+}

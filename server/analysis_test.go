@@ -223,6 +223,10 @@ func TestAnalysisNeedsAnAuthorizedCaller(t *testing.T) {
 			_, err := an.Impact(ctxT(t), &verdictv1.ImpactRequest{Deletes: []string{"default/policies/TrafficPermission/backend-to-db"}}, opts...)
 			return err
 		},
+		"Lint": func(opts ...grpc.CallOption) error {
+			_, err := an.Lint(ctxT(t), &verdictv1.LintRequest{}, opts...)
+			return err
+		},
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
@@ -263,4 +267,61 @@ func TestAnalysisRequestsAreValidated(t *testing.T) {
 		_, err = s.Recv()
 	}
 	wantCode(t, err, codes.NotFound)
+}
+
+func TestLintReportsTheRulesAChangeShadows(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, analysisWorld)...), nil)
+	an := verdictv1.NewAnalysisServiceClient(h.conn)
+	absolute := policyRes(&verdictv1.Policy{Name: "lockdown", Action: "DENY", Rank: "Absolute",
+		Sources: []*verdictv1.Selector{{}}, Destinations: []*verdictv1.Selector{{Match: map[string]string{"app": "db"}}}})
+	type found struct {
+		kind       verdictv1.FindingKind
+		policy     string
+		introduced bool
+	}
+	cases := []struct {
+		name string
+		req  *verdictv1.LintRequest
+		want []found // the error- and warning-level findings
+	}{
+		// with defaultAction DENY, removing deny-all-to-db changes no answer
+		{"the store as it is", &verdictv1.LintRequest{}, []found{{verdictv1.FindingKind_FINDING_KIND_REDUNDANT, "deny-all-to-db", false}}},
+		{"an absolute deny of everything to the database", &verdictv1.LintRequest{Resources: []*verdictv1.Resource{absolute}}, []found{
+			{verdictv1.FindingKind_FINDING_KIND_SHADOWED, "backend-to-db", true},
+			{verdictv1.FindingKind_FINDING_KIND_SHADOWED, "deny-all-to-db", true}}},
+		{"one mesh and type", &verdictv1.LintRequest{Mesh: "default", Type: "TrafficPermission", Resources: []*verdictv1.Resource{absolute}}, []found{
+			{verdictv1.FindingKind_FINDING_KIND_SHADOWED, "backend-to-db", true},
+			{verdictv1.FindingKind_FINDING_KIND_SHADOWED, "deny-all-to-db", true}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := an.Lint(ctxT(t), c.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []found
+			for _, f := range resp.GetFindings() {
+				if f.GetSeverity() >= verdictv1.Severity_SEVERITY_WARNING {
+					got = append(got, found{f.GetKind(), f.GetPolicy(), f.GetIntroduced()})
+				}
+				if f.GetKind() == verdictv1.FindingKind_FINDING_KIND_SHADOWED {
+					w := f.GetWitness()
+					if w.GetDecided().GetPolicy() != "lockdown" || len(f.GetRelated()) != 1 || f.GetRelated()[0].GetPolicy() != "lockdown" {
+						t.Fatalf("%s: witness %v, covered by %v; want lockdown", f.GetPolicy(), w, f.GetRelated())
+					}
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("findings %v, want %v\n%v", got, c.want, resp.GetFindings())
+			}
+			if resp.GetRevision() == 0 {
+				t.Fatal("no revision")
+			}
+		})
+	}
+	_, err := an.Lint(ctxT(t), &verdictv1.LintRequest{Mesh: "nowhere"})
+	wantCode(t, err, codes.NotFound)
+	_, err = an.Lint(ctxT(t), &verdictv1.LintRequest{Deletes: []string{"not a key"}})
+	wantCode(t, err, codes.InvalidArgument)
 }

@@ -113,6 +113,7 @@ var methodTable = map[string]*method{
 	verdictv1.AnalysisService_Reach_FullMethodName:  {access: authorizedOnly, validate: validates(checkReach)},
 	verdictv1.AnalysisService_Matrix_FullMethodName: {access: authorizedOnly, validate: validates(checkMatrix)},
 	verdictv1.AnalysisService_Impact_FullMethodName: {access: authorizedOnly, validate: validates(checkImpact)},
+	verdictv1.AnalysisService_Lint_FullMethodName:   {access: authorizedOnly, validate: validates(checkLint)},
 
 	// Decision records name workloads and callers.
 	verdictv1.DecisionLogService_Follow_FullMethodName: {access: authorizedOnly, validate: validates(checkFollow)},

@@ -129,6 +129,15 @@ func runApply(ctx context.Context, args []string, e *env) int {
 	var files fileList
 	fs.Var(&files, "f", "`FILE`, directory or - (stdin) of YAML or JSON documents, native or Kuma; repeatable")
 	dryRun := fs.Bool("dry-run", false, "validate only and say what each document would do; write nothing")
+	lintMode := "warn"
+	fs.Func("lint", "`MODE`: warn (print the lint findings the change brings; the default), error (also write nothing and exit 1 when it brings an error-level one), off", func(s string) error {
+		switch s {
+		case "warn", "error", "off":
+			lintMode = s
+			return nil
+		}
+		return fmt.Errorf("not warn, error or off")
+	})
 	var output outputFlag
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
@@ -162,6 +171,9 @@ func runApply(ctx context.Context, args []string, e *env) int {
 		return fail(e, "apply", err, nil)
 	}
 	defer conn.Close()
+	if code := lintChange(ctx, e, &cf, conn, ops, lintMode); code != exitOK {
+		return code
+	}
 	w := &writer{client: verdictv1.NewPolicyServiceClient(conn), cf: &cf, e: e, cmd: "apply", dryRun: *dryRun, maxOps: e.maxOps,
 		out: output.printer(e.stdout)}
 	if len(splitOps(ops, w.maxOps)) > 1 {

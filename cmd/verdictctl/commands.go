@@ -167,6 +167,16 @@ func commands() []*command {
 			examples: []string{"verdictctl impact -f change.yaml", "verdictctl impact --delete default/policies/TrafficPermission/old --fail-on deny",
 				"verdictctl impact -f policies/ --flows decisions.jsonl -o json"},
 			run: runImpact},
+		{name: "lint", group: "Analysis", args: "[--mesh M] [--type T] [-f FILE|DIR]",
+			summary: "shadowed, redundant, tied and dead rules, overlapping scopes (exit 1 on an error)",
+			about: "Finds the rules that can never decide a flow (shadowed: error), the rules whose removal\n" +
+				"changes no answer (redundant), rules of one rank with opposite actions ordered only by the\n" +
+				"tie-break, overlapping sibling scopes (warnings), policies that select no workload and audit\n" +
+				"policies that never change an answer (info) — each with a witness flow that Decide confirms,\n" +
+				"judged over every tag set, not only the inventory (docs/lint.md). -f lints documents offline.\n" +
+				"Exit code 1 when an error-level finding exists, else 0.",
+			examples: []string{"verdictctl lint", "verdictctl lint --mesh payments -o json", "verdictctl lint -f policies/"},
+			run:      runLint},
 		{name: "test", group: "Offline", args: "FILE|DIR...", offline: true,
 			summary: "run policy test suites (docs/suites.md)",
 			about: "Runs policy test suites offline on the engine (docs/suites.md): no server. Exit code 0 when\n" +

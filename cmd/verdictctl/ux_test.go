@@ -46,7 +46,7 @@ func TestBadValuesExitTwo(t *testing.T) {
 	}
 	flow := []string{"--src", "app=web", "--dst", "app=db"}
 	bad := map[string][][]string{
-		"apply":   {{"-o", "JSON", "-f", doc}, {}, {"-f", doc, "extra"}},
+		"apply":   {{"-o", "JSON", "-f", doc}, {}, {"-f", doc, "extra"}, {"-f", doc, "--lint", "maybe"}},
 		"diff":    {{"-o", "wide", "-f", doc}, {}, {"-f", doc, "--from-revision", "3"}, {"--to-revision", "4"}},
 		"history": {{}, {"a/mesh", "b/mesh"}, {"--page-size", "0", "m/mesh"}, {"-o", "xml", "m/mesh"}},
 		"revert":  {{"m/mesh"}, {"--to-revision", "0", "m/mesh"}, {"--to-revision", "3"}},
@@ -64,6 +64,7 @@ func TestBadValuesExitTwo(t *testing.T) {
 			{"--dst-workload", "db-1", "--proto", "SCTP"}, {"--dst-workload", "db-1", "-o", "xml"}},
 		"matrix":     {{"--port", "80"}, {"--proto", "SCTP"}, {"--src", "novalue"}, {"extra"}},
 		"impact":     {{}, {"--delete", "not-a-key/x"}, {"-f", doc, "--fail-on", "maybe"}, {"-f", doc, "-o", "xml"}},
+		"lint":       {{"-o", "xml"}, {"extra"}},
 		"test":       {{}, {"-o", "xml", doc}, {"--run", "(", doc}},
 		"validate":   {{}, {"-o", "wide", doc}},
 		"fmt":        {{}, {"-w", "--check", doc}, {"-w", "-"}},

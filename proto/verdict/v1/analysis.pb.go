@@ -73,6 +73,130 @@ func (ReachDirection) EnumDescriptor() ([]byte, []int) {
 	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{0}
 }
 
+// Severity orders findings: an error fails `verdictctl lint`.
+type Severity int32
+
+const (
+	Severity_SEVERITY_UNSPECIFIED Severity = 0
+	Severity_SEVERITY_INFO        Severity = 1
+	Severity_SEVERITY_WARNING     Severity = 2
+	Severity_SEVERITY_ERROR       Severity = 3
+)
+
+// Enum value maps for Severity.
+var (
+	Severity_name = map[int32]string{
+		0: "SEVERITY_UNSPECIFIED",
+		1: "SEVERITY_INFO",
+		2: "SEVERITY_WARNING",
+		3: "SEVERITY_ERROR",
+	}
+	Severity_value = map[string]int32{
+		"SEVERITY_UNSPECIFIED": 0,
+		"SEVERITY_INFO":        1,
+		"SEVERITY_WARNING":     2,
+		"SEVERITY_ERROR":       3,
+	}
+)
+
+func (x Severity) Enum() *Severity {
+	p := new(Severity)
+	*p = x
+	return p
+}
+
+func (x Severity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Severity) Descriptor() protoreflect.EnumDescriptor {
+	return file_verdict_v1_analysis_proto_enumTypes[1].Descriptor()
+}
+
+func (Severity) Type() protoreflect.EnumType {
+	return &file_verdict_v1_analysis_proto_enumTypes[1]
+}
+
+func (x Severity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Severity.Descriptor instead.
+func (Severity) EnumDescriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{1}
+}
+
+// FindingKind is what a finding found (docs/lint.md).
+type FindingKind int32
+
+const (
+	FindingKind_FINDING_KIND_UNSPECIFIED FindingKind = 0
+	// The rule can never decide a flow: earlier rules decide every flow it
+	// matches (error).
+	FindingKind_FINDING_KIND_SHADOWED FindingKind = 1
+	// Removing the rule changes no answer (warning).
+	FindingKind_FINDING_KIND_REDUNDANT FindingKind = 2
+	// Two rules of one rank with opposite actions, ordered only by the
+	// tie-break (warning).
+	FindingKind_FINDING_KIND_CONFLICTING_TIE FindingKind = 3
+	// The policy selects no workload of the inventory (info).
+	FindingKind_FINDING_KIND_DEAD FindingKind = 4
+	// Two sibling scopes can hold one workload (warning).
+	FindingKind_FINDING_KIND_OVERLAPPING_SCOPES FindingKind = 5
+	// The audit policy's shadow answer never differs on the flows checked
+	// (info).
+	FindingKind_FINDING_KIND_AUDIT_NEVER_DIFFERS FindingKind = 6
+)
+
+// Enum value maps for FindingKind.
+var (
+	FindingKind_name = map[int32]string{
+		0: "FINDING_KIND_UNSPECIFIED",
+		1: "FINDING_KIND_SHADOWED",
+		2: "FINDING_KIND_REDUNDANT",
+		3: "FINDING_KIND_CONFLICTING_TIE",
+		4: "FINDING_KIND_DEAD",
+		5: "FINDING_KIND_OVERLAPPING_SCOPES",
+		6: "FINDING_KIND_AUDIT_NEVER_DIFFERS",
+	}
+	FindingKind_value = map[string]int32{
+		"FINDING_KIND_UNSPECIFIED":         0,
+		"FINDING_KIND_SHADOWED":            1,
+		"FINDING_KIND_REDUNDANT":           2,
+		"FINDING_KIND_CONFLICTING_TIE":     3,
+		"FINDING_KIND_DEAD":                4,
+		"FINDING_KIND_OVERLAPPING_SCOPES":  5,
+		"FINDING_KIND_AUDIT_NEVER_DIFFERS": 6,
+	}
+)
+
+func (x FindingKind) Enum() *FindingKind {
+	p := new(FindingKind)
+	*p = x
+	return p
+}
+
+func (x FindingKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FindingKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_verdict_v1_analysis_proto_enumTypes[2].Descriptor()
+}
+
+func (FindingKind) Type() protoreflect.EnumType {
+	return &file_verdict_v1_analysis_proto_enumTypes[2]
+}
+
+func (x FindingKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FindingKind.Descriptor instead.
+func (FindingKind) EnumDescriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{2}
+}
+
 // ReachRequest names one endpoint, a direction, and a protocol and port or
 // neither (a flow with neither, as Decide takes it).
 type ReachRequest struct {
@@ -1263,6 +1387,552 @@ func (x *ImpactResponse) GetReplicas() []*ImpactReplica {
 	return nil
 }
 
+// LintRequest names what to lint, and optionally a change to lint as if it
+// were applied.
+type LintRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty = every mesh.
+	Mesh string `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	// Empty = every type.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// Documents to apply and keys to delete, as Apply takes them.
+	Resources     []*Resource `protobuf:"bytes,3,rep,name=resources,proto3" json:"resources,omitempty"`
+	Deletes       []string    `protobuf:"bytes,4,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	MinRevision   int64       `protobuf:"varint,5,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintRequest) Reset() {
+	*x = LintRequest{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintRequest) ProtoMessage() {}
+
+func (x *LintRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintRequest.ProtoReflect.Descriptor instead.
+func (*LintRequest) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LintRequest) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *LintRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *LintRequest) GetResources() []*Resource {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *LintRequest) GetDeletes() []string {
+	if x != nil {
+		return x.Deletes
+	}
+	return nil
+}
+
+func (x *LintRequest) GetMinRevision() int64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
+}
+
+// LintRuleRef names a rule: a policy's, a scope's catch-all, or a side's
+// fallback (rule "defaultAction" or "unenforcedAction").
+type LintRuleRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Rule          string                 `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	Scope         string                 `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	Action        Action                 `protobuf:"varint,4,opt,name=action,proto3,enum=verdict.v1.Action" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintRuleRef) Reset() {
+	*x = LintRuleRef{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintRuleRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintRuleRef) ProtoMessage() {}
+
+func (x *LintRuleRef) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintRuleRef.ProtoReflect.Descriptor instead.
+func (*LintRuleRef) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LintRuleRef) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *LintRuleRef) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *LintRuleRef) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *LintRuleRef) GetAction() Action {
+	if x != nil {
+		return x.Action
+	}
+	return Action_ACTION_UNSPECIFIED
+}
+
+// LintWitness is a flow that shows a finding, with Decide's answer on the
+// side concerned.
+type LintWitness struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Source      map[string]string      `protobuf:"bytes,1,rep,name=source,proto3" json:"source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Destination map[string]string      `protobuf:"bytes,2,rep,name=destination,proto3" json:"destination,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// TCP, UDP, ICMP or empty.
+	Protocol string `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Port     uint32 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	// "outbound" or "inbound".
+	Side    string        `protobuf:"bytes,5,opt,name=side,proto3" json:"side,omitempty"`
+	Decided *SideDecision `protobuf:"bytes,6,opt,name=decided,proto3" json:"decided,omitempty"`
+	// Inventory workloads it stands for (overlapping scopes).
+	Workloads     []string `protobuf:"bytes,7,rep,name=workloads,proto3" json:"workloads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintWitness) Reset() {
+	*x = LintWitness{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintWitness) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintWitness) ProtoMessage() {}
+
+func (x *LintWitness) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintWitness.ProtoReflect.Descriptor instead.
+func (*LintWitness) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LintWitness) GetSource() map[string]string {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *LintWitness) GetDestination() map[string]string {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+func (x *LintWitness) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *LintWitness) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *LintWitness) GetSide() string {
+	if x != nil {
+		return x.Side
+	}
+	return ""
+}
+
+func (x *LintWitness) GetDecided() *SideDecision {
+	if x != nil {
+		return x.Decided
+	}
+	return nil
+}
+
+func (x *LintWitness) GetWorkloads() []string {
+	if x != nil {
+		return x.Workloads
+	}
+	return nil
+}
+
+// LintFinding is one finding.
+type LintFinding struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Kind     FindingKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=verdict.v1.FindingKind" json:"kind,omitempty"`
+	Severity Severity               `protobuf:"varint,2,opt,name=severity,proto3,enum=verdict.v1.Severity" json:"severity,omitempty"`
+	Mesh     string                 `protobuf:"bytes,3,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	// Empty for a scope finding.
+	Type   string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	Policy string `protobuf:"bytes,5,opt,name=policy,proto3" json:"policy,omitempty"`
+	// The rule: "sources[0]/destinations[1]", "from[2]"; empty for a
+	// policy-level finding.
+	Rule string `protobuf:"bytes,6,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The policy's scope, or the scope found.
+	Scope string `protobuf:"bytes,7,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The covering rules (shadowed), the rule deciding in its place
+	// (redundant), the other rule of a tie, the sibling scope.
+	Related []*LintRuleRef `protobuf:"bytes,8,rep,name=related,proto3" json:"related,omitempty"`
+	Message string         `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	Witness *LintWitness   `protobuf:"bytes,10,opt,name=witness,proto3" json:"witness,omitempty"`
+	// The change linted brings it (with resources or deletes).
+	Introduced    bool `protobuf:"varint,11,opt,name=introduced,proto3" json:"introduced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintFinding) Reset() {
+	*x = LintFinding{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintFinding) ProtoMessage() {}
+
+func (x *LintFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintFinding.ProtoReflect.Descriptor instead.
+func (*LintFinding) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LintFinding) GetKind() FindingKind {
+	if x != nil {
+		return x.Kind
+	}
+	return FindingKind_FINDING_KIND_UNSPECIFIED
+}
+
+func (x *LintFinding) GetSeverity() Severity {
+	if x != nil {
+		return x.Severity
+	}
+	return Severity_SEVERITY_UNSPECIFIED
+}
+
+func (x *LintFinding) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *LintFinding) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *LintFinding) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *LintFinding) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *LintFinding) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *LintFinding) GetRelated() []*LintRuleRef {
+	if x != nil {
+		return x.Related
+	}
+	return nil
+}
+
+func (x *LintFinding) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *LintFinding) GetWitness() *LintWitness {
+	if x != nil {
+		return x.Witness
+	}
+	return nil
+}
+
+func (x *LintFinding) GetIntroduced() bool {
+	if x != nil {
+		return x.Introduced
+	}
+	return false
+}
+
+// LintUnproven is a rule lint could not settle within its budget: it is
+// not reported as a finding.
+type LintUnproven struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          FindingKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=verdict.v1.FindingKind" json:"kind,omitempty"`
+	Mesh          string                 `protobuf:"bytes,2,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Policy        string                 `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	Rule          string                 `protobuf:"bytes,5,opt,name=rule,proto3" json:"rule,omitempty"`
+	Why           string                 `protobuf:"bytes,6,opt,name=why,proto3" json:"why,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintUnproven) Reset() {
+	*x = LintUnproven{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintUnproven) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintUnproven) ProtoMessage() {}
+
+func (x *LintUnproven) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintUnproven.ProtoReflect.Descriptor instead.
+func (*LintUnproven) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LintUnproven) GetKind() FindingKind {
+	if x != nil {
+		return x.Kind
+	}
+	return FindingKind_FINDING_KIND_UNSPECIFIED
+}
+
+func (x *LintUnproven) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *LintUnproven) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *LintUnproven) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *LintUnproven) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *LintUnproven) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+// LintResponse is Lint's answer.
+type LintResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The revision linted (before the change, with one).
+	Revision int64           `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Findings []*LintFinding  `protobuf:"bytes,2,rep,name=findings,proto3" json:"findings,omitempty"`
+	Unproven []*LintUnproven `protobuf:"bytes,3,rep,name=unproven,proto3" json:"unproven,omitempty"`
+	// What was not analyzed, and why.
+	Notes []string `protobuf:"bytes,4,rep,name=notes,proto3" json:"notes,omitempty"`
+	// Rules analyzed.
+	Rules         uint64 `protobuf:"varint,5,opt,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LintResponse) Reset() {
+	*x = LintResponse{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LintResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LintResponse) ProtoMessage() {}
+
+func (x *LintResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LintResponse.ProtoReflect.Descriptor instead.
+func (*LintResponse) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LintResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *LintResponse) GetFindings() []*LintFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *LintResponse) GetUnproven() []*LintUnproven {
+	if x != nil {
+		return x.Unproven
+	}
+	return nil
+}
+
+func (x *LintResponse) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+func (x *LintResponse) GetRules() uint64 {
+	if x != nil {
+		return x.Rules
+	}
+	return 0
+}
+
 var File_verdict_v1_analysis_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_analysis_proto_rawDesc = "" +
@@ -1378,15 +2048,82 @@ const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"considered\x18\x04 \x01(\x04R\n" +
 	"considered\x12\x1c\n" +
 	"\tredecided\x18\x05 \x01(\x04R\tredecided\x125\n" +
-	"\breplicas\x18\x06 \x03(\v2\x19.verdict.v1.ImpactReplicaR\breplicas*c\n" +
+	"\breplicas\x18\x06 \x03(\v2\x19.verdict.v1.ImpactReplicaR\breplicas\"\xa6\x01\n" +
+	"\vLintRequest\x12\x12\n" +
+	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x122\n" +
+	"\tresources\x18\x03 \x03(\v2\x14.verdict.v1.ResourceR\tresources\x12\x18\n" +
+	"\adeletes\x18\x04 \x03(\tR\adeletes\x12!\n" +
+	"\fmin_revision\x18\x05 \x01(\x03R\vminRevision\"{\n" +
+	"\vLintRuleRef\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
+	"\x05scope\x18\x03 \x01(\tR\x05scope\x12*\n" +
+	"\x06action\x18\x04 \x01(\x0e2\x12.verdict.v1.ActionR\x06action\"\xa7\x03\n" +
+	"\vLintWitness\x12;\n" +
+	"\x06source\x18\x01 \x03(\v2#.verdict.v1.LintWitness.SourceEntryR\x06source\x12J\n" +
+	"\vdestination\x18\x02 \x03(\v2(.verdict.v1.LintWitness.DestinationEntryR\vdestination\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\rR\x04port\x12\x12\n" +
+	"\x04side\x18\x05 \x01(\tR\x04side\x122\n" +
+	"\adecided\x18\x06 \x01(\v2\x18.verdict.v1.SideDecisionR\adecided\x12\x1c\n" +
+	"\tworkloads\x18\a \x03(\tR\tworkloads\x1a9\n" +
+	"\vSourceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10DestinationEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf6\x02\n" +
+	"\vLintFinding\x12+\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x17.verdict.v1.FindingKindR\x04kind\x120\n" +
+	"\bseverity\x18\x02 \x01(\x0e2\x14.verdict.v1.SeverityR\bseverity\x12\x12\n" +
+	"\x04mesh\x18\x03 \x01(\tR\x04mesh\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type\x12\x16\n" +
+	"\x06policy\x18\x05 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04rule\x18\x06 \x01(\tR\x04rule\x12\x14\n" +
+	"\x05scope\x18\a \x01(\tR\x05scope\x121\n" +
+	"\arelated\x18\b \x03(\v2\x17.verdict.v1.LintRuleRefR\arelated\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\x121\n" +
+	"\awitness\x18\n" +
+	" \x01(\v2\x17.verdict.v1.LintWitnessR\awitness\x12\x1e\n" +
+	"\n" +
+	"introduced\x18\v \x01(\bR\n" +
+	"introduced\"\xa1\x01\n" +
+	"\fLintUnproven\x12+\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x17.verdict.v1.FindingKindR\x04kind\x12\x12\n" +
+	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x16\n" +
+	"\x06policy\x18\x04 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04rule\x18\x05 \x01(\tR\x04rule\x12\x10\n" +
+	"\x03why\x18\x06 \x01(\tR\x03why\"\xc1\x01\n" +
+	"\fLintResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x123\n" +
+	"\bfindings\x18\x02 \x03(\v2\x17.verdict.v1.LintFindingR\bfindings\x124\n" +
+	"\bunproven\x18\x03 \x03(\v2\x18.verdict.v1.LintUnprovenR\bunproven\x12\x14\n" +
+	"\x05notes\x18\x04 \x03(\tR\x05notes\x12\x14\n" +
+	"\x05rules\x18\x05 \x01(\x04R\x05rules*c\n" +
 	"\x0eReachDirection\x12\x1f\n" +
 	"\x1bREACH_DIRECTION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12REACH_DIRECTION_TO\x10\x01\x12\x18\n" +
-	"\x14REACH_DIRECTION_FROM\x10\x022\xd5\x01\n" +
+	"\x14REACH_DIRECTION_FROM\x10\x02*a\n" +
+	"\bSeverity\x12\x18\n" +
+	"\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rSEVERITY_INFO\x10\x01\x12\x14\n" +
+	"\x10SEVERITY_WARNING\x10\x02\x12\x12\n" +
+	"\x0eSEVERITY_ERROR\x10\x03*\xe6\x01\n" +
+	"\vFindingKind\x12\x1c\n" +
+	"\x18FINDING_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15FINDING_KIND_SHADOWED\x10\x01\x12\x1a\n" +
+	"\x16FINDING_KIND_REDUNDANT\x10\x02\x12 \n" +
+	"\x1cFINDING_KIND_CONFLICTING_TIE\x10\x03\x12\x15\n" +
+	"\x11FINDING_KIND_DEAD\x10\x04\x12#\n" +
+	"\x1fFINDING_KIND_OVERLAPPING_SCOPES\x10\x05\x12$\n" +
+	" FINDING_KIND_AUDIT_NEVER_DIFFERS\x10\x062\x90\x02\n" +
 	"\x0fAnalysisService\x12>\n" +
 	"\x05Reach\x12\x18.verdict.v1.ReachRequest\x1a\x19.verdict.v1.ReachResponse0\x01\x12A\n" +
 	"\x06Matrix\x12\x19.verdict.v1.MatrixRequest\x1a\x1a.verdict.v1.MatrixResponse0\x01\x12?\n" +
-	"\x06Impact\x12\x19.verdict.v1.ImpactRequest\x1a\x1a.verdict.v1.ImpactResponseB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
+	"\x06Impact\x12\x19.verdict.v1.ImpactRequest\x1a\x1a.verdict.v1.ImpactResponse\x129\n" +
+	"\x04Lint\x12\x17.verdict.v1.LintRequest\x1a\x18.verdict.v1.LintResponseB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
 
 var (
 	file_verdict_v1_analysis_proto_rawDescOnce sync.Once
@@ -1400,68 +2137,92 @@ func file_verdict_v1_analysis_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_analysis_proto_rawDescData
 }
 
-var file_verdict_v1_analysis_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_verdict_v1_analysis_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_verdict_v1_analysis_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_verdict_v1_analysis_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_verdict_v1_analysis_proto_goTypes = []any{
 	(ReachDirection)(0),        // 0: verdict.v1.ReachDirection
-	(*ReachRequest)(nil),       // 1: verdict.v1.ReachRequest
-	(*ReachEntry)(nil),         // 2: verdict.v1.ReachEntry
-	(*ReachResponse)(nil),      // 3: verdict.v1.ReachResponse
-	(*MatrixRequest)(nil),      // 4: verdict.v1.MatrixRequest
-	(*MatrixEntry)(nil),        // 5: verdict.v1.MatrixEntry
-	(*MatrixResponse)(nil),     // 6: verdict.v1.MatrixResponse
-	(*ImpactRequest)(nil),      // 7: verdict.v1.ImpactRequest
-	(*ImpactAnswer)(nil),       // 8: verdict.v1.ImpactAnswer
-	(*ImpactChange)(nil),       // 9: verdict.v1.ImpactChange
-	(*ImpactGroup)(nil),        // 10: verdict.v1.ImpactGroup
-	(*ImpactReplica)(nil),      // 11: verdict.v1.ImpactReplica
-	(*ImpactResponse)(nil),     // 12: verdict.v1.ImpactResponse
-	nil,                        // 13: verdict.v1.ReachEntry.TagsEntry
-	nil,                        // 14: verdict.v1.MatrixRequest.SourcesEntry
-	nil,                        // 15: verdict.v1.MatrixRequest.DestinationsEntry
-	(*Endpoint)(nil),           // 16: verdict.v1.Endpoint
-	(*SideDecision)(nil),       // 17: verdict.v1.SideDecision
-	(*EndpointResolution)(nil), // 18: verdict.v1.EndpointResolution
-	(*Resource)(nil),           // 19: verdict.v1.Resource
-	(*DecisionRecord)(nil),     // 20: verdict.v1.DecisionRecord
-	(Action)(0),                // 21: verdict.v1.Action
-	(*Explanation)(nil),        // 22: verdict.v1.Explanation
+	(Severity)(0),              // 1: verdict.v1.Severity
+	(FindingKind)(0),           // 2: verdict.v1.FindingKind
+	(*ReachRequest)(nil),       // 3: verdict.v1.ReachRequest
+	(*ReachEntry)(nil),         // 4: verdict.v1.ReachEntry
+	(*ReachResponse)(nil),      // 5: verdict.v1.ReachResponse
+	(*MatrixRequest)(nil),      // 6: verdict.v1.MatrixRequest
+	(*MatrixEntry)(nil),        // 7: verdict.v1.MatrixEntry
+	(*MatrixResponse)(nil),     // 8: verdict.v1.MatrixResponse
+	(*ImpactRequest)(nil),      // 9: verdict.v1.ImpactRequest
+	(*ImpactAnswer)(nil),       // 10: verdict.v1.ImpactAnswer
+	(*ImpactChange)(nil),       // 11: verdict.v1.ImpactChange
+	(*ImpactGroup)(nil),        // 12: verdict.v1.ImpactGroup
+	(*ImpactReplica)(nil),      // 13: verdict.v1.ImpactReplica
+	(*ImpactResponse)(nil),     // 14: verdict.v1.ImpactResponse
+	(*LintRequest)(nil),        // 15: verdict.v1.LintRequest
+	(*LintRuleRef)(nil),        // 16: verdict.v1.LintRuleRef
+	(*LintWitness)(nil),        // 17: verdict.v1.LintWitness
+	(*LintFinding)(nil),        // 18: verdict.v1.LintFinding
+	(*LintUnproven)(nil),       // 19: verdict.v1.LintUnproven
+	(*LintResponse)(nil),       // 20: verdict.v1.LintResponse
+	nil,                        // 21: verdict.v1.ReachEntry.TagsEntry
+	nil,                        // 22: verdict.v1.MatrixRequest.SourcesEntry
+	nil,                        // 23: verdict.v1.MatrixRequest.DestinationsEntry
+	nil,                        // 24: verdict.v1.LintWitness.SourceEntry
+	nil,                        // 25: verdict.v1.LintWitness.DestinationEntry
+	(*Endpoint)(nil),           // 26: verdict.v1.Endpoint
+	(*SideDecision)(nil),       // 27: verdict.v1.SideDecision
+	(*EndpointResolution)(nil), // 28: verdict.v1.EndpointResolution
+	(*Resource)(nil),           // 29: verdict.v1.Resource
+	(*DecisionRecord)(nil),     // 30: verdict.v1.DecisionRecord
+	(Action)(0),                // 31: verdict.v1.Action
+	(*Explanation)(nil),        // 32: verdict.v1.Explanation
 }
 var file_verdict_v1_analysis_proto_depIdxs = []int32{
-	16, // 0: verdict.v1.ReachRequest.endpoint:type_name -> verdict.v1.Endpoint
+	26, // 0: verdict.v1.ReachRequest.endpoint:type_name -> verdict.v1.Endpoint
 	0,  // 1: verdict.v1.ReachRequest.direction:type_name -> verdict.v1.ReachDirection
-	13, // 2: verdict.v1.ReachEntry.tags:type_name -> verdict.v1.ReachEntry.TagsEntry
-	17, // 3: verdict.v1.ReachEntry.outbound:type_name -> verdict.v1.SideDecision
-	17, // 4: verdict.v1.ReachEntry.inbound:type_name -> verdict.v1.SideDecision
-	18, // 5: verdict.v1.ReachResponse.endpoint:type_name -> verdict.v1.EndpointResolution
-	2,  // 6: verdict.v1.ReachResponse.entries:type_name -> verdict.v1.ReachEntry
-	14, // 7: verdict.v1.MatrixRequest.sources:type_name -> verdict.v1.MatrixRequest.SourcesEntry
-	15, // 8: verdict.v1.MatrixRequest.destinations:type_name -> verdict.v1.MatrixRequest.DestinationsEntry
-	5,  // 9: verdict.v1.MatrixResponse.entries:type_name -> verdict.v1.MatrixEntry
-	19, // 10: verdict.v1.ImpactRequest.resources:type_name -> verdict.v1.Resource
-	20, // 11: verdict.v1.ImpactRequest.flows:type_name -> verdict.v1.DecisionRecord
-	21, // 12: verdict.v1.ImpactAnswer.action:type_name -> verdict.v1.Action
-	17, // 13: verdict.v1.ImpactAnswer.outbound:type_name -> verdict.v1.SideDecision
-	17, // 14: verdict.v1.ImpactAnswer.inbound:type_name -> verdict.v1.SideDecision
-	16, // 15: verdict.v1.ImpactChange.source:type_name -> verdict.v1.Endpoint
-	16, // 16: verdict.v1.ImpactChange.destination:type_name -> verdict.v1.Endpoint
-	8,  // 17: verdict.v1.ImpactChange.before:type_name -> verdict.v1.ImpactAnswer
-	8,  // 18: verdict.v1.ImpactChange.after:type_name -> verdict.v1.ImpactAnswer
-	22, // 19: verdict.v1.ImpactChange.explanation:type_name -> verdict.v1.Explanation
-	9,  // 20: verdict.v1.ImpactResponse.changes:type_name -> verdict.v1.ImpactChange
-	10, // 21: verdict.v1.ImpactResponse.groups:type_name -> verdict.v1.ImpactGroup
-	11, // 22: verdict.v1.ImpactResponse.replicas:type_name -> verdict.v1.ImpactReplica
-	1,  // 23: verdict.v1.AnalysisService.Reach:input_type -> verdict.v1.ReachRequest
-	4,  // 24: verdict.v1.AnalysisService.Matrix:input_type -> verdict.v1.MatrixRequest
-	7,  // 25: verdict.v1.AnalysisService.Impact:input_type -> verdict.v1.ImpactRequest
-	3,  // 26: verdict.v1.AnalysisService.Reach:output_type -> verdict.v1.ReachResponse
-	6,  // 27: verdict.v1.AnalysisService.Matrix:output_type -> verdict.v1.MatrixResponse
-	12, // 28: verdict.v1.AnalysisService.Impact:output_type -> verdict.v1.ImpactResponse
-	26, // [26:29] is the sub-list for method output_type
-	23, // [23:26] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	21, // 2: verdict.v1.ReachEntry.tags:type_name -> verdict.v1.ReachEntry.TagsEntry
+	27, // 3: verdict.v1.ReachEntry.outbound:type_name -> verdict.v1.SideDecision
+	27, // 4: verdict.v1.ReachEntry.inbound:type_name -> verdict.v1.SideDecision
+	28, // 5: verdict.v1.ReachResponse.endpoint:type_name -> verdict.v1.EndpointResolution
+	4,  // 6: verdict.v1.ReachResponse.entries:type_name -> verdict.v1.ReachEntry
+	22, // 7: verdict.v1.MatrixRequest.sources:type_name -> verdict.v1.MatrixRequest.SourcesEntry
+	23, // 8: verdict.v1.MatrixRequest.destinations:type_name -> verdict.v1.MatrixRequest.DestinationsEntry
+	7,  // 9: verdict.v1.MatrixResponse.entries:type_name -> verdict.v1.MatrixEntry
+	29, // 10: verdict.v1.ImpactRequest.resources:type_name -> verdict.v1.Resource
+	30, // 11: verdict.v1.ImpactRequest.flows:type_name -> verdict.v1.DecisionRecord
+	31, // 12: verdict.v1.ImpactAnswer.action:type_name -> verdict.v1.Action
+	27, // 13: verdict.v1.ImpactAnswer.outbound:type_name -> verdict.v1.SideDecision
+	27, // 14: verdict.v1.ImpactAnswer.inbound:type_name -> verdict.v1.SideDecision
+	26, // 15: verdict.v1.ImpactChange.source:type_name -> verdict.v1.Endpoint
+	26, // 16: verdict.v1.ImpactChange.destination:type_name -> verdict.v1.Endpoint
+	10, // 17: verdict.v1.ImpactChange.before:type_name -> verdict.v1.ImpactAnswer
+	10, // 18: verdict.v1.ImpactChange.after:type_name -> verdict.v1.ImpactAnswer
+	32, // 19: verdict.v1.ImpactChange.explanation:type_name -> verdict.v1.Explanation
+	11, // 20: verdict.v1.ImpactResponse.changes:type_name -> verdict.v1.ImpactChange
+	12, // 21: verdict.v1.ImpactResponse.groups:type_name -> verdict.v1.ImpactGroup
+	13, // 22: verdict.v1.ImpactResponse.replicas:type_name -> verdict.v1.ImpactReplica
+	29, // 23: verdict.v1.LintRequest.resources:type_name -> verdict.v1.Resource
+	31, // 24: verdict.v1.LintRuleRef.action:type_name -> verdict.v1.Action
+	24, // 25: verdict.v1.LintWitness.source:type_name -> verdict.v1.LintWitness.SourceEntry
+	25, // 26: verdict.v1.LintWitness.destination:type_name -> verdict.v1.LintWitness.DestinationEntry
+	27, // 27: verdict.v1.LintWitness.decided:type_name -> verdict.v1.SideDecision
+	2,  // 28: verdict.v1.LintFinding.kind:type_name -> verdict.v1.FindingKind
+	1,  // 29: verdict.v1.LintFinding.severity:type_name -> verdict.v1.Severity
+	16, // 30: verdict.v1.LintFinding.related:type_name -> verdict.v1.LintRuleRef
+	17, // 31: verdict.v1.LintFinding.witness:type_name -> verdict.v1.LintWitness
+	2,  // 32: verdict.v1.LintUnproven.kind:type_name -> verdict.v1.FindingKind
+	18, // 33: verdict.v1.LintResponse.findings:type_name -> verdict.v1.LintFinding
+	19, // 34: verdict.v1.LintResponse.unproven:type_name -> verdict.v1.LintUnproven
+	3,  // 35: verdict.v1.AnalysisService.Reach:input_type -> verdict.v1.ReachRequest
+	6,  // 36: verdict.v1.AnalysisService.Matrix:input_type -> verdict.v1.MatrixRequest
+	9,  // 37: verdict.v1.AnalysisService.Impact:input_type -> verdict.v1.ImpactRequest
+	15, // 38: verdict.v1.AnalysisService.Lint:input_type -> verdict.v1.LintRequest
+	5,  // 39: verdict.v1.AnalysisService.Reach:output_type -> verdict.v1.ReachResponse
+	8,  // 40: verdict.v1.AnalysisService.Matrix:output_type -> verdict.v1.MatrixResponse
+	14, // 41: verdict.v1.AnalysisService.Impact:output_type -> verdict.v1.ImpactResponse
+	20, // 42: verdict.v1.AnalysisService.Lint:output_type -> verdict.v1.LintResponse
+	39, // [39:43] is the sub-list for method output_type
+	35, // [35:39] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_analysis_proto_init() }
@@ -1482,8 +2243,8 @@ func file_verdict_v1_analysis_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_analysis_proto_rawDesc), len(file_verdict_v1_analysis_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   15,
+			NumEnums:      3,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	AnalysisService_Reach_FullMethodName  = "/verdict.v1.AnalysisService/Reach"
 	AnalysisService_Matrix_FullMethodName = "/verdict.v1.AnalysisService/Matrix"
 	AnalysisService_Impact_FullMethodName = "/verdict.v1.AnalysisService/Impact"
+	AnalysisService_Lint_FullMethodName   = "/verdict.v1.AnalysisService/Lint"
 )
 
 // AnalysisServiceClient is the client API for AnalysisService service.
@@ -43,6 +44,13 @@ type AnalysisServiceClient interface {
 	// Impact lists the flows whose answer a proposed change would alter,
 	// validated as Apply's dry run; nothing is written.
 	Impact(ctx context.Context, in *ImpactRequest, opts ...grpc.CallOption) (*ImpactResponse, error)
+	// Lint lists the shadowed, redundant, tied and dead rules, the
+	// overlapping sibling scopes and the audit policies that never change an
+	// answer, each with a witness flow Decide confirms (docs/lint.md). With
+	// resources or deletes it lints the store as the change would make it,
+	// validated as Apply's dry run, and marks the findings the change
+	// introduces; nothing is written.
+	Lint(ctx context.Context, in *LintRequest, opts ...grpc.CallOption) (*LintResponse, error)
 }
 
 type analysisServiceClient struct {
@@ -101,6 +109,16 @@ func (c *analysisServiceClient) Impact(ctx context.Context, in *ImpactRequest, o
 	return out, nil
 }
 
+func (c *analysisServiceClient) Lint(ctx context.Context, in *LintRequest, opts ...grpc.CallOption) (*LintResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LintResponse)
+	err := c.cc.Invoke(ctx, AnalysisService_Lint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AnalysisServiceServer is the server API for AnalysisService service.
 // All implementations must embed UnimplementedAnalysisServiceServer
 // for forward compatibility.
@@ -120,6 +138,13 @@ type AnalysisServiceServer interface {
 	// Impact lists the flows whose answer a proposed change would alter,
 	// validated as Apply's dry run; nothing is written.
 	Impact(context.Context, *ImpactRequest) (*ImpactResponse, error)
+	// Lint lists the shadowed, redundant, tied and dead rules, the
+	// overlapping sibling scopes and the audit policies that never change an
+	// answer, each with a witness flow Decide confirms (docs/lint.md). With
+	// resources or deletes it lints the store as the change would make it,
+	// validated as Apply's dry run, and marks the findings the change
+	// introduces; nothing is written.
+	Lint(context.Context, *LintRequest) (*LintResponse, error)
 	mustEmbedUnimplementedAnalysisServiceServer()
 }
 
@@ -138,6 +163,9 @@ func (UnimplementedAnalysisServiceServer) Matrix(*MatrixRequest, grpc.ServerStre
 }
 func (UnimplementedAnalysisServiceServer) Impact(context.Context, *ImpactRequest) (*ImpactResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Impact not implemented")
+}
+func (UnimplementedAnalysisServiceServer) Lint(context.Context, *LintRequest) (*LintResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lint not implemented")
 }
 func (UnimplementedAnalysisServiceServer) mustEmbedUnimplementedAnalysisServiceServer() {}
 func (UnimplementedAnalysisServiceServer) testEmbeddedByValue()                         {}
@@ -200,6 +228,24 @@ func _AnalysisService_Impact_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AnalysisService_Lint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LintRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AnalysisServiceServer).Lint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AnalysisService_Lint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AnalysisServiceServer).Lint(ctx, req.(*LintRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AnalysisService_ServiceDesc is the grpc.ServiceDesc for AnalysisService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -210,6 +256,10 @@ var AnalysisService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Impact",
 			Handler:    _AnalysisService_Impact_Handler,
+		},
+		{
+			MethodName: "Lint",
+			Handler:    _AnalysisService_Lint_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
