@@ -106,6 +106,9 @@ var methodTable = map[string]*method{
 	verdictv1.AnalysisService_Reach_FullMethodName:  {access: authorizedOnly, validate: validates(checkReach)},
 	verdictv1.AnalysisService_Matrix_FullMethodName: {access: authorizedOnly, validate: validates(checkMatrix)},
 	verdictv1.AnalysisService_Impact_FullMethodName: {access: authorizedOnly, validate: validates(checkImpact)},
+	// A replica's observed flows, which replicas ask each other for with
+	// their own credentials.
+	verdictv1.AnalysisService_ObservedFlows_FullMethodName: {access: authorizedOnly, validate: validates(checkObservedFlows)},
 
 	// Decision records name workloads and callers.
 	verdictv1.DecisionLogService_Follow_FullMethodName: {access: authorizedOnly, validate: validates(checkFollow)},

@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AnalysisService_Reach_FullMethodName  = "/verdict.v1.AnalysisService/Reach"
-	AnalysisService_Matrix_FullMethodName = "/verdict.v1.AnalysisService/Matrix"
-	AnalysisService_Impact_FullMethodName = "/verdict.v1.AnalysisService/Impact"
+	AnalysisService_Reach_FullMethodName         = "/verdict.v1.AnalysisService/Reach"
+	AnalysisService_Matrix_FullMethodName        = "/verdict.v1.AnalysisService/Matrix"
+	AnalysisService_Impact_FullMethodName        = "/verdict.v1.AnalysisService/Impact"
+	AnalysisService_ObservedFlows_FullMethodName = "/verdict.v1.AnalysisService/ObservedFlows"
 )
 
 // AnalysisServiceClient is the client API for AnalysisService service.
@@ -43,6 +44,10 @@ type AnalysisServiceClient interface {
 	// Impact lists the flows whose answer a proposed change would alter,
 	// validated as Apply's dry run; nothing is written.
 	Impact(ctx context.Context, in *ImpactRequest, opts ...grpc.CallOption) (*ImpactResponse, error)
+	// ObservedFlows lists the flows this replica decided (its observed-flows
+	// table), in pages of at most 1000: what Impact replays, and what a
+	// replica asks every other for when Impact is asked with fleet.
+	ObservedFlows(ctx context.Context, in *ObservedFlowsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObservedFlowsResponse], error)
 }
 
 type analysisServiceClient struct {
@@ -101,6 +106,25 @@ func (c *analysisServiceClient) Impact(ctx context.Context, in *ImpactRequest, o
 	return out, nil
 }
 
+func (c *analysisServiceClient) ObservedFlows(ctx context.Context, in *ObservedFlowsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObservedFlowsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AnalysisService_ServiceDesc.Streams[2], AnalysisService_ObservedFlows_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ObservedFlowsRequest, ObservedFlowsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AnalysisService_ObservedFlowsClient = grpc.ServerStreamingClient[ObservedFlowsResponse]
+
 // AnalysisServiceServer is the server API for AnalysisService service.
 // All implementations must embed UnimplementedAnalysisServiceServer
 // for forward compatibility.
@@ -120,6 +144,10 @@ type AnalysisServiceServer interface {
 	// Impact lists the flows whose answer a proposed change would alter,
 	// validated as Apply's dry run; nothing is written.
 	Impact(context.Context, *ImpactRequest) (*ImpactResponse, error)
+	// ObservedFlows lists the flows this replica decided (its observed-flows
+	// table), in pages of at most 1000: what Impact replays, and what a
+	// replica asks every other for when Impact is asked with fleet.
+	ObservedFlows(*ObservedFlowsRequest, grpc.ServerStreamingServer[ObservedFlowsResponse]) error
 	mustEmbedUnimplementedAnalysisServiceServer()
 }
 
@@ -138,6 +166,9 @@ func (UnimplementedAnalysisServiceServer) Matrix(*MatrixRequest, grpc.ServerStre
 }
 func (UnimplementedAnalysisServiceServer) Impact(context.Context, *ImpactRequest) (*ImpactResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Impact not implemented")
+}
+func (UnimplementedAnalysisServiceServer) ObservedFlows(*ObservedFlowsRequest, grpc.ServerStreamingServer[ObservedFlowsResponse]) error {
+	return status.Error(codes.Unimplemented, "method ObservedFlows not implemented")
 }
 func (UnimplementedAnalysisServiceServer) mustEmbedUnimplementedAnalysisServiceServer() {}
 func (UnimplementedAnalysisServiceServer) testEmbeddedByValue()                         {}
@@ -200,6 +231,17 @@ func _AnalysisService_Impact_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AnalysisService_ObservedFlows_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ObservedFlowsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AnalysisServiceServer).ObservedFlows(m, &grpc.GenericServerStream[ObservedFlowsRequest, ObservedFlowsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AnalysisService_ObservedFlowsServer = grpc.ServerStreamingServer[ObservedFlowsResponse]
+
 // AnalysisService_ServiceDesc is the grpc.ServiceDesc for AnalysisService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -221,6 +263,11 @@ var AnalysisService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Matrix",
 			Handler:       _AnalysisService_Matrix_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ObservedFlows",
+			Handler:       _AnalysisService_ObservedFlows_Handler,
 			ServerStreams: true,
 		},
 	},
