@@ -176,6 +176,7 @@ func BenchmarkReach(b *testing.B) {
 		Protocol: resource.TCP, Port: 8080}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	var entries int
 	for n := 0; n < b.N; n++ {
 		ans, err := ab.snap.Reach(&req)
@@ -185,6 +186,7 @@ func BenchmarkReach(b *testing.B) {
 		entries = len(ans.Entries)
 	}
 	b.ReportMetric(float64(entries), "entries")
+	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkMatrix answers the allowed pairs among 1k × 1k workloads of a
@@ -193,6 +195,7 @@ func BenchmarkMatrix(b *testing.B) {
 	ab := newAnalysisBench(10_000, 1_000)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	var entries, decisions int
 	for n := 0; n < b.N; n++ {
 		entries = 0
@@ -207,6 +210,7 @@ func BenchmarkMatrix(b *testing.B) {
 	}
 	b.ReportMetric(float64(entries), "entries")
 	b.ReportMetric(float64(decisions), "decisions")
+	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkImpact judges a one-policy change (a DENY between two services)
@@ -229,6 +233,7 @@ func BenchmarkImpact(b *testing.B) {
 		Destinations: []resource.Selector{{Match: map[string]string{resource.ServiceTag: dst}}}}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	var ans *engine.ImpactAnswer
 	for n := 0; n < b.N; n++ {
 		var err error
@@ -239,4 +244,5 @@ func BenchmarkImpact(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(ans.Changes)), "changes")
 	b.ReportMetric(float64(ans.Redecided), "redecided")
+	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }

@@ -52,6 +52,7 @@ type Bulk struct {
 	bitsOK    bool
 	uses      [2]map[ClassID]int32 // per end, the decisions of each class
 	scan      bulkScan             // the current flow's masks (Decide)
+	pair      pairScan             // DecidePorts's state
 	decisions int                  // decisions made: distinct (class, class, protocol, port)
 	// the outside classes (outside.go), computed on first need
 	outside      []outsideClass
