@@ -344,7 +344,7 @@ func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int6
 	// class of flows.
 	decided := make([]Decision, len(groups)*len(classes))
 	cur := ClassID(-1)
-	var runs []int   // start of each run of classes with one destination class
+	var runs []int    // start of each run of classes with one destination class
 	var dcs []ClassID // the destination class of each run
 	for i, sw := range srcs {
 		if srcClass[i] != cur {
