@@ -43,7 +43,8 @@ type Bulk struct {
 	ms        *meshState
 	ts        *typeState
 	mesh, typ string
-	closed    bool // an invalid stored resource closes the partition
+	closed    bool      // an invalid stored resource closes the partition
+	base      *bulkBase // the partition's shared start (nil: closed)
 	conds     map[string]*keyConds
 	classes   map[string]int32
 	tags      []resource.Tags // per class, the tags it is decided on
@@ -101,7 +102,7 @@ func (s *Snapshot) Bulk(mesh, typ string) (*Bulk, error) {
 		return nil, err
 	}
 	b.ts, _ = ms.types.Get(typ)
-	b.conds = conditionsOf(ms, b.ts)
+	b.startFrom(s.base(mesh, typ, ms, b.ts))
 	return b, nil
 }
 

@@ -84,9 +84,20 @@ func (s *Snapshot) Reach(req *ReachRequest) (*ReachAnswer, error) {
 		}
 		return b.Decide(fixed, peer, req.Protocol, req.Port)
 	}
-	for _, w := range workloadsOf(ms) {
-		tags := peerTags(w, !req.Destination, req.Port)
-		d := decide(b.Intern(tags))
+	workloads := workloadsOf
+	if b.base != nil {
+		workloads = func(*meshState) []*inventory.WorkloadEntry { return b.base.workloads }
+	}
+	for i, w := range workloads(ms) {
+		var c ClassID
+		var tags resource.Tags
+		if b.base != nil {
+			c, tags = b.peerClass(i, !req.Destination, req.Port)
+		} else {
+			tags = peerTags(w, !req.Destination, req.Port)
+			c = b.Intern(tags)
+		}
+		d := decide(c)
 		if d.Action != resource.Allow {
 			continue
 		}
@@ -282,7 +293,12 @@ func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int6
 	if classes == nil {
 		classes = FlowClasses(b.mesh, b.typ, s)
 	}
-	all := workloadsOf(b.ms)
+	var all []*inventory.WorkloadEntry
+	if b.base != nil {
+		all = b.base.workloads
+	} else {
+		all = workloadsOf(b.ms)
+	}
 	pick := func(sel *resource.Selector) []*inventory.WorkloadEntry {
 		if sel == nil {
 			return all
