@@ -17,7 +17,7 @@ import (
 // rarely meet on one.
 
 const (
-	stripeSetBits = 8
+	stripeSetBits = 10
 	stripeSets    = 1 << stripeSetBits
 	stripeWays    = 4
 )
