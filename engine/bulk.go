@@ -43,7 +43,8 @@ type Bulk struct {
 	ms        *meshState
 	ts        *typeState
 	mesh, typ string
-	closed    bool // an invalid stored resource closes the partition
+	closed    bool      // an invalid stored resource closes the partition
+	base      *bulkBase // the partition's shared start (nil: closed)
 	conds     map[string]*keyConds
 	classes   map[string]int32
 	tags      []resource.Tags // per class, the tags it is decided on
@@ -52,6 +53,7 @@ type Bulk struct {
 	bitsOK    bool
 	uses      [2]map[ClassID]int32 // per end, the decisions of each class
 	scan      bulkScan             // the current flow's masks (Decide)
+	pair      pairScan             // DecidePorts's state
 	decisions int                  // decisions made: distinct (class, class, protocol, port)
 	// the outside classes (outside.go), computed on first need
 	outside      []outsideClass
@@ -100,7 +102,7 @@ func (s *Snapshot) Bulk(mesh, typ string) (*Bulk, error) {
 		return nil, err
 	}
 	b.ts, _ = ms.types.Get(typ)
-	b.conds = conditionsOf(ms, b.ts)
+	b.startFrom(s.base(mesh, typ, ms, b.ts))
 	return b, nil
 }
 

@@ -34,7 +34,5 @@ type Memo struct{ h memoHolder }
 // entries stay verified by their partitions' epochs, so a shared memo never
 // answers for another snapshot's policies.
 func (s *Snapshot) WithMemo(m *Memo) *Snapshot {
-	out := *s
-	out.memo = &m.h
-	return &out
+	return &Snapshot{revision: s.revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count, memo: &m.h}
 }

@@ -84,9 +84,20 @@ func (s *Snapshot) Reach(req *ReachRequest) (*ReachAnswer, error) {
 		}
 		return b.Decide(fixed, peer, req.Protocol, req.Port)
 	}
-	for _, w := range workloadsOf(ms) {
-		tags := peerTags(w, !req.Destination, req.Port)
-		d := decide(b.Intern(tags))
+	workloads := workloadsOf
+	if b.base != nil {
+		workloads = func(*meshState) []*inventory.WorkloadEntry { return b.base.workloads }
+	}
+	for i, w := range workloads(ms) {
+		var c ClassID
+		var tags resource.Tags
+		if b.base != nil {
+			c, tags = b.peerClass(i, !req.Destination, req.Port)
+		} else {
+			tags = peerTags(w, !req.Destination, req.Port)
+			c = b.Intern(tags)
+		}
+		d := decide(c)
 		if d.Action != resource.Allow {
 			continue
 		}
@@ -261,9 +272,14 @@ type MatrixEntry struct {
 	Outbound, Inbound                   SideDecision
 }
 
-// Matrix calls emit for every allowed pair, class by class, then by source
-// and destination name, until emit returns false. It returns the revision
+// Matrix calls emit for every allowed pair, by source name, destination
+// name and class, until emit returns false. It returns the revision
 // answered at and the decisions made.
+//
+// Workloads decided alike share their decisions: sources by their class,
+// destinations by their classes on every class of flows (port tags aside,
+// one); each pair of groups is decided on every class of flows at once
+// (DecidePorts), for the groups of one source at a time.
 func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int64, int, error) {
 	q := Request{Mesh: req.Mesh, Type: req.Type}
 	if err := q.Validate(); err != nil {
@@ -277,7 +293,12 @@ func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int6
 	if classes == nil {
 		classes = FlowClasses(b.mesh, b.typ, s)
 	}
-	all := workloadsOf(b.ms)
+	var all []*inventory.WorkloadEntry
+	if b.base != nil {
+		all = b.base.workloads
+	} else {
+		all = workloadsOf(b.ms)
+	}
 	pick := func(sel *resource.Selector) []*inventory.WorkloadEntry {
 		if sel == nil {
 			return all
@@ -296,22 +317,86 @@ func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int6
 	for i, w := range srcs {
 		srcClass[i] = b.Intern(peerTags(w, false, 0))
 	}
-	dstClass := make([]ClassID, len(dsts))
-	dstID := make([]uint64, len(dsts))
-	for _, c := range classes {
-		for j, w := range dsts {
-			tags := peerTags(w, true, c.Port)
-			dstClass[j], dstID[j] = b.Intern(tags), tagsIdentity(b.mesh, w, tags)
+	// Destinations grouped by their classes on every class of flows.
+	type dstGroup struct {
+		classes []ClassID // per class of flows
+		single  bool      // one class on all
+	}
+	var groups []dstGroup
+	dstGroupOf := make([]int, len(dsts))
+	dstIDs := make([][]uint64, len(dsts)) // per class of flows; nil: the workload's own
+	byOne := map[ClassID]int{}
+	byMany := map[string]int{}
+	for j, w := range dsts {
+		if len(w.Workload.Ports) == 0 {
+			c := b.Intern(peerTags(w, true, 0))
+			g, ok := byOne[c]
+			if !ok {
+				g = len(groups)
+				groups = append(groups, dstGroup{classes: []ClassID{c}, single: true})
+				byOne[c] = g
+			}
+			dstGroupOf[j] = g
+			continue
 		}
-		for i, sw := range srcs {
-			for j, dw := range dsts {
-				d := b.Decide(srcClass[i], dstClass[j], c.Protocol, c.Port)
+		cs := make([]ClassID, len(classes))
+		ids := make([]uint64, len(classes))
+		key := make([]byte, 0, 4*len(classes))
+		for k, c := range classes {
+			tags := peerTags(w, true, c.Port)
+			cs[k], ids[k] = b.Intern(tags), tagsIdentity(b.mesh, w, tags)
+			key = append(key, byte(cs[k]), byte(cs[k]>>8), byte(cs[k]>>16), byte(cs[k]>>24))
+		}
+		dstIDs[j] = ids
+		g, ok := byMany[string(key)]
+		if !ok {
+			g = len(groups)
+			groups = append(groups, dstGroup{classes: cs})
+			byMany[string(key)] = g
+		}
+		dstGroupOf[j] = g
+	}
+	// The decisions of the current source's class against every group, by
+	// class of flows.
+	decided := make([]Decision, len(groups)*len(classes))
+	cur := ClassID(-1)
+	var runs []int    // start of each run of classes with one destination class
+	var dcs []ClassID // the destination class of each run
+	for i, sw := range srcs {
+		if srcClass[i] != cur {
+			cur = srcClass[i]
+			for g, grp := range groups {
+				out := decided[g*len(classes) : (g+1)*len(classes)]
+				if grp.single {
+					b.DecidePorts(cur, grp.classes[0], classes, out)
+					continue
+				}
+				// Runs of classes on which the destination has one class.
+				runs, dcs = runs[:0], dcs[:0]
+				for k, c := range grp.classes {
+					if k == 0 || c != grp.classes[k-1] {
+						runs, dcs = append(runs, k), append(dcs, c)
+					}
+				}
+				runs = append(runs, len(classes))
+				for r := range dcs {
+					b.DecidePorts(cur, dcs[r], classes[runs[r]:runs[r+1]], out[runs[r]:runs[r+1]])
+				}
+			}
+		}
+		for j, dw := range dsts {
+			row := decided[dstGroupOf[j]*len(classes):]
+			for k, c := range classes {
+				d := &row[k]
 				if d.Action != resource.Allow {
 					continue
 				}
+				id := dw.ID
+				if dstIDs[j] != nil {
+					id = dstIDs[j][k]
+				}
 				e := MatrixEntry{Source: sw.Workload.Name, Destination: dw.Workload.Name, SourceIdentity: sw.ID,
-					DestinationIdentity: dstID[j], Class: c,
-					Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)}
+					DestinationIdentity: id, Class: c, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)}
 				if !emit(e) {
 					return s.revision, b.Decisions(), nil
 				}

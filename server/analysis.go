@@ -5,23 +5,36 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
+	"github.com/verdictpdp/verdict/internal/observed"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // analysisService implements verdict.v1.AnalysisService (docs/analysis.md).
 // Every call passed the interceptors of the method table: its caller is
 // authorized and its request validated. Its decisions are the engine's bulk
-// evaluation: neither recorded, logged nor observed.
+// evaluation: neither recorded, logged nor observed. Impact replays the
+// observed flows (observe.go).
 type analysisService struct {
 	verdictv1.UnimplementedAnalysisServiceServer
 	log        *slog.Logger
 	snaps      snapshots
 	identities *inventory.Registry
+	// Observed flows (observe.go): this replica's table (nil: none), the
+	// fleet, this replica's place in it, the credentials to call the
+	// others with and how long to wait for each.
+	observed     *observed.Table
+	fleet        Fleet
+	self         Replica
+	dial         func(addr string) ([]grpc.DialOption, error)
+	fleetTimeout time.Duration
 }
 
 var _ verdictv1.AnalysisServiceServer = analysisService{}
@@ -101,14 +114,27 @@ func (s analysisService) Impact(ctx context.Context, req *verdictv1.ImpactReques
 		return nil, toStatus(ctx, s.log, err)
 	}
 	r := engine.ImpactRequest{Puts: w.puts, Deletes: w.deletes, Explain: req.GetExplain(), Registry: s.identities}
+	given := make([]engine.ObservedFlow, 0, len(req.GetFlows()))
 	for _, f := range req.GetFlows() {
-		r.Flows = append(r.Flows, apiconv.ObservedFlow(f))
+		given = append(given, apiconv.ObservedFlow(f))
 	}
+	// Only the meshes the change concerns have flows it can alter.
+	meshes := map[string]bool{}
+	for _, p := range w.puts {
+		meshes[resourceMesh(p.Key().Mesh)] = true
+	}
+	for _, k := range w.deletes {
+		meshes[resourceMesh(k.Mesh)] = true
+	}
+	var replicas []*verdictv1.ImpactReplica
+	r.Flows, replicas = s.replay(ctx, given, req.GetFleet(), meshes)
 	ans, err := snap.Impact(&r)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	return apiconv.ImpactResponse(ans), nil
+	resp := apiconv.ImpactResponse(ans)
+	resp.Replicas = replicas
+	return resp, nil
 }
 
 // checkReach checks a Reach request: the endpoint as Decide checks an end,

@@ -23,6 +23,7 @@ import (
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
+	"github.com/verdictpdp/verdict/internal/observed"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -188,6 +189,14 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	}
 	var t tally // the batch's counts, added once, below
 	logging := s.record.log != nil
+	// The batch's flows are counted into the observed-flows table through
+	// a stripe of its own (observe.go).
+	var ob observed.Batch
+	observing := s.record.observed != nil && len(srcs) > 0
+	if observing {
+		ob = s.record.observed.Batch(mesh, typ, srcs[0])
+		defer ob.Done()
+	}
 	// A flow the pair memo holds, its identities resolving as when it was
 	// stored, is answered without resolving them: its packed answer alone,
 	// no Decision read. The whole batch is looked up first.
@@ -252,6 +261,16 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 			t.audits[b2i(a.AuditDeny())]++
 		}
 		answers = append(answers, w)
+		if observing {
+			if src == nil {
+				src, dst = pe.Sets()
+			}
+			act := resource.Allow
+			if deny {
+				act = resource.Deny
+			}
+			ob.Identities(src, dst, proto, port, act, out.Policies[p.i-1], out.Revision)
+		}
 		if logging && s.record.log.Wants(deny, a.AuditDiffers()) {
 			if d == nil {
 				d = pe.Decision()

@@ -114,6 +114,9 @@ var methodTable = map[string]*method{
 	verdictv1.AnalysisService_Matrix_FullMethodName: {access: authorizedOnly, validate: validates(checkMatrix)},
 	verdictv1.AnalysisService_Impact_FullMethodName: {access: authorizedOnly, validate: validates(checkImpact)},
 	verdictv1.AnalysisService_Lint_FullMethodName:   {access: authorizedOnly, validate: validates(checkLint)},
+	// A replica's observed flows, which replicas ask each other for with
+	// their own credentials.
+	verdictv1.AnalysisService_ObservedFlows_FullMethodName: {access: authorizedOnly, validate: validates(checkObservedFlows)},
 
 	// Decision records name workloads and callers.
 	verdictv1.DecisionLogService_Follow_FullMethodName: {access: authorizedOnly, validate: validates(checkFollow)},

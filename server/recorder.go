@@ -21,6 +21,7 @@ import (
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
+	"github.com/verdictpdp/verdict/internal/observed"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -29,7 +30,9 @@ import (
 // alike: the counts (verdict_decisions_total, verdict_decisions_by_policy_total,
 // verdict_decisions_audit_differences_total, the compact path's memo
 // lookups), the engine's time (verdict_decide_duration_seconds, where a flow
-// is timed alone), and the decision log. A call's flows go through one tally,
+// is timed alone), the decision log, and the observed-flows table (the
+// compact path counts its flows into a batch of the table: observe.go). A
+// call's flows go through one tally,
 // whose counts are added to the metrics once, by done; the call's part of
 // every record (its RPC, its caller) is built once, for its first record.
 // Nothing here blocks a decision.
@@ -37,11 +40,12 @@ type recorder struct {
 	metrics  *metrics
 	byPolicy *policyCounts
 	log      *decisionlog.Logger // nil: the log is off
+	observed *observed.Table     // nil: no table
 	seed     maphash.Seed        // of the records' repeat keys
 }
 
-func newRecorder(m *metrics, byPolicy *policyCounts, log *decisionlog.Logger) *recorder {
-	return &recorder{metrics: m, byPolicy: byPolicy, log: log, seed: maphash.MakeSeed()}
+func newRecorder(m *metrics, byPolicy *policyCounts, log *decisionlog.Logger, obs *observed.Table) *recorder {
+	return &recorder{metrics: m, byPolicy: byPolicy, log: log, observed: obs, seed: maphash.MakeSeed()}
 }
 
 // tally is one call's (or one stream message's) flows on their way to the
@@ -68,6 +72,9 @@ func (r *recorder) decided(ctx context.Context, t *tally, er *engine.Request, d 
 	}
 	r.byPolicy.addN(ctx, d.Policy, deny, 1)
 	r.metrics.duration.Record(ctx, took.Seconds())
+	if r.observed != nil {
+		r.observe(er, d)
+	}
 	if r.log.Wants(deny, d.Audit != nil) {
 		r.logged(ctx, t, er, d, took)
 	}

@@ -240,7 +240,7 @@ func TestOneRecorderForEveryPath(t *testing.T) {
 // connection.
 func TestCallerKeyIsTheHost(t *testing.T) {
 	t.Parallel()
-	r := newRecorder(nil, nil, nil)
+	r := newRecorder(nil, nil, nil, nil)
 	key := func(addr string) (uint64, string) {
 		ap := netip.MustParseAddrPort(addr)
 		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: net.TCPAddrFromAddrPort(ap)})

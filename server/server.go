@@ -47,6 +47,7 @@ import (
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	"github.com/verdictpdp/verdict/internal/fanout"
+	"github.com/verdictpdp/verdict/internal/observed"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/history"
@@ -150,6 +151,21 @@ type Config struct {
 	// DisableExtAuthz: do not serve Envoy's envoy.service.auth.v3.Authorization
 	// (docs/envoy.md), which is served by default beside verdict.v1.
 	DisableExtAuthz bool
+	// ObservedFlows bounds the observed-flows table, the distinct flows
+	// this replica decided, which Impact replays (default
+	// observed.DefaultMax; negative: no table).
+	ObservedFlows int
+	// Fleet lists the live replicas whose observed flows Impact asks for
+	// with fleet (nil: this replica's alone); Replica is this one (its id
+	// and advertised address), read directly, never called. PeerDialOptions
+	// are the credentials a replica calls another at an address with
+	// (nil: plaintext, no token); FleetTimeout
+	// bounds each one's answer (default DefaultFleetTimeout, and the call's
+	// own deadline).
+	Fleet           Fleet
+	Replica         Replica
+	PeerDialOptions func(addr string) ([]grpc.DialOption, error)
+	FleetTimeout    time.Duration
 	// Ready, when set, holds health NOT_SERVING until it is closed, on top of
 	// the first sync (the daemon closes it once its --bootstrap file is in the
 	// snapshot).
@@ -195,7 +211,7 @@ func (c *Config) Validate() error {
 		c.WatchHistory < 0 || c.WatchHistoryChanges < 0 || c.AuthLogInterval < 0 || c.RulesMaxLag < 0 ||
 		c.RulesMaxStreams < 0 || c.RulesMaxStreamsPerCaller < 0 || c.RulesMaxStreamsPerConn < 0 ||
 		c.IdentityMaxSets < 0 || c.IdentityMaxBytes < 0 || c.IdentityMeshMaxSets < 0 || c.IdentityMeshMaxBytes < 0 ||
-		c.IdentifyCallerRate < 0 || c.IdentifyCallerBurst < 0 || c.HistorySnapshots < 0 || c.HistoryBytes < 0 {
+		c.IdentifyCallerRate < 0 || c.IdentifyCallerBurst < 0 || c.HistorySnapshots < 0 || c.HistoryBytes < 0 || c.FleetTimeout < 0 {
 		errs = append(errs, errors.New("server: durations and sizes must not be negative"))
 	}
 	if len(c.AllowedIdentities) > 0 && (c.TLS == nil || c.TLS.ClientCAs == nil) {
@@ -252,6 +268,12 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("server: WatchRules stream caps must not grow inward: per connection %d, per caller %d, in total %d",
 			c.RulesMaxStreamsPerConn, c.RulesMaxStreamsPerCaller, c.RulesMaxStreams))
 	}
+	if c.ObservedFlows == 0 {
+		c.ObservedFlows = observed.DefaultMax
+	}
+	if c.FleetTimeout == 0 {
+		c.FleetTimeout = DefaultFleetTimeout
+	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = metricnoop.NewMeterProvider()
 	}
@@ -288,8 +310,10 @@ type Server struct {
 	feed      *fanout.Feed
 	// identities holds the tag sets registered through Identify (compact.go).
 	identities *inventory.Registry
-	health     *health.Server
-	grpc       *grpc.Server
+	// observed is the observed-flows table (nil: none).
+	observed *observed.Table
+	health   *health.Server
+	grpc     *grpc.Server
 
 	// The services (New wires them; tests call them directly).
 	decision decisionService
@@ -316,6 +340,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.methods == nil {
 		s.methods = methodTable
+	}
+	if cfg.ObservedFlows > 0 {
+		s.observed = observed.New(observed.Config{Max: cfg.ObservedFlows})
 	}
 	s.limits, s.grpcLimit = requestLimits(s.methods, cfg.MaxRecvMsgBytes)
 	m, err := newMetrics(cfg.MeterProvider, cfg.Syncer, cfg.Store)
@@ -358,7 +385,7 @@ func New(cfg Config) (*Server, error) {
 		snaps.past = past
 	}
 	dec := &decider{identities: s.identities, registrations: newRegistrationLimits(cfg.IdentifyCallerRate, cfg.IdentifyCallerBurst),
-		confs: apiconv.NewConfCache(100_000), record: newRecorder(m, byPolicy, cfg.DecisionLog)}
+		confs: apiconv.NewConfCache(100_000), record: newRecorder(m, byPolicy, cfg.DecisionLog, s.observed)}
 	s.decision = decisionService{decider: dec, snapshots: snaps, log: cfg.Logger, stop: s.stop}
 	s.policy = policyService{log: cfg.Logger, snaps: snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{},
 		history: hist, auth: s.auth}
@@ -366,7 +393,8 @@ func New(cfg Config) (*Server, error) {
 	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)
 	verdictv1.RegisterWatchServiceServer(s.grpc, watchService{log: cfg.Logger, feed: s.feed, rules: s.hub})
-	verdictv1.RegisterAnalysisServiceServer(s.grpc, analysisService{log: cfg.Logger, snaps: snaps, identities: s.identities})
+	verdictv1.RegisterAnalysisServiceServer(s.grpc, analysisService{log: cfg.Logger, snaps: snaps, identities: s.identities,
+		observed: s.observed, fleet: cfg.Fleet, self: cfg.Replica, dial: cfg.PeerDialOptions, fleetTimeout: cfg.FleetTimeout})
 	verdictv1.RegisterDecisionLogServiceServer(s.grpc, decisionLogService{log: cfg.Logger, stop: s.stop, decisions: cfg.DecisionLog})
 	if !cfg.DisableExtAuthz {
 		authv3.RegisterAuthorizationServer(s.grpc, authzService{log: cfg.Logger, snaps: snaps, dec: dec})
@@ -465,6 +493,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	g.Go(func() error { s.hub.Run(gctx); return nil })
 	g.Go(func() error { s.feed.Run(gctx); return nil })
 	g.Go(func() error { s.watchSynced(gctx); return nil })
+	if s.observed != nil {
+		g.Go(func() error { s.observed.Run(gctx); return nil })
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		s.shutdown()

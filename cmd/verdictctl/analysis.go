@@ -307,7 +307,7 @@ func runImpact(ctx context.Context, args []string, e *env) int {
 	fs.Var(&files, "f", "`FILE`, directory or - (stdin) of documents to apply; repeatable")
 	var deletes keyList
 	fs.Var(&deletes, "delete", "a `KEY` to delete (\"default/policies/TrafficPermission/old\"); repeatable")
-	flows := fs.String("flows", "", "a `FILE` of decision-log JSON lines (verdictd --decision-log) to replay too")
+	flows := fs.String("flows", "", "a `FILE` of decision-log JSON lines (verdictd --decision-log) to replay beside the observed flows")
 	failOn := "any"
 	fs.Func("fail-on", "exit 1 when `WHAT` changes: any (any flow's answer), deny (a flow newly denied) or allow (a flow newly allowed)", func(s string) error {
 		switch s {
@@ -317,7 +317,7 @@ func runImpact(ctx context.Context, args []string, e *env) int {
 		}
 		return errors.New("not any, deny or allow")
 	})
-	fleet := fs.Bool("fleet", true, "replay the flows every live replica observed too (not yet served: the flows of --flows only)")
+	fleet := fs.Bool("fleet", true, "replay the flows every live replica observed (registered in etcd); false: the answering replica's own only")
 	explain := fs.Bool("explain", false, "explain each changed flow's answer after the change (json, yaml)")
 	var output outputFlag
 	output.register(fs, "text", "wide", "json", "yaml")

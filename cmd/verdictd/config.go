@@ -69,6 +69,14 @@ type Config struct {
 	// UIHosts are the DNS names the explorer may be reached by, besides IP
 	// addresses and localhost; requests naming another host are refused.
 	UIHosts []string
+	// Advertise is the address the other replicas call this one at for its
+	// observed flows (Impact's fleet; docs/analysis.md): registered in etcd
+	// under a lease while the daemon runs. Empty: the --listen address,
+	// unless it is a wildcard (0.0.0.0, ::), which registers nothing.
+	Advertise string
+	// ObservedFlows bounds the table of the distinct flows this replica
+	// decided, which Impact replays (default 1,000,000; 0 turns it off).
+	ObservedFlows int
 	// DisableExtAuthz stops serving Envoy's envoy.service.auth.v3.Authorization
 	// on the gRPC listener (served by default; docs/envoy.md).
 	DisableExtAuthz bool
@@ -203,6 +211,14 @@ func (c *Config) Validate() error {
 	}
 	if c.RetentionRevisions <= 0 {
 		add("--retention-revisions %d: at least 1", c.RetentionRevisions)
+	}
+	if c.Advertise != "" && !strings.HasPrefix(c.Advertise, "unix:") {
+		if host, port, err := net.SplitHostPort(c.Advertise); err != nil || host == "" || port == "" {
+			add("--advertise %q: host:port (or unix:PATH) the other replicas can reach", c.Advertise)
+		}
+	}
+	if c.ObservedFlows < 0 {
+		add("--observed-flows %d: 0 (off) or more", c.ObservedFlows)
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("--shutdown-timeout must be positive")

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/internal/decisionlog"
+	"github.com/verdictpdp/verdict/internal/observed"
 )
 
 func main() {
@@ -221,6 +222,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	boolean(&c.InsecureListen, "insecure-listen", "allow plaintext gRPC beyond loopback (TLS terminated by a proxy)")
 	str(&c.UIListen, "ui-listen", "", "HTTP address of the web explorer (docs/explorer.md); empty: off; beyond loopback it needs authorization and TLS")
 	list(&c.UIHosts, "ui-host", "DNS name the explorer may be reached by, besides IP addresses and localhost")
+	str(&c.Advertise, "advertise", "", "address the other replicas reach this one at, registered in etcd for Impact's fleet (default: --listen unless a wildcard)")
+	integer(&c.ObservedFlows, "observed-flows", observed.DefaultMax, "distinct decided flows kept for Impact, the least recently seen evicted; 0: off")
 	boolean(&c.DisableExtAuthz, "disable-ext-authz", "do not serve Envoy's ext_authz API (envoy.service.auth.v3.Authorization) on the gRPC listener")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")

@@ -13,7 +13,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"google.golang.org/grpc"
+
 	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/dial"
 	"github.com/verdictpdp/verdict/internal/listen"
 	"github.com/verdictpdp/verdict/server"
 	"github.com/verdictpdp/verdict/store"
@@ -101,6 +104,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	lis, err := listen.Listen(cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	// The fleet: this replica, registered in etcd, and the credentials it
+	// calls the others with — its own (docs/analysis.md, "The fleet").
+	self := server.Replica{ID: replicaID(), Address: advertised(cfg.Advertise, lis.Addr())}
+	peer := dial.Options{CAFile: cfg.TLSClientCA, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, Token: token}
+	observedFlows := cfg.ObservedFlows
+	if observedFlows == 0 {
+		observedFlows = -1 // off
+	}
 	srv, err := server.New(server.Config{
 		DecisionLog: dlog,
 		Ready:       readyOrNil(ready),
@@ -108,13 +123,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		TLS: serverTLS, Token: token, AllowedIdentities: cfg.AllowIdentities,
 		MeterProvider: tel.meters, TracerProvider: tel.tracer, ShutdownTimeout: cfg.ShutdownTimeout,
 		DisableExtAuthz: cfg.DisableExtAuthz,
+		ObservedFlows:   observedFlows,
+		Fleet:           etcdFleet{st}, Replica: self,
+		PeerDialOptions: func(addr string) ([]grpc.DialOption, error) {
+			o := peer
+			o.Server = addr
+			return o.DialOptions()
+		},
 	})
 	if err != nil {
+		lis.Close()
 		return err
-	}
-	lis, err := listen.Listen(cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
 	}
 	log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", serverTLS != nil,
 		"mtls", serverTLS != nil && serverTLS.ClientCAs != nil, "token", token != "", "allowed_identities", len(cfg.AllowIdentities),
@@ -131,6 +150,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	g.Go(func() error { return sy.Run(gctx) })
 	g.Go(func() error { return st.Maintain(gctx, retention) })
 	g.Go(func() error { return srv.Serve(gctx, lis) })
+	if self.Address != "" {
+		g.Go(func() error { st.Register(gctx, self.ID, self.Address, 0); return nil })
+	} else {
+		log.Warn("fleet: not registered: --listen is a wildcard address; set --advertise for the other replicas' Impact to reach this one")
+	}
 	if dlog != nil {
 		g.Go(func() error { return dlog.Run(gctx) })
 	}
@@ -208,4 +232,42 @@ func readyOrNil(c chan struct{}) <-chan struct{} {
 type storeLister interface {
 	Apply(ctx context.Context, ops []store.Op) (int64, error)
 	List(ctx context.Context, opts store.ListOptions) (store.ListPage, error)
+}
+
+// replicaID names this replica in the fleet: its host and process.
+func replicaID() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "verdictd"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// advertised is the address the other replicas reach this one at: adv, or
+// the listener's own unless it is a wildcard ("": not reachable).
+func advertised(adv string, addr net.Addr) string {
+	if adv != "" {
+		return adv
+	}
+	switch a := addr.(type) {
+	case *net.UnixAddr:
+		return "unix:" + a.Name
+	case *net.TCPAddr:
+		if a.IP.IsUnspecified() {
+			return ""
+		}
+	}
+	return addr.String()
+}
+
+// etcdFleet is the fleet as registered in etcd.
+type etcdFleet struct{ st *etcd.Lazy }
+
+func (f etcdFleet) Replicas(ctx context.Context) ([]server.Replica, error) {
+	rs, err := f.st.Replicas(ctx)
+	out := make([]server.Replica, len(rs))
+	for i, r := range rs {
+		out[i] = server.Replica{ID: r.ID, Address: r.Address, Revision: r.Revision}
+	}
+	return out, err
 }

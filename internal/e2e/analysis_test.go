@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/verdictpdp/verdict/store/embedetcd"
 )
 
 // TestAnalysisEndToEnd: a real verdictd on make run's policies and the
@@ -82,5 +85,46 @@ func TestAnalysisEndToEnd(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if b, _ := os.ReadFile(log); strings.TrimSpace(string(b)) != logged {
 		t.Errorf("the decision log grew with analysis decisions:\n%s", b)
+	}
+}
+
+// TestFleetImpact: two verdictd on one etcd. A flow decided by one replica
+// is reported by the other's impact (the fleet, by default); without
+// --fleet the other replica replays its own flows only.
+func TestFleetImpact(t *testing.T) {
+	t.Parallel()
+	e, err := embedetcd.Start(ctxT(t), embedetcd.Config{Dir: t.TempDir(), ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startDaemon(t, "--etcd-endpoints", strings.Join(e.Endpoints(), ","), "--bootstrap", "examples/policies.yaml")
+	waitServing(t, a.conn(t))
+	b := startDaemon(t, "--etcd-endpoints", strings.Join(e.Endpoints(), ","))
+	waitServing(t, b.conn(t))
+	t.Cleanup(func() { a.stop(t); b.stop(t); e.Close() }) // the daemons before etcd
+	if r := runTool(t, []string{"VERDICT_SERVER=" + a.addr}, nil, "verdictctl", "decide", "--src-workload", "backend-1",
+		"--dst-address", "10.0.3.10", "--proto", "TCP", "--port", "5432"); r.code != 0 {
+		t.Fatalf("decide on a: %d\n%s", r.code, r.out)
+	}
+	freeze := filepath.Join(t.TempDir(), "freeze.yaml")
+	if err := os.WriteFile(freeze, []byte("kind: Policy\nname: freeze-db\npriority: -1\nsources: [{match: {kuma.io/service: backend}}]\n"+
+		"destinations: [{match: {kuma.io/service: db}}]\naction: DENY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"VERDICT_SERVER=" + b.addr}
+	// b lists a once a's registration is in etcd: poll until the flow shows.
+	var r result
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if r = runTool(t, env, nil, "verdictctl", "impact", "-f", freeze); strings.Contains(r.out, "backend-1 -> 10.0.3.10") {
+			break
+		}
+	}
+	if r.code != 1 || !strings.Contains(r.out, "backend-1 -> 10.0.3.10") || !strings.Contains(r.out, "1 observed") ||
+		strings.Contains(r.out, "did not answer") {
+		t.Fatalf("impact on b: exit %d, want 1 with a's observed flow:\n%s", r.code, r.out)
+	}
+	r = runTool(t, env, nil, "verdictctl", "impact", "-f", freeze, "--fleet=false", "-o", "json")
+	if r.code != 1 || strings.Contains(r.out, "10.0.3.10") {
+		t.Fatalf("impact on b without the fleet: exit %d, want 1 without a's flow:\n%s", r.code, r.out)
 	}
 }

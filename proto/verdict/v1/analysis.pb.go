@@ -9,6 +9,7 @@ package verdictv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -829,8 +830,9 @@ type ImpactRequest struct {
 	// Observed flows, as the decision log writes them (verdictctl impact
 	// --flows): each replayed on the snapshot before and after the change.
 	Flows []*DecisionRecord `protobuf:"bytes,3,rep,name=flows,proto3" json:"flows,omitempty"`
-	// Also replay the flows every live replica observed (accepted, not yet
-	// served: replicas is empty).
+	// Also replay the flows every live replica observed (the answering
+	// replica's own are always replayed); each replica asked is listed in the
+	// answer's replicas, with an error when it did not answer in time.
 	Fleet bool `protobuf:"varint,4,opt,name=fleet,proto3" json:"fleet,omitempty"`
 	// Explain the after answer of each changed flow.
 	Explain       bool  `protobuf:"varint,5,opt,name=explain,proto3" json:"explain,omitempty"`
@@ -1229,7 +1231,8 @@ func (x *ImpactGroup) GetObserved() uint64 {
 	return 0
 }
 
-// ImpactReplica is one replica asked for its observed flows.
+// ImpactReplica is one replica whose observed flows were replayed (the
+// answering replica itself included, marked self).
 type ImpactReplica struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1237,6 +1240,7 @@ type ImpactReplica struct {
 	// The flows it returned; error when it did not answer in time.
 	Flows         uint64 `protobuf:"varint,3,opt,name=flows,proto3" json:"flows,omitempty"`
 	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Self          bool   `protobuf:"varint,5,opt,name=self,proto3" json:"self,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1297,6 +1301,13 @@ func (x *ImpactReplica) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *ImpactReplica) GetSelf() bool {
+	if x != nil {
+		return x.Self
+	}
+	return false
 }
 
 // ImpactResponse is Impact's answer.
@@ -1933,12 +1944,333 @@ func (x *LintResponse) GetRules() uint64 {
 	return 0
 }
 
+// ObservedFlowsRequest selects the flows to list.
+type ObservedFlowsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the flows of these meshes (empty: every mesh).
+	Meshes        []string `protobuf:"bytes,1,rep,name=meshes,proto3" json:"meshes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedFlowsRequest) Reset() {
+	*x = ObservedFlowsRequest{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedFlowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedFlowsRequest) ProtoMessage() {}
+
+func (x *ObservedFlowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedFlowsRequest.ProtoReflect.Descriptor instead.
+func (*ObservedFlowsRequest) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ObservedFlowsRequest) GetMeshes() []string {
+	if x != nil {
+		return x.Meshes
+	}
+	return nil
+}
+
+// ObservedEnd is one end of an observed flow: as the request gave it, and
+// what it was decided on.
+type ObservedEnd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint as the request named it (an end given by identity: that
+	// identity).
+	Given *Endpoint `protobuf:"bytes,1,opt,name=given,proto3" json:"given,omitempty"`
+	// The tags the flow was decided on, and their identity (reserved keys
+	// excluded).
+	Tags          map[string]string `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Identity      uint64            `protobuf:"varint,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedEnd) Reset() {
+	*x = ObservedEnd{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedEnd) ProtoMessage() {}
+
+func (x *ObservedEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedEnd.ProtoReflect.Descriptor instead.
+func (*ObservedEnd) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ObservedEnd) GetGiven() *Endpoint {
+	if x != nil {
+		return x.Given
+	}
+	return nil
+}
+
+func (x *ObservedEnd) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *ObservedEnd) GetIdentity() uint64 {
+	if x != nil {
+		return x.Identity
+	}
+	return 0
+}
+
+// ObservedFlow is one distinct flow a replica decided.
+type ObservedFlow struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Mesh        string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	Type        string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Source      *ObservedEnd           `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Destination *ObservedEnd           `protobuf:"bytes,4,opt,name=destination,proto3" json:"destination,omitempty"`
+	// TCP, UDP, ICMP or empty (not given).
+	Protocol  string                 `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Port      uint32                 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
+	FirstSeen *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
+	LastSeen  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// Decisions of the flow since it was first seen.
+	Count uint64 `protobuf:"varint,9,opt,name=count,proto3" json:"count,omitempty"`
+	// The last answer: its final action, the policy that decided it, the
+	// revision it was decided at.
+	Action        Action `protobuf:"varint,10,opt,name=action,proto3,enum=verdict.v1.Action" json:"action,omitempty"`
+	Policy        string `protobuf:"bytes,11,opt,name=policy,proto3" json:"policy,omitempty"`
+	Revision      int64  `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedFlow) Reset() {
+	*x = ObservedFlow{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedFlow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedFlow) ProtoMessage() {}
+
+func (x *ObservedFlow) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedFlow.ProtoReflect.Descriptor instead.
+func (*ObservedFlow) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ObservedFlow) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *ObservedFlow) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ObservedFlow) GetSource() *ObservedEnd {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *ObservedFlow) GetDestination() *ObservedEnd {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+func (x *ObservedFlow) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *ObservedFlow) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ObservedFlow) GetFirstSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstSeen
+	}
+	return nil
+}
+
+func (x *ObservedFlow) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *ObservedFlow) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ObservedFlow) GetAction() Action {
+	if x != nil {
+		return x.Action
+	}
+	return Action_ACTION_UNSPECIFIED
+}
+
+func (x *ObservedFlow) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ObservedFlow) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// ObservedFlowsResponse is one page of observed flows.
+type ObservedFlowsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 1000.
+	Flows []*ObservedFlow `protobuf:"bytes,1,rep,name=flows,proto3" json:"flows,omitempty"`
+	// The flows the table holds, its bound and how many it evicted to keep
+	// it (first page).
+	Held          uint64 `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
+	Max           uint64 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	Evicted       uint64 `protobuf:"varint,4,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedFlowsResponse) Reset() {
+	*x = ObservedFlowsResponse{}
+	mi := &file_verdict_v1_analysis_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedFlowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedFlowsResponse) ProtoMessage() {}
+
+func (x *ObservedFlowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_analysis_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedFlowsResponse.ProtoReflect.Descriptor instead.
+func (*ObservedFlowsResponse) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_analysis_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ObservedFlowsResponse) GetFlows() []*ObservedFlow {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
+func (x *ObservedFlowsResponse) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *ObservedFlowsResponse) GetMax() uint64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *ObservedFlowsResponse) GetEvicted() uint64 {
+	if x != nil {
+		return x.Evicted
+	}
+	return 0
+}
+
 var File_verdict_v1_analysis_proto protoreflect.FileDescriptor
 
 const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"\n" +
 	"\x19verdict/v1/analysis.proto\x12\n" +
-	"verdict.v1\x1a\x19verdict/v1/decision.proto\x1a\x1cverdict/v1/decisionlog.proto\x1a\x19verdict/v1/resource.proto\"\xf5\x01\n" +
+	"verdict.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19verdict/v1/decision.proto\x1a\x1cverdict/v1/decisionlog.proto\x1a\x19verdict/v1/resource.proto\"\xf5\x01\n" +
 	"\fReachRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x120\n" +
@@ -2034,12 +2366,13 @@ const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"\aport_lo\x18\x04 \x01(\rR\x06portLo\x12\x17\n" +
 	"\aport_hi\x18\x05 \x01(\rR\x06portHi\x12\x14\n" +
 	"\x05flows\x18\x06 \x01(\x04R\x05flows\x12\x1a\n" +
-	"\bobserved\x18\a \x01(\x04R\bobserved\"e\n" +
+	"\bobserved\x18\a \x01(\x04R\bobserved\"y\n" +
 	"\rImpactReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05flows\x18\x03 \x01(\x04R\x05flows\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x86\x02\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x12\n" +
+	"\x04self\x18\x05 \x01(\bR\x04self\"\x86\x02\n" +
 	"\x0eImpactResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x122\n" +
 	"\achanges\x18\x02 \x03(\v2\x18.verdict.v1.ImpactChangeR\achanges\x12/\n" +
@@ -2101,7 +2434,36 @@ const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"\bfindings\x18\x02 \x03(\v2\x17.verdict.v1.LintFindingR\bfindings\x124\n" +
 	"\bunproven\x18\x03 \x03(\v2\x18.verdict.v1.LintUnprovenR\bunproven\x12\x14\n" +
 	"\x05notes\x18\x04 \x03(\tR\x05notes\x12\x14\n" +
-	"\x05rules\x18\x05 \x01(\x04R\x05rules*c\n" +
+	"\x05rules\x18\x05 \x01(\x04R\x05rules\".\n" +
+	"\x14ObservedFlowsRequest\x12\x16\n" +
+	"\x06meshes\x18\x01 \x03(\tR\x06meshes\"\xc5\x01\n" +
+	"\vObservedEnd\x12*\n" +
+	"\x05given\x18\x01 \x01(\v2\x14.verdict.v1.EndpointR\x05given\x125\n" +
+	"\x04tags\x18\x02 \x03(\v2!.verdict.v1.ObservedEnd.TagsEntryR\x04tags\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\x04R\bidentity\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x03\n" +
+	"\fObservedFlow\x12\x12\n" +
+	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12/\n" +
+	"\x06source\x18\x03 \x01(\v2\x17.verdict.v1.ObservedEndR\x06source\x129\n" +
+	"\vdestination\x18\x04 \x01(\v2\x17.verdict.v1.ObservedEndR\vdestination\x12\x1a\n" +
+	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x12\n" +
+	"\x04port\x18\x06 \x01(\rR\x04port\x129\n" +
+	"\n" +
+	"first_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
+	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x14\n" +
+	"\x05count\x18\t \x01(\x04R\x05count\x12*\n" +
+	"\x06action\x18\n" +
+	" \x01(\x0e2\x12.verdict.v1.ActionR\x06action\x12\x16\n" +
+	"\x06policy\x18\v \x01(\tR\x06policy\x12\x1a\n" +
+	"\brevision\x18\f \x01(\x03R\brevision\"\x87\x01\n" +
+	"\x15ObservedFlowsResponse\x12.\n" +
+	"\x05flows\x18\x01 \x03(\v2\x18.verdict.v1.ObservedFlowR\x05flows\x12\x12\n" +
+	"\x04held\x18\x02 \x01(\x04R\x04held\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\x04R\x03max\x12\x18\n" +
+	"\aevicted\x18\x04 \x01(\x04R\aevicted*c\n" +
 	"\x0eReachDirection\x12\x1f\n" +
 	"\x1bREACH_DIRECTION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12REACH_DIRECTION_TO\x10\x01\x12\x18\n" +
@@ -2118,12 +2480,13 @@ const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"\x1cFINDING_KIND_CONFLICTING_TIE\x10\x03\x12\x15\n" +
 	"\x11FINDING_KIND_DEAD\x10\x04\x12#\n" +
 	"\x1fFINDING_KIND_OVERLAPPING_SCOPES\x10\x05\x12$\n" +
-	" FINDING_KIND_AUDIT_NEVER_DIFFERS\x10\x062\x90\x02\n" +
+	" FINDING_KIND_AUDIT_NEVER_DIFFERS\x10\x062\xe8\x02\n" +
 	"\x0fAnalysisService\x12>\n" +
 	"\x05Reach\x12\x18.verdict.v1.ReachRequest\x1a\x19.verdict.v1.ReachResponse0\x01\x12A\n" +
 	"\x06Matrix\x12\x19.verdict.v1.MatrixRequest\x1a\x1a.verdict.v1.MatrixResponse0\x01\x12?\n" +
 	"\x06Impact\x12\x19.verdict.v1.ImpactRequest\x1a\x1a.verdict.v1.ImpactResponse\x129\n" +
-	"\x04Lint\x12\x17.verdict.v1.LintRequest\x1a\x18.verdict.v1.LintResponseB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
+	"\x04Lint\x12\x17.verdict.v1.LintRequest\x1a\x18.verdict.v1.LintResponse\x12V\n" +
+	"\rObservedFlows\x12 .verdict.v1.ObservedFlowsRequest\x1a!.verdict.v1.ObservedFlowsResponse0\x01B:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
 
 var (
 	file_verdict_v1_analysis_proto_rawDescOnce sync.Once
@@ -2138,71 +2501,77 @@ func file_verdict_v1_analysis_proto_rawDescGZIP() []byte {
 }
 
 var file_verdict_v1_analysis_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_verdict_v1_analysis_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_verdict_v1_analysis_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_verdict_v1_analysis_proto_goTypes = []any{
-	(ReachDirection)(0),        // 0: verdict.v1.ReachDirection
-	(Severity)(0),              // 1: verdict.v1.Severity
-	(FindingKind)(0),           // 2: verdict.v1.FindingKind
-	(*ReachRequest)(nil),       // 3: verdict.v1.ReachRequest
-	(*ReachEntry)(nil),         // 4: verdict.v1.ReachEntry
-	(*ReachResponse)(nil),      // 5: verdict.v1.ReachResponse
-	(*MatrixRequest)(nil),      // 6: verdict.v1.MatrixRequest
-	(*MatrixEntry)(nil),        // 7: verdict.v1.MatrixEntry
-	(*MatrixResponse)(nil),     // 8: verdict.v1.MatrixResponse
-	(*ImpactRequest)(nil),      // 9: verdict.v1.ImpactRequest
-	(*ImpactAnswer)(nil),       // 10: verdict.v1.ImpactAnswer
-	(*ImpactChange)(nil),       // 11: verdict.v1.ImpactChange
-	(*ImpactGroup)(nil),        // 12: verdict.v1.ImpactGroup
-	(*ImpactReplica)(nil),      // 13: verdict.v1.ImpactReplica
-	(*ImpactResponse)(nil),     // 14: verdict.v1.ImpactResponse
-	(*LintRequest)(nil),        // 15: verdict.v1.LintRequest
-	(*LintRuleRef)(nil),        // 16: verdict.v1.LintRuleRef
-	(*LintWitness)(nil),        // 17: verdict.v1.LintWitness
-	(*LintFinding)(nil),        // 18: verdict.v1.LintFinding
-	(*LintUnproven)(nil),       // 19: verdict.v1.LintUnproven
-	(*LintResponse)(nil),       // 20: verdict.v1.LintResponse
-	nil,                        // 21: verdict.v1.ReachEntry.TagsEntry
-	nil,                        // 22: verdict.v1.MatrixRequest.SourcesEntry
-	nil,                        // 23: verdict.v1.MatrixRequest.DestinationsEntry
-	nil,                        // 24: verdict.v1.LintWitness.SourceEntry
-	nil,                        // 25: verdict.v1.LintWitness.DestinationEntry
-	(*Endpoint)(nil),           // 26: verdict.v1.Endpoint
-	(*SideDecision)(nil),       // 27: verdict.v1.SideDecision
-	(*EndpointResolution)(nil), // 28: verdict.v1.EndpointResolution
-	(*Resource)(nil),           // 29: verdict.v1.Resource
-	(*DecisionRecord)(nil),     // 30: verdict.v1.DecisionRecord
-	(Action)(0),                // 31: verdict.v1.Action
-	(*Explanation)(nil),        // 32: verdict.v1.Explanation
+	(ReachDirection)(0),           // 0: verdict.v1.ReachDirection
+	(Severity)(0),                 // 1: verdict.v1.Severity
+	(FindingKind)(0),              // 2: verdict.v1.FindingKind
+	(*ReachRequest)(nil),          // 3: verdict.v1.ReachRequest
+	(*ReachEntry)(nil),            // 4: verdict.v1.ReachEntry
+	(*ReachResponse)(nil),         // 5: verdict.v1.ReachResponse
+	(*MatrixRequest)(nil),         // 6: verdict.v1.MatrixRequest
+	(*MatrixEntry)(nil),           // 7: verdict.v1.MatrixEntry
+	(*MatrixResponse)(nil),        // 8: verdict.v1.MatrixResponse
+	(*ImpactRequest)(nil),         // 9: verdict.v1.ImpactRequest
+	(*ImpactAnswer)(nil),          // 10: verdict.v1.ImpactAnswer
+	(*ImpactChange)(nil),          // 11: verdict.v1.ImpactChange
+	(*ImpactGroup)(nil),           // 12: verdict.v1.ImpactGroup
+	(*ImpactReplica)(nil),         // 13: verdict.v1.ImpactReplica
+	(*ImpactResponse)(nil),        // 14: verdict.v1.ImpactResponse
+	(*LintRequest)(nil),           // 15: verdict.v1.LintRequest
+	(*LintRuleRef)(nil),           // 16: verdict.v1.LintRuleRef
+	(*LintWitness)(nil),           // 17: verdict.v1.LintWitness
+	(*LintFinding)(nil),           // 18: verdict.v1.LintFinding
+	(*LintUnproven)(nil),          // 19: verdict.v1.LintUnproven
+	(*LintResponse)(nil),          // 20: verdict.v1.LintResponse
+	(*ObservedFlowsRequest)(nil),  // 21: verdict.v1.ObservedFlowsRequest
+	(*ObservedEnd)(nil),           // 22: verdict.v1.ObservedEnd
+	(*ObservedFlow)(nil),          // 23: verdict.v1.ObservedFlow
+	(*ObservedFlowsResponse)(nil), // 24: verdict.v1.ObservedFlowsResponse
+	nil,                           // 25: verdict.v1.ReachEntry.TagsEntry
+	nil,                           // 26: verdict.v1.MatrixRequest.SourcesEntry
+	nil,                           // 27: verdict.v1.MatrixRequest.DestinationsEntry
+	nil,                           // 28: verdict.v1.LintWitness.SourceEntry
+	nil,                           // 29: verdict.v1.LintWitness.DestinationEntry
+	nil,                           // 30: verdict.v1.ObservedEnd.TagsEntry
+	(*Endpoint)(nil),              // 31: verdict.v1.Endpoint
+	(*SideDecision)(nil),          // 32: verdict.v1.SideDecision
+	(*EndpointResolution)(nil),    // 33: verdict.v1.EndpointResolution
+	(*Resource)(nil),              // 34: verdict.v1.Resource
+	(*DecisionRecord)(nil),        // 35: verdict.v1.DecisionRecord
+	(Action)(0),                   // 36: verdict.v1.Action
+	(*Explanation)(nil),           // 37: verdict.v1.Explanation
+	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
 }
 var file_verdict_v1_analysis_proto_depIdxs = []int32{
-	26, // 0: verdict.v1.ReachRequest.endpoint:type_name -> verdict.v1.Endpoint
+	31, // 0: verdict.v1.ReachRequest.endpoint:type_name -> verdict.v1.Endpoint
 	0,  // 1: verdict.v1.ReachRequest.direction:type_name -> verdict.v1.ReachDirection
-	21, // 2: verdict.v1.ReachEntry.tags:type_name -> verdict.v1.ReachEntry.TagsEntry
-	27, // 3: verdict.v1.ReachEntry.outbound:type_name -> verdict.v1.SideDecision
-	27, // 4: verdict.v1.ReachEntry.inbound:type_name -> verdict.v1.SideDecision
-	28, // 5: verdict.v1.ReachResponse.endpoint:type_name -> verdict.v1.EndpointResolution
+	25, // 2: verdict.v1.ReachEntry.tags:type_name -> verdict.v1.ReachEntry.TagsEntry
+	32, // 3: verdict.v1.ReachEntry.outbound:type_name -> verdict.v1.SideDecision
+	32, // 4: verdict.v1.ReachEntry.inbound:type_name -> verdict.v1.SideDecision
+	33, // 5: verdict.v1.ReachResponse.endpoint:type_name -> verdict.v1.EndpointResolution
 	4,  // 6: verdict.v1.ReachResponse.entries:type_name -> verdict.v1.ReachEntry
-	22, // 7: verdict.v1.MatrixRequest.sources:type_name -> verdict.v1.MatrixRequest.SourcesEntry
-	23, // 8: verdict.v1.MatrixRequest.destinations:type_name -> verdict.v1.MatrixRequest.DestinationsEntry
+	26, // 7: verdict.v1.MatrixRequest.sources:type_name -> verdict.v1.MatrixRequest.SourcesEntry
+	27, // 8: verdict.v1.MatrixRequest.destinations:type_name -> verdict.v1.MatrixRequest.DestinationsEntry
 	7,  // 9: verdict.v1.MatrixResponse.entries:type_name -> verdict.v1.MatrixEntry
-	29, // 10: verdict.v1.ImpactRequest.resources:type_name -> verdict.v1.Resource
-	30, // 11: verdict.v1.ImpactRequest.flows:type_name -> verdict.v1.DecisionRecord
-	31, // 12: verdict.v1.ImpactAnswer.action:type_name -> verdict.v1.Action
-	27, // 13: verdict.v1.ImpactAnswer.outbound:type_name -> verdict.v1.SideDecision
-	27, // 14: verdict.v1.ImpactAnswer.inbound:type_name -> verdict.v1.SideDecision
-	26, // 15: verdict.v1.ImpactChange.source:type_name -> verdict.v1.Endpoint
-	26, // 16: verdict.v1.ImpactChange.destination:type_name -> verdict.v1.Endpoint
+	34, // 10: verdict.v1.ImpactRequest.resources:type_name -> verdict.v1.Resource
+	35, // 11: verdict.v1.ImpactRequest.flows:type_name -> verdict.v1.DecisionRecord
+	36, // 12: verdict.v1.ImpactAnswer.action:type_name -> verdict.v1.Action
+	32, // 13: verdict.v1.ImpactAnswer.outbound:type_name -> verdict.v1.SideDecision
+	32, // 14: verdict.v1.ImpactAnswer.inbound:type_name -> verdict.v1.SideDecision
+	31, // 15: verdict.v1.ImpactChange.source:type_name -> verdict.v1.Endpoint
+	31, // 16: verdict.v1.ImpactChange.destination:type_name -> verdict.v1.Endpoint
 	10, // 17: verdict.v1.ImpactChange.before:type_name -> verdict.v1.ImpactAnswer
 	10, // 18: verdict.v1.ImpactChange.after:type_name -> verdict.v1.ImpactAnswer
-	32, // 19: verdict.v1.ImpactChange.explanation:type_name -> verdict.v1.Explanation
+	37, // 19: verdict.v1.ImpactChange.explanation:type_name -> verdict.v1.Explanation
 	11, // 20: verdict.v1.ImpactResponse.changes:type_name -> verdict.v1.ImpactChange
 	12, // 21: verdict.v1.ImpactResponse.groups:type_name -> verdict.v1.ImpactGroup
 	13, // 22: verdict.v1.ImpactResponse.replicas:type_name -> verdict.v1.ImpactReplica
-	29, // 23: verdict.v1.LintRequest.resources:type_name -> verdict.v1.Resource
-	31, // 24: verdict.v1.LintRuleRef.action:type_name -> verdict.v1.Action
-	24, // 25: verdict.v1.LintWitness.source:type_name -> verdict.v1.LintWitness.SourceEntry
-	25, // 26: verdict.v1.LintWitness.destination:type_name -> verdict.v1.LintWitness.DestinationEntry
-	27, // 27: verdict.v1.LintWitness.decided:type_name -> verdict.v1.SideDecision
+	34, // 23: verdict.v1.LintRequest.resources:type_name -> verdict.v1.Resource
+	36, // 24: verdict.v1.LintRuleRef.action:type_name -> verdict.v1.Action
+	28, // 25: verdict.v1.LintWitness.source:type_name -> verdict.v1.LintWitness.SourceEntry
+	29, // 26: verdict.v1.LintWitness.destination:type_name -> verdict.v1.LintWitness.DestinationEntry
+	32, // 27: verdict.v1.LintWitness.decided:type_name -> verdict.v1.SideDecision
 	2,  // 28: verdict.v1.LintFinding.kind:type_name -> verdict.v1.FindingKind
 	1,  // 29: verdict.v1.LintFinding.severity:type_name -> verdict.v1.Severity
 	16, // 30: verdict.v1.LintFinding.related:type_name -> verdict.v1.LintRuleRef
@@ -2210,19 +2579,29 @@ var file_verdict_v1_analysis_proto_depIdxs = []int32{
 	2,  // 32: verdict.v1.LintUnproven.kind:type_name -> verdict.v1.FindingKind
 	18, // 33: verdict.v1.LintResponse.findings:type_name -> verdict.v1.LintFinding
 	19, // 34: verdict.v1.LintResponse.unproven:type_name -> verdict.v1.LintUnproven
-	3,  // 35: verdict.v1.AnalysisService.Reach:input_type -> verdict.v1.ReachRequest
-	6,  // 36: verdict.v1.AnalysisService.Matrix:input_type -> verdict.v1.MatrixRequest
-	9,  // 37: verdict.v1.AnalysisService.Impact:input_type -> verdict.v1.ImpactRequest
-	15, // 38: verdict.v1.AnalysisService.Lint:input_type -> verdict.v1.LintRequest
-	5,  // 39: verdict.v1.AnalysisService.Reach:output_type -> verdict.v1.ReachResponse
-	8,  // 40: verdict.v1.AnalysisService.Matrix:output_type -> verdict.v1.MatrixResponse
-	14, // 41: verdict.v1.AnalysisService.Impact:output_type -> verdict.v1.ImpactResponse
-	20, // 42: verdict.v1.AnalysisService.Lint:output_type -> verdict.v1.LintResponse
-	39, // [39:43] is the sub-list for method output_type
-	35, // [35:39] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	31, // 35: verdict.v1.ObservedEnd.given:type_name -> verdict.v1.Endpoint
+	30, // 36: verdict.v1.ObservedEnd.tags:type_name -> verdict.v1.ObservedEnd.TagsEntry
+	22, // 37: verdict.v1.ObservedFlow.source:type_name -> verdict.v1.ObservedEnd
+	22, // 38: verdict.v1.ObservedFlow.destination:type_name -> verdict.v1.ObservedEnd
+	38, // 39: verdict.v1.ObservedFlow.first_seen:type_name -> google.protobuf.Timestamp
+	38, // 40: verdict.v1.ObservedFlow.last_seen:type_name -> google.protobuf.Timestamp
+	36, // 41: verdict.v1.ObservedFlow.action:type_name -> verdict.v1.Action
+	23, // 42: verdict.v1.ObservedFlowsResponse.flows:type_name -> verdict.v1.ObservedFlow
+	3,  // 43: verdict.v1.AnalysisService.Reach:input_type -> verdict.v1.ReachRequest
+	6,  // 44: verdict.v1.AnalysisService.Matrix:input_type -> verdict.v1.MatrixRequest
+	9,  // 45: verdict.v1.AnalysisService.Impact:input_type -> verdict.v1.ImpactRequest
+	15, // 46: verdict.v1.AnalysisService.Lint:input_type -> verdict.v1.LintRequest
+	21, // 47: verdict.v1.AnalysisService.ObservedFlows:input_type -> verdict.v1.ObservedFlowsRequest
+	5,  // 48: verdict.v1.AnalysisService.Reach:output_type -> verdict.v1.ReachResponse
+	8,  // 49: verdict.v1.AnalysisService.Matrix:output_type -> verdict.v1.MatrixResponse
+	14, // 50: verdict.v1.AnalysisService.Impact:output_type -> verdict.v1.ImpactResponse
+	20, // 51: verdict.v1.AnalysisService.Lint:output_type -> verdict.v1.LintResponse
+	24, // 52: verdict.v1.AnalysisService.ObservedFlows:output_type -> verdict.v1.ObservedFlowsResponse
+	48, // [48:53] is the sub-list for method output_type
+	43, // [43:48] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_analysis_proto_init() }
@@ -2244,7 +2623,7 @@ func file_verdict_v1_analysis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_analysis_proto_rawDesc), len(file_verdict_v1_analysis_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

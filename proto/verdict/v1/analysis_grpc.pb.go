@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AnalysisService_Reach_FullMethodName  = "/verdict.v1.AnalysisService/Reach"
-	AnalysisService_Matrix_FullMethodName = "/verdict.v1.AnalysisService/Matrix"
-	AnalysisService_Impact_FullMethodName = "/verdict.v1.AnalysisService/Impact"
-	AnalysisService_Lint_FullMethodName   = "/verdict.v1.AnalysisService/Lint"
+	AnalysisService_Reach_FullMethodName         = "/verdict.v1.AnalysisService/Reach"
+	AnalysisService_Matrix_FullMethodName        = "/verdict.v1.AnalysisService/Matrix"
+	AnalysisService_Impact_FullMethodName        = "/verdict.v1.AnalysisService/Impact"
+	AnalysisService_Lint_FullMethodName          = "/verdict.v1.AnalysisService/Lint"
+	AnalysisService_ObservedFlows_FullMethodName = "/verdict.v1.AnalysisService/ObservedFlows"
 )
 
 // AnalysisServiceClient is the client API for AnalysisService service.
@@ -51,6 +52,10 @@ type AnalysisServiceClient interface {
 	// validated as Apply's dry run, and marks the findings the change
 	// introduces; nothing is written.
 	Lint(ctx context.Context, in *LintRequest, opts ...grpc.CallOption) (*LintResponse, error)
+	// ObservedFlows lists the flows this replica decided (its observed-flows
+	// table), in pages of at most 1000: what Impact replays, and what a
+	// replica asks every other for when Impact is asked with fleet.
+	ObservedFlows(ctx context.Context, in *ObservedFlowsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObservedFlowsResponse], error)
 }
 
 type analysisServiceClient struct {
@@ -119,6 +124,25 @@ func (c *analysisServiceClient) Lint(ctx context.Context, in *LintRequest, opts 
 	return out, nil
 }
 
+func (c *analysisServiceClient) ObservedFlows(ctx context.Context, in *ObservedFlowsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObservedFlowsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AnalysisService_ServiceDesc.Streams[2], AnalysisService_ObservedFlows_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ObservedFlowsRequest, ObservedFlowsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AnalysisService_ObservedFlowsClient = grpc.ServerStreamingClient[ObservedFlowsResponse]
+
 // AnalysisServiceServer is the server API for AnalysisService service.
 // All implementations must embed UnimplementedAnalysisServiceServer
 // for forward compatibility.
@@ -145,6 +169,10 @@ type AnalysisServiceServer interface {
 	// validated as Apply's dry run, and marks the findings the change
 	// introduces; nothing is written.
 	Lint(context.Context, *LintRequest) (*LintResponse, error)
+	// ObservedFlows lists the flows this replica decided (its observed-flows
+	// table), in pages of at most 1000: what Impact replays, and what a
+	// replica asks every other for when Impact is asked with fleet.
+	ObservedFlows(*ObservedFlowsRequest, grpc.ServerStreamingServer[ObservedFlowsResponse]) error
 	mustEmbedUnimplementedAnalysisServiceServer()
 }
 
@@ -166,6 +194,9 @@ func (UnimplementedAnalysisServiceServer) Impact(context.Context, *ImpactRequest
 }
 func (UnimplementedAnalysisServiceServer) Lint(context.Context, *LintRequest) (*LintResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lint not implemented")
+}
+func (UnimplementedAnalysisServiceServer) ObservedFlows(*ObservedFlowsRequest, grpc.ServerStreamingServer[ObservedFlowsResponse]) error {
+	return status.Error(codes.Unimplemented, "method ObservedFlows not implemented")
 }
 func (UnimplementedAnalysisServiceServer) mustEmbedUnimplementedAnalysisServiceServer() {}
 func (UnimplementedAnalysisServiceServer) testEmbeddedByValue()                         {}
@@ -246,6 +277,17 @@ func _AnalysisService_Lint_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AnalysisService_ObservedFlows_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ObservedFlowsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AnalysisServiceServer).ObservedFlows(m, &grpc.GenericServerStream[ObservedFlowsRequest, ObservedFlowsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AnalysisService_ObservedFlowsServer = grpc.ServerStreamingServer[ObservedFlowsResponse]
+
 // AnalysisService_ServiceDesc is the grpc.ServiceDesc for AnalysisService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -271,6 +313,11 @@ var AnalysisService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Matrix",
 			Handler:       _AnalysisService_Matrix_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ObservedFlows",
+			Handler:       _AnalysisService_ObservedFlows_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -1,0 +1,282 @@
+package observed
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/verdictpdp/verdict/engine/inventory"
+	"github.com/verdictpdp/verdict/engine/resource"
+)
+
+// clock is a test clock: each reading one second later.
+type clock struct{ n atomic.Int64 }
+
+func (c *clock) now() time.Time { return time.Unix(1_700_000_000+c.n.Add(1), 0) }
+
+func tagsEnd(kv ...string) End {
+	t := resource.Tags{}
+	for i := 0; i < len(kv); i += 2 {
+		t[kv[i]] = kv[i+1]
+	}
+	return End{Given: inventory.Endpoint{Tags: t}, Tags: t}
+}
+
+func workloadEnd(name string, kv ...string) End {
+	e := tagsEnd(kv...)
+	return End{Given: inventory.Endpoint{Workload: name}, Tags: e.Tags, Identity: resource.Identity("m", e.Tags)}
+}
+
+func flowsByKey(t *testing.T, tab *Table) map[string]Flow {
+	t.Helper()
+	out := map[string]Flow{}
+	for _, f := range tab.Flows(nil) {
+		k := fmt.Sprintf("%s/%s %s -> %s %s/%d", f.Mesh, f.Type, endText(f.Source), endText(f.Destination), f.Protocol, f.Port)
+		if _, dup := out[k]; dup {
+			t.Fatalf("flow %s listed twice", k)
+		}
+		out[k] = f
+	}
+	return out
+}
+
+func endText(e End) string {
+	switch g := e.Given; {
+	case g.Workload != "":
+		return "workload:" + g.Workload
+	case g.Address != "":
+		return "address:" + g.Address
+	case g.Principal != "":
+		return "principal:" + g.Principal
+	case g.Identity != 0:
+		return fmt.Sprintf("identity:%d", g.Identity)
+	}
+	return fmt.Sprintf("tags:%v", e.Given.Tags)
+}
+
+func TestObserveCountsFlowsByTheirEnds(t *testing.T) {
+	t.Parallel()
+	var c clock
+	tab := New(Config{Now: c.now})
+	web := workloadEnd("web-1", "app", "web")
+	db := workloadEnd("db-1", "app", "db")
+	for i, d := range []Decision{
+		{Mesh: "m", Source: web, Destination: db, Protocol: resource.TCP, Port: 5432, Action: resource.Allow, Policy: "p1", Revision: 3},
+		{Mesh: "m", Source: web, Destination: db, Protocol: resource.TCP, Port: 5432, Action: resource.Deny, Policy: "p2", Revision: 4},
+		{Mesh: "m", Source: web, Destination: db, Protocol: resource.TCP, Port: 5433, Action: resource.Allow},
+		{Mesh: "m", Type: "Other", Source: web, Destination: db, Protocol: resource.TCP, Port: 5432, Action: resource.Allow},
+		{Mesh: "m", Source: tagsEnd("app", "web", "ip", "10.0.0.1"), Destination: db, Protocol: resource.TCP, Port: 5432},
+		{Mesh: "m", Source: tagsEnd("app", "web", "ip", "10.0.0.2"), Destination: db, Protocol: resource.TCP, Port: 5432},
+		{Mesh: "m", Source: tagsEnd("app", "web", "ip", "10.0.0.2"), Destination: db, Protocol: resource.TCP, Port: 5432},
+	} {
+		t.Logf("decision %d", i)
+		tab.Observe(&d)
+	}
+	got := flowsByKey(t, tab)
+	if len(got) != 5 {
+		t.Fatalf("%d flows, want 5: %v", len(got), got)
+	}
+	f := got["m/TrafficPermission workload:web-1 -> workload:db-1 TCP/5432"]
+	if f.Count != 2 || f.Action != resource.Deny || f.Policy != "p2" || f.Revision != 4 || !f.First.Before(f.Last) {
+		t.Errorf("flow %+v: want 2 decisions, the last a DENY by p2 at 4, first before last", f)
+	}
+	if f.Source.Tags["app"] != "web" || f.Source.Identity != web.Identity {
+		t.Errorf("source resolved as %v (%d), want the tags decided on", f.Source.Tags, f.Source.Identity)
+	}
+	if n := got["m/TrafficPermission tags:map[app:web ip:10.0.0.2] -> workload:db-1 TCP/5432"].Count; n != 2 {
+		t.Errorf("a flow given as tags: %d decisions, want 2 (the ip tells the ends apart)", n)
+	}
+}
+
+func TestLeastRecentlySeenIsEvicted(t *testing.T) {
+	t.Parallel()
+	var c clock
+	tab := New(Config{Max: 3, Now: c.now})
+	a, b := workloadEnd("a"), workloadEnd("b")
+	see := func(port uint32) {
+		tab.Observe(&Decision{Mesh: "m", Source: a, Destination: b, Protocol: resource.TCP, Port: port})
+	}
+	see(1)
+	see(2)
+	see(3)
+	see(1) // 2 is now the least recently seen
+	see(4)
+	got := map[uint32]bool{}
+	for _, f := range tab.Flows(nil) {
+		got[f.Port] = true
+	}
+	if len(got) != 3 || !got[1] || got[2] || !got[3] || !got[4] {
+		t.Fatalf("ports kept %v, want 1, 3 and 4", got)
+	}
+	if tab.Evicted() != 1 {
+		t.Errorf("evicted %d, want 1", tab.Evicted())
+	}
+}
+
+func TestEndsGoWithTheirLastFlow(t *testing.T) {
+	t.Parallel()
+	tab := New(Config{Max: 10})
+	for i := range 100 {
+		tab.Observe(&Decision{Mesh: "m", Source: workloadEnd(fmt.Sprintf("s%d", i)), Destination: workloadEnd("d"),
+			Protocol: resource.TCP, Port: 80})
+	}
+	ends := 0
+	for i := range tab.ends {
+		ends += len(tab.ends[i].index)
+	}
+	if ends != 11 {
+		t.Fatalf("%d ends held for 10 flows from 10 sources to one destination, want 11", ends)
+	}
+	for _, f := range tab.Flows(nil) {
+		if f.Destination.Given.Workload != "d" || f.Source.Given.Workload == "" {
+			t.Fatalf("flow %+v: an end id names another end", f)
+		}
+	}
+}
+
+func TestBatchCountsIdentitiesWithTheTable(t *testing.T) {
+	t.Parallel()
+	reg := inventory.NewRegistry(0, 0)
+	set := func(kv ...string) *inventory.TagSet {
+		s, err := reg.Register("m", tagsEnd(kv...).Tags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	web, db := set("app", "web"), set("app", "db")
+	tab := New(Config{})
+	for range 3 {
+		b := tab.Batch("m", "", web.Identity())
+		for range 1000 {
+			b.Identities(web, db, resource.TCP, 5432, resource.Allow, "p", 7)
+		}
+		b.Identities(db, web, resource.UDP, 53, resource.Deny, "", 7)
+		b.Done()
+	}
+	// The same flow decided one by one, named by identity.
+	tab.Observe(&Decision{Mesh: "m", Source: End{Given: inventory.Endpoint{Identity: web.Identity()}, Tags: web.Tags(), Identity: web.Identity()},
+		Destination: End{Given: inventory.Endpoint{Identity: db.Identity()}, Tags: db.Tags(), Identity: db.Identity()},
+		Protocol:    resource.TCP, Port: 5432, Action: resource.Allow, Policy: "p", Revision: 7})
+	got := flowsByKey(t, tab)
+	if len(got) != 2 {
+		t.Fatalf("%d flows, want 2: %v", len(got), got)
+	}
+	k := fmt.Sprintf("m/TrafficPermission identity:%d -> identity:%d TCP/5432", web.Identity(), db.Identity())
+	if f := got[k]; f.Count != 3001 || f.Source.Tags["app"] != "web" || f.Policy != "p" {
+		t.Fatalf("flow %s: %+v, want 3001 decisions by p, resolved to app=web", k, f)
+	}
+}
+
+// TestBatchCollisionsReachTheTable fills a stripe's sets beyond their ways:
+// every flow displaced is counted in the table, none lost.
+func TestBatchCollisionsReachTheTable(t *testing.T) {
+	t.Parallel()
+	reg := inventory.NewRegistry(0, 0)
+	var sets []*inventory.TagSet
+	for i := range 200 {
+		s, err := reg.Register("m", resource.Tags{"app": fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, s)
+	}
+	tab := New(Config{})
+	const rounds = 3
+	for range rounds {
+		b := tab.Batch("m", "", 0)
+		for _, s := range sets {
+			for _, d := range sets[:20] {
+				b.Identities(s, d, resource.TCP, 80, resource.Allow, "p", 1)
+			}
+		}
+		b.Done()
+	}
+	fl := tab.Flows(nil)
+	if len(fl) != 200*20 {
+		t.Fatalf("%d flows, want %d", len(fl), 200*20)
+	}
+	for _, f := range fl {
+		if f.Count != rounds {
+			t.Fatalf("flow %+v counted %d times, want %d", f, f.Count, rounds)
+		}
+	}
+}
+
+func TestConcurrentCountsAddUp(t *testing.T) {
+	t.Parallel()
+	reg := inventory.NewRegistry(0, 0)
+	var sets []*inventory.TagSet
+	for i := range 50 {
+		s, err := reg.Register("m", resource.Tags{"app": fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, s)
+	}
+	tab := New(Config{})
+	const workers, rounds = 4, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				b := tab.Batch("m", "", uint64(r))
+				for _, s := range sets {
+					b.Identities(s, sets[w], resource.TCP, 80, resource.Allow, "", 1)
+				}
+				b.Done()
+				tab.Observe(&Decision{Mesh: "m", Source: workloadEnd(fmt.Sprint("w", w)), Destination: workloadEnd("d"), Protocol: resource.TCP, Port: 80})
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			tab.Flows(nil)
+		}
+	})
+	wg.Wait()
+	var total uint64
+	for _, f := range tab.Flows(nil) {
+		total += f.Count
+	}
+	if want := uint64(workers * rounds * (len(sets) + 1)); total != want {
+		t.Fatalf("%d decisions counted, want %d", total, want)
+	}
+}
+
+// TestHeapPerFlow measures the table's heap per flow: 200,000 flows among
+// 2,000 workloads (ends are shared, as a replica's are), at most 150 bytes
+// each (docs/analysis.md).
+func TestHeapPerFlow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 200k flows")
+	}
+	const flows, workloads = 200_000, 2_000
+	ends := make([]End, workloads)
+	for i := range ends {
+		ends[i] = workloadEnd(fmt.Sprintf("w-%d", i), "app", fmt.Sprint(i%100))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tab := New(Config{Max: flows})
+	d := Decision{Mesh: "m", Protocol: resource.TCP, Action: resource.Allow, Policy: "p", Revision: 1}
+	for i := range flows {
+		d.Source, d.Destination, d.Port = ends[i%workloads], ends[(i/workloads+i)%workloads], uint32(80+i/(workloads*workloads))
+		tab.Observe(&d)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if tab.Len() != flows {
+		t.Fatalf("%d flows held, want %d", tab.Len(), flows)
+	}
+	per := float64(after.HeapAlloc-before.HeapAlloc) / flows
+	t.Logf("%.1f bytes per flow", per)
+	if per > 150 {
+		t.Errorf("%.1f bytes per flow, over 150", per)
+	}
+	runtime.KeepAlive(tab)
+}
