@@ -37,8 +37,6 @@ func fullSet(n int) classSet {
 	return s
 }
 
-func (s classSet) has(i int) bool { return s[i/64]&(1<<(i%64)) != 0 }
-
 func (s classSet) set(i int) { s[i/64] |= 1 << (i % 64) }
 
 func (s classSet) empty() bool {
@@ -249,18 +247,6 @@ func newPortSpace(ts *typeState) *portSpace {
 	ps.reps = append(ps.reps, portKey{resource.ICMP, 0})
 	ps.full = fullSet(len(ps.reps))
 	return ps
-}
-
-// hi is the last port of the class of rep i (its range's end).
-func (ps *portSpace) hi(i int) uint32 {
-	r := ps.reps[i]
-	if r.port == 0 || r.proto == resource.ICMP {
-		return 0
-	}
-	if i+1 < len(ps.reps) && ps.reps[i+1].proto == r.proto && ps.reps[i+1].port != 0 {
-		return ps.reps[i+1].port - 1
-	}
-	return 65535
 }
 
 func (ps *portSpace) setOf(entries []resource.PortEntry) classSet {

@@ -402,12 +402,10 @@ func (w *refWorld) settings(typ string) (def, unenf resource.Action, tb resource
 	tb = s.tb
 	// Equally specific targetRef policies: by name under a profile, unless
 	// the type or the Mesh sets a tieBreak (docs/order.md, key 5).
-	for _, p := range w.policies {
-		if p.TargetRef != nil && w.mesh != nil && w.mesh.Profile != resource.ProfileNone &&
-			w.mesh.TieBreak == resource.TieBreakUnset && w.mesh.Types[typ].TieBreak == resource.TieBreakUnset {
-			tb = resource.TieBreakName
-		}
-		break
+	// (The policies of a type share one form: the first tells it.)
+	if len(w.policies) > 0 && w.policies[0].TargetRef != nil && w.mesh != nil && w.mesh.Profile != resource.ProfileNone &&
+		w.mesh.TieBreak == resource.TieBreakUnset && w.mesh.Types[typ].TieBreak == resource.TieBreakUnset {
+		tb = resource.TieBreakName
 	}
 	return s.def, s.unenf, tb, s.io, s.comb
 }

@@ -390,13 +390,13 @@ func runImpact(ctx context.Context, args []string, e *env) int {
 // record of this verdictctl does not know (a newer daemon's) are skipped:
 // a flow needs its mesh, type, ends, protocol and port alone.
 func readFlows(path string, stdin io.Reader) ([]*verdictv1.DecisionRecord, error) {
-	var r io.Reader = stdin
+	r := stdin
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read only
 		r = f
 	}
 	sc := bufio.NewScanner(r)

@@ -234,7 +234,7 @@ func TestRetentionEdge(t *testing.T) {
 			t.Errorf("revision %d: %v, want %v", tc.rev, err, tc.want)
 		}
 		var ce *store.CompactedError
-		if tc.want == store.ErrCompacted && (!errors.As(err, &ce) || ce.Oldest != revs[3]) {
+		if errors.Is(tc.want, store.ErrCompacted) && (!errors.As(err, &ce) || ce.Oldest != revs[3]) {
 			t.Errorf("revision %d: %v does not name the oldest revision %d", tc.rev, err, revs[3])
 		}
 	}
