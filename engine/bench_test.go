@@ -81,6 +81,7 @@ func benchDecide(b *testing.B, name string, cfg policygen.Config) {
 	b.Run(name+"/nocache", func(b *testing.B) {
 		b.ReportAllocs()
 		matched := 0
+		cpu := processCPU(b)
 		for i := 0; b.Loop(); i++ {
 			d, err := snap.Decide(&flows[i&4095])
 			if err != nil {
@@ -90,6 +91,7 @@ func benchDecide(b *testing.B, name string, cfg policygen.Config) {
 				matched++
 			}
 		}
+		b.ReportMetric(float64((processCPU(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(matched)/float64(b.N), "matched/op")
 	})
 	b.Run(name+"/cached", func(b *testing.B) {
