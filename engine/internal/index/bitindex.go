@@ -2,6 +2,7 @@ package index
 
 import (
 	"cmp"
+	"math"
 	"math/bits"
 	"slices"
 	"sort"
@@ -54,6 +55,9 @@ type bitBlock struct {
 	// slots to write a neighbour over it).
 	stale int
 	all   []uint64 // every rule of the block
+	// ords: per word, the order prefix of its first slot (slotOrd), so a
+	// scan bounded by a rule found before stops without reading a rule.
+	ords []uint64
 	// resid: rules the bitmaps leave unconstrained on a key whose value no
 	// other rule of the block requires (a value of one rule is not worth a
 	// directory entry): they are verified whole (rule.matchesFlow).
@@ -88,6 +92,15 @@ func (b *bitBlock) at(i int) *Rule { return b.rules[i/slotChunk][i%slotChunk] }
 
 // first returns the rule in slot 0: no rule of the block comes before it.
 func (b *bitBlock) first() *Rule { return b.rules[0][0] }
+
+// slotOrd is the order prefix of word w's first slot, or past every rule
+// when the word holds no slot.
+func (b *bitBlock) slotOrd(w int) uint64 {
+	if w*slotChunk >= b.n {
+		return math.MaxUint64
+	}
+	return orderPrefix(&b.rules[w][0].Key)
+}
 
 // slots is a chunk of a block's slots; those past the block's n are nil.
 type slots [slotChunk]*Rule
@@ -211,6 +224,10 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 		}
 	}
 	b.all = all
+	b.ords = make([]uint64, nw)
+	for w := range b.ords {
+		b.ords[w] = b.slotOrd(w)
+	}
 	b.dims = make([]bitDim, 0, len(byKid))
 	for _, db := range byKid {
 		d := db.d
@@ -461,7 +478,7 @@ func findRule(blocks []*bitBlock, r *Rule) (int, int, bool) {
 }
 
 // dimCursor is one dimension of a block as a flow sees it: the base bitmap and
-// the sparse positions of the flow's exact value, read in order.
+// the exact value's rules, as a bitmap or as sorted positions read in order.
 type dimCursor struct {
 	base  []uint64
 	ebits []uint64
@@ -469,12 +486,17 @@ type dimCursor struct {
 	pos   int
 }
 
-// chunkWords is how many words of a block a scan computes at once.
+// chunkWords is the granularity of a block's bitmaps in words: whole chunks,
+// so that gapSlots has room for free slots.
 const chunkWords = 8
 
 // scanBits improves best[side], for each side in need, with the first rule in
 // order of the class that matches the flow; sc.vals holds the flow's ids
-// (Index.lists).
+// (Index.lists). It computes the candidates a word at a time, the block's
+// dimensions most selective first, leaving a word at the first dimension that
+// empties it, and stops at the first rule verified on every side it is open
+// for: the slots are in order, so nothing after it in the class comes first.
+// A side with a best from before (the other class) bounds the scan by it.
 func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	var ord [2]uint64
 	for side := range best {
@@ -482,9 +504,13 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			ord[side] = orderPrefix(&best[side].Key)
 		}
 	}
+	open := need
+	// limit bounds the scan while every open side has a best from before:
+	// past it no slot improves on any (limit is MaxUint64 otherwise).
+	limit := scanLimit(open, best, ord)
 	vals := &sc.vals
 	for _, b := range bi.classes[class] {
-		if e := orderPrefix(&b.first().Key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+		if b.ords[0] > limit {
 			return
 		}
 		cur := sc.cursors[:0]
@@ -500,77 +526,95 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			cur = append(cur, c)
 		}
 		sc.cursors = cur
-		nw := len(b.all)
-		for w0 := 0; w0 < nw; w0 += chunkWords {
-			if e := orderPrefix(&b.rules[w0][0].Key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+		all, resid := b.all, b.resid[:len(b.all)]
+		ords := b.ords[:len(all)]
+		for w, acc := range all {
+			if ords[w] > limit {
 				return
 			}
-			acc := *(*[chunkWords]uint64)(b.all[w0 : w0+chunkWords])
-			any := acc[0] | acc[1] | acc[2] | acc[3] | acc[4] | acc[5] | acc[6] | acc[7]
+			lo, hi := w*64, w*64+64
 			for ci := range cur {
-				if any == 0 {
+				if acc == 0 {
 					break
 				}
 				c := &cur[ci]
-				var t [chunkWords]uint64
-				if c.list != nil {
-					lo, hi := w0*64, (w0+chunkWords)*64
-					pos := c.pos
-					for pos < len(c.list) && int(c.list[pos]) < lo {
-						pos++
-					}
-					for ; pos < len(c.list) && int(c.list[pos]) < hi; pos++ {
-						p := int(c.list[pos]) - lo
-						t[(p/64)&(chunkWords-1)] |= 1 << (p % 64)
-					}
-					c.pos = pos
-				}
-				base := (*[chunkWords]uint64)(c.base[w0 : w0+chunkWords])
+				m := c.base[w]
 				if c.ebits != nil {
-					e := (*[chunkWords]uint64)(c.ebits[w0 : w0+chunkWords])
-					for j := range acc {
-						acc[j] &= base[j] | e[j] | t[j]
-					}
-				} else {
-					for j := range acc {
-						acc[j] &= base[j] | t[j]
+					m |= c.ebits[w]
+				}
+				if c.list != nil {
+					for c.pos < len(c.list) {
+						p := int(c.list[c.pos])
+						if p >= hi {
+							break
+						}
+						if p >= lo {
+							m |= 1 << (p & 63)
+						}
+						c.pos++
 					}
 				}
-				any = acc[0] | acc[1] | acc[2] | acc[3] | acc[4] | acc[5] | acc[6] | acc[7]
+				acc &= m
 			}
-			if any == 0 {
+			if acc == 0 {
 				continue
 			}
-			for j := range acc {
-				if acc[j] == 0 {
-					continue
-				}
-				rs := b.rules[w0+j] // a word with a bit set holds slots
-				for x := acc[j]; x != 0; x &= x - 1 {
-					i := (w0+j)*64 + bits.TrailingZeros64(x)
-					r := rs[i%64] // a slot: bits past the slots are never set
-					e := orderPrefix(&r.Key)
-					// Past the best of every open side: done.
-					if (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+			rs := b.rules[w] // a word with a bit set holds slots
+			for x := acc; x != 0; x &= x - 1 {
+				i := bits.TrailingZeros64(x)
+				r := rs[i] // a slot: bits past the slots are never set
+				// The rule's order prefix, needed only beside a best.
+				var e uint64
+				known := best[0] != nil || best[1] != nil
+				if known {
+					if e = orderPrefix(&r.Key); e > limit {
 						return
 					}
-					if b.resid[w0+j]&(1<<(i%64)) != 0 {
-						if !r.MatchesFlow(f) {
-							continue
-						}
-					} else if !r.matchesRest(f) {
+				}
+				if resid[w]&(1<<i) != 0 {
+					if !r.MatchesFlow(f) {
 						continue
 					}
-					for side := 0; side < 2; side++ {
-						if need[side] && r.Sides&SideBits[side] != 0 && (best[side] == nil || bitBefore(r, e, best[side], ord[side])) &&
-							sc.IsMember(side, r.Scope) {
-							best[side], ord[side] = r, e
-						}
-					}
+				} else if !r.matchesRest(f) {
+					continue
 				}
+				for side := 0; side < 2; side++ {
+					if !open[side] || r.Sides&SideBits[side] == 0 || !sc.IsMember(side, r.Scope) {
+						continue
+					}
+					// The first candidate of the side in the class: later
+					// slots come after it, so the side closes either way.
+					if best[side] == nil || bitBefore(r, e, best[side], ord[side]) {
+						if !known {
+							e, known = orderPrefix(&r.Key), true
+						}
+						best[side], ord[side] = r, e
+					}
+					open[side] = false
+				}
+				if !open[0] && !open[1] {
+					return
+				}
+				limit = scanLimit(open, best, ord)
 			}
 		}
 	}
+}
+
+// scanLimit is the order prefix past which no slot improves on the best of
+// any open side, MaxUint64 while an open side has none.
+func scanLimit(open [2]bool, best *[2]*Rule, ord [2]uint64) uint64 {
+	limit := uint64(0)
+	for side := range open {
+		if !open[side] {
+			continue
+		}
+		if best[side] == nil {
+			return math.MaxUint64
+		}
+		limit = max(limit, ord[side])
+	}
+	return limit
 }
 
 // bitBefore reports whether rule a (ord its prefix) comes before rule b.
@@ -682,6 +726,14 @@ func patchBlock(b *bitBlock, gone []int, adds []*Rule, ids *addedIDs) (*bitBlock
 		}
 		rids, _ := ids.of(r)
 		p.assign(s, r, rids)
+	}
+	// The words whose first slot was written get its order prefix.
+	ownedOrds := false
+	for c, written := range p.chunks {
+		if written {
+			own(&nb.ords, &ownedOrds)
+			nb.ords[c] = nb.slotOrd(c)
+		}
 	}
 	return nb, true
 }

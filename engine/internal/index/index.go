@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"strings"
@@ -227,12 +228,87 @@ const (
 type idTerm struct{ kid, vid uint32 }
 
 type Index struct {
-	keys   pmap.Map[termKey, *keyPostings]
-	always [2]List
-	Size   int
-	Ends   uint8
-	nextID uint32
-	Bits   *bitIndex // the decision procedure of an index of both ends (bitindex.go)
+	keys pmap.Map[termKey, *keyPostings]
+	// listed holds every key of keys, the source's then the destination's,
+	// each by key id (srcKeys of the source), while they are few (listMax,
+	// else nil): a flow's tags are looked up by the index's keys, a map
+	// lookup each, rather than walked and each looked up in keys.
+	listed  []keyRef
+	srcKeys int
+	always  [2]List
+	Size    int
+	Ends    uint8
+	nextID  uint32
+	Bits    *bitIndex // the decision procedure of an index of both ends (bitindex.go)
+}
+
+// keyRef is one key of an end of the index, beside its name.
+type keyRef struct {
+	key string
+	kp  *keyPostings
+}
+
+// listMax bounds the keys an index lists by end (byEnd): past it, an update
+// would copy more than it saves.
+const listMax = 64
+
+// listKeys sets listed from keys.
+func (ix *Index) listKeys() {
+	ix.listed, ix.srcKeys = nil, 0
+	n := ix.keys.Len()
+	if n == 0 || n > listMax {
+		return
+	}
+	type endKey struct {
+		end uint8
+		kr  keyRef
+	}
+	all := make([]endKey, 0, n)
+	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
+		all = append(all, endKey{tk.end, keyRef{tk.key, kp}})
+		return true
+	})
+	slices.SortFunc(all, func(a, b endKey) int {
+		return cmp.Or(cmp.Compare(a.end, b.end), cmp.Compare(a.kr.kp.kid, b.kr.kp.kid))
+	})
+	ix.listed = make([]keyRef, n)
+	for i, x := range all {
+		ix.listed[i] = x.kr
+		if x.end == EndSrc {
+			ix.srcKeys++
+		}
+	}
+}
+
+// relistKeys sets listed from the previous index's, when the update kept
+// the same keys: changed holds the postings that replaced theirs.
+func (ix *Index) relistKeys(prev *Index, changed []*keyPostings) {
+	if prev.listed == nil {
+		ix.listKeys()
+		return
+	}
+	if len(changed) == 0 {
+		ix.listed, ix.srcKeys = prev.listed, prev.srcKeys
+		return
+	}
+	l := slices.Clone(prev.listed)
+	for _, kp := range changed {
+		for i := range l {
+			if l[i].kp.kid == kp.kid {
+				l[i].kp = kp
+				break
+			}
+		}
+	}
+	ix.listed, ix.srcKeys = l, prev.srcKeys
+}
+
+// keysByEnd returns the keys listed for an end, nil when none are.
+func (ix *Index) keysByEnd(end uint8) []keyRef {
+	if end == EndSrc {
+		return ix.listed[:ix.srcKeys]
+	}
+	return ix.listed[ix.srcKeys:]
 }
 
 func newIndex(ends uint8) *Index {
@@ -556,6 +632,7 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 		eb pmap.Builder[string, postings] // here, not apart
 	}
 	builds := make([]keyBuild, len(groups))
+	reshaped := false // a key comes or goes: listed is made anew
 	for gi, ts := range groups {
 		tk := termKey{ts[0].t.end, ts[0].t.key}
 		kp, ok := kb.Get(tk)
@@ -574,6 +651,7 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 			*nkp = *kp
 			nkp.pend = slices.Clone(kp.pend)
 		} else {
+			reshaped = true
 			nkp.exact = pmap.New[string, postings](pmap.StringHash)
 			nkp.kid = out.nextID
 			nkp.presence.vid = valueUnknown
@@ -652,11 +730,23 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 		kp.exact = eb.Map()
 		if kp.presence.df <= 0 && kp.presence.empty() && kp.exact.Len() == 0 {
 			kb.Delete(tk)
+			reshaped = true
 		} else {
 			kb.Set(tk, kp)
 		}
 	}
 	out.keys = kb.Map()
+	if reshaped {
+		out.listKeys()
+	} else {
+		var changed []*keyPostings
+		for _, b := range builds {
+			if b.kp != nil {
+				changed = append(changed, b.kp)
+			}
+		}
+		out.relistKeys(ix, changed)
+	}
 	out.Bits = out.updateBits(bits, ix.Bits, removed, added, ids)
 	return out
 }
@@ -850,22 +940,34 @@ func (ix *Index) collect(end uint8, tags resource.Tags, lists *[2][]List, vals *
 	if ix.keys.Len() == 0 {
 		return
 	}
-	for k, v := range tags {
-		kp, ok := ix.keys.GetHashed(termKey{end, k}, termKeyHash(termKey{end, k}))
-		if !ok {
-			continue
-		}
-		vid := valueUnknown
-		kp.presence.reach(lists)
-		if kp.exact.Len() > 0 {
-			if p, ok := kp.exact.Get(v); ok {
-				vid = p.vid
-				p.reach(lists)
+	if keys := ix.keysByEnd(end); ix.listed != nil && len(keys) <= len(tags) {
+		for _, kr := range keys {
+			if v, ok := tags[kr.key]; ok {
+				kr.kp.reachValue(v, lists, vals)
 			}
 		}
-		if vals != nil {
-			vals.set(kp.kid, vid)
+		return
+	}
+	for k, v := range tags {
+		if kp, ok := ix.keys.GetHashed(termKey{end, k}, termKeyHash(termKey{end, k})); ok {
+			kp.reachValue(v, lists, vals)
 		}
+	}
+}
+
+// reachValue appends the lists a flow whose end has the key with value v
+// reaches; with vals, it records the key's value id there.
+func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
+	vid := valueUnknown
+	kp.presence.reach(lists)
+	if kp.exact.Len() > 0 {
+		if p, ok := kp.exact.Get(v); ok {
+			vid = p.vid
+			p.reach(lists)
+		}
+	}
+	if vals != nil {
+		vals.set(kp.kid, vid)
 	}
 }
 
