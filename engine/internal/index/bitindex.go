@@ -67,8 +67,13 @@ type bitBlock struct {
 
 type bitDim struct {
 	kid    uint32
+	dirLo  uint32 // the value id dir starts at
 	any    []uint64
 	absent []uint64
+	// dir maps value id dirLo+i to its place in vids plus one (0: none),
+	// when the ids are compact (index): a flow's value is found with one
+	// read, where a binary search of vids reads a few lines.
+	dir []uint16
 	// The rules that require each value: vids sorted, refs beside them,
 	// into pos (sorted positions, for a value few rules of the block name)
 	// or words (a bitmap, for a value with at least one rule per word on
@@ -138,9 +143,45 @@ func gapSlots(n int) (slotOf func(i int) int, slots int) {
 	return func(i int) int { return i + i*(gaps+1)/n }, n + gaps
 }
 
+// find returns the place of value vid in d.vids.
+func (d *bitDim) find(vid uint32) (int, bool) {
+	if d.dir == nil {
+		return slices.BinarySearch(d.vids, vid)
+	}
+	if x := vid - d.dirLo; x < uint32(len(d.dir)) && d.dir[x] != 0 {
+		return int(d.dir[x]) - 1, true
+	}
+	return 0, false
+}
+
+// dirMin and dirSpan say when a dimension's values get a direct directory:
+// at least dirMin values, their ids spanning at most dirSpan times as many.
+const (
+	dirMin  = 8
+	dirSpan = 4
+)
+
+// index sets d.dir from d.vids (a new slice: blocks share it until then).
+func (d *bitDim) index() {
+	d.dir, d.dirLo = nil, 0
+	n := len(d.vids)
+	if n < dirMin {
+		return
+	}
+	lo, span := d.vids[0], d.vids[n-1]-d.vids[0]+1
+	if span > uint32(dirSpan*n) {
+		return
+	}
+	dir := make([]uint16, span)
+	for i, v := range d.vids {
+		dir[v-lo] = uint16(i + 1)
+	}
+	d.dir, d.dirLo = dir, lo
+}
+
 // exact returns the rules of the block that require value vid of the key.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
-	i, ok := slices.BinarySearch(d.vids, vid)
+	i, ok := d.find(vid)
 	if !ok {
 		return nil, nil
 	}
@@ -264,6 +305,7 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 			d.words = append(d.words, ws...)
 		}
 		d.pos, d.words = slices.Clip(d.pos), slices.Clip(d.words)
+		d.index()
 		b.dims = append(b.dims, *d)
 	}
 	// Most selective first: the dimension that leaves the fewest rules
@@ -1106,6 +1148,12 @@ func (p *patcher) clearSlot(s int) {
 // unlist takes slot s out of the positions of every value of d but keep (0:
 // none); a value whose last position leaves, leaves the directory.
 func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
+	left := false // a value left the directory
+	defer func() {
+		if left {
+			d.index()
+		}
+	}()
 	for i := 0; i < len(d.refs); i++ {
 		r := d.refs[i]
 		if r.n == 0 || d.vids[i] == keep {
@@ -1127,6 +1175,7 @@ func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
 			own(&d.vids, &o.vids)
 			d.vids = slices.Delete(d.vids, i, i+1)
 			d.refs = slices.Delete(d.refs, i, i+1)
+			left = true
 			i--
 		}
 	}
@@ -1186,7 +1235,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		switch {
 		case conflict:
 		case vid != 0:
-			i, ok := slices.BinarySearch(d.vids, vid)
+			i, ok := d.find(vid)
 			switch {
 			case !ok: // a value of no other rule here: verified whole
 				any, resid = true, true

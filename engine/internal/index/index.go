@@ -616,7 +616,7 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 	}
 	for _, r := range added {
 		t := ix.chooseTerm(r, kb, changes)
-		r.filed = t.end // rules are fresh here: filed in this index only
+		r.file(t.end) // rules are fresh here: filed in this index only
 		c := get(t)
 		changes.push(c, r, false)
 		out.Size++
@@ -917,7 +917,7 @@ func byKeyCmp(a, b *Rule) int {
 // as strings (matchesFlow).
 func entry(r *Rule, skip idTerm, ids []idTerm) posting {
 	e := posting{ord: orderPrefix(&r.Key), R: r}
-	e.plain = len(r.Ports) == 0 && (r.Src == nil || len(r.Src.Exprs) == 0) && (r.Dst == nil || len(r.Dst.Exprs) == 0)
+	e.plain = r.isPlain()
 	n := 0
 	for _, id := range ids {
 		if id == skip {

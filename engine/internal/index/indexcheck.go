@@ -93,6 +93,11 @@ func CheckBits(ix *Index) error {
 						return fmt.Errorf("class %d block %d: positions out of order", cl, bi)
 					}
 				}
+				want := d
+				want.index()
+				if !slices.Equal(d.dir, want.dir) || d.dirLo != want.dirLo || (d.dir == nil) != (want.dir == nil) {
+					return fmt.Errorf("class %d block %d dimension %d: directory of %d values not what they make", cl, bi, d.kid, len(d.vids))
+				}
 			}
 		}
 	}
@@ -451,6 +456,10 @@ func (ix *Index) Digest(mix func(uint64)) {
 				words(d.words)
 				for _, v := range d.vids {
 					mix(uint64(v))
+				}
+				mix(uint64(d.dirLo))
+				for _, x := range d.dir {
+					mix(uint64(x))
 				}
 				for _, r := range d.refs {
 					mix(uint64(r.off)<<32 | uint64(r.n))
