@@ -192,8 +192,8 @@ func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
 	return nil, d.pos[r.off : r.off+r.n]
 }
 
-// words is the bitmap length of n rules: whole chunks of chunkWords words, so
-// a scan reads a chunk as an array.
+// words is the bitmap length of n rules: whole chunks of chunkWords words,
+// which leave a built block room for free slots (gapSlots).
 func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chunkWords }
 
 // buildBlock makes a block of rules (sorted); ids holds the term ids of the
@@ -528,8 +528,7 @@ type dimCursor struct {
 	pos   int
 }
 
-// chunkWords is the granularity of a block's bitmaps in words: whole chunks,
-// so that gapSlots has room for free slots.
+// chunkWords is the granularity of a block's bitmaps in words (words).
 const chunkWords = 8
 
 // scanBits improves best[side], for each side in need, with the first rule in
