@@ -768,12 +768,15 @@ func patchBlock(b *bitBlock, gone []int, adds []*Rule, ids *addedIDs) (*bitBlock
 		rids, _ := ids.of(r)
 		p.assign(s, r, rids)
 	}
-	// The words whose first slot was written get its order prefix.
+	// A word whose first slot now holds another rule gets its order prefix
+	// (most patches leave every first slot as it was: nothing is copied).
 	ownedOrds := false
 	for c, written := range p.chunks {
 		if written {
-			own(&nb.ords, &ownedOrds)
-			nb.ords[c] = nb.slotOrd(c)
+			if o := nb.slotOrd(c); o != nb.ords[c] {
+				own(&nb.ords, &ownedOrds)
+				nb.ords[c] = o
+			}
 		}
 	}
 	return nb, true

@@ -251,7 +251,6 @@ func Build(rules []*Rule, ends uint8) *Index {
 			kb.Set(termKey{first.end, first.key}, kp)
 		}
 		ix.keys = kb.Map()
-		ix.listKeys()
 	}
 	// The blocks and the lists concurrently (buildBlock reads nothing of ix
 	// when ids holds every rule); the lists last, so that a helper freed

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -229,17 +230,14 @@ type idTerm struct{ kid, vid uint32 }
 
 type Index struct {
 	keys pmap.Map[termKey, *keyPostings]
-	// listed holds every key of keys, the source's then the destination's,
-	// each by key id (srcKeys of the source), while they are few (listMax,
-	// else nil): a flow's tags are looked up by the index's keys, a map
-	// lookup each, rather than walked and each looked up in keys.
-	listed  []keyRef
-	srcKeys int
-	always  [2]List
-	Size    int
-	Ends    uint8
-	nextID  uint32
-	Bits    *bitIndex // the decision procedure of an index of both ends (bitindex.go)
+	// listed lists keys by end for a flow's lookups (keyList), made by the
+	// first lookup that needs it: an update makes none.
+	listed atomic.Pointer[keyList]
+	always [2]List
+	Size   int
+	Ends   uint8
+	nextID uint32
+	Bits   *bitIndex // the decision procedure of an index of both ends (bitindex.go)
 }
 
 // keyRef is one key of an end of the index, beside its name.
@@ -248,16 +246,34 @@ type keyRef struct {
 	kp  *keyPostings
 }
 
-// listMax bounds the keys an index lists by end (byEnd): past it, an update
-// would copy more than it saves.
+// keyList holds every key of an index, the source's then the destination's,
+// each end's by key id (src of the source's), while they are few (listMax;
+// refs nil otherwise): a flow's tags are then looked up by the index's keys,
+// a map lookup each, rather than walked and each looked up in keys.
+type keyList struct {
+	refs []keyRef
+	src  int
+}
+
+// listMax bounds the keys an index lists by end.
 const listMax = 64
 
-// listKeys sets listed from keys.
-func (ix *Index) listKeys() {
-	ix.listed, ix.srcKeys = nil, 0
+// keyList returns the index's keys by end, made on first use: the index
+// never changes, so readers that race to make it make the same.
+func (ix *Index) keyList() *keyList {
+	if l := ix.listed.Load(); l != nil {
+		return l
+	}
+	l := ix.makeKeyList()
+	ix.listed.Store(l)
+	return l
+}
+
+// makeKeyList lists the index's keys by end.
+func (ix *Index) makeKeyList() *keyList {
 	n := ix.keys.Len()
-	if n == 0 || n > listMax {
-		return
+	if n > listMax {
+		return &keyList{}
 	}
 	type endKey struct {
 		end uint8
@@ -271,44 +287,22 @@ func (ix *Index) listKeys() {
 	slices.SortFunc(all, func(a, b endKey) int {
 		return cmp.Or(cmp.Compare(a.end, b.end), cmp.Compare(a.kr.kp.kid, b.kr.kp.kid))
 	})
-	ix.listed = make([]keyRef, n)
+	l := &keyList{refs: make([]keyRef, n)}
 	for i, x := range all {
-		ix.listed[i] = x.kr
+		l.refs[i] = x.kr
 		if x.end == EndSrc {
-			ix.srcKeys++
+			l.src++
 		}
 	}
+	return l
 }
 
-// relistKeys sets listed from the previous index's, when the update kept
-// the same keys: changed holds the postings that replaced theirs.
-func (ix *Index) relistKeys(prev *Index, changed []*keyPostings) {
-	if prev.listed == nil {
-		ix.listKeys()
-		return
-	}
-	if len(changed) == 0 {
-		ix.listed, ix.srcKeys = prev.listed, prev.srcKeys
-		return
-	}
-	l := slices.Clone(prev.listed)
-	for _, kp := range changed {
-		for i := range l {
-			if l[i].kp.kid == kp.kid {
-				l[i].kp = kp
-				break
-			}
-		}
-	}
-	ix.listed, ix.srcKeys = l, prev.srcKeys
-}
-
-// keysByEnd returns the keys listed for an end, nil when none are.
-func (ix *Index) keysByEnd(end uint8) []keyRef {
+// byEnd returns the keys listed for an end.
+func (l *keyList) byEnd(end uint8) []keyRef {
 	if end == EndSrc {
-		return ix.listed[:ix.srcKeys]
+		return l.refs[:l.src]
 	}
-	return ix.listed[ix.srcKeys:]
+	return l.refs[l.src:]
 }
 
 func newIndex(ends uint8) *Index {
@@ -632,7 +626,6 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 		eb pmap.Builder[string, postings] // here, not apart
 	}
 	builds := make([]keyBuild, len(groups))
-	reshaped := false // a key comes or goes: listed is made anew
 	for gi, ts := range groups {
 		tk := termKey{ts[0].t.end, ts[0].t.key}
 		kp, ok := kb.Get(tk)
@@ -651,7 +644,6 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 			*nkp = *kp
 			nkp.pend = slices.Clone(kp.pend)
 		} else {
-			reshaped = true
 			nkp.exact = pmap.New[string, postings](pmap.StringHash)
 			nkp.kid = out.nextID
 			nkp.presence.vid = valueUnknown
@@ -730,23 +722,11 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 		kp.exact = eb.Map()
 		if kp.presence.df <= 0 && kp.presence.empty() && kp.exact.Len() == 0 {
 			kb.Delete(tk)
-			reshaped = true
 		} else {
 			kb.Set(tk, kp)
 		}
 	}
 	out.keys = kb.Map()
-	if reshaped {
-		out.listKeys()
-	} else {
-		var changed []*keyPostings
-		for _, b := range builds {
-			if b.kp != nil {
-				changed = append(changed, b.kp)
-			}
-		}
-		out.relistKeys(ix, changed)
-	}
 	out.Bits = out.updateBits(bits, ix.Bits, removed, added, ids)
 	return out
 }
@@ -940,8 +920,8 @@ func (ix *Index) collect(end uint8, tags resource.Tags, lists *[2][]List, vals *
 	if ix.keys.Len() == 0 {
 		return
 	}
-	if keys := ix.keysByEnd(end); ix.listed != nil && len(keys) <= len(tags) {
-		for _, kr := range keys {
+	if l := ix.keyList(); l.refs != nil && len(l.byEnd(end)) <= len(tags) {
+		for _, kr := range l.byEnd(end) {
 			if v, ok := tags[kr.key]; ok {
 				kr.kp.reachValue(v, lists, vals)
 			}

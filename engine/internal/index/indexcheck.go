@@ -330,17 +330,18 @@ func CheckLists(ix *Index) error {
 // postings, the source's first, each end's by key id, while there are at
 // most listMax keys.
 func checkByEnd(ix *Index) error {
-	if n := ix.keys.Len(); n == 0 || n > listMax {
-		if ix.listed != nil {
+	l := ix.keyList()
+	if n := ix.keys.Len(); n > listMax {
+		if l.refs != nil {
 			return fmt.Errorf("%d keys listed by end", n)
 		}
 		return nil
 	}
-	if len(ix.listed) != ix.keys.Len() {
-		return fmt.Errorf("%d keys listed by end, %d in the index", len(ix.listed), ix.keys.Len())
+	if len(l.refs) != ix.keys.Len() {
+		return fmt.Errorf("%d keys listed by end, %d in the index", len(l.refs), ix.keys.Len())
 	}
 	for _, end := range [2]uint8{EndSrc, EndDst} {
-		refs := ix.keysByEnd(end)
+		refs := l.byEnd(end)
 		for i, kr := range refs {
 			if kp, ok := ix.keys.Get(termKey{end, kr.key}); !ok || kp != kr.kp {
 				return fmt.Errorf("end %d key %q: listed with other postings than the index holds", end, kr.key)
