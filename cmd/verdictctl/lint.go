@@ -50,8 +50,10 @@ func runLint(ctx context.Context, args []string, e *env) int {
 		for _, it := range items {
 			docs = append(docs, it.res)
 		}
+		_, waited := working(e, output.printer(e.stdout), "lint")
 		snap := engine.Build(1, docs)
 		ans, err := analysis.Lint(snap, &analysis.LintRequest{Mesh: *mesh, Type: *typ})
+		waited()
 		if err != nil {
 			return fail(e, "lint", err, nil)
 		}
@@ -65,7 +67,9 @@ func runLint(ctx context.Context, args []string, e *env) int {
 		defer conn.Close()
 		cctx, cancel := cf.ctx(ctx)
 		defer cancel()
+		_, waited := working(e, output.printer(e.stdout), "lint")
 		resp, err = verdictv1.NewAnalysisServiceClient(conn).Lint(cctx, &verdictv1.LintRequest{Mesh: *mesh, Type: *typ})
+		waited()
 		if err != nil {
 			return fail(e, "lint", err, nil)
 		}
