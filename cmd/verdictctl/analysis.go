@@ -30,12 +30,8 @@ func runReach(ctx context.Context, args []string, e *env) int {
 	ff.register(fs)
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	if err := ff.check(); err != nil {
 		return fs.usage("%v", err)
@@ -220,12 +216,8 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	if port != 0 && proto == "" {
 		return fs.usage("--port needs --proto (TCP, UDP or ICMP)")
