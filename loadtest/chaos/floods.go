@@ -1,0 +1,948 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/apiconv"
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// The floods' meshes: the identity flood registers its fresh sets in
+// floodMeshA while the victim's sets live in floodMeshB; the decision-log
+// flood decides in logFloodMesh while the honest caller decides one real
+// flow in honestMesh, a mesh no other scenario uses (so that every record and
+// drop of it is the honest flow's).
+const (
+	floodMeshA   = "flood-a"
+	floodMeshB   = "flood-b"
+	logFloodMesh = "log-flood"
+	honestMesh   = "honest"
+)
+
+// The attackers' loopback addresses: verdictd limits Identify per caller (an
+// IP address without mTLS), so each attacker is a caller of its own, apart
+// from the victim, the honest caller and the probes (127.0.0.1) and from the
+// agents of callers (127.0.0.2 to 127.0.0.251).
+var (
+	identifyAttacker = net.IPv4(127, 0, 0, 252)
+	logAttacker      = net.IPv4(127, 0, 0, 253)
+)
+
+// IdentifyFlood is what the identity flood measured.
+type IdentifyFlood struct {
+	// Endpoints: the attacker's endpoints by the code each got (OK, or the
+	// error code of the Identified result: ResourceExhausted from the
+	// per-caller limit).
+	Endpoints map[string]int64 `json:"endpoints"`
+	// Registered: fresh sets answered with an identity; Held: of those, the
+	// ones mesh A still knew after the flood (DecideCompact of each);
+	// Evicted: the others. verdictd exports no registry metric.
+	Registered int64 `json:"registered"`
+	Held       int64 `json:"held"`
+	Evicted    int64 `json:"evicted"`
+	// The victim: rounds of DecideBatch by tags, DecideCompact and
+	// DecideBatch by identity; calls that failed, by code; identity answers
+	// compared with the tag answer of the same flow, and those that differed
+	// (an identity answered for another set) or did not resolve.
+	VictimRounds  int64            `json:"victimRounds"`
+	VictimFailed  map[string]int64 `json:"victimFailed,omitempty"`
+	Compared      int64            `json:"compared"`
+	Mismatches    int64            `json:"mismatches"`
+	Unknown       int64            `json:"unknown"`
+	Reidentified  int64            `json:"reidentified"`
+	MismatchFirst []string         `json:"mismatchExamples,omitempty"`
+}
+
+// LogFlood is what the decision-log flood measured.
+type LogFlood struct {
+	Path      string `json:"path"`
+	MaxSize   int64  `json:"maxSize"`
+	MaxFiles  int    `json:"maxFiles"`
+	MaxRecord int64  `json:"maxRecord"`
+	// Bound: max-size × max-files plus one record; MaxBytes: the most the
+	// log's files held together, sampled every 10 ms; BytesBySecond: the
+	// most of each second of the scenario.
+	Bound         int64   `json:"boundBytes"`
+	MaxBytes      int64   `json:"maxBytes"`
+	BytesBySecond []int64 `json:"bytesBySecond"`
+	// verdictd's counters over the scenario (verdict_decision_log_*).
+	Offered   int64            `json:"offered"`
+	Written   int64            `json:"written"`
+	Repeats   int64            `json:"repeats"`
+	Truncated int64            `json:"truncated"`
+	Dropped   map[string]int64 `json:"droppedByMesh,omitempty"`
+	SinkErrs  int64            `json:"sinkErrors"`
+	// The file as a reader following it saw it: lines, lines over the
+	// record cap, summary records and the drops they tell by mesh, and
+	// rotations that passed before the reader got to a file.
+	Lines     int64            `json:"lines"`
+	Overlong  int64            `json:"overlongLines"`
+	Summaries int64            `json:"summaries"`
+	Told      map[string]int64 `json:"toldByMesh,omitempty"`
+	Unread    int64            `json:"filesUnread"`
+	// The honest flow: its decisions answered and failed; the decisions its
+	// records stand for (Follow, each counting max(1, repeats)), in how many
+	// records; and its drops told in the summaries and counted by the metric.
+	HonestDecided int64  `json:"honestDecided"`
+	HonestFailed  int64  `json:"honestFailed"`
+	HonestWritten int64  `json:"honestWritten"`
+	HonestRecords int64  `json:"honestRecords"`
+	HonestTold    int64  `json:"honestTold"`
+	HonestMetric  int64  `json:"honestDroppedMetric"`
+	FollowErr     string `json:"followError,omitempty"`
+	Accounted     bool   `json:"accounted"`
+	// Verifiable: the reader read every file and the follower was never
+	// dropped, so Accounted is a finding, not a guess.
+	Verifiable bool `json:"verifiable"`
+}
+
+// logFloodArgs are verdictd's flags for the decision-log flood: a file sink
+// at path with the run's caps.
+func logFloodArgs(path string, maxSize int64, maxFiles int) []string {
+	return []string{"--decision-log", "file:" + path, "--decision-log-max-size", strconv.FormatInt(maxSize, 10),
+		"--decision-log-max-files", strconv.Itoa(maxFiles)}
+}
+
+// seedFloods writes the floods' meshes: allow-all in floodMeshA and
+// logFloodMesh; in floodMeshB a DENY of victim-0 to the victim's
+// destination beside an allow-all, so that an identity answered for another
+// set shows as a different answer; one ALLOW in honestMesh.
+func seedFloods(ctx context.Context, c *clients) error {
+	sel := func(svc string) []resource.Selector {
+		return []resource.Selector{{Match: map[string]string{resource.ServiceTag: svc}}}
+	}
+	pols := []*resource.Policy{
+		{Mesh: floodMeshA, Name: "allow-all", Action: resource.Allow, Sources: sel("*"), Destinations: sel("*")},
+		{Mesh: floodMeshB, Name: "allow-all", Action: resource.Allow, Sources: sel("*"), Destinations: sel("*")},
+		{Mesh: floodMeshB, Name: "deny-victim-0", Action: resource.Deny, Sources: sel("victim-0"), Destinations: sel("victim-db")},
+		{Mesh: logFloodMesh, Name: "allow-all", Action: resource.Allow, Sources: sel("*"), Destinations: sel("*")},
+		{Mesh: honestMesh, Name: "web-to-api", Action: resource.Allow, Sources: sel("web"), Destinations: sel("api")},
+	}
+	req := &verdictv1.ApplyRequest{}
+	for _, p := range pols {
+		p.Type = resource.DefaultType
+		pr, err := apiconv.ResourceToProto(p)
+		if err != nil {
+			return err
+		}
+		req.Resources = append(req.Resources, pr)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := c.pol.Apply(cctx, req)
+	return err
+}
+
+// from dials n connections from the local address ip where the system has
+// it (else from the default address): one caller, as verdictd sees callers.
+func (h *hostile) from(ip net.IP, n int, opts ...grpc.DialOption) ([]*clients, error) {
+	local := &net.TCPAddr{IP: ip}
+	dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{LocalAddr: local}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		}
+		return c, nil
+	})
+	out := make([]*clients, 0, n)
+	for range n {
+		c, err := dialClients(h.r.addr, append([]grpc.DialOption{dial}, opts...)...)
+		if err != nil {
+			closeAll(out)
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// compactWord is one DecideCompact answer, unpacked as docs/api.md gives
+// its bits.
+type compactWord struct {
+	action string // ALLOW, DENY, or empty with a code
+	code   uint32
+	policy string
+}
+
+func unpackCompact(resp *verdictv1.DecideCompactResponse) []compactWord {
+	out := make([]compactWord, len(resp.GetAnswers()))
+	for i, w := range resp.GetAnswers() {
+		a := compactWord{code: w >> 3 & 0xf}
+		switch w & 3 {
+		case 1:
+			a.action = "ALLOW"
+		case 2:
+			a.action = "DENY"
+		}
+		if p := int(w >> 8); p > 0 && p <= len(resp.GetPolicies()) {
+			a.policy = resp.GetPolicies()[p-1]
+		}
+		out[i] = a
+	}
+	return out
+}
+
+func actionWord(a verdictv1.Action) string {
+	switch a {
+	case verdictv1.Action_ACTION_ALLOW:
+		return "ALLOW"
+	case verdictv1.Action_ACTION_DENY:
+		return "DENY"
+	}
+	return a.String()
+}
+
+const (
+	victimSets = 8  // the victim's source sets; one destination set besides
+	victimRate = 20 // the victim's rounds a second
+	victimPort = 5432
+	ppTCP      = 1 << 16 // DecideCompact's protocol bits for TCP
+)
+
+// identifyFlood: a victim in floodMeshB registers its sets, then decides
+// each round by tags, by DecideCompact and by identity, and compares every
+// identity answer with the tag answer of the same flow; meanwhile an
+// attacker (IdentifyConns connections, one caller, no token) registers fresh
+// sets of 1,000 in floodMeshA as fast as verdictd answers, for IdentifyFor.
+// After the flood, each set the attacker registered is looked up to count
+// the ones mesh A evicted.
+func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
+	res := &IdentifyFlood{Endpoints: map[string]int64{}, VictimFailed: map[string]int64{}}
+	s.Identify = res
+	victim, err := h.dial()
+	if err != nil {
+		return err
+	}
+	defer victim.conn.Close()
+	attackers, err := h.from(identifyAttacker, h.cfg.IdentifyConns)
+	if err != nil {
+		return err
+	}
+	defer closeAll(attackers)
+
+	set := func(svc string) map[string]string {
+		return map[string]string{resource.ServiceTag: svc, "env": "prod"}
+	}
+	dst := set("victim-db")
+	var srcs []map[string]string
+	identify := &verdictv1.IdentifyRequest{Mesh: floodMeshB}
+	for i := range victimSets {
+		srcs = append(srcs, set(fmt.Sprintf("victim-%d", i)))
+		identify.Endpoints = append(identify.Endpoints, &verdictv1.Endpoint{Tags: srcs[i]})
+	}
+	identify.Endpoints = append(identify.Endpoints, &verdictv1.Endpoint{Tags: dst})
+	register := func() ([]uint64, error) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := victim.dec.Identify(cctx, identify)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]uint64, 0, len(resp.GetResults()))
+		for i, r := range resp.GetResults() {
+			if r.GetError() != nil || r.GetIdentity() == 0 {
+				return nil, fmt.Errorf("the victim's Identify: endpoint %d: %v", i, r.GetError())
+			}
+			ids = append(ids, r.GetIdentity())
+		}
+		return ids, nil
+	}
+	ids, err := register()
+	if err != nil {
+		return err
+	}
+
+	// The attacker.
+	var (
+		mu         sync.Mutex
+		registered []uint64
+		wg         sync.WaitGroup
+	)
+	end := time.Now().Add(h.cfg.IdentifyFor)
+	for k, c := range attackers {
+		wg.Go(func() {
+			req := &verdictv1.IdentifyRequest{Mesh: floodMeshA, Endpoints: make([]*verdictv1.Endpoint, 1000)}
+			for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
+				for i := range req.Endpoints {
+					req.Endpoints[i] = &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: fmt.Sprintf("fresh-%d-%d-%d", k, n, i)}}
+				}
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				resp, err := c.dec.Identify(cctx, req)
+				cancel()
+				count(&mu, s.Codes, err)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				for _, r := range resp.GetResults() {
+					code := cmpOr(r.GetError().GetCode(), "OK")
+					res.Endpoints[code]++
+					if code == "OK" {
+						registered = append(registered, r.GetIdentity())
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+
+	// The victim, until the attacker is done.
+	batch := &verdictv1.DecideBatchRequest{}
+	byID := &verdictv1.DecideBatchRequest{}
+	compact := &verdictv1.DecideCompactRequest{Mesh: floodMeshB}
+	build := func() {
+		batch.Requests, byID.Requests = nil, nil
+		compact.SourceIds, compact.DestinationIds, compact.PortProtocols = nil, nil, nil
+		for i := range victimSets {
+			batch.Requests = append(batch.Requests, &verdictv1.DecideRequest{Mesh: floodMeshB, Source: &verdictv1.Endpoint{Tags: srcs[i]},
+				Destination: &verdictv1.Endpoint{Tags: dst}, Protocol: "TCP", Port: victimPort})
+			byID.Requests = append(byID.Requests, &verdictv1.DecideRequest{Mesh: floodMeshB, Source: &verdictv1.Endpoint{Identity: ids[i]},
+				Destination: &verdictv1.Endpoint{Identity: ids[victimSets]}, Protocol: "TCP", Port: victimPort})
+			compact.SourceIds = append(compact.SourceIds, ids[i])
+			compact.DestinationIds = append(compact.DestinationIds, ids[victimSets])
+			compact.PortProtocols = append(compact.PortProtocols, victimPort|ppTCP)
+		}
+	}
+	build()
+	failed := func(what string, err error) {
+		res.VictimFailed[what+" "+status.Code(err).String()]++
+	}
+	mismatch := func(how string, i int, got, want string) {
+		res.Mismatches++
+		if len(res.MismatchFirst) < 5 {
+			res.MismatchFirst = append(res.MismatchFirst, fmt.Sprintf("%s of victim-%d: %s, by tags %s", how, i, got, want))
+		}
+	}
+	tick := time.NewTicker(time.Second / victimRate)
+	defer tick.Stop()
+	for time.Now().Before(end) && ctx.Err() == nil {
+		<-tick.C
+		res.VictimRounds++
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		tagged, err := victim.dec.DecideBatch(cctx, batch)
+		if err != nil {
+			cancel()
+			failed("DecideBatch by tags", err)
+			continue
+		}
+		want := make([]string, victimSets)
+		for i, r := range tagged.GetResults() {
+			if r.GetError() != nil {
+				res.VictimFailed["DecideBatch by tags "+r.GetError().GetCode()]++
+				continue
+			}
+			want[i] = actionWord(r.GetResponse().GetAction()) + " " + r.GetResponse().GetPolicy()
+		}
+		unknown := false
+		if resp, err := victim.dec.DecideCompact(cctx, compact); err != nil {
+			failed("DecideCompact", err)
+		} else {
+			for i, a := range unpackCompact(resp) {
+				switch {
+				case a.code == uint32(verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE) ||
+					a.code == uint32(verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION):
+					res.Unknown++
+					unknown = true
+				case a.code != 0:
+					res.VictimFailed[fmt.Sprintf("DecideCompact code %d", a.code)]++
+				case want[i] != "":
+					res.Compared++
+					if got := a.action + " " + a.policy; got != want[i] {
+						mismatch("DecideCompact", i, got, want[i])
+					}
+				}
+			}
+		}
+		if resp, err := victim.dec.DecideBatch(cctx, byID); err != nil {
+			failed("DecideBatch by identity", err)
+		} else {
+			for i, r := range resp.GetResults() {
+				switch {
+				case r.GetError().GetCode() == codes.NotFound.String():
+					res.Unknown++
+					unknown = true
+				case r.GetError() != nil:
+					res.VictimFailed["DecideBatch by identity "+r.GetError().GetCode()]++
+				case want[i] != "":
+					res.Compared++
+					if got := actionWord(r.GetResponse().GetAction()) + " " + r.GetResponse().GetPolicy(); got != want[i] {
+						mismatch("Decide by identity", i, got, want[i])
+					}
+				}
+			}
+		}
+		cancel()
+		if unknown { // as a sidecar does: register again, then go on
+			if again, err := register(); err == nil {
+				ids = again
+				build()
+				res.Reidentified++
+			} else {
+				failed("Identify again", err)
+			}
+		}
+	}
+	wg.Wait()
+	if len(res.VictimFailed) == 0 {
+		res.VictimFailed = nil
+	}
+
+	// Which of the attacker's sets mesh A still holds.
+	res.Registered = int64(len(registered))
+	for len(registered) > 0 {
+		n := min(len(registered), 1000)
+		req := &verdictv1.DecideCompactRequest{Mesh: floodMeshA, SourceIds: registered[:n], DestinationIds: registered[:n],
+			PortProtocols: slices.Repeat([]uint32{80 | ppTCP}, n)}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := victim.dec.DecideCompact(cctx, req)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("looking up the attacker's sets: %w", err)
+		}
+		for _, a := range unpackCompact(resp) {
+			if a.code == 0 {
+				res.Held++
+			}
+		}
+		registered = registered[n:]
+	}
+	res.Evicted = res.Registered - res.Held
+	return nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// honestFlow is the decision-log flood's real flow; warm-up flows use other
+// ports.
+var honestFlow = &verdictv1.DecideRequest{Mesh: honestMesh, Source: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: "web"}},
+	Destination: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: "api"}}, Protocol: "TCP", Port: 443}
+
+const honestRate = 20 // the honest flow's decisions a second
+
+// logFlood: the attacker (Concurrent connections, one caller) floods
+// DecideBatch calls of 1,000 distinct flows with 2 KB of tags each, and
+// DecideCompact calls of 1,000 flows over two registered sets of 64 tags
+// (63 of 1 KB), for LogFloodFor; an honest caller decides one real flow in
+// its own mesh all along. A reader follows the log file (through its
+// rotations), a sampler adds up its files' sizes every 10 ms, and a Follow
+// stream of the honest mesh sees the honest flow's records. At the end the
+// honest flow's decisions must be accounted for: written (a record counts
+// max(1, repeats)) or told dropped by a summary in the file.
+func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
+	c := h.cfg
+	res := &LogFlood{Path: h.logPath, MaxSize: c.LogMaxSize, MaxFiles: c.LogMaxFiles, MaxRecord: 4 << 10,
+		Told: map[string]int64{}}
+	res.Bound = c.LogMaxSize*int64(c.LogMaxFiles) + res.MaxRecord
+	s.Log = res
+	before, err := scrapeSeries(ctx, h.r.metrics, "verdict_decision_log_")
+	if err != nil {
+		return err
+	}
+
+	tail, err := openTail(h.logPath, res.MaxRecord)
+	if err != nil {
+		return err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var bg sync.WaitGroup
+	bg.Go(func() { tail.follow(sctx) })
+	var (
+		maxBytes atomic.Int64
+		bucketMu sync.Mutex
+		buckets  []int64
+	)
+	start := time.Now()
+	bg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+			}
+			n := logBytes(h.logPath)
+			if n > maxBytes.Load() {
+				maxBytes.Store(n)
+			}
+			sec := int(time.Since(start) / time.Second)
+			bucketMu.Lock()
+			for len(buckets) <= sec {
+				buckets = append(buckets, 0)
+			}
+			buckets[sec] = max(buckets[sec], n)
+			bucketMu.Unlock()
+		}
+	})
+	defer func() {
+		stop()
+		bg.Wait()
+		tail.close()
+	}()
+
+	// The honest caller's Follow stream, known to be registered once it
+	// delivers a warm-up flow's record.
+	honest, err := h.dial()
+	if err != nil {
+		return err
+	}
+	defer honest.conn.Close()
+	fol, err := verdictv1.NewDecisionLogServiceClient(honest.conn).Follow(sctx, &verdictv1.FollowRequest{Mesh: honestMesh})
+	if err != nil {
+		return fmt.Errorf("follow the honest mesh: %w", err)
+	}
+	var (
+		written, records atomic.Int64
+		warm             = make(chan struct{}, 1)
+		folErr           = make(chan error, 1)
+	)
+	go func() {
+		for {
+			m, err := fol.Recv()
+			if err != nil {
+				folErr <- err
+				return
+			}
+			r := m.GetRecord()
+			if r.GetPort() != honestFlow.GetPort() {
+				select {
+				case warm <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			records.Add(1)
+			written.Add(max(r.GetRepeats(), 1))
+		}
+	}()
+	for i := 0; ; i++ {
+		w := &verdictv1.DecideRequest{Mesh: honestMesh, Source: honestFlow.Source, Destination: honestFlow.Destination,
+			Protocol: "TCP", Port: uint32(10000 + i)}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := honest.dec.Decide(cctx, w)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("the honest caller's warm-up: %w", err)
+		}
+		select {
+		case <-warm:
+		case err := <-folErr:
+			return fmt.Errorf("the honest mesh's Follow: %w", err)
+		case <-time.After(100 * time.Millisecond):
+			if i < 100 {
+				continue
+			}
+			return errors.New("the honest mesh's Follow saw no record of 100 decisions")
+		}
+		break
+	}
+
+	// The attacker.
+	attackers, err := h.from(logAttacker, c.Concurrent)
+	if err != nil {
+		return err
+	}
+	defer closeAll(attackers)
+	big := func(svc string) *verdictv1.Endpoint {
+		ep := &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: svc}}
+		for i := range resource.MaxTagsPerWorkload - 1 {
+			ep.Tags[fmt.Sprintf("k%02d", i)] = strings.Repeat(string(rune('a'+i%26)), resource.MaxTagValueLength)
+		}
+		return ep
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ids, err := attackers[0].dec.Identify(cctx, &verdictv1.IdentifyRequest{Mesh: logFloodMesh,
+		Endpoints: []*verdictv1.Endpoint{big("big-src"), big("big-dst")}})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("register the flood's sets: %w", err)
+	}
+	src, dst := ids.GetResults()[0].GetIdentity(), ids.GetResults()[1].GetIdentity()
+	if src == 0 || dst == 0 {
+		return fmt.Errorf("register the flood's sets: %v", ids.GetResults())
+	}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	end := time.Now().Add(c.LogFloodFor)
+	pad := strings.Repeat("x", resource.MaxTagValueLength)
+	for k, a := range attackers {
+		wg.Go(func() {
+			batch := &verdictv1.DecideBatchRequest{}
+			for range 1000 {
+				batch.Requests = append(batch.Requests, &verdictv1.DecideRequest{Mesh: logFloodMesh,
+					Source:      &verdictv1.Endpoint{Tags: map[string]string{"pad": pad}},
+					Destination: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: "flood-db", "pad": pad}},
+					Protocol:    "TCP", Port: 8080})
+			}
+			compact := &verdictv1.DecideCompactRequest{Mesh: logFloodMesh, SourceIds: slices.Repeat([]uint64{src}, 1000),
+				DestinationIds: slices.Repeat([]uint64{dst}, 1000), PortProtocols: make([]uint32, 1000)}
+			for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
+				for i, r := range batch.Requests { // every flow a new one: none folds into repeats
+					r.Source.Tags[resource.ServiceTag] = fmt.Sprintf("flood-%d-%d-%d", k, n, i)
+				}
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err := a.dec.DecideBatch(cctx, batch)
+				cancel()
+				countRPC(&mu, s.Codes, "DecideBatch", err)
+				for i := range compact.PortProtocols {
+					f := (k*1000003 + n*1000 + i) % (2 * 65535)
+					compact.PortProtocols[i] = uint32(1+f%65535) | uint32(1+f/65535)<<16 // TCP, then UDP
+				}
+				cctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+				_, err = a.dec.DecideCompact(cctx, compact)
+				cancel()
+				countRPC(&mu, s.Codes, "DecideCompact", err)
+			}
+		})
+	}
+
+	// The honest flow, all along and one second after.
+	tick := time.NewTicker(time.Second / honestRate)
+	defer tick.Stop()
+	for time.Now().Before(end.Add(time.Second)) && ctx.Err() == nil {
+		<-tick.C
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := honest.dec.Decide(cctx, honestFlow)
+		cancel()
+		if err != nil {
+			res.HonestFailed++
+			continue
+		}
+		res.HonestDecided++
+	}
+	wg.Wait()
+
+	// Until the honest flow is accounted for: its repeats are written at the
+	// end of their window (5 s), its drops told by the next summary (every
+	// 10 s).
+	honestMetric := func() int64 {
+		now, err := scrapeSeries(ctx, h.r.metrics, "verdict_decision_log_dropped_total")
+		if err != nil {
+			return -1
+		}
+		return byLabel(now, "verdict_decision_log_dropped_total", "mesh")[honestMesh] -
+			byLabel(before, "verdict_decision_log_dropped_total", "mesh")[honestMesh]
+	}
+	deadline := time.Now().Add(16 * time.Second)
+	for {
+		res.HonestWritten, res.HonestRecords = written.Load(), records.Load()
+		res.HonestTold = tail.toldOf(honestMesh)
+		got := res.HonestWritten + res.HonestTold
+		res.Accounted = got >= res.HonestDecided && got <= res.HonestDecided+res.HonestFailed
+		if res.Accounted || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+	res.HonestMetric = honestMetric()
+	select {
+	case err := <-folErr:
+		res.FollowErr = err.Error()
+	default:
+	}
+	stop()
+	bg.Wait()
+
+	res.MaxBytes = maxBytes.Load()
+	res.BytesBySecond = buckets
+	tail.mu.Lock()
+	res.Lines, res.Overlong, res.Summaries, res.Unread = tail.lines, tail.overlong, tail.summaries, tail.unread
+	for m, n := range tail.told {
+		res.Told[m] = n
+	}
+	tail.mu.Unlock()
+	res.Verifiable = res.Unread == 0 && res.FollowErr == ""
+	after, err := scrapeSeries(ctx, h.r.metrics, "verdict_decision_log_")
+	if err != nil {
+		return err
+	}
+	delta := func(name string) int64 { return sumOf(after, name) - sumOf(before, name) }
+	res.Offered, res.Written = delta("verdict_decision_log_offered_total"), delta("verdict_decision_log_written_total")
+	res.Repeats, res.Truncated = delta("verdict_decision_log_repeats_total"), delta("verdict_decision_log_truncated_total")
+	res.SinkErrs = delta("verdict_decision_log_sink_errors_total")
+	res.Dropped = map[string]int64{}
+	b := byLabel(before, "verdict_decision_log_dropped_total", "mesh")
+	for m, n := range byLabel(after, "verdict_decision_log_dropped_total", "mesh") {
+		if d := n - b[m]; d > 0 {
+			res.Dropped[m] = d
+		}
+	}
+	return nil
+}
+
+// countRPC counts a call's code under its RPC's name: "DecideBatch OK".
+func countRPC(mu *sync.Mutex, m map[string]int64, rpc string, err error) {
+	mu.Lock()
+	m[rpc+" "+codeOf(err)]++
+	mu.Unlock()
+}
+
+// logBytes is what the decision log's files (path, path.1, …) hold
+// together; a file seen under two names while it rotates counts once.
+func logBytes(path string) int64 {
+	dir, base := filepath.Split(path)
+	entries, _ := os.ReadDir(dir)
+	var seen []os.FileInfo
+	var total int64
+	for _, e := range entries {
+		if e.Name() != base && !strings.HasPrefix(e.Name(), base+".") {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(dir, e.Name()))
+		if err != nil || slices.ContainsFunc(seen, func(o os.FileInfo) bool { return os.SameFile(o, fi) }) {
+			continue
+		}
+		seen = append(seen, fi)
+		total += fi.Size()
+	}
+	return total
+}
+
+// logTail reads the decision log's file as verdictd writes it, from where
+// it ended when the tail opened, following it through its rotations: a file
+// renamed away is read to its end before the new one (an open file survives
+// its rename and its removal). A file that came and went between two looks
+// is counted as unread.
+type logTail struct {
+	path      string
+	maxRecord int64
+	f         *os.File
+	part      []byte // the line read in part
+	skip      bool   // part is the end of a line from before the tail opened
+	buf       []byte
+
+	mu        sync.Mutex
+	lines     int64
+	overlong  int64
+	summaries int64
+	unread    int64
+	told      map[string]int64
+}
+
+func openTail(path string, maxRecord int64) (*logTail, error) {
+	t := &logTail{path: path, maxRecord: maxRecord, buf: make([]byte, 256<<10), told: map[string]int64{}}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	t.f = f
+	if end > 0 { // in the middle of a line: skip to its end
+		b := make([]byte, 1)
+		if _, err := f.ReadAt(b, end-1); err == nil && b[0] != '\n' {
+			t.skip = true
+		}
+	}
+	return t, nil
+}
+
+// follow reads until ctx ends, then once more.
+func (t *logTail) follow(ctx context.Context) {
+	for ctx.Err() == nil {
+		if !t.poll() {
+			sleepCtx(ctx, 5*time.Millisecond)
+		}
+	}
+	t.poll()
+}
+
+// poll reads what is new; false when there was nothing.
+func (t *logTail) poll() bool {
+	if t.f == nil {
+		f, err := os.Open(t.path)
+		if err != nil {
+			return false
+		}
+		t.f = f
+	}
+	progress := t.read()
+	fi, err1 := t.f.Stat()
+	cur, err2 := os.Stat(t.path)
+	if err1 != nil || err2 != nil || os.SameFile(fi, cur) {
+		return progress
+	}
+	// Rotated: the old file is complete; read its end, then the new one.
+	t.read()
+	t.part, t.skip = t.part[:0], false
+	if b1, err := os.Stat(t.path + ".1"); err != nil || !os.SameFile(fi, b1) {
+		t.mu.Lock()
+		t.unread++ // rotated at least twice since the last look
+		t.mu.Unlock()
+	}
+	_ = t.f.Close()
+	t.f = nil
+	return true
+}
+
+func (t *logTail) read() bool {
+	progress := false
+	for {
+		n, err := t.f.Read(t.buf)
+		if n > 0 {
+			progress = true
+			t.lines0(t.buf[:n])
+		}
+		if err != nil || n == 0 {
+			return progress
+		}
+	}
+}
+
+// lines0 splits b into lines, joining the partial line kept from before.
+func (t *logTail) lines0(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			t.part = append(t.part, b...)
+			return
+		}
+		line := b[:i]
+		if len(t.part) > 0 {
+			line = append(t.part, line...)
+			t.part = t.part[:0]
+		}
+		if t.skip {
+			t.skip = false
+		} else {
+			t.line(line)
+		}
+		b = b[i+1:]
+	}
+}
+
+var droppedField = []byte(`"dropped"`)
+
+func (t *logTail) line(l []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines++
+	if int64(len(l))+1 > t.maxRecord {
+		t.overlong++
+	}
+	if !bytes.Contains(l, droppedField) {
+		return
+	}
+	r := &verdictv1.DecisionRecord{}
+	if protojson.Unmarshal(l, r) != nil || r.GetDropped() == nil {
+		return
+	}
+	t.summaries++
+	for _, d := range r.GetDropped() {
+		t.told[d.GetMesh()] += d.GetCount()
+	}
+}
+
+func (t *logTail) toldOf(mesh string) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.told[mesh]
+}
+
+func (t *logTail) close() {
+	if t.f != nil {
+		_ = t.f.Close()
+	}
+}
+
+// scrapeSeries reads verdictd's /metrics: every series whose name starts
+// with prefix, by its full text (name and labels), summed when repeated.
+func scrapeSeries(ctx context.Context, addr, prefix string) (map[string]int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] += int64(v)
+	}
+	return out, sc.Err()
+}
+
+// sumOf adds up the series of one metric, whatever their labels.
+func sumOf(series map[string]int64, name string) int64 {
+	var n int64
+	for k, v := range series {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			n += v
+		}
+	}
+	return n
+}
+
+// byLabel adds up the series of one metric by the value of one label.
+func byLabel(series map[string]int64, name, label string) map[string]int64 {
+	re := regexp.MustCompile(`[{,]` + regexp.QuoteMeta(label) + `="([^"]*)"`)
+	out := map[string]int64{}
+	for k, v := range series {
+		if !strings.HasPrefix(k, name+"{") {
+			continue
+		}
+		if m := re.FindStringSubmatch(k); m != nil {
+			out[m[1]] += v
+		}
+	}
+	return out
+}
+
+// fmtSizes prints byte counts in MiB, one decimal, space-separated.
+func fmtSizes(bs []int64) string {
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = fmt.Sprintf("%.1f", float64(b)/(1<<20))
+	}
+	return strings.Join(parts, " ") + " MiB"
+}
