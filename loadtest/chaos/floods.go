@@ -73,6 +73,9 @@ type IdentifyFlood struct {
 	Unknown       int64            `json:"unknown"`
 	Reidentified  int64            `json:"reidentified"`
 	MismatchFirst []string         `json:"mismatchExamples,omitempty"`
+	// HeapPerSet: the live heap verdictd kept once settled over what it
+	// held before, per set held (the registry keeps its sets by design).
+	HeapPerSet int64 `json:"heapPerSetBytes,omitempty"`
 }
 
 // LogFlood is what the decision-log flood measured.
@@ -231,6 +234,7 @@ const (
 func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 	res := &IdentifyFlood{Endpoints: map[string]int64{}, VictimFailed: map[string]int64{}}
 	s.Identify = res
+	s.Keeps = identityMeshMaxBytes
 	victim, err := h.dial()
 	if err != nil {
 		return err
@@ -788,29 +792,73 @@ func (t *logTail) poll() bool {
 		}
 		t.f = f
 	}
-	progress := t.read()
+	progress := t.read(t.f)
 	fi, err1 := t.f.Stat()
 	cur, err2 := os.Stat(t.path)
 	if err1 != nil || err2 != nil || os.SameFile(fi, cur) {
 		return progress
 	}
-	// Rotated: the old file is complete; read its end, then the new one.
-	t.read()
-	t.part, t.skip = t.part[:0], false
-	if b1, err := os.Stat(t.path + ".1"); err != nil || !os.SameFile(fi, b1) {
-		t.mu.Lock()
-		t.unread++ // rotated at least twice since the last look
-		t.mu.Unlock()
-	}
+	// Rotated: the old file is complete; read its end, then the backups
+	// newer than it (complete too), oldest first; the new file at the next
+	// poll.
+	t.read(t.f)
+	t.endFile()
 	_ = t.f.Close()
 	t.f = nil
+	last := fi
+	k := t.backupOf(fi)
+	if k == 0 {
+		t.addUnread() // gone already: at least one file passed unread
+	}
+	for j := k - 1; j >= 1; j-- {
+		f, err := os.Open(t.backup(j))
+		if err != nil {
+			t.addUnread()
+			continue
+		}
+		t.read(f)
+		t.endFile()
+		if st, err := f.Stat(); err == nil {
+			last = st
+		}
+		_ = f.Close()
+	}
+	// Rotated again meanwhile: a file may have passed between the names.
+	if b1, err := os.Stat(t.backup(1)); k > 0 && (err != nil || !os.SameFile(last, b1)) {
+		t.addUnread()
+	}
 	return true
 }
 
-func (t *logTail) read() bool {
+func (t *logTail) backup(i int) string { return t.path + "." + strconv.Itoa(i) }
+
+// backupOf is the number of the backup fi is now (path.N), 0 if none.
+func (t *logTail) backupOf(fi os.FileInfo) int {
+	for i := 1; ; i++ {
+		st, err := os.Stat(t.backup(i))
+		if err != nil {
+			return 0
+		}
+		if os.SameFile(st, fi) {
+			return i
+		}
+	}
+}
+
+func (t *logTail) addUnread() {
+	t.mu.Lock()
+	t.unread++
+	t.mu.Unlock()
+}
+
+// endFile drops the partial line a file ended with (a file is rotated
+// between lines, so there is none unless the tail opened inside one).
+func (t *logTail) endFile() { t.part, t.skip = t.part[:0], false }
+
+func (t *logTail) read(f *os.File) bool {
 	progress := false
 	for {
-		n, err := t.f.Read(t.buf)
+		n, err := f.Read(t.buf)
 		if n > 0 {
 			progress = true
 			t.lines0(t.buf[:n])
