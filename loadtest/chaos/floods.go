@@ -21,7 +21,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -65,12 +64,15 @@ type IdentifyFlood struct {
 	// The victim: rounds of DecideBatch by tags, DecideCompact and
 	// DecideBatch by identity; calls that failed, by code; identity answers
 	// compared with the tag answer of the same flow, and those that differed
-	// (an identity answered for another set) or did not resolve.
+	// (an identity answered for another set) or did not resolve, in mesh B
+	// (Unknown) and in the attacker's mesh A (UnknownA: evicted, answered
+	// as it must be); the victim's Identify calls again after one.
 	VictimRounds  int64            `json:"victimRounds"`
 	VictimFailed  map[string]int64 `json:"victimFailed,omitempty"`
 	Compared      int64            `json:"compared"`
 	Mismatches    int64            `json:"mismatches"`
 	Unknown       int64            `json:"unknown"`
+	UnknownA      int64            `json:"unknownInFloodedMesh"`
 	Reidentified  int64            `json:"reidentified"`
 	MismatchFirst []string         `json:"mismatchExamples,omitempty"`
 	// HeapPerSet: the live heap verdictd kept once settled over what it
@@ -128,16 +130,17 @@ func logFloodArgs(path string, maxSize int64, maxFiles int) []string {
 		"--decision-log-max-files", strconv.Itoa(maxFiles)}
 }
 
-// seedFloods writes the floods' meshes: allow-all in floodMeshA and
-// logFloodMesh; in floodMeshB a DENY of victim-0 to the victim's
-// destination beside an allow-all, so that an identity answered for another
-// set shows as a different answer; one ALLOW in honestMesh.
+// seedFloods writes the floods' meshes: allow-all in logFloodMesh; in
+// floodMeshA and floodMeshB a DENY of victim-0 to the victim's destination
+// beside an allow-all, so that an identity answered for another set shows
+// as a different answer; one ALLOW in honestMesh.
 func seedFloods(ctx context.Context, c *clients) error {
 	sel := func(svc string) []resource.Selector {
 		return []resource.Selector{{Match: map[string]string{resource.ServiceTag: svc}}}
 	}
 	pols := []*resource.Policy{
 		{Mesh: floodMeshA, Name: "allow-all", Action: resource.Allow, Sources: sel("*"), Destinations: sel("*")},
+		{Mesh: floodMeshA, Name: "deny-victim-0", Action: resource.Deny, Sources: sel("victim-0"), Destinations: sel("victim-db")},
 		{Mesh: floodMeshB, Name: "allow-all", Action: resource.Allow, Sources: sel("*"), Destinations: sel("*")},
 		{Mesh: floodMeshB, Name: "deny-victim-0", Action: resource.Deny, Sources: sel("victim-0"), Destinations: sel("victim-db")},
 		{Mesh: logFloodMesh, Name: "allow-all", Action: resource.Allow, Sources: sel("*"), Destinations: sel("*")},
@@ -224,58 +227,165 @@ const (
 	ppTCP      = 1 << 16 // DecideCompact's protocol bits for TCP
 )
 
-// identifyFlood: a victim in floodMeshB registers its sets, then decides
-// each round by tags, by DecideCompact and by identity, and compares every
-// identity answer with the tag answer of the same flow; meanwhile an
-// attacker (IdentifyConns connections, one caller, no token) registers fresh
-// sets of 1,000 in floodMeshA as fast as verdictd answers, for IdentifyFor.
-// After the flood, each set the attacker registered is looked up to count
-// the ones mesh A evicted.
+// victim is the Identify flood's victim in one mesh: source sets and one
+// destination set it registers, and its three ways of deciding the same
+// flows (by tags, DecideCompact, by identity).
+type victim struct {
+	mesh     string
+	identify *verdictv1.IdentifyRequest // the sources, then the destination
+	tagged   *verdictv1.DecideBatchRequest
+	byID     *verdictv1.DecideBatchRequest
+	compact  *verdictv1.DecideCompactRequest
+}
+
+func newVictim(mesh string, srcs []string) *victim {
+	set := func(svc string) map[string]string { return map[string]string{resource.ServiceTag: svc, "env": "prod"} }
+	v := &victim{mesh: mesh, identify: &verdictv1.IdentifyRequest{Mesh: mesh}, tagged: &verdictv1.DecideBatchRequest{}}
+	for _, svc := range slices.Concat(srcs, []string{"victim-db"}) {
+		v.identify.Endpoints = append(v.identify.Endpoints, &verdictv1.Endpoint{Tags: set(svc)})
+	}
+	dst := v.identify.Endpoints[len(srcs)]
+	for _, src := range v.identify.Endpoints[:len(srcs)] {
+		v.tagged.Requests = append(v.tagged.Requests, &verdictv1.DecideRequest{Mesh: mesh, Source: src, Destination: dst,
+			Protocol: "TCP", Port: victimPort})
+	}
+	return v
+}
+
+// register calls Identify for the victim's sets and builds its requests by
+// identity.
+func (v *victim) register(ctx context.Context, c *clients) error {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.dec.Identify(cctx, v.identify)
+	if err != nil {
+		return err
+	}
+	ids := make([]uint64, 0, len(resp.GetResults()))
+	for i, r := range resp.GetResults() {
+		if r.GetError() != nil || r.GetIdentity() == 0 {
+			return fmt.Errorf("the victim's Identify in mesh %s: endpoint %d: %v", v.mesh, i, r.GetError())
+		}
+		ids = append(ids, r.GetIdentity())
+	}
+	n := len(ids) - 1
+	v.byID = &verdictv1.DecideBatchRequest{}
+	v.compact = &verdictv1.DecideCompactRequest{Mesh: v.mesh}
+	for i := range n {
+		v.byID.Requests = append(v.byID.Requests, &verdictv1.DecideRequest{Mesh: v.mesh, Source: &verdictv1.Endpoint{Identity: ids[i]},
+			Destination: &verdictv1.Endpoint{Identity: ids[n]}, Protocol: "TCP", Port: victimPort})
+		v.compact.SourceIds = append(v.compact.SourceIds, ids[i])
+		v.compact.DestinationIds = append(v.compact.DestinationIds, ids[n])
+		v.compact.PortProtocols = append(v.compact.PortProtocols, victimPort|ppTCP)
+	}
+	return nil
+}
+
+// round decides the victim's flows the three ways and compares each identity
+// answer with the tag answer; an identity that does not resolve counts in
+// unknown, and the victim registers again, as a sidecar does.
+func (v *victim) round(ctx context.Context, c *clients, res *IdentifyFlood, unknown *int64) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	failed := func(what string, err error) { res.VictimFailed[what+" "+codeOf(err)]++ }
+	mismatch := func(how string, i int, got, want string) {
+		res.Mismatches++
+		if len(res.MismatchFirst) < 5 {
+			res.MismatchFirst = append(res.MismatchFirst, fmt.Sprintf("%s of mesh %s flow %d: %s, by tags %s", how, v.mesh, i, got, want))
+		}
+	}
+	tagged, err := c.dec.DecideBatch(cctx, v.tagged)
+	if err != nil {
+		failed("DecideBatch by tags", err)
+		return
+	}
+	want := make([]string, len(v.tagged.Requests))
+	for i, r := range tagged.GetResults() {
+		if r.GetError() != nil {
+			res.VictimFailed["DecideBatch by tags "+r.GetError().GetCode()]++
+			continue
+		}
+		want[i] = actionWord(r.GetResponse().GetAction()) + " " + r.GetResponse().GetPolicy()
+	}
+	lost := false
+	if resp, err := c.dec.DecideCompact(cctx, v.compact); err != nil {
+		failed("DecideCompact", err)
+	} else {
+		for i, a := range unpackCompact(resp) {
+			switch {
+			case a.code == uint32(verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE) ||
+				a.code == uint32(verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION):
+				*unknown++
+				lost = true
+			case a.code != 0:
+				res.VictimFailed[fmt.Sprintf("DecideCompact code %d", a.code)]++
+			case want[i] != "":
+				res.Compared++
+				if got := a.action + " " + a.policy; got != want[i] {
+					mismatch("DecideCompact", i, got, want[i])
+				}
+			}
+		}
+	}
+	if resp, err := c.dec.DecideBatch(cctx, v.byID); err != nil {
+		failed("DecideBatch by identity", err)
+	} else {
+		for i, r := range resp.GetResults() {
+			switch {
+			case r.GetError().GetCode() == codes.NotFound.String():
+				*unknown++
+				lost = true
+			case r.GetError() != nil:
+				res.VictimFailed["DecideBatch by identity "+r.GetError().GetCode()]++
+			case want[i] != "":
+				res.Compared++
+				if got := actionWord(r.GetResponse().GetAction()) + " " + r.GetResponse().GetPolicy(); got != want[i] {
+					mismatch("Decide by identity", i, got, want[i])
+				}
+			}
+		}
+	}
+	if lost {
+		if err := v.register(ctx, c); err != nil {
+			failed("Identify again", err)
+		} else {
+			res.Reidentified++
+		}
+	}
+}
+
+// identifyFlood: a victim registers tag sets in floodMeshB (and one flow's
+// in floodMeshA), then decides each round by tags, by DecideCompact and by
+// identity, and compares every identity answer with the tag answer of the
+// same flow; meanwhile an attacker (IdentifyConns connections, one caller,
+// no token) registers fresh sets of 1,000 in floodMeshA as fast as verdictd
+// answers, for IdentifyFor. Mesh A's victim flow may be evicted (it must
+// then answer unknown, never the DENY-less answer of another set); mesh B's
+// must not be. After the flood, each set the attacker registered is looked
+// up to count the ones mesh A evicted.
 func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 	res := &IdentifyFlood{Endpoints: map[string]int64{}, VictimFailed: map[string]int64{}}
 	s.Identify = res
 	s.Keeps = identityMeshMaxBytes
-	victim, err := h.dial()
+	c, err := h.dial()
 	if err != nil {
 		return err
 	}
-	defer victim.conn.Close()
+	defer c.conn.Close()
 	attackers, err := h.from(identifyAttacker, h.cfg.IdentifyConns)
 	if err != nil {
 		return err
 	}
 	defer closeAll(attackers)
-
-	set := func(svc string) map[string]string {
-		return map[string]string{resource.ServiceTag: svc, "env": "prod"}
-	}
-	dst := set("victim-db")
-	var srcs []map[string]string
-	identify := &verdictv1.IdentifyRequest{Mesh: floodMeshB}
+	var srcs []string
 	for i := range victimSets {
-		srcs = append(srcs, set(fmt.Sprintf("victim-%d", i)))
-		identify.Endpoints = append(identify.Endpoints, &verdictv1.Endpoint{Tags: srcs[i]})
+		srcs = append(srcs, fmt.Sprintf("victim-%d", i))
 	}
-	identify.Endpoints = append(identify.Endpoints, &verdictv1.Endpoint{Tags: dst})
-	register := func() ([]uint64, error) {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		resp, err := victim.dec.Identify(cctx, identify)
-		if err != nil {
-			return nil, err
+	inB, inA := newVictim(floodMeshB, srcs), newVictim(floodMeshA, []string{"victim-0"})
+	for _, v := range []*victim{inB, inA} {
+		if err := v.register(ctx, c); err != nil {
+			return err
 		}
-		ids := make([]uint64, 0, len(resp.GetResults()))
-		for i, r := range resp.GetResults() {
-			if r.GetError() != nil || r.GetIdentity() == 0 {
-				return nil, fmt.Errorf("the victim's Identify: endpoint %d: %v", i, r.GetError())
-			}
-			ids = append(ids, r.GetIdentity())
-		}
-		return ids, nil
-	}
-	ids, err := register()
-	if err != nil {
-		return err
 	}
 
 	// The attacker.
@@ -285,7 +395,7 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 		wg         sync.WaitGroup
 	)
 	end := time.Now().Add(h.cfg.IdentifyFor)
-	for k, c := range attackers {
+	for k, a := range attackers {
 		wg.Go(func() {
 			req := &verdictv1.IdentifyRequest{Mesh: floodMeshA, Endpoints: make([]*verdictv1.Endpoint, 1000)}
 			for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
@@ -293,7 +403,7 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 					req.Endpoints[i] = &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: fmt.Sprintf("fresh-%d-%d-%d", k, n, i)}}
 				}
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				resp, err := c.dec.Identify(cctx, req)
+				resp, err := a.dec.Identify(cctx, req)
 				cancel()
 				count(&mu, s.Codes, err)
 				if err != nil {
@@ -313,100 +423,13 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 	}
 
 	// The victim, until the attacker is done.
-	batch := &verdictv1.DecideBatchRequest{}
-	byID := &verdictv1.DecideBatchRequest{}
-	compact := &verdictv1.DecideCompactRequest{Mesh: floodMeshB}
-	build := func() {
-		batch.Requests, byID.Requests = nil, nil
-		compact.SourceIds, compact.DestinationIds, compact.PortProtocols = nil, nil, nil
-		for i := range victimSets {
-			batch.Requests = append(batch.Requests, &verdictv1.DecideRequest{Mesh: floodMeshB, Source: &verdictv1.Endpoint{Tags: srcs[i]},
-				Destination: &verdictv1.Endpoint{Tags: dst}, Protocol: "TCP", Port: victimPort})
-			byID.Requests = append(byID.Requests, &verdictv1.DecideRequest{Mesh: floodMeshB, Source: &verdictv1.Endpoint{Identity: ids[i]},
-				Destination: &verdictv1.Endpoint{Identity: ids[victimSets]}, Protocol: "TCP", Port: victimPort})
-			compact.SourceIds = append(compact.SourceIds, ids[i])
-			compact.DestinationIds = append(compact.DestinationIds, ids[victimSets])
-			compact.PortProtocols = append(compact.PortProtocols, victimPort|ppTCP)
-		}
-	}
-	build()
-	failed := func(what string, err error) {
-		res.VictimFailed[what+" "+status.Code(err).String()]++
-	}
-	mismatch := func(how string, i int, got, want string) {
-		res.Mismatches++
-		if len(res.MismatchFirst) < 5 {
-			res.MismatchFirst = append(res.MismatchFirst, fmt.Sprintf("%s of victim-%d: %s, by tags %s", how, i, got, want))
-		}
-	}
 	tick := time.NewTicker(time.Second / victimRate)
 	defer tick.Stop()
 	for time.Now().Before(end) && ctx.Err() == nil {
 		<-tick.C
 		res.VictimRounds++
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		tagged, err := victim.dec.DecideBatch(cctx, batch)
-		if err != nil {
-			cancel()
-			failed("DecideBatch by tags", err)
-			continue
-		}
-		want := make([]string, victimSets)
-		for i, r := range tagged.GetResults() {
-			if r.GetError() != nil {
-				res.VictimFailed["DecideBatch by tags "+r.GetError().GetCode()]++
-				continue
-			}
-			want[i] = actionWord(r.GetResponse().GetAction()) + " " + r.GetResponse().GetPolicy()
-		}
-		unknown := false
-		if resp, err := victim.dec.DecideCompact(cctx, compact); err != nil {
-			failed("DecideCompact", err)
-		} else {
-			for i, a := range unpackCompact(resp) {
-				switch {
-				case a.code == uint32(verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_SOURCE) ||
-					a.code == uint32(verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION):
-					res.Unknown++
-					unknown = true
-				case a.code != 0:
-					res.VictimFailed[fmt.Sprintf("DecideCompact code %d", a.code)]++
-				case want[i] != "":
-					res.Compared++
-					if got := a.action + " " + a.policy; got != want[i] {
-						mismatch("DecideCompact", i, got, want[i])
-					}
-				}
-			}
-		}
-		if resp, err := victim.dec.DecideBatch(cctx, byID); err != nil {
-			failed("DecideBatch by identity", err)
-		} else {
-			for i, r := range resp.GetResults() {
-				switch {
-				case r.GetError().GetCode() == codes.NotFound.String():
-					res.Unknown++
-					unknown = true
-				case r.GetError() != nil:
-					res.VictimFailed["DecideBatch by identity "+r.GetError().GetCode()]++
-				case want[i] != "":
-					res.Compared++
-					if got := actionWord(r.GetResponse().GetAction()) + " " + r.GetResponse().GetPolicy(); got != want[i] {
-						mismatch("Decide by identity", i, got, want[i])
-					}
-				}
-			}
-		}
-		cancel()
-		if unknown { // as a sidecar does: register again, then go on
-			if again, err := register(); err == nil {
-				ids = again
-				build()
-				res.Reidentified++
-			} else {
-				failed("Identify again", err)
-			}
-		}
+		inB.round(ctx, c, res, &res.Unknown)
+		inA.round(ctx, c, res, &res.UnknownA)
 	}
 	wg.Wait()
 	if len(res.VictimFailed) == 0 {
@@ -420,7 +443,7 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 		req := &verdictv1.DecideCompactRequest{Mesh: floodMeshA, SourceIds: registered[:n], DestinationIds: registered[:n],
 			PortProtocols: slices.Repeat([]uint32{80 | ppTCP}, n)}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := victim.dec.DecideCompact(cctx, req)
+		resp, err := c.dec.DecideCompact(cctx, req)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("looking up the attacker's sets: %w", err)

@@ -1059,8 +1059,8 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  attacker's endpoints: %s; %d sets registered in mesh %s, %d held after, %d evicted\n",
 				fmtCodes(f.Endpoints), f.Registered, floodMeshA, f.Held, f.Evicted)
 			fmt.Fprintf(w, "  heap kept after, per set held: %d bytes (the registry keeps its sets)\n", f.HeapPerSet)
-			fmt.Fprintf(w, "  victim (mesh %s): %d rounds, %d identity answers compared with tags, %d differed (target 0), %d unknown (target 0), failed: %s\n",
-				floodMeshB, f.VictimRounds, f.Compared, f.Mismatches, f.Unknown, fmtCodes(f.VictimFailed))
+			fmt.Fprintf(w, "  victim: %d rounds, %d identity answers compared with tags, %d differed (target 0); unknown: %d in mesh %s (target 0), %d in mesh %s (evicted: Identify again %d times); failed: %s\n",
+				f.VictimRounds, f.Compared, f.Mismatches, f.Unknown, floodMeshB, f.UnknownA, floodMeshA, f.Reidentified, fmtCodes(f.VictimFailed))
 		}
 		if f := s.Log; f != nil {
 			fmt.Fprintf(w, "  log files: at most %s together (bound %s: %s × %d + one record); by second: %s\n",
