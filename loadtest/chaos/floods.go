@@ -75,8 +75,9 @@ type IdentifyFlood struct {
 	UnknownA      int64            `json:"unknownInFloodedMesh"`
 	Reidentified  int64            `json:"reidentified"`
 	MismatchFirst []string         `json:"mismatchExamples,omitempty"`
-	// HeapPerSet: the live heap verdictd kept once settled over what it
-	// held before, per set held (the registry keeps its sets by design).
+	// HeapPerSet: verdictd's live heap right after the flood over what it
+	// was before, per set mesh A held (the registry keeps its sets by
+	// design).
 	HeapPerSet int64 `json:"heapPerSetBytes,omitempty"`
 }
 
@@ -435,6 +436,9 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 	if len(res.VictimFailed) == 0 {
 		res.VictimFailed = nil
 	}
+	// The heap the registry holds now, before the lookups below add their
+	// own (decisions memoised, flows observed).
+	kept, kerr := scrapeLive(ctx, h.r.metrics)
 
 	// Which of the attacker's sets mesh A still holds.
 	res.Registered = int64(len(registered))
@@ -456,6 +460,9 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 		registered = registered[n:]
 	}
 	res.Evicted = res.Registered - res.Held
+	if kerr == nil && res.Held > 0 {
+		res.HeapPerSet = (kept.HeapLive - s.Before.HeapLive) / res.Held
+	}
 	return nil
 }
 

@@ -262,9 +262,6 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 		s.Duration = time.Since(start).Round(time.Millisecond)
 		s.Peak, _ = scrapeLive(ctx, r.metrics)
 		h.settle(ctx, s.Before, &s)
-		if f := s.Identify; f != nil && f.Held > 0 {
-			f.HeapPerSet = (s.After.HeapLive - s.Before.HeapLive) / f.Held
-		}
 		rep.Scenarios = append(rep.Scenarios, s)
 	}
 	stopProbes()
@@ -1058,7 +1055,7 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 		if f := s.Identify; f != nil {
 			fmt.Fprintf(w, "  attacker's endpoints: %s; %d sets registered in mesh %s, %d held after, %d evicted\n",
 				fmtCodes(f.Endpoints), f.Registered, floodMeshA, f.Held, f.Evicted)
-			fmt.Fprintf(w, "  heap kept after, per set held: %d bytes (the registry keeps its sets)\n", f.HeapPerSet)
+			fmt.Fprintf(w, "  live heap right after the flood, per set held: %d bytes (the registry keeps its sets)\n", f.HeapPerSet)
 			fmt.Fprintf(w, "  victim: %d rounds, %d identity answers compared with tags, %d differed (target 0); unknown: %d in mesh %s (target 0), %d in mesh %s (evicted: Identify again %d times); failed: %s\n",
 				f.VictimRounds, f.Compared, f.Mismatches, f.Unknown, floodMeshB, f.UnknownA, floodMeshA, f.Reidentified, fmtCodes(f.VictimFailed))
 		}
