@@ -115,6 +115,7 @@ type LogFlood struct {
 	HonestFailed  int64  `json:"honestFailed"`
 	HonestWritten int64  `json:"honestWritten"`
 	HonestRecords int64  `json:"honestRecords"`
+	HonestInFile  int64  `json:"honestInFile"` // the same, from the file as read
 	HonestTold    int64  `json:"honestTold"`
 	HonestMetric  int64  `json:"honestDroppedMetric"`
 	FollowErr     string `json:"followError,omitempty"`
@@ -711,6 +712,7 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 	res.BytesBySecond = buckets
 	tail.mu.Lock()
 	res.Lines, res.Overlong, res.Summaries, res.Unread = tail.lines, tail.overlong, tail.summaries, tail.unread
+	res.HonestInFile = tail.honest
 	for m, n := range tail.told {
 		res.Told[m] = n
 	}
@@ -781,6 +783,7 @@ type logTail struct {
 	summaries int64
 	unread    int64
 	told      map[string]int64
+	honest    int64 // the decisions the honest flow's records stand for
 }
 
 func openTail(path string, maxRecord int64) (*logTail, error) {
@@ -921,7 +924,10 @@ func (t *logTail) lines0(b []byte) {
 	}
 }
 
-var droppedField = []byte(`"dropped"`)
+var (
+	droppedField = []byte(`"dropped"`)
+	honestField  = []byte(`"` + honestMesh + `"`)
+)
 
 func (t *logTail) line(l []byte) {
 	t.mu.Lock()
@@ -930,11 +936,18 @@ func (t *logTail) line(l []byte) {
 	if int64(len(l))+1 > t.maxRecord {
 		t.overlong++
 	}
-	if !bytes.Contains(l, droppedField) {
+	dropped, honest := bytes.Contains(l, droppedField), bytes.Contains(l, honestField)
+	if !dropped && !honest {
 		return
 	}
 	r := &verdictv1.DecisionRecord{}
-	if protojson.Unmarshal(l, r) != nil || r.GetDropped() == nil {
+	if protojson.Unmarshal(l, r) != nil {
+		return
+	}
+	if r.GetMesh() == honestMesh && r.GetPort() == honestFlow.GetPort() {
+		t.honest += max(r.GetRepeats(), 1)
+	}
+	if r.GetDropped() == nil {
 		return
 	}
 	t.summaries++

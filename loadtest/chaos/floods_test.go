@@ -84,8 +84,13 @@ func TestLogTail(t *testing.T) {
 	if got := tail.toldOf("honest"); got != 63 || tail.unread == 0 {
 		t.Fatalf("told %d, %d unread; want 63 and some unread", got, tail.unread)
 	}
-	if tail.lines != 8 || tail.summaries != 7 || tail.overlong != 0 {
-		t.Errorf("%d lines, %d summaries, %d overlong; want 8, 7, 0", tail.lines, tail.summaries, tail.overlong)
+	appendTo(t, path, `{"mesh":"honest","port":443,"repeats":"5"}`+"\n"+`{"mesh":"honest","port":443}`+"\n"+`{"mesh":"honest","port":444}`+"\n")
+	tail.poll()
+	if tail.honest != 6 {
+		t.Errorf("the honest flow: %d decisions read, want 6", tail.honest)
+	}
+	if tail.lines != 11 || tail.summaries != 7 || tail.overlong != 0 {
+		t.Errorf("%d lines, %d summaries, %d overlong; want 11, 7, 0", tail.lines, tail.summaries, tail.overlong)
 	}
 }
 

@@ -1012,6 +1012,10 @@ func (rep *HostileReport) judgeLog(name string, f *LogFlood) {
 		rep.Misses = append(rep.Misses, fmt.Sprintf("%s: the honest flow's accounting not verified (%d files rotated away unread, follower: %q)",
 			name, f.Unread, f.FollowErr))
 	}
+	if f.Verifiable && f.HonestInFile != f.HonestWritten {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the file holds %d of the honest flow's decisions, Follow saw %d written",
+			name, f.HonestInFile, f.HonestWritten))
+	}
 	if f.HonestFailed > 0 {
 		rep.Misses = append(rep.Misses, fmt.Sprintf("%s: %d of the honest flow's Decides failed", name, f.HonestFailed))
 	}
@@ -1066,8 +1070,8 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 				f.Offered, f.Written, f.Repeats, f.Truncated, fmtCodes(f.Dropped), f.SinkErrs)
 			fmt.Fprintf(w, "  file as read: %d lines (%d over the record cap), %d drop summaries telling %s, %d files unread\n",
 				f.Lines, f.Overlong, f.Summaries, fmtCodes(f.Told), f.Unread)
-			fmt.Fprintf(w, "  honest flow: %d decided (%d failed), %d in %d records, %d told dropped (metric %d): accounted %v\n",
-				f.HonestDecided, f.HonestFailed, f.HonestWritten, f.HonestRecords, f.HonestTold, f.HonestMetric, f.Accounted)
+			fmt.Fprintf(w, "  honest flow: %d decided (%d failed), %d in %d records (%d in the file as read), %d told dropped (metric %d): accounted %v\n",
+				f.HonestDecided, f.HonestFailed, f.HonestWritten, f.HonestRecords, f.HonestInFile, f.HonestTold, f.HonestMetric, f.Accounted)
 		}
 		fmt.Fprintf(w, "  probe Decides failed during it or its settling: %d\n", s.ProbesFailed)
 	}
