@@ -118,7 +118,7 @@ func TestHostileSmoke(t *testing.T) {
 	defer cancel()
 	rep, err := Hostile(ctx, HostileConfig{Verdictd: verdictd, StormStreams: 200, SilentStreams: 200, SilentFor: 4 * time.Second,
 		ReadingStreams: []int{200}, ReadingFor: 2 * time.Second, Concurrent: 2, Rounds: 1,
-		IdentifyFor: 2 * time.Second, IdentifyConns: 1, LogFloodFor: 2 * time.Second, LogMaxSize: 256 << 10, LogMaxFiles: 3})
+		IdentifyFor: 2 * time.Second, IdentifyConns: 1, LogFloodFor: 2 * time.Second, LogMaxSize: 2 << 20, LogMaxFiles: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -437,15 +437,17 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 	if len(res.VictimFailed) == 0 {
 		res.VictimFailed = nil
 	}
-	// The heap the registry holds now, before the lookups below add their
-	// own (decisions memoised, flows observed).
+	// The heap the registry holds now, after the flood.
 	kept, kerr := scrapeLive(ctx, h.r.metrics)
 
 	// Which of the attacker's sets mesh A still holds.
 	res.Registered = int64(len(registered))
 	for len(registered) > 0 {
 		n := min(len(registered), 1000)
-		req := &verdictv1.DecideCompactRequest{Mesh: floodMeshA, SourceIds: registered[:n], DestinationIds: registered[:n],
+		// An unknown destination: a known source answers its code without a
+		// decision (nothing memoised or observed), an evicted one the
+		// source's.
+		req := &verdictv1.DecideCompactRequest{Mesh: floodMeshA, SourceIds: registered[:n], DestinationIds: slices.Repeat([]uint64{1}, n),
 			PortProtocols: slices.Repeat([]uint32{80 | ppTCP}, n)}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := c.dec.DecideCompact(cctx, req)
@@ -454,7 +456,7 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 			return fmt.Errorf("looking up the attacker's sets: %w", err)
 		}
 		for _, a := range unpackCompact(resp) {
-			if a.code == 0 {
+			if a.code == uint32(verdictv1.CompactCode_COMPACT_CODE_UNKNOWN_DESTINATION) {
 				res.Held++
 			}
 		}
