@@ -109,7 +109,9 @@ func TestChaosSmoke(t *testing.T) {
 // scenario with hundreds of streams, not thousands, and floods of seconds. It judges what holds
 // whatever the load (Problems: goroutines back to the baseline, no update lost
 // by the honest watcher, no Internal answers, no probe Decide failed with an
-// error); probe deadlines, the watcher's lag and the heap are logged.
+// error, no identity answered for another set, the decision log's files
+// within their cap and the honest flow's decisions accounted for); probe
+// deadlines, the watcher's lag and the heap are logged.
 func TestHostileSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes for ~1 min: skipped under -short")
