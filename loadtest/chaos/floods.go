@@ -439,6 +439,7 @@ func (h *hostile) identifyFlood(ctx context.Context, s *HostileScenario) error {
 	}
 	// The heap the registry holds now, after the flood.
 	kept, kerr := scrapeLive(ctx, h.r.metrics)
+	s.Peak = kept
 
 	// Which of the attacker's sets mesh A still holds.
 	res.Registered = int64(len(registered))
@@ -678,6 +679,7 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 		res.HonestDecided++
 	}
 	wg.Wait()
+	s.Peak, _ = scrapeLive(ctx, h.r.metrics)
 
 	// Until the honest flow is accounted for: its repeats are written at the
 	// end of their window (5 s), its drops told by the next summary (every

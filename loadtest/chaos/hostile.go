@@ -260,7 +260,9 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %v", sc.name, err))
 		}
 		s.Duration = time.Since(start).Round(time.Millisecond)
-		s.Peak, _ = scrapeLive(ctx, r.metrics)
+		if s.Peak == (Sample{}) { // unless the scenario read it when its attack ended
+			s.Peak, _ = scrapeLive(ctx, r.metrics)
+		}
 		h.settle(ctx, s.Before, &s)
 		rep.Scenarios = append(rep.Scenarios, s)
 	}
