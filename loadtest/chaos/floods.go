@@ -482,7 +482,10 @@ func cmpOr(s, def string) string {
 var honestFlow = &verdictv1.DecideRequest{Mesh: honestMesh, Source: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: "web"}},
 	Destination: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: "api"}}, Protocol: "TCP", Port: 443}
 
-const honestRate = 20 // the honest flow's decisions a second
+const (
+	honestRate   = 20      // the honest flow's decisions a second
+	logMaxRecord = 4 << 10 // verdictd's default --decision-log-max-record (docs/logs.md)
+)
 
 // logFlood: the attacker (Concurrent connections, one caller) floods
 // DecideBatch calls of 1,000 distinct flows with 2 KB of tags each, and
@@ -495,7 +498,7 @@ const honestRate = 20 // the honest flow's decisions a second
 // max(1, repeats)) or told dropped by a summary in the file.
 func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 	c := h.cfg
-	res := &LogFlood{Path: h.logPath, MaxSize: c.LogMaxSize, MaxFiles: c.LogMaxFiles, MaxRecord: 4 << 10,
+	res := &LogFlood{Path: h.logPath, MaxSize: c.LogMaxSize, MaxFiles: c.LogMaxFiles, MaxRecord: logMaxRecord,
 		Told: map[string]int64{}}
 	res.Bound = c.LogMaxSize*int64(c.LogMaxFiles) + res.MaxRecord
 	s.Log = res
