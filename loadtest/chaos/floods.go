@@ -489,8 +489,10 @@ const (
 
 // logFlood: the attacker (Concurrent connections, one caller) floods
 // DecideBatch calls of 1,000 distinct flows with 2 KB of tags each, and
-// DecideCompact calls of 1,000 flows over two registered sets of 64 tags
-// (63 of 1 KB), for LogFloodFor; an honest caller decides one real flow in
+// DecideCompact calls of 1,000 flows (distinct ports) over two registered
+// sets of 64 tags (63 of 1 KB) — the largest records — and over two sets of
+// one tag — the cheapest decisions, the most records a second — for
+// LogFloodFor; an honest caller decides one real flow in
 // its own mesh all along. A reader follows the log file (through its
 // rotations), a sampler adds up its files' sizes every 10 ms, and a Follow
 // stream of the honest mesh sees the honest flow's records. At the end the
@@ -619,16 +621,22 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 		}
 		return ep
 	}
+	small := func(svc string) *verdictv1.Endpoint {
+		return &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: svc}}
+	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	ids, err := attackers[0].dec.Identify(cctx, &verdictv1.IdentifyRequest{Mesh: logFloodMesh,
-		Endpoints: []*verdictv1.Endpoint{big("big-src"), big("big-dst")}})
+		Endpoints: []*verdictv1.Endpoint{big("big-src"), big("big-dst"), small("small-src"), small("small-dst")}})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("register the flood's sets: %w", err)
 	}
-	src, dst := ids.GetResults()[0].GetIdentity(), ids.GetResults()[1].GetIdentity()
-	if src == 0 || dst == 0 {
-		return fmt.Errorf("register the flood's sets: %v", ids.GetResults())
+	var sets []uint64 // big source and destination, small source and destination
+	for _, r := range ids.GetResults() {
+		if r.GetIdentity() == 0 {
+			return fmt.Errorf("register the flood's sets: %v", ids.GetResults())
+		}
+		sets = append(sets, r.GetIdentity())
 	}
 	var (
 		mu sync.Mutex
@@ -636,6 +644,26 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 	)
 	end := time.Now().Add(c.LogFloodFor)
 	pad := strings.Repeat("x", resource.MaxTagValueLength)
+	flooding := func() bool { return time.Now().Before(end) && ctx.Err() == nil }
+	call := func(rpc string, f func(context.Context) error) {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		countRPC(&mu, s.Codes, rpc, f(cctx))
+	}
+	// compact floods flows from src to dst, each on a port of its own
+	// (TCP, then UDP) until the 131,070 are used, then again.
+	compact := func(a *clients, k int, rpc string, src, dst uint64) {
+		req := &verdictv1.DecideCompactRequest{Mesh: logFloodMesh, SourceIds: slices.Repeat([]uint64{src}, 1000),
+			DestinationIds: slices.Repeat([]uint64{dst}, 1000), PortProtocols: make([]uint32, 1000)}
+		for n := 0; flooding(); n++ {
+			for i := range req.PortProtocols {
+				f := (k*1000003 + n*1000 + i) % (2 * 65535)
+				req.PortProtocols[i] = uint32(1+f%65535) | uint32(1+f/65535)<<16
+			}
+			call(rpc, func(ctx context.Context) error { _, err := a.dec.DecideCompact(ctx, req); return err })
+		}
+	}
+	// Each connection carries the three floods at once.
 	for k, a := range attackers {
 		wg.Go(func() {
 			batch := &verdictv1.DecideBatchRequest{}
@@ -645,26 +673,15 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 					Destination: &verdictv1.Endpoint{Tags: map[string]string{resource.ServiceTag: "flood-db", "pad": pad}},
 					Protocol:    "TCP", Port: 8080})
 			}
-			compact := &verdictv1.DecideCompactRequest{Mesh: logFloodMesh, SourceIds: slices.Repeat([]uint64{src}, 1000),
-				DestinationIds: slices.Repeat([]uint64{dst}, 1000), PortProtocols: make([]uint32, 1000)}
-			for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
+			for n := 0; flooding(); n++ {
 				for i, r := range batch.Requests { // every flow a new one: none folds into repeats
 					r.Source.Tags[resource.ServiceTag] = fmt.Sprintf("flood-%d-%d-%d", k, n, i)
 				}
-				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := a.dec.DecideBatch(cctx, batch)
-				cancel()
-				countRPC(&mu, s.Codes, "DecideBatch", err)
-				for i := range compact.PortProtocols {
-					f := (k*1000003 + n*1000 + i) % (2 * 65535)
-					compact.PortProtocols[i] = uint32(1+f%65535) | uint32(1+f/65535)<<16 // TCP, then UDP
-				}
-				cctx, cancel = context.WithTimeout(ctx, 30*time.Second)
-				_, err = a.dec.DecideCompact(cctx, compact)
-				cancel()
-				countRPC(&mu, s.Codes, "DecideCompact", err)
+				call("DecideBatch", func(ctx context.Context) error { _, err := a.dec.DecideBatch(ctx, batch); return err })
 			}
 		})
+		wg.Go(func() { compact(a, k, "DecideCompact of 64 tags", sets[0], sets[1]) })
+		wg.Go(func() { compact(a, k, "DecideCompact of 1 tag", sets[2], sets[3]) })
 	}
 
 	// The honest flow, all along and one second after.
