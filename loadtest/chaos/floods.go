@@ -509,34 +509,8 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 	defer stop()
 	var bg sync.WaitGroup
 	bg.Go(func() { tail.follow(sctx) })
-	var (
-		maxBytes atomic.Int64
-		bucketMu sync.Mutex
-		buckets  []int64
-	)
-	start := time.Now()
-	bg.Go(func() {
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-			}
-			n := logBytes(h.logPath)
-			if n > maxBytes.Load() {
-				maxBytes.Store(n)
-			}
-			sec := int(time.Since(start) / time.Second)
-			bucketMu.Lock()
-			for len(buckets) <= sec {
-				buckets = append(buckets, 0)
-			}
-			buckets[sec] = max(buckets[sec], n)
-			bucketMu.Unlock()
-		}
-	})
+	disk := &diskSampler{path: h.logPath}
+	bg.Go(func() { disk.run(sctx) })
 	defer func() {
 		stop()
 		bg.Wait()
@@ -724,8 +698,7 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 	stop()
 	bg.Wait()
 
-	res.MaxBytes = maxBytes.Load()
-	res.BytesBySecond = buckets
+	res.MaxBytes, res.BytesBySecond = disk.most, disk.bySecond
 	tail.mu.Lock()
 	res.Lines, res.Overlong, res.Summaries, res.Unread = tail.lines, tail.overlong, tail.summaries, tail.unread
 	res.HonestInFile = tail.honest
@@ -738,6 +711,12 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 	if err != nil {
 		return err
 	}
+	res.counters(before, after)
+	return nil
+}
+
+// counters are verdictd's decision-log counters over the scenario.
+func (res *LogFlood) counters(before, after map[string]int64) {
 	delta := func(name string) int64 { return sumOf(after, name) - sumOf(before, name) }
 	res.Offered, res.Written = delta("verdict_decision_log_offered_total"), delta("verdict_decision_log_written_total")
 	res.Repeats, res.Truncated = delta("verdict_decision_log_repeats_total"), delta("verdict_decision_log_truncated_total")
@@ -749,7 +728,6 @@ func (h *hostile) logFlood(ctx context.Context, s *HostileScenario) error {
 			res.Dropped[m] = d
 		}
 	}
-	return nil
 }
 
 // countRPC counts a call's code under its RPC's name: "DecideBatch OK".

@@ -46,6 +46,35 @@ func logBytes(path string) int64 {
 	return total
 }
 
+// diskSampler adds up the decision log's files every 10 ms until its
+// context ends: the most they held, and the most of each second since the
+// sampler started. Read its figures once run has returned.
+type diskSampler struct {
+	path     string
+	most     int64
+	bySecond []int64
+}
+
+func (d *diskSampler) run(ctx context.Context) {
+	start := time.Now()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := logBytes(d.path)
+		d.most = max(d.most, n)
+		sec := int(time.Since(start) / time.Second)
+		for len(d.bySecond) <= sec {
+			d.bySecond = append(d.bySecond, 0)
+		}
+		d.bySecond[sec] = max(d.bySecond[sec], n)
+	}
+}
+
 // logTail reads the decision log's file as verdictd writes it, from where
 // it ended when the tail opened, following it through its rotations: a file
 // renamed away is read to its end before the new one (an open file survives
