@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -68,11 +69,12 @@ func (s decisionLogService) Follow(req *verdictv1.FollowRequest, stream grpc.Ser
 // records dropped) passes filters of mesh and type only.
 func followMatch(req *verdictv1.FollowRequest) decisionlog.Match {
 	return func(r *decisionlog.Record) bool {
+		if r.GetDropped() != nil { // a summary: it carries no type, and names the meshes it counts
+			return req.GetAction() == "" && req.GetPolicy() == "" && !req.GetAuditOnly() && req.GetWorkload() == "" &&
+				(req.GetMesh() == "" || slices.ContainsFunc(r.GetDropped(), func(d *verdictv1.RecordsDropped) bool { return d.GetMesh() == req.GetMesh() }))
+		}
 		if req.GetMesh() != "" && req.GetMesh() != r.GetMesh() || req.GetType() != "" && req.GetType() != r.GetType() {
 			return false
-		}
-		if r.GetDropped() != nil {
-			return req.GetAction() == "" && req.GetPolicy() == "" && !req.GetAuditOnly() && req.GetWorkload() == ""
 		}
 		if req.GetAction() != "" && !strings.EqualFold(req.GetAction(), r.GetAction()) {
 			return false

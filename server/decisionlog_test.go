@@ -214,3 +214,32 @@ func parseRecord(t *testing.T, line string) *decisionlog.Record {
 	}
 	return r
 }
+
+// TestFollowMatch: a follower's filters on decisions, and on the summaries
+// of drops, which pass a mesh or type filter when they count that mesh.
+func TestFollowMatch(t *testing.T) {
+	t.Parallel()
+	deny := &decisionlog.Record{Mesh: "a", Type: "TrafficPermission", Action: "DENY", Policy: "p"}
+	summary := &decisionlog.Record{Dropped: []*verdictv1.RecordsDropped{{Mesh: "a", Reason: "queue full", Count: 3}}}
+	tests := []struct {
+		req     *verdictv1.FollowRequest
+		rec     *decisionlog.Record
+		matched bool
+	}{
+		{&verdictv1.FollowRequest{}, deny, true},
+		{&verdictv1.FollowRequest{Mesh: "a"}, deny, true},
+		{&verdictv1.FollowRequest{Mesh: "b"}, deny, false},
+		{&verdictv1.FollowRequest{Action: "allow"}, deny, false},
+		{&verdictv1.FollowRequest{Policy: "p"}, deny, true},
+		{&verdictv1.FollowRequest{}, summary, true},
+		{&verdictv1.FollowRequest{Mesh: "a"}, summary, true},
+		{&verdictv1.FollowRequest{Mesh: "a", Type: "TrafficPermission"}, summary, true},
+		{&verdictv1.FollowRequest{Mesh: "b"}, summary, false},
+		{&verdictv1.FollowRequest{Action: "DENY"}, summary, false},
+	}
+	for i, tc := range tests {
+		if got := followMatch(tc.req)(tc.rec); got != tc.matched {
+			t.Errorf("%d: %v on %v: %v, want %v", i, tc.req, tc.rec, got, tc.matched)
+		}
+	}
+}
