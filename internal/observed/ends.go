@@ -43,6 +43,24 @@ type endEntry struct {
 	tags     resource.Tags // as last resolved
 	identity uint64
 	refs     int32
+	bytes    int64 // as Table.bytes counts it
+}
+
+// endBytes is what an end holds beyond its slot: its names and its tags
+// (given and resolved, counted apart though they are often one map) at
+// the size of a map entry each.
+func endBytes(k endKey, given, tags resource.Tags) int64 {
+	n := int64(len(k.a) + len(k.b))
+	for _, t := range [2]resource.Tags{given, tags} {
+		if t == nil {
+			continue
+		}
+		n += 48 // the map's header
+		for key, v := range t {
+			n += int64(len(key)+len(v)) + 40 // two string headers, the bucket's share
+		}
+	}
+	return n
 }
 
 // keyOf is e's key; false for tags that hash to no identity (none given).
@@ -82,6 +100,9 @@ func (t *Table) pin(mt uint32, e *End) (uint32, bool) {
 		}
 		if e.Tags != nil {
 			x.tags, x.identity = e.Tags, e.Identity // the last resolution
+			b := endBytes(x.key, x.given, x.tags)
+			t.bytes.Add(b - x.bytes)
+			x.bytes = b
 		}
 		x.refs++
 		return uint32(i)<<endShardBits | uint32(sh), true
@@ -99,6 +120,8 @@ func (t *Table) pin(mt uint32, e *End) (uint32, bool) {
 	if k.form == inventory.FormTags {
 		x.given = e.Given.Tags
 	}
+	x.bytes = endBytes(k, x.given, x.tags)
+	t.bytes.Add(x.bytes)
 	s.index[k] = i
 	return uint32(i)<<endShardBits | uint32(sh), true
 }
@@ -114,6 +137,7 @@ func (t *Table) unpin(id uint32) {
 		return
 	}
 	delete(s.index, x.key)
+	t.bytes.Add(-x.bytes)
 	*x = endEntry{refs: s.free}
 	s.free = i
 }

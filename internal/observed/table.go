@@ -16,6 +16,11 @@ import (
 // DefaultMax is the flows a table keeps by default.
 const DefaultMax = 1_000_000
 
+// DefaultMaxEndBytes bounds the bytes the ends' tags hold by default. Ends
+// are what a caller chooses: a flood of distinct ends with kilobytes of tags
+// each would otherwise hold gigabytes within the bound on flows.
+const DefaultMaxEndBytes = 128 << 20
+
 // FlushInterval is how often Run empties the stripes' caches into the table:
 // a flow of the compact path is counted in Flows at most this late, unless a
 // read (Flows) empties them first, as every read does.
@@ -64,14 +69,19 @@ type Config struct {
 	// Max bounds the flows kept (default DefaultMax); beyond it the least
 	// recently seen are evicted.
 	Max int
+	// MaxEndBytes bounds the bytes of the distinct ends' tags and names
+	// (default DefaultMaxEndBytes); beyond it the least recently seen flows
+	// are evicted until their ends are freed.
+	MaxEndBytes int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
 
 // Table is a replica's observed flows. It is safe for concurrent use.
 type Table struct {
-	max int
-	now func() time.Time
+	max      int
+	maxBytes int64
+	now      func() time.Time
 
 	mtMu  sync.Mutex
 	mtIDs atomic.Pointer[map[meshType]uint32] // immutable, replaced whole under mtMu
@@ -81,6 +91,7 @@ type Table struct {
 	flows   []flowShard
 	stripes []stripe
 	count   atomic.Int64 // flows held
+	bytes   atomic.Int64 // the ends' bytes held (endBytes)
 	evicted atomic.Int64
 }
 
@@ -91,10 +102,13 @@ func New(cfg Config) *Table {
 	if cfg.Max <= 0 {
 		cfg.Max = DefaultMax
 	}
+	if cfg.MaxEndBytes <= 0 {
+		cfg.MaxEndBytes = DefaultMaxEndBytes
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &Table{max: cfg.Max, now: cfg.Now}
+	t := &Table{max: cfg.Max, maxBytes: cfg.MaxEndBytes, now: cfg.Now}
 	t.mtIDs.Store(&map[meshType]uint32{})
 	t.mts.Store(&[]meshType{})
 	// Enough shards that two cores rarely meet on one, few enough that each
@@ -125,7 +139,10 @@ func New(cfg Config) *Table {
 // Max is the table's bound.
 func (t *Table) Max() int { return t.max }
 
-// Evicted is how many flows were evicted to keep the bound.
+// EndBytes is the bytes the ends' tags and names hold, as MaxEndBytes counts them.
+func (t *Table) EndBytes() int64 { return t.bytes.Load() }
+
+// Evicted is how many flows were evicted to keep the bounds.
 func (t *Table) Evicted() int64 { return t.evicted.Load() }
 
 // Len is how many flows the table holds (the stripes' caches aside).
@@ -241,20 +258,22 @@ func (t *Table) add(mt uint32, src, dst *End, pp uint32, n uint64, first, last i
 		t.unpin(d)
 		return
 	}
-	// A new flow: over the bound, the least recently seen flow of its
+	// A new flow: over a bound, the least recently seen flow of its
 	// shard goes (of the next shard that holds one, when it was the
-	// shard's first). Shards fill alike, so their oldest are alike.
-	if t.count.Add(1) <= int64(t.max) {
-		return
-	}
-	for i := range t.flows {
-		if gone, ok := t.flows[(sh+i)%len(t.flows)].evict(); ok {
-			t.count.Add(-1)
-			t.evicted.Add(1)
-			t.unpin(gone.src)
-			t.unpin(gone.dst)
-			return
+	// shard's first), and again while the ends' bytes stay over theirs.
+	// Shards fill alike, so their oldest are alike.
+	over := t.count.Add(1) > int64(t.max)
+	for i := 0; (over || t.bytes.Load() > t.maxBytes) && i < len(t.flows); {
+		gone, ok := t.flows[(sh+i)%len(t.flows)].evict()
+		if !ok {
+			i++ // this shard is empty: the next
+			continue
 		}
+		t.count.Add(-1)
+		t.evicted.Add(1)
+		t.unpin(gone.src)
+		t.unpin(gone.dst)
+		over = false
 	}
 }
 

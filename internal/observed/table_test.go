@@ -3,6 +3,8 @@ package observed
 import (
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,6 +137,48 @@ func TestEndsGoWithTheirLastFlow(t *testing.T) {
 			t.Fatalf("flow %+v: an end id names another end", f)
 		}
 	}
+}
+
+// TestEndBytesAreBounded: distinct ends of kilobytes of tags each are held
+// within MaxEndBytes, the least recently seen flows evicted, and the count
+// comes back to zero with the last flow's ends.
+func TestEndBytesAreBounded(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20
+	tab := New(Config{Max: 1_000_000, MaxEndBytes: limit})
+	big := strings.Repeat("x", 2048)
+	tagEnd := func(i int) End {
+		tags := resource.Tags{"app": fmt.Sprint(i), "blob": big}
+		return End{Given: inventory.Endpoint{Tags: tags}, Tags: tags}
+	}
+	max := int64(0)
+	for i := range 5_000 {
+		tab.Observe(&Decision{Mesh: "m", Source: tagEnd(i), Destination: workloadEnd("db"), Protocol: resource.TCP, Port: 80})
+		max = maxOf(max, tab.EndBytes())
+	}
+	// One flow over: a new flow's ends are counted before the oldest go.
+	if slack := int64(2 * endBytes(endKey{}, tagEnd(0).Tags, tagEnd(0).Tags)); max > limit+slack {
+		t.Errorf("ends held %d bytes, bound %d", max, limit)
+	}
+	if tab.Evicted() == 0 || tab.Len() >= 5_000 || tab.Len() == 0 {
+		t.Errorf("%d flows held, %d evicted", tab.Len(), tab.Evicted())
+	}
+	if !slices.ContainsFunc(tab.Flows(nil), func(f Flow) bool { return f.Source.Given.Tags["app"] == "4999" }) {
+		t.Error("the newest flow is not held")
+	}
+	small := New(Config{Max: 1, MaxEndBytes: limit})
+	small.Observe(&Decision{Mesh: "m", Source: tagEnd(1), Destination: workloadEnd("db"), Protocol: resource.TCP, Port: 80})
+	small.Observe(&Decision{Mesh: "m", Source: workloadEnd("a"), Destination: workloadEnd("b"), Protocol: resource.TCP, Port: 80})
+	if want := endBytes(endKey{a: "a"}, nil, workloadEnd("a").Tags) + endBytes(endKey{a: "b"}, nil, workloadEnd("b").Tags); small.EndBytes() != want {
+		t.Errorf("after eviction %d bytes held, want %d (the two workload ends)", small.EndBytes(), want)
+	}
+}
+
+func maxOf(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 func TestBatchCountsIdentitiesWithTheTable(t *testing.T) {
