@@ -83,10 +83,15 @@ const (
 	// evicts only its own mesh's sets.
 	DefaultRegistryMeshMaxSets  = 1 << 14
 	DefaultRegistryMeshMaxBytes = 8 << 20
-	// registryEntryBytes is what an entry costs beyond its tags' bytes (the
-	// entry, its map slot, its ring slot), and tagPairBytes each pair.
-	registryEntryBytes = 160
-	tagPairBytes       = 64
+	// registryEntryBytes is what an entry costs beyond its tags (the entry,
+	// its TagSet, its map slot, its ring slot: 112 bytes measured); a tag
+	// map costs at least tagMapBytes (Go's smallest map group holds 8
+	// pairs) or tagPairBytes a pair, whichever is more, and each pair its
+	// strings' bytes plus their allocations' rounding (tagStringBytes).
+	registryEntryBytes = 128
+	tagMapBytes        = 336
+	tagPairBytes       = 80
+	tagStringBytes     = 16
 	// TombstonesPerSet: the registry remembers this many evicted identities
 	// per set it holds, so that a flood must evict four registries' worth of
 	// sets before an identity may be given to another set.
@@ -327,9 +332,9 @@ func (r *Registry) MeshStats(mesh string) (sets int, bytes int64) {
 }
 
 func SetBytes(tags resource.Tags) int64 {
-	n := int64(registryEntryBytes)
+	n := int64(registryEntryBytes) + max(tagMapBytes, int64(len(tags))*tagPairBytes)
 	for k, v := range tags {
-		n += int64(len(k)+len(v)) + tagPairBytes
+		n += int64(len(k)+len(v)) + tagStringBytes
 	}
 	return n
 }
