@@ -245,6 +245,14 @@ func TestExplorerAccessibility(t *testing.T) {
 		{"/?mesh=shop&src=workload:web-1&dst=workload:db-1&proto=TCP&port=5432", "decide"},
 		{"/?view=workload&mesh=shop", "workload"},
 		{"/?view=workload&mesh=shop&workload=db-1", "workload"},
+		{"/?view=reach&mesh=shop&end=workload:db-1&proto=TCP&port=5432", "reach"},
+		{"/?view=reach", "reach"},
+		{"/?view=policies&mesh=shop", "policies"},
+		{"/?view=policies&mesh=shop&policy=TrafficPermission/web-to-db", "policies"},
+		{"/?view=impact", "impact"},
+		{"/?view=impact&delete=shop/policies/TrafficPermission/web-to-db", "impact"},
+		{"/?view=history&key=shop/policies/TrafficPermission/web-to-db", "history"},
+		{"/?view=history", "history"},
 	} {
 		b.open(d.ui+page.query, page.view)
 		if bad := eval[[]string](b, unlabelled); len(bad) > 0 {
