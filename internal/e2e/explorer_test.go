@@ -189,7 +189,7 @@ func TestExplorerWorkload(t *testing.T) {
 	b.screenshot("explorer-workload")
 
 	// The rule's flow: web's tags to db-1 on TCP/5432, allowed by web-to-db.
-	b.do(chromedp.Click(chromedp.CSS(`#rules-inbound tbody tr:first-child a`)))
+	b.do(chromedp.Click(chromedp.CSS(`#rules-inbound tbody tr:first-child a[aria-label^="decide"]`)))
 	b.waitView("decide", "ready")
 	if got := b.text("#verdict-action") + " " + b.text("#verdict-policy"); got != "ALLOW web-to-db" {
 		t.Errorf("the rule's flow: %q, want ALLOW web-to-db", got)
@@ -198,6 +198,17 @@ func TestExplorerWorkload(t *testing.T) {
 	if !strings.Contains(decideURL, "src=tags:app=web") || !strings.Contains(decideURL, "dst=workload:db-1") || !strings.Contains(decideURL, "port=5432") {
 		t.Errorf("the decide view's URL %q does not hold the flow", decideURL)
 	}
+
+	// The rule's policy: its detail in the policies view.
+	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))
+	b.waitView("workload", "ready")
+	b.do(chromedp.Click(chromedp.CSS(`#rules-inbound tbody tr:first-child a[href*="view=policies"]`)))
+	b.waitView("policies", "ready")
+	if got := b.text("h1"); got != "Policy TrafficPermission/web-to-db" {
+		t.Errorf("the rule's policy: %q", got)
+	}
+	b.do(chromedp.Evaluate[chromedp.Void](`history.forward()`))
+	b.waitView("decide", "ready")
 
 	// Back to the workload, forward to the decision.
 	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))

@@ -150,7 +150,6 @@ func TestExplorerReach(t *testing.T) {
 	if got := b.text("#reach-from"); !strings.Contains(got, "No peer is allowed") {
 		t.Errorf("what db-1 can reach: %q", got)
 	}
-	b.screenshot("explorer-reach")
 
 	// The second page: the last 101 web workloads and the office's addresses.
 	b.do(chromedp.Click(chromedp.CSS(`#reach-to nav.pager a[rel=next]`)))
@@ -159,6 +158,7 @@ func TestExplorerReach(t *testing.T) {
 	if got := b.text("#reach-to-count"); got != "101 workloads, 1 class outside the inventory on page 2 of 2" {
 		t.Errorf("who can reach db-1, page 2: %q", got)
 	}
+	b.screenshot("explorer-reach")
 	outside := b.rows("#reach-to table.reach-outside")
 	if len(outside) != 1 || outside[0][0] != "addresses 192.168.0.0/16" || outside[0][1] != "office-to-db" {
 		t.Fatalf("outside the inventory: %q", outside)

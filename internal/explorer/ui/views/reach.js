@@ -49,6 +49,8 @@ export default {
     }
     const first = answers.find((a) => a.status === 'fulfilled');
     if (first) body.append(resolved(q, first.value.body));
+    body.append(h('p', null, h('a', { href: '#reach-to' }, directions[0].title(formatEnd(q.end))), ' · ',
+      h('a', { href: '#reach-from' }, directions[1].title(formatEnd(q.end)))));
     body.append(h('div', { class: 'sides' }, directions.map((d, i) => direction(ctx, q, d, answers[i]))));
     performance.measure('verdict:reach', 'verdict:reach:start');
   },
@@ -106,16 +108,18 @@ function reachForm(q, ctx) {
   h('button', { type: 'submit', class: 'primary', id: 'reach-submit' }, 'Show reach'));
 }
 
-// resolved says how the endpoint resolved, with a link to its workload.
+// resolved says how the endpoint resolved (the first page says), with a
+// link to its workload.
 function resolved(q, page) {
-  const res = page.endpoint || {};
+  const at = ` · ${q.proto ? `${q.proto}${q.port ? `/${q.port}` : ''}` : 'no protocol or port'} · revision ${dash(page.revision)}`;
+  if (!page.endpoint) return h('p', { class: 'meta', id: 'reach-resolved' }, formatEnd(q.end), at);
+  const res = page.endpoint;
   const form = enumText(res.form, 'ENDPOINT_FORM_').toLowerCase();
   const as = enumText(res.resolvedAs, 'RESOLVED_AS_').toLowerCase().replaceAll('_', ' ');
   return h('p', { class: 'meta', id: 'reach-resolved' },
     `${formatEnd(q.end)}: ${form} → ${as}`,
     res.workload ? [' ', h('a', { href: workloadHref(q, res.workload) }, res.workload)] : null,
-    res.tags ? [' ', h('code', null, tagsText(res.tags))] : null,
-    ` · ${q.proto ? `${q.proto}${q.port ? `/${q.port}` : ''}` : 'no protocol or port'} · revision ${dash(page.revision)}`);
+    res.tags ? [' ', h('code', null, tagsText(res.tags))] : null, at);
 }
 
 const workloadHref = (q, name) => query([['view', 'workload'], ['mesh', q.mesh || 'default'], ['workload', name], ['type', q.type]]);
@@ -148,13 +152,8 @@ function direction(ctx, q, d, answer) {
     const href = flowHref(peer);
     return href ? h('a', { href, 'aria-label': `decide ${d.dir === 'to' ? `${name} → ${self}` : `${self} → ${name}`}` }, 'decide') : '-';
   };
-  if (inside.length) {
-    section.append(table(`${title}: workloads`, ['Workload', 'Tags', 'Outbound policy', 'Inbound policy', 'Flow'],
-      inside.map((e) => [h('a', { href: workloadHref(q, e.workload) }, e.workload), tagList(e.tags),
-        sideText(e.outbound, e.outboundPolicy), sideText(e.inbound, e.inboundPolicy), decideLink(`workload:${e.workload}`, e.workload)]),
-      { class: 'reach-workloads' }));
-    section.append(groups(title, inside));
-  }
+  if (pages > 1) section.append(pager(ctx, d, n, pages, 'above'));
+  if (inside.length) section.append(groups(title, inside));
   if (outside.length) {
     section.append(table(`${title}: outside the inventory`, ['Peers', 'Outbound policy', 'Inbound policy', 'Flow'],
       outside.map((e) => {
@@ -162,9 +161,15 @@ function direction(ctx, q, d, answer) {
         return [c.text, sideText(e.outbound, e.outboundPolicy), sideText(e.inbound, e.inboundPolicy), decideLink(c.end, c.text)];
       }), { class: 'reach-outside' }));
   }
+  if (inside.length) {
+    section.append(table(`${title}: workloads`, ['Workload', 'Tags', 'Outbound policy', 'Inbound policy', 'Flow'],
+      inside.map((e) => [h('a', { href: workloadHref(q, e.workload) }, e.workload), tagList(e.tags),
+        sideText(e.outbound, e.outboundPolicy), sideText(e.inbound, e.inboundPolicy), decideLink(`workload:${e.workload}`, e.workload)]),
+      { class: 'reach-workloads' }));
+  }
   if (!entries.length) section.append(h('p', null, 'No peer is allowed.'));
   for (const note of page.notes || []) section.append(h('p', { class: 'hint' }, `Note: ${note}`));
-  if (pages > 1) section.append(pager(ctx, d, n, pages));
+  if (pages > 1) section.append(pager(ctx, d, n, pages, 'below'));
   return section;
 }
 
@@ -212,14 +217,14 @@ function outsideClass(e) {
   return { text: 'outside the inventory', end: null };
 }
 
-function pager(ctx, d, n, pages) {
+function pager(ctx, d, n, pages, where) {
   const at = (k) => {
     const p = new URLSearchParams(ctx.params);
     p.set('view', 'reach');
     p.set(d.pageKey, String(k));
     return query(p);
   };
-  return h('nav', { class: 'pager', 'aria-label': `Pages of ${d.dir === 'to' ? 'who can reach it' : 'what it can reach'}` },
+  return h('nav', { class: 'pager', 'aria-label': `Pages of ${d.dir === 'to' ? 'who can reach it' : 'what it can reach'}, ${where} the entries` },
     n > 1 ? h('a', { href: at(n - 1), rel: 'prev' }, 'Previous page') : null,
     h('span', null, ` page ${n} of ${pages} `),
     n < pages ? h('a', { href: at(n + 1), rel: 'next' }, 'Next page') : null);

@@ -129,7 +129,10 @@ function ruleLists(mesh, name, type, resp) {
 
 function sideRules(side, caption, mesh, name, type, s) {
   s = s || {};
-  const rows = (s.rules || []).map((r, i) => [String(i + 1), h('code', null, dash(r.policy)), dash(r.scope), dash(r.phase),
+  const policyCell = (r) => (r.policy
+    ? h('a', { href: query([['view', 'policies'], ['mesh', mesh], ['policy', `${type || 'TrafficPermission'}/${r.policy}`]]) }, h('code', null, r.policy))
+    : '-');
+  const rows = (s.rules || []).map((r, i) => [String(i + 1), policyCell(r), dash(r.scope), dash(r.phase),
     String(r.priority || 0), h('code', null, dash(r.rule)), peerText(r.peer), portsText(r.ports), action(r.action, r.audit),
     ruleFlowLink(side, mesh, name, type, r)]);
   return h('div', { id: `rules-${side}` },
