@@ -207,7 +207,9 @@ func TestExplorerWorkload(t *testing.T) {
 	if got := b.text("h1"); got != "Policy TrafficPermission/web-to-db" {
 		t.Errorf("the rule's policy: %q", got)
 	}
-	b.do(chromedp.Evaluate[chromedp.Void](`history.forward()`))
+	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))
+	b.waitView("workload", "ready")
+	b.do(chromedp.Click(chromedp.CSS(`#rules-inbound tbody tr:first-child a[aria-label^="decide"]`)))
 	b.waitView("decide", "ready")
 
 	// Back to the workload, forward to the decision.
