@@ -30,20 +30,7 @@ import (
 //
 //	go test -run '^$' -bench Explorer -benchtime 300x ./internal/e2e/
 func BenchmarkExplorer(b *testing.B) {
-	set := policygen.Generate(policygen.Config{Seed: 1, Policies: 10_000, Mesh: "shop"})
-	var doc bytes.Buffer
-	doc.WriteString(shopPolicies[strings.Index(shopPolicies, "---")+4:]) // the shop's workloads and policies; the set's Mesh
-	for _, r := range set.Resources {
-		j, err := resource.EncodeJSON(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		fmt.Fprintf(&doc, "\n---\n%s\n", j)
-	}
-	file := filepath.Join(b.TempDir(), "10k.yaml")
-	if err := os.WriteFile(file, doc.Bytes(), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	set, file := tenThousand(b, "")
 	d := startExplorerWith(b, file)
 	br := newBrowser(b)
 
@@ -92,6 +79,29 @@ func BenchmarkExplorer(b *testing.B) {
 		paints, len(answers), pct(answers, 50), pct(answers, 99), answers[len(answers)-1],
 		pct(traces, 50), pct(traces, 99), traces[len(traces)-1])
 	br.noConsoleProblems(nil)
+}
+
+// tenThousand writes the shop's workloads and policies, more, and 10,000
+// generated policies (policygen's sparse set, in mesh shop) to a bootstrap
+// file, and returns the set and the file.
+func tenThousand(tb testing.TB, more string) (*policygen.Set, string) {
+	tb.Helper()
+	set := policygen.Generate(policygen.Config{Seed: 1, Policies: 10_000, Mesh: "shop"})
+	var doc bytes.Buffer
+	doc.WriteString(shopPolicies[strings.Index(shopPolicies, "---")+4:]) // the shop's workloads and policies; the set's Mesh
+	doc.WriteString(more)
+	for _, r := range set.Resources {
+		j, err := resource.EncodeJSON(r)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		fmt.Fprintf(&doc, "\n---\n%s\n", j)
+	}
+	file := filepath.Join(tb.TempDir(), "10k.yaml")
+	if err := os.WriteFile(file, doc.Bytes(), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return set, file
 }
 
 // firstPaint is the page's first contentful paint, in ms from the start of

@@ -499,3 +499,62 @@ func TestExplorerViewsToken(t *testing.T) {
 	}
 	b.noConsoleProblems(refusedLoads)
 }
+
+// At 10,000 policies the views read in pages: the policies view lists a
+// page of List and a page of the findings, the history view a page of
+// versions; the page stays small and every page is reached by a link.
+func TestExplorerManyPolicies(t *testing.T) {
+	_, file := tenThousand(t, "")
+	d := startExplorerWith(t, file)
+	b := newBrowser(t)
+
+	b.open(d.ui+"/?view=policies&mesh=shop", "policies")
+	first := b.rows("#policies")
+	if len(first) != 100 {
+		t.Fatalf("the first page lists %d policies, want 100", len(first))
+	}
+	if got := b.text("#policies-revision"); !strings.HasPrefix(got, "policies 1–100 · page 1") {
+		t.Errorf("the first page: %q", got)
+	}
+	b.do(chromedp.Click(chromedp.ID("policies-next")))
+	b.waitFor("the second page's URL", `location.search.includes('after=') && location.search.includes('n=2')`)
+	b.waitView("policies", "ready")
+	second := b.rows("#policies")
+	if len(second) != 100 || second[0][0] <= first[99][0] {
+		t.Errorf("the second page: %d policies from %q, after %q", len(second), second[0][0], first[99][0])
+	}
+	if got := b.text("#policies-revision"); !strings.HasPrefix(got, "policies 101–200 · page 2") {
+		t.Errorf("the second page: %q", got)
+	}
+	// The findings, a page at a time.
+	if n := len(b.rows("#findings")); n > 100 {
+		t.Errorf("%d findings on one page", n)
+	}
+	// (the generated set's policies select no workload: each is dead, an info
+	// finding, so there are more than 100)
+	b.do(chromedp.Click(chromedp.ID("findings-next")))
+	b.waitFor("the findings' second page", `location.search.includes('fpage=2')`)
+	b.waitView("policies", "ready")
+	if got := b.text("nav[aria-label='Pages of findings'] span"); !strings.HasPrefix(got, "findings 101–200 of ") {
+		t.Errorf("the findings' second page: %q", got)
+	}
+	if got := b.text("#policies-revision"); !strings.HasPrefix(got, "policies 101–200 · page 2") {
+		t.Errorf("the list's page after the findings' page: %q", got)
+	}
+	if n := eval[int](b, `document.getElementsByTagName('tr').length`); n > 400 {
+		t.Errorf("the policies view holds %d table rows", n)
+	}
+
+	// Every version under the mesh: a page of 100, and a link to the next.
+	b.open(d.ui+"/?view=history&key=shop/&prefix=1", "history")
+	if n := eval[int](b, `document.querySelectorAll('#versions li.version').length`); n != 100 {
+		t.Errorf("the mesh's versions: %d on the first page, want 100", n)
+	}
+	b.do(chromedp.Click(chromedp.ID("history-next")))
+	b.waitFor("the versions' second page", `location.search.includes('page=')`)
+	b.waitView("history", "ready")
+	if n := eval[int](b, `document.querySelectorAll('#versions li.version').length`); n != 100 {
+		t.Errorf("the mesh's versions: %d on the second page, want 100", n)
+	}
+	b.noConsoleProblems(nil)
+}

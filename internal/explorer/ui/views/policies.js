@@ -6,6 +6,8 @@
 // store was at that revision.
 //
 // URL: ?view=policies&mesh=shop&type=TrafficPermission&rev=12
+//      &after=TOKEN&n=2     a later page of the list (List's page token)
+//      &fpage=3             a later page of the findings
 //      ?view=policies&mesh=shop&policy=TrafficPermission/web-to-db
 
 import { h, table, field, errorBox, enumText, action, dash } from '../dom.js';
@@ -59,16 +61,16 @@ function fail(ctx, box, err) {
 
 // columns are the list's columns: a column is a heading and the cell of a
 // stored policy. The standing conditions of a policy, once List answers
-// them, are one more entry here.
+// them, are one more entry here: { head: 'Conditions', cell: (s) => … }.
 const columns = [
-  { head: 'Policy', cell: (s, findings, mesh, rev) => h('a', { href: policyHref(mesh, policyName(s), rev) }, policyName(s)) },
+  { head: 'Policy', cell: (s, mesh, rev) => h('a', { href: policyHref(mesh, policyName(s), rev) }, policyName(s)) },
   { head: 'Scope', cell: (s) => dash(doc(s).scope) },
   { head: 'Rank', cell: (s) => doc(s).rank || 'Default' },
   { head: 'Prio', cell: (s) => String(doc(s).priority || 0) },
   { head: 'Action', cell: (s) => policyAction(doc(s)) },
   { head: 'Mode', cell: (s) => doc(s).mode || 'Enforce' },
   { head: 'Modified', cell: (s) => `revision ${dash(s.modRevision)}` },
-  { head: 'Lint', cell: (s, findings) => findingCounts(findings.get(policyName(s)) || []) },
+  { head: 'Lint', cell: null }, // filled once Lint answers
   { head: 'Error', cell: (s) => (s.error ? h('span', { class: 'act-deny' }, s.error) : '-') },
 ];
 
@@ -82,41 +84,84 @@ function policyAction(p) {
   return action(`ACTION_${p.action || 'ALLOW'}`);
 }
 
+// pageSize is the policies of one page of the list, and the findings of one
+// page of the findings: a mesh of 10,000 policies reads in pages, never as
+// one table.
+const pageSize = 100;
+
+// list shows one page of the mesh's policies (List from the page token
+// after= names) and, once Lint answers, their findings. The list does not
+// wait for lint, which judges the whole mesh.
 async function list(ctx, body, mesh, type, rev) {
+  const { params } = ctx;
   const prefix = type ? `${mesh}/policies/${type}/` : `${mesh}/policies/`;
-  const [listed, linted] = await Promise.allSettled([
-    ctx.api.call('verdict.v1.PolicyService/List', { prefix, pageSize: 1000, ...atRevision(rev) }),
-    ctx.api.call('verdict.v1.AnalysisService/Lint', { mesh, type }),
-  ]);
-  if (ctx.stale()) return;
-  for (const r of [listed, linted]) {
-    if (r.status === 'rejected' && r.reason?.status === 401) throw r.reason;
-  }
-  const findings = new Map(); // "Type/name" → its findings
-  if (linted.status === 'fulfilled') {
-    for (const f of linted.value.findings || []) {
-      const k = `${f.type}/${f.policy}`;
-      if (!findings.has(k)) findings.set(k, []);
-      findings.get(k).push(f);
-    }
-  }
+  const after = params.get('after') || '';
+  const n = Math.max(1, Number(params.get('n')) || 1); // the page's number, for its heading
+  const linting = ctx.api.call('verdict.v1.AnalysisService/Lint', { mesh, type });
+  linting.catch(() => {}); // read below, after the list
   const listBox = h('section', { 'aria-labelledby': 'policies-title' }, h('h2', { id: 'policies-title' }, 'Policies'));
   body.append(listBox);
-  if (listed.status === 'rejected') fail(ctx, listBox, listed.reason);
-  else {
-    const resources = listed.value.resources || [];
-    listBox.append(h('p', { class: 'meta', id: 'policies-revision' }, `${resources.length} polic${resources.length === 1 ? 'y' : 'ies'}`,
-      ` · revision ${dash(listed.value.revision)}`, rev ? ' (the store as it was)' : ''));
+  const lintCells = new Map(); // "Type/name" → its row's Lint cell
+  try {
+    const listed = await ctx.api.call('verdict.v1.PolicyService/List', { prefix, pageSize, pageToken: after, ...atRevision(rev) });
+    if (ctx.stale()) return;
+    const resources = listed.resources || [];
+    const first = (n - 1) * pageSize + 1;
+    listBox.append(h('p', { class: 'meta', id: 'policies-revision' },
+      resources.length ? `policies ${first}–${first + resources.length - 1}${listed.nextPageToken ? '' : ` of ${first + resources.length - 1}`}` : 'no policy',
+      ` · page ${n} · revision ${dash(listed.revision)}`, rev ? ' (the store as it was)' : ''));
+    const rows = resources.map((s) => columns.map((c) => {
+      if (c.head !== 'Lint') return c.cell(s, mesh, rev);
+      const cell = h('span', { class: 'lint-pending' }, '…');
+      lintCells.set(policyName(s), cell);
+      return cell;
+    }));
     listBox.append(resources.length
-      ? table(`Policies of mesh ${mesh}${type ? `, type ${type}` : ''}`, columns.map((c) => c.head),
-        resources.map((s) => columns.map((c) => c.cell(s, findings, mesh, rev))), { id: 'policies' })
+      ? table(`Policies of mesh ${mesh}${type ? `, type ${type}` : ''}, page ${n}`, columns.map((c) => c.head), rows, { id: 'policies' })
       : h('p', null, `Mesh ${mesh} has no ${type || ''} policy${rev ? ` at revision ${rev}` : ''}.`));
-    if (listed.value.nextPageToken) listBox.append(h('p', { class: 'hint' }, 'The first 1000 policies are listed.'));
+    if (n > 1 || listed.nextPageToken) {
+      const at = (token, k) => query([['view', 'policies'], ['mesh', mesh], ['type', type], ['rev', rev], ['after', token], ['n', k > 1 ? String(k) : '']]);
+      listBox.append(h('nav', { class: 'pager', 'aria-label': 'Pages of policies' },
+        n > 1 ? h('a', { href: at('', 1), rel: 'first' }, 'First page') : null,
+        h('span', null, ` page ${n} `),
+        listed.nextPageToken ? h('a', { href: at(listed.nextPageToken, n + 1), rel: 'next', id: 'policies-next' }, 'Next page') : null));
+    }
+  } catch (err) {
+    fail(ctx, listBox, err);
   }
-  const lintBox = h('section', { 'aria-labelledby': 'lint-title' }, h('h2', { id: 'lint-title' }, 'Lint findings'));
+  const lintBox = h('section', { 'aria-labelledby': 'lint-title' }, h('h2', { id: 'lint-title' }, 'Lint findings'),
+    h('p', { class: 'meta', id: 'lint-summary' }, 'Lint is judging the mesh…'));
   body.append(lintBox);
-  if (linted.status === 'rejected') fail(ctx, lintBox, linted.reason);
-  else lintBox.append(...lintReport(linted.value, mesh, rev, null));
+  let linted;
+  try {
+    linted = await linting;
+  } catch (err) {
+    if (ctx.stale()) return;
+    lintBox.lastChild.remove();
+    for (const cell of lintCells.values()) cell.replaceChildren('?');
+    fail(ctx, lintBox, err);
+    return;
+  }
+  if (ctx.stale()) return;
+  const findings = new Map(); // "Type/name" → its findings
+  for (const f of linted.findings || []) {
+    const k = `${f.type}/${f.policy}`;
+    if (!findings.has(k)) findings.set(k, []);
+    findings.get(k).push(f);
+  }
+  for (const [name, cell] of lintCells) cell.replaceWith(findingCounts(findings.get(name) || []));
+  lintBox.lastChild.remove();
+  const fpage = Math.max(1, Number(params.get('fpage')) || 1);
+  lintBox.append(...lintReport(linted, mesh, rev, null, {
+    n: fpage,
+    href: (k) => {
+      const p = new URLSearchParams(params);
+      p.set('view', 'policies');
+      if (k > 1) p.set('fpage', String(k));
+      else p.delete('fpage');
+      return query(p);
+    },
+  }));
 }
 
 function findingCounts(fs) {
@@ -128,8 +173,9 @@ function findingCounts(fs) {
 }
 
 // lintReport shows a Lint answer: a summary, then the findings (of one
-// policy, "Type/name", when only is set).
-function lintReport(r, mesh, rev, only) {
+// policy, "Type/name", when only is set), pageSize at a time when paged
+// names the page {n, href(k)}.
+function lintReport(r, mesh, rev, only, paged) {
   const all = r.findings || [];
   const fs = only ? all.filter((f) => `${f.type}/${f.policy}` === only) : all;
   const count = (s) => fs.filter((f) => f.severity === `SEVERITY_${s}`).length;
@@ -137,9 +183,16 @@ function lintReport(r, mesh, rev, only) {
     `revision ${dash(r.revision)}: ${dash(r.rules)} rules analyzed; ${count('ERROR')} errors, ${count('WARNING')} warnings, ${count('INFO')} info`,
     rev && rev !== r.revision ? ` (lint judges the current revision, not revision ${rev})` : '')];
   if (fs.length) {
-    out.push(table(only ? `Lint findings of ${only}` : `Lint findings of mesh ${mesh}`,
+    const pages = paged ? Math.ceil(fs.length / pageSize) : 1;
+    const n = paged ? Math.min(paged.n, pages) : 1;
+    const shown = paged ? fs.slice((n - 1) * pageSize, n * pageSize) : fs;
+    const pager = pages > 1 ? h('nav', { class: 'pager', 'aria-label': 'Pages of findings' },
+      n > 1 ? h('a', { href: paged.href(n - 1), rel: 'prev' }, 'Previous findings') : null,
+      h('span', null, ` findings ${(n - 1) * pageSize + 1}–${(n - 1) * pageSize + shown.length} of ${fs.length} `),
+      n < pages ? h('a', { href: paged.href(n + 1), rel: 'next', id: 'findings-next' }, 'Next findings') : null) : null;
+    out.push(table(only ? `Lint findings of ${only}` : `Lint findings of mesh ${mesh}${pages > 1 ? `, page ${n} of ${pages}` : ''}`,
       ['Severity', 'Kind', 'Policy', 'Rule', 'Finding', 'Witness', 'Covering or related rules'],
-      fs.map((f) => {
+      shown.map((f) => {
         const sev = enumText(f.severity, 'SEVERITY_');
         return {
           class: `finding sev-${sev.toLowerCase()}`,
@@ -150,6 +203,7 @@ function lintReport(r, mesh, rev, only) {
             witness(f), related(f.related)],
         };
       }), { id: 'findings' }));
+    if (pager) out.push(pager);
   } else {
     out.push(h('p', { id: 'findings' }, 'No finding.'));
   }
