@@ -497,6 +497,28 @@ func TestExplorerViewsToken(t *testing.T) {
 			t.Errorf("%s: %s lacks %q:\n%s", page.query, page.css, page.want, got)
 		}
 	}
+
+	// A token the server refuses: each view says so, asks again, and shows
+	// nothing of the store (an unauthorized History, Lint, Reach, Impact).
+	b.do(chromedp.Evaluate[chromedp.Void](`sessionStorage.setItem('verdict.token', 'not-the-token')`))
+	for _, page := range []struct{ query, view string }{
+		{"/?view=history&key=shop/policies/TrafficPermission/web-to-db", "history"},
+		{"/?view=policies&mesh=shop", "policies"},
+		{"/?view=policies&mesh=shop&policy=TrafficPermission/web-to-db", "policies"},
+		{"/?view=reach&mesh=shop&end=workload:db-1&proto=TCP&port=5432", "reach"},
+		{"/?view=impact&delete=shop/policies/TrafficPermission/web-to-db", "impact"},
+		{"/?view=workload&mesh=shop&workload=db-1", "workload"},
+	} {
+		b.do(chromedp.Navigate(d.ui + page.query))
+		b.waitView(page.view, "token")
+		if got := b.text("main [role=alert]"); !strings.Contains(got, "UNAUTHENTICATED") {
+			t.Errorf("%s with a refused token: alert %q", page.query, got)
+		}
+		if got := b.text("main"); strings.Contains(got, "web-1") || strings.Contains(got, "created") || strings.Contains(got, "app=db") {
+			t.Errorf("%s with a refused token shows:\n%s", page.query, got)
+		}
+	}
+	b.screenshot("explorer-refused")
 	b.noConsoleProblems(refusedLoads)
 }
 
