@@ -126,6 +126,7 @@ async function list(ctx, body, mesh, type, rev) {
         h('span', null, ` page ${n} `),
         listed.nextPageToken ? h('a', { href: at(listed.nextPageToken, n + 1), rel: 'next', id: 'policies-next' }, 'Next page') : null));
     }
+    performance.measure('verdict:policies:list', 'verdict:policies:start');
   } catch (err) {
     fail(ctx, listBox, err);
   }
@@ -242,13 +243,16 @@ async function detail(ctx, body, mesh, name, rev) {
   const key = `${mesh}/policies/${name}`;
   const type = name.split('/')[0];
   ctx.setTitle(`Policy ${name}`);
-  const [got, linted, versions] = await Promise.allSettled([
+  // Lint judges the policy's whole type: the document and its versions are
+  // shown first, the findings when Lint answers.
+  const linting = ctx.api.call('verdict.v1.AnalysisService/Lint', { mesh, type });
+  linting.catch(() => {}); // read below
+  const [got, versions] = await Promise.allSettled([
     ctx.api.call('verdict.v1.PolicyService/Get', { key, ...atRevision(rev) }),
-    ctx.api.call('verdict.v1.AnalysisService/Lint', { mesh, type }),
     ctx.api.call('verdict.v1.PolicyService/History', { key, pageSize: 1000 }),
   ]);
   if (ctx.stale()) return;
-  for (const r of [got, linted, versions]) {
+  for (const r of [got, versions]) {
     if (r.status === 'rejected' && r.reason?.status === 401) throw r.reason;
   }
   const docBox = h('section', { 'aria-labelledby': 'document-title' }, h('h2', { id: 'document-title' }, 'Document'));
@@ -268,13 +272,24 @@ async function detail(ctx, body, mesh, name, rev) {
       s.error ? [h('dt', null, 'Error'), h('dd', { class: 'act-deny' }, s.error)] : null),
     h('pre', { class: 'mono document', id: 'policy-document', 'aria-label': `The document of ${name}` }, yamlText(p)));
   }
-  const lintBox = h('section', { 'aria-labelledby': 'lint-title' }, h('h2', { id: 'lint-title' }, 'Lint findings'));
+  const pending = h('p', { class: 'meta', id: 'lint-summary' }, 'Lint is judging the policy\'s type…');
+  const lintBox = h('section', { 'aria-labelledby': 'lint-title' }, h('h2', { id: 'lint-title' }, 'Lint findings'), pending);
   body.append(lintBox);
-  if (linted.status === 'rejected') fail(ctx, lintBox, linted.reason);
-  else lintBox.append(...lintReport(linted.value, mesh, rev, name));
   const histBox = h('section', { 'aria-labelledby': 'versions-title' }, h('h2', { id: 'versions-title' }, 'Versions'),
     h('p', null, h('a', { href: query([['view', 'history'], ['key', key]]) }, 'The history view of this key')));
   body.append(histBox);
   if (versions.status === 'rejected') fail(ctx, histBox, versions.reason);
   else histBox.append(versionList(versions.value.versions || [], { showKey: false }));
+  performance.measure('verdict:policies:document', 'verdict:policies:start');
+  let linted;
+  try {
+    linted = await linting;
+  } catch (err) {
+    if (ctx.stale()) return;
+    pending.remove();
+    fail(ctx, lintBox, err);
+    return;
+  }
+  if (ctx.stale()) return;
+  pending.replaceWith(...lintReport(linted, mesh, rev, name));
 }
