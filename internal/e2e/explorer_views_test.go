@@ -526,7 +526,12 @@ func TestExplorerViewsToken(t *testing.T) {
 // page of List and a page of the findings, the history view a page of
 // versions; the page stays small and every page is reached by a link.
 func TestExplorerManyPolicies(t *testing.T) {
-	_, file := tenThousand(t, "")
+	var replicas strings.Builder // 300 replicas of web: a change to web → db alters 2,400 flows
+	for i := range 300 {
+		fmt.Fprintf(&replicas, "\n---\nkind: Workload\nmesh: shop\nname: web-r%04d\ntags: {app: web, tier: front}\naddresses: [10.2.%d.%d]\n",
+			i, i/250, i%250+1)
+	}
+	_, file := tenThousand(t, replicas.String())
 	d := startExplorerWith(t, file)
 	b := newBrowser(t)
 
@@ -565,6 +570,25 @@ func TestExplorerManyPolicies(t *testing.T) {
 	}
 	if n := eval[int](b, `document.getElementsByTagName('tr').length`); n > 400 {
 		t.Errorf("the policies view holds %d table rows", n)
+	}
+
+	// An impact of thousands of flows: a page of 100 under their groups.
+	freeze := "kind: Policy\nmesh: shop\nname: freeze-db\npriority: -1\nsources: [{match: {app: web}}]\ndestinations: [{match: {app: db}}]\naction: DENY\n"
+	b.open(d.ui+"/?view=impact&doc="+url.QueryEscape(freeze), "impact")
+	if got := b.text("#impact-title"); !strings.HasSuffix(got, "flows would change") {
+		t.Fatalf("the impact: %q", got)
+	}
+	if n := len(b.changes()); n != 100 {
+		t.Errorf("the impact's first page shows %d changed flows, want 100", n)
+	}
+	b.do(chromedp.Click(chromedp.ID("impact-changes-next")))
+	b.waitFor("the changes' second page", `location.search.includes('cpage=2')`)
+	b.waitView("impact", "ready")
+	if got := b.text("nav[aria-label='Pages of changed flows'] span"); !strings.HasPrefix(got, "flows 101–200 of ") {
+		t.Errorf("the changes' second page: %q", got)
+	}
+	if n := len(b.changes()); n != 100 {
+		t.Errorf("the impact's second page shows %d changed flows, want 100", n)
 	}
 
 	// Every version under the mesh: a page of 100, and a link to the next.

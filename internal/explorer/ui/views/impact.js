@@ -6,9 +6,14 @@
 // the change on a copy of the snapshot, as Apply's dry run validates it.
 //
 // URL: ?view=impact&doc=<the YAML>&delete=KEY,KEY2&fleet=1
+//      &gpage=2&cpage=3   later pages of the groups and of the changed flows
 
-import { h, table, field, errorBox, enumText, dash } from '../dom.js';
-import { endOf, decideHref } from '../ends.js';
+import { h, table, field, errorBox, enumText, dash, pageOf, pager } from '../dom.js';
+import { endOf, decideHref, query } from '../ends.js';
+
+// pageSize is the groups, and the changed flows, of one page: a change to
+// a mesh of 10,000 policies can alter thousands of flows.
+const pageSize = 100;
 
 export default {
   name: 'impact',
@@ -41,7 +46,14 @@ export default {
       return;
     }
     if (ctx.stale()) return;
-    result.append(...answer(resp));
+    const href = (key) => (k) => {
+      const p = new URLSearchParams(params);
+      p.set('view', 'impact');
+      if (k > 1) p.set(key, String(k));
+      else p.delete(key);
+      return query(p);
+    };
+    result.append(...answer(resp, { g: params.get('gpage'), c: params.get('cpage'), gHref: href('gpage'), cHref: href('cpage') }));
     performance.measure('verdict:impact', 'verdict:impact:start');
     if (ctx.focus) document.getElementById('impact-title').focus();
   },
@@ -71,8 +83,9 @@ function changeForm(yaml, deletes, fleet, ctx) {
 }
 
 // answer shows an Impact answer: the count, the groups, and the changed
-// flows under their group.
-function answer(r) {
+// flows under their group, a page of each (at.g, at.c; at.gHref(k) and
+// at.cHref(k) are page k's URLs).
+function answer(r, at) {
   const changes = r.changes || [];
   const groups = r.groups || [];
   const out = [
@@ -87,16 +100,27 @@ function answer(r) {
       { id: 'impact-replicas' }));
   }
   if (!changes.length) return out;
-  out.push(table('Changed flows by deciding policy, destination and ports', ['Policy', 'Destination', 'Ports', 'Flows', 'Observed'],
-    groups.map((g) => [h('code', null, dash(g.policy)), g.destination, classText(g.protocol, g.portLo, g.portHi), dash(g.flows), dash(g.observed)]),
+  const gp = pageOf(groups, at.g, pageSize);
+  out.push(table(`Changed flows by deciding policy, destination and ports${gp.pages > 1 ? `, page ${gp.n} of ${gp.pages}` : ''}`,
+    ['Policy', 'Destination', 'Ports', 'Flows', 'Observed'],
+    gp.items.map((g) => [h('code', null, dash(g.policy)), g.destination, classText(g.protocol, g.portLo, g.portHi), dash(g.flows), dash(g.observed)]),
     { id: 'impact-groups' }));
-  // The changes under their group, in the groups' order.
+  if (gp.pages > 1) out.push(pager('Pages of groups', 'groups', gp, groups.length, at.gHref, 'impact-groups'));
+  // The changes in the groups' order, a page of them under their groups.
   const byGroup = new Map(groups.map((g) => [groupKey(g.policy, g.destination, g.protocol, g.portLo, g.portHi), []]));
   for (const c of changes) {
-    const k = groupKey(c.after?.policy || c.before?.policy || '', endpointText(c.destination), c.protocol, c.portLo, c.portHi);
+    const k = changeGroup(c);
     if (!byGroup.has(k)) byGroup.set(k, []);
     byGroup.get(k).push(c);
   }
+  const cp = pageOf([...byGroup.values()].flat(), at.c, pageSize);
+  byGroup.clear();
+  for (const c of cp.items) {
+    const k = changeGroup(c);
+    if (!byGroup.has(k)) byGroup.set(k, []);
+    byGroup.get(k).push(c);
+  }
+  const counts = new Map(groups.map((g) => [groupKey(g.policy, g.destination, g.protocol, g.portLo, g.portHi), g.flows]));
   const head = ['Source', 'Destination', 'Ports', 'Before', '', 'After', 'Observed', 'Flow now'];
   const bodies = [];
   for (const [k, cs] of byGroup) {
@@ -104,17 +128,23 @@ function answer(r) {
     const [policy, dst, proto, lo, hi] = k.split('\u0000');
     bodies.push(h('tbody', null,
       h('tr', null, h('th', { scope: 'rowgroup', colspan: head.length, class: 'group' },
-        `${policy || 'no policy'} · ${dst} · ${classText(proto, lo, hi)}: ${cs.length} flow${cs.length === 1 ? '' : 's'}`)),
+        `${policy || 'no policy'} · ${dst} · ${classText(proto, lo, hi)}: ${flowsText(counts.get(k) ?? cs.length)}`)),
       cs.map((c) => h('tr', { class: c.before?.action !== c.after?.action ? 'change action-changed' : 'change' },
         [endpointText(c.source), endpointText(c.destination), classText(c.protocol, c.portLo, c.portHi),
           answerCell(c.before), '→', answerCell(c.after), c.observed ? `${c.count} time${c.count === '1' ? '' : 's'}` : '-', flowLink(c)]
           .map((cell) => h('td', null, cell))))));
   }
   out.push(h('div', { class: 'scroll', id: 'impact-changes' }, h('table', null,
-    h('caption', null, 'The changed flows, before → after, under their group'),
+    h('caption', null, `The changed flows, before → after, under their group${cp.pages > 1 ? `, page ${cp.n} of ${cp.pages}` : ''}`),
     h('thead', null, h('tr', null, head.map((c) => h('th', { scope: 'col' }, c)))), bodies)));
+  if (cp.pages > 1) out.push(pager('Pages of changed flows', 'flows', cp, changes.length, at.cHref, 'impact-changes'));
   return out;
 }
+
+const flowsText = (n) => `${n} flow${String(n) === '1' ? '' : 's'}`;
+
+// changeGroup is the group a change is counted in, as the server groups it.
+const changeGroup = (c) => groupKey(c.after?.policy || c.before?.policy || '', endpointText(c.destination), c.protocol, c.portLo, c.portHi);
 
 const groupKey = (...parts) => parts.map((p) => String(p ?? '')).join('\u0000');
 
