@@ -28,7 +28,7 @@ import (
 // One iteration is one decision of a generated flow, rendered; the figures
 // are reported as metrics, never asserted:
 //
-//	go test -run '^$' -bench Explorer -benchtime 300x ./internal/e2e/
+//	go test -run '^$' -bench 'Explorer$' -benchtime 300x ./internal/e2e/
 func BenchmarkExplorer(b *testing.B) {
 	set, file := tenThousand(b, "")
 	d := startExplorerWith(b, file)
