@@ -236,23 +236,28 @@ func TestExplorerWorkload(t *testing.T) {
 	b.noConsoleProblems(nil)
 }
 
+// unlabelled lists the controls without a name, the tables without a
+// caption, the links without text, and the forms and navigations (pagers)
+// without a name.
+const unlabelled = `(() => {
+	const bad = [];
+	for (const el of document.querySelectorAll('input, select, textarea, button')) {
+		const named = [...(el.labels || [])].some((l) => l.textContent.trim()) || el.getAttribute('aria-label') ||
+			el.getAttribute('aria-labelledby') || (el.tagName === 'BUTTON' && el.textContent.trim());
+		if (!named) bad.push(el.id || el.outerHTML.slice(0, 80));
+	}
+	for (const tb of document.querySelectorAll('table')) if (!tb.caption || !tb.caption.textContent.trim()) bad.push('a table without caption');
+	for (const a of document.querySelectorAll('a')) if (!a.textContent.trim() && !a.getAttribute('aria-label')) bad.push('a link without text');
+	for (const f of document.querySelectorAll('form')) if (!f.getAttribute('aria-label') && !f.getAttribute('aria-labelledby')) bad.push('a form without name');
+	for (const n of document.querySelectorAll('nav')) if (!n.getAttribute('aria-label')) bad.push('a navigation without name');
+	return bad;
+})()`
+
 // Every control is labelled, every table has a caption; Tab reaches the
 // form's fields in order and its submit, and Enter on it decides.
 func TestExplorerAccessibility(t *testing.T) {
 	d := startExplorer(t)
 	b := newBrowser(t)
-	unlabelled := `(() => {
-		const bad = [];
-		for (const el of document.querySelectorAll('input, select, textarea, button')) {
-			const named = [...(el.labels || [])].some((l) => l.textContent.trim()) || el.getAttribute('aria-label') ||
-				el.getAttribute('aria-labelledby') || (el.tagName === 'BUTTON' && el.textContent.trim());
-			if (!named) bad.push(el.id || el.outerHTML.slice(0, 80));
-		}
-		for (const tb of document.querySelectorAll('table')) if (!tb.caption || !tb.caption.textContent.trim()) bad.push('a table without caption');
-		for (const a of document.querySelectorAll('a')) if (!a.textContent.trim() && !a.getAttribute('aria-label')) bad.push('a link without text');
-		for (const f of document.querySelectorAll('form')) if (!f.getAttribute('aria-label') && !f.getAttribute('aria-labelledby')) bad.push('a form without name');
-		return bad;
-	})()`
 	for _, page := range []struct{ query, view string }{
 		{"/", "decide"},
 		{"/?mesh=shop&src=workload:web-1&dst=workload:db-1&proto=TCP&port=5432", "decide"},

@@ -571,6 +571,9 @@ func TestExplorerManyPolicies(t *testing.T) {
 	if n := eval[int](b, `document.getElementsByTagName('tr').length`); n > 400 {
 		t.Errorf("the policies view holds %d table rows", n)
 	}
+	if bad := eval[[]string](b, unlabelled); len(bad) > 0 {
+		t.Errorf("the policies' pages: without a name: %q", bad)
+	}
 
 	// An impact of thousands of flows: a page of 100 under their groups.
 	freeze := "kind: Policy\nmesh: shop\nname: freeze-db\npriority: -1\nsources: [{match: {app: web}}]\ndestinations: [{match: {app: db}}]\naction: DENY\n"
@@ -589,6 +592,9 @@ func TestExplorerManyPolicies(t *testing.T) {
 	}
 	if n := len(b.changes()); n != 100 {
 		t.Errorf("the impact's second page shows %d changed flows, want 100", n)
+	}
+	if bad := eval[[]string](b, unlabelled); len(bad) > 0 {
+		t.Errorf("the impact's pages: without a name: %q", bad)
 	}
 
 	// Every version under the mesh: a page of 100, and a link to the next.
