@@ -184,6 +184,30 @@ func TestExplorerReach(t *testing.T) {
 		t.Errorf("a replica's flow's URL: %q", got)
 	}
 
+	// By keyboard: Tab walks the form's fields in order to its submit, and
+	// Enter on it shows the reach of what was typed.
+	b.open(d.ui+"/?view=reach", "reach")
+	b.do(chromedp.Click(chromedp.ID("reach-mesh")), chromedp.KeyEvent("shop"))
+	var order []string
+	for range 6 {
+		b.do(chromedp.KeyEvent("\t"))
+		order = append(order, eval[string](b, `document.activeElement.id`))
+	}
+	if want := []string{"reach-type", "reach-form", "reach-value", "reach-proto", "reach-port", "reach-submit"}; !slices.Equal(order, want) {
+		t.Errorf("Tab from the mesh reaches %q, want %q", order, want)
+	}
+	b.do(chromedp.Focus(chromedp.ID("reach-value")), chromedp.KeyEvent("db-1"),
+		chromedp.SetValue(chromedp.ID("reach-proto"), "TCP"), chromedp.Focus(chromedp.ID("reach-port")), chromedp.KeyEvent("5432\t"))
+	if id := eval[string](b, `document.activeElement.id`); id != "reach-submit" {
+		t.Fatalf("Tab from the port focuses %q", id)
+	}
+	b.do(chromedp.KeyEvent("\r"))
+	b.waitFor("the typed endpoint's URL", `location.search === '?view=reach&mesh=shop&end=workload:db-1&proto=TCP&port=5432'`)
+	b.waitView("reach", "ready")
+	if got := b.text("#reach-to-count"); !strings.HasPrefix(got, "1000 workloads") {
+		t.Errorf("who can reach db-1 on TCP 5432, typed: %q", got)
+	}
+
 	// What web-1 can reach: db-1, and an address given outside the inventory.
 	b.open(d.ui+"/?view=reach&mesh=shop&end=address:10.1.0.1&proto=TCP&port=5432", "reach")
 	if from := b.rows("#reach-from table.reach-workloads"); rowWith(from, "db-1", "web-to-db") == nil || len(from) != 1 {
@@ -241,6 +265,21 @@ func TestExplorerPolicies(t *testing.T) {
 	// A policy's detail.
 	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))
 	b.waitView("policies", "ready")
+	// By keyboard: the mesh, the type, the submit; Enter lists the type.
+	b.do(chromedp.Focus(chromedp.ID("pol-mesh")), chromedp.KeyEvent("\t"))
+	if id := eval[string](b, `document.activeElement.id`); id != "pol-type" {
+		t.Errorf("Tab from the mesh focuses %q", id)
+	}
+	b.do(chromedp.KeyEvent("TrafficPermission"), chromedp.KeyEvent("\t"))
+	if id := eval[string](b, `document.activeElement.id`); id != "policies-submit" {
+		t.Errorf("Tab from the type focuses %q", id)
+	}
+	b.do(chromedp.KeyEvent("\r"))
+	b.waitFor("the type's URL", `location.search.includes('type=TrafficPermission')`)
+	b.waitView("policies", "ready")
+	if n := len(b.rows("#policies")); n != 4 {
+		t.Errorf("the type's policies: %d, want 4", n)
+	}
 	b.do(chromedp.Click(chromedp.CSS(`#policies a[href*="policy=TrafficPermission/web-to-db-again"]`)))
 	b.waitView("policies", "ready")
 	if got := b.text("#policy-document"); !strings.Contains(got, "name: web-to-db-again") || !strings.Contains(got, `ports: "5432"`) {
