@@ -38,7 +38,6 @@ var methods = methodSet(map[string]answer{
 	verdictv1.PolicyService_List_FullMethodName:      unary,
 	verdictv1.PolicyService_Status_FullMethodName:    unary,
 	verdictv1.PolicyService_History_FullMethodName:   unary,
-	verdictv1.PolicyService_Diff_FullMethodName:      unary,
 	verdictv1.WatchService_WatchRules_FullMethodName: firstMessage, // a workload's rule lists now
 	verdictv1.AnalysisService_Reach_FullMethodName:   onePage,
 	verdictv1.AnalysisService_Impact_FullMethodName:  unary,
