@@ -530,6 +530,9 @@ func TestExplorerViewsToken(t *testing.T) {
 		{"/?view=history&key=shop/policies/TrafficPermission/web-to-db", "history", "#versions", "created"},
 		{"/?view=impact&delete=shop/policies/TrafficPermission/web-to-db", "impact", "#impact-changes", "web-to-db-again"},
 		{"/?view=policies&mesh=shop&policy=TrafficPermission/web-to-db", "policies", "#policy-document", "name: web-to-db"},
+		// at_revision reads need an authorized caller too.
+		{"/?view=policies&mesh=shop&rev=4", "policies", "#policies-revision", "the store as it was"},
+		{"/?mesh=shop&src=workload:web-1&dst=workload:db-1&proto=TCP&port=5432&rev=4", "decide", "#result", "web-to-db"},
 	} {
 		b.open(d.ui+page.query, page.view)
 		if got := b.text(page.css); !strings.Contains(got, page.want) {
