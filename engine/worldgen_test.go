@@ -18,7 +18,6 @@ func (c *choices) n(n int) int                   { return c.N(n) }
 func (c *choices) chance(percent int) bool       { return c.Chance(percent) }
 func (c *choices) tags() resource.Tags           { return c.Tags() }
 func (c *choices) selector() resource.Selector   { return c.Selector() }
-func (c *choices) action() resource.Action       { return c.Action() }
 func (c *choices) targetRef() resource.TargetRef { return c.TargetRef() }
 
 func genWorld(c *choices) []resource.Resource { return worldgen.World(c.Choices) }

@@ -187,6 +187,11 @@ func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.Float64Var(&cfg.ProbeRate, "rate", 100, "probe Decide calls per second")
 	fs.DurationVar(&cfg.ProbeTimeout, "decide-timeout", 100*time.Millisecond, "deadline of each probe Decide")
 	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long goroutines and heap may take to come back after each scenario")
+	fs.DurationVar(&cfg.IdentifyFor, "identify-for", 10*time.Second, "how long the Identify flood's attacker registers fresh tag sets (0: skip the scenario)")
+	fs.IntVar(&cfg.IdentifyConns, "identify-conns", 2, "the Identify flood's attacker connections (one caller)")
+	fs.DurationVar(&cfg.LogFloodFor, "log-flood-for", 10*time.Second, "how long the decision-log flood lasts (0: skip it, and run verdictd without a decision log)")
+	logMaxSize := fs.String("log-max-size", "8MiB", "verdictd's --decision-log-max-size for the run (B, KiB, MiB, GiB)")
+	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 3, "verdictd's --decision-log-max-files for the run")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "log each scenario as it starts (stderr)")
@@ -208,9 +213,39 @@ func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		cfg.ReadingStreams = append(cfg.ReadingStreams, n)
 	}
+	var err error
+	if cfg.LogMaxSize, err = parseSize(*logMaxSize); err != nil {
+		fmt.Fprintf(stderr, "verdict-chaos hostile: --log-max-size: %v\n", err)
+		return 2
+	}
+	// 0 skips a flood; the config's zero is its default.
+	for _, d := range []*time.Duration{&cfg.IdentifyFor, &cfg.LogFloodFor} {
+		if *d <= 0 {
+			*d = -1
+		}
+	}
 	cfg.Logger = logger(stderr, *verbose)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	rep, err := chaos.Hostile(ctx, cfg)
 	return finish("verdict-chaos hostile", rep, err, rep != nil && rep.Pass, *jsonOut, stdout, stderr)
+}
+
+// parseSize reads a byte count with an optional unit: B, KiB, MiB or GiB.
+func parseSize(s string) (int64, error) {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q: a positive size such as 8MiB", s)
+	}
+	return n * mult, nil
 }

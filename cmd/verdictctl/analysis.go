@@ -30,12 +30,8 @@ func runReach(ctx context.Context, args []string, e *env) int {
 	ff.register(fs)
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	if err := ff.check(); err != nil {
 		return fs.usage("%v", err)
@@ -71,19 +67,23 @@ func runReach(ctx context.Context, args []string, e *env) int {
 		return fail(e, "reach", err, nil)
 	}
 	all := &verdictv1.ReachResponse{}
+	note, waited := working(e, ff.output.printer(e.stdout), "reach")
 	for {
 		page, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			waited()
 			return fail(e, "reach", err, nil)
 		}
+		note(count(len(all.Entries)+len(page.GetEntries()), "entry", "entries"))
 		if all.Revision == 0 {
 			all.Revision, all.Endpoint, all.Notes = page.GetRevision(), page.GetEndpoint(), page.GetNotes()
 		}
 		all.Entries = append(all.Entries, page.GetEntries()...)
 	}
+	waited()
 	err = ff.output.printer(e.stdout).print(all, func(w io.Writer, wide bool) error {
 		printReach(w, req, all, wide)
 		return nil
@@ -216,12 +216,8 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	if port != 0 && proto == "" {
 		return fs.usage("--port needs --proto (TCP, UDP or ICMP)")
@@ -247,17 +243,21 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 		return fail(e, "matrix", err, nil)
 	}
 	all := &verdictv1.MatrixResponse{}
+	note, waited := working(e, output.printer(e.stdout), "matrix")
 	for {
 		page, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			waited()
 			return fail(e, "matrix", err, nil)
 		}
 		all.Revision = page.GetRevision()
 		all.Entries = append(all.Entries, page.GetEntries()...)
+		note(count(len(all.Entries), "pair", "pairs"))
 	}
+	waited()
 	err = output.printer(e.stdout).print(all, func(w io.Writer, wide bool) error {
 		fmt.Fprintf(w, "Allowed pairs (revision %d): %s\n", all.GetRevision(), count(len(all.GetEntries()), "pair", "pairs"))
 		if len(all.GetEntries()) == 0 {
@@ -362,7 +362,9 @@ func runImpact(ctx context.Context, args []string, e *env) int {
 	defer conn.Close()
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
+	_, waited := working(e, output.printer(e.stdout), "impact")
 	resp, err := verdictv1.NewAnalysisServiceClient(conn).Impact(cctx, req)
+	waited()
 	if err != nil {
 		return fail(e, "impact", err, nil)
 	}

@@ -164,12 +164,8 @@ func decideCmd(ctx context.Context, name string, args []string, e *env) int {
 	ff.register(fs)
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	req, err := ff.decideRequest(name == "explain")
 	if err != nil {
@@ -360,12 +356,8 @@ func runResolve(ctx context.Context, args []string, e *env) int {
 	ff.register(fs)
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	if err := ff.check(); err != nil {
 		return fs.usage("%v", err)

@@ -66,6 +66,19 @@ func (fs *flagSet) parse(args []string) (rest []string, stop bool, code int) {
 	}
 }
 
+// parseFlags is parse for a command that takes flags only: an argument is a
+// usage error. When stop is true the command ends at once with code.
+func (fs *flagSet) parseFlags(args []string) (stop bool, code int) {
+	rest, stop, code := fs.parse(args)
+	if stop {
+		return true, code
+	}
+	if len(rest) > 0 {
+		return true, fs.usage("unexpected argument %q", rest[0])
+	}
+	return false, exitOK
+}
+
 // usage prints a usage error of the command (exit 2).
 func (fs *flagSet) usage(format string, a ...any) int {
 	return usageError(fs.e, fs.cmd.name, fmt.Sprintf(format, a...))

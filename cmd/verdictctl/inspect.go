@@ -29,12 +29,8 @@ func runInspect(ctx context.Context, args []string, e *env) int {
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	wl, err := workloadEndpoint(*workload, *workloadName, *workloadAddr)
 	if err != nil {
@@ -64,7 +60,7 @@ func runInspect(ctx context.Context, args []string, e *env) int {
 	if r := d.GetSourceResolution(); r != nil {
 		doc["resolution"] = msgTree(r)
 	}
-	code = exitOK
+	code := exitOK
 	type typeView struct {
 		name    string
 		rules   *verdictv1.WatchRulesResponse

@@ -33,12 +33,8 @@ func runLint(ctx context.Context, args []string, e *env) int {
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	var resp *verdictv1.LintResponse
 	if len(files) > 0 {
@@ -50,8 +46,10 @@ func runLint(ctx context.Context, args []string, e *env) int {
 		for _, it := range items {
 			docs = append(docs, it.res)
 		}
+		_, waited := working(e, output.printer(e.stdout), "lint")
 		snap := engine.Build(1, docs)
 		ans, err := analysis.Lint(snap, &analysis.LintRequest{Mesh: *mesh, Type: *typ})
+		waited()
 		if err != nil {
 			return fail(e, "lint", err, nil)
 		}
@@ -65,7 +63,9 @@ func runLint(ctx context.Context, args []string, e *env) int {
 		defer conn.Close()
 		cctx, cancel := cf.ctx(ctx)
 		defer cancel()
+		_, waited := working(e, output.printer(e.stdout), "lint")
 		resp, err = verdictv1.NewAnalysisServiceClient(conn).Lint(cctx, &verdictv1.LintRequest{Mesh: *mesh, Type: *typ})
+		waited()
 		if err != nil {
 			return fail(e, "lint", err, nil)
 		}

@@ -28,12 +28,8 @@ func runLogs(ctx context.Context, args []string, e *env) int {
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
-	rest, stop, code := fs.parse(args)
-	if stop {
+	if stop, code := fs.parseFlags(args); stop {
 		return code
-	}
-	if len(rest) > 0 {
-		return fs.usage("unexpected argument %q", rest[0])
 	}
 	act := strings.ToUpper(*action)
 	if act != "" && act != "ALLOW" && act != "DENY" {

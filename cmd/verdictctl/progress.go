@@ -4,8 +4,8 @@ package main
 // place ("apply: call 2 of 5, 256/600 keys"), erased when the work ends or
 // when something else is printed. It is shown only when a person watches:
 // stdout and stderr are terminals and the output is text, not a document.
-// apply uses it for writes of several calls; lint and impact can take it for
-// their long runs.
+// apply counts its calls with it; lint, impact, reach and matrix, one call
+// each, show the time they have waited and what has arrived (working).
 
 import (
 	"fmt"
@@ -47,7 +47,10 @@ func (p *progress) show(done int, note string) {
 	}
 	p.last = now
 	line := fmt.Sprintf("%s: %d/%d", p.what, done, p.total)
-	if note != "" {
+	switch {
+	case p.total == 0: // work of unknown size: the note alone
+		line = p.what + ": " + note
+	case note != "":
 		line += ", " + note
 	}
 	pad := ""
@@ -73,3 +76,50 @@ func (p *progress) clear() {
 
 // done ends the work: the line is erased.
 func (p *progress) done() { p.clear() }
+
+// working shows, until stop is called, how long one call has been waited for
+// and the note of what arrived so far (set by the caller, "3,000 pairs"):
+// "lint: 2.4 s". Nothing is shown for the first half second, nor when no
+// person watches.
+func working(e *env, out *printer, what string) (note func(string), stop func()) {
+	p := newProgress(e, out, what, 0)
+	if p == nil {
+		return func(string) {}, func() {}
+	}
+	var mu sync.Mutex
+	arrived := ""
+	start := time.Now()
+	quit, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case now := <-t.C:
+				waited := now.Sub(start)
+				if waited < 500*time.Millisecond {
+					continue
+				}
+				mu.Lock()
+				line := fmt.Sprintf("%.1f s", waited.Seconds())
+				if arrived != "" {
+					line += ", " + arrived
+				}
+				mu.Unlock()
+				p.show(0, line)
+			}
+		}
+	}()
+	return func(s string) {
+			mu.Lock()
+			arrived = s
+			mu.Unlock()
+		}, func() {
+			close(quit)
+			<-ended
+			p.done()
+		}
+}

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
@@ -365,6 +366,31 @@ func TestProgress(t *testing.T) {
 	var nilProgress *progress
 	nilProgress.show(1, "")
 	nilProgress.done()
+}
+
+// TestWorking: one long call shows the time waited and what arrived, after
+// half a second, and erases the line when it ends; nothing without a person.
+func TestWorking(t *testing.T) {
+	t.Parallel()
+	var quiet bytes.Buffer
+	note, stop := working(&env{stderr: &quiet}, &printer{format: "text"}, "lint")
+	note("3 pairs")
+	stop()
+	if quiet.Len() != 0 {
+		t.Errorf("shown without a terminal: %q", quiet.String())
+	}
+	var errb syncBuffer
+	note, stop = working(&env{stderr: &errb, terminal: true}, &printer{format: "text"}, "matrix")
+	note("3,000 pairs")
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(errb.String(), " s, 3,000 pairs") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	got := errb.String()
+	if !strings.Contains(got, "\rmatrix: ") || !strings.Contains(got, " s, 3,000 pairs") || !strings.HasSuffix(got, "\r") {
+		t.Errorf("working wrote %q", got)
+	}
 }
 
 // TestUnifiedDiff: hunks with three lines of context, a removal before the

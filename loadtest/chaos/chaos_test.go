@@ -106,10 +106,12 @@ func TestChaosSmoke(t *testing.T) {
 }
 
 // TestHostileSmoke is the hostile run of `make chaos` scaled down: every
-// scenario with hundreds of streams, not thousands. It judges what holds
+// scenario with hundreds of streams, not thousands, and floods of seconds. It judges what holds
 // whatever the load (Problems: goroutines back to the baseline, no update lost
 // by the honest watcher, no Internal answers, no probe Decide failed with an
-// error); probe deadlines, the watcher's lag and the heap are logged.
+// error, no identity answered for another set, the decision log's files
+// within their cap and the honest flow's decisions accounted for); probe
+// deadlines, the watcher's lag and the heap are logged.
 func TestHostileSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes for ~1 min: skipped under -short")
@@ -117,7 +119,8 @@ func TestHostileSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := Hostile(ctx, HostileConfig{Verdictd: verdictd, StormStreams: 200, SilentStreams: 200, SilentFor: 4 * time.Second,
-		ReadingStreams: []int{200}, ReadingFor: 2 * time.Second, Concurrent: 2, Rounds: 1})
+		ReadingStreams: []int{200}, ReadingFor: 2 * time.Second, Concurrent: 2, Rounds: 1,
+		IdentifyFor: 2 * time.Second, IdentifyConns: 1, LogFloodFor: 2 * time.Second, LogMaxSize: 2 << 20, LogMaxFiles: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +133,18 @@ func TestHostileSmoke(t *testing.T) {
 	if len(rep.Misses) > 0 {
 		t.Logf("targets missed (not judged here): %v", rep.Misses)
 	}
-	if len(rep.Scenarios) != 7 || rep.Probes.OK == 0 {
+	if len(rep.Scenarios) != 9 || rep.Probes.OK == 0 {
 		t.Errorf("%d scenarios run, %d probes answered", len(rep.Scenarios), rep.Probes.OK)
 	}
 	for _, s := range rep.Scenarios {
 		if len(s.Codes) == 0 {
 			t.Errorf("%s: the attacker made no call", s.Name)
+		}
+		if f := s.Identify; f != nil && (f.Registered == 0 || f.Compared == 0) {
+			t.Errorf("%s: %d sets registered, %d identity answers compared", s.Name, f.Registered, f.Compared)
+		}
+		if f := s.Log; f != nil && (f.Lines == 0 || f.HonestDecided == 0 || f.MaxBytes == 0) {
+			t.Errorf("%s: %d lines read, %d honest decisions, %d bytes at most", s.Name, f.Lines, f.HonestDecided, f.MaxBytes)
 		}
 	}
 }

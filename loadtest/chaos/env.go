@@ -40,8 +40,9 @@ type env struct {
 }
 
 // newEnv starts the cluster and the replicas, and waits until every replica
-// serves. On error everything started is stopped.
-func newEnv(ctx context.Context, dir, bin string, members, replicas int) (_ *env, err error) {
+// serves; each replica gets the verdictd flags extra besides its own. On
+// error everything started is stopped.
+func newEnv(ctx context.Context, dir, bin string, members, replicas int, extra ...string) (_ *env, err error) {
 	e := &env{dir: dir, prefix: store.DefaultPrefix + "/"}
 	defer func() {
 		if err != nil {
@@ -67,7 +68,7 @@ func newEnv(ctx context.Context, dir, bin string, members, replicas int) (_ *env
 				eps = append(eps, m.Endpoints()...)
 			}
 		}
-		r, err := newReplica(fmt.Sprintf("r%d", i), bin, dir, eps)
+		r, err := newReplica(fmt.Sprintf("r%d", i), bin, dir, eps, extra)
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -59,6 +60,18 @@ type HostileConfig struct {
 	// ProbeRate Decides per second, each with ProbeTimeout (default 100/s, 100 ms).
 	ProbeRate    float64
 	ProbeTimeout time.Duration
+	// IdentifyFor: how long the identity flood's attacker, on IdentifyConns
+	// connections of one caller, registers fresh tag sets (default 10 s, 2
+	// connections; negative: the scenario is skipped).
+	IdentifyFor   time.Duration
+	IdentifyConns int
+	// LogFloodFor: how long the decision-log flood lasts (default 10 s;
+	// negative: skipped, and verdictd runs without a decision log). For the
+	// run verdictd logs every decision to a file in Dir rotated at
+	// LogMaxSize, LogMaxFiles files in all (default 8 MiB and 3).
+	LogFloodFor time.Duration
+	LogMaxSize  int64
+	LogMaxFiles int
 	// Settle: how long after each scenario the goroutines and heap may take
 	// to come back to the baseline (default 30 s).
 	Settle time.Duration
@@ -96,6 +109,17 @@ func (c HostileConfig) withDefaults() HostileConfig {
 	if c.Settle <= 0 {
 		c.Settle = 30 * time.Second
 	}
+	if c.IdentifyFor == 0 {
+		c.IdentifyFor = 10 * time.Second
+	}
+	def(&c.IdentifyConns, 2)
+	if c.LogFloodFor == 0 {
+		c.LogFloodFor = 10 * time.Second
+	}
+	if c.LogMaxSize <= 0 {
+		c.LogMaxSize = 8 << 20
+	}
+	def(&c.LogMaxFiles, 3)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,6 +150,9 @@ type HostileScenario struct {
 	Peak     Sample           `json:"peak"`   // the server at the end of the attack
 	After    Sample           `json:"after"`  // once settled (or at the end of Settle)
 	Settled  time.Duration    `json:"settled"`
+	// Keeps: live heap the scenario may leave by design, over the ±10%
+	// (the Identify flood: the registry's share of one mesh, 8 MiB).
+	Keeps int64 `json:"keepsBytes,omitempty"`
 	// the honest watcher (silent-streams scenario only)
 	Updates    int           `json:"updates,omitempty"`
 	Missed     int           `json:"missedUpdates,omitempty"`
@@ -138,6 +165,9 @@ type HostileScenario struct {
 	HeapPerStream int64         `json:"heapPerStreamBytes,omitempty"`
 	Writes        int           `json:"writes,omitempty"`
 	CPUPerWrite   time.Duration `json:"cpuPerWrite,omitempty"`
+	// the floods' own figures
+	Identify *IdentifyFlood `json:"identifyFlood,omitempty"`
+	Log      *LogFlood      `json:"decisionLogFlood,omitempty"`
 	// ProbesFailed: probe Decides sent during the scenario (the attack and
 	// its settling) that failed, timed out included.
 	ProbesFailed int64 `json:"probesFailed"`
@@ -160,7 +190,12 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 	}
 	defer cleanup()
 	cfg.Logger.Info("starting etcd and verdictd", "dir", dir)
-	e, err := newEnv(ctx, dir, cfg.Verdictd, 1, 1)
+	var extra []string
+	logPath := filepath.Join(dir, "decisions.log")
+	if cfg.LogFloodFor > 0 {
+		extra = logFloodArgs(logPath, cfg.LogMaxSize, cfg.LogMaxFiles)
+	}
+	e, err := newEnv(ctx, dir, cfg.Verdictd, 1, 1, extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +205,9 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 	}
 	r := e.replicas[0]
 	if err := seedHostile(ctx, r.current()); err != nil {
+		return nil, err
+	}
+	if err := seedFloods(ctx, r.current()); err != nil {
 		return nil, err
 	}
 	rep := &HostileReport{config: cfg}
@@ -187,7 +225,7 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 	var wg sync.WaitGroup
 	wg.Go(func() { dec.run(probeCtx, time.Now()) })
 
-	h := &hostile{cfg: cfg, env: e, r: r}
+	h := &hostile{cfg: cfg, env: e, r: r, logPath: logPath}
 	type scenario struct {
 		name string
 		run  func(context.Context, *HostileScenario) error
@@ -203,6 +241,12 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 			func(ctx context.Context, s *HostileScenario) error { return h.readingStreams(ctx, s, n) }})
 	}
 	scenarios = append(scenarios, scenario{"oversized DecideBatch bodies", h.oversized}, scenario{"explain floods", h.explainFlood})
+	if cfg.IdentifyFor > 0 {
+		scenarios = append(scenarios, scenario{"Identify flood of fresh tag sets", h.identifyFlood})
+	}
+	if cfg.LogFloodFor > 0 {
+		scenarios = append(scenarios, scenario{"decision-log flood", h.logFlood})
+	}
 	for _, sc := range scenarios {
 		if ctx.Err() != nil {
 			break
@@ -216,7 +260,9 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %v", sc.name, err))
 		}
 		s.Duration = time.Since(start).Round(time.Millisecond)
-		s.Peak, _ = scrapeLive(ctx, r.metrics)
+		if s.Peak == (Sample{}) { // unless the scenario read it when its attack ended
+			s.Peak, _ = scrapeLive(ctx, r.metrics)
+		}
 		h.settle(ctx, s.Before, &s)
 		rep.Scenarios = append(rep.Scenarios, s)
 	}
@@ -238,9 +284,10 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 }
 
 type hostile struct {
-	cfg HostileConfig
-	env *env
-	r   *replica
+	cfg     HostileConfig
+	env     *env
+	r       *replica
+	logPath string // the decision log's file (with LogFloodFor > 0)
 }
 
 // seedHostile writes the explain flood's mesh: 201 ALLOW policies that all
@@ -294,15 +341,15 @@ func scrapeLive(ctx context.Context, addr string) (Sample, error) {
 }
 
 // settle waits until the server's goroutines are back within 10% (+10) of
-// what they were before the scenario and its live heap within 10% (+4 MiB: one GC cycle's noise),
-// at most Settle.
+// what they were before the scenario and its live heap within 10% (+4 MiB: one GC cycle's noise,
+// and what the scenario keeps by design), at most Settle.
 func (h *hostile) settle(ctx context.Context, base Sample, s *HostileScenario) {
 	start := time.Now()
 	for {
 		smp, err := scrapeLive(ctx, h.r.metrics)
 		if err == nil {
 			s.After = smp
-			if smp.Goroutines <= base.Goroutines*11/10+idleSlack && smp.HeapLive <= base.HeapLive*11/10+4<<20 {
+			if smp.Goroutines <= base.Goroutines*11/10+idleSlack && smp.HeapLive <= base.HeapLive*11/10+4<<20+s.Keeps {
 				s.Settled = time.Since(start).Round(100 * time.Millisecond)
 				return
 			}
@@ -318,16 +365,21 @@ func (h *hostile) settle(ctx context.Context, base Sample, s *HostileScenario) {
 func (h *hostile) dial() (*clients, error) { return dialClients(h.r.addr) }
 
 func count(mu *sync.Mutex, m map[string]int64, err error) {
-	k := "OK"
-	if err != nil {
-		k = status.Code(err).String()
-		if errors.Is(err, context.Canceled) {
-			k = codes.Canceled.String()
-		}
-	}
+	k := codeOf(err)
 	mu.Lock()
 	m[k]++
 	mu.Unlock()
+}
+
+// codeOf is the gRPC code a call ended with: OK, Canceled, ….
+func codeOf(err error) string {
+	switch {
+	case err == nil:
+		return codes.OK.String()
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled.String()
+	}
+	return status.Code(err).String()
 }
 
 // storm opens n streams at most 64 at a time on one connection of its own;
@@ -865,8 +917,8 @@ func (rep *HostileReport) judge() {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d goroutines %v after, %d before: a leak", s.Name,
 					s.After.Goroutines, rep.config.Settle, s.Before.Goroutines))
 			} else {
-				rep.Misses = append(rep.Misses, fmt.Sprintf("%s: live heap %s %v after, %s before", s.Name, mib(s.After.HeapLive),
-					rep.config.Settle, mib(s.Before.HeapLive)))
+				rep.Misses = append(rep.Misses, fmt.Sprintf("%s: live heap %s %v after, %s before (%s kept by design)", s.Name, mib(s.After.HeapLive),
+					rep.config.Settle, mib(s.Before.HeapLive), mib(s.Keeps)))
 			}
 		}
 		if s.ProbesFailed > 0 {
@@ -885,9 +937,15 @@ func (rep *HostileReport) judge() {
 			if strings.HasPrefix(k, "write ") {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d writes failed: %s", s.Name, n, k))
 			}
-			if k == codes.Internal.String() || k == codes.Unknown.String() {
+			if c := k[strings.LastIndexByte(k, ' ')+1:]; c == codes.Internal.String() || c == codes.Unknown.String() {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d calls answered %s", s.Name, n, k))
 			}
+		}
+		if s.Identify != nil {
+			rep.judgeIdentify(s.Name, s.Identify)
+		}
+		if s.Log != nil {
+			rep.judgeLog(s.Name, s.Log)
 		}
 	}
 	timedOut := rep.Probes.FailedLiveBy[codes.DeadlineExceeded.String()]
@@ -898,6 +956,71 @@ func (rep *HostileReport) judge() {
 		rep.Misses = append(rep.Misses, fmt.Sprintf("%d probe Decides ran out of their %v deadline (target 0)", timedOut, rep.config.ProbeTimeout))
 	}
 	rep.Pass = len(rep.Problems) == 0 && len(rep.Misses) == 0
+}
+
+// verdictd's default quota of sets per mesh in the registry, and of their
+// bytes (docs/api.md, Identify).
+const (
+	identityMeshMaxSets  = 16384
+	identityMeshMaxBytes = 8 << 20
+)
+
+// judgeIdentify: an identity answered for another set, or a victim's set of
+// mesh B evicted by mesh A's flood, or mesh A over its quota, is a problem;
+// the victim's calls past their deadline are misses.
+func (rep *HostileReport) judgeIdentify(name string, f *IdentifyFlood) {
+	if f.Mismatches > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d identity answers differ from the tag answer of the same flow: %s",
+			name, f.Mismatches, strings.Join(f.MismatchFirst, "; ")))
+	}
+	if f.Unknown > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d of the victim's identity answers in mesh %s were unknown: mesh %s's flood evicted them",
+			name, f.Unknown, floodMeshB, floodMeshA))
+	}
+	if f.Held > identityMeshMaxSets {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: mesh %s holds %d registered sets, over its quota of %d",
+			name, floodMeshA, f.Held, identityMeshMaxSets))
+	}
+	for k, n := range f.VictimFailed {
+		if strings.HasSuffix(k, " "+codes.DeadlineExceeded.String()) {
+			rep.Misses = append(rep.Misses, fmt.Sprintf("%s: %d of the victim's calls ran out of their deadline: %s", name, n, k))
+		} else {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d of the victim's calls failed: %s", name, n, k))
+		}
+	}
+}
+
+// judgeLog: files over their cap, lines over the record cap, sink errors,
+// or an honest decision neither written nor told dropped, are problems; an
+// accounting the reader could not complete (it missed a file) and honest
+// calls that failed are misses.
+func (rep *HostileReport) judgeLog(name string, f *LogFlood) {
+	if f.MaxBytes > f.Bound {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the log's files held %d bytes, over max-size × max-files + one record (%d)",
+			name, f.MaxBytes, f.Bound))
+	}
+	if f.Overlong > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d lines over the record cap of %d bytes", name, f.Overlong, f.MaxRecord))
+	}
+	if f.SinkErrs > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d batches the file sink failed to write", name, f.SinkErrs))
+	}
+	switch {
+	case f.Accounted:
+	case f.Verifiable:
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the honest flow decided %d times, %d written and %d told dropped",
+			name, f.HonestDecided, f.HonestWritten, f.HonestTold))
+	default:
+		rep.Misses = append(rep.Misses, fmt.Sprintf("%s: the honest flow's accounting not verified (%d files rotated away unread, follower: %q)",
+			name, f.Unread, f.FollowErr))
+	}
+	if f.Verifiable && f.HonestInFile != f.HonestWritten {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the file holds %d of the honest flow's decisions, Follow saw %d written",
+			name, f.HonestInFile, f.HonestWritten))
+	}
+	if f.HonestFailed > 0 {
+		rep.Misses = append(rep.Misses, fmt.Sprintf("%s: %d of the honest flow's Decides failed", name, f.HonestFailed))
+	}
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -916,6 +1039,9 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "%s (%s)\n", s.Name, ms(s.Duration))
 		fmt.Fprintf(w, "  attacker's calls and streams ended: %s\n", fmtCodes(s.Codes))
 		fmt.Fprintf(w, "  at the end of the attack: %d goroutines, heap live %s, RSS %s\n", s.Peak.Goroutines, mib(s.Peak.HeapLive), mib(s.Peak.RSS))
+		if s.Keeps > 0 {
+			fmt.Fprintf(w, "  kept by design: up to %s of live heap\n", mib(s.Keeps))
+		}
 		settled := "not within " + c.Settle.String()
 		if s.Settled >= 0 {
 			settled = "after " + s.Settled.String()
@@ -931,6 +1057,23 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 		if s.Streams > 0 {
 			fmt.Fprintf(w, "  %d streams open: %.1f KiB of live heap each (target ≤ 64 KiB); %d writes, %s of verdictd CPU each\n",
 				s.Streams, float64(s.HeapPerStream)/1024, s.Writes, s.CPUPerWrite.Round(10*time.Microsecond))
+		}
+		if f := s.Identify; f != nil {
+			fmt.Fprintf(w, "  attacker's endpoints: %s; %d sets registered in mesh %s, %d held after, %d evicted\n",
+				fmtCodes(f.Endpoints), f.Registered, floodMeshA, f.Held, f.Evicted)
+			fmt.Fprintf(w, "  live heap right after the flood, per set held: %d bytes (the registry keeps its sets)\n", f.HeapPerSet)
+			fmt.Fprintf(w, "  victim: %d rounds, %d identity answers compared with tags, %d differed (target 0); unknown: %d in mesh %s (target 0), %d in mesh %s (evicted: Identify again %d times); failed: %s\n",
+				f.VictimRounds, f.Compared, f.Mismatches, f.Unknown, floodMeshB, f.UnknownA, floodMeshA, f.Reidentified, fmtCodes(f.VictimFailed))
+		}
+		if f := s.Log; f != nil {
+			fmt.Fprintf(w, "  log files: at most %s together (bound %s: %s × %d + one record); by second: %s\n",
+				mib(f.MaxBytes), mib(f.Bound), mib(f.MaxSize), f.MaxFiles, fmtSizes(f.BytesBySecond))
+			fmt.Fprintf(w, "  records: %d offered, %d written, %d repeats, %d truncated, dropped by mesh: %s; sink errors %d\n",
+				f.Offered, f.Written, f.Repeats, f.Truncated, fmtCodes(f.Dropped), f.SinkErrs)
+			fmt.Fprintf(w, "  file as read: %d lines (%d over the record cap), %d drop summaries telling %s, %d files unread\n",
+				f.Lines, f.Overlong, f.Summaries, fmtCodes(f.Told), f.Unread)
+			fmt.Fprintf(w, "  honest flow: %d decided (%d failed), %d in %d records (%d in the file as read), %d told dropped (metric %d): accounted %v\n",
+				f.HonestDecided, f.HonestFailed, f.HonestWritten, f.HonestRecords, f.HonestInFile, f.HonestTold, f.HonestMetric, f.Accounted)
 		}
 		fmt.Fprintf(w, "  probe Decides failed during it or its settling: %d\n", s.ProbesFailed)
 	}

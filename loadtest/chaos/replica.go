@@ -31,6 +31,7 @@ type replica struct {
 	metrics   string // /metrics
 	endpoints []string
 	logPath   string
+	extra     []string // more verdictd flags, after the ones every replica gets
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -54,12 +55,12 @@ type clients struct {
 
 type interval struct{ from, to time.Time } // to zero: ongoing
 
-func newReplica(name, bin, dir string, endpoints []string) (*replica, error) {
+func newReplica(name, bin, dir string, endpoints []string, extra []string) (*replica, error) {
 	ports, err := listen.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	return &replica{name: name, bin: bin, endpoints: endpoints,
+	return &replica{name: name, bin: bin, endpoints: endpoints, extra: extra,
 		addr:    fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		metrics: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		logPath: filepath.Join(dir, name+".log")}, nil
@@ -84,8 +85,9 @@ func (r *replica) start(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(logf, "--- %s: start %d\n", time.Now().Format(time.RFC3339Nano), r.starts.Load()+1)
-	cmd := exec.Command(r.bin, "--listen", r.addr, "--metrics-listen", r.metrics,
-		"--etcd-endpoints", strings.Join(r.endpoints, ","), "--log-level", "warn", "--shutdown-timeout", "5s")
+	args := append([]string{"--listen", r.addr, "--metrics-listen", r.metrics,
+		"--etcd-endpoints", strings.Join(r.endpoints, ","), "--log-level", "warn", "--shutdown-timeout", "5s"}, r.extra...)
+	cmd := exec.Command(r.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
