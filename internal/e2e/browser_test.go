@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -42,14 +43,15 @@ type browser struct {
 	ctx context.Context // the tab's; ends with the test
 	dir string          // screenshots
 
-	mu      sync.Mutex
-	console []chromedp.ConsoleMessage
+	mu       sync.Mutex
+	console  []chromedp.ConsoleMessage
+	requests map[network.RequestID]string // URLs of the requests, for their failures
 }
 
 // newBrowser starts a browser for the test; it is closed at the end of the
 // test. Its console (calls of the console API, uncaught exceptions, browser
-// log entries such as CSP violations and failed loads) is recorded from the
-// start.
+// log entries such as CSP violations and failed loads) and its failed
+// requests are recorded from the start.
 func newBrowser(t testing.TB) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browserPath(t)),
@@ -63,7 +65,10 @@ func newBrowser(t testing.TB) *browser {
 	if err := chromedp.Do(ctx); err != nil { // starts the browser, with no deadline
 		t.Fatalf("start chromium-headless-shell: %v", err)
 	}
-	b := &browser{t: t, ctx: ctx, dir: screenshotDir(t)}
+	b := &browser{t: t, ctx: ctx, dir: screenshotDir(t), requests: map[network.RequestID]string{}}
+	if err := chromedp.Listen(ctx, b.recordFailure); err != nil {
+		t.Fatalf("listen to the browser's network: %v", err)
+	}
 	messages := chromedp.Console(ctx)
 	go func() {
 		for m, err := range messages {
@@ -76,6 +81,30 @@ func newBrowser(t testing.TB) *browser {
 		}
 	}()
 	return b
+}
+
+// recordFailure records a failed request as a console error of the
+// network, as the browser's log words one ("the server responded with a
+// status of 404"): a response of status 400 or more, or a load that failed
+// (refused, reset, blocked), which the log may not show. A load the browser
+// cancels (the page went elsewhere) is no failure.
+func (b *browser) recordFailure(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		b.requests[ev.RequestID] = ev.Request.URL
+	case *network.EventResponseReceived:
+		if ev.Response != nil && ev.Response.Status >= 400 {
+			b.console = append(b.console, chromedp.ConsoleMessage{Type: chromedp.ConsoleError, Source: "network", URL: ev.Response.URL,
+				Text: fmt.Sprintf("failed request: the server responded with a status of %d", ev.Response.Status)})
+		}
+	case *network.EventLoadingFailed:
+		if !ev.Canceled {
+			b.console = append(b.console, chromedp.ConsoleMessage{Type: chromedp.ConsoleError, Source: "network", URL: b.requests[ev.RequestID],
+				Text: fmt.Sprintf("failed request: %s %s", ev.ErrorText, ev.BlockedReason)})
+		}
+	}
 }
 
 // do runs actions with a deadline of their own (the browser's context has

@@ -28,22 +28,9 @@ import (
 // One iteration is one decision of a generated flow, rendered; the figures
 // are reported as metrics, never asserted:
 //
-//	go test -run '^$' -bench Explorer -benchtime 300x ./internal/e2e/
+//	go test -run '^$' -bench 'Explorer$' -benchtime 300x ./internal/e2e/
 func BenchmarkExplorer(b *testing.B) {
-	set := policygen.Generate(policygen.Config{Seed: 1, Policies: 10_000, Mesh: "shop"})
-	var doc bytes.Buffer
-	doc.WriteString(shopPolicies[strings.Index(shopPolicies, "---")+4:]) // the shop's workloads and policies; the set's Mesh
-	for _, r := range set.Resources {
-		j, err := resource.EncodeJSON(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		fmt.Fprintf(&doc, "\n---\n%s\n", j)
-	}
-	file := filepath.Join(b.TempDir(), "10k.yaml")
-	if err := os.WriteFile(file, doc.Bytes(), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	set, file := tenThousand(b, "")
 	d := startExplorerWith(b, file)
 	br := newBrowser(b)
 
@@ -94,6 +81,29 @@ func BenchmarkExplorer(b *testing.B) {
 	br.noConsoleProblems(nil)
 }
 
+// tenThousand writes the shop's workloads and policies, more, and 10,000
+// generated policies (policygen's sparse set, in mesh shop) to a bootstrap
+// file, and returns the set and the file.
+func tenThousand(tb testing.TB, more string) (*policygen.Set, string) {
+	tb.Helper()
+	set := policygen.Generate(policygen.Config{Seed: 1, Policies: 10_000, Mesh: "shop"})
+	var doc bytes.Buffer
+	doc.WriteString(shopPolicies[strings.Index(shopPolicies, "---")+4:]) // the shop's workloads and policies; the set's Mesh
+	doc.WriteString(more)
+	for _, r := range set.Resources {
+		j, err := resource.EncodeJSON(r)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		fmt.Fprintf(&doc, "\n---\n%s\n", j)
+	}
+	file := filepath.Join(tb.TempDir(), "10k.yaml")
+	if err := os.WriteFile(file, doc.Bytes(), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return set, file
+}
+
 // firstPaint is the page's first contentful paint, in ms from the start of
 // its navigation (the browser records it shortly after the paint).
 func firstPaint(br *browser) float64 {
@@ -129,4 +139,54 @@ func pct(sorted []float64, p int) float64 {
 	}
 	i := (len(sorted)*p + 99) / 100
 	return sorted[max(i-1, 0)]
+}
+
+// BenchmarkExplorerViews measures, as BenchmarkExplorer does for decide, the
+// time each other view takes to show its answer against a verdictd holding
+// 10,000 generated policies besides the shop's (performance timing of the
+// view's render, from its first call to its last row; the policies views
+// also report when the list or the document is shown, before Lint's
+// findings). One iteration renders the view once; the figures are reported
+// as metrics, never asserted:
+//
+//	go test -run '^$' -bench ExplorerViews -benchtime 20x ./internal/e2e/
+func BenchmarkExplorerViews(b *testing.B) {
+	_, file := tenThousand(b, "")
+	d := startExplorerWith(b, file, "--retention", "off")
+	br := newBrowser(b)
+	br.open(d.ui+"/?view=workload&mesh=shop&workload=db-1", "workload")
+
+	for _, v := range []struct {
+		name, query, view string
+		measures          []string // the first is the view's answer
+	}{
+		{"workload", "?view=workload&mesh=shop&workload=db-1", "workload", []string{"verdict:workload"}},
+		{"reach", "?view=reach&mesh=shop&end=workload:db-1&proto=TCP&port=5432", "reach", []string{"verdict:reach"}},
+		{"policies", "?view=policies&mesh=shop", "policies", []string{"verdict:policies:list", "verdict:policies"}},
+		{"policy", "?view=policies&mesh=shop&policy=TrafficPermission/web-to-db", "policies", []string{"verdict:policies:document", "verdict:policies"}},
+		{"impact", "?view=impact&mesh=shop&delete=shop/policies/TrafficPermission/web-to-db", "impact", []string{"verdict:impact"}},
+		{"history", "?view=history&key=shop/&prefix=1", "history", []string{"verdict:history"}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			step := fmt.Sprintf(`(() => { performance.clearMeasures(); history.pushState(null, '', %q);
+				window.dispatchEvent(new PopStateEvent('popstate')); })()`, "/"+v.query)
+			times := make([][]float64, len(v.measures))
+			for b.Loop() {
+				br.do(chromedp.Evaluate[chromedp.Void](step))
+				br.waitView(v.view, "ready")
+				for i, m := range v.measures {
+					times[i] = append(times[i], eval[float64](br, fmt.Sprintf(`(performance.getEntriesByName(%q).pop() || {duration: -1}).duration`, m)))
+				}
+			}
+			b.StopTimer()
+			for i, m := range v.measures {
+				sort.Float64s(times[i])
+				unit := strings.TrimPrefix(m, "verdict:")
+				unit = strings.ReplaceAll(unit, ":", "-")
+				b.ReportMetric(pct(times[i], 50), unit+"-p50-ms")
+				b.ReportMetric(pct(times[i], 99), unit+"-p99-ms")
+			}
+		})
+	}
+	br.noConsoleProblems(nil)
 }

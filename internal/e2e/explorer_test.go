@@ -189,7 +189,7 @@ func TestExplorerWorkload(t *testing.T) {
 	b.screenshot("explorer-workload")
 
 	// The rule's flow: web's tags to db-1 on TCP/5432, allowed by web-to-db.
-	b.do(chromedp.Click(chromedp.CSS(`#rules-inbound tbody tr:first-child a`)))
+	b.do(chromedp.Click(chromedp.CSS(`#rules-inbound tbody tr:first-child a[aria-label^="decide"]`)))
 	b.waitView("decide", "ready")
 	if got := b.text("#verdict-action") + " " + b.text("#verdict-policy"); got != "ALLOW web-to-db" {
 		t.Errorf("the rule's flow: %q, want ALLOW web-to-db", got)
@@ -198,6 +198,19 @@ func TestExplorerWorkload(t *testing.T) {
 	if !strings.Contains(decideURL, "src=tags:app=web") || !strings.Contains(decideURL, "dst=workload:db-1") || !strings.Contains(decideURL, "port=5432") {
 		t.Errorf("the decide view's URL %q does not hold the flow", decideURL)
 	}
+
+	// The rule's policy: its detail in the policies view.
+	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))
+	b.waitView("workload", "ready")
+	b.do(chromedp.Click(chromedp.CSS(`#rules-inbound tbody tr:first-child a[href*="view=policies"]`)))
+	b.waitView("policies", "ready")
+	if got := b.text("h1"); got != "Policy TrafficPermission/web-to-db" {
+		t.Errorf("the rule's policy: %q", got)
+	}
+	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))
+	b.waitView("workload", "ready")
+	b.do(chromedp.Click(chromedp.CSS(`#rules-inbound tbody tr:first-child a[aria-label^="decide"]`)))
+	b.waitView("decide", "ready")
 
 	// Back to the workload, forward to the decision.
 	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))
@@ -223,28 +236,41 @@ func TestExplorerWorkload(t *testing.T) {
 	b.noConsoleProblems(nil)
 }
 
+// unlabelled lists the controls without a name, the tables without a
+// caption, the links without text, and the forms and navigations (pagers)
+// without a name.
+const unlabelled = `(() => {
+	const bad = [];
+	for (const el of document.querySelectorAll('input, select, textarea, button')) {
+		const named = [...(el.labels || [])].some((l) => l.textContent.trim()) || el.getAttribute('aria-label') ||
+			el.getAttribute('aria-labelledby') || (el.tagName === 'BUTTON' && el.textContent.trim());
+		if (!named) bad.push(el.id || el.outerHTML.slice(0, 80));
+	}
+	for (const tb of document.querySelectorAll('table')) if (!tb.caption || !tb.caption.textContent.trim()) bad.push('a table without caption');
+	for (const a of document.querySelectorAll('a')) if (!a.textContent.trim() && !a.getAttribute('aria-label')) bad.push('a link without text');
+	for (const f of document.querySelectorAll('form')) if (!f.getAttribute('aria-label') && !f.getAttribute('aria-labelledby')) bad.push('a form without name');
+	for (const n of document.querySelectorAll('nav')) if (!n.getAttribute('aria-label')) bad.push('a navigation without name');
+	return bad;
+})()`
+
 // Every control is labelled, every table has a caption; Tab reaches the
 // form's fields in order and its submit, and Enter on it decides.
 func TestExplorerAccessibility(t *testing.T) {
 	d := startExplorer(t)
 	b := newBrowser(t)
-	unlabelled := `(() => {
-		const bad = [];
-		for (const el of document.querySelectorAll('input, select, textarea, button')) {
-			const named = [...(el.labels || [])].some((l) => l.textContent.trim()) || el.getAttribute('aria-label') ||
-				el.getAttribute('aria-labelledby') || (el.tagName === 'BUTTON' && el.textContent.trim());
-			if (!named) bad.push(el.id || el.outerHTML.slice(0, 80));
-		}
-		for (const tb of document.querySelectorAll('table')) if (!tb.caption || !tb.caption.textContent.trim()) bad.push('a table without caption');
-		for (const a of document.querySelectorAll('a')) if (!a.textContent.trim() && !a.getAttribute('aria-label')) bad.push('a link without text');
-		for (const f of document.querySelectorAll('form')) if (!f.getAttribute('aria-label') && !f.getAttribute('aria-labelledby')) bad.push('a form without name');
-		return bad;
-	})()`
 	for _, page := range []struct{ query, view string }{
 		{"/", "decide"},
 		{"/?mesh=shop&src=workload:web-1&dst=workload:db-1&proto=TCP&port=5432", "decide"},
 		{"/?view=workload&mesh=shop", "workload"},
 		{"/?view=workload&mesh=shop&workload=db-1", "workload"},
+		{"/?view=reach&mesh=shop&end=workload:db-1&proto=TCP&port=5432", "reach"},
+		{"/?view=reach", "reach"},
+		{"/?view=policies&mesh=shop", "policies"},
+		{"/?view=policies&mesh=shop&policy=TrafficPermission/web-to-db", "policies"},
+		{"/?view=impact", "impact"},
+		{"/?view=impact&delete=shop/policies/TrafficPermission/web-to-db", "impact"},
+		{"/?view=history&key=shop/policies/TrafficPermission/web-to-db", "history"},
+		{"/?view=history", "history"},
 	} {
 		b.open(d.ui+page.query, page.view)
 		if bad := eval[[]string](b, unlabelled); len(bad) > 0 {

@@ -9,6 +9,12 @@
 // localhost or a configured name is refused (DNS rebinding), a cross-origin
 // POST is refused, and with a token configured every API call needs it.
 //
-// It imports the API's generated types and gRPC's client interface; never
-// server/, the engine or the store.
+// Besides the methods, POST /api/documents reads pasted YAML with
+// engine/resource's one decoder (as verdictctl reads files) into the API's
+// resources, for the impact view's Impact call; it calls nothing and writes
+// nothing.
+//
+// It imports the API's generated types, gRPC's client interface and
+// engine/resource (the model and its decoder, which links no index); never
+// server/, the engine's decision packages or the store.
 package explorer

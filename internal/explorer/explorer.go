@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 //go:embed ui
@@ -76,8 +78,11 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/api/", onlyMethods("the API takes POST with a JSON body", http.StripPrefix("/api/",
-		&gateway{conn: cfg.Conn, timeout: cfg.CallTimeout, log: cfg.Logger, token: cfg.Token}), http.MethodPost))
+	api := http.NewServeMux()
+	api.Handle("/"+documentsPath, documents{log: cfg.Logger})
+	api.Handle("/", &gateway{conn: cfg.Conn, timeout: cfg.CallTimeout, log: cfg.Logger})
+	mux.Handle("/api/", onlyMethods("the API takes POST with a JSON body",
+		needsToken(cfg.Token, http.StripPrefix("/api", api)), http.MethodPost))
 	mux.Handle("/", onlyMethods("the page is read with GET", pageFiles(files), http.MethodGet, http.MethodHead))
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -167,6 +172,20 @@ func allowedHost(hostport string, hosts []string) bool {
 		return true
 	}
 	return slices.ContainsFunc(hosts, func(h string) bool { return strings.EqualFold(strings.TrimSuffix(h, "."), host) })
+}
+
+// needsToken answers 401 to a request without the token (none configured:
+// development mode, every request passes). The gateway forwards the header,
+// so the server judges the token too.
+func needsToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && !tokenOK(r, token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="verdict"`)
+			writeStatus(w, status.New(codes.Unauthenticated, "the explorer needs the bearer token (Authorization: Bearer <token>)"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // tokenOK tells whether a request carries the token: exactly one

@@ -108,6 +108,7 @@ type call struct {
 	host    string
 	code    int
 	want    []string // parts of the body
+	pages   string   // the Verdict-Pages header, when set
 }
 
 func (c call) run(t *testing.T, base string) {
@@ -133,6 +134,9 @@ func (c call) run(t *testing.T, base string) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != c.code {
 		t.Errorf("%d %s, want %d", resp.StatusCode, body, c.code)
+	}
+	if c.pages != "" && resp.Header.Get("Verdict-Pages") != c.pages {
+		t.Errorf("Verdict-Pages %q, want %q", resp.Header.Get("Verdict-Pages"), c.pages)
 	}
 	for _, w := range c.want {
 		if !strings.Contains(string(body), w) {
@@ -191,6 +195,48 @@ func TestGateway(t *testing.T) {
 	}
 }
 
+// The analysis and history methods, pasted documents, and Reach read in
+// pages: the Verdict-Pages header counts them, ?page=N picks one.
+func TestGatewayAnalysis(t *testing.T) {
+	t.Parallel()
+	hs := serve(t, "")
+	reach := `{"mesh":"shop","endpoint":{"workload":"db-1"},"direction":"REACH_DIRECTION_TO","protocol":"TCP","port":5432}`
+	freeze := `{"resources":[{"policy":{"mesh":"shop","name":"freeze","priority":-1,"sources":[{"match":{"app":"web"}}],` +
+		`"destinations":[{"match":{"app":"db"}}],"action":"DENY"}}]}`
+	tests := []call{
+		{name: "reach, the first page", method: "POST", path: "/api/verdict.v1.AnalysisService/Reach", body: reach, code: 200,
+			want: []string{`"workload":"web-1"`, `"outboundPolicy":"web-to-db"`}, pages: "1"},
+		{name: "reach, page 0", method: "POST", path: "/api/verdict.v1.AnalysisService/Reach?page=0", body: reach, code: 200,
+			want: []string{`"workload":"web-1"`}, pages: "1"},
+		{name: "reach, a page past the last", method: "POST", path: "/api/verdict.v1.AnalysisService/Reach?page=1", body: reach, code: 404,
+			want: []string{"the answer has 1 page(s)"}},
+		{name: "reach, not a page", method: "POST", path: "/api/verdict.v1.AnalysisService/Reach?page=-1", body: reach, code: 400},
+		{name: "reach, the method table's validation", method: "POST", path: "/api/verdict.v1.AnalysisService/Reach",
+			body: `{"mesh":"shop","endpoint":{"workload":"db-1","address":"10.1.0.2"}}`, code: 400, want: []string{`"fieldViolations"`}},
+		{name: "impact, nothing written", method: "POST", path: "/api/verdict.v1.AnalysisService/Impact", body: freeze, code: 200,
+			want: []string{`"policy":"freeze"`, `"policy":"web-to-db"`, `"considered":"32"`}},
+		{name: "lint", method: "POST", path: "/api/verdict.v1.AnalysisService/Lint", body: `{"mesh":"shop"}`, code: 200,
+			want: []string{`"rules":"1"`}},
+		{name: "documents", method: "POST", path: "/api/documents",
+			body: `{"yaml":"kind: Policy\nmesh: shop\nname: freeze\nsources: [{match: {app: web}}]\ndestinations: [{}]\naction: DENY\n---\nkind: Workload\nmesh: shop\nname: w\n"}`,
+			code: 200, want: []string{`{"resources":[{"policy":{"kind":"Policy","mesh":"shop","name":"freeze"`, `{"workload":{"kind":"Workload"`}},
+		{name: "documents that do not decode", method: "POST", path: "/api/documents",
+			body: `{"yaml":"kind: Policy\nname: x\nsources: [{mtch: {}}]\ndestinations: [{}]\naction: DENI\n"}`, code: 400,
+			want: []string{`"code":3`, `"field":"documents[0] (line 1).sources[0].mtch"`, `"field":"documents[0] (line 1).action"`}},
+		{name: "YAML that does not parse", method: "POST", path: "/api/documents", body: `{"yaml":"a: [b"}`, code: 400,
+			want: []string{`YAML`}},
+		{name: "no document", method: "POST", path: "/api/documents", body: `{"yaml":"# nothing\n"}`, code: 400,
+			want: []string{`no document`}},
+		{name: "documents, not the request", method: "POST", path: "/api/documents", body: `{"yaml":1}`, code: 400},
+		{name: "documents, not JSON", method: "POST", path: "/api/documents", body: `kind: Policy`,
+			headers: map[string]string{"Content-Type": "application/yaml"}, code: 400},
+		{name: "documents, GET", method: "GET", path: "/api/documents", code: 405},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, hs.URL) })
+	}
+}
+
 // With a token, every API call needs it, open RPCs included; the page's
 // files do not (they hold no data).
 func TestGatewayToken(t *testing.T) {
@@ -209,6 +255,10 @@ func TestGatewayToken(t *testing.T) {
 		{name: "decide, the token", method: "POST", path: "/api/verdict.v1.DecisionService/Decide", body: flow, headers: bearer,
 			code: 200, want: []string{`"workload":"web-1"`, `"candidates":[`}},
 		{name: "status, the token", method: "POST", path: "/api/verdict.v1.PolicyService/Status", body: `{}`, headers: bearer, code: 200},
+		{name: "documents, no token", method: "POST", path: "/api/documents", body: `{"yaml":"kind: Mesh\nname: x\n"}`, code: 401},
+		{name: "documents, the token", method: "POST", path: "/api/documents", body: `{"yaml":"kind: Mesh\nname: x\n"}`,
+			headers: bearer, code: 200, want: []string{`"mesh":{"kind":"Mesh","name":"x"}`}},
+		{name: "lint, the token", method: "POST", path: "/api/verdict.v1.AnalysisService/Lint", body: `{}`, headers: bearer, code: 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, hs.URL) })
@@ -216,7 +266,8 @@ func TestGatewayToken(t *testing.T) {
 }
 
 // Every method the page may call reads: none writes, none streams from the
-// client.
+// client; each is a method of the API whose answer is read as the table
+// says (a unary method whole, a stream by its first message or its pages).
 func TestMethodsRead(t *testing.T) {
 	t.Parallel()
 	for _, m := range explorer.Methods() {
@@ -224,6 +275,9 @@ func TestMethodsRead(t *testing.T) {
 			if strings.Contains(m, w) {
 				t.Errorf("the explorer calls %s", m)
 			}
+		}
+		if !explorer.Callable(m) {
+			t.Errorf("%s: not a method of the API, or its answer is not read as its kind", m)
 		}
 	}
 }

@@ -28,10 +28,21 @@ export class APIError extends Error {
 // call calls a method ("verdict.v1.DecisionService/Decide") with a request
 // object and returns the response object.
 export async function call(method, request) {
+  return (await post(`/api/${method}`, request)).body;
+}
+
+// page calls a method whose answer is a stream of pages (Reach) and returns
+// page n (from 0) and the number of pages: {body, pages}.
+export async function page(method, request, n) {
+  const { body, resp } = await post(`/api/${method}?page=${n}`, request);
+  return { body, pages: Number(resp.headers.get('Verdict-Pages')) || 1 };
+}
+
+async function post(url, request) {
   const headers = { 'Content-Type': 'application/json' };
   const t = token();
   if (t) headers.Authorization = `Bearer ${t}`;
-  const resp = await fetch(`/api/${method}`, {
+  const resp = await fetch(url, {
     method: 'POST', headers, body: JSON.stringify(request || {}), cache: 'no-store', credentials: 'omit',
   });
   const text = await resp.text();
@@ -42,5 +53,5 @@ export async function call(method, request) {
     body = { message: text.trim() };
   }
   if (!resp.ok) throw new APIError(resp.status, body);
-  return body;
+  return { body, resp };
 }

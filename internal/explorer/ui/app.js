@@ -15,8 +15,12 @@ import * as api from './api.js';
 import { query } from './ends.js';
 import decide from './views/decide.js';
 import workload from './views/workload.js';
+import reach from './views/reach.js';
+import policies from './views/policies.js';
+import impact from './views/impact.js';
+import historyView from './views/history.js';
 
-const views = [decide, workload];
+const views = [decide, workload, reach, policies, impact, historyView];
 
 function pick(params) {
   const name = params.get('view');
@@ -69,8 +73,10 @@ function navigate(params, opts = {}) {
 
 function showNav(current) {
   const nav = document.getElementById('views');
+  // The mesh in view goes along to the other views.
+  const mesh = new URLSearchParams(location.search).get('mesh');
   nav.replaceChildren(...views.map((v) => h('a', {
-    href: `?view=${v.name}`, 'aria-current': v === current ? 'page' : null,
+    href: query([['view', v.name], ['mesh', mesh || '']]), 'aria-current': v === current ? 'page' : null,
   }, v.title)));
 }
 

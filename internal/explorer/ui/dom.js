@@ -76,3 +76,21 @@ export function tagList(tags) {
   if (!keys.length) return h('span', { class: 'hint' }, 'no tags');
   return h('span', null, keys.map((k) => h('span', { class: 'tag mono' }, `${k}=${tags[k]}`)));
 }
+
+// pageOf is page n (from 1, clamped) of items, size at a time: {n, pages,
+// items, first} (first: the number of its first item, from 1).
+export function pageOf(items, n, size) {
+  const pages = Math.max(1, Math.ceil(items.length / size));
+  const k = Math.min(Math.max(1, Number(n) || 1), pages);
+  return { n: k, pages, items: items.slice((k - 1) * size, k * size), first: (k - 1) * size + 1 };
+}
+
+// pager links a page's neighbours: label names the navigation ("Pages of
+// changed flows"), what the items ("flows"); href(k) is page k's URL, and
+// the next link's id is idPrefix-next.
+export function pager(label, what, p, total, href, idPrefix) {
+  return h('nav', { class: 'pager', 'aria-label': label },
+    p.n > 1 ? h('a', { href: href(p.n - 1), rel: 'prev', id: `${idPrefix}-prev` }, 'Previous page') : null,
+    h('span', null, ` ${what} ${p.first}–${p.first + p.items.length - 1} of ${total} `),
+    p.n < p.pages ? h('a', { href: href(p.n + 1), rel: 'next', id: `${idPrefix}-next` }, 'Next page') : null);
+}

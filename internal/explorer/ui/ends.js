@@ -53,3 +53,29 @@ export function query(params) {
   }
   return parts.length ? `?${parts.join('&')}` : '?';
 }
+
+// tagsEnd is the URL end of a tag set ("tags:app=web,env=prod"), or '' when
+// a key or value holds a "," or a key a "=", which the tags form cannot write.
+export function tagsEnd(tags) {
+  const keys = Object.keys(tags || {}).sort();
+  if (keys.some((k) => k.includes(',') || k.includes('=') || String(tags[k]).includes(','))) return '';
+  return `tags:${keys.map((k) => `${k}=${tags[k]}`).join(',')}`;
+}
+
+// endOf is the URL end of the API's Endpoint, or '' when it has none (an
+// identity).
+export function endOf(ep) {
+  if (!ep) return '';
+  for (const form of ['workload', 'address', 'principal']) {
+    if (ep[form]) return `${form}:${ep[form]}`;
+  }
+  if (ep.identity && ep.identity !== '0') return '';
+  return tagsEnd(ep.tags);
+}
+
+// decideHref is the decide view of a flow: {mesh, type, src, dst, proto,
+// port, rev}, empty values left out.
+export function decideHref(f) {
+  return query([['mesh', f.mesh], ['type', f.type], ['src', f.src], ['dst', f.dst], ['proto', f.proto || ''],
+    ['port', f.proto && f.port ? String(f.port) : ''], ['rev', f.rev || '']]);
+}

@@ -1,11 +1,13 @@
 // The decide view: a flow → the final action and policy, both sides'
 // answers, how each end resolved, and each side's candidate rules in order
-// (what `verdictctl explain` prints; docs/explain.md).
+// (what `verdictctl explain` prints; docs/explain.md). With rev=, as the
+// store was at that revision (the revision bar sets it).
 //
-// URL: ?mesh=shop&type=TrafficPermission&src=workload:web-1&dst=workload:db-1&proto=TCP&port=5432
+// URL: ?mesh=shop&type=TrafficPermission&src=workload:web-1&dst=workload:db-1&proto=TCP&port=5432&rev=12
 
 import { h, table, field, errorBox, enumText, action, dash, tagsText } from '../dom.js';
 import { forms, parseEnd, endpoint, formatEnd, query } from '../ends.js';
+import { revisionBar } from './history.js';
 
 const protocols = ['', 'TCP', 'UDP', 'ICMP'];
 
@@ -17,7 +19,7 @@ export default {
     const { params, root } = ctx;
     const flow = readFlow(params);
     const result = h('section', { id: 'result', 'aria-live': 'polite', 'aria-labelledby': 'result-title' });
-    root.replaceChildren(h('h1', null, 'Decide a flow'), flowForm(flow, ctx), result);
+    root.replaceChildren(h('h1', null, 'Decide a flow'), flowForm(flow, ctx), revisionBar(ctx, flow.mesh), result);
     if (!params.get('src') || !params.get('dst')) {
       const missing = params.get('src') ? 'the destination' : params.get('dst') ? 'the source' : 'both ends of a flow';
       result.append(h('p', { class: 'hint', id: 'result-title' },
@@ -33,6 +35,7 @@ export default {
       mesh: flow.mesh, type: flow.type, source: endpoint(flow.src), destination: endpoint(flow.dst),
       protocol: flow.proto, port: flow.port ? Number(flow.port) : 0,
     };
+    if (flow.rev) req.atRevision = flow.rev;
     // The plain answer, which is cheap, is shown as soon as it comes; the
     // explained one (every candidate rule, which costs far more on a large
     // policy set) is asked for then, so as not to slow the first, and fills
@@ -81,12 +84,14 @@ function readFlow(params) {
     mesh: params.get('mesh') || '', type: params.get('type') || '',
     proto: (params.get('proto') || '').toUpperCase(), port: params.get('port') || '',
     src: { form: 'workload', value: '' }, dst: { form: 'workload', value: '' },
+    rev: params.get('rev') || '',
   };
   try {
     for (const end of ['src', 'dst']) {
       const v = params.get(end);
       if (v) flow[end] = parseEnd(v);
     }
+    if (flow.rev !== '' && !/^[1-9][0-9]*$/.test(flow.rev)) throw new Error(`rev "${flow.rev}": a revision number from 1`);
     if (!protocols.includes(flow.proto)) throw new Error(`proto "${flow.proto}": TCP, UDP or ICMP`);
     if (flow.port !== '') {
       const n = Number(flow.port);
@@ -131,6 +136,7 @@ function flowForm(flow, ctx) {
       }
       p.set('proto', proto.value);
       p.set('port', port.value.trim());
+      p.set('rev', flow.rev);
       ctx.navigate(p, { focus: true });
     },
   },
@@ -146,7 +152,8 @@ function decision(flow, r) {
       h('span', { id: 'verdict-action', class: `verdict ${act.toLowerCase()}` }, act),
       r.policy ? [' by policy ', h('code', { id: 'verdict-policy' }, r.policy)] : ' (no policy decided)'),
     h('p', { class: 'meta' }, `mesh ${flow.mesh || 'default'} · ${flow.type || 'TrafficPermission'} · `,
-      flow.proto ? `${flow.proto}${flow.port ? `/${flow.port}` : ''}` : 'any protocol', ` · revision ${r.revision || '0'}`),
+      flow.proto ? `${flow.proto}${flow.port ? `/${flow.port}` : ''}` : 'any protocol', ` · revision ${r.revision || '0'}`,
+      flow.rev ? ' (the store as it was)' : ''),
     table('Both sides', ['Side', 'Action', 'Reason', 'Policy', 'Scope', 'Rule'],
       [['outbound', r.outbound], ['inbound', r.inbound]].map(([name, s]) => [
         name, action(s?.action), enumText(s?.reason, 'REASON_'), dash(s?.policy), dash(s?.scope), dash(s?.rule)]),

@@ -43,7 +43,7 @@ export default {
     body.append(facts(got.value.resource, mesh));
     body.append(flowLinks(mesh, name, type, others.status === 'fulfilled' ? others.value.resources || [] : []));
     if (rules.status === 'rejected') body.append(errorBox(rules.reason));
-    else body.append(ruleLists(mesh, name, type, rules.value));
+    else body.append(reachLinks(mesh, name, type, rules.value), ruleLists(mesh, name, type, rules.value));
     performance.measure('verdict:workload', 'verdict:workload:start');
   },
 };
@@ -129,7 +129,10 @@ function ruleLists(mesh, name, type, resp) {
 
 function sideRules(side, caption, mesh, name, type, s) {
   s = s || {};
-  const rows = (s.rules || []).map((r, i) => [String(i + 1), h('code', null, dash(r.policy)), dash(r.scope), dash(r.phase),
+  const policyCell = (r) => (r.policy
+    ? h('a', { href: query([['view', 'policies'], ['mesh', mesh], ['policy', `${type || 'TrafficPermission'}/${r.policy}`]]) }, h('code', null, r.policy))
+    : '-');
+  const rows = (s.rules || []).map((r, i) => [String(i + 1), policyCell(r), dash(r.scope), dash(r.phase),
     String(r.priority || 0), h('code', null, dash(r.rule)), peerText(r.peer), portsText(r.ports), action(r.action, r.audit),
     ruleFlowLink(side, mesh, name, type, r)]);
   return h('div', { id: `rules-${side}` },
@@ -166,4 +169,26 @@ function ruleFlowLink(side, mesh, name, type, r) {
   const [src, dst] = side === 'inbound' ? [peer, self] : [self, peer];
   return h('a', { href: decideHref(mesh, type, src, dst, proto, port), 'aria-label': `decide rule ${r.rule} of ${r.policy || 'the catch-all'}` },
     'decide');
+}
+
+// reachLinks: who can reach the workload and what it can reach (the reach
+// view), with no protocol or port, and on each protocol and first port its
+// rules name.
+function reachLinks(mesh, name, type, resp) {
+  const classes = new Map([['', ['', '']]]);
+  for (const side of [resp.inbound, resp.outbound]) {
+    for (const r of side?.rules || []) {
+      for (const p of r.ports || []) {
+        if (!p.protocol || p.protocol === 'ANY') continue;
+        const port = p.ports ? p.ports.split(',')[0].split('-')[0].trim() : '';
+        classes.set(`${p.protocol} ${port}`.trim(), [p.protocol, port]);
+      }
+    }
+  }
+  const href = ([proto, port]) => query([['view', 'reach'], ['mesh', mesh], ['type', type], ['end', `workload:${name}`],
+    ['proto', proto], ['port', port]]);
+  return h('section', { 'aria-labelledby': 'reach-title' },
+    h('h2', { id: 'reach-title' }, 'Who can reach it, what it can reach'),
+    h('ul', { class: 'links', id: 'reach-links' }, [...classes].slice(0, 20).map(([text, c]) => h('li', null,
+      h('a', { href: href(c) }, text ? `on ${text}` : 'with no protocol or port')))));
 }
