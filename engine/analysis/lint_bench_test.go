@@ -17,7 +17,7 @@ func BenchmarkLint(b *testing.B) {
 		name string
 		p    policygen.Profile
 	}{{"sparse", policygen.Sparse}, {"dense", policygen.Dense}} {
-		for _, n := range []int{2_000, 10_000} {
+		for _, n := range []int{2_000, 5_000, 10_000} {
 			b.Run(fmt.Sprintf("%s/policies=%d", prof.name, n), func(b *testing.B) {
 				set := policygen.Generate(policygen.Config{Seed: 11, Policies: n, Profile: prof.p})
 				snap := engine.Build(1, set.Resources)

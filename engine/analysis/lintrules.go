@@ -30,11 +30,10 @@ type lintPart struct {
 	budget int
 	steps  int
 	proofs *[]LintProof // the tests' (LintRequest.proofs)
-	// the index that finds the rules whose match meets a rule's: per
-	// dimension, the rules that require one class of it, by class, and the
-	// others
-	byClass [][][]int32
-	open    [][]int32
+	ix     *ruleIndex   // the rules by the classes they allow (lintbits.go)
+	sides  [2]ruleSet   // per side: the rules that may be candidates there
+	run0   []int32      // per rule: the first rule of its rank (lintTies)
+	approx bool         // some key's classes are not exact (lintspace.go)
 }
 
 // lintRule is one enforced rule with its match.
@@ -45,15 +44,10 @@ type lintRule struct {
 	never bool      // the match is empty
 	cand  [2]*pred  // per side: a candidate there (nil: never)
 	wit   *lintWit  // a flow it decides, when one was found
-	dims  []int32   // the dimensions on which it requires one class
-	one   []int32   // that class, per dims entry
-	meets []int32   // rules whose match meets its own (built on need)
-	met   bool      // meets is built
+	found [2]box    // per side: a point box of a flow it decides, when one was found
 	stat  [2]result // per side: whether it decides some flow
-	// per side, built on need: its "matches and is a candidate", and the
-	// covers of the rules that beat it
-	dec    [2]*pred
-	covers [2]*[]cover
+	// per side, built on need: its "matches and is a candidate"
+	dec [2]*pred
 }
 
 // lintWit is a flow a rule decides, on a side.
@@ -109,11 +103,6 @@ func newLintPart(p *engine.Partition, budget int) *lintPart {
 		}
 		return 0
 	})
-	lp.byClass = make([][][]int32, sp.dims())
-	lp.open = make([][]int32, sp.dims())
-	for d := range lp.byClass {
-		lp.byClass[d] = make([][]int32, len(sp.dimFull(d))*64)
-	}
 	for i, lr := range lp.rules {
 		lr.pos = i
 		r := lr.r
@@ -131,22 +120,26 @@ func newLintPart(p *engine.Partition, budget int) *lintPart {
 				lr.cand[side] = lp.member[side][r.Scope]
 			}
 		}
-		constrained := map[int]bool{}
-		for _, a := range m {
-			constrained[a.dim] = true
-			if c := a.set.first(); c >= 0 && onlyOne(a.set) {
-				lr.dims = append(lr.dims, int32(a.dim))
-				lr.one = append(lr.one, int32(c))
-				lp.byClass[a.dim][c] = append(lp.byClass[a.dim][c], int32(i))
-				continue
-			}
-			lp.open[a.dim] = append(lp.open[a.dim], int32(i))
-		}
-		for d := 0; d < sp.dims(); d++ {
-			if !constrained[d] {
-				lp.open[d] = append(lp.open[d], int32(i))
+	}
+	lp.ix = newRuleIndex(sp, lp.rules)
+	lp.run0 = make([]int32, len(lp.rules))
+	for side := range lp.sides {
+		lp.sides[side] = newRuleSet(len(lp.rules))
+	}
+	for i, lr := range lp.rules {
+		for side := range lp.sides {
+			if lr.cand[side] != nil {
+				lp.sides[side].add(int32(i))
 			}
 		}
+		if i > 0 && sameRank(&lp.rules[i-1].r.Key, &lr.r.Key) {
+			lp.run0[i] = lp.run0[i-1]
+		} else {
+			lp.run0[i] = int32(i)
+		}
+	}
+	for _, ks := range sp.keys {
+		lp.approx = lp.approx || ks.approx
 	}
 	return lp
 }
@@ -202,36 +195,45 @@ func (lp *lintPart) examined(side int) *pred {
 	return andPred(parts...)
 }
 
-// meetsOf returns the rules whose match meets lr's, through the index.
-func (lp *lintPart) meetsOf(lr *lintRule) []int32 {
-	if lr.met {
-		return lr.meets
+// meetsOf returns the rules other than lr whose match meets lr's, and that
+// may be candidates on a side lr may be, through the index.
+func (lp *lintPart) meetsOf(lr *lintRule) ruleSet {
+	m := lp.ix.meets(lp.sp, lp.region(lr))
+	sides := slices.Clone(lp.sides[0])
+	for i := range sides {
+		w := uint64(0)
+		if lr.cand[0] != nil {
+			w |= lp.sides[0][i]
+		}
+		if lr.cand[1] != nil {
+			w |= lp.sides[1][i]
+		}
+		sides[i] = w
 	}
-	lr.met = true
-	var cands []int32
-	best := -1
-	for i, d := range lr.dims {
-		n := len(lp.byClass[d][lr.one[i]]) + len(lp.open[d])
-		if best < 0 || n < best {
-			best = n
-			cands = append(append(cands[:0:0], lp.byClass[d][lr.one[i]]...), lp.open[d]...)
+	m.and(sides)
+	m[lr.pos>>6] &^= 1 << (uint(lr.pos) & 63)
+	return m
+}
+
+// beaters is the set of the rules that beat lr when they match as
+// candidates (beats).
+func (lp *lintPart) beaters(lr *lintRule) ruleSet {
+	out := newRuleSet(len(lp.rules))
+	for i := range out {
+		out[i] = ^uint64(0)
+	}
+	out.keepRange(0, int32(lr.pos))
+	if lp.set.Combine == resource.DenyOverrides {
+		if lr.r.Action == resource.Deny {
+			out.and(lp.ix.deny)
+		} else {
+			for i := range out {
+				out[i] |= lp.ix.deny[i]
+			}
+			out.keepRange(0, int32(len(lp.rules)))
 		}
 	}
-	if best < 0 {
-		cands = make([]int32, len(lp.rules))
-		for i := range cands {
-			cands[i] = int32(i)
-		}
-	}
-	slices.Sort(cands)
-	for _, i := range cands {
-		o := lp.rules[i]
-		if int(i) == lr.pos || o.never || o.r.Sides&lr.r.Sides == 0 || !lr.match.meets(o.match) {
-			continue
-		}
-		lr.meets = append(lr.meets, i)
-	}
-	return lr.meets
+	return out
 }
 
 // beats reports whether o, matching and a candidate, keeps lr from
@@ -350,26 +352,27 @@ func (lp *lintPart) probe(b box, pos []*pred, negs []cover) bool {
 	return true
 }
 
-// coversOf lists, for a side, the rules that beat lr and may match with it.
-func (lp *lintPart) coversOf(lr *lintRule, side int) []cover {
-	if lr.covers[side] != nil {
-		return *lr.covers[side]
+// coverSet is, for a side, the set of the rules that beat lr and may match
+// with it as candidates there.
+func (lp *lintPart) coverSet(lr *lintRule, side int) ruleSet {
+	m := lp.meetsOf(lr)
+	m.and(lp.beaters(lr))
+	m.and(lp.sides[side])
+	return m
+}
+
+// coverList is a cover set's covers, in order.
+func (lp *lintPart) coverList(set ruleSet, side int) []cover {
+	var out []cover
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		out = append(out, cover{rule: i, p: lp.decidesOn(lp.rules[i], side)})
 	}
-	out := lp.coversOnce(lr, side)
-	lr.covers[side] = &out
 	return out
 }
 
-func (lp *lintPart) coversOnce(lr *lintRule, side int) []cover {
-	var out []cover
-	for _, i := range lp.meetsOf(lr) {
-		o := lp.rules[i]
-		if o.cand[side] == nil || !lp.beats(o, lr) {
-			continue
-		}
-		out = append(out, cover{rule: i, p: lp.decidesOn(o, side)})
-	}
-	return out
+// coversOf lists, for a side, the rules that beat lr and may match with it.
+func (lp *lintPart) coversOf(lr *lintRule, side int) []cover {
+	return lp.coverList(lp.coverSet(lr, side), side)
 }
 
 // run lints every rule of the partition.
@@ -401,7 +404,10 @@ func (lp *lintPart) unproven(kind FindingKind, lr *lintRule, why string) Unprove
 
 // approx reports whether a rule or one it meets tests a key whose classes
 // are not exact (lintspace.go).
-func (lp *lintPart) approx(lr *lintRule) bool {
+func (lp *lintPart) approxRule(lr *lintRule) bool {
+	if !lp.approx {
+		return false
+	}
 	check := func(c conj) bool {
 		for _, a := range c {
 			if a.dim != lp.sp.portDim() && lp.sp.keys[a.dim%len(lp.sp.keys)].approx {
@@ -413,7 +419,8 @@ func (lp *lintPart) approx(lr *lintRule) bool {
 	if check(lr.match) {
 		return true
 	}
-	for _, i := range lr.meets {
+	m := lp.meetsOf(lr)
+	for i := m.next(0); i >= 0; i = m.next(i + 1) {
 		if check(lp.rules[i].match) {
 			return true
 		}
@@ -429,12 +436,11 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		if lr.cand[side] == nil || lr.never {
 			continue
 		}
-		lp.steps = 0
-		pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
-		b, r := lp.search(lp.region(lr), pos, lp.coversOf(lr, side), used, nil)
+		b, r := lp.decides(lr, side, used)
 		lr.stat[side] = r
 		switch r {
 		case resFound:
+			lr.found[side] = lp.sp.pointBox(b)
 			if lr.wit == nil {
 				lr.wit = &lintWit{side: side, b: b}
 				lp.prove("decides", lr, b)
@@ -444,7 +450,7 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		}
 	}
 	if lr.wit != nil {
-		if lp.approx(lr) {
+		if lp.approxRule(lr) {
 			ans.Unproven = append(ans.Unproven, lp.unproven(FindingRedundant, lr,
 				"a key is tested both by prefix and by CIDR, whose value classes are not split exactly"))
 			return
@@ -456,12 +462,59 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		ans.Unproven = append(ans.Unproven, lp.unproven(FindingShadowed, lr, "the search's budget ran out"))
 		return
 	}
-	if lp.approx(lr) {
+	if lp.approxRule(lr) {
 		ans.Unproven = append(ans.Unproven, lp.unproven(FindingShadowed, lr,
 			"a key is tested both by prefix and by CIDR, whose value classes are not split exactly"))
 		return
 	}
 	lp.reportShadowed(lr, used, ans)
+}
+
+// decides looks for a flow where lr decides side: resNone with the covers
+// that settle it in used (nil: not kept), or resFound with a box of such
+// flows.
+func (lp *lintPart) decides(lr *lintRule, side int, used map[int32]bool) (box, result) {
+	return lp.decidesIn(lr, side, lp.region(lr), nil, used)
+}
+
+// decidesIn looks for a flow of box start where lr decides side and every
+// formula of also holds. Before the search, two shortcuts settle most
+// rules: one rule that beats lr matching as a candidate on all of start,
+// or lr deciding start's simplest point.
+func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, used map[int32]bool) (box, result) {
+	pos := append([]*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}, also...)
+	for _, p := range pos {
+		if v, _ := lp.sp.eval(p, start); v == triNo {
+			return nil, resNone
+		}
+	}
+	covers := lp.coverSet(lr, side)
+	covers.and(lp.ix.meets(lp.sp, start))
+	whole := lp.ix.contains(lp.sp, start)
+	whole.and(covers)
+	for i := whole.next(0); i >= 0; i = whole.next(i + 1) {
+		if lp.holds(lp.decidesOn(lp.rules[i], side), start) {
+			if used != nil {
+				used[i] = true
+			}
+			return nil, resNone
+		}
+	}
+	pt := lp.sp.pointBox(start)
+	if lp.decidesAt(lr, pt, side) && lp.holdsAll(also, pt) {
+		return pt, resFound
+	}
+	lp.steps = 0
+	return lp.search(start, pos, lp.coverList(covers, side), used, nil)
+}
+
+func (lp *lintPart) holdsAll(ps []*pred, b box) bool {
+	for _, p := range ps {
+		if !lp.holds(p, b) {
+			return false
+		}
+	}
+	return true
 }
 
 // reportShadowed builds the finding of a shadowed rule: the covering rules
@@ -543,23 +596,36 @@ var sideNames = [2]string{"outbound", "inbound"}
 
 // successor is what decides a side in lr's place once lr is removed.
 type successor struct {
-	ref  RuleRef
+	rule int32   // a rule's position; -1 for a catch-all or a fallback
+	ref  RuleRef // for a rule, only its action (lintPart.succRef)
 	conf resource.Object
 	p    *pred
 }
 
-// successors lists, for a side, what decides in lr's place, in order: the
-// rules after it that may match with it, the catch-alls, then the side's
-// fallback (the last entry, with p nil). ok is false when removing lr
-// changes more than its own place (the last rule of its side or type).
-func (lp *lintPart) successors(lr *lintRule, side int) ([]successor, bool) {
-	var out []successor
+// succRef names a successor.
+func (lp *lintPart) succRef(s *successor) RuleRef {
+	if s.rule >= 0 {
+		return lp.ref(lp.rules[s.rule])
+	}
+	return s.ref
+}
+
+// ruleSuccessor is the successor entry of the rule at position i.
+func (lp *lintPart) ruleSuccessor(i int32, side int) successor {
+	o := lp.rules[i]
+	return successor{rule: i, ref: RuleRef{Action: o.r.Action}, conf: o.r.Conf, p: lp.decidesOn(o, side)}
+}
+
+// successorRules lists, for a side, the rules that decide in lr's place
+// once it is removed, in the order they do: the rules after it that may
+// match with it.
+func (lp *lintPart) successorRules(lr *lintRule, side int) []int32 {
+	m := lp.meetsOf(lr)
+	m.and(lp.sides[side])
+	m.andNot(lp.beaters(lr))
 	var after []int32
-	for _, i := range lp.meetsOf(lr) {
-		o := lp.rules[i]
-		if o.cand[side] != nil && !lp.beats(o, lr) {
-			after = append(after, i)
-		}
+	for i := m.next(0); i >= 0; i = m.next(i + 1) {
+		after = append(after, i)
 	}
 	if lp.set.Combine == resource.DenyOverrides && lr.r.Action == resource.Deny {
 		// the DENY rules after it, then every ALLOW rule in order
@@ -574,26 +640,31 @@ func (lp *lintPart) successors(lr *lintRule, side int) ([]successor, bool) {
 			return int(a - b)
 		})
 	}
-	for _, i := range after {
-		o := lp.rules[i]
-		out = append(out, successor{ref: lp.ref(o), conf: o.r.Conf, p: lp.decidesOn(o, side)})
-	}
+	return after
+}
+
+// tail lists, for a side, what decides in lr's place after the rules: the
+// catch-alls, then the side's fallback (the last entry, with p nil). ok is
+// false when removing lr changes more than its own place (the last rule of
+// its side or type).
+func (lp *lintPart) tail(lr *lintRule, side int) ([]successor, bool) {
+	var out []successor
 	for _, c := range lp.p.CatchAlls() {
 		if c.Audit {
 			continue
 		}
-		out = append(out, successor{ref: RuleRef{Rule: "catchAll", Scope: lp.p.ScopeName(c.Scope), Action: c.Action}, p: lp.member[side][c.Scope]})
+		out = append(out, successor{rule: -1, ref: RuleRef{Rule: "catchAll", Scope: lp.p.ScopeName(c.Scope), Action: c.Action}, p: lp.member[side][c.Scope]})
 	}
 	def := RuleRef{Rule: "defaultAction", Action: lp.set.DefaultAction}
 	unf := RuleRef{Rule: "unenforcedAction", Action: lp.set.UnenforcedAction}
 	if def.Action == unf.Action {
-		return append(out, successor{ref: def}), true
+		return append(out, successor{rule: -1, ref: def}), true
 	}
 	has, ok := lp.hasCandidate(lr, side)
 	if !ok {
 		return nil, false
 	}
-	return append(out, successor{ref: def, p: has}, successor{ref: unf}), true
+	return append(out, successor{rule: -1, ref: def, p: has}, successor{rule: -1, ref: unf}), true
 }
 
 // fallbackMoves looks for a flow, on a side, that no rule decides and no
@@ -706,11 +777,19 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 			ans.Unproven = append(ans.Unproven, budget)
 			return
 		}
-		succ, ok := lp.successors(lr, side)
+		tail, ok := lp.tail(lr, side)
 		if !ok {
 			ans.Unproven = append(ans.Unproven, lp.unproven(FindingRedundant, lr,
 				"removing it would leave its side or its type without a rule, which this analysis does not follow"))
 			return
+		}
+		// The flow found deciding is the first try: in place of most
+		// rules, another answers otherwise right there.
+		if pt := lr.found[side]; pt != nil {
+			if s := lp.successorAtPoint(lr, pt, side, tail); !s.same(lr) {
+				lp.prove("changes", lr, pt)
+				return
+			}
 		}
 		// Where it decides nothing, removing it may still move the
 		// fallback of flows no rule decides.
@@ -726,9 +805,13 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 		if lr.stat[side] != resFound {
 			continue
 		}
+		succ, differs := lp.successorsIn(lr, side, tail)
+		if differs != nil {
+			lp.prove("changes", lr, differs)
+			return
+		}
 		lp.steps = 0
 		pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
-		var differs box
 		_, r = lp.search(lp.region(lr), pos, lp.coversOf(lr, side), nil, func(b box) result {
 			var r result
 			differs, r = lp.walk(b, succ, 0, lr)
@@ -743,7 +826,8 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 			return
 		}
 		if lr.wit.side == side {
-			next = lp.successorAt(lr.wit.b, succ)
+			s := lp.successorAtPoint(lr, lp.sp.pointBox(lr.wit.b), side, tail)
+			next = &s
 		}
 	}
 	w, ok := lp.witness(lr.wit.b, lr.wit.side)
@@ -755,11 +839,58 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 	f.Witness = w
 	msg := "removing it changes no answer: every flow it decides is decided alike without it"
 	if next != nil {
-		f.Related = []RuleRef{next.ref}
-		msg += fmt.Sprintf(" (the witness by %s)", next.ref)
+		ref := lp.succRef(next)
+		f.Related = []RuleRef{ref}
+		msg += fmt.Sprintf(" (the witness by %s)", ref)
 	}
 	f.Message = msg
 	ans.Findings = append(ans.Findings, f)
+}
+
+// probesPerRule bounds the flows tried, one per successor that answers
+// otherwise, before a rule's redundancy is searched for box by box.
+const probesPerRule = 32
+
+// successorsIn lists, for a side where lr decides, what decides in its
+// place on its region, in order (the rules, then tail), and tries the
+// simplest flow shared with each of the first rules that answer otherwise:
+// differs is a point box whose answer removing lr changes, when one is
+// found. The list stops at the first rule that matches as a candidate on
+// the whole region: nothing after it is ever reached.
+func (lp *lintPart) successorsIn(lr *lintRule, side int, tail []successor) (succ []successor, differs box) {
+	region := lp.region(lr)
+	whole := lp.ix.contains(lp.sp, region)
+	probes := 0
+	for _, i := range lp.successorRules(lr, side) {
+		s := lp.ruleSuccessor(i, side)
+		succ = append(succ, s)
+		if whole.has(i) {
+			if v, _ := lp.sp.eval(s.p, region); v == triYes {
+				return succ, nil
+			}
+		}
+		if s.same(lr) || probes == probesPerRule {
+			continue
+		}
+		probes++
+		b, ok := region.restrict(lp.sp, lp.rules[i].match)
+		if !ok {
+			continue
+		}
+		pt := lp.sp.pointBox(b)
+		if lp.decidesAt(lr, pt, side) {
+			if at := lp.successorAtPoint(lr, pt, side, tail); !at.same(lr) {
+				return nil, pt
+			}
+		}
+	}
+	return append(succ, tail...), nil
+}
+
+// same reports whether the successor answers as lr does: the action and
+// the conf.
+func (s *successor) same(lr *lintRule) bool {
+	return s.ref.Action == lr.r.Action && confEqual(s.conf, lr.r.Conf)
 }
 
 // walk settles, on a box where lr decides, whether the successor answers
@@ -779,7 +910,7 @@ func (lp *lintPart) walk(b box, succ []successor, k int, lr *lintRule) (box, res
 		case triNo:
 			continue
 		case triYes:
-			if s.ref.Action == lr.r.Action && confEqual(s.conf, lr.r.Conf) {
+			if s.same(lr) {
 				return nil, resNone
 			}
 			return b, resFound
@@ -814,6 +945,15 @@ func (lp *lintPart) prove(what string, lr *lintRule, b box) {
 	*lp.proofs = append(*lp.proofs, LintProof{What: what, Policy: lr.r.PolicyName(), Rule: lr.r.ID, Source: src, Destination: dst, Protocol: proto, Port: port})
 }
 
+// successorAtPoint is what decides side at the flow of a point box where lr
+// decides, once lr is removed.
+func (lp *lintPart) successorAtPoint(lr *lintRule, pt box, side int, tail []successor) successor {
+	if i := lp.winner(lp.candidatesAt(pt, side), lr.pos); i >= 0 {
+		return lp.ruleSuccessor(i, side)
+	}
+	return *lp.successorAt(pt, tail)
+}
+
 // successorAt is the successor at a box's point.
 func (lp *lintPart) successorAt(b box, succ []successor) *successor {
 	pb := lp.sp.pointBox(b)
@@ -840,17 +980,31 @@ func confEqual(a, b resource.Object) bool {
 // as a candidate too.
 func (lp *lintPart) lintTies(ans *LintAnswer) {
 	for _, lr := range lp.rules {
-		if lr.r.Audit || lr.never {
+		if lr.r.Audit || lr.never || lp.run0[lr.pos] == int32(lr.pos) {
 			continue
 		}
-		for _, i := range lp.meetsOf(lr) {
+		m := lp.meetsOf(lr)
+		m.keepRange(lp.run0[lr.pos], int32(lr.pos))
+		if lr.r.Action == resource.Deny {
+			m.andNot(lp.ix.deny)
+		} else {
+			m.and(lp.ix.deny)
+		}
+		for i := m.next(0); i >= 0; i = m.next(i + 1) {
 			o := lp.rules[i]
-			if o.pos >= lr.pos || o.r.Audit || o.r.Action == lr.r.Action || o.r.PolicyName() == lr.r.PolicyName() || !sameRank(&o.r.Key, &lr.r.Key) {
+			// A rule that decides no flow ties with none.
+			if o.r.Audit || o.wit == nil && !slices.Contains(o.stat[:], resExhausted) || o.r.PolicyName() == lr.r.PolicyName() {
 				continue
 			}
 			lp.lintTie(o, lr, ans)
 		}
 	}
+}
+
+// holds reports whether p holds on the whole box.
+func (lp *lintPart) holds(p *pred, b box) bool {
+	v, _ := lp.sp.eval(p, b)
+	return v == triYes
 }
 
 func sameRank(a, b *index.OrderKey) bool {
@@ -862,13 +1016,11 @@ func (lp *lintPart) lintTie(first, second *lintRule, ans *LintAnswer) {
 		if first.cand[side] == nil || second.cand[side] == nil {
 			continue
 		}
-		lp.steps = 0
-		pos := []*pred{lp.exam[side], conjPred(first.match), first.cand[side], conjPred(second.match), second.cand[side]}
 		start, ok := lp.region(first).restrict(lp.sp, second.match)
 		if !ok {
 			return
 		}
-		b, r := lp.search(start, pos, lp.coversOf(first, side), nil, nil)
+		b, r := lp.decidesIn(first, side, start, []*pred{conjPred(second.match), second.cand[side]}, nil)
 		if r != resFound {
 			continue
 		}

@@ -1,0 +1,281 @@
+package analysis
+
+// Lint's rule index over the space (docs/lint.md, "Cost"): per dimension,
+// which rules allow which class, as bitmaps over the rule order. It answers
+// three questions in a few word operations per dimension, where a scan of
+// the rules would cost one formula per rule:
+//   - which rules match one flow (a point box): Decide's candidates there;
+//   - which rules may match together with a box (meets);
+//   - which rules match everywhere on a box (contains).
+// Every answer is exact: the search still settles what the index leaves
+// open, and the index only ever narrows what the search looks at.
+
+import (
+	"math/bits"
+	"slices"
+
+	"github.com/verdictpdp/verdict/engine/resource"
+)
+
+// ruleSet is a set of rule positions (lintPart.rules), one bit each.
+type ruleSet []uint64
+
+func newRuleSet(n int) ruleSet { return make(ruleSet, (n+63)/64) }
+
+func (s ruleSet) add(i int32) { s[i>>6] |= 1 << (uint(i) & 63) }
+
+func (s ruleSet) has(i int32) bool { return s[i>>6]&(1<<(uint(i)&63)) != 0 }
+
+func (s ruleSet) and(t ruleSet) {
+	for i := range s {
+		s[i] &= t[i]
+	}
+}
+
+func (s ruleSet) andNot(t ruleSet) {
+	for i := range s {
+		s[i] &^= t[i]
+	}
+}
+
+// keepRange keeps only the positions in [lo, hi).
+func (s ruleSet) keepRange(lo, hi int32) {
+	for w := range s {
+		base := int32(w) * 64
+		switch {
+		case base+64 <= lo || base >= hi:
+			s[w] = 0
+			continue
+		}
+		if lo > base {
+			s[w] &^= 1<<uint(lo-base) - 1
+		}
+		if hi < base+64 {
+			s[w] &= 1<<uint(hi-base) - 1
+		}
+	}
+}
+
+// next is the first position ≥ i in s; -1 when none.
+func (s ruleSet) next(i int32) int32 {
+	w := int(i >> 6)
+	if w >= len(s) {
+		return -1
+	}
+	cur := s[w] &^ (1<<(uint(i)&63) - 1)
+	for {
+		if cur != 0 {
+			return int32(w*64 + bits.TrailingZeros64(cur))
+		}
+		w++
+		if w == len(s) {
+			return -1
+		}
+		cur = s[w]
+	}
+}
+
+func (s ruleSet) empty() bool {
+	for _, w := range s {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (s classSet) has(i int) bool { return i/64 < len(s) && s[i/64]&(1<<(i%64)) != 0 }
+
+// ruleIndex indexes the rules of a partition by the classes they allow, per
+// dimension: the rules that do not test it (open), those that allow one
+// class of it (by class), and those that allow several (with their set).
+// A rule that never matches is in none.
+type ruleIndex struct {
+	n     int
+	all   ruleSet // every rule that may match
+	open  []ruleSet
+	one   [][][]int32
+	multi [][]multiEntry
+	deny  ruleSet // the DENY rules
+	tmp   ruleSet
+}
+
+type multiEntry struct {
+	rule int32
+	set  classSet
+}
+
+func newRuleIndex(sp *space, rules []*lintRule) *ruleIndex {
+	n := len(rules)
+	ix := &ruleIndex{n: n, all: newRuleSet(n), deny: newRuleSet(n), tmp: newRuleSet(n)}
+	ix.open = make([]ruleSet, sp.dims())
+	ix.one = make([][][]int32, sp.dims())
+	ix.multi = make([][]multiEntry, sp.dims())
+	for d := range ix.open {
+		ix.open[d] = newRuleSet(n)
+		ix.one[d] = make([][]int32, sp.classes(d))
+	}
+	for i, lr := range rules {
+		if lr.r.Action == resource.Deny {
+			ix.deny.add(int32(i))
+		}
+		if lr.never {
+			continue
+		}
+		ix.all.add(int32(i))
+		k := 0
+		for d := range ix.open {
+			if k < len(lr.match) && lr.match[k].dim == d {
+				s := lr.match[k].set
+				if c := s.first(); onlyOne(s) {
+					ix.one[d][c] = append(ix.one[d][c], int32(i))
+				} else {
+					ix.multi[d] = append(ix.multi[d], multiEntry{rule: int32(i), set: s})
+				}
+				k++
+				continue
+			}
+			ix.open[d].add(int32(i))
+		}
+	}
+	return ix
+}
+
+// classes is how many classes dimension d has.
+func (sp *space) classes(d int) int {
+	if d == sp.portDim() {
+		return len(sp.ports.reps)
+	}
+	return len(sp.keys[d%len(sp.keys)].reps)
+}
+
+// allowing sets dst to the rules that allow class c on dimension d.
+func (ix *ruleIndex) allowing(d, c int, dst ruleSet) {
+	copy(dst, ix.open[d])
+	for _, i := range ix.one[d][c] {
+		dst.add(i)
+	}
+	for _, m := range ix.multi[d] {
+		if m.set.has(c) {
+			dst.add(m.rule)
+		}
+	}
+}
+
+// matchAt is the set of rules that match the flow of a point box (one class
+// per dimension).
+func (ix *ruleIndex) matchAt(pt box) ruleSet {
+	out := slices.Clone(ix.all)
+	for d, s := range pt {
+		ix.allowing(d, s.first(), ix.tmp)
+		out.and(ix.tmp)
+	}
+	return out
+}
+
+// meets is the set of rules whose match meets box b somewhere.
+func (ix *ruleIndex) meets(sp *space, b box) ruleSet {
+	out := slices.Clone(ix.all)
+	for d, s := range b {
+		if s == nil || sp.dimFull(d).subsetOf(s) {
+			continue
+		}
+		dst := ix.tmp
+		copy(dst, ix.open[d])
+		for c, list := range ix.one[d] {
+			if s.has(c) {
+				for _, i := range list {
+					dst.add(i)
+				}
+			}
+		}
+		for _, m := range ix.multi[d] {
+			if !m.set.disjoint(s) {
+				dst.add(m.rule)
+			}
+		}
+		out.and(dst)
+	}
+	return out
+}
+
+// contains is the set of rules whose match holds everywhere on box b.
+func (ix *ruleIndex) contains(sp *space, b box) ruleSet {
+	out := slices.Clone(ix.all)
+	for d := range ix.open {
+		s := b[d]
+		if s == nil || sp.dimFull(d).subsetOf(s) {
+			out.and(ix.open[d])
+			continue
+		}
+		if onlyOne(s) {
+			ix.allowing(d, s.first(), ix.tmp)
+			out.and(ix.tmp)
+			continue
+		}
+		dst := ix.tmp
+		copy(dst, ix.open[d])
+		for _, m := range ix.multi[d] {
+			if s.subsetOf(m.set) {
+				dst.add(m.rule)
+			}
+		}
+		out.and(dst)
+	}
+	return out
+}
+
+// candidatesAt lists, in order, the rules that match the flow of a point
+// box and are candidates on side there.
+func (lp *lintPart) candidatesAt(pt box, side int) []int32 {
+	m := lp.ix.matchAt(pt)
+	m.and(lp.sides[side])
+	var out []int32
+	var memo map[*pred]bool
+	for i := m.next(0); i >= 0; i = m.next(i + 1) {
+		c := lp.rules[i].cand[side]
+		in, ok := memo[c]
+		if !ok {
+			v, _ := lp.sp.eval(c, pt)
+			in = v == triYes
+			if memo == nil {
+				memo = map[*pred]bool{}
+			}
+			memo[c] = in
+		}
+		if in {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// winner is the rule that decides among a flow's candidates (in order), the
+// rule at position skip left out: under DenyOverrides the first DENY, else
+// the first (docs/order.md); -1 when none is left.
+func (lp *lintPart) winner(cands []int32, skip int) int32 {
+	first := int32(-1)
+	for _, i := range cands {
+		if int(i) == skip {
+			continue
+		}
+		if lp.set.Combine != resource.DenyOverrides || lp.ix.deny.has(i) {
+			return i
+		}
+		if first < 0 {
+			first = i
+		}
+	}
+	return first
+}
+
+// decidesAt reports whether lr decides side at the flow of a point box.
+func (lp *lintPart) decidesAt(lr *lintRule, pt box, side int) bool {
+	if lr.cand[side] == nil {
+		return false
+	}
+	if v, _ := lp.sp.eval(lp.exam[side], pt); v != triYes {
+		return false
+	}
+	return lp.winner(lp.candidatesAt(pt, side), -1) == int32(lr.pos)
+}
