@@ -98,7 +98,14 @@ type ruleIndex struct {
 	multi [][]multiEntry
 	deny  ruleSet // the DENY rules
 	tmp   ruleSet
+	// allowing's answers, kept while they fit in cacheWords words
+	cache     [][]ruleSet
+	cacheLeft int
 }
+
+// cacheWords bounds the memory of the index's cache of per-class bitmaps
+// (8 bytes a word).
+const cacheWords = 4 << 20
 
 type multiEntry struct {
 	rule int32
@@ -109,11 +116,14 @@ func newRuleIndex(sp *space, rules []*lintRule) *ruleIndex {
 	n := len(rules)
 	ix := &ruleIndex{n: n, all: newRuleSet(n), deny: newRuleSet(n), tmp: newRuleSet(n)}
 	ix.open = make([]ruleSet, sp.dims())
+	ix.cache = make([][]ruleSet, sp.dims())
+	ix.cacheLeft = cacheWords
 	ix.one = make([][][]int32, sp.dims())
 	ix.multi = make([][]multiEntry, sp.dims())
 	for d := range ix.open {
 		ix.open[d] = newRuleSet(n)
 		ix.one[d] = make([][]int32, sp.classes(d))
+		ix.cache[d] = make([]ruleSet, sp.classes(d))
 	}
 	for i, lr := range rules {
 		if lr.r.Action == resource.Deny {
@@ -127,12 +137,16 @@ func newRuleIndex(sp *space, rules []*lintRule) *ruleIndex {
 		for d := range ix.open {
 			if k < len(lr.match) && lr.match[k].dim == d {
 				s := lr.match[k].set
+				k++
+				if sp.dimFull(d).subsetOf(s) {
+					ix.open[d].add(int32(i)) // a test every class passes
+					continue
+				}
 				if c := s.first(); onlyOne(s) {
 					ix.one[d][c] = append(ix.one[d][c], int32(i))
 				} else {
 					ix.multi[d] = append(ix.multi[d], multiEntry{rule: int32(i), set: s})
 				}
-				k++
 				continue
 			}
 			ix.open[d].add(int32(i))
@@ -147,6 +161,23 @@ func (sp *space) classes(d int) int {
 		return len(sp.ports.reps)
 	}
 	return len(sp.keys[d%len(sp.keys)].reps)
+}
+
+// allowed is the set of the rules that allow class c on dimension d; it
+// may be shared: do not modify.
+func (ix *ruleIndex) allowed(d, c int) ruleSet {
+	if s := ix.cache[d][c]; s != nil {
+		return s
+	}
+	if ix.cacheLeft < len(ix.all) {
+		ix.allowing(d, c, ix.tmp)
+		return ix.tmp
+	}
+	s := newRuleSet(ix.n)
+	ix.allowing(d, c, s)
+	ix.cache[d][c] = s
+	ix.cacheLeft -= len(s)
+	return s
 }
 
 // allowing sets dst to the rules that allow class c on dimension d.
@@ -167,8 +198,7 @@ func (ix *ruleIndex) allowing(d, c int, dst ruleSet) {
 func (ix *ruleIndex) matchAt(pt box) ruleSet {
 	out := slices.Clone(ix.all)
 	for d, s := range pt {
-		ix.allowing(d, s.first(), ix.tmp)
-		out.and(ix.tmp)
+		out.and(ix.allowed(d, s.first()))
 	}
 	return out
 }
@@ -178,6 +208,10 @@ func (ix *ruleIndex) meets(sp *space, b box) ruleSet {
 	out := slices.Clone(ix.all)
 	for d, s := range b {
 		if s == nil || sp.dimFull(d).subsetOf(s) {
+			continue
+		}
+		if onlyOne(s) {
+			out.and(ix.allowed(d, s.first()))
 			continue
 		}
 		dst := ix.tmp
@@ -203,14 +237,9 @@ func (ix *ruleIndex) meets(sp *space, b box) ruleSet {
 func (ix *ruleIndex) contains(sp *space, b box) ruleSet {
 	out := slices.Clone(ix.all)
 	for d := range ix.open {
-		s := b[d]
-		if s == nil || sp.dimFull(d).subsetOf(s) {
-			out.and(ix.open[d])
-			continue
-		}
+		s := b.get(sp, d)
 		if onlyOne(s) {
-			ix.allowing(d, s.first(), ix.tmp)
-			out.and(ix.tmp)
+			out.and(ix.allowed(d, s.first()))
 			continue
 		}
 		dst := ix.tmp

@@ -198,6 +198,9 @@ func (lp *lintPart) examined(side int) *pred {
 // meetsOf returns the rules other than lr whose match meets lr's, and that
 // may be candidates on a side lr may be, through the index.
 func (lp *lintPart) meetsOf(lr *lintRule) ruleSet {
+	if lr.never {
+		return newRuleSet(len(lp.rules)) // it meets no rule
+	}
 	m := lp.ix.meets(lp.sp, lp.region(lr))
 	sides := slices.Clone(lp.sides[0])
 	for i := range sides {
