@@ -300,11 +300,17 @@ func (lp *lintPart) winner(cands []int32, skip int) int32 {
 
 // decidesAt reports whether lr decides side at the flow of a point box.
 func (lp *lintPart) decidesAt(lr *lintRule, pt box, side int) bool {
-	if lr.cand[side] == nil {
+	return lp.decidesAtWithout(lr, pt, side, -1)
+}
+
+// decidesAtWithout reports whether lr decides side at the flow of a point
+// box once the rule at position skip (-1: none) is removed.
+func (lp *lintPart) decidesAtWithout(lr *lintRule, pt box, side, skip int) bool {
+	if lr.cand[side] == nil || lr.never {
 		return false
 	}
 	if v, _ := lp.sp.eval(lp.exam[side], pt); v != triYes {
 		return false
 	}
-	return lp.winner(lp.candidatesAt(pt, side), -1) == int32(lr.pos)
+	return lp.winner(lp.candidatesAt(pt, side), skip) == int32(lr.pos)
 }

@@ -34,6 +34,10 @@ type lintPart struct {
 	sides  [2]ruleSet   // per side: the rules that may be candidates there
 	run0   []int32      // per rule: the first rule of its rank (lintTies)
 	approx bool         // some key's classes are not exact (lintspace.go)
+	// mirror: both sides read the same formulas (every rule a candidate on
+	// both, scope membership and examination alike, no targetRef policy):
+	// what holds on one side holds on the other.
+	mirror bool
 }
 
 // lintRule is one enforced rule with its match.
@@ -141,6 +145,9 @@ func newLintPart(p *engine.Partition, budget int) *lintPart {
 	for _, ks := range sp.keys {
 		lp.approx = lp.approx || ks.approx
 	}
+	c := p.Counts()
+	lp.mirror = lp.exam[0] == lp.exam[1] && slices.Equal(lp.member[0], lp.member[1]) && slices.Equal(lp.sides[0], lp.sides[1]) &&
+		c.SD == c.Policies
 	return lp
 }
 
@@ -355,14 +362,6 @@ func (lp *lintPart) probe(b box, pos []*pred, negs []cover) bool {
 	return true
 }
 
-// coverSet is, for a side, the set of the rules that beat lr and may match
-// with it as candidates there.
-func (lp *lintPart) coverSet(lr *lintRule, side int) ruleSet {
-	m := lp.meetsOf(lr)
-	m.and(lp.beaters(lr))
-	m.and(lp.sides[side])
-	return m
-}
 
 // coverList is a cover set's covers, in order.
 func (lp *lintPart) coverList(set ruleSet, side int) []cover {
@@ -375,7 +374,10 @@ func (lp *lintPart) coverList(set ruleSet, side int) []cover {
 
 // coversOf lists, for a side, the rules that beat lr and may match with it.
 func (lp *lintPart) coversOf(lr *lintRule, side int) []cover {
-	return lp.coverList(lp.coverSet(lr, side), side)
+	m := lp.meetsOf(lr)
+	m.and(lp.beaters(lr))
+	m.and(lp.sides[side])
+	return lp.coverList(m, side)
 }
 
 // run lints every rule of the partition.
@@ -439,6 +441,10 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		if lr.cand[side] == nil || lr.never {
 			continue
 		}
+		if side == 1 && lp.mirror && lr.cand[0] != nil {
+			lr.stat[1], lr.found[1] = lr.stat[0], lr.found[0]
+			continue
+		}
 		b, r := lp.decides(lr, side, used)
 		lr.stat[side] = r
 		switch r {
@@ -477,22 +483,32 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 // that settle it in used (nil: not kept), or resFound with a box of such
 // flows.
 func (lp *lintPart) decides(lr *lintRule, side int, used map[int32]bool) (box, result) {
-	return lp.decidesIn(lr, side, lp.region(lr), nil, used)
+	lp.steps = 0
+	return lp.decidesIn(lr, side, lp.region(lr), nil, -1, used)
 }
 
-// decidesIn looks for a flow of box start where lr decides side and every
-// formula of also holds. Before the search, two shortcuts settle most
-// rules: one rule that beats lr matching as a candidate on all of start,
-// or lr deciding start's simplest point.
-func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, used map[int32]bool) (box, result) {
+// decidesIn looks for a flow of box start where lr decides side, the rule
+// at position skip (-1: none) left out, and every formula of also holds.
+// Before the search, two shortcuts settle most rules: one rule that beats
+// lr matching as a candidate on all of start, or lr deciding start's
+// simplest point. The search counts its boxes on from lp.steps.
+func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, skip int, used map[int32]bool) (box, result) {
 	pos := append([]*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}, also...)
 	for _, p := range pos {
 		if v, _ := lp.sp.eval(p, start); v == triNo {
 			return nil, resNone
 		}
 	}
-	covers := lp.coverSet(lr, side)
-	covers.and(lp.ix.meets(lp.sp, start))
+	pt := lp.sp.pointBox(start)
+	if lp.decidesAtWithout(lr, pt, side, skip) && lp.holdsAll(also, pt) {
+		return pt, resFound
+	}
+	covers := lp.ix.meets(lp.sp, start)
+	covers.and(lp.beaters(lr))
+	covers.and(lp.sides[side])
+	if skip >= 0 {
+		covers[skip>>6] &^= 1 << (uint(skip) & 63)
+	}
 	whole := lp.ix.contains(lp.sp, start)
 	whole.and(covers)
 	for i := whole.next(0); i >= 0; i = whole.next(i + 1) {
@@ -503,11 +519,6 @@ func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, u
 			return nil, resNone
 		}
 	}
-	pt := lp.sp.pointBox(start)
-	if lp.decidesAt(lr, pt, side) && lp.holdsAll(also, pt) {
-		return pt, resFound
-	}
-	lp.steps = 0
 	return lp.search(start, pos, lp.coverList(covers, side), used, nil)
 }
 
@@ -786,6 +797,9 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 				"removing it would leave its side or its type without a rule, which this analysis does not follow"))
 			return
 		}
+		if side == 1 && lp.mirror && lr.cand[0] != nil {
+			continue // side 0 settled the same formulas
+		}
 		// The flow found deciding is the first try: in place of most
 		// rules, another answers otherwise right there.
 		if pt := lr.found[side]; pt != nil {
@@ -808,18 +822,7 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 		if lr.stat[side] != resFound {
 			continue
 		}
-		succ, differs := lp.successorsIn(lr, side, tail)
-		if differs != nil {
-			lp.prove("changes", lr, differs)
-			return
-		}
-		lp.steps = 0
-		pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
-		_, r = lp.search(lp.region(lr), pos, lp.coversOf(lr, side), nil, func(b box) result {
-			var r result
-			differs, r = lp.walk(b, succ, 0, lr)
-			return r
-		})
+		differs, r := lp.changes(lr, side, tail)
 		switch r {
 		case resFound:
 			lp.prove("changes", lr, differs)
@@ -850,44 +853,84 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 	ans.Findings = append(ans.Findings, f)
 }
 
-// probesPerRule bounds the flows tried, one per successor that answers
-// otherwise, before a rule's redundancy is searched for box by box.
-const probesPerRule = 32
-
-// successorsIn lists, for a side where lr decides, what decides in its
-// place on its region, in order (the rules, then tail), and tries the
-// simplest flow shared with each of the first rules that answer otherwise:
-// differs is a point box whose answer removing lr changes, when one is
-// found. The list stops at the first rule that matches as a candidate on
-// the whole region: nothing after it is ever reached.
-func (lp *lintPart) successorsIn(lr *lintRule, side int, tail []successor) (succ []successor, differs box) {
+// changes looks, on a side where lr decides some flow, for a flow whose
+// answer removing lr changes: one that lr decides and that, without it, a
+// successor answering otherwise decides. It asks that of each such
+// successor k in turn — a flow of lr's region and k's match where neither
+// lr nor k is beaten by a rule other than lr — so the search partitions
+// only the part of the region k matches, by the rules that beat k there.
+// The flows no other rule matches go to the tail (the catch-alls and the
+// fallback). The successors stop at the first that matches as a candidate
+// on the whole region: nothing after it is ever reached. The budget is
+// shared by the whole question.
+func (lp *lintPart) changes(lr *lintRule, side int, tail []successor) (box, result) {
 	region := lp.region(lr)
 	whole := lp.ix.contains(lp.sp, region)
-	probes := 0
+	var ks []int32
+	reached := true // some flow of the region may reach the tail
 	for _, i := range lp.successorRules(lr, side) {
-		s := lp.ruleSuccessor(i, side)
-		succ = append(succ, s)
-		if whole.has(i) {
-			if v, _ := lp.sp.eval(s.p, region); v == triYes {
-				return succ, nil
-			}
+		o := lp.rules[i]
+		if o.r.Action != lr.r.Action || !confEqual(o.r.Conf, lr.r.Conf) {
+			ks = append(ks, i)
 		}
-		if s.same(lr) || probes == probesPerRule {
-			continue
+		if whole.has(i) && lp.holds(lp.decidesOn(o, side), region) {
+			reached = false
+			break
 		}
-		probes++
-		b, ok := region.restrict(lp.sp, lp.rules[i].match)
+	}
+	also := []*pred{conjPred(lr.match), lr.cand[side]}
+	// The simplest flow shared with each is the first try.
+	for _, i := range ks {
+		k := lp.rules[i]
+		b, ok := region.restrict(lp.sp, k.match)
 		if !ok {
 			continue
 		}
-		pt := lp.sp.pointBox(b)
-		if lp.decidesAt(lr, pt, side) {
-			if at := lp.successorAtPoint(lr, pt, side, tail); !at.same(lr) {
-				return nil, pt
-			}
+		if pt := lp.sp.pointBox(b); lp.decidesAtWithout(k, pt, side, lr.pos) && lp.holdsAll(also, pt) {
+			return pt, resFound
 		}
 	}
-	return append(succ, tail...), nil
+	lp.steps = 0
+	for _, i := range ks {
+		k := lp.rules[i]
+		b, ok := region.restrict(lp.sp, k.match)
+		if !ok {
+			continue
+		}
+		got, r := lp.decidesIn(k, side, b, also, lr.pos, nil)
+		if r != resNone {
+			if r == resFound {
+				got = lp.sp.pointBox(got)
+			}
+			return got, r
+		}
+	}
+	if !reached || !lp.tailDiffers(lr, tail) {
+		return nil, resNone
+	}
+	// No other rule matches as a candidate: the tail decides.
+	others := lp.ix.meets(lp.sp, region)
+	others.and(lp.sides[side])
+	others[lr.pos>>6] &^= 1 << (uint(lr.pos) & 63)
+	pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
+	var differs box
+	_, r := lp.search(region, pos, lp.coverList(others, side), nil, func(b box) result {
+		var r result
+		differs, r = lp.walk(b, tail, 0, lr)
+		return r
+	})
+	return differs, r
+}
+
+// tailDiffers reports whether some entry of the tail answers otherwise
+// than lr.
+func (lp *lintPart) tailDiffers(lr *lintRule, tail []successor) bool {
+	for k := range tail {
+		if !tail[k].same(lr) {
+			return true
+		}
+	}
+	return false
 }
 
 // same reports whether the successor answers as lr does: the action and
@@ -1019,11 +1062,15 @@ func (lp *lintPart) lintTie(first, second *lintRule, ans *LintAnswer) {
 		if first.cand[side] == nil || second.cand[side] == nil {
 			continue
 		}
+		if side == 1 && lp.mirror && first.cand[0] != nil && second.cand[0] != nil {
+			return // side 0 settled the same formula
+		}
 		start, ok := lp.region(first).restrict(lp.sp, second.match)
 		if !ok {
 			return
 		}
-		b, r := lp.decidesIn(first, side, start, []*pred{conjPred(second.match), second.cand[side]}, nil)
+		lp.steps = 0
+		b, r := lp.decidesIn(first, side, start, []*pred{conjPred(second.match), second.cand[side]}, -1, nil)
 		if r != resFound {
 			continue
 		}
