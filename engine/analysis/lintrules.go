@@ -362,7 +362,6 @@ func (lp *lintPart) probe(b box, pos []*pred, negs []cover) bool {
 	return true
 }
 
-
 // coverList is a cover set's covers, in order.
 func (lp *lintPart) coverList(set ruleSet, side int) []cover {
 	var out []cover
