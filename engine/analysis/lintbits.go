@@ -12,7 +12,6 @@ package analysis
 
 import (
 	"math/bits"
-	"slices"
 
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -193,86 +192,87 @@ func (ix *ruleIndex) allowing(d, c int, dst ruleSet) {
 	}
 }
 
-// matchAt is the set of rules that match the flow of a point box (one class
-// per dimension).
-func (ix *ruleIndex) matchAt(pt box) ruleSet {
-	out := slices.Clone(ix.all)
+// matchAt sets dst to the rules that match the flow of a point box (one
+// class per dimension).
+func (ix *ruleIndex) matchAt(dst ruleSet, pt box) {
+	copy(dst, ix.all)
 	for d, s := range pt {
-		out.and(ix.allowed(d, s.first()))
+		dst.and(ix.allowed(d, s.first()))
 	}
-	return out
 }
 
-// meets is the set of rules whose match meets box b somewhere.
-func (ix *ruleIndex) meets(sp *space, b box) ruleSet {
-	out := slices.Clone(ix.all)
+// meets sets dst to the rules whose match meets box b somewhere.
+func (ix *ruleIndex) meets(dst ruleSet, sp *space, b box) {
+	copy(dst, ix.all)
 	for d, s := range b {
 		if s == nil || sp.dimFull(d).subsetOf(s) {
 			continue
 		}
 		if onlyOne(s) {
-			out.and(ix.allowed(d, s.first()))
+			dst.and(ix.allowed(d, s.first()))
 			continue
 		}
-		dst := ix.tmp
-		copy(dst, ix.open[d])
+		t := ix.tmp
+		copy(t, ix.open[d])
 		for c, list := range ix.one[d] {
 			if s.has(c) {
 				for _, i := range list {
-					dst.add(i)
+					t.add(i)
 				}
 			}
 		}
 		for _, m := range ix.multi[d] {
 			if !m.set.disjoint(s) {
-				dst.add(m.rule)
+				t.add(m.rule)
 			}
 		}
-		out.and(dst)
+		dst.and(t)
 	}
-	return out
 }
 
-// contains is the set of rules whose match holds everywhere on box b.
-func (ix *ruleIndex) contains(sp *space, b box) ruleSet {
-	out := slices.Clone(ix.all)
+// contains sets dst to the rules whose match holds everywhere on box b.
+func (ix *ruleIndex) contains(dst ruleSet, sp *space, b box) {
+	copy(dst, ix.all)
 	for d := range ix.open {
 		s := b.get(sp, d)
 		if onlyOne(s) {
-			out.and(ix.allowed(d, s.first()))
+			dst.and(ix.allowed(d, s.first()))
 			continue
 		}
-		dst := ix.tmp
-		copy(dst, ix.open[d])
+		t := ix.tmp
+		copy(t, ix.open[d])
 		for _, m := range ix.multi[d] {
 			if s.subsetOf(m.set) {
-				dst.add(m.rule)
+				t.add(m.rule)
 			}
 		}
-		out.and(dst)
+		dst.and(t)
 	}
-	return out
 }
+
+// scratch hands out a rule set of the partition's size, its contents
+// undefined; release takes it back.
+func (lp *lintPart) scratch() ruleSet {
+	if n := len(lp.pool); n > 0 {
+		s := lp.pool[n-1]
+		lp.pool = lp.pool[:n-1]
+		return s
+	}
+	return newRuleSet(len(lp.rules))
+}
+
+func (lp *lintPart) release(s ...ruleSet) { lp.pool = append(lp.pool, s...) }
 
 // candidatesAt lists, in order, the rules that match the flow of a point
 // box and are candidates on side there.
 func (lp *lintPart) candidatesAt(pt box, side int) []int32 {
-	m := lp.ix.matchAt(pt)
+	m := lp.scratch()
+	defer lp.release(m)
+	lp.ix.matchAt(m, pt)
 	m.and(lp.sides[side])
 	var out []int32
-	var memo map[*pred]bool
 	for i := m.next(0); i >= 0; i = m.next(i + 1) {
-		c := lp.rules[i].cand[side]
-		in, ok := memo[c]
-		if !ok {
-			v, _ := lp.sp.eval(c, pt)
-			in = v == triYes
-			if memo == nil {
-				memo = map[*pred]bool{}
-			}
-			memo[c] = in
-		}
-		if in {
+		if lp.holds(lp.rules[i].cand[side], pt) {
 			out = append(out, i)
 		}
 	}
@@ -304,13 +304,28 @@ func (lp *lintPart) decidesAt(lr *lintRule, pt box, side int) bool {
 }
 
 // decidesAtWithout reports whether lr decides side at the flow of a point
-// box once the rule at position skip (-1: none) is removed.
+// box once the rule at position skip (-1: none) is removed: the side is
+// examined, lr matches as a candidate, and no rule that beats it does.
 func (lp *lintPart) decidesAtWithout(lr *lintRule, pt box, side, skip int) bool {
-	if lr.cand[side] == nil || lr.never {
+	if lr.cand[side] == nil || lr.never || !lp.holds(lp.exam[side], pt) || !lp.holds(lr.cand[side], pt) ||
+		!lp.holds(conjPred(lr.match), pt) {
 		return false
 	}
-	if v, _ := lp.sp.eval(lp.exam[side], pt); v != triYes {
-		return false
+	m := lp.scratch()
+	defer lp.release(m)
+	hi := lp.beaters(m, lr)
+	m = m[:hi]
+	m.and(lp.sides[side][:hi])
+	if skip >= 0 && skip>>6 < hi {
+		m[skip>>6] &^= 1 << (uint(skip) & 63)
 	}
-	return lp.winner(lp.candidatesAt(pt, side), skip) == int32(lr.pos)
+	for d, s := range pt {
+		m.and(lp.ix.allowed(d, s.first())[:hi])
+	}
+	for i := m.next(0); i >= 0; i = m.next(i + 1) {
+		if lp.holds(lp.rules[i].cand[side], pt) {
+			return false
+		}
+	}
+	return true
 }

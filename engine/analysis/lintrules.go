@@ -31,6 +31,7 @@ type lintPart struct {
 	steps  int
 	proofs *[]LintProof // the tests' (LintRequest.proofs)
 	ix     *ruleIndex   // the rules by the classes they allow (lintbits.go)
+	pool   []ruleSet    // scratch rule sets (lintPart.scratch)
 	sides  [2]ruleSet   // per side: the rules that may be candidates there
 	run0   []int32      // per rule: the first rule of its rank (lintTies)
 	approx bool         // some key's classes are not exact (lintspace.go)
@@ -202,15 +203,15 @@ func (lp *lintPart) examined(side int) *pred {
 	return andPred(parts...)
 }
 
-// meetsOf returns the rules other than lr whose match meets lr's, and that
-// may be candidates on a side lr may be, through the index.
-func (lp *lintPart) meetsOf(lr *lintRule) ruleSet {
+// meetsOf sets dst to the rules other than lr whose match meets lr's, and
+// that may be candidates on a side lr may be, through the index.
+func (lp *lintPart) meetsOf(dst ruleSet, lr *lintRule) {
 	if lr.never {
-		return newRuleSet(len(lp.rules)) // it meets no rule
+		clear(dst) // it meets no rule
+		return
 	}
-	m := lp.ix.meets(lp.sp, lp.region(lr))
-	sides := slices.Clone(lp.sides[0])
-	for i := range sides {
+	lp.ix.meets(dst, lp.sp, lp.region(lr))
+	for i := range dst {
 		w := uint64(0)
 		if lr.cand[0] != nil {
 			w |= lp.sides[0][i]
@@ -218,32 +219,30 @@ func (lp *lintPart) meetsOf(lr *lintRule) ruleSet {
 		if lr.cand[1] != nil {
 			w |= lp.sides[1][i]
 		}
-		sides[i] = w
+		dst[i] &= w
 	}
-	m.and(sides)
-	m[lr.pos>>6] &^= 1 << (uint(lr.pos) & 63)
-	return m
+	dst[lr.pos>>6] &^= 1 << (uint(lr.pos) & 63)
 }
 
-// beaters is the set of the rules that beat lr when they match as
-// candidates (beats).
-func (lp *lintPart) beaters(lr *lintRule) ruleSet {
-	out := newRuleSet(len(lp.rules))
-	for i := range out {
-		out[i] = ^uint64(0)
+// beaters sets dst to the rules that beat lr when they match as
+// candidates (beats); the words of dst from hi on are zero.
+func (lp *lintPart) beaters(dst ruleSet, lr *lintRule) (hi int) {
+	for i := range dst {
+		dst[i] = ^uint64(0)
 	}
-	out.keepRange(0, int32(lr.pos))
+	dst.keepRange(0, int32(lr.pos))
+	hi = (lr.pos + 63) / 64
 	if lp.set.Combine == resource.DenyOverrides {
 		if lr.r.Action == resource.Deny {
-			out.and(lp.ix.deny)
+			dst.and(lp.ix.deny)
 		} else {
-			for i := range out {
-				out[i] |= lp.ix.deny[i]
+			for i := range dst {
+				dst[i] |= lp.ix.deny[i]
 			}
-			out.keepRange(0, int32(len(lp.rules)))
+			hi = len(dst)
 		}
 	}
-	return out
+	return hi
 }
 
 // beats reports whether o, matching and a candidate, keeps lr from
@@ -373,8 +372,11 @@ func (lp *lintPart) coverList(set ruleSet, side int) []cover {
 
 // coversOf lists, for a side, the rules that beat lr and may match with it.
 func (lp *lintPart) coversOf(lr *lintRule, side int) []cover {
-	m := lp.meetsOf(lr)
-	m.and(lp.beaters(lr))
+	m, b := lp.scratch(), lp.scratch()
+	defer lp.release(m, b)
+	lp.meetsOf(m, lr)
+	lp.beaters(b, lr)
+	m.and(b)
 	m.and(lp.sides[side])
 	return lp.coverList(m, side)
 }
@@ -423,7 +425,9 @@ func (lp *lintPart) approxRule(lr *lintRule) bool {
 	if check(lr.match) {
 		return true
 	}
-	m := lp.meetsOf(lr)
+	m := lp.scratch()
+	defer lp.release(m)
+	lp.meetsOf(m, lr)
 	for i := m.next(0); i >= 0; i = m.next(i + 1) {
 		if check(lp.rules[i].match) {
 			return true
@@ -502,13 +506,16 @@ func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, s
 	if lp.decidesAtWithout(lr, pt, side, skip) && lp.holdsAll(also, pt) {
 		return pt, resFound
 	}
-	covers := lp.ix.meets(lp.sp, start)
-	covers.and(lp.beaters(lr))
+	covers, whole := lp.scratch(), lp.scratch()
+	defer lp.release(covers, whole)
+	lp.ix.meets(covers, lp.sp, start)
+	lp.beaters(whole, lr)
+	covers.and(whole)
 	covers.and(lp.sides[side])
 	if skip >= 0 {
 		covers[skip>>6] &^= 1 << (uint(skip) & 63)
 	}
-	whole := lp.ix.contains(lp.sp, start)
+	lp.ix.contains(whole, lp.sp, start)
 	whole.and(covers)
 	for i := whole.next(0); i >= 0; i = whole.next(i + 1) {
 		if lp.holds(lp.decidesOn(lp.rules[i], side), start) {
@@ -633,9 +640,12 @@ func (lp *lintPart) ruleSuccessor(i int32, side int) successor {
 // once it is removed, in the order they do: the rules after it that may
 // match with it.
 func (lp *lintPart) successorRules(lr *lintRule, side int) []int32 {
-	m := lp.meetsOf(lr)
+	m, b := lp.scratch(), lp.scratch()
+	defer lp.release(m, b)
+	lp.meetsOf(m, lr)
 	m.and(lp.sides[side])
-	m.andNot(lp.beaters(lr))
+	lp.beaters(b, lr)
+	m.andNot(b)
 	var after []int32
 	for i := m.next(0); i >= 0; i = m.next(i + 1) {
 		after = append(after, i)
@@ -864,7 +874,9 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 // shared by the whole question.
 func (lp *lintPart) changes(lr *lintRule, side int, tail []successor) (box, result) {
 	region := lp.region(lr)
-	whole := lp.ix.contains(lp.sp, region)
+	whole := lp.scratch()
+	defer lp.release(whole)
+	lp.ix.contains(whole, lp.sp, region)
 	var ks []int32
 	reached := true // some flow of the region may reach the tail
 	for _, i := range lp.successorRules(lr, side) {
@@ -908,7 +920,9 @@ func (lp *lintPart) changes(lr *lintRule, side int, tail []successor) (box, resu
 		return nil, resNone
 	}
 	// No other rule matches as a candidate: the tail decides.
-	others := lp.ix.meets(lp.sp, region)
+	others := lp.scratch()
+	defer lp.release(others)
+	lp.ix.meets(others, lp.sp, region)
 	others.and(lp.sides[side])
 	others[lr.pos>>6] &^= 1 << (uint(lr.pos) & 63)
 	pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
@@ -1028,7 +1042,8 @@ func (lp *lintPart) lintTies(ans *LintAnswer) {
 		if lr.r.Audit || lr.never || lp.run0[lr.pos] == int32(lr.pos) {
 			continue
 		}
-		m := lp.meetsOf(lr)
+		m := lp.scratch()
+		lp.meetsOf(m, lr)
 		m.keepRange(lp.run0[lr.pos], int32(lr.pos))
 		if lr.r.Action == resource.Deny {
 			m.andNot(lp.ix.deny)
@@ -1043,6 +1058,7 @@ func (lp *lintPart) lintTies(ans *LintAnswer) {
 			}
 			lp.lintTie(o, lr, ans)
 		}
+		lp.release(m)
 	}
 }
 
