@@ -32,6 +32,7 @@ type lintPart struct {
 	proofs *[]LintProof // the tests' (LintRequest.proofs)
 	ix     *ruleIndex   // the rules by the classes they allow (lintbits.go)
 	pool   []ruleSet    // scratch rule sets (lintPart.scratch)
+	negs   []negItem    // the search's stack of negations (lintsearch.go)
 	sides  [2]ruleSet   // per side: the rules that may be candidates there
 	run0   []int32      // per rule: the first rule of its rank (lintTies)
 	approx bool         // some key's classes are not exact (lintspace.go)
@@ -267,98 +268,10 @@ func (lp *lintPart) decidesOn(lr *lintRule, side int) *pred {
 	return lr.dec[side]
 }
 
-// search looks for a flow in b where every pos holds and no neg does; at
-// such a box, leaf settles it (nil: found). Negations that hold on a whole
-// box are recorded in used.
-func (lp *lintPart) search(b box, pos []*pred, negs []cover, used map[int32]bool, leaf func(box) result) (box, result) {
-	lp.steps++
-	if lp.steps > lp.budget {
-		return nil, resExhausted
-	}
-	var split *atom
-	var keepPos []*pred
-	for _, p := range pos {
-		v, a := lp.sp.eval(p, b)
-		switch v {
-		case triNo:
-			return nil, resNone
-		case triPart:
-			keepPos = append(keepPos, p)
-			if split == nil {
-				split = a
-			}
-		}
-	}
-	var keepNegs []cover
-	for _, n := range negs {
-		v, a := lp.sp.eval(n.p, b)
-		switch v {
-		case triYes:
-			if used != nil {
-				used[n.rule] = true
-			}
-			return nil, resNone
-		case triPart:
-			keepNegs = append(keepNegs, n)
-			if split == nil {
-				split = a
-			}
-		}
-	}
-	if split != nil && leaf == nil && len(keepNegs) > 0 && lp.probe(b, keepPos, keepNegs) {
-		return lp.sp.pointBox(b), resFound
-	}
-	if split == nil {
-		if leaf == nil {
-			return b, resFound
-		}
-		if r := leaf(b); r != resNone {
-			return b, r
-		}
-		return nil, resNone
-	}
-	in, out := lp.sp.split(b, split)
-	exhausted := false
-	for _, half := range [2]box{in, out} {
-		got, r := lp.search(half, keepPos, keepNegs, used, leaf)
-		switch r {
-		case resFound:
-			return got, r
-		case resExhausted:
-			if leaf != nil {
-				return nil, r
-			}
-			exhausted = true
-		}
-	}
-	if exhausted {
-		return nil, resExhausted
-	}
-	return nil, resNone
-}
-
 // region is the box of lr's match.
 func (lp *lintPart) region(lr *lintRule) box {
 	b, _ := lp.sp.fullBox().restrict(lp.sp, lr.match)
 	return b
-}
-
-// probe tests the point of b: most rules decide the flow of their box's
-// simplest point (the keys they do not test absent), which a search would
-// reach only after splitting on every cover.
-func (lp *lintPart) probe(b box, pos []*pred, negs []cover) bool {
-	pb := lp.sp.pointBox(b)
-	for _, p := range pos {
-		if v, _ := lp.sp.eval(p, pb); v != triYes {
-			return false
-		}
-	}
-	for _, n := range negs {
-		if v, _ := lp.sp.eval(n.p, pb); v != triNo {
-			return false
-		}
-	}
-	return true
 }
 
 // coverList is a cover set's covers, in order.
