@@ -329,3 +329,84 @@ func (lp *lintPart) decidesAtWithout(lr *lintRule, pt box, side, skip int) bool 
 	}
 	return true
 }
+
+// repair looks for a flow of start where no rule of covers matches as a
+// candidate on side and every pos holds, among the flows that differ from
+// the point pt on one dimension: the rules that match pt on every other
+// dimension are known at once from the products of the per-class sets
+// before and after that dimension.
+func (lp *lintPart) repair(start, pt box, covers ruleSet, side int, pos []*pred) (box, bool) {
+	dims := len(pt)
+	if dims > maxRepairDims {
+		return nil, false
+	}
+	sets := make([]ruleSet, 0, 2*dims+2)
+	defer func() { lp.release(sets...) }()
+	get := func() ruleSet {
+		s := lp.scratch()
+		sets = append(sets, s)
+		return s
+	}
+	// suf[d]: covers matching pt on every dimension from d on
+	suf := make([]ruleSet, dims+1)
+	suf[dims] = get()
+	copy(suf[dims], covers)
+	for d := dims - 1; d >= 0; d-- {
+		suf[d] = get()
+		copy(suf[d], suf[d+1])
+		suf[d].and(lp.ix.allowed(d, pt[d].first()))
+	}
+	pre := get()
+	for i := range pre {
+		pre[i] = ^uint64(0)
+	}
+	base, m := get(), get()
+	for d := 0; d < dims; d++ {
+		if s := start.get(lp.sp, d); !onlyOne(s) {
+			copy(base, pre)
+			base.and(suf[d+1])
+			at := pt[d].first()
+			for c := s.first(); c >= 0; c = s.next(c + 1) {
+				if c == at {
+					continue
+				}
+				copy(m, base)
+				m.and(lp.ix.allowed(d, c))
+				try := pt.with(d, single(len(s)*64, c))
+				if lp.noneHolds(m, try, side) && lp.holdsAll(pos, try) {
+					return try, true
+				}
+			}
+		}
+		pre.and(lp.ix.allowed(d, pt[d].first()))
+	}
+	return nil, false
+}
+
+// maxRepairDims bounds repair's memory: two rule sets per dimension.
+const maxRepairDims = 64
+
+// noneHolds reports whether no rule of m is a candidate on side at the
+// point box pt (they all match it).
+func (lp *lintPart) noneHolds(m ruleSet, pt box, side int) bool {
+	for i := m.next(0); i >= 0; i = m.next(i + 1) {
+		if lp.holds(lp.rules[i].cand[side], pt) {
+			return false
+		}
+	}
+	return true
+}
+
+// next is the first class ≥ i in s; -1 when none.
+func (s classSet) next(i int) int {
+	for w := i / 64; w < len(s); w++ {
+		cur := s[w]
+		if w == i/64 {
+			cur &^= 1<<(i%64) - 1
+		}
+		if cur != 0 {
+			return w*64 + bits.TrailingZeros64(cur)
+		}
+	}
+	return -1
+}

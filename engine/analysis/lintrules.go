@@ -405,9 +405,10 @@ func (lp *lintPart) decides(lr *lintRule, side int, used map[int32]bool) (box, r
 
 // decidesIn looks for a flow of box start where lr decides side, the rule
 // at position skip (-1: none) left out, and every formula of also holds.
-// Before the search, two shortcuts settle most rules: one rule that beats
-// lr matching as a candidate on all of start, or lr deciding start's
-// simplest point. The search counts its boxes on from lp.steps.
+// Before the search, three shortcuts settle most rules: lr deciding
+// start's simplest point, one rule that beats lr matching as a candidate
+// on all of start, or lr deciding a flow one dimension away from that
+// point. The search counts its boxes on from lp.steps.
 func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, skip int, used map[int32]bool) (box, result) {
 	pos := append([]*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}, also...)
 	for _, p := range pos {
@@ -437,6 +438,9 @@ func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, s
 			}
 			return nil, resNone
 		}
+	}
+	if b, ok := lp.repair(start, pt, covers, side, pos); ok {
+		return b, resFound
 	}
 	return lp.search(start, pos, lp.coverList(covers, side), used, nil)
 }
