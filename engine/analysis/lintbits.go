@@ -334,7 +334,8 @@ func (lp *lintPart) decidesAtWithout(lr *lintRule, pt box, side, skip int) bool 
 // candidate on side and every pos holds, among the flows that differ from
 // the point pt on one dimension: the rules that match pt on every other
 // dimension are known at once from the products of the per-class sets
-// before and after that dimension.
+// before and after that dimension. Each flow tried counts as a box of the
+// search's budget.
 func (lp *lintPart) repair(start, pt box, covers ruleSet, side int, pos []*pred) (box, bool) {
 	dims := len(pt)
 	if dims > maxRepairDims {
@@ -369,6 +370,9 @@ func (lp *lintPart) repair(start, pt box, covers ruleSet, side int, pos []*pred)
 			for c := s.first(); c >= 0; c = s.next(c + 1) {
 				if c == at {
 					continue
+				}
+				if lp.steps++; lp.steps > lp.budget {
+					return nil, false // the search gives up at once
 				}
 				copy(m, base)
 				m.and(lp.ix.allowed(d, c))
