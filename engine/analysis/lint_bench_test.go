@@ -33,7 +33,7 @@ func BenchmarkLint(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric((cpuTime() - cpu).Seconds()/float64(b.N), "cpu-s/op")
+				b.ReportMetric((cpuTime()-cpu).Seconds()/float64(b.N), "cpu-s/op")
 				b.ReportMetric(float64(len(ans.Findings)), "findings")
 				b.ReportMetric(float64(len(ans.Unproven)), "unproven")
 			})
