@@ -10,6 +10,7 @@ package analysis
 
 import (
 	"fmt"
+	"iter"
 	"reflect"
 	"slices"
 
@@ -51,6 +52,7 @@ type lintRule struct {
 	cand  [2]*pred  // per side: a candidate there (nil: never)
 	wit   *lintWit  // a flow it decides, when one was found
 	found [2]box    // per side: a point box of a flow it decides, when one was found
+	reg   box       // the box of its match, built on need (lintPart.region)
 	stat  [2]result // per side: whether it decides some flow
 	// per side, built on need: its "matches and is a candidate"
 	dec [2]*pred
@@ -268,10 +270,12 @@ func (lp *lintPart) decidesOn(lr *lintRule, side int) *pred {
 	return lr.dec[side]
 }
 
-// region is the box of lr's match.
+// region is the box of lr's match (shared: do not modify).
 func (lp *lintPart) region(lr *lintRule) box {
-	b, _ := lp.sp.fullBox().restrict(lp.sp, lr.match)
-	return b
+	if lr.reg == nil {
+		lr.reg, _ = lp.sp.fullBox().restrict(lp.sp, lr.match)
+	}
+	return lr.reg
 }
 
 // coverList is a cover set's covers, in order.
@@ -553,34 +557,34 @@ func (lp *lintPart) ruleSuccessor(i int32, side int) successor {
 	return successor{rule: i, ref: RuleRef{Action: o.r.Action}, conf: o.r.Conf, p: lp.decidesOn(o, side)}
 }
 
-// successorRules lists, for a side, the rules that decide in lr's place
+// successorRules yields, for a side, the rules that decide in lr's place
 // once it is removed, in the order they do: the rules after it that may
-// match with it.
-func (lp *lintPart) successorRules(lr *lintRule, side int) []int32 {
-	m, b := lp.scratch(), lp.scratch()
-	defer lp.release(m, b)
-	lp.meetsOf(m, lr)
-	m.and(lp.sides[side])
-	lp.beaters(b, lr)
-	m.andNot(b)
-	var after []int32
-	for i := m.next(0); i >= 0; i = m.next(i + 1) {
-		after = append(after, i)
-	}
-	if lp.set.Combine == resource.DenyOverrides && lr.r.Action == resource.Deny {
-		// the DENY rules after it, then every ALLOW rule in order
-		slices.SortStableFunc(after, func(a, b int32) int {
-			da, db := lp.rules[a].r.Action == resource.Deny, lp.rules[b].r.Action == resource.Deny
-			switch {
-			case da && !db:
-				return -1
-			case db && !da:
-				return 1
+// match with it (under DenyOverrides, after a DENY rule: the DENY rules
+// after it, then every ALLOW rule).
+func (lp *lintPart) successorRules(lr *lintRule, side int) iter.Seq[int32] {
+	return func(yield func(int32) bool) {
+		m, b := lp.scratch(), lp.scratch()
+		defer lp.release(m, b)
+		lp.meetsOf(m, lr)
+		m.and(lp.sides[side])
+		lp.beaters(b, lr)
+		m.andNot(b)
+		if lp.set.Combine == resource.DenyOverrides && lr.r.Action == resource.Deny {
+			copy(b, m)
+			b.and(lp.ix.deny)
+			for i := b.next(0); i >= 0; i = b.next(i + 1) {
+				if !yield(i) {
+					return
+				}
 			}
-			return int(a - b)
-		})
+			m.andNot(lp.ix.deny)
+		}
+		for i := m.next(0); i >= 0; i = m.next(i + 1) {
+			if !yield(i) {
+				return
+			}
+		}
 	}
-	return after
 }
 
 // tail lists, for a side, what decides in lr's place after the rules: the
@@ -796,7 +800,7 @@ func (lp *lintPart) changes(lr *lintRule, side int, tail []successor) (box, resu
 	lp.ix.contains(whole, lp.sp, region)
 	var ks []int32
 	reached := true // some flow of the region may reach the tail
-	for _, i := range lp.successorRules(lr, side) {
+	for i := range lp.successorRules(lr, side) {
 		o := lp.rules[i]
 		if o.r.Action != lr.r.Action || !confEqual(o.r.Conf, lr.r.Conf) {
 			ks = append(ks, i)

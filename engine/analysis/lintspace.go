@@ -604,9 +604,15 @@ func (sp *space) point(b box) (src, dst resource.Tags, proto resource.Protocol, 
 // pointBox narrows a box to the point that point picks.
 func (sp *space) pointBox(b box) box {
 	out := make(box, len(b))
+	n := 0
+	for d := range out {
+		n += len(sp.dimFull(d))
+	}
+	words := make(classSet, n) // one allocation for every dimension's set
 	for d := range out {
 		s := b.get(sp, d)
-		out[d] = single(len(s)*64, s.first())
+		out[d], words = words[:len(s):len(s)], words[len(s):]
+		out[d].set(s.first())
 	}
 	return out
 }
