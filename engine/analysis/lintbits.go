@@ -378,7 +378,7 @@ func (lp *lintPart) repair(start, pt box, covers ruleSet, side int, pos []*pred)
 				m.and(lp.ix.allowed(d, c))
 				try := pt.with(d, single(len(s)*64, c))
 				if lp.noneHolds(m, try, side) && lp.holdsAll(pos, try) {
-					return try, true
+					return lp.sp.pointBox(try), true // pt may be a scratch box
 				}
 			}
 		}

@@ -33,10 +33,12 @@ type lintPart struct {
 	proofs *[]LintProof // the tests' (LintRequest.proofs)
 	ix     *ruleIndex   // the rules by the classes they allow (lintbits.go)
 	pool   []ruleSet    // scratch rule sets (lintPart.scratch)
-	negs   []negItem    // the search's stack of negations (lintsearch.go)
-	sides  [2]ruleSet   // per side: the rules that may be candidates there
-	run0   []int32      // per rule: the first rule of its rank (lintTies)
-	approx bool         // some key's classes are not exact (lintspace.go)
+	pt     box          // a scratch point box (lintPart.point) and its words
+	ptw    classSet
+	negs   []negItem  // the search's stack of negations (lintsearch.go)
+	sides  [2]ruleSet // per side: the rules that may be candidates there
+	run0   []int32    // per rule: the first rule of its rank (lintTies)
+	approx bool       // some key's classes are not exact (lintspace.go)
 	// mirror: both sides read the same formulas (every rule a candidate on
 	// both, scope membership and examination alike, no targetRef policy):
 	// what holds on one side holds on the other.
@@ -270,6 +272,19 @@ func (lp *lintPart) decidesOn(lr *lintRule, side int) *pred {
 	return lr.dec[side]
 }
 
+// point is the simplest point of b (space.pointBox) in a scratch box that
+// the next call overwrites.
+func (lp *lintPart) point(b box) box {
+	if lp.pt == nil {
+		n := 0
+		for d := range b {
+			n += len(lp.sp.dimFull(d))
+		}
+		lp.pt, lp.ptw = make(box, len(b)), make(classSet, n)
+	}
+	return lp.sp.pointInto(lp.pt, lp.ptw, b)
+}
+
 // region is the box of lr's match (shared: do not modify).
 func (lp *lintPart) region(lr *lintRule) box {
 	if lr.reg == nil {
@@ -420,9 +435,9 @@ func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, s
 			return nil, resNone
 		}
 	}
-	pt := lp.sp.pointBox(start)
+	pt := lp.point(start)
 	if lp.decidesAtWithout(lr, pt, side, skip) && lp.holdsAll(also, pt) {
-		return pt, resFound
+		return lp.sp.pointBox(start), resFound
 	}
 	covers, whole := lp.scratch(), lp.scratch()
 	defer lp.release(covers, whole)
@@ -818,8 +833,8 @@ func (lp *lintPart) changes(lr *lintRule, side int, tail []successor) (box, resu
 		if !ok {
 			continue
 		}
-		if pt := lp.sp.pointBox(b); lp.decidesAtWithout(k, pt, side, lr.pos) && lp.holdsAll(also, pt) {
-			return pt, resFound
+		if pt := lp.point(b); lp.decidesAtWithout(k, pt, side, lr.pos) && lp.holdsAll(also, pt) {
+			return lp.sp.pointBox(b), resFound
 		}
 	}
 	lp.steps = 0
