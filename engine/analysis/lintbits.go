@@ -23,6 +23,8 @@ func newRuleSet(n int) ruleSet { return make(ruleSet, (n+63)/64) }
 
 func (s ruleSet) add(i int32) { s[i>>6] |= 1 << (uint(i) & 63) }
 
+func (s ruleSet) remove(i int32) { s[i>>6] &^= 1 << (uint(i) & 63) }
+
 func (s ruleSet) has(i int32) bool { return s[i>>6]&(1<<(uint(i)&63)) != 0 }
 
 func (s ruleSet) and(t ruleSet) {
@@ -212,17 +214,36 @@ func (ix *ruleIndex) meets(dst ruleSet, sp *space, b box) {
 			dst.and(ix.allowed(d, s.first()))
 			continue
 		}
+		// every rule is open on d, or allows one class of it, or several:
+		// build from the smaller side of s
 		t := ix.tmp
-		copy(t, ix.open[d])
-		for c, list := range ix.one[d] {
-			if s.has(c) {
-				for _, i := range list {
-					t.add(i)
+		in := 0
+		for _, w := range s {
+			in += bits.OnesCount64(w)
+		}
+		if 2*in <= len(ix.one[d]) {
+			copy(t, ix.open[d])
+			for c, list := range ix.one[d] {
+				if s.has(c) {
+					for _, i := range list {
+						t.add(i)
+					}
+				}
+			}
+		} else {
+			copy(t, ix.all)
+			for c, list := range ix.one[d] {
+				if !s.has(c) {
+					for _, i := range list {
+						t.remove(i)
+					}
 				}
 			}
 		}
 		for _, m := range ix.multi[d] {
-			if !m.set.disjoint(s) {
+			if m.set.disjoint(s) {
+				t.remove(m.rule)
+			} else {
 				t.add(m.rule)
 			}
 		}
@@ -231,10 +252,16 @@ func (ix *ruleIndex) meets(dst ruleSet, sp *space, b box) {
 }
 
 // contains sets dst to the rules whose match holds everywhere on box b.
+// Like meets and matchAt, it fills only len(dst) words: a caller that needs
+// only the first rules passes a shorter set.
 func (ix *ruleIndex) contains(dst ruleSet, sp *space, b box) {
 	copy(dst, ix.all)
 	for d := range ix.open {
 		s := b.get(sp, d)
+		if b[d] == nil || sp.dimFull(d).subsetOf(s) {
+			dst.and(ix.open[d]) // a rule's test that every class passes is filed as open
+			continue
+		}
 		if onlyOne(s) {
 			dst.and(ix.allowed(d, s.first()))
 			continue
@@ -351,7 +378,8 @@ func (lp *lintPart) repair(start, pt box, covers ruleSet, side int, pos []*pred)
 	// suf[d]: covers matching pt on every dimension from d on
 	suf := make([]ruleSet, dims+1)
 	suf[dims] = get()
-	copy(suf[dims], covers)
+	clear(suf[dims])
+	copy(suf[dims], covers) // covers may be shorter: the rules after it are none
 	for d := dims - 1; d >= 0; d-- {
 		suf[d] = get()
 		copy(suf[d], suf[d+1])

@@ -441,11 +441,13 @@ func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, s
 	}
 	covers, whole := lp.scratch(), lp.scratch()
 	defer lp.release(covers, whole)
+	// only the rules that beat lr matter: the words from hi on are zero
+	hi := lp.beaters(whole, lr)
+	covers, whole = covers[:hi], whole[:hi]
 	lp.ix.meets(covers, lp.sp, start)
-	lp.beaters(whole, lr)
 	covers.and(whole)
 	covers.and(lp.sides[side])
-	if skip >= 0 {
+	if skip >= 0 && skip>>6 < hi {
 		covers[skip>>6] &^= 1 << (uint(skip) & 63)
 	}
 	lp.ix.contains(whole, lp.sp, start)
