@@ -2,7 +2,9 @@ package analysis_test
 
 import (
 	"fmt"
+	"os"
 	"reflect"
+	"strconv"
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -72,6 +74,10 @@ func TestLintAgainstBruteForce(t *testing.T) {
 	worlds := 250
 	if testing.Short() {
 		worlds = 50
+	}
+	// VERDICT_LINT_SEEDS=N checks N worlds instead (more while lint changes).
+	if n, err := strconv.Atoi(os.Getenv("VERDICT_LINT_SEEDS")); err == nil && n > 0 {
+		worlds = n
 	}
 	st := lintStats{why: map[string]int{}}
 	for seed := 0; seed < worlds; seed++ {

@@ -10,6 +10,7 @@ package analysis
 
 import (
 	"fmt"
+	"iter"
 	"reflect"
 	"slices"
 
@@ -30,11 +31,18 @@ type lintPart struct {
 	budget int
 	steps  int
 	proofs *[]LintProof // the tests' (LintRequest.proofs)
-	// the index that finds the rules whose match meets a rule's: per
-	// dimension, the rules that require one class of it, by class, and the
-	// others
-	byClass [][][]int32
-	open    [][]int32
+	ix     *ruleIndex   // the rules by the classes they allow (lintbits.go)
+	pool   []ruleSet    // scratch rule sets (lintPart.scratch)
+	pt     box          // a scratch point box (lintPart.point) and its words
+	ptw    classSet
+	negs   []negItem  // the search's stack of negations (lintsearch.go)
+	sides  [2]ruleSet // per side: the rules that may be candidates there
+	run0   []int32    // per rule: the first rule of its rank (lintTies)
+	approx bool       // some key's classes are not exact (lintspace.go)
+	// mirror: both sides read the same formulas (every rule a candidate on
+	// both, scope membership and examination alike, no targetRef policy):
+	// what holds on one side holds on the other.
+	mirror bool
 }
 
 // lintRule is one enforced rule with its match.
@@ -45,15 +53,11 @@ type lintRule struct {
 	never bool      // the match is empty
 	cand  [2]*pred  // per side: a candidate there (nil: never)
 	wit   *lintWit  // a flow it decides, when one was found
-	dims  []int32   // the dimensions on which it requires one class
-	one   []int32   // that class, per dims entry
-	meets []int32   // rules whose match meets its own (built on need)
-	met   bool      // meets is built
+	found [2]box    // per side: a point box of a flow it decides, when one was found
+	reg   box       // the box of its match, built on need (lintPart.region)
 	stat  [2]result // per side: whether it decides some flow
-	// per side, built on need: its "matches and is a candidate", and the
-	// covers of the rules that beat it
-	dec    [2]*pred
-	covers [2]*[]cover
+	// per side, built on need: its "matches and is a candidate"
+	dec [2]*pred
 }
 
 // lintWit is a flow a rule decides, on a side.
@@ -109,11 +113,6 @@ func newLintPart(p *engine.Partition, budget int) *lintPart {
 		}
 		return 0
 	})
-	lp.byClass = make([][][]int32, sp.dims())
-	lp.open = make([][]int32, sp.dims())
-	for d := range lp.byClass {
-		lp.byClass[d] = make([][]int32, len(sp.dimFull(d))*64)
-	}
 	for i, lr := range lp.rules {
 		lr.pos = i
 		r := lr.r
@@ -131,23 +130,30 @@ func newLintPart(p *engine.Partition, budget int) *lintPart {
 				lr.cand[side] = lp.member[side][r.Scope]
 			}
 		}
-		constrained := map[int]bool{}
-		for _, a := range m {
-			constrained[a.dim] = true
-			if c := a.set.first(); c >= 0 && onlyOne(a.set) {
-				lr.dims = append(lr.dims, int32(a.dim))
-				lr.one = append(lr.one, int32(c))
-				lp.byClass[a.dim][c] = append(lp.byClass[a.dim][c], int32(i))
-				continue
+	}
+	lp.ix = newRuleIndex(sp, lp.rules)
+	lp.run0 = make([]int32, len(lp.rules))
+	for side := range lp.sides {
+		lp.sides[side] = newRuleSet(len(lp.rules))
+	}
+	for i, lr := range lp.rules {
+		for side := range lp.sides {
+			if lr.cand[side] != nil {
+				lp.sides[side].add(int32(i))
 			}
-			lp.open[a.dim] = append(lp.open[a.dim], int32(i))
 		}
-		for d := 0; d < sp.dims(); d++ {
-			if !constrained[d] {
-				lp.open[d] = append(lp.open[d], int32(i))
-			}
+		if i > 0 && sameRank(&lp.rules[i-1].r.Key, &lr.r.Key) {
+			lp.run0[i] = lp.run0[i-1]
+		} else {
+			lp.run0[i] = int32(i)
 		}
 	}
+	for _, ks := range sp.keys {
+		lp.approx = lp.approx || ks.approx
+	}
+	c := p.Counts()
+	lp.mirror = lp.exam[0] == lp.exam[1] && slices.Equal(lp.member[0], lp.member[1]) && slices.Equal(lp.sides[0], lp.sides[1]) &&
+		c.SD == c.Policies
 	return lp
 }
 
@@ -202,36 +208,46 @@ func (lp *lintPart) examined(side int) *pred {
 	return andPred(parts...)
 }
 
-// meetsOf returns the rules whose match meets lr's, through the index.
-func (lp *lintPart) meetsOf(lr *lintRule) []int32 {
-	if lr.met {
-		return lr.meets
+// meetsOf sets dst to the rules other than lr whose match meets lr's, and
+// that may be candidates on a side lr may be, through the index.
+func (lp *lintPart) meetsOf(dst ruleSet, lr *lintRule) {
+	if lr.never {
+		clear(dst) // it meets no rule
+		return
 	}
-	lr.met = true
-	var cands []int32
-	best := -1
-	for i, d := range lr.dims {
-		n := len(lp.byClass[d][lr.one[i]]) + len(lp.open[d])
-		if best < 0 || n < best {
-			best = n
-			cands = append(append(cands[:0:0], lp.byClass[d][lr.one[i]]...), lp.open[d]...)
+	lp.ix.meets(dst, lp.sp, lp.region(lr))
+	for i := range dst {
+		w := uint64(0)
+		if lr.cand[0] != nil {
+			w |= lp.sides[0][i]
+		}
+		if lr.cand[1] != nil {
+			w |= lp.sides[1][i]
+		}
+		dst[i] &= w
+	}
+	dst[lr.pos>>6] &^= 1 << (uint(lr.pos) & 63)
+}
+
+// beaters sets dst to the rules that beat lr when they match as
+// candidates (beats); the words of dst from hi on are zero.
+func (lp *lintPart) beaters(dst ruleSet, lr *lintRule) (hi int) {
+	for i := range dst {
+		dst[i] = ^uint64(0)
+	}
+	dst.keepRange(0, int32(lr.pos))
+	hi = (lr.pos + 63) / 64
+	if lp.set.Combine == resource.DenyOverrides {
+		if lr.r.Action == resource.Deny {
+			dst.and(lp.ix.deny)
+		} else {
+			for i := range dst {
+				dst[i] |= lp.ix.deny[i]
+			}
+			hi = len(dst)
 		}
 	}
-	if best < 0 {
-		cands = make([]int32, len(lp.rules))
-		for i := range cands {
-			cands[i] = int32(i)
-		}
-	}
-	slices.Sort(cands)
-	for _, i := range cands {
-		o := lp.rules[i]
-		if int(i) == lr.pos || o.never || o.r.Sides&lr.r.Sides == 0 || !lr.match.meets(o.match) {
-			continue
-		}
-		lr.meets = append(lr.meets, i)
-	}
-	return lr.meets
+	return hi
 }
 
 // beats reports whether o, matching and a candidate, keeps lr from
@@ -256,120 +272,45 @@ func (lp *lintPart) decidesOn(lr *lintRule, side int) *pred {
 	return lr.dec[side]
 }
 
-// search looks for a flow in b where every pos holds and no neg does; at
-// such a box, leaf settles it (nil: found). Negations that hold on a whole
-// box are recorded in used.
-func (lp *lintPart) search(b box, pos []*pred, negs []cover, used map[int32]bool, leaf func(box) result) (box, result) {
-	lp.steps++
-	if lp.steps > lp.budget {
-		return nil, resExhausted
-	}
-	var split *atom
-	var keepPos []*pred
-	for _, p := range pos {
-		v, a := lp.sp.eval(p, b)
-		switch v {
-		case triNo:
-			return nil, resNone
-		case triPart:
-			keepPos = append(keepPos, p)
-			if split == nil {
-				split = a
-			}
+// point is the simplest point of b (space.pointBox) in a scratch box that
+// the next call overwrites.
+func (lp *lintPart) point(b box) box {
+	if lp.pt == nil {
+		n := 0
+		for d := range b {
+			n += len(lp.sp.dimFull(d))
 		}
+		lp.pt, lp.ptw = make(box, len(b)), make(classSet, n)
 	}
-	var keepNegs []cover
-	for _, n := range negs {
-		v, a := lp.sp.eval(n.p, b)
-		switch v {
-		case triYes:
-			if used != nil {
-				used[n.rule] = true
-			}
-			return nil, resNone
-		case triPart:
-			keepNegs = append(keepNegs, n)
-			if split == nil {
-				split = a
-			}
-		}
-	}
-	if split != nil && leaf == nil && len(keepNegs) > 0 && lp.probe(b, keepPos, keepNegs) {
-		return lp.sp.pointBox(b), resFound
-	}
-	if split == nil {
-		if leaf == nil {
-			return b, resFound
-		}
-		if r := leaf(b); r != resNone {
-			return b, r
-		}
-		return nil, resNone
-	}
-	in, out := lp.sp.split(b, split)
-	exhausted := false
-	for _, half := range [2]box{in, out} {
-		got, r := lp.search(half, keepPos, keepNegs, used, leaf)
-		switch r {
-		case resFound:
-			return got, r
-		case resExhausted:
-			if leaf != nil {
-				return nil, r
-			}
-			exhausted = true
-		}
-	}
-	if exhausted {
-		return nil, resExhausted
-	}
-	return nil, resNone
+	return lp.sp.pointInto(lp.pt, lp.ptw, b)
 }
 
-// region is the box of lr's match.
+// region is the box of lr's match (shared: do not modify).
 func (lp *lintPart) region(lr *lintRule) box {
-	b, _ := lp.sp.fullBox().restrict(lp.sp, lr.match)
-	return b
+	if lr.reg == nil {
+		lr.reg, _ = lp.sp.fullBox().restrict(lp.sp, lr.match)
+	}
+	return lr.reg
 }
 
-// probe tests the point of b: most rules decide the flow of their box's
-// simplest point (the keys they do not test absent), which a search would
-// reach only after splitting on every cover.
-func (lp *lintPart) probe(b box, pos []*pred, negs []cover) bool {
-	pb := lp.sp.pointBox(b)
-	for _, p := range pos {
-		if v, _ := lp.sp.eval(p, pb); v != triYes {
-			return false
-		}
+// coverList is a cover set's covers, in order.
+func (lp *lintPart) coverList(set ruleSet, side int) []cover {
+	var out []cover
+	for i := set.next(0); i >= 0; i = set.next(i + 1) {
+		out = append(out, cover{rule: i, p: lp.decidesOn(lp.rules[i], side)})
 	}
-	for _, n := range negs {
-		if v, _ := lp.sp.eval(n.p, pb); v != triNo {
-			return false
-		}
-	}
-	return true
+	return out
 }
 
 // coversOf lists, for a side, the rules that beat lr and may match with it.
 func (lp *lintPart) coversOf(lr *lintRule, side int) []cover {
-	if lr.covers[side] != nil {
-		return *lr.covers[side]
-	}
-	out := lp.coversOnce(lr, side)
-	lr.covers[side] = &out
-	return out
-}
-
-func (lp *lintPart) coversOnce(lr *lintRule, side int) []cover {
-	var out []cover
-	for _, i := range lp.meetsOf(lr) {
-		o := lp.rules[i]
-		if o.cand[side] == nil || !lp.beats(o, lr) {
-			continue
-		}
-		out = append(out, cover{rule: i, p: lp.decidesOn(o, side)})
-	}
-	return out
+	m, b := lp.scratch(), lp.scratch()
+	defer lp.release(m, b)
+	lp.meetsOf(m, lr)
+	lp.beaters(b, lr)
+	m.and(b)
+	m.and(lp.sides[side])
+	return lp.coverList(m, side)
 }
 
 // run lints every rule of the partition.
@@ -401,7 +342,10 @@ func (lp *lintPart) unproven(kind FindingKind, lr *lintRule, why string) Unprove
 
 // approx reports whether a rule or one it meets tests a key whose classes
 // are not exact (lintspace.go).
-func (lp *lintPart) approx(lr *lintRule) bool {
+func (lp *lintPart) approxRule(lr *lintRule) bool {
+	if !lp.approx {
+		return false
+	}
 	check := func(c conj) bool {
 		for _, a := range c {
 			if a.dim != lp.sp.portDim() && lp.sp.keys[a.dim%len(lp.sp.keys)].approx {
@@ -413,7 +357,10 @@ func (lp *lintPart) approx(lr *lintRule) bool {
 	if check(lr.match) {
 		return true
 	}
-	for _, i := range lr.meets {
+	m := lp.scratch()
+	defer lp.release(m)
+	lp.meetsOf(m, lr)
+	for i := m.next(0); i >= 0; i = m.next(i + 1) {
 		if check(lp.rules[i].match) {
 			return true
 		}
@@ -429,12 +376,15 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		if lr.cand[side] == nil || lr.never {
 			continue
 		}
-		lp.steps = 0
-		pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
-		b, r := lp.search(lp.region(lr), pos, lp.coversOf(lr, side), used, nil)
+		if side == 1 && lp.mirror && lr.cand[0] != nil {
+			lr.stat[1], lr.found[1] = lr.stat[0], lr.found[0]
+			continue
+		}
+		b, r := lp.decides(lr, side, used)
 		lr.stat[side] = r
 		switch r {
 		case resFound:
+			lr.found[side] = lp.sp.pointBox(b)
 			if lr.wit == nil {
 				lr.wit = &lintWit{side: side, b: b}
 				lp.prove("decides", lr, b)
@@ -444,7 +394,7 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		}
 	}
 	if lr.wit != nil {
-		if lp.approx(lr) {
+		if lp.approxRule(lr) {
 			ans.Unproven = append(ans.Unproven, lp.unproven(FindingRedundant, lr,
 				"a key is tested both by prefix and by CIDR, whose value classes are not split exactly"))
 			return
@@ -456,12 +406,73 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		ans.Unproven = append(ans.Unproven, lp.unproven(FindingShadowed, lr, "the search's budget ran out"))
 		return
 	}
-	if lp.approx(lr) {
+	if lp.approxRule(lr) {
 		ans.Unproven = append(ans.Unproven, lp.unproven(FindingShadowed, lr,
 			"a key is tested both by prefix and by CIDR, whose value classes are not split exactly"))
 		return
 	}
 	lp.reportShadowed(lr, used, ans)
+}
+
+// decides looks for a flow where lr decides side: resNone with the covers
+// that settle it in used (nil: not kept), or resFound with a box of such
+// flows.
+func (lp *lintPart) decides(lr *lintRule, side int, used map[int32]bool) (box, result) {
+	lp.steps = 0
+	return lp.decidesIn(lr, side, lp.region(lr), nil, -1, used)
+}
+
+// decidesIn looks for a flow of box start where lr decides side, the rule
+// at position skip (-1: none) left out, and every formula of also holds.
+// Before the search, three shortcuts settle most rules: lr deciding
+// start's simplest point, one rule that beats lr matching as a candidate
+// on all of start, or lr deciding a flow one dimension away from that
+// point. The search counts its boxes on from lp.steps.
+func (lp *lintPart) decidesIn(lr *lintRule, side int, start box, also []*pred, skip int, used map[int32]bool) (box, result) {
+	pos := append([]*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}, also...)
+	for _, p := range pos {
+		if v, _ := lp.sp.eval(p, start); v == triNo {
+			return nil, resNone
+		}
+	}
+	pt := lp.point(start)
+	if lp.decidesAtWithout(lr, pt, side, skip) && lp.holdsAll(also, pt) {
+		return lp.sp.pointBox(start), resFound
+	}
+	covers, whole := lp.scratch(), lp.scratch()
+	defer lp.release(covers, whole)
+	// only the rules that beat lr matter: the words from hi on are zero
+	hi := lp.beaters(whole, lr)
+	covers, whole = covers[:hi], whole[:hi]
+	lp.ix.meets(covers, lp.sp, start)
+	covers.and(whole)
+	covers.and(lp.sides[side])
+	if skip >= 0 && skip>>6 < hi {
+		covers[skip>>6] &^= 1 << (uint(skip) & 63)
+	}
+	lp.ix.contains(whole, lp.sp, start)
+	whole.and(covers)
+	for i := whole.next(0); i >= 0; i = whole.next(i + 1) {
+		if lp.holds(lp.decidesOn(lp.rules[i], side), start) {
+			if used != nil {
+				used[i] = true
+			}
+			return nil, resNone
+		}
+	}
+	if b, ok := lp.repair(start, pt, covers, side, pos); ok {
+		return b, resFound
+	}
+	return lp.search(start, pos, lp.coverList(covers, side), used, nil)
+}
+
+func (lp *lintPart) holdsAll(ps []*pred, b box) bool {
+	for _, p := range ps {
+		if !lp.holds(p, b) {
+			return false
+		}
+	}
+	return true
 }
 
 // reportShadowed builds the finding of a shadowed rule: the covering rules
@@ -543,57 +554,78 @@ var sideNames = [2]string{"outbound", "inbound"}
 
 // successor is what decides a side in lr's place once lr is removed.
 type successor struct {
-	ref  RuleRef
+	rule int32   // a rule's position; -1 for a catch-all or a fallback
+	ref  RuleRef // for a rule, only its action (lintPart.succRef)
 	conf resource.Object
 	p    *pred
 }
 
-// successors lists, for a side, what decides in lr's place, in order: the
-// rules after it that may match with it, the catch-alls, then the side's
-// fallback (the last entry, with p nil). ok is false when removing lr
-// changes more than its own place (the last rule of its side or type).
-func (lp *lintPart) successors(lr *lintRule, side int) ([]successor, bool) {
-	var out []successor
-	var after []int32
-	for _, i := range lp.meetsOf(lr) {
-		o := lp.rules[i]
-		if o.cand[side] != nil && !lp.beats(o, lr) {
-			after = append(after, i)
+// succRef names a successor.
+func (lp *lintPart) succRef(s *successor) RuleRef {
+	if s.rule >= 0 {
+		return lp.ref(lp.rules[s.rule])
+	}
+	return s.ref
+}
+
+// ruleSuccessor is the successor entry of the rule at position i.
+func (lp *lintPart) ruleSuccessor(i int32, side int) successor {
+	o := lp.rules[i]
+	return successor{rule: i, ref: RuleRef{Action: o.r.Action}, conf: o.r.Conf, p: lp.decidesOn(o, side)}
+}
+
+// successorRules yields, for a side, the rules that decide in lr's place
+// once it is removed, in the order they do: the rules after it that may
+// match with it (under DenyOverrides, after a DENY rule: the DENY rules
+// after it, then every ALLOW rule).
+func (lp *lintPart) successorRules(lr *lintRule, side int) iter.Seq[int32] {
+	return func(yield func(int32) bool) {
+		m, b := lp.scratch(), lp.scratch()
+		defer lp.release(m, b)
+		lp.meetsOf(m, lr)
+		m.and(lp.sides[side])
+		lp.beaters(b, lr)
+		m.andNot(b)
+		if lp.set.Combine == resource.DenyOverrides && lr.r.Action == resource.Deny {
+			copy(b, m)
+			b.and(lp.ix.deny)
+			for i := b.next(0); i >= 0; i = b.next(i + 1) {
+				if !yield(i) {
+					return
+				}
+			}
+			m.andNot(lp.ix.deny)
+		}
+		for i := m.next(0); i >= 0; i = m.next(i + 1) {
+			if !yield(i) {
+				return
+			}
 		}
 	}
-	if lp.set.Combine == resource.DenyOverrides && lr.r.Action == resource.Deny {
-		// the DENY rules after it, then every ALLOW rule in order
-		slices.SortStableFunc(after, func(a, b int32) int {
-			da, db := lp.rules[a].r.Action == resource.Deny, lp.rules[b].r.Action == resource.Deny
-			switch {
-			case da && !db:
-				return -1
-			case db && !da:
-				return 1
-			}
-			return int(a - b)
-		})
-	}
-	for _, i := range after {
-		o := lp.rules[i]
-		out = append(out, successor{ref: lp.ref(o), conf: o.r.Conf, p: lp.decidesOn(o, side)})
-	}
+}
+
+// tail lists, for a side, what decides in lr's place after the rules: the
+// catch-alls, then the side's fallback (the last entry, with p nil). ok is
+// false when removing lr changes more than its own place (the last rule of
+// its side or type).
+func (lp *lintPart) tail(lr *lintRule, side int) ([]successor, bool) {
+	var out []successor
 	for _, c := range lp.p.CatchAlls() {
 		if c.Audit {
 			continue
 		}
-		out = append(out, successor{ref: RuleRef{Rule: "catchAll", Scope: lp.p.ScopeName(c.Scope), Action: c.Action}, p: lp.member[side][c.Scope]})
+		out = append(out, successor{rule: -1, ref: RuleRef{Rule: "catchAll", Scope: lp.p.ScopeName(c.Scope), Action: c.Action}, p: lp.member[side][c.Scope]})
 	}
 	def := RuleRef{Rule: "defaultAction", Action: lp.set.DefaultAction}
 	unf := RuleRef{Rule: "unenforcedAction", Action: lp.set.UnenforcedAction}
 	if def.Action == unf.Action {
-		return append(out, successor{ref: def}), true
+		return append(out, successor{rule: -1, ref: def}), true
 	}
 	has, ok := lp.hasCandidate(lr, side)
 	if !ok {
 		return nil, false
 	}
-	return append(out, successor{ref: def, p: has}, successor{ref: unf}), true
+	return append(out, successor{rule: -1, ref: def, p: has}, successor{rule: -1, ref: unf}), true
 }
 
 // fallbackMoves looks for a flow, on a side, that no rule decides and no
@@ -706,11 +738,22 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 			ans.Unproven = append(ans.Unproven, budget)
 			return
 		}
-		succ, ok := lp.successors(lr, side)
+		tail, ok := lp.tail(lr, side)
 		if !ok {
 			ans.Unproven = append(ans.Unproven, lp.unproven(FindingRedundant, lr,
 				"removing it would leave its side or its type without a rule, which this analysis does not follow"))
 			return
+		}
+		if side == 1 && lp.mirror && lr.cand[0] != nil {
+			continue // side 0 settled the same formulas
+		}
+		// The flow found deciding is the first try: in place of most
+		// rules, another answers otherwise right there.
+		if pt := lr.found[side]; pt != nil {
+			if s := lp.successorAtPoint(lr, pt, side, tail); !s.same(lr) {
+				lp.prove("changes", lr, pt)
+				return
+			}
 		}
 		// Where it decides nothing, removing it may still move the
 		// fallback of flows no rule decides.
@@ -726,14 +769,7 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 		if lr.stat[side] != resFound {
 			continue
 		}
-		lp.steps = 0
-		pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
-		var differs box
-		_, r = lp.search(lp.region(lr), pos, lp.coversOf(lr, side), nil, func(b box) result {
-			var r result
-			differs, r = lp.walk(b, succ, 0, lr)
-			return r
-		})
+		differs, r := lp.changes(lr, side, tail)
 		switch r {
 		case resFound:
 			lp.prove("changes", lr, differs)
@@ -743,7 +779,8 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 			return
 		}
 		if lr.wit.side == side {
-			next = lp.successorAt(lr.wit.b, succ)
+			s := lp.successorAtPoint(lr, lp.sp.pointBox(lr.wit.b), side, tail)
+			next = &s
 		}
 	}
 	w, ok := lp.witness(lr.wit.b, lr.wit.side)
@@ -755,11 +792,102 @@ func (lp *lintPart) lintRedundant(lr *lintRule, ans *LintAnswer) {
 	f.Witness = w
 	msg := "removing it changes no answer: every flow it decides is decided alike without it"
 	if next != nil {
-		f.Related = []RuleRef{next.ref}
-		msg += fmt.Sprintf(" (the witness by %s)", next.ref)
+		ref := lp.succRef(next)
+		f.Related = []RuleRef{ref}
+		msg += fmt.Sprintf(" (the witness by %s)", ref)
 	}
 	f.Message = msg
 	ans.Findings = append(ans.Findings, f)
+}
+
+// changes looks, on a side where lr decides some flow, for a flow whose
+// answer removing lr changes: one that lr decides and that, without it, a
+// successor answering otherwise decides. It asks that of each such
+// successor k in turn — a flow of lr's region and k's match where neither
+// lr nor k is beaten by a rule other than lr — so the search partitions
+// only the part of the region k matches, by the rules that beat k there.
+// The flows no other rule matches go to the tail (the catch-alls and the
+// fallback). The successors stop at the first that matches as a candidate
+// on the whole region: nothing after it is ever reached. The budget is
+// shared by the whole question.
+func (lp *lintPart) changes(lr *lintRule, side int, tail []successor) (box, result) {
+	region := lp.region(lr)
+	whole := lp.scratch()
+	defer lp.release(whole)
+	lp.ix.contains(whole, lp.sp, region)
+	var ks []int32
+	reached := true // some flow of the region may reach the tail
+	for i := range lp.successorRules(lr, side) {
+		o := lp.rules[i]
+		if o.r.Action != lr.r.Action || !confEqual(o.r.Conf, lr.r.Conf) {
+			ks = append(ks, i)
+		}
+		if whole.has(i) && lp.holds(lp.decidesOn(o, side), region) {
+			reached = false
+			break
+		}
+	}
+	also := []*pred{conjPred(lr.match), lr.cand[side]}
+	// The simplest flow shared with each is the first try.
+	for _, i := range ks {
+		k := lp.rules[i]
+		b, ok := region.restrict(lp.sp, k.match)
+		if !ok {
+			continue
+		}
+		if pt := lp.point(b); lp.decidesAtWithout(k, pt, side, lr.pos) && lp.holdsAll(also, pt) {
+			return lp.sp.pointBox(b), resFound
+		}
+	}
+	lp.steps = 0
+	for _, i := range ks {
+		k := lp.rules[i]
+		b, ok := region.restrict(lp.sp, k.match)
+		if !ok {
+			continue
+		}
+		got, r := lp.decidesIn(k, side, b, also, lr.pos, nil)
+		if r != resNone {
+			if r == resFound {
+				got = lp.sp.pointBox(got)
+			}
+			return got, r
+		}
+	}
+	if !reached || !lp.tailDiffers(lr, tail) {
+		return nil, resNone
+	}
+	// No other rule matches as a candidate: the tail decides.
+	others := lp.scratch()
+	defer lp.release(others)
+	lp.ix.meets(others, lp.sp, region)
+	others.and(lp.sides[side])
+	others[lr.pos>>6] &^= 1 << (uint(lr.pos) & 63)
+	pos := []*pred{lp.exam[side], conjPred(lr.match), lr.cand[side]}
+	var differs box
+	_, r := lp.search(region, pos, lp.coverList(others, side), nil, func(b box) result {
+		var r result
+		differs, r = lp.walk(b, tail, 0, lr)
+		return r
+	})
+	return differs, r
+}
+
+// tailDiffers reports whether some entry of the tail answers otherwise
+// than lr.
+func (lp *lintPart) tailDiffers(lr *lintRule, tail []successor) bool {
+	for k := range tail {
+		if !tail[k].same(lr) {
+			return true
+		}
+	}
+	return false
+}
+
+// same reports whether the successor answers as lr does: the action and
+// the conf.
+func (s *successor) same(lr *lintRule) bool {
+	return s.ref.Action == lr.r.Action && confEqual(s.conf, lr.r.Conf)
 }
 
 // walk settles, on a box where lr decides, whether the successor answers
@@ -779,7 +907,7 @@ func (lp *lintPart) walk(b box, succ []successor, k int, lr *lintRule) (box, res
 		case triNo:
 			continue
 		case triYes:
-			if s.ref.Action == lr.r.Action && confEqual(s.conf, lr.r.Conf) {
+			if s.same(lr) {
 				return nil, resNone
 			}
 			return b, resFound
@@ -814,6 +942,15 @@ func (lp *lintPart) prove(what string, lr *lintRule, b box) {
 	*lp.proofs = append(*lp.proofs, LintProof{What: what, Policy: lr.r.PolicyName(), Rule: lr.r.ID, Source: src, Destination: dst, Protocol: proto, Port: port})
 }
 
+// successorAtPoint is what decides side at the flow of a point box where lr
+// decides, once lr is removed.
+func (lp *lintPart) successorAtPoint(lr *lintRule, pt box, side int, tail []successor) successor {
+	if i := lp.winner(lp.candidatesAt(pt, side), lr.pos); i >= 0 {
+		return lp.ruleSuccessor(i, side)
+	}
+	return *lp.successorAt(pt, tail)
+}
+
 // successorAt is the successor at a box's point.
 func (lp *lintPart) successorAt(b box, succ []successor) *successor {
 	pb := lp.sp.pointBox(b)
@@ -840,17 +977,33 @@ func confEqual(a, b resource.Object) bool {
 // as a candidate too.
 func (lp *lintPart) lintTies(ans *LintAnswer) {
 	for _, lr := range lp.rules {
-		if lr.r.Audit || lr.never {
+		if lr.r.Audit || lr.never || lp.run0[lr.pos] == int32(lr.pos) {
 			continue
 		}
-		for _, i := range lp.meetsOf(lr) {
+		m := lp.scratch()
+		lp.meetsOf(m, lr)
+		m.keepRange(lp.run0[lr.pos], int32(lr.pos))
+		if lr.r.Action == resource.Deny {
+			m.andNot(lp.ix.deny)
+		} else {
+			m.and(lp.ix.deny)
+		}
+		for i := m.next(0); i >= 0; i = m.next(i + 1) {
 			o := lp.rules[i]
-			if o.pos >= lr.pos || o.r.Audit || o.r.Action == lr.r.Action || o.r.PolicyName() == lr.r.PolicyName() || !sameRank(&o.r.Key, &lr.r.Key) {
+			// A rule that decides no flow ties with none.
+			if o.r.Audit || o.wit == nil && !slices.Contains(o.stat[:], resExhausted) || o.r.PolicyName() == lr.r.PolicyName() {
 				continue
 			}
 			lp.lintTie(o, lr, ans)
 		}
+		lp.release(m)
 	}
+}
+
+// holds reports whether p holds on the whole box.
+func (lp *lintPart) holds(p *pred, b box) bool {
+	v, _ := lp.sp.eval(p, b)
+	return v == triYes
 }
 
 func sameRank(a, b *index.OrderKey) bool {
@@ -862,13 +1015,15 @@ func (lp *lintPart) lintTie(first, second *lintRule, ans *LintAnswer) {
 		if first.cand[side] == nil || second.cand[side] == nil {
 			continue
 		}
-		lp.steps = 0
-		pos := []*pred{lp.exam[side], conjPred(first.match), first.cand[side], conjPred(second.match), second.cand[side]}
+		if side == 1 && lp.mirror && first.cand[0] != nil && second.cand[0] != nil {
+			return // side 0 settled the same formula
+		}
 		start, ok := lp.region(first).restrict(lp.sp, second.match)
 		if !ok {
 			return
 		}
-		b, r := lp.search(start, pos, lp.coversOf(first, side), nil, nil)
+		lp.steps = 0
+		b, r := lp.decidesIn(first, side, start, []*pred{conjPred(second.match), second.cand[side]}, -1, nil)
 		if r != resFound {
 			continue
 		}

@@ -603,10 +603,21 @@ func (sp *space) point(b box) (src, dst resource.Tags, proto resource.Protocol, 
 
 // pointBox narrows a box to the point that point picks.
 func (sp *space) pointBox(b box) box {
-	out := make(box, len(b))
+	n := 0
+	for d := range b {
+		n += len(sp.dimFull(d))
+	}
+	return sp.pointInto(make(box, len(b)), make(classSet, n), b)
+}
+
+// pointInto is pointBox written into out, its sets cut from words (as
+// many words as every dimension's full set together).
+func (sp *space) pointInto(out box, words classSet, b box) box {
+	clear(words)
 	for d := range out {
 		s := b.get(sp, d)
-		out[d] = single(len(s)*64, s.first())
+		out[d], words = words[:len(s):len(s)], words[len(s):]
+		out[d].set(s.first())
 	}
 	return out
 }
