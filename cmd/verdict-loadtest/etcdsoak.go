@@ -33,6 +33,7 @@ type SoakResult struct {
 	RetentionRevisions int64        `json:"retentionRevisions,string"`
 	Elapsed            string       `json:"elapsed"`
 	Errors             int64        `json:"errors,string"`
+	FirstError         string       `json:"firstError,omitempty"` // the first failed put's error
 	Samples            []SoakSample `json:"samples"`
 }
 
@@ -157,6 +158,7 @@ func runSoak(ctx context.Context, bin, tmp string, writes int64, workloads, writ
 		return nil, err
 	}
 	var next, done, failed atomic.Int64
+	var firstErr atomic.Value // string
 	var mu sync.Mutex // one sample at a time, in order
 	var sampleErr error
 	t0 := time.Now()
@@ -175,8 +177,8 @@ func runSoak(ctx context.Context, bin, tmp string, writes int64, workloads, writ
 				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_, err := client.Apply(cctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{apiconv.WorkloadToProto(wl)}})
 				cancel()
-				if err != nil {
-					failed.Add(1)
+				if err != nil && failed.Add(1) == 1 {
+					firstErr.Store(err.Error())
 				}
 				if n := done.Add(1); n%every == 0 {
 					mu.Lock()
@@ -191,6 +193,9 @@ func runSoak(ctx context.Context, bin, tmp string, writes int64, workloads, writ
 	wg.Wait()
 	res.Elapsed = time.Since(t0).Round(time.Millisecond).String()
 	res.Errors = failed.Load()
+	if e, ok := firstErr.Load().(string); ok {
+		res.FirstError = e
+	}
 	if sampleErr != nil {
 		return nil, sampleErr
 	}
@@ -254,6 +259,9 @@ func readMetrics(ctx context.Context, addr string, names ...string) (map[string]
 func writeSoak(w io.Writer, r *SoakResult) {
 	fmt.Fprintf(w, "etcd soak: %d workload puts over %d workloads in %s (%d failed), retention %s, revisions %d\n",
 		r.Writes, r.Workloads, r.Elapsed, r.Errors, r.Retention, r.RetentionRevisions)
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "  the first failed put: %s\n", r.FirstError)
+	}
 	fmt.Fprintf(w, "  %12s %12s %12s %12s %12s %12s %10s\n", "puts", "db file MiB", "db size MiB", "in use MiB", "oldest rev", "compactions", "RSS MiB")
 	for _, s := range r.Samples {
 		fmt.Fprintf(w, "  %12d %12.1f %12.1f %12.1f %12d %12d %10.1f\n", s.Writes, float64(s.DBFile)/(1<<20), float64(s.DBSize)/(1<<20),
