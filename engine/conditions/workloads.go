@@ -1,0 +1,236 @@
+package conditions
+
+// The conditions read off the inventory: NoWorkloads (lint's dead: the
+// policy selects no workload), and Overridden / PartiallyEnforced for the
+// types whose policies carry configuration, by Resolve's status over the
+// inventory's workloads (docs/resolve.md).
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/inventory"
+	"github.com/verdictpdp/verdict/engine/resource"
+)
+
+// endTags are the distinct tag sets the inventory's workloads present as a
+// source (their own) and as a destination (their own, and with each port's
+// tags), and the workloads in name order.
+type endTags struct {
+	src, dst  []resource.Tags
+	list      []*inventory.WorkloadEntry
+	workloads int
+}
+
+func newEndTags(inv *inventory.Inventory) *endTags {
+	et := &endTags{}
+	if inv == nil {
+		return et
+	}
+	inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
+		if e.Err == "" {
+			et.list = append(et.list, e)
+		}
+		return true
+	})
+	slices.SortFunc(et.list, func(a, b *inventory.WorkloadEntry) int { return strings.Compare(a.Workload.Name, b.Workload.Name) })
+	et.workloads = len(et.list)
+	seen := [2]map[string]bool{{}, {}}
+	add := func(end int, t resource.Tags) {
+		k := tagsText(t)
+		if seen[end][k] {
+			return
+		}
+		seen[end][k] = true
+		if end == 0 {
+			et.src = append(et.src, t)
+		} else {
+			et.dst = append(et.dst, t)
+		}
+	}
+	for _, e := range et.list {
+		add(0, e.Workload.Tags)
+		add(1, e.Workload.Tags)
+		for _, p := range e.Workload.Ports {
+			add(1, e.Workload.ResolvedTags(p.Port, ""))
+		}
+	}
+	return et
+}
+
+func tagsText(t resource.Tags) string {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(t[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// judgeDead settles NoWorkloads for the changed policies, or for every one
+// when the inventory or the frame changed.
+func (st *state) judgeDead(p *engine.Partition, changed []string, sameInv bool) {
+	if st.ends == nil {
+		st.ends = newEndTags(st.inv)
+	}
+	judge := func(ps *pstate) {
+		ps.dead = ps.err == "" && len(st.ends.src) > 0 && !selectsSome(p, ps, st.ends)
+	}
+	if !sameInv {
+		for _, ps := range st.policies {
+			judge(ps)
+		}
+		return
+	}
+	for _, name := range changed {
+		if ps, ok := st.policies[name]; ok {
+			judge(ps)
+		}
+	}
+}
+
+// selectsSome reports whether a rule of the policy has, on a side where it
+// is a candidate, a workload's tag set matched by its end there and a
+// member of its scope (lint's dead, docs/lint.md).
+func selectsSome(p *engine.Partition, ps *pstate, et *endTags) bool {
+	for _, r := range ps.rules {
+		for side, tags := range [2][]resource.Tags{et.src, et.dst} {
+			if r.Sides&index.SideBits[side] == 0 {
+				continue
+			}
+			m := r.Src
+			if side == 1 {
+				m = r.Dst
+			}
+			for _, t := range tags {
+				if (m == nil || m.Matches(t)) && p.MemberOf(r.Scope, t) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// resolveState is a policy's state over the resolutions it appears in.
+type resolveState struct {
+	state   engine.PolicyState // 0: in none, or enforced in every one
+	message string
+}
+
+// maxResolutions bounds the resolutions one judgement makes.
+const maxResolutions = 2048
+
+// judgeResolved settles Overridden and PartiallyEnforced from Resolve over
+// the inventory: each workload as the destination, or for a type that
+// needs both ends each pair of workloads (in name order, at most
+// maxResolutions). A policy overridden in every resolution it appears in
+// is Overridden; one overridden in some, or partly in one, is
+// PartiallyEnforced.
+func (st *state) judgeResolved(s *engine.Snapshot) {
+	for _, ps := range st.policies {
+		ps.resolved = resolveState{}
+	}
+	if !st.config || st.closed || st.ends == nil || len(st.ends.list) == 0 {
+		return
+	}
+	type tally struct {
+		seen, enforced, overridden int
+		why                        string
+	}
+	tallies := map[string]*tally{}
+	count := func(r *engine.Resolution, where string) {
+		if r == nil {
+			return
+		}
+		for _, ps := range r.Status {
+			if ps.State == engine.Audited {
+				continue
+			}
+			t := tallies[ps.Policy]
+			if t == nil {
+				t = &tally{}
+				tallies[ps.Policy] = t
+			}
+			t.seen++
+			switch ps.State {
+			case engine.Enforced:
+				t.enforced++
+			case engine.Overridden:
+				t.overridden++
+			}
+			if ps.State != engine.Enforced && t.why == "" && len(ps.Missing) > 0 {
+				m := ps.Missing[0]
+				t.why = fmt.Sprintf("for %s, %s %s", where, m.Rule, m.Why)
+				if m.By != "" {
+					t.why += " by " + m.By
+				}
+			}
+		}
+	}
+	n := 0
+	resolve := func(src, dst *inventory.WorkloadEntry) error {
+		n++
+		req := &engine.ResolveRequest{Mesh: st.mesh, Type: st.typ, Destination: dst.Workload.Tags}
+		where := "workload " + dst.Workload.Name
+		if src != nil {
+			req.Source = src.Workload.Tags
+			where = src.Workload.Name + " -> " + dst.Workload.Name
+		}
+		res, err := s.Resolve(req)
+		if err != nil {
+			return err
+		}
+		count(res.Main, where)
+		count(res.Outbound, where)
+		return nil
+	}
+	list := st.ends.list
+	pairs := false
+	for _, w := range list {
+		if n >= maxResolutions {
+			break
+		}
+		if err := resolve(nil, w); err != nil {
+			var ve *resource.ValidationError
+			pairs = errors.As(err, &ve) // the type needs a source too
+			break
+		}
+	}
+	if pairs {
+		n = 0
+	outer:
+		for _, src := range list {
+			for _, dst := range list {
+				if n >= maxResolutions {
+					break outer
+				}
+				resolve(src, dst)
+			}
+		}
+	}
+	for name, t := range tallies {
+		ps, ok := st.policies[name]
+		if !ok || t.enforced == t.seen {
+			continue
+		}
+		switch {
+		case t.overridden == t.seen:
+			ps.resolved = resolveState{engine.Overridden, fmt.Sprintf("overridden in every resolution it takes part in (%d): %s", t.seen, t.why)}
+		default:
+			ps.resolved = resolveState{engine.PartiallyEnforced, fmt.Sprintf("%d of the %d resolutions it takes part in keep all its rules: %s",
+				t.enforced, t.seen, t.why)}
+		}
+	}
+}
