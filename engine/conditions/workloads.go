@@ -104,6 +104,17 @@ func (st *state) judgeDead(p *engine.Partition, changed []string, sameInv bool) 
 // is a candidate, a workload's tag set matched by its end there and a
 // member of its scope (lint's dead, docs/lint.md).
 func selectsSome(p *engine.Partition, ps *pstate, et *endTags) bool {
+	if len(ps.rules) == 0 && ps.doc.TargetRef != nil {
+		// A configuration by targetRef alone (a single default, blocks):
+		// it selects the workloads its targetRef selects.
+		m := index.CompileSelector(resource.TargetSelector(*ps.doc.TargetRef))
+		for _, t := range et.dst {
+			if m.Matches(t) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, r := range ps.rules {
 		for side, tags := range [2][]resource.Tags{et.src, et.dst} {
 			if r.Sides&index.SideBits[side] == 0 {
