@@ -6,12 +6,14 @@ package conditions
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine/internal/pmap"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -70,7 +72,7 @@ type Partition struct {
 // Policy returns the conditions of the named policy, in Kind order; false
 // when the partition holds no such policy.
 func (p *Partition) Policy(name string) ([]Condition, bool) {
-	ps, ok := p.st.policies[name]
+	ps, ok := p.st.policies.Get(name)
 	if !ok {
 		return nil, false
 	}
@@ -79,39 +81,43 @@ func (p *Partition) Policy(name string) ([]Condition, bool) {
 
 // Names lists the partition's policies, sorted.
 func (p *Partition) Names() []string {
-	out := make([]string, 0, len(p.st.policies))
-	for n := range p.st.policies {
+	out := make([]string, 0, p.st.policies.Len())
+	p.st.policies.Range(func(n string, _ *pstate) bool {
 		out = append(out, n)
-	}
+		return true
+	})
 	slices.Sort(out)
 	return out
 }
 
 // Counts counts the partition's policies per condition.
-func (p *Partition) Counts() map[Kind]int {
-	out := map[Kind]int{}
-	for _, ps := range p.st.policies {
-		for _, c := range ps.conds {
-			out[c.Kind]++
-		}
-	}
-	return out
-}
+func (p *Partition) Counts() map[Kind]int { return maps.Clone(p.st.counts) }
 
 // Tracker judges conditions per snapshot and carries them from one snapshot
 // to the next. It is safe for concurrent use. The zero value is not usable:
 // NewTracker makes one.
 type Tracker struct {
-	mu sync.Mutex
-	// last is, per (mesh, type), the newest state judged: the base the next
-	// snapshot's judgement compares against.
-	last map[[2]string]*state
+	mu    sync.Mutex
+	parts map[[2]string]*tracked
 	// Budget bounds lint's search per rule (0: lint's default).
 	Budget int
 }
 
+// tracked is what a tracker keeps of one (mesh, type).
+type tracked struct {
+	// judging serializes the judgements of the partition: ix is updated in
+	// place.
+	judging sync.Mutex
+	// last is the newest state judged: the base the next judgement
+	// compares against (under Tracker.mu).
+	last *state
+	// ix indexes the rules of ixOf's policies (under judging).
+	ix   *ruleIndex
+	ixOf *state
+}
+
 // NewTracker returns an empty tracker.
-func NewTracker() *Tracker { return &Tracker{last: map[[2]string]*state{}} }
+func NewTracker() *Tracker { return &Tracker{parts: map[[2]string]*tracked{}} }
 
 // attachKey keys a tracker's partitions in a snapshot.
 type attachKey struct {
@@ -184,7 +190,8 @@ func (t *Tracker) Counts(s *engine.Snapshot) []Count {
 }
 
 // state is what a judgement of one partition knows: the frame every
-// policy's conditions depend on, and each policy's findings.
+// policy's conditions depend on, and each policy's findings. It is
+// immutable once judged; the next judgement shares what did not change.
 type state struct {
 	mesh, typ string
 	rev       int64
@@ -195,13 +202,16 @@ type state struct {
 	notApp    [2]bool
 	inv       *inventory.Inventory
 	ends      *endTags // the inventory's tag sets, built on need
-	policies  map[string]*pstate
+	pset      engine.PolicySet
+	policies  pmap.Map[string, *pstate]
+	counts    map[Kind]int
 	// config: an enforced valid policy carries configuration, so the
 	// resolutions judge Overridden and PartiallyEnforced.
-	config bool
+	config int
 }
 
-// pstate is one policy as judged.
+// pstate is one policy as judged. It is immutable once settled: a change
+// copies it.
 type pstate struct {
 	doc   *resource.Policy
 	err   string
@@ -214,6 +224,26 @@ type pstate struct {
 	dead     bool
 	resolved resolveState
 	conds    []Condition
+}
+
+func newPstate(pv engine.PolicyView) *pstate {
+	ps := &pstate{doc: pv.Doc, err: pv.Err, audit: pv.Audit, rules: pv.Rules}
+	if ps.judging() {
+		for _, r := range ps.rules {
+			if !r.Audit {
+				ps.enforced++
+			}
+		}
+	}
+	return ps
+}
+
+// configures reports whether the policy carries configuration that
+// Resolve merges across policies: defaults or overrides blocks, or a
+// targetRef policy's conf. (A sources & destinations policy's conf is the
+// deciding rule's, first match: what never decides is shadowed.)
+func (p *pstate) configures() bool {
+	return p.judging() && (p.doc.HasBlocks() || p.doc.TargetRef != nil && (len(p.doc.Conf) > 0 || hasItemConf(p.doc)))
 }
 
 // same reports whether q is p as compiled in the same frame.
@@ -246,10 +276,10 @@ func (p *pstate) enforcedRules() []*index.Rule {
 	return out
 }
 
-// newState reads a partition's frame and policies.
-func newState(s *engine.Snapshot, p *engine.Partition) *state {
+// newFrame reads a partition's frame.
+func newFrame(s *engine.Snapshot, p *engine.Partition) *state {
 	st := &state{mesh: p.Mesh(), typ: p.Type(), rev: p.Revision(), set: p.Settings(), closed: p.Closed(),
-		inv: p.Inventory(), policies: map[string]*pstate{}}
+		inv: p.Inventory(), pset: p.PolicySet()}
 	if e, ok := s.Get(resource.Key{Kind: resource.KindMesh, Mesh: st.mesh}); ok {
 		st.meshDoc = e.Resource
 	}
@@ -258,14 +288,6 @@ func newState(s *engine.Snapshot, p *engine.Partition) *state {
 	}
 	if !st.closed && p.Rules(false) != nil {
 		st.notApp = [2]bool{p.NotApplicable(0), p.NotApplicable(1)}
-	}
-	for pv := range p.Policies() {
-		ps := &pstate{doc: pv.Doc, err: pv.Err, audit: pv.Audit, rules: pv.Rules}
-		ps.enforced = len(ps.enforcedRules())
-		if ps.judging() && (len(pv.Doc.Conf) > 0 || pv.Doc.HasBlocks() || hasItemConf(pv.Doc)) {
-			st.config = true
-		}
-		st.policies[pv.Doc.Name] = ps
 	}
 	return st
 }
@@ -297,61 +319,151 @@ func (t *Tracker) judge(s *engine.Snapshot, mesh, typ string) (*Partition, error
 	}
 	key := [2]string{p.Mesh(), p.Type()}
 	t.mu.Lock()
-	base := t.last[key]
+	tp := t.parts[key]
+	if tp == nil {
+		tp = &tracked{}
+		t.parts[key] = tp
+	}
 	t.mu.Unlock()
-	st := newState(s, p)
-	if err := st.judge(s, p, base, t.Budget); err != nil {
+	tp.judging.Lock()
+	defer tp.judging.Unlock()
+	t.mu.Lock()
+	base := tp.last
+	t.mu.Unlock()
+	st := newFrame(s, p)
+	j := &judgement{st: st, base: base, s: s, p: p, tp: tp, budget: t.Budget}
+	if err := j.run(); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
-	if cur := t.last[key]; cur == nil || cur.rev <= st.rev {
-		t.last[key] = st
+	if tp.last == nil || tp.last.rev <= st.rev {
+		tp.last = st
 	}
 	t.mu.Unlock()
 	return &Partition{Mesh: st.mesh, Type: st.typ, Revision: st.rev, st: st}, nil
 }
 
-// judge fills every policy's findings, carrying base's where nothing they
-// depend on changed, and settles the conditions.
-func (st *state) judge(s *engine.Snapshot, p *engine.Partition, base *state, budget int) error {
-	frame := st.sameFrame(base)
-	var changed []string // names whose policy differs from base's (gone ones included)
-	for name, ps := range st.policies {
-		old, ok := (*pstate)(nil), false
-		if base != nil {
-			old, ok = base.policies[name]
-		}
-		if !frame || !ok || !ps.same(old) {
-			changed = append(changed, name)
-			continue
-		}
-		ps.shadowed, ps.dead, ps.resolved = old.shadowed, old.dead, old.resolved
+// judgement is one judgement of a partition: st being made from base.
+type judgement struct {
+	st, base *state
+	s        *engine.Snapshot
+	p        *engine.Partition
+	tp       *tracked
+	budget   int
+	b        *pmap.Builder[string, *pstate]
+	// fresh are the pstates made by this judgement (settled at the end).
+	fresh map[string]*pstate
+}
+
+// edit returns name's pstate to write: a copy of the carried one, taken
+// out of the counts until it is settled again; nil when there is none.
+func (j *judgement) edit(name string) *pstate {
+	if ps, ok := j.fresh[name]; ok {
+		return ps
 	}
-	if base != nil {
-		for name := range base.policies {
-			if _, ok := st.policies[name]; !ok {
-				changed = append(changed, name)
+	old, ok := j.b.Get(name)
+	if !ok {
+		return nil
+	}
+	j.uncount(old)
+	cp := *old
+	j.fresh[name] = &cp
+	j.b.Set(name, &cp)
+	return &cp
+}
+
+func (j *judgement) run() error {
+	st, base := j.st, j.base
+	j.fresh = map[string]*pstate{}
+	frame := st.sameFrame(base)
+	var changed []string
+	if frame {
+		var ok bool
+		if changed, ok = st.pset.Changed(base.pset); !ok {
+			frame = false
+		}
+	}
+	if frame {
+		j.b = base.policies.Builder()
+		st.counts = maps.Clone(base.counts)
+		st.config = base.config
+		seen := map[string]bool{}
+		kept := changed[:0]
+		for _, name := range changed {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			old, had := base.policies.Get(name)
+			pv, has := j.p.Policy(name)
+			if had && has && newPstate(pv).same(old) {
+				continue // a neighbour in the map
+			}
+			kept = append(kept, name)
+			if had {
+				j.uncount(old)
+				j.b.Delete(name)
+				if old.configures() {
+					st.config--
+				}
+			}
+			if has {
+				ps := newPstate(pv)
+				j.fresh[name] = ps
+				j.b.Set(name, ps)
+				if ps.configures() {
+					st.config++
+				}
+			}
+		}
+		changed = kept
+		slices.Sort(changed)
+	} else {
+		j.b = pmap.New[string, *pstate](pmap.StringHash).Builder()
+		st.counts = map[Kind]int{}
+		for pv := range j.p.Policies() {
+			ps := newPstate(pv)
+			j.fresh[pv.Doc.Name] = ps
+			j.b.Set(pv.Doc.Name, ps)
+			if ps.configures() {
+				st.config++
 			}
 		}
 	}
-	slices.Sort(changed)
 	sameInv := frame && base.inv == st.inv
 	if sameInv {
 		st.ends = base.ends
+	} else {
+		st.ends = newEndTags(st.inv)
 	}
 	if !st.closed && !st.set.PerDestination {
-		if err := st.judgeShadowed(s, p, base, frame, changed, budget); err != nil {
+		if err := j.judgeShadowed(frame, changed); err != nil {
 			return err
 		}
 	}
-	st.judgeDead(p, changed, sameInv)
-	if len(changed) > 0 || !sameInv || base.config != st.config {
-		st.judgeResolved(s)
+	j.judgeDead(changed, sameInv)
+	resolves := func(x *state) bool { return x != nil && x.config > 0 && len(x.ends.list) > 0 && !x.closed }
+	if (len(changed) > 0 || !sameInv) && (resolves(st) || resolves(base)) {
+		j.judgeResolved()
 	}
-	for _, ps := range st.policies {
+	for _, ps := range j.fresh {
 		ps.conds = st.settle(ps)
+		for _, c := range ps.conds {
+			st.counts[c.Kind]++
+		}
 	}
+	st.policies = j.b.Map()
 	return nil
+}
+
+// uncount takes an old pstate's part out of the counts.
+func (j *judgement) uncount(old *pstate) {
+	for _, c := range old.conds {
+		j.st.counts[c.Kind]--
+		if j.st.counts[c.Kind] == 0 {
+			delete(j.st.counts, c.Kind)
+		}
+	}
 }
 
 // settle says which conditions a policy holds.

@@ -13,32 +13,39 @@ package conditions
 // no only when a tag both ends require differs.
 
 import (
+	"maps"
+
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
-// judgeShadowed fills ps.shadowed for the policies whose covers may have
-// changed since base (every policy when the frame changed).
-func (st *state) judgeShadowed(s *engine.Snapshot, p *engine.Partition, base *state, frame bool, changed []string, budget int) error {
-	if p.Rules(false) == nil {
+// judgeShadowed settles the shadowed rules of the policies whose covers
+// may have changed since base (every policy when the frame changed).
+func (j *judgement) judgeShadowed(frame bool, changed []string) error {
+	st, base := j.st, j.base
+	if j.p.Rules(false) == nil {
 		return nil
 	}
 	if !frame {
-		return st.lintAll(s, budget)
+		j.tp.ix, j.tp.ixOf = nil, nil
+		return j.lintAll()
 	}
 	if len(changed) == 0 {
+		if j.tp.ixOf == base {
+			j.tp.ixOf = st
+		}
 		return nil
 	}
-	ix := newRuleIndex(st)
+	ix := j.index(changed)
 	// The seeds: every enforced rule a changed policy had or has.
 	var seeds []*index.Rule
 	for _, name := range changed {
-		if old, ok := base.policies[name]; ok {
+		if old, ok := base.policies.Get(name); ok {
 			seeds = append(seeds, old.enforcedRules()...)
 		}
-		if ps, ok := st.policies[name]; ok {
+		if ps, ok := j.fresh[name]; ok {
 			seeds = append(seeds, ps.enforcedRules()...)
 		}
 	}
@@ -46,13 +53,13 @@ func (st *state) judgeShadowed(s *engine.Snapshot, p *engine.Partition, base *st
 	// that overlap a seed.
 	affected := map[string]bool{}
 	for _, name := range changed {
-		if ps, ok := st.policies[name]; ok && ps.judging() {
+		if ps, ok := j.fresh[name]; ok && ps.judging() {
 			affected[name] = true
 		}
 	}
 	for _, r := range seeds {
-		for _, i := range ix.meeting(r) {
-			affected[ix.rules[i].Policy.Name] = true
+		for _, o := range ix.meeting(r) {
+			affected[o.Policy.Name] = true
 		}
 	}
 	if len(affected) == 0 {
@@ -60,17 +67,18 @@ func (st *state) judgeShadowed(s *engine.Snapshot, p *engine.Partition, base *st
 	}
 	// The world: the affected policies and the owners of every rule that
 	// overlaps one of theirs (all their covers among them).
-	world := map[string]bool{}
+	world := map[string]*resource.Policy{}
 	for name := range affected {
-		world[name] = true
-		for _, r := range st.policies[name].enforcedRules() {
-			for _, i := range ix.meeting(r) {
-				world[ix.rules[i].Policy.Name] = true
+		ps, _ := j.b.Get(name)
+		world[name] = ps.doc
+		for _, r := range ps.enforcedRules() {
+			for _, o := range ix.meeting(r) {
+				world[o.Policy.Name] = o.Policy
 			}
 		}
 	}
 	if 2*len(world) > ix.policies {
-		return st.lintAll(s, budget)
+		return j.lintAll()
 	}
 	res := make([]resource.Resource, 0, len(world)+len(st.scopes)+1)
 	if st.meshDoc != nil {
@@ -79,62 +87,101 @@ func (st *state) judgeShadowed(s *engine.Snapshot, p *engine.Partition, base *st
 	for _, sc := range st.scopes {
 		res = append(res, sc)
 	}
-	for name := range world {
-		res = append(res, st.policies[name].doc)
+	for _, doc := range world {
+		res = append(res, doc)
 	}
 	sub := engine.Build(st.rev, res)
 	sp, err := sub.Partition(st.mesh, st.typ)
 	if err != nil || sp.Closed() || sp.NotApplicable(0) != st.notApp[0] || sp.NotApplicable(1) != st.notApp[1] {
 		// The smaller world differs in more than its rules: judge the whole.
-		return st.lintAll(s, budget)
+		return j.lintAll()
 	}
-	ans, err := analysis.Lint(sub, &analysis.LintRequest{Mesh: st.mesh, Type: st.typ, Budget: budget})
+	ans, err := analysis.Lint(sub, &analysis.LintRequest{Mesh: st.mesh, Type: st.typ, Budget: j.budget})
 	if err != nil {
 		return err
 	}
-	for name := range affected {
-		st.policies[name].shadowed = nil
-	}
-	st.record(ans, affected)
+	j.record(ans, affected)
 	return nil
+}
+
+// index returns the tracker's rule index brought to st: updated in place
+// from base by the changed policies, or built anew.
+func (j *judgement) index(changed []string) *ruleIndex {
+	tp := j.tp
+	if tp.ix == nil || tp.ixOf != j.base {
+		tp.ix = newRuleIndex()
+		j.b.Map().Range(func(_ string, ps *pstate) bool {
+			tp.ix.addPolicy(ps)
+			return true
+		})
+		tp.ixOf = j.st
+		return tp.ix
+	}
+	for _, name := range changed {
+		if old, ok := j.base.policies.Get(name); ok {
+			tp.ix.removePolicy(old)
+		}
+		if ps, ok := j.fresh[name]; ok {
+			tp.ix.addPolicy(ps)
+		}
+	}
+	tp.ixOf = j.st
+	return tp.ix
 }
 
 // lintAll lints the whole partition.
-func (st *state) lintAll(s *engine.Snapshot, budget int) error {
-	ans, err := analysis.Lint(s, &analysis.LintRequest{Mesh: st.mesh, Type: st.typ, Budget: budget})
+func (j *judgement) lintAll() error {
+	ans, err := analysis.Lint(j.s, &analysis.LintRequest{Mesh: j.st.mesh, Type: j.st.typ, Budget: j.budget})
 	if err != nil {
 		return err
 	}
-	for _, ps := range st.policies {
-		ps.shadowed = nil
+	all := map[string]bool{}
+	j.b.Map().Range(func(name string, ps *pstate) bool {
+		if len(ps.shadowed) > 0 {
+			all[name] = true
+		}
+		return true
+	})
+	for i := range ans.Findings {
+		if f := &ans.Findings[i]; f.Kind == analysis.FindingShadowed {
+			all[f.Policy] = true
+		}
 	}
-	st.record(ans, nil)
+	j.record(ans, all)
 	return nil
 }
 
-// record keeps the shadowed findings of the policies in only (nil: every
-// policy).
-func (st *state) record(ans *analysis.LintAnswer, only map[string]bool) {
+// record sets the shadowed rules of the policies in only from lint's
+// findings.
+func (j *judgement) record(ans *analysis.LintAnswer, only map[string]bool) {
+	found := map[string]map[string]string{}
 	for i := range ans.Findings {
 		f := &ans.Findings[i]
-		if f.Kind != analysis.FindingShadowed || f.Mesh != st.mesh || f.Type != st.typ || only != nil && !only[f.Policy] {
+		if f.Kind != analysis.FindingShadowed || f.Mesh != j.st.mesh || f.Type != j.st.typ || !only[f.Policy] {
 			continue
 		}
-		ps, ok := st.policies[f.Policy]
-		if !ok || !ps.judging() {
+		if found[f.Policy] == nil {
+			found[f.Policy] = map[string]string{}
+		}
+		found[f.Policy][f.Rule] = f.Message
+	}
+	for name := range only {
+		old, ok := j.b.Get(name)
+		if !ok || !old.judging() {
 			continue
 		}
-		if ps.shadowed == nil {
-			ps.shadowed = map[string]string{}
+		if _, fresh := j.fresh[name]; !fresh && maps.Equal(old.shadowed, found[name]) {
+			continue
 		}
-		ps.shadowed[f.Rule] = f.Message
+		j.edit(name).shadowed = found[name]
 	}
 }
 
 // ruleIndex finds the enforced rules of a partition that may overlap a
-// rule, by the exact tags each end requires.
+// rule, by the exact tags each end requires. A tracker keeps one per
+// partition and updates it in place with each change.
 type ruleIndex struct {
-	rules    []*index.Rule
+	rules    map[*index.Rule]struct{}
 	policies int
 	keys     map[endKey]*keyRules
 }
@@ -147,20 +194,64 @@ type endKey struct {
 // keyRules are the rules that require a value of one key on one end, by
 // value, and those that do not (lacking).
 type keyRules struct {
-	byValue map[string][]int32
-	lacking []int32
+	byValue map[string]map[*index.Rule]struct{}
+	lacking map[*index.Rule]struct{}
 }
 
-func newRuleIndex(st *state) *ruleIndex {
-	ix := &ruleIndex{keys: map[endKey]*keyRules{}}
-	for _, ps := range st.policies {
-		if !ps.judging() {
+func newRuleIndex() *ruleIndex {
+	return &ruleIndex{rules: map[*index.Rule]struct{}{}, keys: map[endKey]*keyRules{}}
+}
+
+func (ix *ruleIndex) addPolicy(ps *pstate) {
+	if !ps.judging() {
+		return
+	}
+	ix.policies++
+	for _, r := range ps.rules {
+		if r.Audit {
 			continue
 		}
-		ix.policies++
-		ix.rules = append(ix.rules, ps.enforcedRules()...)
+		ix.rules[r] = struct{}{}
+		for k, kr := range ix.keys {
+			kr.add(k, r)
+		}
 	}
-	return ix
+}
+
+func (ix *ruleIndex) removePolicy(ps *pstate) {
+	if !ps.judging() {
+		return
+	}
+	ix.policies--
+	for _, r := range ps.rules {
+		if r.Audit {
+			continue
+		}
+		delete(ix.rules, r)
+		for k, kr := range ix.keys {
+			if v, ok := exactValue(endMatcher(r, k.end), k.key); ok {
+				delete(kr.byValue[v], r)
+				if len(kr.byValue[v]) == 0 {
+					delete(kr.byValue, v)
+				}
+			} else {
+				delete(kr.lacking, r)
+			}
+		}
+	}
+}
+
+func (kr *keyRules) add(k endKey, r *index.Rule) {
+	if v, ok := exactValue(endMatcher(r, k.end), k.key); ok {
+		set := kr.byValue[v]
+		if set == nil {
+			set = map[*index.Rule]struct{}{}
+			kr.byValue[v] = set
+		}
+		set[r] = struct{}{}
+		return
+	}
+	kr.lacking[r] = struct{}{}
 }
 
 func endMatcher(r *index.Rule, end int) *index.Matcher {
@@ -176,13 +267,9 @@ func (ix *ruleIndex) keyed(k endKey) *keyRules {
 	if kr, ok := ix.keys[k]; ok {
 		return kr
 	}
-	kr := &keyRules{byValue: map[string][]int32{}}
-	for i, r := range ix.rules {
-		if v, ok := exactValue(endMatcher(r, k.end), k.key); ok {
-			kr.byValue[v] = append(kr.byValue[v], int32(i))
-		} else {
-			kr.lacking = append(kr.lacking, int32(i))
-		}
+	kr := &keyRules{byValue: map[string]map[*index.Rule]struct{}{}, lacking: map[*index.Rule]struct{}{}}
+	for r := range ix.rules {
+		kr.add(k, r)
 	}
 	ix.keys[k] = kr
 	return kr
@@ -201,8 +288,8 @@ func exactValue(m *index.Matcher, key string) (string, bool) {
 }
 
 // meeting lists the rules other than r that may overlap it.
-func (ix *ruleIndex) meeting(r *index.Rule) []int32 {
-	var best []int32
+func (ix *ruleIndex) meeting(r *index.Rule) []*index.Rule {
+	var sets []map[*index.Rule]struct{}
 	n := -1
 	for end := 0; end < 2; end++ {
 		m := endMatcher(r, end)
@@ -213,20 +300,19 @@ func (ix *ruleIndex) meeting(r *index.Rule) []int32 {
 			kr := ix.keyed(endKey{end, kv.K})
 			if c := len(kr.byValue[kv.V]) + len(kr.lacking); n < 0 || c < n {
 				n = c
-				best = append(append(best[:0:0], kr.byValue[kv.V]...), kr.lacking...)
+				sets = []map[*index.Rule]struct{}{kr.byValue[kv.V], kr.lacking}
 			}
 		}
 	}
 	if n < 0 {
-		best = make([]int32, len(ix.rules))
-		for i := range best {
-			best[i] = int32(i)
-		}
+		sets = []map[*index.Rule]struct{}{ix.rules}
 	}
-	out := best[:0]
-	for _, i := range best {
-		if o := ix.rules[i]; o != r && mayMeet(r, o) {
-			out = append(out, i)
+	var out []*index.Rule
+	for _, set := range sets {
+		for o := range set {
+			if o != r && mayMeet(r, o) {
+				out = append(out, o)
+			}
 		}
 	}
 	return out

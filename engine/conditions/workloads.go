@@ -80,22 +80,28 @@ func tagsText(t resource.Tags) string {
 
 // judgeDead settles NoWorkloads for the changed policies, or for every one
 // when the inventory or the frame changed.
-func (st *state) judgeDead(p *engine.Partition, changed []string, sameInv bool) {
-	if st.ends == nil {
-		st.ends = newEndTags(st.inv)
-	}
-	judge := func(ps *pstate) {
-		ps.dead = ps.err == "" && len(st.ends.src) > 0 && !selectsSome(p, ps, st.ends)
+func (j *judgement) judgeDead(changed []string, sameInv bool) {
+	st := j.st
+	dead := func(ps *pstate) bool {
+		return ps.err == "" && len(st.ends.src) > 0 && !selectsSome(j.p, ps, st.ends)
 	}
 	if !sameInv {
-		for _, ps := range st.policies {
-			judge(ps)
+		var moved []string
+		j.b.Map().Range(func(name string, ps *pstate) bool {
+			if _, fresh := j.fresh[name]; fresh || dead(ps) != ps.dead || ps.dead {
+				moved = append(moved, name) // a dead one's message counts the workloads
+			}
+			return true
+		})
+		for _, name := range moved {
+			ps := j.edit(name)
+			ps.dead = dead(ps)
 		}
 		return
 	}
 	for _, name := range changed {
-		if ps, ok := st.policies[name]; ok {
-			judge(ps)
+		if ps, ok := j.fresh[name]; ok {
+			ps.dead = dead(ps)
 		}
 	}
 }
@@ -149,13 +155,8 @@ const maxResolutions = 2048
 // maxResolutions). A policy overridden in every resolution it appears in
 // is Overridden; one overridden in some, or partly in one, is
 // PartiallyEnforced.
-func (st *state) judgeResolved(s *engine.Snapshot) {
-	for _, ps := range st.policies {
-		ps.resolved = resolveState{}
-	}
-	if !st.config || st.closed || st.ends == nil || len(st.ends.list) == 0 {
-		return
-	}
+func (j *judgement) judgeResolved() {
+	st, s := j.st, j.s
 	type tally struct {
 		seen, enforced, overridden int
 		why                        string
@@ -208,6 +209,9 @@ func (st *state) judgeResolved(s *engine.Snapshot) {
 		return nil
 	}
 	list := st.ends.list
+	if st.config == 0 || st.closed {
+		list = nil // nothing to judge: every resolved state clears
+	}
 	pairs := false
 	for _, w := range list {
 		if n >= maxResolutions {
@@ -231,17 +235,25 @@ func (st *state) judgeResolved(s *engine.Snapshot) {
 			}
 		}
 	}
+	next := map[string]resolveState{}
 	for name, t := range tallies {
-		ps, ok := st.policies[name]
-		if !ok || t.enforced == t.seen {
-			continue
-		}
 		switch {
+		case t.enforced == t.seen:
 		case t.overridden == t.seen:
-			ps.resolved = resolveState{engine.Overridden, fmt.Sprintf("overridden in every resolution it takes part in (%d): %s", t.seen, t.why)}
+			next[name] = resolveState{engine.Overridden, fmt.Sprintf("overridden in every resolution it takes part in (%d): %s", t.seen, t.why)}
 		default:
-			ps.resolved = resolveState{engine.PartiallyEnforced, fmt.Sprintf("%d of the %d resolutions it takes part in keep all its rules: %s",
+			next[name] = resolveState{engine.PartiallyEnforced, fmt.Sprintf("%d of the %d resolutions it takes part in keep all its rules: %s",
 				t.enforced, t.seen, t.why)}
 		}
+	}
+	var moved []string
+	j.b.Map().Range(func(name string, ps *pstate) bool {
+		if ps.resolved != next[name] {
+			moved = append(moved, name)
+		}
+		return true
+	})
+	for _, name := range moved {
+		j.edit(name).resolved = next[name]
 	}
 }
