@@ -29,7 +29,8 @@ type lintPart struct {
 	exam   [2]*pred    // per side: the side is examined at all
 	budget int
 	steps  int
-	proofs *[]LintProof // the tests' (LintRequest.proofs)
+	proofs *[]LintProof    // the tests' (LintRequest.proofs)
+	only   map[string]bool // LintRequest.ShadowedOf
 	// the index that finds the rules whose match meets a rule's: per
 	// dimension, the rules that require one class of it, by class, and the
 	// others
@@ -375,13 +376,13 @@ func (lp *lintPart) coversOnce(lr *lintRule, side int) []cover {
 // run lints every rule of the partition.
 func (lp *lintPart) run(ans *LintAnswer) {
 	for _, lr := range lp.rules {
-		if lr.r.Audit {
+		if lr.r.Audit || lp.only != nil && !lp.only[lr.r.PolicyName()] {
 			continue
 		}
 		ans.Rules++
 		lp.lintRule(lr, ans)
 	}
-	if lp.set.Combine != resource.DenyOverrides {
+	if lp.set.Combine != resource.DenyOverrides && lp.only == nil {
 		lp.lintTies(ans)
 	}
 }
@@ -442,6 +443,9 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		case resExhausted:
 			exhausted = true
 		}
+	}
+	if lr.wit != nil && lp.only != nil {
+		return // it decides a flow: not shadowed, and nothing else is asked
 	}
 	if lr.wit != nil {
 		if lp.approx(lr) {

@@ -219,6 +219,8 @@ type pstate struct {
 	rules []*index.Rule
 	// shadowed maps each enforced rule lint found shadowed to its message.
 	shadowed map[string]string
+	// unproven: lint could not settle one of its rules (docs/lint.md).
+	unproven bool
 	// enforced counts its enforced rules.
 	enforced int
 	dead     bool

@@ -5,9 +5,10 @@ package conditions
 // depends on the frame (scopes, settings, applicable sides) and on the
 // rules that may match a flow together with R and beat it: its covers. A
 // change of policy P moves the covers only of the rules that overlap a rule
-// P had or has. So those rules are linted again, in a world of their own
-// policies and every policy with a rule that overlaps one of theirs — a
-// world that holds all their covers, where lint answers for them exactly as
+// P had or has and that such a rule beats (comes before, or under
+// DenyOverrides denies where they allow). So those rules are linted again,
+// in a world of their own policies and every policy with a rule that
+// overlaps one of theirs and beats it — a world that holds all their covers, where lint answers for them exactly as
 // over the whole partition. "Overlap" here is a quick test that may say yes
 // for two rules that never meet (more work, never a wrong answer) and says
 // no only when a tag both ends require differs.
@@ -59,7 +60,9 @@ func (j *judgement) judgeShadowed(frame bool, changed []string) error {
 	}
 	for _, r := range seeds {
 		for _, o := range ix.meeting(r) {
-			affected[o.Policy.Name] = true
+			if j.beats(r, o) || j.unproven(o.Policy.Name) {
+				affected[o.Policy.Name] = true
+			}
 		}
 	}
 	if len(affected) == 0 {
@@ -73,12 +76,20 @@ func (j *judgement) judgeShadowed(frame bool, changed []string) error {
 		world[name] = ps.doc
 		for _, r := range ps.enforcedRules() {
 			for _, o := range ix.meeting(r) {
-				world[o.Policy.Name] = o.Policy
+				if j.beats(o, r) {
+					world[o.Policy.Name] = o.Policy
+				}
 			}
 		}
 	}
 	if 2*len(world) > ix.policies {
-		return j.lintAll()
+		// Most of the partition: lint it in place, the affected rules only.
+		ans, err := analysis.Lint(j.s, &analysis.LintRequest{Mesh: st.mesh, Type: st.typ, Budget: j.budget, ShadowedOf: affected})
+		if err != nil {
+			return err
+		}
+		j.record(ans, affected)
+		return nil
 	}
 	res := make([]resource.Resource, 0, len(world)+len(st.scopes)+1)
 	if st.meshDoc != nil {
@@ -96,12 +107,22 @@ func (j *judgement) judgeShadowed(frame bool, changed []string) error {
 		// The smaller world differs in more than its rules: judge the whole.
 		return j.lintAll()
 	}
-	ans, err := analysis.Lint(sub, &analysis.LintRequest{Mesh: st.mesh, Type: st.typ, Budget: j.budget})
+	ans, err := analysis.Lint(sub, &analysis.LintRequest{Mesh: st.mesh, Type: st.typ, Budget: j.budget, ShadowedOf: affected})
 	if err != nil {
 		return err
 	}
 	j.record(ans, affected)
 	return nil
+}
+
+// beats reports whether o, matching a flow with r and a candidate, keeps r
+// from deciding it (docs/order.md, "Combining"): only such a rule can
+// cover r.
+func (j *judgement) beats(o, r *index.Rule) bool {
+	if j.st.set.Combine == resource.DenyOverrides && o.Action != r.Action {
+		return o.Action == resource.Deny
+	}
+	return o.Key.Less(&r.Key)
 }
 
 // index returns the tracker's rule index brought to st: updated in place
@@ -129,23 +150,16 @@ func (j *judgement) index(changed []string) *ruleIndex {
 	return tp.ix
 }
 
-// lintAll lints the whole partition.
+// lintAll lints every rule of the partition.
 func (j *judgement) lintAll() error {
-	ans, err := analysis.Lint(j.s, &analysis.LintRequest{Mesh: j.st.mesh, Type: j.st.typ, Budget: j.budget})
-	if err != nil {
-		return err
-	}
 	all := map[string]bool{}
 	j.b.Map().Range(func(name string, ps *pstate) bool {
-		if len(ps.shadowed) > 0 {
-			all[name] = true
-		}
+		all[name] = true
 		return true
 	})
-	for i := range ans.Findings {
-		if f := &ans.Findings[i]; f.Kind == analysis.FindingShadowed {
-			all[f.Policy] = true
-		}
+	ans, err := analysis.Lint(j.s, &analysis.LintRequest{Mesh: j.st.mesh, Type: j.st.typ, Budget: j.budget, ShadowedOf: all})
+	if err != nil {
+		return err
 	}
 	j.record(ans, all)
 	return nil
@@ -155,6 +169,12 @@ func (j *judgement) lintAll() error {
 // findings.
 func (j *judgement) record(ans *analysis.LintAnswer, only map[string]bool) {
 	found := map[string]map[string]string{}
+	unproven := map[string]bool{}
+	for _, u := range ans.Unproven {
+		if u.Kind == analysis.FindingShadowed && u.Mesh == j.st.mesh && u.Type == j.st.typ && only[u.Policy] {
+			unproven[u.Policy] = true
+		}
+	}
 	for i := range ans.Findings {
 		f := &ans.Findings[i]
 		if f.Kind != analysis.FindingShadowed || f.Mesh != j.st.mesh || f.Type != j.st.typ || !only[f.Policy] {
@@ -170,11 +190,21 @@ func (j *judgement) record(ans *analysis.LintAnswer, only map[string]bool) {
 		if !ok || !old.judging() {
 			continue
 		}
-		if _, fresh := j.fresh[name]; !fresh && maps.Equal(old.shadowed, found[name]) {
+		if _, fresh := j.fresh[name]; !fresh && maps.Equal(old.shadowed, found[name]) && old.unproven == unproven[name] {
 			continue
 		}
-		j.edit(name).shadowed = found[name]
+		ps := j.edit(name)
+		ps.shadowed, ps.unproven = found[name], unproven[name]
 	}
+}
+
+// unproven reports whether lint left a rule of the policy unsettled: its
+// judgement may then depend on more than its covers (a key's value classes
+// are cut by every selector of the partition), so any overlapping change
+// judges it again.
+func (j *judgement) unproven(name string) bool {
+	ps, ok := j.b.Get(name)
+	return ok && ps.unproven
 }
 
 // ruleIndex finds the enforced rules of a partition that may overlap a
