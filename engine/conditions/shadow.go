@@ -31,7 +31,11 @@ func (j *judgement) judgeShadowed(frame bool, changed []string) error {
 	}
 	if !frame {
 		j.tp.ix, j.tp.ixOf = nil, nil
-		return j.lintAll()
+		if err := j.lintAll(); err != nil {
+			return err
+		}
+		j.index(nil).prebuild() // here, rather than on the next change
+		return nil
 	}
 	if len(changed) == 0 {
 		if j.tp.ixOf == base {
@@ -131,7 +135,7 @@ func (j *judgement) index(changed []string) *ruleIndex {
 	tp := j.tp
 	if tp.ix == nil || tp.ixOf != j.base {
 		tp.ix = newRuleIndex()
-		j.b.Map().Range(func(_ string, ps *pstate) bool {
+		j.b.Range(func(_ string, ps *pstate) bool {
 			tp.ix.addPolicy(ps)
 			return true
 		})
@@ -153,7 +157,7 @@ func (j *judgement) index(changed []string) *ruleIndex {
 // lintAll lints every rule of the partition.
 func (j *judgement) lintAll() error {
 	all := map[string]bool{}
-	j.b.Map().Range(func(name string, ps *pstate) bool {
+	j.b.Range(func(name string, ps *pstate) bool {
 		all[name] = true
 		return true
 	})
@@ -289,6 +293,23 @@ func endMatcher(r *index.Rule, end int) *index.Matcher {
 		return r.Src
 	}
 	return r.Dst
+}
+
+// prebuild builds the keyed rules of every key an end of a rule requires.
+func (ix *ruleIndex) prebuild() {
+	keys := map[endKey]bool{}
+	for r := range ix.rules {
+		for end := 0; end < 2; end++ {
+			if m := endMatcher(r, end); m != nil {
+				for _, kv := range m.Exact {
+					keys[endKey{end, kv.K}] = true
+				}
+			}
+		}
+	}
+	for k := range keys {
+		ix.keyed(k)
+	}
 }
 
 // keyed returns the rules by their required value of one key on one end,

@@ -87,7 +87,7 @@ func (j *judgement) judgeDead(changed []string, sameInv bool) {
 	}
 	if !sameInv {
 		var moved []string
-		j.b.Map().Range(func(name string, ps *pstate) bool {
+		j.b.Range(func(name string, ps *pstate) bool {
 			if _, fresh := j.fresh[name]; fresh || dead(ps) != ps.dead || ps.dead {
 				moved = append(moved, name) // a dead one's message counts the workloads
 			}
@@ -247,7 +247,7 @@ func (j *judgement) judgeResolved() {
 		}
 	}
 	var moved []string
-	j.b.Map().Range(func(name string, ps *pstate) bool {
+	j.b.Range(func(name string, ps *pstate) bool {
 		if ps.resolved != next[name] {
 			moved = append(moved, name)
 		}
