@@ -42,6 +42,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/conditions"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
@@ -349,8 +350,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	conds := conditions.NewTracker()
 	s.feed = fanout.NewFeed(fanout.FeedConfig{Source: cfg.Syncer, Log: cfg.Logger, History: cfg.WatchHistory,
-		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped})
+		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped, Conditions: conds})
 	s.hub = fanout.NewHub(fanout.HubConfig{Source: cfg.Syncer, Log: cfg.Logger, MaxLag: cfg.RulesMaxLag, Stop: s.stop,
 		Limits: fanout.Limits{Total: cfg.RulesMaxStreams, PerCaller: cfg.RulesMaxStreamsPerCaller, PerConnection: cfg.RulesMaxStreamsPerConn},
 		Dropped: func(ctx context.Context) {
@@ -364,6 +366,9 @@ func New(cfg Config) (*Server, error) {
 	meter := cfg.MeterProvider.Meter("github.com/verdictpdp/verdict/server")
 	byPolicy, err := newPolicyCounts(meter)
 	if err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	if err := registerConditionMetrics(meter, cfg.Syncer, conds); err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	if cfg.DecisionLog != nil {
@@ -388,7 +393,7 @@ func New(cfg Config) (*Server, error) {
 		confs: apiconv.NewConfCache(100_000), record: newRecorder(m, byPolicy, cfg.DecisionLog, s.observed)}
 	s.decision = decisionService{decider: dec, snapshots: snaps, log: cfg.Logger, stop: s.stop}
 	s.policy = policyService{log: cfg.Logger, snaps: snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{},
-		history: hist, auth: s.auth}
+		history: hist, auth: s.auth, conds: conds}
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)

@@ -513,3 +513,24 @@ func ruleMessages(m map[string]string) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// Moved lists the policies present in both p and prev (two judgements of one
+// partition) whose conditions differ, sorted. Judgements a tracker carries
+// share every policy they did not touch, so it costs O(change).
+func (p *Partition) Moved(prev *Partition) []string {
+	var out []string
+	seen := map[string]bool{}
+	pmap.Diff(prev.st.policies, p.st.policies, func(a, b *pstate) bool { return a == b }, func(name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		a, ok1 := prev.st.policies.Get(name)
+		b, ok2 := p.st.policies.Get(name)
+		if ok1 && ok2 && !slices.Equal(a.conds, b.conds) {
+			out = append(out, name)
+		}
+	})
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
+)
+
+// lockdownDB denies everything to db, absolutely: it shadows deny-db.
+func lockdownDB() *verdictv1.Resource {
+	return policyRes(&verdictv1.Policy{Name: "lockdown-db", Rank: "Absolute", Action: "DENY",
+		Sources:      []*verdictv1.Selector{{}},
+		Destinations: []*verdictv1.Selector{{Match: map[string]string{"app": "db"}}}})
+}
+
+func condNames(sr *verdictv1.StoredResource) string { return strings.Join(sr.GetConditions(), ",") }
+
+// Get, List and Status show each policy's standing conditions, and a write
+// moves them.
+func TestPolicyConditions(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	ctx := ctxT(t)
+	const denyDB = "default/policies/TrafficPermission/deny-db"
+	get := func(rev int64) *verdictv1.StoredResource {
+		t.Helper()
+		r, err := h.pol.Get(ctx, &verdictv1.GetRequest{Key: denyDB, MinRevision: rev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetResource()
+	}
+	if got := condNames(get(0)); got != "Accepted,Enforced" {
+		t.Fatalf("before: %s", got)
+	}
+	w, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{lockdownDB()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := get(w.GetRevision())
+	if got := condNames(sr); got != "Accepted,Shadowed" || !strings.Contains(sr.GetConditionMessages()["Shadowed"], "lockdown-db") {
+		t.Fatalf("after the lockdown: %s %v", got, sr.GetConditionMessages())
+	}
+	l, err := h.pol.List(ctx, &verdictv1.ListRequest{Prefix: "default/policies/TrafficPermission/", MinRevision: w.GetRevision()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{denyDB: "Accepted,Shadowed", "default/policies/TrafficPermission/lockdown-db": "Accepted,Enforced",
+		"default/policies/TrafficPermission/web-to-backend": "Accepted,Enforced"}
+	for _, r := range l.GetResources() {
+		if got := condNames(r); got != want[r.GetKey()] {
+			t.Errorf("list %s: %s, want %s", r.GetKey(), got, want[r.GetKey()])
+		}
+	}
+	st, err := h.pol.Status(ctx, &verdictv1.StatusRequest{MinRevision: w.GetRevision()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(st.GetConditions(), func(c *verdictv1.ConditionCount) bool {
+		return c.GetMesh() == "default" && c.GetCondition() == "Shadowed" && c.GetPolicies() == 1
+	}) {
+		t.Fatalf("status counts: %v", st.GetConditions())
+	}
+	// A mesh is not a policy: no conditions.
+	if r, err := h.pol.Get(ctx, &verdictv1.GetRequest{Key: "default/mesh"}); err != nil || len(r.GetResource().GetConditions()) != 0 {
+		t.Fatalf("mesh: %v %v", r, err)
+	}
+}
+
+// WatchResources shows the conditions at each event's revision, and lists
+// a policy whose conditions another's change moved as conditions_only.
+func TestWatchConditions(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	s, err := h.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{Prefix: "default/policies/TrafficPermission/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := recvN(t, s, 2)
+	for _, c := range first[0].GetChanges() {
+		if got := condNames(c.GetResource()); got != "Accepted,Enforced" {
+			t.Fatalf("snapshot %s: %s", c.GetKey(), got)
+		}
+	}
+	if _, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{lockdownDB()}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := recvN(t, s, 1)[0]
+	got := map[string]string{}
+	for _, c := range ch.GetChanges() {
+		got[c.GetKey()] = condNames(c.GetResource())
+		if c.GetConditionsOnly() {
+			got[c.GetKey()] += " (conditions only)"
+		}
+	}
+	want := map[string]string{"default/policies/TrafficPermission/lockdown-db": "Accepted,Enforced",
+		"default/policies/TrafficPermission/deny-db": "Accepted,Shadowed (conditions only)"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("changes %v, want %v", got, want)
+		}
+	}
+}
