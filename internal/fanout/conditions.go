@@ -74,4 +74,3 @@ func (f *Feed) movedConditions(prev, snap *engine.Snapshot, cs []engine.Change) 
 	sort.Slice(out, func(i, j int) bool { return out[i].GetKey() < out[j].GetKey() })
 	return out
 }
-
