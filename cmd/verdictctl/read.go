@@ -362,13 +362,15 @@ func knownPrefix(prefix string) bool {
 	return false
 }
 
-// printWide is list -o wide: kind, type, mode, action, scope and age beside
-// each key. ACTION is empty where no action applies (a Mesh, a Workload, a
-// policy of a configuration type such as TrafficLog); MODE is Audit for a
-// policy or scope whose rules are not enforced.
+// printWide is list -o wide: kind, type, mode, action, scope, age and a
+// policy's standing conditions (docs/lint.md) beside each key. ACTION is
+// empty where no action applies (a Mesh, a Workload, a policy of a
+// configuration type such as TrafficLog); MODE is Audit for a policy or
+// scope whose rules are not enforced; CONDITIONS is "-" for what is not a
+// policy, and for a read of the past.
 func printWide(w io.Writer, all []*verdictv1.StoredResource, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tKIND\tTYPE\tMODE\tACTION\tSCOPE\tAGE\tREVISION\tSTATUS")
+	fmt.Fprintln(tw, "KEY\tKIND\tTYPE\tMODE\tACTION\tSCOPE\tAGE\tREVISION\tSTATUS\tCONDITIONS")
 	for _, sr := range all {
 		r := sr.GetResource()
 		kind, typ, mode, action, scope := "-", "-", "-", "", "-"
@@ -397,7 +399,8 @@ func printWide(w io.Writer, all []*verdictv1.StoredResource, now time.Time) erro
 		if sr.GetError() != "" {
 			st = "INVALID: " + sr.GetError()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", sr.GetKey(), kind, typ, mode, action, scope, age, sr.GetModRevision(), st)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", sr.GetKey(), kind, typ, mode, action, scope, age, sr.GetModRevision(), st,
+			orDash(strings.Join(sr.GetConditions(), ",")))
 	}
 	return tw.Flush()
 }
