@@ -37,6 +37,10 @@ destinations: [{match: {app: db}}]
 	if r.code != 0 || !strings.Contains(r.out, "# conditions: Accepted, Shadowed\n") || !strings.Contains(r.out, "#   Shadowed: no rule of it ever decides a flow") {
 		t.Fatalf("get: exit %d\n%s%s", r.code, r.out, r.errOut)
 	}
+	r = c.run(t, "", "status")
+	if r.code != 0 || !strings.Contains(r.out, "condm: 2 Accepted, 1 Enforced, 1 Shadowed") {
+		t.Fatalf("status: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
 	r = c.run(t, "", "list", "condm/", "-o", "wide")
 	rows := map[string][]string{}
 	for _, l := range strings.Split(r.out, "\n") {

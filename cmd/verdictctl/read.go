@@ -334,6 +334,7 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 		for _, inv := range st.GetInvalid() {
 			fmt.Fprintf(w, "  %s: %s\n", inv.GetKey(), inv.GetError())
 		}
+		printConditionCounts(w, st.GetConditions())
 		return nil
 	})
 	if err != nil {
@@ -343,6 +344,28 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 		fmt.Fprintf(e.stdout, "etcd alarm:     %s\n", a)
 	}
 	return exitOK
+}
+
+// printConditionCounts writes, per mesh, how many policies hold each
+// standing condition (docs/lint.md): "conditions:     default: 12
+// Accepted, 11 Enforced, 1 Shadowed".
+func printConditionCounts(w io.Writer, counts []*verdictv1.ConditionCount) {
+	mesh := ""
+	for i, c := range counts {
+		switch {
+		case i == 0:
+			fmt.Fprintf(w, "conditions:     %s: ", c.GetMesh())
+		case c.GetMesh() != mesh:
+			fmt.Fprintf(w, "\n                %s: ", c.GetMesh())
+		default:
+			fmt.Fprint(w, ", ")
+		}
+		mesh = c.GetMesh()
+		fmt.Fprintf(w, "%d %s", c.GetPolicies(), c.GetCondition())
+	}
+	if len(counts) > 0 {
+		fmt.Fprintln(w)
+	}
 }
 
 // knownPrefix: a prefix that can name keys — empty, a mesh ("default/"), or
