@@ -27,7 +27,7 @@ func TestPolicyConditions(t *testing.T) {
 	const denyDB = "default/policies/TrafficPermission/deny-db"
 	get := func(rev int64) *verdictv1.StoredResource {
 		t.Helper()
-		r, err := h.pol.Get(ctx, &verdictv1.GetRequest{Key: denyDB, MinRevision: rev})
+		r, err := h.pol.Get(ctx, &verdictv1.GetRequest{Key: denyDB, MinRevision: rev, Conditions: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestPolicyConditions(t *testing.T) {
 	if got := condNames(sr); got != "Accepted,Shadowed" || !strings.Contains(sr.GetConditionMessages()["Shadowed"], "lockdown-db") {
 		t.Fatalf("after the lockdown: %s %v", got, sr.GetConditionMessages())
 	}
-	l, err := h.pol.List(ctx, &verdictv1.ListRequest{Prefix: "default/policies/TrafficPermission/", MinRevision: w.GetRevision()})
+	l, err := h.pol.List(ctx, &verdictv1.ListRequest{Prefix: "default/policies/TrafficPermission/", MinRevision: w.GetRevision(), Conditions: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestPolicyConditions(t *testing.T) {
 			t.Errorf("list %s: %s, want %s", r.GetKey(), got, want[r.GetKey()])
 		}
 	}
-	st, err := h.pol.Status(ctx, &verdictv1.StatusRequest{MinRevision: w.GetRevision()})
+	st, err := h.pol.Status(ctx, &verdictv1.StatusRequest{MinRevision: w.GetRevision(), Conditions: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +64,16 @@ func TestPolicyConditions(t *testing.T) {
 	}) {
 		t.Fatalf("status counts: %v", st.GetConditions())
 	}
-	// A mesh is not a policy: no conditions.
-	if r, err := h.pol.Get(ctx, &verdictv1.GetRequest{Key: "default/mesh"}); err != nil || len(r.GetResource().GetConditions()) != 0 {
+	// A mesh is not a policy: no conditions; a read that does not ask gets
+	// none, nor does the status.
+	if r, err := h.pol.Get(ctx, &verdictv1.GetRequest{Key: "default/mesh", Conditions: true}); err != nil || len(r.GetResource().GetConditions()) != 0 {
 		t.Fatalf("mesh: %v %v", r, err)
+	}
+	if r, err := h.pol.Get(ctx, &verdictv1.GetRequest{Key: denyDB}); err != nil || len(r.GetResource().GetConditions()) != 0 {
+		t.Fatalf("a get that does not ask: %v %v", r, err)
+	}
+	if st, err := h.pol.Status(ctx, &verdictv1.StatusRequest{}); err != nil || len(st.GetConditions()) != 0 {
+		t.Fatalf("a status that does not ask: %v %v", st, err)
 	}
 }
 

@@ -81,7 +81,9 @@ func (s policyService) Get(ctx context.Context, req *verdictv1.GetRequest) (*ver
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	withConditions(s.conds, snap, req.GetAtRevision() != 0 || req.GetAtTime() != nil, []*verdictv1.StoredResource{sr})
+	if req.GetConditions() {
+		withConditions(s.conds, snap, req.GetAtRevision() != 0 || req.GetAtTime() != nil, []*verdictv1.StoredResource{sr})
+	}
 	return &verdictv1.GetResponse{Resource: sr, Revision: snap.Revision()}, nil
 }
 
@@ -106,7 +108,9 @@ func (s policyService) List(ctx context.Context, req *verdictv1.ListRequest) (*v
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	withConditions(s.conds, snap, atRev != 0 || atTime != nil, page)
+	if req.GetConditions() {
+		withConditions(s.conds, snap, atRev != 0 || atTime != nil, page)
+	}
 	return &verdictv1.ListResponse{Resources: page, NextPageToken: next, Revision: snap.Revision()}, nil
 }
 
@@ -126,7 +130,7 @@ func (s policyService) Status(ctx context.Context, req *verdictv1.StatusRequest)
 	if sr, ok := s.store.(storageReporter); ok {
 		out.StoreAlarms = sr.Storage().Alarms
 	}
-	if s.conds != nil {
+	if s.conds != nil && req.GetConditions() {
 		out.Conditions = apiconv.ConditionCounts(s.conds, snap)
 	}
 	return out, nil

@@ -71,7 +71,7 @@ func runGet(ctx context.Context, args []string, e *env) int {
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
 	resp, err := verdictv1.NewPolicyServiceClient(conn).Get(cctx, &verdictv1.GetRequest{Key: key, MinRevision: *minRev,
-		AtRevision: past.rev, AtTime: past.atTime()})
+		AtRevision: past.rev, AtTime: past.atTime(), Conditions: true})
 	if err != nil {
 		return fail(e, "get", err, nil)
 	}
@@ -122,7 +122,8 @@ func runList(ctx context.Context, args []string, e *env) int {
 	}
 	defer conn.Close()
 	all, err := listAllAt(ctx, verdictv1.NewPolicyServiceClient(conn), &cf,
-		&verdictv1.ListRequest{Prefix: prefix, MinRevision: *minRev, AtRevision: past.rev, AtTime: past.atTime()})
+		&verdictv1.ListRequest{Prefix: prefix, MinRevision: *minRev, AtRevision: past.rev, AtTime: past.atTime(),
+			Conditions: output.value == "wide"})
 	if err != nil {
 		return fail(e, "list", err, nil)
 	}
@@ -324,7 +325,7 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 	defer conn.Close()
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
-	st, err := verdictv1.NewPolicyServiceClient(conn).Status(cctx, &verdictv1.StatusRequest{})
+	st, err := verdictv1.NewPolicyServiceClient(conn).Status(cctx, &verdictv1.StatusRequest{Conditions: true})
 	if err != nil {
 		return fail(e, "status", err, nil)
 	}

@@ -360,8 +360,13 @@ type GetRequest struct {
 	MinRevision int64  `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
 	// Read the resource as it was at a past revision, or at the newest revision
 	// committed at or before at_time (DecideRequest.at_revision).
-	AtRevision    int64                  `protobuf:"varint,3,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
-	AtTime        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
+	AtRevision int64                  `protobuf:"varint,3,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
+	// Also judge and show each policy's standing conditions
+	// (StoredResource.conditions, docs/lint.md): the first ask for a snapshot
+	// lints each (mesh, type) it reads, which a plain read does not pay.
+	// Ignored for a read of the past.
+	Conditions    bool `protobuf:"varint,5,opt,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -422,6 +427,13 @@ func (x *GetRequest) GetAtTime() *timestamppb.Timestamp {
 		return x.AtTime
 	}
 	return nil
+}
+
+func (x *GetRequest) GetConditions() bool {
+	if x != nil {
+		return x.Conditions
+	}
+	return false
 }
 
 // GetResponse holds the resource.
@@ -489,8 +501,13 @@ type ListRequest struct {
 	MinRevision int64  `protobuf:"varint,4,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
 	// List as of a past revision or time (GetRequest.at_revision); the pages
 	// after the first read the first page's revision.
-	AtRevision    int64                  `protobuf:"varint,5,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
-	AtTime        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
+	AtRevision int64                  `protobuf:"varint,5,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
+	// Also judge and show each policy's standing conditions
+	// (StoredResource.conditions, docs/lint.md): the first ask for a snapshot
+	// lints each (mesh, type) it reads, which a plain read does not pay.
+	// Ignored for a read of the past.
+	Conditions    bool `protobuf:"varint,7,opt,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +582,13 @@ func (x *ListRequest) GetAtTime() *timestamppb.Timestamp {
 		return x.AtTime
 	}
 	return nil
+}
+
+func (x *ListRequest) GetConditions() bool {
+	if x != nil {
+		return x.Conditions
+	}
+	return false
 }
 
 // ListResponse is one page, in key order. Pages continue after the last key of
@@ -739,8 +763,12 @@ func (x *DeleteResponse) GetRevision() int64 {
 
 // StatusRequest asks for the server's status.
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MinRevision   int64                  `protobuf:"varint,1,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	MinRevision int64                  `protobuf:"varint,1,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// Also count the policies per mesh and standing condition
+	// (StatusResponse.conditions): the first ask for a snapshot lints every
+	// (mesh, type), which a plain Status does not pay.
+	Conditions    bool `protobuf:"varint,2,opt,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +810,13 @@ func (x *StatusRequest) GetMinRevision() int64 {
 	return 0
 }
 
+func (x *StatusRequest) GetConditions() bool {
+	if x != nil {
+		return x.Conditions
+	}
+	return false
+}
+
 // StatusResponse is the server's view of its snapshot.
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -807,7 +842,8 @@ type StatusResponse struct {
 	StoreAlarms []string `protobuf:"bytes,8,rep,name=store_alarms,json=storeAlarms,proto3" json:"store_alarms,omitempty"`
 	// Per mesh and condition, how many policies hold it (docs/lint.md,
 	// "Standing conditions"); conditions no policy of a mesh holds are left
-	// out. Sorted by mesh, then in the conditions' order.
+	// out. Sorted by mesh, then in the conditions' order. Only when asked
+	// (StatusRequest.conditions).
 	Conditions    []*ConditionCount `protobuf:"bytes,9,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1536,17 +1572,20 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\aresults\x18\x05 \x03(\v2\x17.verdict.v1.ApplyResultR\aresults\"S\n" +
 	"\vApplyResult\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
-	"\aoutcome\x18\x02 \x01(\x0e2\x18.verdict.v1.ApplyOutcomeR\aoutcome\"\x97\x01\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x18.verdict.v1.ApplyOutcomeR\aoutcome\"\xb7\x01\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x03R\vminRevision\x12\x1f\n" +
 	"\vat_revision\x18\x03 \x01(\x03R\n" +
 	"atRevision\x123\n" +
-	"\aat_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"a\n" +
+	"\aat_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\x12\x1e\n" +
+	"\n" +
+	"conditions\x18\x05 \x01(\bR\n" +
+	"conditions\"a\n" +
 	"\vGetResponse\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.verdict.v1.StoredResourceR\bresource\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\xda\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xfa\x01\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1555,7 +1594,10 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\fmin_revision\x18\x04 \x01(\x03R\vminRevision\x12\x1f\n" +
 	"\vat_revision\x18\x05 \x01(\x03R\n" +
 	"atRevision\x123\n" +
-	"\aat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"\x8c\x01\n" +
+	"\aat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\x12\x1e\n" +
+	"\n" +
+	"conditions\x18\a \x01(\bR\n" +
+	"conditions\"\x8c\x01\n" +
 	"\fListResponse\x128\n" +
 	"\tresources\x18\x01 \x03(\v2\x1a.verdict.v1.StoredResourceR\tresources\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
@@ -1568,9 +1610,12 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\",\n" +
 	"\x0eDeleteResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"2\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"R\n" +
 	"\rStatusRequest\x12!\n" +
-	"\fmin_revision\x18\x01 \x01(\x03R\vminRevision\"\xcc\x02\n" +
+	"\fmin_revision\x18\x01 \x01(\x03R\vminRevision\x12\x1e\n" +
+	"\n" +
+	"conditions\x18\x02 \x01(\bR\n" +
+	"conditions\"\xcc\x02\n" +
 	"\x0eStatusResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x16\n" +
 	"\x06synced\x18\x02 \x01(\bR\x06synced\x12\x14\n" +

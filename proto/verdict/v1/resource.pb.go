@@ -1286,7 +1286,9 @@ type StoredResource struct {
 	// For a policy: its standing conditions at the answer's revision, in a
 	// fixed order — Accepted or Invalid; Enforced, PartiallyEnforced,
 	// Overridden or Shadowed; Audit; NoWorkloads (docs/lint.md, "Standing
-	// conditions"). Empty for other kinds and for past revisions.
+	// conditions"). Only when the read asks for them (GetRequest.conditions,
+	// ListRequest.conditions) and on WatchResources; empty for other kinds and
+	// for reads of the past.
 	Conditions []string `protobuf:"bytes,7,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	// Why each condition holds, keyed by its name.
 	ConditionMessages map[string]string `protobuf:"bytes,8,rep,name=condition_messages,json=conditionMessages,proto3" json:"condition_messages,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
