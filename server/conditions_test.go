@@ -81,7 +81,7 @@ func TestPolicyConditions(t *testing.T) {
 // a policy whose conditions another's change moved as conditions_only.
 func TestWatchConditions(t *testing.T) {
 	t.Parallel()
-	h := start(t, newBackend(decodeYAML(t, testPolicies)...), nil)
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), func(c *Config) { c.WatchConditions = true })
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
 	s, err := h.wat.WatchResources(ctx, &verdictv1.WatchResourcesRequest{Prefix: "default/policies/TrafficPermission/"})

@@ -109,6 +109,12 @@ type Config struct {
 	// behind ends with RESOURCE_EXHAUSTED.
 	WatchHistory        int
 	WatchHistoryChanges int
+	// WatchConditions: WatchResources messages carry each policy's standing
+	// conditions, with conditions_only changes (docs/lint.md). Off by
+	// default: the feed then judges every change of every partition, which
+	// costs a lint of the rules the change can move (far more on dense sets,
+	// and on every workload change, a pass over every policy).
+	WatchConditions bool
 	// RulesMaxLag: a WatchRules stream whose client does not read ends with
 	// RESOURCE_EXHAUSTED once a newer state has waited this long behind its
 	// unread messages (default 5s), and its connection is closed.
@@ -351,8 +357,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	conds := conditions.NewTracker()
-	s.feed = fanout.NewFeed(fanout.FeedConfig{Source: cfg.Syncer, Log: cfg.Logger, History: cfg.WatchHistory,
-		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped, Conditions: conds})
+	fc := fanout.FeedConfig{Source: cfg.Syncer, Log: cfg.Logger, History: cfg.WatchHistory,
+		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped}
+	if cfg.WatchConditions {
+		fc.Conditions = conds
+	}
+	s.feed = fanout.NewFeed(fc)
 	s.hub = fanout.NewHub(fanout.HubConfig{Source: cfg.Syncer, Log: cfg.Logger, MaxLag: cfg.RulesMaxLag, Stop: s.stop,
 		Limits: fanout.Limits{Total: cfg.RulesMaxStreams, PerCaller: cfg.RulesMaxStreamsPerCaller, PerConnection: cfg.RulesMaxStreamsPerConn},
 		Dropped: func(ctx context.Context) {
