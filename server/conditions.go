@@ -43,7 +43,8 @@ func withConditions(tr *conditions.Tracker, snap *engine.Snapshot, past bool, pa
 
 // registerConditionMetrics observes verdict_policy_conditions{mesh,
 // condition}: how many policies of the serving snapshot hold each
-// condition.
+// condition (with Config.WatchConditions, whose feed keeps the judgements
+// current, so a scrape mostly reads them).
 func registerConditionMetrics(meter metric.Meter, sy syncer.API, tr *conditions.Tracker) error {
 	g, err := meter.Int64ObservableGauge("verdict.policy.conditions",
 		metric.WithDescription("Policies of the serving snapshot holding each standing condition (docs/lint.md), per mesh "+

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -111,5 +115,52 @@ func TestWatchConditions(t *testing.T) {
 		if got[k] != v {
 			t.Fatalf("changes %v, want %v", got, want)
 		}
+	}
+}
+
+// verdict_policy_conditions counts the policies per mesh and condition
+// (with WatchConditions), and follows a write.
+func TestConditionMetric(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	h := start(t, newBackend(decodeYAML(t, testPolicies)...), func(c *Config) {
+		c.WatchConditions = true
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
+	ctx := ctxT(t)
+	collect := func() map[string]int64 {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				g, ok := m.Data.(metricdata.Gauge[int64])
+				if !ok || m.Name != "verdict.policy.conditions" {
+					continue
+				}
+				for _, dp := range g.DataPoints {
+					mesh, _ := dp.Attributes.Value(attribute.Key("mesh"))
+					cond, _ := dp.Attributes.Value(attribute.Key("condition"))
+					out[mesh.AsString()+"/"+cond.AsString()] = dp.Value
+				}
+			}
+		}
+		return out
+	}
+	if got := collect(); got["default/Enforced"] != 3 || got["default/Shadowed"] != 0 || got["prod/Accepted"] != 1 {
+		t.Fatalf("before: %v", got)
+	}
+	w, err := h.pol.Apply(ctx, &verdictv1.ApplyRequest{Resources: []*verdictv1.Resource{lockdownDB()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pol.Status(ctx, &verdictv1.StatusRequest{MinRevision: w.GetRevision()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := collect(); got["default/Shadowed"] != 1 || got["default/Accepted"] != 4 {
+		t.Fatalf("after the lockdown: %v", got)
 	}
 }

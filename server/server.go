@@ -110,8 +110,8 @@ type Config struct {
 	WatchHistory        int
 	WatchHistoryChanges int
 	// WatchConditions: WatchResources messages carry each policy's standing
-	// conditions, with conditions_only changes (docs/lint.md). Off by
-	// default: the feed then judges every change of every partition, which
+	// conditions, with conditions_only changes, and the metric
+	// verdict_policy_conditions counts them (docs/lint.md). Off by default: the feed then judges every change of every partition, which
 	// costs a lint of the rules the change can move (far more on dense sets,
 	// and on every workload change, a pass over every policy).
 	WatchConditions bool
@@ -378,8 +378,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
-	if err := registerConditionMetrics(meter, cfg.Syncer, conds); err != nil {
-		return nil, fmt.Errorf("server: metrics: %w", err)
+	if cfg.WatchConditions {
+		if err := registerConditionMetrics(meter, cfg.Syncer, conds); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
 	}
 	if cfg.DecisionLog != nil {
 		if err := registerDecisionLogMetrics(meter, cfg.DecisionLog); err != nil {
