@@ -33,6 +33,8 @@
 //   - engine/analysis: Reach, Matrix, Impact and Lint, answered by bulk
 //     evaluation over Partition (the server's AnalysisService,
 //     engine/policytest, verdictctl's offline lint);
+//   - engine/conditions: each policy's standing conditions, judged per
+//     snapshot and carried to the next in O(change) (docs/lint.md);
 //   - engine/resource: the resource model, its decoder and encoder, limits,
 //     identities (the store, apiconv, writeplan and verdictctl read it alone);
 //   - engine/inventory: workloads, the identity registry, endpoint forms and
@@ -59,6 +61,8 @@
 //   - Partition and its views (Settings, PolicyCounts, PolicyView,
 //     ScopeView), Prefilter, Pick, Pair, Preview, Attached, Meshes,
 //     KnownTypes, Inventory, EndpointTags: engine/analysis alone;
+//   - PolicySet (Partition.PolicySet, Changed): engine/conditions, which
+//     finds the policies a snapshot changed without holding the previous one;
 //   - CodeName, the Err* values and UnknownTypeError: server/errors.go's one
 //     mapping and the suites' expected codes; BuiltinTypes, IsBuiltinType,
 //     NearestNames: types and suggestions (server, verdictctl).

@@ -21,7 +21,8 @@ import (
 // verdict_store_revision, verdict_watch_lag_seconds, verdict_resources_invalid,
 // verdict_resource_invalid{key} (1 per invalid key, the first
 // MaxInvalidKeyLabels keys by key order), verdict_synced, verdict_stale,
-// verdict_watch_dropped_total{rpc}, and for an etcd store
+// verdict_watch_dropped_total{rpc}, verdict_policy_conditions{mesh,condition}
+// (conditions.go, with WatchConditions), and for an etcd store
 // verdict_etcd_db_size_bytes, verdict_etcd_db_size_in_use_bytes,
 // verdict_etcd_db_size_quota_bytes, verdict_etcd_oldest_revision,
 // verdict_etcd_compactions_total, verdict_etcd_defrags_total,

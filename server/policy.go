@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/conditions"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/writeplan"
@@ -31,6 +32,8 @@ type policyService struct {
 	// history reads the store's past (history.go); nil: the store keeps none.
 	history store.History
 	auth    *authorizer // who a write is recorded for
+	// conds judges the policies' standing conditions (conditions.go).
+	conds *conditions.Tracker
 }
 
 // syncStatus is what Status reports of the syncer.
@@ -78,6 +81,9 @@ func (s policyService) Get(ctx context.Context, req *verdictv1.GetRequest) (*ver
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
+	if req.GetConditions() {
+		withConditions(s.conds, snap, req.GetAtRevision() != 0 || req.GetAtTime() != nil, []*verdictv1.StoredResource{sr})
+	}
 	return &verdictv1.GetResponse{Resource: sr, Revision: snap.Revision()}, nil
 }
 
@@ -102,6 +108,9 @@ func (s policyService) List(ctx context.Context, req *verdictv1.ListRequest) (*v
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
+	if req.GetConditions() {
+		withConditions(s.conds, snap, atRev != 0 || atTime != nil, page)
+	}
 	return &verdictv1.ListResponse{Resources: page, NextPageToken: next, Revision: snap.Revision()}, nil
 }
 
@@ -120,6 +129,9 @@ func (s policyService) Status(ctx context.Context, req *verdictv1.StatusRequest)
 	}
 	if sr, ok := s.store.(storageReporter); ok {
 		out.StoreAlarms = sr.Storage().Alarms
+	}
+	if s.conds != nil && req.GetConditions() {
+		out.Conditions = apiconv.ConditionCounts(s.conds, snap)
 	}
 	return out, nil
 }

@@ -42,6 +42,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/conditions"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
@@ -108,6 +109,12 @@ type Config struct {
 	// behind ends with RESOURCE_EXHAUSTED.
 	WatchHistory        int
 	WatchHistoryChanges int
+	// WatchConditions: WatchResources messages carry each policy's standing
+	// conditions, with conditions_only changes, and the metric
+	// verdict_policy_conditions counts them (docs/lint.md). Off by default: the feed then judges every change of every partition, which
+	// costs a lint of the rules the change can move (far more on dense sets,
+	// and on every workload change, a pass over every policy).
+	WatchConditions bool
 	// RulesMaxLag: a WatchRules stream whose client does not read ends with
 	// RESOURCE_EXHAUSTED once a newer state has waited this long behind its
 	// unread messages (default 5s), and its connection is closed.
@@ -349,8 +356,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
-	s.feed = fanout.NewFeed(fanout.FeedConfig{Source: cfg.Syncer, Log: cfg.Logger, History: cfg.WatchHistory,
-		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped})
+	conds := conditions.NewTracker()
+	fc := fanout.FeedConfig{Source: cfg.Syncer, Log: cfg.Logger, History: cfg.WatchHistory,
+		HistoryChanges: cfg.WatchHistoryChanges, Stop: s.stop, Dropped: m.watchDropped}
+	if cfg.WatchConditions {
+		fc.Conditions = conds
+	}
+	s.feed = fanout.NewFeed(fc)
 	s.hub = fanout.NewHub(fanout.HubConfig{Source: cfg.Syncer, Log: cfg.Logger, MaxLag: cfg.RulesMaxLag, Stop: s.stop,
 		Limits: fanout.Limits{Total: cfg.RulesMaxStreams, PerCaller: cfg.RulesMaxStreamsPerCaller, PerConnection: cfg.RulesMaxStreamsPerConn},
 		Dropped: func(ctx context.Context) {
@@ -365,6 +377,11 @@ func New(cfg Config) (*Server, error) {
 	byPolicy, err := newPolicyCounts(meter)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	if cfg.WatchConditions {
+		if err := registerConditionMetrics(meter, cfg.Syncer, conds); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
 	}
 	if cfg.DecisionLog != nil {
 		if err := registerDecisionLogMetrics(meter, cfg.DecisionLog); err != nil {
@@ -388,7 +405,7 @@ func New(cfg Config) (*Server, error) {
 		confs: apiconv.NewConfCache(100_000), record: newRecorder(m, byPolicy, cfg.DecisionLog, s.observed)}
 	s.decision = decisionService{decider: dec, snapshots: snaps, log: cfg.Logger, stop: s.stop}
 	s.policy = policyService{log: cfg.Logger, snaps: snaps, store: cfg.Store, sync: cfg.Syncer, lists: &listCache{},
-		history: hist, auth: s.auth}
+		history: hist, auth: s.auth, conds: conds}
 	s.grpc = grpc.NewServer(s.ServerOptions()...)
 	verdictv1.RegisterDecisionServiceServer(s.grpc, s.decision)
 	verdictv1.RegisterPolicyServiceServer(s.grpc, s.policy)

@@ -147,6 +147,13 @@ func printStored(w io.Writer, sr *verdictv1.StoredResource) error {
 	if sr.GetError() != "" {
 		comments = append(comments, "INVALID: "+sr.GetError())
 	}
+	if cs := sr.GetConditions(); len(cs) > 0 {
+		// the policy's standing conditions (docs/lint.md), each with why
+		comments = append(comments, "conditions: "+strings.Join(cs, ", "))
+		for _, c := range cs {
+			comments = append(comments, fmt.Sprintf("  %s: %s", c, sr.GetConditionMessages()[c]))
+		}
+	}
 	if sr.GetResource() == nil {
 		_, err := fmt.Fprintf(w, "# %s\n# (the stored value does not decode)\n", strings.Join(comments, "\n# "))
 		return err

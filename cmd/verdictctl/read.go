@@ -71,7 +71,7 @@ func runGet(ctx context.Context, args []string, e *env) int {
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
 	resp, err := verdictv1.NewPolicyServiceClient(conn).Get(cctx, &verdictv1.GetRequest{Key: key, MinRevision: *minRev,
-		AtRevision: past.rev, AtTime: past.atTime()})
+		AtRevision: past.rev, AtTime: past.atTime(), Conditions: true})
 	if err != nil {
 		return fail(e, "get", err, nil)
 	}
@@ -122,7 +122,8 @@ func runList(ctx context.Context, args []string, e *env) int {
 	}
 	defer conn.Close()
 	all, err := listAllAt(ctx, verdictv1.NewPolicyServiceClient(conn), &cf,
-		&verdictv1.ListRequest{Prefix: prefix, MinRevision: *minRev, AtRevision: past.rev, AtTime: past.atTime()})
+		&verdictv1.ListRequest{Prefix: prefix, MinRevision: *minRev, AtRevision: past.rev, AtTime: past.atTime(),
+			Conditions: output.value == "wide"})
 	if err != nil {
 		return fail(e, "list", err, nil)
 	}
@@ -320,7 +321,7 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 	defer conn.Close()
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
-	st, err := verdictv1.NewPolicyServiceClient(conn).Status(cctx, &verdictv1.StatusRequest{})
+	st, err := verdictv1.NewPolicyServiceClient(conn).Status(cctx, &verdictv1.StatusRequest{Conditions: true})
 	if err != nil {
 		return fail(e, "status", err, nil)
 	}
@@ -330,6 +331,7 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 		for _, inv := range st.GetInvalid() {
 			fmt.Fprintf(w, "  %s: %s\n", inv.GetKey(), inv.GetError())
 		}
+		printConditionCounts(w, st.GetConditions())
 		return nil
 	})
 	if err != nil {
@@ -339,6 +341,28 @@ func runStatus(ctx context.Context, args []string, e *env) int {
 		fmt.Fprintf(e.stdout, "etcd alarm:     %s\n", a)
 	}
 	return exitOK
+}
+
+// printConditionCounts writes, per mesh, how many policies hold each
+// standing condition (docs/lint.md): "conditions:     default: 12
+// Accepted, 11 Enforced, 1 Shadowed".
+func printConditionCounts(w io.Writer, counts []*verdictv1.ConditionCount) {
+	mesh := ""
+	for i, c := range counts {
+		switch {
+		case i == 0:
+			fmt.Fprintf(w, "conditions:     %s: ", c.GetMesh())
+		case c.GetMesh() != mesh:
+			fmt.Fprintf(w, "\n                %s: ", c.GetMesh())
+		default:
+			fmt.Fprint(w, ", ")
+		}
+		mesh = c.GetMesh()
+		fmt.Fprintf(w, "%d %s", c.GetPolicies(), c.GetCondition())
+	}
+	if len(counts) > 0 {
+		fmt.Fprintln(w)
+	}
 }
 
 // knownPrefix: a prefix that can name keys — empty, a mesh ("default/"), or
@@ -358,13 +382,15 @@ func knownPrefix(prefix string) bool {
 	return false
 }
 
-// printWide is list -o wide: kind, type, mode, action, scope and age beside
-// each key. ACTION is empty where no action applies (a Mesh, a Workload, a
-// policy of a configuration type such as TrafficLog); MODE is Audit for a
-// policy or scope whose rules are not enforced.
+// printWide is list -o wide: kind, type, mode, action, scope, age and a
+// policy's standing conditions (docs/lint.md) beside each key. ACTION is
+// empty where no action applies (a Mesh, a Workload, a policy of a
+// configuration type such as TrafficLog); MODE is Audit for a policy or
+// scope whose rules are not enforced; CONDITIONS is "-" for what is not a
+// policy, and for a read of the past.
 func printWide(w io.Writer, all []*verdictv1.StoredResource, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tKIND\tTYPE\tMODE\tACTION\tSCOPE\tAGE\tREVISION\tSTATUS")
+	fmt.Fprintln(tw, "KEY\tKIND\tTYPE\tMODE\tACTION\tSCOPE\tAGE\tREVISION\tSTATUS\tCONDITIONS")
 	for _, sr := range all {
 		r := sr.GetResource()
 		kind, typ, mode, action, scope := "-", "-", "-", "", "-"
@@ -393,7 +419,8 @@ func printWide(w io.Writer, all []*verdictv1.StoredResource, now time.Time) erro
 		if sr.GetError() != "" {
 			st = "INVALID: " + sr.GetError()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", sr.GetKey(), kind, typ, mode, action, scope, age, sr.GetModRevision(), st)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", sr.GetKey(), kind, typ, mode, action, scope, age, sr.GetModRevision(), st,
+			orDash(strings.Join(sr.GetConditions(), ",")))
 	}
 	return tw.Flush()
 }

@@ -77,6 +77,10 @@ type Config struct {
 	// ObservedFlows bounds the table of the distinct flows this replica
 	// decided, which Impact replays (default 1,000,000; 0 turns it off).
 	ObservedFlows int
+	// WatchConditions makes WatchResources carry the policies' standing
+	// conditions and the metrics count them (docs/lint.md; off by default:
+	// it costs a judgement per change).
+	WatchConditions bool
 	// DisableExtAuthz stops serving Envoy's envoy.service.auth.v3.Authorization
 	// on the gRPC listener (served by default; docs/envoy.md).
 	DisableExtAuthz bool

@@ -145,7 +145,12 @@ type LintRequest struct {
 	// Budget bounds the search per rule (0: the default); past it a rule is
 	// Unproven.
 	Budget int
-	proofs *[]LintProof // the tests' (export_test.go)
+	// ShadowedOf, when not nil, asks only whether the rules of the named
+	// policies are shadowed (every rule of the partition still covers):
+	// no other finding is looked for. The standing conditions ask so
+	// (engine/conditions).
+	ShadowedOf map[string]bool
+	proofs     *[]LintProof // the tests' (export_test.go)
 }
 
 // LintAnswer is Lint's answer.
@@ -234,7 +239,7 @@ func lint(s *engine.Snapshot, req *LintRequest) (*LintAnswer, error) {
 		if req.Type != "" {
 			types = []string{req.Type}
 		}
-		if req.Type == "" {
+		if req.Type == "" && req.ShadowedOf == nil {
 			// The scopes are the mesh's: any partition of it shows them.
 			if p, err := s.Partition(mesh, resource.DefaultType); err == nil {
 				lintScopes(p, ans)
@@ -248,7 +253,7 @@ func lint(s *engine.Snapshot, req *LintRequest) (*LintAnswer, error) {
 				}
 				continue
 			}
-			lintPartition(p, budget, req.proofs, ans)
+			lintPartition(p, budget, req.proofs, req.ShadowedOf, ans)
 		}
 	}
 	slices.SortStableFunc(ans.Findings, func(a, b Finding) int {
@@ -267,7 +272,7 @@ func lint(s *engine.Snapshot, req *LintRequest) (*LintAnswer, error) {
 }
 
 // lintPartition adds the findings of one (mesh, type).
-func lintPartition(p *engine.Partition, budget int, proofs *[]LintProof, ans *LintAnswer) {
+func lintPartition(p *engine.Partition, budget int, proofs *[]LintProof, only map[string]bool, ans *LintAnswer) {
 	where := p.Mesh() + "/" + p.Type()
 	if p.Closed() {
 		ans.Notes = append(ans.Notes, where+": not analyzed: an invalid stored resource closes it")
@@ -277,8 +282,10 @@ func lintPartition(p *engine.Partition, budget int, proofs *[]LintProof, ans *Li
 	if rules == nil {
 		return // no policy of the type
 	}
-	lintDead(p, ans)
-	lintAudit(p, ans)
+	if only == nil {
+		lintDead(p, ans)
+		lintAudit(p, ans)
+	}
 	if rules.Size == 0 {
 		return
 	}
@@ -288,5 +295,6 @@ func lintPartition(p *engine.Partition, budget int, proofs *[]LintProof, ans *Li
 	}
 	lp := newLintPart(p, budget)
 	lp.proofs = proofs
+	lp.only = only
 	lp.run(ans)
 }

@@ -30,10 +30,11 @@ type lintPart struct {
 	exam   [2]*pred    // per side: the side is examined at all
 	budget int
 	steps  int
-	proofs *[]LintProof // the tests' (LintRequest.proofs)
-	ix     *ruleIndex   // the rules by the classes they allow (lintbits.go)
-	pool   []ruleSet    // scratch rule sets (lintPart.scratch)
-	pt     box          // a scratch point box (lintPart.point) and its words
+	proofs *[]LintProof    // the tests' (LintRequest.proofs)
+	only   map[string]bool // LintRequest.ShadowedOf
+	ix     *ruleIndex      // the rules by the classes they allow (lintbits.go)
+	pool   []ruleSet       // scratch rule sets (lintPart.scratch)
+	pt     box             // a scratch point box (lintPart.point) and its words
 	ptw    classSet
 	negs   []negItem  // the search's stack of negations (lintsearch.go)
 	sides  [2]ruleSet // per side: the rules that may be candidates there
@@ -316,13 +317,13 @@ func (lp *lintPart) coversOf(lr *lintRule, side int) []cover {
 // run lints every rule of the partition.
 func (lp *lintPart) run(ans *LintAnswer) {
 	for _, lr := range lp.rules {
-		if lr.r.Audit {
+		if lr.r.Audit || lp.only != nil && !lp.only[lr.r.PolicyName()] {
 			continue
 		}
 		ans.Rules++
 		lp.lintRule(lr, ans)
 	}
-	if lp.set.Combine != resource.DenyOverrides {
+	if lp.set.Combine != resource.DenyOverrides && lp.only == nil {
 		lp.lintTies(ans)
 	}
 }
@@ -392,6 +393,9 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		case resExhausted:
 			exhausted = true
 		}
+	}
+	if lr.wit != nil && lp.only != nil {
+		return // it decides a flow: not shadowed, and nothing else is asked
 	}
 	if lr.wit != nil {
 		if lp.approxRule(lr) {

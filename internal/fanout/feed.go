@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/conditions"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -52,6 +53,9 @@ type FeedConfig struct {
 	Stop <-chan struct{}
 	// Dropped is called for each stream ended for falling behind (a metric).
 	Dropped func(ctx context.Context)
+	// Conditions, when set, judges the standing conditions the policies of
+	// each message carry (conditions.go).
+	Conditions *conditions.Tracker
 }
 
 // Feed serves WatchResources from the replica's own change feed (the
@@ -83,6 +87,7 @@ type Feed struct {
 	maxChanges int
 	stop       <-chan struct{}
 	onDrop     func(context.Context)
+	conds      *conditions.Tracker
 	dropped    atomic.Int64 // streams ended for falling behind
 
 	ready   chan struct{} // closed once the state holds a synced snapshot
@@ -130,7 +135,7 @@ func NewFeed(cfg FeedConfig) *Feed {
 		cfg.Dropped = func(context.Context) {}
 	}
 	return &Feed{src: cfg.Source, log: cfg.Log, maxSets: cfg.History, maxChanges: cfg.HistoryChanges, stop: cfg.Stop,
-		onDrop: cfg.Dropped, ready: make(chan struct{}), wake: make(chan struct{})}
+		onDrop: cfg.Dropped, conds: cfg.Conditions, ready: make(chan struct{}), wake: make(chan struct{})}
 }
 
 // Run follows the source until ctx ends, from its first synced snapshot. A
@@ -237,7 +242,9 @@ func (f *Feed) reset(snap *engine.Snapshot) {
 		if ok && mod == c.ModRevision && mod != 0 {
 			return
 		}
-		changes = append(changes, encodeChange(f.log, c))
+		rc := encodeChange(f.log, c)
+		f.fillConditions(snap, c, rc)
+		changes = append(changes, rc)
 	})
 	for path := range mods {
 		changes = append(changes, &verdictv1.ResourceChange{Key: engine.RenderPath(path), Deleted: true})
@@ -260,6 +267,7 @@ func (f *Feed) apply(snap *engine.Snapshot, cs []engine.Change) {
 		f.mu.Unlock() // already in the state (an update before the snapshot reset read)
 		return
 	}
+	prev := f.state // only run writes it
 	f.mu.Unlock()
 	changes := make([]*verdictv1.ResourceChange, len(cs))
 	for i, c := range cs {
@@ -267,7 +275,9 @@ func (f *Feed) apply(snap *engine.Snapshot, cs []engine.Change) {
 			c.Path = c.Resource.Key().String()
 		}
 		changes[i] = encodeChange(f.log, c)
+		f.fillConditions(snap, c, changes[i])
 	}
+	changes = append(changes, f.movedConditions(prev, snap, cs)...)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.state = snap // what the changes made
@@ -348,7 +358,11 @@ func (f *Feed) start(from int64) (snapshot []*verdictv1.ResourceChange, rev int6
 	f.mu.Unlock()
 	locked = false
 	snapshot = make([]*verdictv1.ResourceChange, 0, state.Len())
-	syncer.EachStored(state, func(c engine.Change) { snapshot = append(snapshot, encodeChange(f.log, c)) })
+	syncer.EachStored(state, func(c engine.Change) {
+		rc := encodeChange(f.log, c)
+		f.fillConditions(state, c, rc)
+		snapshot = append(snapshot, rc)
+	})
 	sort.Slice(snapshot, func(i, j int) bool { return snapshot[i].GetKey() < snapshot[j].GetKey() })
 	f.mu.Lock()
 	locked = true

@@ -357,6 +357,10 @@ func (b *Builder[K, V]) Len() int { return b.m.size }
 // Get reads the map as the builder has it now.
 func (b *Builder[K, V]) Get(k K) (V, bool) { return b.m.Get(k) }
 
+// Range calls f for every entry the map has now, as Map.Range does; f must
+// not update the builder.
+func (b *Builder[K, V]) Range(f func(K, V) bool) { b.m.Range(f) }
+
 // Map ends the batch and returns the new map. The builder must not be used after.
 func (b *Builder[K, V]) Map() Map[K, V] {
 	b.edit.open = false

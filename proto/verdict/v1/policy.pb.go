@@ -360,8 +360,13 @@ type GetRequest struct {
 	MinRevision int64  `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
 	// Read the resource as it was at a past revision, or at the newest revision
 	// committed at or before at_time (DecideRequest.at_revision).
-	AtRevision    int64                  `protobuf:"varint,3,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
-	AtTime        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
+	AtRevision int64                  `protobuf:"varint,3,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
+	// Also judge and show each policy's standing conditions
+	// (StoredResource.conditions, docs/lint.md): the first ask for a snapshot
+	// lints each (mesh, type) it reads, which a plain read does not pay.
+	// Ignored for a read of the past.
+	Conditions    bool `protobuf:"varint,5,opt,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -422,6 +427,13 @@ func (x *GetRequest) GetAtTime() *timestamppb.Timestamp {
 		return x.AtTime
 	}
 	return nil
+}
+
+func (x *GetRequest) GetConditions() bool {
+	if x != nil {
+		return x.Conditions
+	}
+	return false
 }
 
 // GetResponse holds the resource.
@@ -489,8 +501,13 @@ type ListRequest struct {
 	MinRevision int64  `protobuf:"varint,4,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
 	// List as of a past revision or time (GetRequest.at_revision); the pages
 	// after the first read the first page's revision.
-	AtRevision    int64                  `protobuf:"varint,5,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
-	AtTime        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
+	AtRevision int64                  `protobuf:"varint,5,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
+	// Also judge and show each policy's standing conditions
+	// (StoredResource.conditions, docs/lint.md): the first ask for a snapshot
+	// lints each (mesh, type) it reads, which a plain read does not pay.
+	// Ignored for a read of the past.
+	Conditions    bool `protobuf:"varint,7,opt,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +582,13 @@ func (x *ListRequest) GetAtTime() *timestamppb.Timestamp {
 		return x.AtTime
 	}
 	return nil
+}
+
+func (x *ListRequest) GetConditions() bool {
+	if x != nil {
+		return x.Conditions
+	}
+	return false
 }
 
 // ListResponse is one page, in key order. Pages continue after the last key of
@@ -739,8 +763,12 @@ func (x *DeleteResponse) GetRevision() int64 {
 
 // StatusRequest asks for the server's status.
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MinRevision   int64                  `protobuf:"varint,1,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	MinRevision int64                  `protobuf:"varint,1,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// Also count the policies per mesh and standing condition
+	// (StatusResponse.conditions): the first ask for a snapshot lints every
+	// (mesh, type), which a plain Status does not pay.
+	Conditions    bool `protobuf:"varint,2,opt,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +810,13 @@ func (x *StatusRequest) GetMinRevision() int64 {
 	return 0
 }
 
+func (x *StatusRequest) GetConditions() bool {
+	if x != nil {
+		return x.Conditions
+	}
+	return false
+}
+
 // StatusResponse is the server's view of its snapshot.
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -804,7 +839,12 @@ type StatusResponse struct {
 	// etcd's raised alarms, with the member that raised each: "NOSPACE (member
 	// 8e9e05c52164694d)". Under NOSPACE etcd refuses every write; decisions go
 	// on from the snapshot (docs/storage.md, "Retention").
-	StoreAlarms   []string `protobuf:"bytes,8,rep,name=store_alarms,json=storeAlarms,proto3" json:"store_alarms,omitempty"`
+	StoreAlarms []string `protobuf:"bytes,8,rep,name=store_alarms,json=storeAlarms,proto3" json:"store_alarms,omitempty"`
+	// Per mesh and condition, how many policies hold it (docs/lint.md,
+	// "Standing conditions"); conditions no policy of a mesh holds are left
+	// out. Sorted by mesh, then in the conditions' order. Only when asked
+	// (StatusRequest.conditions).
+	Conditions    []*ConditionCount `protobuf:"bytes,9,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -891,6 +931,13 @@ func (x *StatusResponse) GetStoreRevision() int64 {
 func (x *StatusResponse) GetStoreAlarms() []string {
 	if x != nil {
 		return x.StoreAlarms
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetConditions() []*ConditionCount {
+	if x != nil {
+		return x.Conditions
 	}
 	return nil
 }
@@ -1525,17 +1572,20 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\aresults\x18\x05 \x03(\v2\x17.verdict.v1.ApplyResultR\aresults\"S\n" +
 	"\vApplyResult\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
-	"\aoutcome\x18\x02 \x01(\x0e2\x18.verdict.v1.ApplyOutcomeR\aoutcome\"\x97\x01\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x18.verdict.v1.ApplyOutcomeR\aoutcome\"\xb7\x01\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x03R\vminRevision\x12\x1f\n" +
 	"\vat_revision\x18\x03 \x01(\x03R\n" +
 	"atRevision\x123\n" +
-	"\aat_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"a\n" +
+	"\aat_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\x12\x1e\n" +
+	"\n" +
+	"conditions\x18\x05 \x01(\bR\n" +
+	"conditions\"a\n" +
 	"\vGetResponse\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.verdict.v1.StoredResourceR\bresource\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\xda\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xfa\x01\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1544,7 +1594,10 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\fmin_revision\x18\x04 \x01(\x03R\vminRevision\x12\x1f\n" +
 	"\vat_revision\x18\x05 \x01(\x03R\n" +
 	"atRevision\x123\n" +
-	"\aat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"\x8c\x01\n" +
+	"\aat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\x12\x1e\n" +
+	"\n" +
+	"conditions\x18\a \x01(\bR\n" +
+	"conditions\"\x8c\x01\n" +
 	"\fListResponse\x128\n" +
 	"\tresources\x18\x01 \x03(\v2\x1a.verdict.v1.StoredResourceR\tresources\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
@@ -1557,9 +1610,12 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\",\n" +
 	"\x0eDeleteResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"2\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"R\n" +
 	"\rStatusRequest\x12!\n" +
-	"\fmin_revision\x18\x01 \x01(\x03R\vminRevision\"\x90\x02\n" +
+	"\fmin_revision\x18\x01 \x01(\x03R\vminRevision\x12\x1e\n" +
+	"\n" +
+	"conditions\x18\x02 \x01(\bR\n" +
+	"conditions\"\xcc\x02\n" +
 	"\x0eStatusResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x16\n" +
 	"\x06synced\x18\x02 \x01(\bR\x06synced\x12\x14\n" +
@@ -1568,7 +1624,10 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\ainvalid\x18\x05 \x03(\v2\x1a.verdict.v1.StoredResourceR\ainvalid\x12\x16\n" +
 	"\x06digest\x18\x06 \x01(\tR\x06digest\x12%\n" +
 	"\x0estore_revision\x18\a \x01(\x03R\rstoreRevision\x12!\n" +
-	"\fstore_alarms\x18\b \x03(\tR\vstoreAlarms\"\xbc\x01\n" +
+	"\fstore_alarms\x18\b \x03(\tR\vstoreAlarms\x12:\n" +
+	"\n" +
+	"conditions\x18\t \x03(\v2\x1a.verdict.v1.ConditionCountR\n" +
+	"conditions\"\xbc\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12#\n" +
@@ -1680,6 +1739,7 @@ var file_verdict_v1_policy_proto_goTypes = []any{
 	(*Resource)(nil),              // 23: verdict.v1.Resource
 	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 	(*StoredResource)(nil),        // 25: verdict.v1.StoredResource
+	(*ConditionCount)(nil),        // 26: verdict.v1.ConditionCount
 }
 var file_verdict_v1_policy_proto_depIdxs = []int32{
 	23, // 0: verdict.v1.ApplyRequest.resources:type_name -> verdict.v1.Resource
@@ -1692,37 +1752,38 @@ var file_verdict_v1_policy_proto_depIdxs = []int32{
 	25, // 7: verdict.v1.ListResponse.resources:type_name -> verdict.v1.StoredResource
 	22, // 8: verdict.v1.DeleteRequest.expected_revisions:type_name -> verdict.v1.DeleteRequest.ExpectedRevisionsEntry
 	25, // 9: verdict.v1.StatusResponse.invalid:type_name -> verdict.v1.StoredResource
-	15, // 10: verdict.v1.HistoryResponse.versions:type_name -> verdict.v1.Version
-	1,  // 11: verdict.v1.Version.change:type_name -> verdict.v1.VersionChange
-	24, // 12: verdict.v1.Version.time:type_name -> google.protobuf.Timestamp
-	25, // 13: verdict.v1.Version.resource:type_name -> verdict.v1.StoredResource
-	25, // 14: verdict.v1.Version.previous:type_name -> verdict.v1.StoredResource
-	18, // 15: verdict.v1.DiffResponse.differences:type_name -> verdict.v1.ResourceDifference
-	1,  // 16: verdict.v1.ResourceDifference.change:type_name -> verdict.v1.VersionChange
-	25, // 17: verdict.v1.ResourceDifference.before:type_name -> verdict.v1.StoredResource
-	25, // 18: verdict.v1.ResourceDifference.after:type_name -> verdict.v1.StoredResource
-	4,  // 19: verdict.v1.RevertResponse.results:type_name -> verdict.v1.ApplyResult
-	2,  // 20: verdict.v1.PolicyService.Apply:input_type -> verdict.v1.ApplyRequest
-	5,  // 21: verdict.v1.PolicyService.Get:input_type -> verdict.v1.GetRequest
-	7,  // 22: verdict.v1.PolicyService.List:input_type -> verdict.v1.ListRequest
-	9,  // 23: verdict.v1.PolicyService.Delete:input_type -> verdict.v1.DeleteRequest
-	11, // 24: verdict.v1.PolicyService.Status:input_type -> verdict.v1.StatusRequest
-	13, // 25: verdict.v1.PolicyService.History:input_type -> verdict.v1.HistoryRequest
-	16, // 26: verdict.v1.PolicyService.Diff:input_type -> verdict.v1.DiffRequest
-	19, // 27: verdict.v1.PolicyService.Revert:input_type -> verdict.v1.RevertRequest
-	3,  // 28: verdict.v1.PolicyService.Apply:output_type -> verdict.v1.ApplyResponse
-	6,  // 29: verdict.v1.PolicyService.Get:output_type -> verdict.v1.GetResponse
-	8,  // 30: verdict.v1.PolicyService.List:output_type -> verdict.v1.ListResponse
-	10, // 31: verdict.v1.PolicyService.Delete:output_type -> verdict.v1.DeleteResponse
-	12, // 32: verdict.v1.PolicyService.Status:output_type -> verdict.v1.StatusResponse
-	14, // 33: verdict.v1.PolicyService.History:output_type -> verdict.v1.HistoryResponse
-	17, // 34: verdict.v1.PolicyService.Diff:output_type -> verdict.v1.DiffResponse
-	20, // 35: verdict.v1.PolicyService.Revert:output_type -> verdict.v1.RevertResponse
-	28, // [28:36] is the sub-list for method output_type
-	20, // [20:28] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	26, // 10: verdict.v1.StatusResponse.conditions:type_name -> verdict.v1.ConditionCount
+	15, // 11: verdict.v1.HistoryResponse.versions:type_name -> verdict.v1.Version
+	1,  // 12: verdict.v1.Version.change:type_name -> verdict.v1.VersionChange
+	24, // 13: verdict.v1.Version.time:type_name -> google.protobuf.Timestamp
+	25, // 14: verdict.v1.Version.resource:type_name -> verdict.v1.StoredResource
+	25, // 15: verdict.v1.Version.previous:type_name -> verdict.v1.StoredResource
+	18, // 16: verdict.v1.DiffResponse.differences:type_name -> verdict.v1.ResourceDifference
+	1,  // 17: verdict.v1.ResourceDifference.change:type_name -> verdict.v1.VersionChange
+	25, // 18: verdict.v1.ResourceDifference.before:type_name -> verdict.v1.StoredResource
+	25, // 19: verdict.v1.ResourceDifference.after:type_name -> verdict.v1.StoredResource
+	4,  // 20: verdict.v1.RevertResponse.results:type_name -> verdict.v1.ApplyResult
+	2,  // 21: verdict.v1.PolicyService.Apply:input_type -> verdict.v1.ApplyRequest
+	5,  // 22: verdict.v1.PolicyService.Get:input_type -> verdict.v1.GetRequest
+	7,  // 23: verdict.v1.PolicyService.List:input_type -> verdict.v1.ListRequest
+	9,  // 24: verdict.v1.PolicyService.Delete:input_type -> verdict.v1.DeleteRequest
+	11, // 25: verdict.v1.PolicyService.Status:input_type -> verdict.v1.StatusRequest
+	13, // 26: verdict.v1.PolicyService.History:input_type -> verdict.v1.HistoryRequest
+	16, // 27: verdict.v1.PolicyService.Diff:input_type -> verdict.v1.DiffRequest
+	19, // 28: verdict.v1.PolicyService.Revert:input_type -> verdict.v1.RevertRequest
+	3,  // 29: verdict.v1.PolicyService.Apply:output_type -> verdict.v1.ApplyResponse
+	6,  // 30: verdict.v1.PolicyService.Get:output_type -> verdict.v1.GetResponse
+	8,  // 31: verdict.v1.PolicyService.List:output_type -> verdict.v1.ListResponse
+	10, // 32: verdict.v1.PolicyService.Delete:output_type -> verdict.v1.DeleteResponse
+	12, // 33: verdict.v1.PolicyService.Status:output_type -> verdict.v1.StatusResponse
+	14, // 34: verdict.v1.PolicyService.History:output_type -> verdict.v1.HistoryResponse
+	17, // 35: verdict.v1.PolicyService.Diff:output_type -> verdict.v1.DiffResponse
+	20, // 36: verdict.v1.PolicyService.Revert:output_type -> verdict.v1.RevertResponse
+	29, // [29:37] is the sub-list for method output_type
+	21, // [21:29] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_policy_proto_init() }

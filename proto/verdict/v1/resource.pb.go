@@ -1282,9 +1282,18 @@ type StoredResource struct {
 	// Empty when the resource is valid and in use.
 	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	// For a workload: the identity of its tags in its mesh (docs/workloads.md).
-	Identity      uint64 `protobuf:"varint,6,opt,name=identity,proto3" json:"identity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Identity uint64 `protobuf:"varint,6,opt,name=identity,proto3" json:"identity,omitempty"`
+	// For a policy: its standing conditions at the answer's revision, in a
+	// fixed order — Accepted or Invalid; Enforced, PartiallyEnforced,
+	// Overridden or Shadowed; Audit; NoWorkloads (docs/lint.md, "Standing
+	// conditions"). Only when the read asks for them (GetRequest.conditions,
+	// ListRequest.conditions) and on WatchResources; empty for other kinds and
+	// for reads of the past.
+	Conditions []string `protobuf:"bytes,7,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// Why each condition holds, keyed by its name.
+	ConditionMessages map[string]string `protobuf:"bytes,8,rep,name=condition_messages,json=conditionMessages,proto3" json:"condition_messages,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StoredResource) Reset() {
@@ -1355,6 +1364,81 @@ func (x *StoredResource) GetError() string {
 func (x *StoredResource) GetIdentity() uint64 {
 	if x != nil {
 		return x.Identity
+	}
+	return 0
+}
+
+func (x *StoredResource) GetConditions() []string {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *StoredResource) GetConditionMessages() map[string]string {
+	if x != nil {
+		return x.ConditionMessages
+	}
+	return nil
+}
+
+// ConditionCount counts the policies of a mesh that hold one condition.
+type ConditionCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mesh          string                 `protobuf:"bytes,1,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	Condition     string                 `protobuf:"bytes,2,opt,name=condition,proto3" json:"condition,omitempty"`
+	Policies      int64                  `protobuf:"varint,3,opt,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConditionCount) Reset() {
+	*x = ConditionCount{}
+	mi := &file_verdict_v1_resource_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConditionCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConditionCount) ProtoMessage() {}
+
+func (x *ConditionCount) ProtoReflect() protoreflect.Message {
+	mi := &file_verdict_v1_resource_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConditionCount.ProtoReflect.Descriptor instead.
+func (*ConditionCount) Descriptor() ([]byte, []int) {
+	return file_verdict_v1_resource_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ConditionCount) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *ConditionCount) GetCondition() string {
+	if x != nil {
+		return x.Condition
+	}
+	return ""
+}
+
+func (x *ConditionCount) GetPolicies() int64 {
+	if x != nil {
+		return x.Policies
 	}
 	return 0
 }
@@ -1488,14 +1572,25 @@ const file_verdict_v1_resource_proto_rawDesc = "" +
 	"\x04tags\x18\x02 \x03(\v2\".verdict.v1.WorkloadPort.TagsEntryR\x04tags\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x03\n" +
 	"\x0eStoredResource\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\bresource\x18\x02 \x01(\v2\x14.verdict.v1.ResourceR\bresource\x12'\n" +
 	"\x0fcreate_revision\x18\x03 \x01(\x03R\x0ecreateRevision\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x03R\vmodRevision\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\bidentity\x18\x06 \x01(\x04R\bidentityB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
+	"\bidentity\x18\x06 \x01(\x04R\bidentity\x12\x1e\n" +
+	"\n" +
+	"conditions\x18\a \x03(\tR\n" +
+	"conditions\x12`\n" +
+	"\x12condition_messages\x18\b \x03(\v21.verdict.v1.StoredResource.ConditionMessagesEntryR\x11conditionMessages\x1aD\n" +
+	"\x16ConditionMessagesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
+	"\x0eConditionCount\x12\x12\n" +
+	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x1c\n" +
+	"\tcondition\x18\x02 \x01(\tR\tcondition\x12\x1a\n" +
+	"\bpolicies\x18\x03 \x01(\x03R\bpoliciesB:Z8github.com/verdictpdp/verdict/proto/verdict/v1;verdictv1b\x06proto3"
 
 var (
 	file_verdict_v1_resource_proto_rawDescOnce sync.Once
@@ -1509,7 +1604,7 @@ func file_verdict_v1_resource_proto_rawDescGZIP() []byte {
 	return file_verdict_v1_resource_proto_rawDescData
 }
 
-var file_verdict_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_verdict_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_verdict_v1_resource_proto_goTypes = []any{
 	(*Resource)(nil),              // 0: verdict.v1.Resource
 	(*Mesh)(nil),                  // 1: verdict.v1.Mesh
@@ -1525,55 +1620,58 @@ var file_verdict_v1_resource_proto_goTypes = []any{
 	(*Workload)(nil),              // 11: verdict.v1.Workload
 	(*WorkloadPort)(nil),          // 12: verdict.v1.WorkloadPort
 	(*StoredResource)(nil),        // 13: verdict.v1.StoredResource
-	nil,                           // 14: verdict.v1.Mesh.TypesEntry
-	nil,                           // 15: verdict.v1.Selector.MatchEntry
-	nil,                           // 16: verdict.v1.TargetRef.TagsEntry
-	nil,                           // 17: verdict.v1.Workload.TagsEntry
-	nil,                           // 18: verdict.v1.WorkloadPort.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 20: google.protobuf.Struct
+	(*ConditionCount)(nil),        // 14: verdict.v1.ConditionCount
+	nil,                           // 15: verdict.v1.Mesh.TypesEntry
+	nil,                           // 16: verdict.v1.Selector.MatchEntry
+	nil,                           // 17: verdict.v1.TargetRef.TagsEntry
+	nil,                           // 18: verdict.v1.Workload.TagsEntry
+	nil,                           // 19: verdict.v1.WorkloadPort.TagsEntry
+	nil,                           // 20: verdict.v1.StoredResource.ConditionMessagesEntry
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
 }
 var file_verdict_v1_resource_proto_depIdxs = []int32{
 	1,  // 0: verdict.v1.Resource.mesh:type_name -> verdict.v1.Mesh
 	3,  // 1: verdict.v1.Resource.scope:type_name -> verdict.v1.Scope
 	10, // 2: verdict.v1.Resource.policy:type_name -> verdict.v1.Policy
 	11, // 3: verdict.v1.Resource.workload:type_name -> verdict.v1.Workload
-	14, // 4: verdict.v1.Mesh.types:type_name -> verdict.v1.Mesh.TypesEntry
-	19, // 5: verdict.v1.Mesh.creation_time:type_name -> google.protobuf.Timestamp
-	19, // 6: verdict.v1.Mesh.modification_time:type_name -> google.protobuf.Timestamp
+	15, // 4: verdict.v1.Mesh.types:type_name -> verdict.v1.Mesh.TypesEntry
+	21, // 5: verdict.v1.Mesh.creation_time:type_name -> google.protobuf.Timestamp
+	21, // 6: verdict.v1.Mesh.modification_time:type_name -> google.protobuf.Timestamp
 	4,  // 7: verdict.v1.Scope.selectors:type_name -> verdict.v1.Selector
-	19, // 8: verdict.v1.Scope.creation_time:type_name -> google.protobuf.Timestamp
-	19, // 9: verdict.v1.Scope.modification_time:type_name -> google.protobuf.Timestamp
-	15, // 10: verdict.v1.Selector.match:type_name -> verdict.v1.Selector.MatchEntry
+	21, // 8: verdict.v1.Scope.creation_time:type_name -> google.protobuf.Timestamp
+	21, // 9: verdict.v1.Scope.modification_time:type_name -> google.protobuf.Timestamp
+	16, // 10: verdict.v1.Selector.match:type_name -> verdict.v1.Selector.MatchEntry
 	5,  // 11: verdict.v1.Selector.expressions:type_name -> verdict.v1.Expression
-	16, // 12: verdict.v1.TargetRef.tags:type_name -> verdict.v1.TargetRef.TagsEntry
+	17, // 12: verdict.v1.TargetRef.tags:type_name -> verdict.v1.TargetRef.TagsEntry
 	5,  // 13: verdict.v1.TargetRef.expressions:type_name -> verdict.v1.Expression
 	7,  // 14: verdict.v1.Item.target_ref:type_name -> verdict.v1.TargetRef
-	20, // 15: verdict.v1.Item.conf:type_name -> google.protobuf.Struct
-	20, // 16: verdict.v1.Block.rules:type_name -> google.protobuf.Struct
+	22, // 15: verdict.v1.Item.conf:type_name -> google.protobuf.Struct
+	22, // 16: verdict.v1.Block.rules:type_name -> google.protobuf.Struct
 	4,  // 17: verdict.v1.Policy.sources:type_name -> verdict.v1.Selector
 	4,  // 18: verdict.v1.Policy.destinations:type_name -> verdict.v1.Selector
 	6,  // 19: verdict.v1.Policy.ports:type_name -> verdict.v1.PortEntry
-	20, // 20: verdict.v1.Policy.conf:type_name -> google.protobuf.Struct
+	22, // 20: verdict.v1.Policy.conf:type_name -> google.protobuf.Struct
 	7,  // 21: verdict.v1.Policy.target_ref:type_name -> verdict.v1.TargetRef
 	8,  // 22: verdict.v1.Policy.from:type_name -> verdict.v1.Item
 	8,  // 23: verdict.v1.Policy.to:type_name -> verdict.v1.Item
 	9,  // 24: verdict.v1.Policy.defaults:type_name -> verdict.v1.Block
 	9,  // 25: verdict.v1.Policy.overrides:type_name -> verdict.v1.Block
-	19, // 26: verdict.v1.Policy.creation_time:type_name -> google.protobuf.Timestamp
-	19, // 27: verdict.v1.Policy.modification_time:type_name -> google.protobuf.Timestamp
-	17, // 28: verdict.v1.Workload.tags:type_name -> verdict.v1.Workload.TagsEntry
+	21, // 26: verdict.v1.Policy.creation_time:type_name -> google.protobuf.Timestamp
+	21, // 27: verdict.v1.Policy.modification_time:type_name -> google.protobuf.Timestamp
+	18, // 28: verdict.v1.Workload.tags:type_name -> verdict.v1.Workload.TagsEntry
 	12, // 29: verdict.v1.Workload.ports:type_name -> verdict.v1.WorkloadPort
-	19, // 30: verdict.v1.Workload.creation_time:type_name -> google.protobuf.Timestamp
-	19, // 31: verdict.v1.Workload.modification_time:type_name -> google.protobuf.Timestamp
-	18, // 32: verdict.v1.WorkloadPort.tags:type_name -> verdict.v1.WorkloadPort.TagsEntry
+	21, // 30: verdict.v1.Workload.creation_time:type_name -> google.protobuf.Timestamp
+	21, // 31: verdict.v1.Workload.modification_time:type_name -> google.protobuf.Timestamp
+	19, // 32: verdict.v1.WorkloadPort.tags:type_name -> verdict.v1.WorkloadPort.TagsEntry
 	0,  // 33: verdict.v1.StoredResource.resource:type_name -> verdict.v1.Resource
-	2,  // 34: verdict.v1.Mesh.TypesEntry.value:type_name -> verdict.v1.TypeSettings
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	20, // 34: verdict.v1.StoredResource.condition_messages:type_name -> verdict.v1.StoredResource.ConditionMessagesEntry
+	2,  // 35: verdict.v1.Mesh.TypesEntry.value:type_name -> verdict.v1.TypeSettings
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_resource_proto_init() }
@@ -1594,7 +1692,7 @@ func file_verdict_v1_resource_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_verdict_v1_resource_proto_rawDesc), len(file_verdict_v1_resource_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

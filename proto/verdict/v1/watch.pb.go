@@ -266,10 +266,13 @@ type ResourceChange struct {
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Set for a put: the resource, or for a stored value that does not decode,
 	// its key and error. Absent for a delete.
-	Resource      *StoredResource `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
-	Deleted       bool            `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Resource *StoredResource `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	Deleted  bool            `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// The policy's document did not change: only its standing conditions
+	// did (resource.conditions), moved by a change to another resource.
+	ConditionsOnly bool `protobuf:"varint,4,opt,name=conditions_only,json=conditionsOnly,proto3" json:"conditions_only,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ResourceChange) Reset() {
@@ -319,6 +322,13 @@ func (x *ResourceChange) GetResource() *StoredResource {
 func (x *ResourceChange) GetDeleted() bool {
 	if x != nil {
 		return x.Deleted
+	}
+	return false
+}
+
+func (x *ResourceChange) GetConditionsOnly() bool {
+	if x != nil {
+		return x.ConditionsOnly
 	}
 	return false
 }
@@ -887,11 +897,12 @@ const file_verdict_v1_watch_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.verdict.v1.WatchEventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x14\n" +
 	"\x05fresh\x18\x03 \x01(\bR\x05fresh\x124\n" +
-	"\achanges\x18\x04 \x03(\v2\x1a.verdict.v1.ResourceChangeR\achanges\"t\n" +
+	"\achanges\x18\x04 \x03(\v2\x1a.verdict.v1.ResourceChangeR\achanges\"\x9d\x01\n" +
 	"\x0eResourceChange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\bresource\x18\x02 \x01(\v2\x1a.verdict.v1.StoredResourceR\bresource\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xb5\x01\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\x12'\n" +
+	"\x0fconditions_only\x18\x04 \x01(\bR\x0econditionsOnly\"\xb5\x01\n" +
 	"\x11WatchRulesRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x120\n" +
