@@ -123,7 +123,7 @@ func runList(ctx context.Context, args []string, e *env) int {
 	defer conn.Close()
 	all, err := listAllAt(ctx, verdictv1.NewPolicyServiceClient(conn), &cf,
 		&verdictv1.ListRequest{Prefix: prefix, MinRevision: *minRev, AtRevision: past.rev, AtTime: past.atTime(),
-			Conditions: output.value == "wide"})
+			Conditions: output.printer(e.stdout).wide()})
 	if err != nil {
 		return fail(e, "list", err, nil)
 	}
