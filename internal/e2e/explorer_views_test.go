@@ -238,8 +238,11 @@ func TestExplorerPolicies(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("the policies %q, want %q", names, want)
 	}
-	if r := rowWith(policies, "web-to-db-again"); r == nil || !strings.Contains(r[7], "1 error") {
-		t.Errorf("web-to-db-again's lint column: %q", r)
+	if r := rowWith(policies, "web-to-db-again"); r == nil || !strings.Contains(r[7], "1 error") || !strings.Contains(r[8], "Shadowed") {
+		t.Errorf("web-to-db-again's lint and conditions columns: %q", r)
+	}
+	if r := rowWith(policies, "TrafficPermission/web-to-db"); r == nil || !strings.Contains(r[8], "Enforced") || strings.Contains(r[8], "Shadowed") {
+		t.Errorf("web-to-db's conditions column: %q", r)
 	}
 	findings := b.rows("#findings")
 	shadowed := rowWith(findings, "shadowed", "web-to-db-again")

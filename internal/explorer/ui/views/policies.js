@@ -60,8 +60,8 @@ function fail(ctx, box, err) {
 }
 
 // columns are the list's columns: a column is a heading and the cell of a
-// stored policy. The standing conditions of a policy, once List answers
-// them, are one more entry here: { head: 'Conditions', cell: (s) => … }.
+// stored policy. Conditions are the policy's standing conditions (List with
+// conditions, docs/lint.md), each condition's message its title.
 const columns = [
   { head: 'Policy', cell: (s, mesh, rev) => h('a', { href: policyHref(mesh, policyName(s), rev) }, policyName(s)) },
   { head: 'Scope', cell: (s) => dash(doc(s).scope) },
@@ -71,10 +71,21 @@ const columns = [
   { head: 'Mode', cell: (s) => doc(s).mode || 'Enforce' },
   { head: 'Modified', cell: (s) => `revision ${dash(s.modRevision)}` },
   { head: 'Lint', cell: null }, // filled once Lint answers
+  { head: 'Conditions', cell: (s) => conditions(s) },
   { head: 'Error', cell: (s) => (s.error ? h('span', { class: 'act-deny' }, s.error) : '-') },
 ];
 
 const doc = (s) => s.resource?.policy || {};
+
+function conditions(s) {
+  const names = s.conditions || [];
+  if (!names.length) return '-';
+  const msgs = s.conditionMessages || {};
+  return h('span', { class: 'conditions' }, ...names.flatMap((c, i) => [
+    i ? ', ' : '',
+    h('span', { class: c === 'Shadowed' || c === 'Overridden' || c === 'Invalid' ? 'act-deny' : null, title: msgs[c] || null }, c),
+  ]));
+}
 // policyName is "Type/name", from the key: "shop/policies/Type/name".
 const policyName = (s) => s.key.split('/').slice(2).join('/');
 const policyHref = (mesh, name, rev) => query([['view', 'policies'], ['mesh', mesh], ['policy', name], ['rev', rev]]);
@@ -103,7 +114,7 @@ async function list(ctx, body, mesh, type, rev) {
   body.append(listBox);
   const lintCells = new Map(); // "Type/name" → its row's Lint cell
   try {
-    const listed = await ctx.api.call('verdict.v1.PolicyService/List', { prefix, pageSize, pageToken: after, ...atRevision(rev) });
+    const listed = await ctx.api.call('verdict.v1.PolicyService/List', { prefix, pageSize, pageToken: after, conditions: true, ...atRevision(rev) });
     if (ctx.stale()) return;
     const resources = listed.resources || [];
     const first = (n - 1) * pageSize + 1;
