@@ -73,9 +73,15 @@ func (j *judgement) judgeShadowed(frame bool, changed []string) error {
 		return nil
 	}
 	// The world: the affected policies and the owners of every rule that
-	// overlaps one of theirs (all their covers among them).
+	// overlaps one of theirs (all their covers among them). Once it holds
+	// most of the partition, the partition itself is linted instead: a
+	// dense set stops building it early rather than find every overlap.
 	world := map[string]*resource.Policy{}
+	large := func() bool { return 2*len(world) > ix.policies }
 	for name := range affected {
+		if large() {
+			break
+		}
 		ps, _ := j.b.Get(name)
 		world[name] = ps.doc
 		for _, r := range ps.enforcedRules() {
@@ -86,7 +92,7 @@ func (j *judgement) judgeShadowed(frame bool, changed []string) error {
 			}
 		}
 	}
-	if 2*len(world) > ix.policies {
+	if large() || 2*len(affected) > ix.policies {
 		// Most of the partition: lint it in place, the affected rules only.
 		ans, err := analysis.Lint(j.s, &analysis.LintRequest{Mesh: st.mesh, Type: st.typ, Budget: j.budget, ShadowedOf: affected})
 		if err != nil {
