@@ -42,10 +42,10 @@ var _ verdictv1.AnalysisServiceServer = analysisService{}
 // pageSize bounds the entries of one Reach or Matrix message.
 const pageSize = 1000
 
-// Reach answers at one revision, in pages.
+// Reach answers at one revision (now, or a past one), in pages.
 func (s analysisService) Reach(req *verdictv1.ReachRequest, stream verdictv1.AnalysisService_ReachServer) error {
 	ctx := stream.Context()
-	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
@@ -71,10 +71,10 @@ func (s analysisService) Reach(req *verdictv1.ReachRequest, stream verdictv1.Ana
 	return nil
 }
 
-// Matrix answers at one revision, in pages.
+// Matrix answers at one revision (now, or a past one), in pages.
 func (s analysisService) Matrix(req *verdictv1.MatrixRequest, stream verdictv1.AnalysisService_MatrixServer) error {
 	ctx := stream.Context()
-	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
@@ -156,6 +156,7 @@ func checkReach(r *verdictv1.ReachRequest) error {
 		errs.add("direction", "give TO (who can reach the endpoint) or FROM (what it can reach)")
 	}
 	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
 
@@ -179,6 +180,7 @@ func checkMatrix(r *verdictv1.MatrixRequest) error {
 		errs.add("port", "a port needs a protocol")
 	}
 	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
 
@@ -196,10 +198,10 @@ func checkImpact(r *verdictv1.ImpactRequest) error {
 	return errs.err()
 }
 
-// Lint answers the findings of the current snapshot, or of the snapshot a
-// proposed change would make (nothing is written).
+// Lint answers the findings of the current snapshot (or a past one), or of
+// the snapshot a proposed change would make of it (nothing is written).
 func (s analysisService) Lint(ctx context.Context, req *verdictv1.LintRequest) (*verdictv1.LintResponse, error) {
-	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -223,5 +225,6 @@ func checkLint(r *verdictv1.LintRequest) error {
 		errs.key(fmt.Sprintf("deletes[%d]", i), k)
 	}
 	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }

@@ -48,7 +48,8 @@ func runReach(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fs.usage("%v", err)
 	}
-	req := &verdictv1.ReachRequest{Mesh: ff.mesh, Type: ff.typ, Protocol: ff.proto, Port: ff.port, MinRevision: ff.minRev}
+	req := &verdictv1.ReachRequest{Mesh: ff.mesh, Type: ff.typ, Protocol: ff.proto, Port: ff.port, MinRevision: ff.minRev,
+		AtRevision: ff.past.rev, AtTime: ff.past.atTime()}
 	switch {
 	case srcGiven && dstGiven:
 		return fs.usage("give one end: --dst-… (who can reach it) or --src-… (what it can reach), not both")
@@ -212,6 +213,8 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 		return nil
 	})
 	fs.Int64Var(&minRev, "min-revision", 0, "answer from a snapshot at or after this revision")
+	var past pastFlags
+	past.register(fs, true)
 	var output outputFlag
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
@@ -225,6 +228,9 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 	}
 	if port != 0 && proto == "" {
 		return fs.usage("--port needs --proto (TCP, UDP or ICMP)")
+	}
+	if err := past.check(minRev); err != nil {
+		return fs.usage("%v", err)
 	}
 	srcSel, err := parseTags(srcTags)
 	if err != nil {
@@ -242,7 +248,7 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
 	stream, err := verdictv1.NewAnalysisServiceClient(conn).Matrix(cctx, &verdictv1.MatrixRequest{Mesh: mesh, Type: typ,
-		Sources: srcSel, Destinations: dstSel, Protocol: proto, Port: port, MinRevision: minRev})
+		Sources: srcSel, Destinations: dstSel, Protocol: proto, Port: port, MinRevision: minRev, AtRevision: past.rev, AtTime: past.atTime()})
 	if err != nil {
 		return fail(e, "matrix", err, nil)
 	}
