@@ -33,7 +33,3 @@ func CheckBulkIndexes(s *Snapshot) (int, error) {
 	})
 	return n, err
 }
-
-// KeepMasks makes every bulk evaluation keep a class's masks from its first
-// decision (on), or only from its second (off).
-func KeepMasks(on bool) { keepAlways.Store(on) }

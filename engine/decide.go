@@ -113,9 +113,10 @@ type scratch struct {
 	// per side: the most specific member scope of the enforced decision, which
 	// leaves audit scopes out (docs/audit.md)
 	specificEnf [2]int32
-	// bulk, set by a bulk evaluation (bulk.go), holds the flow's masks over
-	// the partition's rules; scanRules reads them instead of the index.
-	bulk *bulkScan
+	// pre, set by a caller of the bridge (partition.go), hands scanRules the
+	// rules that match the flow instead of the index; pick takes them.
+	pre  Prefilter
+	pick Pick
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -455,7 +456,7 @@ func scanRules(ix *index.Index, combine resource.Combine, f *index.Flow, sc *scr
 	if ix == nil || ix.Size == 0 {
 		return p
 	}
-	if sc.bulk.scanInto(ix, combine, sc, need, &p) {
+	if sc.pre != nil && scanPrefiltered(sc.pre, ix, combine, sc, need, &p) {
 		return p
 	}
 	if combine == resource.DenyOverrides {

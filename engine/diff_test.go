@@ -1,262 +1,15 @@
 package engine_test
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/policygen"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
-
-// choices feeds the generator: the fuzzer's bytes first, then a PRNG seeded from
-// them, so a short input still describes a whole policy set and every mutation
-// of it changes one.
-type choices struct {
-	data []byte
-	rng  *rand.Rand
-}
-
-func newChoices(data []byte) *choices {
-	h := fnv.New64a()
-	h.Write(data)
-	return &choices{data: data, rng: rand.New(rand.NewPCG(h.Sum64(), 7))}
-}
-
-func (c *choices) n(n int) int {
-	if n <= 1 {
-		return 0
-	}
-	if len(c.data) > 0 {
-		b := c.data[0]
-		c.data = c.data[1:]
-		return int(b) % n
-	}
-	return c.rng.IntN(n)
-}
-
-func (c *choices) chance(percent int) bool { return c.n(100) < percent }
-
-var (
-	genKeys   = []string{"app", "env", "tier", "kuma.io/service", "version", "ip"}
-	genValues = map[string][]string{
-		"app": {"web", "api", "db"}, "env": {"prod", "dev", "stage"}, "tier": {"front", "back", "data"},
-		"kuma.io/service": {"web", "backend", "redis"}, "version": {"v1", "v2", "v3"},
-		"ip":        {"10.0.0.1", "10.0.1.5", "192.168.1.1"},
-		"principal": {"spiffe://m/web", "spiffe://m/backend", "spiffe://m/redis"},
-	}
-)
-
-func (c *choices) tags() resource.Tags {
-	t := resource.Tags{}
-	for _, k := range genKeys {
-		if c.chance(55) {
-			vals := genValues[k]
-			t[k] = vals[c.n(len(vals))]
-		}
-	}
-	if c.chance(30) {
-		t["principal"] = genValues["principal"][c.n(3)] // a peer known by its SPIFFE ID
-	}
-	return t
-}
-
-func (c *choices) selector() resource.Selector {
-	var s resource.Selector
-	if n := c.n(3); n > 0 {
-		s.Match = map[string]string{}
-		for i := 0; i < n; i++ {
-			k := genKeys[c.n(len(genKeys)-1)] // not ip
-			v := "*"
-			if c.chance(70) {
-				v = genValues[k][c.n(3)]
-			}
-			s.Match[k] = v
-		}
-	}
-	if c.chance(30) {
-		k := genKeys[c.n(len(genKeys))]
-		e := resource.Expression{Key: k}
-		switch c.n(6) {
-		case 0:
-			e.Operator = resource.OpIn
-			e.Values = []string{genValues[k][c.n(3)]}
-			if c.chance(50) {
-				e.Values = append(e.Values, genValues[k][c.n(3)])
-			}
-		case 1:
-			e.Operator = resource.OpNotIn
-			e.Values = []string{genValues[k][c.n(3)]}
-		case 2:
-			e.Operator = resource.OpExists
-		case 3:
-			e.Operator = resource.OpDoesNotExist
-		case 4:
-			e.Operator = resource.OpPrefix
-			e.Values = []string{genValues[k][c.n(3)][:1]}
-		case 5:
-			e.Key, e.Operator = "ip", resource.OpCIDR
-			e.Values = []string{[]string{"10.0.0.0/16", "10.0.1.0/24", "192.168.0.0/16"}[c.n(3)]}
-		}
-		s.Expressions = append(s.Expressions, e)
-	}
-	return s
-}
-
-func (c *choices) action() resource.Action {
-	return []resource.Action{resource.ActionUnset, resource.Allow, resource.Deny, resource.Deny}[c.n(4)]
-}
-
-func (c *choices) targetRef() resource.TargetRef {
-	switch c.n(8) {
-	case 5:
-		// Kuma's Dataplane by labels
-		return resource.TargetRef{Kind: resource.TargetProxy, Tags: map[string]string{"env": genValues["env"][c.n(3)]}}
-	case 6:
-		return resource.TargetRef{Kind: resource.TargetProxy} // every Dataplane
-	case 7:
-		// a spiffeID match: Exact or Prefix on the principal
-		if c.chance(50) {
-			return resource.TargetRef{Kind: resource.TargetMeshSubset, Tags: map[string]string{"principal": genValues["principal"][c.n(3)]}}
-		}
-		return resource.TargetRef{Kind: resource.TargetMeshSubset, Expressions: []resource.Expression{
-			{Key: "principal", Operator: resource.OpPrefix, Values: []string{genValues["principal"][c.n(3)][:len("spiffe://m/")+c.n(2)]}}}}
-	case 0:
-		return resource.TargetRef{Kind: resource.TargetMesh}
-	case 1:
-		return resource.TargetRef{Kind: resource.TargetMeshSubset, Tags: map[string]string{"env": genValues["env"][c.n(3)]}}
-	case 2:
-		return resource.TargetRef{Kind: resource.TargetService, Name: genValues["kuma.io/service"][c.n(3)]}
-	case 3:
-		return resource.TargetRef{Kind: resource.TargetServiceSubset, Name: genValues["kuma.io/service"][c.n(3)],
-			Tags: map[string]string{"version": genValues["version"][c.n(3)]}}
-	}
-	return resource.TargetRef{Kind: resource.TargetProxy, Name: genValues["app"][c.n(3)]}
-}
-
-var genTimes = []time.Time{{}, time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2024, 6, 1, 0, 0, 0, 0, time.UTC)}
-
-// genWorld generates one mesh's resources: settings, a few scopes, S&D policies
-// of TrafficPermission and targetRef policies of MeshTrafficPermission.
-func genWorld(c *choices) []resource.Resource {
-	var out []resource.Resource
-	mesh := &resource.Mesh{Name: "m", TieBreak: resource.TieBreak(c.n(4)), ItemOrder: resource.ItemOrder(c.n(3)),
-		DefaultAction: c.action(), UnenforcedAction: c.action(), Profile: resource.Profile(c.n(3))}
-	if c.chance(30) {
-		mesh.Types = map[string]resource.TypeSettings{"TrafficPermission": {Combine: resource.DenyOverrides}}
-	}
-	if c.chance(40) {
-		if mesh.Types == nil {
-			mesh.Types = map[string]resource.TypeSettings{}
-		}
-		tp := mesh.Types["TrafficPermission"]
-		tp.Select = resource.Select(c.n(3))
-		mesh.Types["TrafficPermission"] = tp
-		if c.chance(30) {
-			// PerDestination on a targetRef type too
-			mesh.Types["MeshTrafficPermission"] = resource.TypeSettings{Select: resource.SelectPerDestination, UnenforcedAction: c.action()}
-		}
-	}
-	if c.chance(20) {
-		if mesh.Types == nil {
-			mesh.Types = map[string]resource.TypeSettings{}
-		}
-		ts := mesh.Types["MeshTrafficPermission"]
-		ts.TieBreak = resource.TieBreak(c.n(4))
-		mesh.Types["MeshTrafficPermission"] = ts
-	}
-	if c.chance(50) {
-		// "Other" has no policy: declared, it is known and answered; else NOT_FOUND
-		if mesh.Types == nil {
-			mesh.Types = map[string]resource.TypeSettings{}
-		}
-		mesh.Types["Other"] = resource.TypeSettings{}
-	}
-	if c.chance(80) {
-		out = append(out, mesh)
-	}
-	var scopes []string
-	for i, n := 0, c.n(5); i < n; i++ {
-		s := &resource.Scope{Mesh: "m", Name: fmt.Sprintf("s%d", i), Priority: int32(c.n(4)), Enforced: !c.chance(15)}
-		if len(scopes) > 0 && c.chance(40) {
-			s.Parent = scopes[c.n(len(scopes))]
-		}
-		for j, m := 0, 1+c.n(2); j < m; j++ {
-			s.Selectors = append(s.Selectors, c.selector())
-		}
-		if c.chance(50) {
-			s.CatchAll = []resource.Action{resource.Allow, resource.Deny}[c.n(2)]
-			if c.chance(30) {
-				s.CatchAllTypes = []string{"MeshTrafficPermission"}
-			}
-		}
-		scopes = append(scopes, s.Name)
-		out = append(out, s)
-	}
-	for i, n := 0, c.n(9); i < n; i++ {
-		p := &resource.Policy{Mesh: "m", Name: fmt.Sprintf("p%d", i), Type: "TrafficPermission",
-			Priority: int32(c.n(3)), Action: c.action()}
-		if c.chance(25) {
-			p.Rank = resource.RankAbsolute
-		}
-		if len(scopes) > 0 && c.chance(50) {
-			p.Scope = scopes[c.n(len(scopes))]
-		}
-		for j, m := 0, 1+c.n(2); j < m; j++ {
-			p.Sources = append(p.Sources, c.selector())
-		}
-		for j, m := 0, 1+c.n(2); j < m; j++ {
-			p.Destinations = append(p.Destinations, c.selector())
-		}
-		if c.chance(25) {
-			p.Ports = []resource.PortEntry{{Protocol: []resource.Protocol{resource.ProtocolAny, resource.TCP, resource.UDP, resource.ICMP}[c.n(4)],
-				Ports: []string{"", "80", "22,8000-8100"}[c.n(3)]}}
-		}
-		if c.chance(40) {
-			p.Conf = resource.Object{"log": json.Number(fmt.Sprint(i))}
-		}
-		p.Meta.CreationTime = genTimes[c.n(3)]
-		p.Meta.ModificationTime = genTimes[c.n(3)]
-		out = append(out, p)
-	}
-	for i, n := 0, c.n(6); i < n; i++ {
-		p := &resource.Policy{Mesh: "m", Name: fmt.Sprintf("t%d", i), Type: "MeshTrafficPermission", Priority: int32(c.n(2))}
-		tr := c.targetRef()
-		p.TargetRef = &tr
-		if c.chance(15) {
-			p.Rank = resource.RankAbsolute
-		}
-		// A MeshTrafficPermission item has an action and no conf (Kuma's schema).
-		for j, m := 0, c.n(3); j < m; j++ {
-			p.From = append(p.From, resource.Item{TargetRef: c.targetRef(), Action: c.action().Or(resource.Allow)})
-		}
-		for j, m := 0, c.n(3); j < m; j++ {
-			p.To = append(p.To, resource.Item{TargetRef: c.targetRef(), Action: c.action().Or(resource.Allow)})
-		}
-		p.DenyFirst = len(p.From) > 0 && c.chance(30) // Kuma's rules: the denies first
-		p.Meta.CreationTime = genTimes[c.n(3)]
-		out = append(out, p)
-	}
-	return out
-}
-
-func genRequest(c *choices) engine.Request {
-	return engine.Request{
-		Mesh:        "m",
-		Type:        []string{"TrafficPermission", "MeshTrafficPermission", "Other"}[c.n(3)],
-		Source:      c.tags(),
-		Destination: c.tags(),
-		Protocol:    []resource.Protocol{resource.ProtocolAny, resource.TCP, resource.UDP, resource.ICMP}[c.n(4)],
-		Port:        []uint32{0, 22, 80, 8080}[c.n(4)],
-	}
-}
 
 // sameDecision compares every field Decide answers but the revision and the
 // endpoints' resolution (the reference decides tags; endpoint_test.go tests
@@ -336,15 +89,6 @@ func checkProcedures(t *testing.T, snap *engine.Snapshot, req engine.Request, wa
 	}
 }
 
-func describe(rs []resource.Resource) string {
-	s := ""
-	for _, r := range rs {
-		b, _ := resource.EncodeJSON(r)
-		s += "\n  " + string(b)
-	}
-	return s
-}
-
 func TestDecideMatchesReference(t *testing.T) {
 	t.Parallel()
 	n := 3000
@@ -354,16 +98,6 @@ func TestDecideMatchesReference(t *testing.T) {
 	for i := 0; i < n; i++ {
 		checkAgainstReference(t, seedBytes(i))
 	}
-}
-
-// seedBytes returns 64 pseudo-random bytes for test world i (zero bytes would
-// generate empty worlds: every choice would take its first option).
-func seedBytes(i int) []byte {
-	var key [32]byte
-	binary.LittleEndian.PutUint64(key[:], uint64(i))
-	b := make([]byte, 64)
-	_, _ = rand.NewChaCha8(key).Read(b)
-	return b
 }
 
 func FuzzDecideMatchesReference(f *testing.F) {

@@ -21,9 +21,18 @@
 //     RulesImpact which workloads' lists a change set may have altered;
 //   - CheckApply validates a write against the current set (the API's and
 //     the suites' dry run); Invalid lists what is stored but not in use, which
-//     fails closed (docs/storage.md).
+//     fails closed (docs/storage.md);
+//   - Partition is the read-only view of one (mesh, type) that
+//     engine/analysis stands on (partition.go): its rules in order, its
+//     scopes and their membership, its settings and compiled policies, and a
+//     decision entry a caller who knows which rules match a flow narrows
+//     (Prefilter); Preview is CheckApply then Apply on a copy, and Attached
+//     keeps what a caller computed from one snapshot in it.
 //
-// The rooms below it, each with a doc.go of its own:
+// The rooms beside and below it, each with a doc.go of its own:
+//   - engine/analysis: Reach, Matrix, Impact and Lint, answered by bulk
+//     evaluation over Partition (the server's AnalysisService,
+//     engine/policytest, verdictctl's offline lint);
 //   - engine/resource: the resource model, its decoder and encoder, limits,
 //     identities (the store, apiconv, writeplan and verdictctl read it alone);
 //   - engine/inventory: workloads, the identity registry, endpoint forms and
@@ -31,7 +40,9 @@
 //   - engine/internal/index: compiled rules, posting lists, bitmaps, their
 //     builds, updates and consistency checks;
 //   - engine/internal/memo: the tag memo and the identity-pair memo;
-//   - engine/internal/pmap: the persistent map snapshots share structure with.
+//   - engine/internal/pmap: the persistent map snapshots share structure with;
+//   - engine/internal/worldgen: the random worlds of the differential tests
+//     (tests only).
 //
 // What stays exported here, and who uses it:
 //   - Snapshot, Build, Empty, Change, Put, Delete, Entry, InvalidResource,
@@ -45,6 +56,9 @@
 //     path; RulesImpact: internal/fanout's rules hub;
 //   - Memo and Snapshot.WithMemo: store/history, whose snapshots at past
 //     revisions share a memo apart from the current lineage's;
+//   - Partition and its views (Settings, PolicyCounts, PolicyView,
+//     ScopeView), Prefilter, Pick, Pair, Preview, Attached, Meshes,
+//     KnownTypes, Inventory, EndpointTags: engine/analysis alone;
 //   - CodeName, the Err* values and UnknownTypeError: server/errors.go's one
 //     mapping and the suites' expected codes; BuiltinTypes, IsBuiltinType,
 //     NearestNames: types and suggestions (server, verdictctl).

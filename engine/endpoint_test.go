@@ -391,70 +391,6 @@ func FuzzEndpointFormsDecideAsTheirTags(f *testing.F) {
 	f.Fuzz(checkEndpointForms)
 }
 
-var (
-	invAddresses  = []string{"10.0.0.1", "10.0.1.5", "192.168.1.1", "2001:db8::1", "10.0.0.7", "10.0.0.8"}
-	invPrincipals = []string{"spiffe://m/web", "spiffe://m/backend", "urn:x"}
-	// askAddresses and askPrincipals add what no workload holds: other
-	// spellings, external addresses, Kuma SPIFFE IDs of this mesh and another.
-	askAddresses  = append([]string{"::ffff:10.0.0.1", "2001:DB8::1", "10.0.0.99", "192.168.9.9"}, invAddresses...)
-	askPrincipals = append([]string{"spiffe://m/redis", "spiffe://other/web", "spiffe://m/a/b"}, invPrincipals...)
-)
-
-// modelWorkload is a workload as the model sees it.
-type modelWorkload struct {
-	w     *resource.Workload
-	valid bool
-}
-
-func genInventory(c *choices) []modelWorkload {
-	n := c.n(7)
-	out := make([]modelWorkload, n)
-	for i := range out {
-		tags := c.tags()
-		delete(tags, resource.IPTag)
-		delete(tags, resource.PrincipalTag)
-		w := &resource.Workload{Mesh: "m", Name: fmt.Sprintf("w%d", i), Tags: tags,
-			Meta: resource.Meta{CreateRevision: int64(i + 1), ModRevision: int64(i + 1)}}
-		for _, a := range invAddresses {
-			if c.chance(20) {
-				w.Addresses = append(w.Addresses, a)
-			}
-		}
-		if c.chance(70) {
-			w.Principal = invPrincipals[c.n(len(invPrincipals))]
-		}
-		for k := c.n(3); k > 0; k-- {
-			p := resource.WorkloadPort{Port: []uint32{22, 80, 8080}[c.n(3)]}
-			if c.chance(80) {
-				p.Tags = c.tags()
-				delete(p.Tags, resource.IPTag)
-				delete(p.Tags, resource.PrincipalTag)
-			}
-			w.Ports = append(w.Ports, p)
-		}
-		out[i] = modelWorkload{w: w}
-	}
-	// An address belongs to its first (earliest-written) claimant; a workload
-	// is valid when it is the first claimant of each of its addresses.
-	first := map[string]int{}
-	for i, m := range out {
-		for _, a := range m.w.Addresses {
-			if _, ok := first[a]; !ok {
-				first[a] = i
-			}
-		}
-	}
-	for i := range out {
-		out[i].valid = true
-		for _, a := range out[i].w.Addresses {
-			if first[a] != i {
-				out[i].valid = false
-			}
-		}
-	}
-	return out
-}
-
 // modelResolve is docs/workloads.md's resolution, written out plainly; ok false
 // for NOT_FOUND.
 func modelResolve(inv []modelWorkload, ep inventory.Endpoint, dst bool, port uint32) (resource.Tags, bool) {
@@ -532,29 +468,6 @@ func modelResolve(inv []modelWorkload, ep inventory.Endpoint, dst bool, port uin
 		return nil, false
 	}
 	return ep.Tags, true
-}
-
-func genEndpoint(c *choices, inv []modelWorkload) inventory.Endpoint {
-	pick := func() *resource.Workload {
-		if len(inv) == 0 {
-			return &resource.Workload{Name: "none"}
-		}
-		return inv[c.n(len(inv))].w
-	}
-	switch c.n(5) {
-	case 0:
-		return inventory.Endpoint{Workload: pick().Name}
-	case 1:
-		return inventory.Endpoint{Address: askAddresses[c.n(len(askAddresses))]}
-	case 2:
-		return inventory.Endpoint{Principal: askPrincipals[c.n(len(askPrincipals))]}
-	case 3:
-		if c.chance(10) {
-			return inventory.Endpoint{Identity: 12345}
-		}
-		return inventory.Endpoint{Identity: resource.Identity("m", pick().Tags)}
-	}
-	return inventory.Endpoint{Tags: c.tags()}
 }
 
 func checkEndpointForms(t *testing.T, data []byte) {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -71,7 +70,7 @@ func resolveEndpoint(ms *meshState, mesh string, ep *inventory.Endpoint, destina
 		if ps, ok := inv.Principal(ep.Principal); ok {
 			r.ResolvedAs, r.Holders = inventory.AsPrincipalHolders, ps.Len()
 			r.Tags = withTag(ps.Shared, resource.PrincipalTag, ep.Principal)
-		} else if svc, ok := kumaSpiffeService(mesh, ep.Principal); ok {
+		} else if svc, ok := inventory.KumaSpiffeService(mesh, ep.Principal); ok {
 			r.ResolvedAs = inventory.AsKumaSpiffe
 			r.Tags = resource.Tags{resource.ServiceTag: svc, resource.PrincipalTag: ep.Principal}
 		} else {
@@ -95,21 +94,6 @@ func resolveEndpoint(ms *meshState, mesh string, ep *inventory.Endpoint, destina
 		r.Identity = resource.Identity(mesh, r.Tags)
 	}
 	return r, nil
-}
-
-// kumaSpiffeService returns <service> of a principal of Kuma's form
-// spiffe://<mesh>/<service>, when <mesh> is mesh: the form counts only in the
-// request's mesh (docs/workloads.md, "Endpoints by reference").
-func kumaSpiffeService(mesh, principal string) (string, bool) {
-	rest, ok := strings.CutPrefix(principal, "spiffe://")
-	if !ok {
-		return "", false
-	}
-	m, svc, ok := strings.Cut(rest, "/")
-	if !ok || m != mesh || svc == "" || strings.Contains(svc, "/") {
-		return "", false
-	}
-	return svc, true
 }
 
 // withTag returns a copy of tags with k: v added.

@@ -35,9 +35,9 @@ type Snapshot struct {
 	// memo remembers answers (cache.go); shared with the snapshots Apply
 	// makes, its entries checked against their partition's epoch.
 	memo *memoHolder
-	// bases holds the bulk evaluations' shared starts by (mesh, type)
-	// (bulkbase.go), built on first need: never copied to another snapshot.
-	bases sync.Map
+	// attached holds what callers compute from this snapshot alone
+	// (Attached): never copied to another snapshot.
+	attached sync.Map
 }
 
 // InvalidResource is a stored resource verdict does not use: a value that failed

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
@@ -51,7 +52,7 @@ func (s analysisService) Reach(req *verdictv1.ReachRequest, stream verdictv1.Ana
 	}
 	r := apiconv.ReachRequest(req)
 	r.Registry = s.identities
-	ans, err := snap.Reach(&r)
+	ans, err := analysis.Reach(snap, &r)
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
@@ -78,10 +79,10 @@ func (s analysisService) Matrix(req *verdictv1.MatrixRequest, stream verdictv1.A
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
-	r := apiconv.MatrixRequest(req, func() []engine.FlowClass { return engine.FlowClasses(req.GetMesh(), req.GetType(), snap) })
+	r := apiconv.MatrixRequest(req, func() []analysis.FlowClass { return analysis.FlowClasses(req.GetMesh(), req.GetType(), snap) })
 	page := &verdictv1.MatrixResponse{Revision: snap.Revision()}
 	var sendErr error
-	_, _, err = snap.Matrix(&r, func(e engine.MatrixEntry) bool {
+	_, _, err = analysis.Matrix(snap, &r, func(e analysis.MatrixEntry) bool {
 		page.Entries = append(page.Entries, apiconv.MatrixEntry(&e))
 		if len(page.Entries) < pageSize {
 			return true
@@ -113,8 +114,8 @@ func (s analysisService) Impact(ctx context.Context, req *verdictv1.ImpactReques
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	r := engine.ImpactRequest{Puts: w.puts, Deletes: w.deletes, Explain: req.GetExplain(), Registry: s.identities}
-	given := make([]engine.ObservedFlow, 0, len(req.GetFlows()))
+	r := analysis.ImpactRequest{Puts: w.puts, Deletes: w.deletes, Explain: req.GetExplain(), Registry: s.identities}
+	given := make([]analysis.ObservedFlow, 0, len(req.GetFlows()))
 	for _, f := range req.GetFlows() {
 		given = append(given, apiconv.ObservedFlow(f))
 	}
@@ -128,7 +129,7 @@ func (s analysisService) Impact(ctx context.Context, req *verdictv1.ImpactReques
 	}
 	var replicas []*verdictv1.ImpactReplica
 	r.Flows, replicas = s.replay(ctx, given, req.GetFleet(), meshes)
-	ans, err := snap.Impact(&r)
+	ans, err := analysis.Impact(snap, &r)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -209,7 +210,7 @@ func (s analysisService) Lint(ctx context.Context, req *verdictv1.LintRequest) (
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	ans, err := snap.Lint(&engine.LintRequest{Mesh: req.GetMesh(), Type: req.GetType(), Puts: w.puts, Deletes: w.deletes})
+	ans, err := analysis.Lint(snap, &analysis.LintRequest{Mesh: req.GetMesh(), Type: req.GetType(), Puts: w.puts, Deletes: w.deletes})
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}

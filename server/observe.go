@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
@@ -106,16 +107,16 @@ func checkObservedFlows(r *verdictv1.ObservedFlowsRequest) error {
 // replay returns the flows Impact replays — those given, this replica's
 // own, and with fleet every live replica's, of the meshes given (nil: all),
 // each flow once (its counts summed) — and the replicas asked.
-func (s analysisService) replay(ctx context.Context, given []engine.ObservedFlow, fleet bool, meshes map[string]bool) ([]engine.ObservedFlow, []*verdictv1.ImpactReplica) {
+func (s analysisService) replay(ctx context.Context, given []analysis.ObservedFlow, fleet bool, meshes map[string]bool) ([]analysis.ObservedFlow, []*verdictv1.ImpactReplica) {
 	var keep func(mesh, typ string) bool
 	if meshes != nil {
 		keep = func(mesh, _ string) bool { return meshes[resourceMesh(mesh)] }
 	}
-	sources := [][]engine.ObservedFlow{given}
+	sources := [][]analysis.ObservedFlow{given}
 	var replicas []*verdictv1.ImpactReplica
 	if s.observed != nil {
 		own := s.observed.Flows(keep)
-		flows := make([]engine.ObservedFlow, len(own))
+		flows := make([]analysis.ObservedFlow, len(own))
 		for i := range own {
 			flows[i] = apiconv.ReplayFlow(&own[i])
 		}
@@ -145,7 +146,7 @@ func resourceMesh(m string) string {
 // peerFlows is one replica's answer.
 type peerFlows struct {
 	replica *verdictv1.ImpactReplica
-	flows   []engine.ObservedFlow
+	flows   []analysis.ObservedFlow
 }
 
 // askFleet asks every live replica but this one for its observed flows, at
@@ -194,7 +195,7 @@ func (s analysisService) askFleet(ctx context.Context, meshes map[string]bool) (
 }
 
 // askReplica reads one replica's observed flows.
-func (s analysisService) askReplica(ctx context.Context, addr string, timeout time.Duration, req *verdictv1.ObservedFlowsRequest) ([]engine.ObservedFlow, error) {
+func (s analysisService) askReplica(ctx context.Context, addr string, timeout time.Duration, req *verdictv1.ObservedFlowsRequest) ([]analysis.ObservedFlow, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("it advertises no address")
 	}
@@ -219,7 +220,7 @@ func (s analysisService) askReplica(ctx context.Context, addr string, timeout ti
 	if err != nil {
 		return nil, err
 	}
-	var out []engine.ObservedFlow
+	var out []analysis.ObservedFlow
 	for {
 		page, err := st.Recv()
 		if err != nil {
@@ -240,7 +241,7 @@ func (s analysisService) askReplica(ctx context.Context, addr string, timeout ti
 // by several sources (its mesh, type, ends as replayed, protocol and port)
 // is one flow with their counts summed. A single source's flows are
 // already distinct (a table's, or a file's records: each counted).
-func mergeFlows(sources [][]engine.ObservedFlow) []engine.ObservedFlow {
+func mergeFlows(sources [][]analysis.ObservedFlow) []analysis.ObservedFlow {
 	n, nonEmpty := 0, 0
 	for _, s := range sources {
 		n += len(s)
@@ -262,7 +263,7 @@ func mergeFlows(sources [][]engine.ObservedFlow) []engine.ObservedFlow {
 		port                uint32
 	}
 	idx := make(map[key]int, n)
-	out := make([]engine.ObservedFlow, 0, n)
+	out := make([]analysis.ObservedFlow, 0, n)
 	var sb strings.Builder
 	for _, s := range sources {
 		for _, f := range s {

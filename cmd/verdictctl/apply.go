@@ -12,6 +12,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
+	"github.com/verdictpdp/verdict/internal/docpos"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
@@ -23,16 +24,16 @@ func (f *fileList) Set(s string) error { *f = append(*f, s); return nil }
 // loaded is a resource read from a file, with where it came from.
 type loaded struct {
 	res resource.Resource
-	src *source // the file
-	doc int     // its index among the file's documents
+	src *docpos.Source // the file
+	doc int            // its index among the file's documents
 }
 
-// at is a problem at path of the resource's document.
-func (l loaded) at(path, msg string) problem {
+// at is a docpos.Problem at path of the resource's document.
+func (l loaded) at(path, msg string) docpos.Problem {
 	if l.src == nil {
-		return problem{path: path, msg: msg}
+		return docpos.Problem{Path: path, Msg: msg}
 	}
-	return l.src.at(l.doc, path, msg)
+	return l.src.At(l.doc, path, msg)
 }
 
 // inputFiles expands the arguments of -f: a directory's .yaml, .yml and
@@ -72,15 +73,15 @@ func inputFiles(files []string) ([]string, error) {
 }
 
 // readResources reads every document of the files. A file that cannot be
-// read is an I/O error (err); invalid documents are problems, every one of
+// read is an I/O error (err); invalid documents are docpos.Problems, every one of
 // every file, with its position.
-func readResources(files []string, stdin io.Reader) ([]loaded, problems, error) {
+func readResources(files []string, stdin io.Reader) ([]loaded, docpos.Problems, error) {
 	paths, err := inputFiles(files)
 	if err != nil {
 		return nil, nil, err
 	}
 	var out []loaded
-	var probs problems
+	var probs docpos.Problems
 	for i, p := range paths {
 		var data []byte
 		if p == "-" {
@@ -92,10 +93,10 @@ func readResources(files []string, stdin io.Reader) ([]loaded, problems, error) 
 		if err != nil {
 			return nil, nil, err
 		}
-		src := newSource(p, i, data)
+		src := docpos.NewSource(p, i, data)
 		rs, err := resource.DecodeYAML(data)
 		if err != nil {
-			probs = append(probs, src.decodeProblems(err)...)
+			probs = append(probs, src.DecodeProblems(err)...)
 			continue
 		}
 		for j, r := range rs {
@@ -116,7 +117,7 @@ func readInput(e *env, cmd string, files []string, invalid int) ([]loaded, int) 
 	}
 	if len(probs) > 0 {
 		fmt.Fprintf(e.stderr, "verdictctl %s: invalid documents (nothing was sent):\n", cmd)
-		probs.print(e.stderr, "  ")
+		probs.Print(e.stderr, "  ")
 		return nil, invalid
 	}
 	return items, exitOK

@@ -114,7 +114,7 @@ func runDiff(ctx context.Context, args []string, e *env) int {
 			from = "/dev/null"
 		}
 		p := it.at("", "")
-		to := fmt.Sprintf("%s\t(%s:%d)", key, p.file, p.line)
+		to := fmt.Sprintf("%s\t(%s:%d)", key, p.File, p.Line)
 		fmt.Fprintf(&text, "diff -u %s %s\n", key, outcomeText(outcome))
 		unifiedDiff(&text, from, to, before, next)
 	}

@@ -58,18 +58,21 @@ func TestLogs(t *testing.T) {
 	}
 	ts.keys(t, "lg/")
 	// Each case decides on a port of its own: the log folds a flow repeated
-	// within its window into repeats records, which carry no latency.
+	// within its window into repeats records, which carry no latency. A case
+	// that needs a full record (fresh) moves to a new port on every round, as
+	// the follower may subscribe after the first decision of a port.
 	tests := []struct {
 		args    []string
 		port    uint32
+		fresh   bool
 		want    string
 		notWant string
 	}{
-		{[]string{"logs", "--action", "deny", "--mesh", "lg"}, 5432, "DENY lg/TrafficPermission app=web -> app=db TCP/5432 by deny-db", "app=api"},
-		{[]string{"logs", "--workload", "api", "--mesh", "lg"}, 5432, "ALLOW lg/TrafficPermission app=web -> app=api TCP/5432 by allow-api", "app=db"},
-		{[]string{"logs", "-o", "json", "--policy", "deny-db"}, 5433, `"policy":"deny-db"`, "app=api"},
+		{[]string{"logs", "--action", "deny", "--mesh", "lg"}, 5432, false, "DENY lg/TrafficPermission app=web -> app=db TCP/5432 by deny-db", "app=api"},
+		{[]string{"logs", "--workload", "api", "--mesh", "lg"}, 5432, false, "ALLOW lg/TrafficPermission app=web -> app=api TCP/5432 by allow-api", "app=db"},
+		{[]string{"logs", "-o", "json", "--policy", "deny-db"}, 5433, false, `"policy":"deny-db"`, "app=api"},
 		// the record's protobuf JSON: 64-bit integers as strings
-		{[]string{"logs", "-o", "json", "--policy", "deny-db"}, 5434, `"latencyNs":"`, `"latencyNs":0`},
+		{[]string{"logs", "-o", "json", "--policy", "deny-db"}, 6000, true, `"latencyNs":"`, `"latencyNs":0`},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -77,11 +80,15 @@ func TestLogs(t *testing.T) {
 			dec := verdictv1.NewDecisionServiceClient(ts.conn)
 			deadline := time.Now().Add(2 * time.Minute)
 			// Decide until the follower has seen a record (it may start after the first decisions).
-			for !strings.Contains(l.out.String(), tc.want) && time.Now().Before(deadline) {
+			for round := uint32(0); !strings.Contains(l.out.String(), tc.want) && time.Now().Before(deadline); round++ {
+				port := tc.port
+				if tc.fresh {
+					port += round
+				}
 				for _, dst := range []string{"api", "db"} {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					_, err := dec.Decide(ctx, &verdictv1.DecideRequest{Mesh: "lg", Source: &verdictv1.Endpoint{Tags: map[string]string{"app": "web"}},
-						Destination: &verdictv1.Endpoint{Tags: map[string]string{"app": dst}}, Protocol: "TCP", Port: tc.port})
+						Destination: &verdictv1.Endpoint{Tags: map[string]string{"app": dst}}, Protocol: "TCP", Port: port})
 					cancel()
 					if err != nil {
 						t.Fatal(err)

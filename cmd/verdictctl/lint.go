@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -58,7 +59,7 @@ func runLint(ctx context.Context, args []string, e *env) int {
 			docs = append(docs, it.res)
 		}
 		snap := engine.Build(1, docs)
-		ans, err := snap.Lint(&engine.LintRequest{Mesh: *mesh, Type: *typ})
+		ans, err := analysis.Lint(snap, &analysis.LintRequest{Mesh: *mesh, Type: *typ})
 		if err != nil {
 			return fail(e, "lint", err, nil)
 		}

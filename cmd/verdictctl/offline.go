@@ -19,6 +19,7 @@ import (
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/policytest"
 	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/docpos"
 )
 
 // suiteFiles expands directories (recursively) to their .yaml and .yml files,
@@ -114,8 +115,8 @@ func runTest(args []string, e *env) int {
 			s, err = policytest.Parse(f, data)
 		}
 		if err != nil {
-			for _, p := range suiteProblems(newSource(f, i, data), err) {
-				rep.LoadErrors = append(rep.LoadErrors, testLoad{File: f, Line: p.line, Column: p.col, Path: p.path, Error: p.msg})
+			for _, p := range suiteProblems(docpos.NewSource(f, i, data), err) {
+				rep.LoadErrors = append(rep.LoadErrors, testLoad{File: f, Line: p.Line, Column: p.Col, Path: p.Path, Error: p.Msg})
 				lines = append(lines, "did not load: "+p.String())
 			}
 			continue
@@ -188,20 +189,20 @@ func loadFailures(rep testReport) int {
 	return len(files)
 }
 
-// suiteProblems are the problems of a suite that did not load, each with its
+// suiteProblems are the docpos.Problems of a suite that did not load, each with its
 // position in the file.
-func suiteProblems(src *source, err error) problems {
+func suiteProblems(src *docpos.Source, err error) docpos.Problems {
 	var ve *resource.ValidationError
 	if !errors.As(err, &ve) {
-		return problems{src.syntax(err.Error())}
+		return docpos.Problems{src.Syntax(err.Error())}
 	}
-	var out problems
+	var out docpos.Problems
 	for _, fe := range ve.Errors {
-		p := src.at(0, fe.Field, fe.Reason)
-		p.path = fe.Field // the suite is one document: its paths need no documents[0]
+		p := src.At(0, fe.Field, fe.Reason)
+		p.Path = fe.Field // the suite is one document: its paths need no documents[0]
 		out = append(out, p)
 	}
-	out.sort()
+	out.Sort()
 	return out
 }
 
@@ -260,7 +261,7 @@ func printJUnit(w io.Writer, rep testReport) error {
 		s := suite(l.File)
 		s.Tests++
 		s.Errors++
-		p := problem{file: l.File, line: l.Line, col: l.Column, path: l.Path, msg: l.Error}
+		p := docpos.Problem{File: l.File, Line: l.Line, Col: l.Column, Path: l.Path, Msg: l.Error}
 		s.Cases = append(s.Cases, testcase{Name: "load", Classname: l.File, Error: &failure{Message: "did not load", Text: p.String()}})
 	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
@@ -306,12 +307,12 @@ func runValidate(args []string, e *env) int {
 			}
 			for _, fe := range ve.Errors {
 				p := origin(ops)(fe.Field)
-				p.msg = fe.Reason
+				p.Msg = fe.Reason
 				probs = append(probs, p)
 			}
 		}
 	}
-	res := validateReport{Valid: len(probs) == 0, Resources: len(items), Errors: probs.strings()}
+	res := validateReport{Valid: len(probs) == 0, Resources: len(items), Errors: probs.Strings()}
 	err = output.printer(e.stdout).print(res, func(w io.Writer, _ bool) error {
 		if len(probs) == 0 {
 			_, err := fmt.Fprintf(w, "%s valid\n", count(len(items), "resource", "resources"))
@@ -325,7 +326,7 @@ func runValidate(args []string, e *env) int {
 	if len(probs) > 0 {
 		if output.printer(e.stdout).forPeople() {
 			fmt.Fprintln(e.stderr, "verdictctl validate: invalid:")
-			probs.print(e.stderr, "  ")
+			probs.Print(e.stderr, "  ")
 		}
 		return exitFailed
 	}
@@ -364,7 +365,7 @@ func runFmt(args []string, e *env) int {
 		return fset.usage("-w cannot rewrite stdin")
 	}
 	differ := false
-	var probs problems
+	var probs docpos.Problems
 	for i, f := range files {
 		var data []byte
 		var err error
@@ -383,7 +384,7 @@ func runFmt(args []string, e *env) int {
 		}
 		out, err := formatYAML(data)
 		if err != nil {
-			probs = append(probs, newSource(name, i, data).syntax(err.Error()))
+			probs = append(probs, docpos.NewSource(name, i, data).Syntax(err.Error()))
 			continue
 		}
 		switch {
@@ -407,7 +408,7 @@ func runFmt(args []string, e *env) int {
 	}
 	if len(probs) > 0 {
 		fmt.Fprintln(e.stderr, "verdictctl fmt: not YAML:")
-		probs.print(e.stderr, "  ")
+		probs.Print(e.stderr, "  ")
 		return exitError
 	}
 	if differ {

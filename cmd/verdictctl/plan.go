@@ -23,6 +23,7 @@ import (
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
+	"github.com/verdictpdp/verdict/internal/docpos"
 	"github.com/verdictpdp/verdict/internal/writeplan"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store"
@@ -141,27 +142,27 @@ func (r *writeReport) add(resp *verdictv1.ApplyResponse) {
 // origin maps a call's field path ("resources[i].policy.sources[0]", a
 // warning "resources[i] (key): ...") to the document it names, with its
 // position; other paths stay as they are.
-func origin(part []*op) func(string) problem {
+func origin(part []*op) func(string) docpos.Problem {
 	var puts []*op
 	for _, o := range part {
 		if !o.isDelete() {
 			puts = append(puts, o)
 		}
 	}
-	return func(field string) problem {
+	return func(field string) docpos.Problem {
 		m := resourceIndex.FindStringSubmatch(field)
 		if m == nil {
-			return problem{path: field}
+			return docpos.Problem{Path: field}
 		}
 		i, _ := strconv.Atoi(m[1])
 		if i >= len(puts) || puts[i].from.src == nil {
-			return problem{path: field}
+			return docpos.Problem{Path: field}
 		}
 		rest := field[len(m[0]):]
 		if key, why, ok := strings.Cut(rest, "): "); ok && strings.HasPrefix(rest, " (") {
 			// "resources[0] (key): why": a warning about the whole document
 			p := puts[i].from.at("", why)
-			p.path += key + ")"
+			p.Path += key + ")"
 			return p
 		}
 		return puts[i].from.at(rest, "")
@@ -171,7 +172,7 @@ func origin(part []*op) func(string) problem {
 // warning is a call's warning, pointed into the files.
 func warning(part []*op, warn string) string {
 	p := origin(part)(warn)
-	if p.msg == "" {
+	if p.Msg == "" {
 		return warn
 	}
 	return p.String()
@@ -633,13 +634,13 @@ func (w *writer) checkWhole(ctx context.Context, ops []*op) (cur *current, warni
 		if errors.As(err, &ve) {
 			fmt.Fprintf(w.e.stderr, "verdictctl %s: InvalidArgument (the whole set, checked against the server's contents at revision %d; nothing was written):\n",
 				w.cmd, cur.snap.Revision())
-			var ps problems
+			var ps docpos.Problems
 			for _, fe := range ve.Errors {
 				p := origin(putOps)(fe.Field)
-				p.msg = fe.Reason
+				p.Msg = fe.Reason
 				ps = append(ps, p)
 			}
-			ps.print(w.e.stderr, "  ")
+			ps.Print(w.e.stderr, "  ")
 			return nil, nil, exitError
 		}
 		return nil, nil, fail(w.e, w.cmd, err, nil)

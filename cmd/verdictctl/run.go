@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/docpos"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -92,7 +93,7 @@ func hoistGlobals(args []string) ([]string, error) {
 // fail prints an error — a gRPC status with its field violations, a
 // validation error, an I/O error — and returns exitError. at maps the field
 // paths of a write's violations to where they came from (nil: as they are).
-func fail(e *env, cmd string, err error, at func(field string) problem) int {
+func fail(e *env, cmd string, err error, at func(field string) docpos.Problem) int {
 	st, ok := status.FromError(err)
 	if !ok {
 		var ve *resource.ValidationError
@@ -124,16 +125,16 @@ func fail(e *env, cmd string, err error, at func(field string) problem) int {
 		return exitError
 	}
 	fmt.Fprintf(e.stderr, "verdictctl %s: %s:\n", cmd, st.Code())
-	var ps problems
+	var ps docpos.Problems
 	for _, v := range violations {
-		p := problem{path: v.GetField(), msg: v.GetDescription()}
+		p := docpos.Problem{Path: v.GetField(), Msg: v.GetDescription()}
 		if at != nil {
 			p = at(v.GetField())
-			p.msg = v.GetDescription()
+			p.Msg = v.GetDescription()
 		}
 		ps = append(ps, p)
 	}
-	ps.print(e.stderr, "  ")
+	ps.Print(e.stderr, "  ")
 	return exitError
 }
 

@@ -310,7 +310,7 @@ func TestFmt(t *testing.T) {
 	}
 }
 
-// TestProblemsHaveLines: every problem of every document, and of a suite
+// TestProblemsHaveLines: every docpos.Problem of every document, and of a suite
 // file that does not load, is named file:line:column with its path, sorted
 // by position.
 func TestProblemsHaveLines(t *testing.T) {

@@ -197,3 +197,18 @@ func (inv *Inventory) Principal(id string) (*principalSet, bool) {
 	}
 	return inv.principals.Get(id)
 }
+
+// KumaSpiffeService returns <service> of a principal of Kuma's form
+// spiffe://<mesh>/<service>, when <mesh> is mesh: the form counts only in the
+// request's mesh (docs/workloads.md, "Endpoints by reference").
+func KumaSpiffeService(mesh, principal string) (string, bool) {
+	rest, ok := strings.CutPrefix(principal, "spiffe://")
+	if !ok {
+		return "", false
+	}
+	m, svc, ok := strings.Cut(rest, "/")
+	if !ok || m != mesh || svc == "" || strings.Contains(svc, "/") {
+		return "", false
+	}
+	return svc, true
+}

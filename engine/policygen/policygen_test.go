@@ -3,20 +3,8 @@ package policygen
 import (
 	"testing"
 
-	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
-
-// matchingPolicies counts the policies with a rule that matches the flow.
-func matchingPolicies(q *QuickIndex, req *engine.Request) int {
-	seen := map[string]bool{}
-	for i := range q.rules {
-		if r := &q.rules[i]; q.matches(r, req) {
-			seen[r.policy] = true
-		}
-	}
-	return len(seen)
-}
 
 // TestDenseProfileShape: the dense profile is what its doc comment says — many
 // policies match a flow, and their number grows with the set.
@@ -33,7 +21,7 @@ func TestDenseProfileShape(t *testing.T) {
 		flows := set.Flows(2, 200)
 		total, deny, two := 0, 0, 0
 		for i := range flows {
-			total += matchingPolicies(q, &flows[i])
+			total += q.Matching(&flows[i])
 		}
 		for _, p := range set.Policies() {
 			if p.Action == resource.Deny {

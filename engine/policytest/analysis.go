@@ -10,19 +10,20 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // reachOf makes a reach request of a case's request: exactly one of source
 // (what it can reach) and destination (who can reach it).
-func reachOf(r request) (*engine.ReachRequest, error) {
+func reachOf(r request) (*analysis.ReachRequest, error) {
 	src := r.Source != nil || r.SourceEndpoint != nil
 	dst := r.Destination != nil || r.DestinationEndpoint != nil
 	if src == dst {
 		return nil, errors.New("give exactly one of source (what it can reach) and destination (who can reach it)")
 	}
-	out := &engine.ReachRequest{Mesh: r.Mesh, Type: r.Type, Protocol: r.Protocol, Port: r.Port, Destination: dst}
+	out := &analysis.ReachRequest{Mesh: r.Mesh, Type: r.Type, Protocol: r.Protocol, Port: r.Port, Destination: dst}
 	tags, ep := r.Source, r.SourceEndpoint
 	if dst {
 		tags, ep = r.Destination, r.DestinationEndpoint
@@ -74,7 +75,7 @@ func parseImpact(v any) (*impactCase, error) {
 				if err != nil {
 					return nil, fmt.Errorf("flows[%d]: %w", i, err)
 				}
-				f := engine.ObservedFlow{Mesh: r.Mesh, Type: r.Type, Protocol: r.Protocol, Port: r.Port, Count: 1}
+				f := analysis.ObservedFlow{Mesh: r.Mesh, Type: r.Type, Protocol: r.Protocol, Port: r.Port, Count: 1}
 				f.Source, f.Destination = endpointOf(r.Source, r.SourceEndpoint), endpointOf(r.Destination, r.DestinationEndpoint)
 				ic.flows = append(ic.flows, f)
 			}
@@ -99,7 +100,7 @@ func endpointOf(tags resource.Tags, ep *inventory.Endpoint) inventory.Endpoint {
 // order) and expect.outside (the allowed classes outside the inventory, as
 // text: "any address", "10.0.0.0/8", "principal spiffe://m/web*").
 func (s *Suite) runReach(c Case) []string {
-	ans, err := s.Snapshot.Reach(c.Reach)
+	ans, err := analysis.Reach(s.Snapshot, c.Reach)
 	if p, done := checkError(c.Expect, err); done {
 		return p
 	}
@@ -143,7 +144,7 @@ func (s *Suite) runImpact(c Case) []string {
 		}
 		puts = append(puts, r)
 	}
-	ans, err := s.Snapshot.Impact(&engine.ImpactRequest{Puts: puts, Deletes: c.Impact.delete, Flows: c.Impact.flows})
+	ans, err := analysis.Impact(s.Snapshot, &analysis.ImpactRequest{Puts: puts, Deletes: c.Impact.delete, Flows: c.Impact.flows})
 	if p, done := checkError(c.Expect, err); done {
 		return p
 	}
@@ -170,7 +171,7 @@ func (s *Suite) runImpact(c Case) []string {
 
 // ChangeText is a changed flow as one line: "backend-1 -> db-1 TCP 5432:
 // ALLOW -> DENY".
-func ChangeText(ch engine.ImpactChange) string {
+func ChangeText(ch analysis.ImpactChange) string {
 	action := func(d engine.Decision, errText string) string {
 		if errText != "" {
 			return "NONE"

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -53,7 +54,7 @@ type Case struct {
 	Decide  *engine.Request
 	Resolve *engine.ResolveRequest
 	Apply   []any // documents, decoded when the case runs
-	Reach   *engine.ReachRequest
+	Reach   *analysis.ReachRequest
 	Impact  *impactCase
 	Expect  resource.Object
 }
@@ -63,7 +64,7 @@ type Case struct {
 type impactCase struct {
 	apply  []any
 	delete []resource.Key
-	flows  []engine.ObservedFlow
+	flows  []analysis.ObservedFlow
 }
 
 // Load reads and compiles a suite file. Offline, creation and modification are

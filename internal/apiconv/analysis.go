@@ -10,16 +10,17 @@ import (
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // ReachRequest translates a ReachRequest; its fields are validated by the
-// engine's request (engine.ReachRequest.Validate).
-func ReachRequest(r *verdictv1.ReachRequest) engine.ReachRequest {
+// engine's request (analysis.ReachRequest.Validate).
+func ReachRequest(r *verdictv1.ReachRequest) analysis.ReachRequest {
 	p, _ := resource.ParseProtocol(r.GetProtocol())
-	out := engine.ReachRequest{Mesh: r.GetMesh(), Type: r.GetType(), Protocol: p, Port: r.GetPort(),
+	out := analysis.ReachRequest{Mesh: r.GetMesh(), Type: r.GetType(), Protocol: p, Port: r.GetPort(),
 		Destination: r.GetDirection() != verdictv1.ReachDirection_REACH_DIRECTION_FROM}
 	tags, ep := Endpoint(r.GetEndpoint())
 	if ep != nil {
@@ -31,7 +32,7 @@ func ReachRequest(r *verdictv1.ReachRequest) engine.ReachRequest {
 }
 
 // ReachEntry translates one entry of a Reach answer.
-func ReachEntry(e *engine.ReachEntry) *verdictv1.ReachEntry {
+func ReachEntry(e *analysis.ReachEntry) *verdictv1.ReachEntry {
 	out := &verdictv1.ReachEntry{Workload: e.Workload, Identity: e.Identity, Tags: e.Tags,
 		OutboundPolicy: e.Outbound.Policy, InboundPolicy: e.Inbound.Policy,
 		Outbound: Side(&e.Outbound), Inbound: Side(&e.Inbound), Except: e.Outside.Except}
@@ -51,8 +52,8 @@ func ReachEntry(e *engine.ReachEntry) *verdictv1.ReachEntry {
 
 // MatrixRequest translates a MatrixRequest: selectors of the tags given, and
 // the class holding the protocol and port when one is given.
-func MatrixRequest(r *verdictv1.MatrixRequest, classes func() []engine.FlowClass) engine.MatrixRequest {
-	out := engine.MatrixRequest{Mesh: r.GetMesh(), Type: r.GetType()}
+func MatrixRequest(r *verdictv1.MatrixRequest, classes func() []analysis.FlowClass) analysis.MatrixRequest {
+	out := analysis.MatrixRequest{Mesh: r.GetMesh(), Type: r.GetType()}
 	if len(r.GetSources()) > 0 {
 		out.Sources = &resource.Selector{Match: r.GetSources()}
 	}
@@ -61,21 +62,21 @@ func MatrixRequest(r *verdictv1.MatrixRequest, classes func() []engine.FlowClass
 	}
 	if r.GetProtocol() != "" {
 		p, _ := resource.ParseProtocol(r.GetProtocol())
-		if c, ok := engine.ClassOf(classes(), p, r.GetPort()); ok {
+		if c, ok := analysis.ClassOf(classes(), p, r.GetPort()); ok {
 			c.Port = r.GetPort()
 			if p == resource.ICMP {
 				c.Port = 0
 			}
-			out.Classes = []engine.FlowClass{c}
+			out.Classes = []analysis.FlowClass{c}
 		} else {
-			out.Classes = []engine.FlowClass{{Protocol: p, Port: r.GetPort(), Lo: r.GetPort(), Hi: r.GetPort()}}
+			out.Classes = []analysis.FlowClass{{Protocol: p, Port: r.GetPort(), Lo: r.GetPort(), Hi: r.GetPort()}}
 		}
 	}
 	return out
 }
 
 // MatrixEntry translates one allowed pair.
-func MatrixEntry(e *engine.MatrixEntry) *verdictv1.MatrixEntry {
+func MatrixEntry(e *analysis.MatrixEntry) *verdictv1.MatrixEntry {
 	return &verdictv1.MatrixEntry{Source: e.Source, Destination: e.Destination, SourceIdentity: e.SourceIdentity,
 		DestinationIdentity: e.DestinationIdentity, Protocol: e.Class.Protocol.String(), Port: e.Class.Port,
 		PortLo: e.Class.Lo, PortHi: e.Class.Hi, OutboundPolicy: e.Outbound.Policy, InboundPolicy: e.Inbound.Policy}
@@ -83,7 +84,7 @@ func MatrixEntry(e *engine.MatrixEntry) *verdictv1.MatrixEntry {
 
 // ObservedFlow translates a decision-log record into a flow to replay; its
 // count is 1 (a record is one decision).
-func ObservedFlow(r *verdictv1.DecisionRecord) engine.ObservedFlow {
+func ObservedFlow(r *verdictv1.DecisionRecord) analysis.ObservedFlow {
 	p, _ := resource.ParseProtocol(r.GetProtocol())
 	// A record gives an end as the request named it, with the tags it was
 	// decided on beside a reference: the reference is replayed (it resolves
@@ -95,14 +96,14 @@ func ObservedFlow(r *verdictv1.DecisionRecord) engine.ObservedFlow {
 		}
 		return ep
 	}
-	return engine.ObservedFlow{Mesh: r.GetMesh(), Type: r.GetType(), Source: end(r.GetSource()),
+	return analysis.ObservedFlow{Mesh: r.GetMesh(), Type: r.GetType(), Source: end(r.GetSource()),
 		Destination: end(r.GetDestination()), Protocol: p, Port: r.GetPort(), Count: 1}
 }
 
 // ImpactResponse translates an Impact answer: the changes in order (mesh,
 // type, source, destination, class) and their groups by deciding policy,
 // destination and class.
-func ImpactResponse(a *engine.ImpactAnswer) *verdictv1.ImpactResponse {
+func ImpactResponse(a *analysis.ImpactAnswer) *verdictv1.ImpactResponse {
 	out := &verdictv1.ImpactResponse{Revision: a.Revision, Considered: uint64(a.Considered), Redecided: uint64(a.Redecided)}
 	type gk struct {
 		policy, dst, proto string

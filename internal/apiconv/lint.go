@@ -1,12 +1,12 @@
 package apiconv
 
 import (
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
 // LintResponse is the API form of a lint answer.
-func LintResponse(a *engine.LintAnswer) *verdictv1.LintResponse {
+func LintResponse(a *analysis.LintAnswer) *verdictv1.LintResponse {
 	out := &verdictv1.LintResponse{Revision: a.Revision, Notes: a.Notes, Rules: uint64(a.Rules)}
 	for i := range a.Findings {
 		out.Findings = append(out.Findings, LintFinding(&a.Findings[i]))
@@ -19,10 +19,10 @@ func LintResponse(a *engine.LintAnswer) *verdictv1.LintResponse {
 }
 
 // FindingKind is the API form of a finding's kind.
-func FindingKind(k engine.FindingKind) verdictv1.FindingKind { return verdictv1.FindingKind(k) }
+func FindingKind(k analysis.FindingKind) verdictv1.FindingKind { return verdictv1.FindingKind(k) }
 
 // LintFinding is the API form of a finding.
-func LintFinding(f *engine.Finding) *verdictv1.LintFinding {
+func LintFinding(f *analysis.Finding) *verdictv1.LintFinding {
 	out := &verdictv1.LintFinding{Kind: FindingKind(f.Kind), Severity: verdictv1.Severity(f.Severity), Mesh: f.Mesh, Type: f.Type,
 		Policy: f.Policy, Rule: f.Rule, Scope: f.Scope, Message: f.Message, Introduced: f.Introduced}
 	for _, r := range f.Related {

@@ -3,7 +3,7 @@ package apiconv
 import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/observed"
@@ -34,17 +34,17 @@ func ReplayEnd(given inventory.Endpoint, tags resource.Tags) inventory.Endpoint 
 }
 
 // ReplayFlow is a flow of the table to replay (ReplayEnd).
-func ReplayFlow(f *observed.Flow) engine.ObservedFlow {
-	return engine.ObservedFlow{Mesh: f.Mesh, Type: f.Type, Source: ReplayEnd(f.Source.Given, f.Source.Tags),
+func ReplayFlow(f *observed.Flow) analysis.ObservedFlow {
+	return analysis.ObservedFlow{Mesh: f.Mesh, Type: f.Type, Source: ReplayEnd(f.Source.Given, f.Source.Tags),
 		Destination: ReplayEnd(f.Destination.Given, f.Destination.Tags), Protocol: f.Protocol, Port: f.Port, Count: f.Count}
 }
 
 // ReplayFlowProto is a flow another replica observed, to replay
 // (ReplayEnd); false for a protocol this build does not know.
-func ReplayFlowProto(f *verdictv1.ObservedFlow) (engine.ObservedFlow, bool) {
+func ReplayFlowProto(f *verdictv1.ObservedFlow) (analysis.ObservedFlow, bool) {
 	p, err := resource.ParseProtocol(f.GetProtocol())
 	if err != nil {
-		return engine.ObservedFlow{}, false
+		return analysis.ObservedFlow{}, false
 	}
 	end := func(e *verdictv1.ObservedEnd) inventory.Endpoint {
 		_, ep := Endpoint(e.GetGiven())
@@ -54,6 +54,6 @@ func ReplayFlowProto(f *verdictv1.ObservedFlow) (engine.ObservedFlow, bool) {
 		}
 		return ReplayEnd(given, e.GetTags())
 	}
-	return engine.ObservedFlow{Mesh: f.GetMesh(), Type: f.GetType(), Source: end(f.GetSource()), Destination: end(f.GetDestination()),
+	return analysis.ObservedFlow{Mesh: f.GetMesh(), Type: f.GetType(), Source: end(f.GetSource()), Destination: end(f.GetDestination()),
 		Protocol: p, Port: f.GetPort(), Count: f.GetCount()}, true
 }

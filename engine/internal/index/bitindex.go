@@ -2,6 +2,7 @@ package index
 
 import (
 	"cmp"
+	"math"
 	"math/bits"
 	"slices"
 	"sort"
@@ -54,6 +55,9 @@ type bitBlock struct {
 	// slots to write a neighbour over it).
 	stale int
 	all   []uint64 // every rule of the block
+	// ords: per word, the order prefix of its first slot (slotOrd), so a
+	// scan bounded by a rule found before stops without reading a rule.
+	ords []uint64
 	// resid: rules the bitmaps leave unconstrained on a key whose value no
 	// other rule of the block requires (a value of one rule is not worth a
 	// directory entry): they are verified whole (rule.matchesFlow).
@@ -63,8 +67,13 @@ type bitBlock struct {
 
 type bitDim struct {
 	kid    uint32
+	dirLo  uint32 // the value id dir starts at
 	any    []uint64
 	absent []uint64
+	// dir maps value id dirLo+i to its place in vids plus one (0: none),
+	// when the ids are compact (index): a flow's value is found with one
+	// read, where a binary search of vids reads a few lines.
+	dir []uint16
 	// The rules that require each value: vids sorted, refs beside them,
 	// into pos (sorted positions, for a value few rules of the block name)
 	// or words (a bitmap, for a value with at least one rule per word on
@@ -88,6 +97,15 @@ func (b *bitBlock) at(i int) *Rule { return b.rules[i/slotChunk][i%slotChunk] }
 
 // first returns the rule in slot 0: no rule of the block comes before it.
 func (b *bitBlock) first() *Rule { return b.rules[0][0] }
+
+// slotOrd is the order prefix of word w's first slot, or past every rule
+// when the word holds no slot.
+func (b *bitBlock) slotOrd(w int) uint64 {
+	if w*slotChunk >= b.n {
+		return math.MaxUint64
+	}
+	return orderPrefix(&b.rules[w][0].Key)
+}
 
 // slots is a chunk of a block's slots; those past the block's n are nil.
 type slots [slotChunk]*Rule
@@ -125,9 +143,45 @@ func gapSlots(n int) (slotOf func(i int) int, slots int) {
 	return func(i int) int { return i + i*(gaps+1)/n }, n + gaps
 }
 
+// find returns the place of value vid in d.vids.
+func (d *bitDim) find(vid uint32) (int, bool) {
+	if d.dir == nil {
+		return slices.BinarySearch(d.vids, vid)
+	}
+	if x := vid - d.dirLo; x < uint32(len(d.dir)) && d.dir[x] != 0 {
+		return int(d.dir[x]) - 1, true
+	}
+	return 0, false
+}
+
+// dirMin and dirSpan say when a dimension's values get a direct directory:
+// at least dirMin values, their ids spanning at most dirSpan times as many.
+const (
+	dirMin  = 8
+	dirSpan = 4
+)
+
+// index sets d.dir from d.vids (a new slice: blocks share it until then).
+func (d *bitDim) index() {
+	d.dir, d.dirLo = nil, 0
+	n := len(d.vids)
+	if n < dirMin {
+		return
+	}
+	lo, span := d.vids[0], d.vids[n-1]-d.vids[0]+1
+	if span > uint32(dirSpan*n) {
+		return
+	}
+	dir := make([]uint16, span)
+	for i, v := range d.vids {
+		dir[v-lo] = uint16(i + 1)
+	}
+	d.dir, d.dirLo = dir, lo
+}
+
 // exact returns the rules of the block that require value vid of the key.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
-	i, ok := slices.BinarySearch(d.vids, vid)
+	i, ok := d.find(vid)
 	if !ok {
 		return nil, nil
 	}
@@ -138,8 +192,8 @@ func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
 	return nil, d.pos[r.off : r.off+r.n]
 }
 
-// words is the bitmap length of n rules: whole chunks of chunkWords words, so
-// a scan reads a chunk as an array.
+// words is the bitmap length of n rules: whole chunks of chunkWords words,
+// which leave a built block room for free slots (gapSlots).
 func words(n int) int { return (n + chunkWords*64 - 1) / (chunkWords * 64) * chunkWords }
 
 // buildBlock makes a block of rules (sorted); ids holds the term ids of the
@@ -211,6 +265,10 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 		}
 	}
 	b.all = all
+	b.ords = make([]uint64, nw)
+	for w := range b.ords {
+		b.ords[w] = b.slotOrd(w)
+	}
 	b.dims = make([]bitDim, 0, len(byKid))
 	for _, db := range byKid {
 		d := db.d
@@ -247,6 +305,7 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 			d.words = append(d.words, ws...)
 		}
 		d.pos, d.words = slices.Clip(d.pos), slices.Clip(d.words)
+		d.index()
 		b.dims = append(b.dims, *d)
 	}
 	// Most selective first: the dimension that leaves the fewest rules
@@ -461,7 +520,7 @@ func findRule(blocks []*bitBlock, r *Rule) (int, int, bool) {
 }
 
 // dimCursor is one dimension of a block as a flow sees it: the base bitmap and
-// the sparse positions of the flow's exact value, read in order.
+// the exact value's rules, as a bitmap or as sorted positions read in order.
 type dimCursor struct {
 	base  []uint64
 	ebits []uint64
@@ -469,12 +528,16 @@ type dimCursor struct {
 	pos   int
 }
 
-// chunkWords is how many words of a block a scan computes at once.
+// chunkWords is the granularity of a block's bitmaps in words (words).
 const chunkWords = 8
 
 // scanBits improves best[side], for each side in need, with the first rule in
 // order of the class that matches the flow; sc.vals holds the flow's ids
-// (Index.lists).
+// (Index.lists). It computes the candidates a word at a time, the block's
+// dimensions most selective first, leaving a word at the first dimension that
+// empties it, and stops at the first rule verified on every side it is open
+// for: the slots are in order, so nothing after it in the class comes first.
+// A side with a best from before (the other class) bounds the scan by it.
 func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	var ord [2]uint64
 	for side := range best {
@@ -482,9 +545,13 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			ord[side] = orderPrefix(&best[side].Key)
 		}
 	}
+	open := need
+	// limit bounds the scan while every open side has a best from before:
+	// past it no slot improves on any (limit is MaxUint64 otherwise).
+	limit := scanLimit(open, best, ord)
 	vals := &sc.vals
 	for _, b := range bi.classes[class] {
-		if e := orderPrefix(&b.first().Key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+		if b.ords[0] > limit {
 			return
 		}
 		cur := sc.cursors[:0]
@@ -500,77 +567,95 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			cur = append(cur, c)
 		}
 		sc.cursors = cur
-		nw := len(b.all)
-		for w0 := 0; w0 < nw; w0 += chunkWords {
-			if e := orderPrefix(&b.rules[w0][0].Key); (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+		all, resid := b.all, b.resid[:len(b.all)]
+		ords := b.ords[:len(all)]
+		for w, acc := range all {
+			if ords[w] > limit {
 				return
 			}
-			acc := *(*[chunkWords]uint64)(b.all[w0 : w0+chunkWords])
-			any := acc[0] | acc[1] | acc[2] | acc[3] | acc[4] | acc[5] | acc[6] | acc[7]
+			lo, hi := w*64, w*64+64
 			for ci := range cur {
-				if any == 0 {
+				if acc == 0 {
 					break
 				}
 				c := &cur[ci]
-				var t [chunkWords]uint64
-				if c.list != nil {
-					lo, hi := w0*64, (w0+chunkWords)*64
-					pos := c.pos
-					for pos < len(c.list) && int(c.list[pos]) < lo {
-						pos++
-					}
-					for ; pos < len(c.list) && int(c.list[pos]) < hi; pos++ {
-						p := int(c.list[pos]) - lo
-						t[(p/64)&(chunkWords-1)] |= 1 << (p % 64)
-					}
-					c.pos = pos
-				}
-				base := (*[chunkWords]uint64)(c.base[w0 : w0+chunkWords])
+				m := c.base[w]
 				if c.ebits != nil {
-					e := (*[chunkWords]uint64)(c.ebits[w0 : w0+chunkWords])
-					for j := range acc {
-						acc[j] &= base[j] | e[j] | t[j]
-					}
-				} else {
-					for j := range acc {
-						acc[j] &= base[j] | t[j]
+					m |= c.ebits[w]
+				}
+				if c.list != nil {
+					for c.pos < len(c.list) {
+						p := int(c.list[c.pos])
+						if p >= hi {
+							break
+						}
+						if p >= lo {
+							m |= 1 << (p & 63)
+						}
+						c.pos++
 					}
 				}
-				any = acc[0] | acc[1] | acc[2] | acc[3] | acc[4] | acc[5] | acc[6] | acc[7]
+				acc &= m
 			}
-			if any == 0 {
+			if acc == 0 {
 				continue
 			}
-			for j := range acc {
-				if acc[j] == 0 {
-					continue
-				}
-				rs := b.rules[w0+j] // a word with a bit set holds slots
-				for x := acc[j]; x != 0; x &= x - 1 {
-					i := (w0+j)*64 + bits.TrailingZeros64(x)
-					r := rs[i%64] // a slot: bits past the slots are never set
-					e := orderPrefix(&r.Key)
-					// Past the best of every open side: done.
-					if (!need[0] || best[0] != nil && e > ord[0]) && (!need[1] || best[1] != nil && e > ord[1]) {
+			rs := b.rules[w] // a word with a bit set holds slots
+			for x := acc; x != 0; x &= x - 1 {
+				i := bits.TrailingZeros64(x)
+				r := rs[i] // a slot: bits past the slots are never set
+				// The rule's order prefix, needed only beside a best.
+				var e uint64
+				known := best[0] != nil || best[1] != nil
+				if known {
+					if e = orderPrefix(&r.Key); e > limit {
 						return
 					}
-					if b.resid[w0+j]&(1<<(i%64)) != 0 {
-						if !r.MatchesFlow(f) {
-							continue
-						}
-					} else if !r.matchesRest(f) {
+				}
+				if resid[w]&(1<<i) != 0 {
+					if !r.MatchesFlow(f) {
 						continue
 					}
-					for side := 0; side < 2; side++ {
-						if need[side] && r.Sides&SideBits[side] != 0 && (best[side] == nil || bitBefore(r, e, best[side], ord[side])) &&
-							sc.IsMember(side, r.Scope) {
-							best[side], ord[side] = r, e
-						}
-					}
+				} else if !r.matchesRest(f) {
+					continue
 				}
+				for side := 0; side < 2; side++ {
+					if !open[side] || r.Sides&SideBits[side] == 0 || !sc.IsMember(side, r.Scope) {
+						continue
+					}
+					// The first candidate of the side in the class: later
+					// slots come after it, so the side closes either way.
+					if best[side] == nil || bitBefore(r, e, best[side], ord[side]) {
+						if !known {
+							e, known = orderPrefix(&r.Key), true
+						}
+						best[side], ord[side] = r, e
+					}
+					open[side] = false
+				}
+				if !open[0] && !open[1] {
+					return
+				}
+				limit = scanLimit(open, best, ord)
 			}
 		}
 	}
+}
+
+// scanLimit is the order prefix past which no slot improves on the best of
+// any open side, MaxUint64 while an open side has none.
+func scanLimit(open [2]bool, best *[2]*Rule, ord [2]uint64) uint64 {
+	limit := uint64(0)
+	for side := range open {
+		if !open[side] {
+			continue
+		}
+		if best[side] == nil {
+			return math.MaxUint64
+		}
+		limit = max(limit, ord[side])
+	}
+	return limit
 }
 
 // bitBefore reports whether rule a (ord its prefix) comes before rule b.
@@ -682,6 +767,17 @@ func patchBlock(b *bitBlock, gone []int, adds []*Rule, ids *addedIDs) (*bitBlock
 		}
 		rids, _ := ids.of(r)
 		p.assign(s, r, rids)
+	}
+	// A word whose first slot now holds another rule gets its order prefix
+	// (most patches leave every first slot as it was: nothing is copied).
+	ownedOrds := false
+	for c, written := range p.chunks {
+		if written {
+			if o := nb.slotOrd(c); o != nb.ords[c] {
+				own(&nb.ords, &ownedOrds)
+				nb.ords[c] = o
+			}
+		}
 	}
 	return nb, true
 }
@@ -1054,6 +1150,12 @@ func (p *patcher) clearSlot(s int) {
 // unlist takes slot s out of the positions of every value of d but keep (0:
 // none); a value whose last position leaves, leaves the directory.
 func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
+	left := false // a value left the directory
+	defer func() {
+		if left {
+			d.index()
+		}
+	}()
 	for i := 0; i < len(d.refs); i++ {
 		r := d.refs[i]
 		if r.n == 0 || d.vids[i] == keep {
@@ -1075,6 +1177,7 @@ func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
 			own(&d.vids, &o.vids)
 			d.vids = slices.Delete(d.vids, i, i+1)
 			d.refs = slices.Delete(d.refs, i, i+1)
+			left = true
 			i--
 		}
 	}
@@ -1134,7 +1237,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		switch {
 		case conflict:
 		case vid != 0:
-			i, ok := slices.BinarySearch(d.vids, vid)
+			i, ok := d.find(vid)
 			switch {
 			case !ok: // a value of no other rule here: verified whole
 				any, resid = true, true

@@ -72,10 +72,10 @@ func Build(rules []*Rule, ends uint8) *Index {
 		}
 		chosen[i] = best
 		if best < 0 {
-			r.filed = 0
+			r.file(0)
 			always[classOf(r)]++
 		} else {
-			r.filed = tv[best].t.end
+			r.file(tv[best].t.end)
 			tv[best].n[classOf(r)]++
 		}
 	}

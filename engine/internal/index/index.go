@@ -1,9 +1,11 @@
 package index
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -227,12 +229,80 @@ const (
 type idTerm struct{ kid, vid uint32 }
 
 type Index struct {
-	keys   pmap.Map[termKey, *keyPostings]
+	keys pmap.Map[termKey, *keyPostings]
+	// listed lists keys by end for a flow's lookups (keyList), made by the
+	// first lookup that needs it: an update makes none.
+	listed atomic.Pointer[keyList]
 	always [2]List
 	Size   int
 	Ends   uint8
 	nextID uint32
 	Bits   *bitIndex // the decision procedure of an index of both ends (bitindex.go)
+}
+
+// keyRef is one key of an end of the index, beside its name.
+type keyRef struct {
+	key string
+	kp  *keyPostings
+}
+
+// keyList holds every key of an index, the source's then the destination's,
+// each end's by key id (src of the source's), while they are few (listMax;
+// refs nil otherwise): a flow's tags are then looked up by the index's keys,
+// a map lookup each, rather than walked and each looked up in keys.
+type keyList struct {
+	refs []keyRef
+	src  int
+}
+
+// listMax bounds the keys an index lists by end.
+const listMax = 64
+
+// keyList returns the index's keys by end, made on first use: the index
+// never changes, so readers that race to make it make the same.
+func (ix *Index) keyList() *keyList {
+	if l := ix.listed.Load(); l != nil {
+		return l
+	}
+	l := ix.makeKeyList()
+	ix.listed.Store(l)
+	return l
+}
+
+// makeKeyList lists the index's keys by end.
+func (ix *Index) makeKeyList() *keyList {
+	n := ix.keys.Len()
+	if n > listMax {
+		return &keyList{}
+	}
+	type endKey struct {
+		end uint8
+		kr  keyRef
+	}
+	all := make([]endKey, 0, n)
+	ix.keys.Range(func(tk termKey, kp *keyPostings) bool {
+		all = append(all, endKey{tk.end, keyRef{tk.key, kp}})
+		return true
+	})
+	slices.SortFunc(all, func(a, b endKey) int {
+		return cmp.Or(cmp.Compare(a.end, b.end), cmp.Compare(a.kr.kp.kid, b.kr.kp.kid))
+	})
+	l := &keyList{refs: make([]keyRef, n)}
+	for i, x := range all {
+		l.refs[i] = x.kr
+		if x.end == EndSrc {
+			l.src++
+		}
+	}
+	return l
+}
+
+// byEnd returns the keys listed for an end.
+func (l *keyList) byEnd(end uint8) []keyRef {
+	if end == EndSrc {
+		return l.refs[:l.src]
+	}
+	return l.refs[l.src:]
 }
 
 func newIndex(ends uint8) *Index {
@@ -540,7 +610,7 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 	}
 	for _, r := range added {
 		t := ix.chooseTerm(r, kb, changes)
-		r.filed = t.end // rules are fresh here: filed in this index only
+		r.file(t.end) // rules are fresh here: filed in this index only
 		c := get(t)
 		changes.push(c, r, false)
 		out.Size++
@@ -827,7 +897,7 @@ func byKeyCmp(a, b *Rule) int {
 // as strings (matchesFlow).
 func entry(r *Rule, skip idTerm, ids []idTerm) posting {
 	e := posting{ord: orderPrefix(&r.Key), R: r}
-	e.plain = len(r.Ports) == 0 && (r.Src == nil || len(r.Src.Exprs) == 0) && (r.Dst == nil || len(r.Dst.Exprs) == 0)
+	e.plain = r.isPlain()
 	n := 0
 	for _, id := range ids {
 		if id == skip {
@@ -850,22 +920,34 @@ func (ix *Index) collect(end uint8, tags resource.Tags, lists *[2][]List, vals *
 	if ix.keys.Len() == 0 {
 		return
 	}
-	for k, v := range tags {
-		kp, ok := ix.keys.GetHashed(termKey{end, k}, termKeyHash(termKey{end, k}))
-		if !ok {
-			continue
-		}
-		vid := valueUnknown
-		kp.presence.reach(lists)
-		if kp.exact.Len() > 0 {
-			if p, ok := kp.exact.Get(v); ok {
-				vid = p.vid
-				p.reach(lists)
+	if l := ix.keyList(); l.refs != nil && len(l.byEnd(end)) <= len(tags) {
+		for _, kr := range l.byEnd(end) {
+			if v, ok := tags[kr.key]; ok {
+				kr.kp.reachValue(v, lists, vals)
 			}
 		}
-		if vals != nil {
-			vals.set(kp.kid, vid)
+		return
+	}
+	for k, v := range tags {
+		if kp, ok := ix.keys.GetHashed(termKey{end, k}, termKeyHash(termKey{end, k})); ok {
+			kp.reachValue(v, lists, vals)
 		}
+	}
+}
+
+// reachValue appends the lists a flow whose end has the key with value v
+// reaches; with vals, it records the key's value id there.
+func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
+	vid := valueUnknown
+	kp.presence.reach(lists)
+	if kp.exact.Len() > 0 {
+		if p, ok := kp.exact.Get(v); ok {
+			vid = p.vid
+			p.reach(lists)
+		}
+	}
+	if vals != nil {
+		vals.set(kp.kid, vid)
 	}
 }
 

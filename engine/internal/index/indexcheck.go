@@ -19,6 +19,14 @@ func CheckBits(ix *Index) error {
 			if b.n > len(b.all)*64 || b.n > blockMax || len(b.rules) != (b.n+slotChunk-1)/slotChunk {
 				return fmt.Errorf("class %d block %d: %d slots in %d words, %d chunks", cl, bi, b.n, len(b.all), len(b.rules))
 			}
+			if len(b.ords) != len(b.all) {
+				return fmt.Errorf("class %d block %d: %d word order prefixes, %d words", cl, bi, len(b.ords), len(b.all))
+			}
+			for w := range b.ords {
+				if b.ords[w] != b.slotOrd(w) {
+					return fmt.Errorf("class %d block %d word %d: order prefix %x, its first slot's is %x", cl, bi, w, b.ords[w], b.slotOrd(w))
+				}
+			}
 			// Per dimension, the values whose rules hold each slot.
 			in := make([]map[int][]uint32, len(b.dims))
 			for di := range b.dims {
@@ -84,6 +92,11 @@ func CheckBits(ix *Index) error {
 					if r.n != 0 && !slices.IsSorted(d.pos[r.off:r.off+r.n]) {
 						return fmt.Errorf("class %d block %d: positions out of order", cl, bi)
 					}
+				}
+				want := d
+				want.index()
+				if !slices.Equal(d.dir, want.dir) || d.dirLo != want.dirLo || (d.dir == nil) != (want.dir == nil) {
+					return fmt.Errorf("class %d block %d dimension %d: directory of %d values not what they make", cl, bi, d.kid, len(d.vids))
 				}
 			}
 		}
@@ -156,6 +169,11 @@ func CheckBulk(ix *Index) error {
 	}
 	if got.Ends == EndSrc|EndDst {
 		if err := CheckLists(got); err != nil {
+			return err
+		}
+	}
+	for _, x := range []*Index{ix, got} {
+		if err := checkByEnd(x); err != nil {
 			return err
 		}
 	}
@@ -302,7 +320,38 @@ func CheckLists(ix *Index) error {
 	if len(seen) != ix.Size {
 		return fmt.Errorf("%d rules filed, size %d", len(seen), ix.Size)
 	}
+	if err := checkByEnd(ix); err != nil {
+		return err
+	}
 	return checkDF(ix, seen)
+}
+
+// checkByEnd holds the keys listed by end to keys: every key, its own
+// postings, the source's first, each end's by key id, while there are at
+// most listMax keys.
+func checkByEnd(ix *Index) error {
+	l := ix.keyList()
+	if n := ix.keys.Len(); n > listMax {
+		if l.refs != nil {
+			return fmt.Errorf("%d keys listed by end", n)
+		}
+		return nil
+	}
+	if len(l.refs) != ix.keys.Len() {
+		return fmt.Errorf("%d keys listed by end, %d in the index", len(l.refs), ix.keys.Len())
+	}
+	for _, end := range [2]uint8{EndSrc, EndDst} {
+		refs := l.byEnd(end)
+		for i, kr := range refs {
+			if kp, ok := ix.keys.Get(termKey{end, kr.key}); !ok || kp != kr.kp {
+				return fmt.Errorf("end %d key %q: listed with other postings than the index holds", end, kr.key)
+			}
+			if i > 0 && refs[i-1].kp.kid >= kr.kp.kid {
+				return fmt.Errorf("end %d key %q: listed out of key id order", end, kr.key)
+			}
+		}
+	}
+	return nil
 }
 
 // checkDF holds every term's df, with its pending change, to the rules that
@@ -400,6 +449,7 @@ func (ix *Index) Digest(mix func(uint64)) {
 			}
 			words(b.all)
 			words(b.resid)
+			words(b.ords)
 			for _, d := range b.dims {
 				mix(uint64(d.kid))
 				words(d.any)
@@ -407,6 +457,10 @@ func (ix *Index) Digest(mix func(uint64)) {
 				words(d.words)
 				for _, v := range d.vids {
 					mix(uint64(v))
+				}
+				mix(uint64(d.dirLo))
+				for _, x := range d.dir {
+					mix(uint64(x))
 				}
 				for _, r := range d.refs {
 					mix(uint64(r.off)<<32 | uint64(r.n))

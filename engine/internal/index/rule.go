@@ -84,11 +84,28 @@ type Rule struct {
 	// when they were scattered), beside what a scan reads with them.
 	Action resource.Action
 	Sides  uint8
-	filed  uint8 // the end of the term the rule is filed under (endSrc, endDst; 0: the always list)
+	filed  uint8 // the end of the term the rule is filed under (endSrc, endDst; 0: the always list), | plainRule
 	Audit  bool  // decides the shadow decision only (docs/audit.md)
 	Scope  int32 // position of the rule's scope in the mesh's scope order; 0 = the mesh root
 	Conf   resource.Object
 	ID     string // "sources[0]/destinations[1]", "from[2]", "to[0]", "catchAll"
+}
+
+// isPlain reports whether the rule has no ports and no expressions.
+func (r *Rule) isPlain() bool {
+	return len(r.Ports) == 0 && (r.Src == nil || len(r.Src.Exprs) == 0) && (r.Dst == nil || len(r.Dst.Exprs) == 0)
+}
+
+// plainRule is the bit of Rule.filed that says the rule has no ports and no
+// expressions: its terms decide its match (a scan reads no more of it).
+const plainRule = 0x80
+
+// file records where a fresh rule is filed (its end), and whether it is plain.
+func (r *Rule) file(end uint8) {
+	r.filed = end
+	if r.isPlain() {
+		r.filed |= plainRule
+	}
 }
 
 // MatchesFlow reports whether the rule matches the flow, attachment aside. The
@@ -98,7 +115,7 @@ func (r *Rule) MatchesFlow(f *Flow) bool {
 	if !MatchesPorts(r.Ports, f.Proto, f.Port) {
 		return false
 	}
-	if r.filed == EndSrc {
+	if r.filed&^plainRule == EndSrc {
 		return r.Dst.Matches(f.Dst) && r.Src.Matches(f.Src)
 	}
 	return r.Src.Matches(f.Src) && r.Dst.Matches(f.Dst)
@@ -235,6 +252,9 @@ const scanStep = 2
 
 // matchesRest checks what ids do not cover: ports and expressions.
 func (r *Rule) matchesRest(f *Flow) bool {
+	if r.filed&plainRule != 0 {
+		return true
+	}
 	return MatchesPorts(r.Ports, f.Proto, f.Port) &&
 		(len(r.Src.Exprs) == 0 || r.Src.exprsHold(f.Src)) && (len(r.Dst.Exprs) == 0 || r.Dst.exprsHold(f.Dst))
 }

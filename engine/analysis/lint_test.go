@@ -1,10 +1,11 @@
-package engine_test
+package analysis_test
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -48,7 +49,7 @@ name: c
 sources: [{match: {app: web, env: dev}}]
 destinations: [{match: {app: api}}]
 `)
-	ans, err := s.Lint(&engine.LintRequest{})
+	ans, err := analysis.Lint(s, &analysis.LintRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // What every bulk evaluation of one (mesh, type) on one snapshot starts
 // from, computed once per snapshot on first need and shared (read only) by
@@ -10,15 +10,14 @@ package engine
 
 import (
 	"maps"
-	"sync"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // bulkBase is one partition's shared start.
 type bulkBase struct {
-	once      sync.Once
 	conds     map[string]*keyConds // frozen: each Bulk copies what it writes
 	classes   map[string]int32     // frozen: the classes below
 	tags      []resource.Tags      // per class
@@ -26,22 +25,24 @@ type bulkBase struct {
 	own       []ClassID // per workload, the class of its own tags
 }
 
+// baseKey is a partition's base's key among what its snapshot holds
+// (engine.Snapshot.Attached).
 type baseKey struct{ mesh, typ string }
 
-// base returns the partition's base, built on first call.
-func (s *Snapshot) base(mesh, typ string, ms *meshState, ts *typeState) *bulkBase {
-	v, _ := s.bases.LoadOrStore(baseKey{mesh, typ}, &bulkBase{})
-	bb := v.(*bulkBase)
-	bb.once.Do(func() {
-		b := &Bulk{conds: conditionsOf(ms, ts), classes: map[string]int32{}}
-		bb.workloads = workloadsOf(ms)
+// baseOf returns the partition's base, built on first call for its
+// snapshot.
+func baseOf(p *engine.Partition) *bulkBase {
+	return p.Snapshot().Attached(baseKey{p.Mesh(), p.Type()}, func() any {
+		bb := &bulkBase{}
+		b := &Bulk{conds: conditionsOf(p, true), classes: map[string]int32{}}
+		bb.workloads = workloadsOf(p.Inventory())
 		bb.own = make([]ClassID, len(bb.workloads))
 		for i, w := range bb.workloads {
 			bb.own[i] = b.Intern(w.Workload.Tags)
 		}
 		bb.conds, bb.classes, bb.tags = b.conds, b.classes, b.tags
-	})
-	return bb
+		return bb
+	}).(*bulkBase)
 }
 
 // startFrom sets b's interning state to a copy of the base's.

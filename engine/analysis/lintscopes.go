@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // Lint's findings about policies and scopes as a whole (docs/lint.md): dead
 // policies, overlapping sibling scopes, audit policies that never change an
@@ -9,81 +9,61 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
-// memberOf reports whether tags are a member of the scope at ord: its own
-// selectors match, and every ancestor's.
-func (ms *meshState) memberOf(ord int32, tags resource.Tags) bool {
-	if ord == 0 {
-		return true
-	}
-	si := ms.scopes.list[ord-1]
-	for _, s := range append([]int32{ord}, si.ancestors...) {
-		ok := false
-		for _, m := range ms.scopes.list[s-1].selectors {
-			if m.Matches(tags) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // lintScopes adds the overlapping sibling scopes of a mesh: two scopes of
 // one parent (or both at the top) that one tag set is a member of.
-func (s *Snapshot) lintScopes(ms *meshState, ans *LintAnswer) {
-	list := ms.scopes.list
+func lintScopes(p *engine.Partition, ans *LintAnswer) {
+	list := p.Scopes()
 	if len(list) < 2 {
 		return
 	}
-	lp := &lintPart{s: s, ms: ms, sp: newSpace(ms, nil), budget: defaultLintBudget}
+	lp := &lintPart{p: p, sp: newSpace(p, false), budget: defaultLintBudget}
 	member := make([]*pred, len(list)+1)
 	for _, si := range list {
 		var terms []*pred
-		for i := range si.doc.Selectors {
-			if c, ok := lp.sp.selectorConj(&si.doc.Selectors[i], 0); ok {
+		for i := range si.Doc.Selectors {
+			if c, ok := lp.sp.selectorConj(&si.Doc.Selectors[i], 0); ok {
 				terms = append(terms, conjPred(c))
 			}
 		}
-		member[si.ord] = orPred(terms...)
+		member[si.Ord] = orPred(terms...)
 	}
-	workloads := workloadsOf(ms)
+	workloads := workloadsOf(p.Inventory())
 	for i, a := range list {
 		for _, b := range list[i+1:] {
-			if a.parent != b.parent {
+			if a.Parent != b.Parent {
 				continue
 			}
 			lp.steps = 0
-			bx, r := lp.search(lp.sp.fullBox(), []*pred{member[a.ord], member[b.ord]}, nil, nil, nil)
+			bx, r := lp.search(lp.sp.fullBox(), []*pred{member[a.Ord], member[b.Ord]}, nil, nil, nil)
 			if r != resFound {
 				continue
 			}
 			tags, _, _, _ := lp.sp.point(bx)
 			first, second := a, b
-			if second.doc.Name < first.doc.Name {
+			if second.Doc.Name < first.Doc.Name {
 				first, second = second, first
 			}
 			w := &Witness{Source: tags}
 			for _, e := range workloads {
-				if ms.memberOf(a.ord, e.Workload.Tags) && ms.memberOf(b.ord, e.Workload.Tags) {
+				if p.MemberOf(a.Ord, e.Workload.Tags) && p.MemberOf(b.Ord, e.Workload.Tags) {
 					w.Workloads = append(w.Workloads, e.Workload.Name)
 				}
 			}
 			where := "at the top"
-			if a.parent != 0 {
-				where = "under " + list[a.parent-1].doc.Name
+			if a.Parent != 0 {
+				where = "under " + list[a.Parent-1].Doc.Name
 			}
 			msg := fmt.Sprintf("sibling scopes (%s) overlap: a workload with the witness's tags is a member of both", where)
 			if n := len(w.Workloads); n > 0 {
 				msg += fmt.Sprintf("; %d workload(s) of the inventory are", n)
 			}
 			ans.Findings = append(ans.Findings, Finding{Kind: FindingOverlappingScopes, Severity: FindingOverlappingScopes.Severity(),
-				Mesh: ms.name, Scope: first.doc.Name, Related: []RuleRef{{Scope: second.doc.Name}}, Message: msg, Witness: w})
+				Mesh: p.Mesh(), Scope: first.Doc.Name, Related: []RuleRef{{Scope: second.Doc.Name}}, Message: msg, Witness: w})
 		}
 	}
 }
@@ -91,7 +71,7 @@ func (s *Snapshot) lintScopes(ms *meshState, ans *LintAnswer) {
 // endTags are the distinct tag sets the inventory's workloads present as a
 // source (their own) and as a destination (their own, and with each port's
 // tags).
-func endTags(ms *meshState) (src, dst []resource.Tags) {
+func endTags(inv *inventory.Inventory) (src, dst []resource.Tags) {
 	seen := [2]map[string]bool{{}, {}}
 	add := func(end int, t resource.Tags) {
 		k := tagsText(t)
@@ -105,7 +85,7 @@ func endTags(ms *meshState) (src, dst []resource.Tags) {
 			dst = append(dst, t)
 		}
 	}
-	for _, e := range workloadsOf(ms) {
+	for _, e := range workloadsOf(inv) {
 		add(0, e.Workload.Tags)
 		add(1, e.Workload.Tags)
 		for _, p := range e.Workload.Ports {
@@ -134,43 +114,48 @@ func tagsText(t resource.Tags) string {
 // lintDead adds the policies of a partition that select no workload of the
 // inventory: on no side is a workload both matched by a rule's end there
 // and a member of the rule's scope (only in a mesh that has workloads).
-func (s *Snapshot) lintDead(ms *meshState, ts *typeState, ans *LintAnswer) {
-	src, dst := endTags(ms)
+func lintDead(p *engine.Partition, ans *LintAnswer) {
+	inv := p.Inventory()
+	src, dst := endTags(inv)
 	if len(src) == 0 {
 		return
 	}
-	var names []string
-	ts.policies.Range(func(name string, cp *compiledPolicy) bool {
-		if cp.err != "" {
-			return true
+	var dead []*resource.Policy
+	for pv := range p.Policies() {
+		if pv.Err == "" && !selectsSome(p, pv, src, dst) {
+			dead = append(dead, pv.Doc)
 		}
-		for _, r := range cp.rules {
-			for side, tags := range [2][]resource.Tags{src, dst} {
-				if r.Sides&sideBit(side) == 0 {
-					continue
-				}
-				m := r.Src
-				if side == 1 {
-					m = r.Dst
-				}
-				for _, t := range tags {
-					if matcherHolds(m, t) && ms.memberOf(r.Scope, t) {
-						return true
-					}
+	}
+	slices.SortFunc(dead, func(a, b *resource.Policy) int { return strings.Compare(a.Name, b.Name) })
+	for _, pol := range dead {
+		ans.Findings = append(ans.Findings, Finding{Kind: FindingDead, Severity: FindingDead.Severity(), Mesh: p.Mesh(), Type: p.Type(),
+			Policy: pol.Name, Scope: pol.Scope,
+			Message: fmt.Sprintf("selects no workload: none of the mesh's %d workloads is matched by a rule's end on a side where it is a candidate (%d tag sets checked as a source, %d as a destination)",
+				len(workloadsOf(inv)), len(src), len(dst))})
+	}
+}
+
+// selectsSome reports whether a rule of a valid policy has, on a side where
+// it is a candidate, one of the tag sets (src as a source, dst as a
+// destination) matched by its end there and a member of its scope.
+func selectsSome(p *engine.Partition, pv engine.PolicyView, src, dst []resource.Tags) bool {
+	for _, r := range pv.Rules {
+		for side, tags := range [2][]resource.Tags{src, dst} {
+			if r.Sides&sideBit(side) == 0 {
+				continue
+			}
+			m := r.Src
+			if side == 1 {
+				m = r.Dst
+			}
+			for _, t := range tags {
+				if matcherHolds(m, t) && p.MemberOf(r.Scope, t) {
+					return true
 				}
 			}
 		}
-		names = append(names, name)
-		return true
-	})
-	slices.Sort(names)
-	for _, name := range names {
-		cp, _ := ts.policies.Get(name)
-		ans.Findings = append(ans.Findings, Finding{Kind: FindingDead, Severity: FindingDead.Severity(), Mesh: ms.name, Type: ts.name,
-			Policy: name, Scope: cp.p.Scope,
-			Message: fmt.Sprintf("selects no workload: none of the mesh's %d workloads is matched by a rule's end on a side where it is a candidate (%d tag sets checked as a source, %d as a destination)",
-				len(workloadsOf(ms)), len(src), len(dst))})
 	}
+	return false
 }
 
 // sideBit is the mask bit of a side.
@@ -187,28 +172,28 @@ const auditPairs = 250_000
 // lintAudit adds the audit policies of a partition whose shadow answer
 // never differs from the enforced one on the inventory's workload pairs,
 // on every class of flows (observed flows are not kept yet).
-func (s *Snapshot) lintAudit(ms *meshState, ts *typeState, typ string, ans *LintAnswer) {
-	var audit []string
-	ts.policies.Range(func(name string, cp *compiledPolicy) bool {
-		if cp.err == "" && cp.audit() {
-			audit = append(audit, name)
+func lintAudit(p *engine.Partition, ans *LintAnswer) {
+	var audit []*resource.Policy
+	for pv := range p.Policies() {
+		if pv.Err == "" && pv.Audit {
+			audit = append(audit, pv.Doc)
 		}
-		return true
-	})
+	}
 	if len(audit) == 0 {
 		return
 	}
-	where := ms.name + "/" + typ
-	ws := workloadsOf(ms)
+	slices.SortFunc(audit, func(a, b *resource.Policy) int { return strings.Compare(a.Name, b.Name) })
+	where := p.Mesh() + "/" + p.Type()
+	ws := workloadsOf(p.Inventory())
 	if len(ws) == 0 {
 		ans.Notes = append(ans.Notes, where+": audit policies not checked: the mesh has no workload (the check runs on the inventory's pairs)")
 		return
 	}
-	b, err := s.Bulk(ms.name, typ)
+	b, err := NewBulk(p.Snapshot(), p.Mesh(), p.Type())
 	if err != nil {
 		return
 	}
-	classes := FlowClasses(ms.name, typ, s)
+	classes := FlowClasses(p.Mesh(), p.Type(), p.Snapshot())
 	if len(ws)*len(ws)*len(classes) > auditPairs {
 		ans.Notes = append(ans.Notes, fmt.Sprintf("%s: audit policies not checked: %d workloads on %d classes of flows is over %d decisions",
 			where, len(ws), len(classes), auditPairs))
@@ -234,13 +219,12 @@ func (s *Snapshot) lintAudit(ms *meshState, ts *typeState, typ string, ans *Lint
 			}
 		}
 	}
-	for _, name := range audit {
-		if differs[name] {
+	for _, pol := range audit {
+		if differs[pol.Name] {
 			continue
 		}
-		cp, _ := ts.policies.Get(name)
 		ans.Findings = append(ans.Findings, Finding{Kind: FindingAuditNeverDiffers, Severity: FindingAuditNeverDiffers.Severity(),
-			Mesh: ms.name, Type: typ, Policy: name, Scope: cp.p.Scope,
+			Mesh: p.Mesh(), Type: p.Type(), Policy: pol.Name, Scope: pol.Scope,
 			Message: fmt.Sprintf("its shadow answer never differs from the enforced one on the inventory's %d workload pairs, on %d classes of flows (observed flows are not kept yet)",
 				len(ws)*len(ws), len(classes))})
 	}

@@ -1,9 +1,10 @@
-package engine
+package analysis
 
 import (
 	"fmt"
 	"slices"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -57,7 +58,7 @@ func (c FlowClass) Covers(proto resource.Protocol, port uint32) bool {
 // ports outside every bound), ICMP, and no protocol with no port. Every flow
 // with a protocol of TCP, UDP or ICMP and a port, or with neither, is in
 // exactly one class and is decided as the class's Port.
-func FlowClasses(mesh, typ string, snaps ...*Snapshot) []FlowClass {
+func FlowClasses(mesh, typ string, snaps ...*engine.Snapshot) []FlowClass {
 	if mesh == "" {
 		mesh = resource.DefaultMesh
 	}
@@ -72,13 +73,9 @@ func FlowClasses(mesh, typ string, snaps ...*Snapshot) []FlowClass {
 		}
 	}
 	for _, s := range snaps {
-		ms, ok := s.meshes.Get(mesh)
-		if !ok {
-			continue
-		}
-		if ts, ok := ms.types.Get(typ); ok {
-			ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-				for _, e := range cp.p.Ports {
+		if p, err := s.Partition(mesh, typ); err == nil {
+			for pv := range p.Policies() {
+				for _, e := range pv.Doc.Ports {
 					ranges := e.Ranges
 					if ranges == nil && e.Ports != "" {
 						ranges, _ = resource.ParsePortRanges(e.Ports)
@@ -87,11 +84,10 @@ func FlowClasses(mesh, typ string, snaps ...*Snapshot) []FlowClass {
 						cut(uint32(r.Lo), uint32(r.Hi))
 					}
 				}
-				return true
-			})
+			}
 		}
-		if ms.inv != nil {
-			ms.inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
+		if inv := s.Inventory(mesh); inv != nil {
+			inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
 				for _, p := range e.Workload.Ports {
 					if p.Port > 0 && p.Port <= 65535 {
 						cut(p.Port, p.Port)

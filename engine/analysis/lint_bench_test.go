@@ -1,10 +1,11 @@
-package engine_test
+package analysis_test
 
 import (
 	"fmt"
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/policygen"
 )
 
@@ -22,10 +23,10 @@ func BenchmarkLint(b *testing.B) {
 				snap := engine.Build(1, set.Resources)
 				b.ReportAllocs()
 				b.ResetTimer()
-				var ans *engine.LintAnswer
+				var ans *analysis.LintAnswer
 				for i := 0; i < b.N; i++ {
 					var err error
-					if ans, err = snap.Lint(&engine.LintRequest{}); err != nil {
+					if ans, err = analysis.Lint(snap, &analysis.LintRequest{}); err != nil {
 						b.Fatal(err)
 					}
 				}

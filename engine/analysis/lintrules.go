@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // Lint's rule findings (docs/lint.md): shadowed, redundant, conflicting
 // ties. A rule R decides side s of a flow when the side is examined (not
@@ -13,17 +13,16 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
 // lintPart is one partition being linted.
 type lintPart struct {
-	s      *Snapshot
-	ms     *meshState
-	ts     *typeState
-	typ    string
-	set    typeSettings
+	p      *engine.Partition
+	set    engine.Settings
+	scopes []engine.ScopeView
 	sp     *space
 	rules  []*lintRule // the enforced rules, in order
 	member [2][]*pred  // per side, per scope ord: the side's workload is a member
@@ -72,35 +71,35 @@ const (
 	resExhausted               // the budget ran out
 )
 
-func newLintPart(s *Snapshot, ms *meshState, ts *typeState, typ string, set typeSettings, budget int) *lintPart {
-	lp := &lintPart{s: s, ms: ms, ts: ts, typ: typ, set: set, sp: newSpace(ms, ts), budget: budget}
+func newLintPart(p *engine.Partition, budget int) *lintPart {
+	lp := &lintPart{p: p, set: p.Settings(), scopes: p.Scopes(), sp: newSpace(p, true), budget: budget}
 	sp := lp.sp
 	// membership, per side and scope
-	n := ms.scopes.size()
+	n := len(lp.scopes)
 	for side := 0; side < 2; side++ {
 		own := make([]*pred, n+1)
-		for _, si := range ms.scopes.list {
+		for _, si := range lp.scopes {
 			var terms []*pred
-			for i := range si.doc.Selectors {
-				if c, ok := sp.selectorConj(&si.doc.Selectors[i], side); ok {
+			for i := range si.Doc.Selectors {
+				if c, ok := sp.selectorConj(&si.Doc.Selectors[i], side); ok {
 					terms = append(terms, conjPred(c))
 				}
 			}
-			own[si.ord] = orPred(terms...)
+			own[si.Ord] = orPred(terms...)
 		}
 		lp.member[side] = make([]*pred, n+1)
 		lp.member[side][0] = predTrue
-		for _, si := range ms.scopes.list {
-			parts := []*pred{own[si.ord]}
-			for _, a := range si.ancestors {
+		for _, si := range lp.scopes {
+			parts := []*pred{own[si.Ord]}
+			for _, a := range si.Ancestors {
 				parts = append(parts, own[a])
 			}
-			lp.member[side][si.ord] = andPred(parts...)
+			lp.member[side][si.Ord] = andPred(parts...)
 		}
 		lp.exam[side] = lp.examined(side)
 	}
 	// the rules, in order
-	ts.rules.Each(func(r *index.Rule) { lp.rules = append(lp.rules, &lintRule{r: r}) })
+	p.Rules(false).Each(func(r *index.Rule) { lp.rules = append(lp.rules, &lintRule{r: r}) })
 	slices.SortFunc(lp.rules, func(a, b *lintRule) int {
 		if a.r.Key.Less(&b.r.Key) {
 			return -1
@@ -181,24 +180,21 @@ func (ps *portSpace) zeroSet() classSet { return make(classSet, len(ps.full)) }
 // examined is the formula "side is examined": the type has candidates on it
 // (not NOT_APPLICABLE) and the workload's most specific scope is enforced.
 func (lp *lintPart) examined(side int) *pred {
-	if lp.ts.notApplicable(side, false) {
+	if lp.p.NotApplicable(side) {
 		return predFalse
-	}
-	if !lp.ms.scopes.unenforced {
-		return predTrue
 	}
 	// For every unenforced scope u: the workload is not a member of u, or
 	// it is a member of a scope after u (more specific).
-	list := lp.ms.scopes.list
+	list := lp.scopes
 	var parts []*pred
 	for _, u := range list {
-		if u.doc.Enforced || u.audit {
+		if u.Doc.Enforced || u.Audit {
 			continue
 		}
-		alts := []*pred{notPred(lp.member[side][u.ord])}
-		for _, v := range list[u.ord:] {
-			if !v.audit {
-				alts = append(alts, lp.member[side][v.ord])
+		alts := []*pred{notPred(lp.member[side][u.Ord])}
+		for _, v := range list[u.Ord:] {
+			if !v.Audit {
+				alts = append(alts, lp.member[side][v.Ord])
 			}
 		}
 		parts = append(parts, orPred(alts...))
@@ -241,7 +237,7 @@ func (lp *lintPart) meetsOf(lr *lintRule) []int32 {
 // beats reports whether o, matching and a candidate, keeps lr from
 // deciding the side (docs/order.md, "Combining").
 func (lp *lintPart) beats(o, lr *lintRule) bool {
-	if lp.set.combine == resource.DenyOverrides && o.r.Action != lr.r.Action {
+	if lp.set.Combine == resource.DenyOverrides && o.r.Action != lr.r.Action {
 		return o.r.Action == resource.Deny
 	}
 	return o.pos < lr.pos
@@ -385,22 +381,22 @@ func (lp *lintPart) run(ans *LintAnswer) {
 		ans.Rules++
 		lp.lintRule(lr, ans)
 	}
-	if lp.set.combine != resource.DenyOverrides {
+	if lp.set.Combine != resource.DenyOverrides {
 		lp.lintTies(ans)
 	}
 }
 
 func (lp *lintPart) ref(lr *lintRule) RuleRef {
-	return RuleRef{Policy: lr.r.PolicyName(), Rule: lr.r.ID, Scope: lp.ms.scopeName(lr.r.Scope), Action: lr.r.Action}
+	return RuleRef{Policy: lr.r.PolicyName(), Rule: lr.r.ID, Scope: lp.p.ScopeName(lr.r.Scope), Action: lr.r.Action}
 }
 
 func (lp *lintPart) finding(kind FindingKind, lr *lintRule) Finding {
-	return Finding{Kind: kind, Severity: kind.Severity(), Mesh: lp.ms.name, Type: lp.typ, Policy: lr.r.PolicyName(), Rule: lr.r.ID,
-		Scope: lp.ms.scopeName(lr.r.Scope)}
+	return Finding{Kind: kind, Severity: kind.Severity(), Mesh: lp.p.Mesh(), Type: lp.p.Type(), Policy: lr.r.PolicyName(), Rule: lr.r.ID,
+		Scope: lp.p.ScopeName(lr.r.Scope)}
 }
 
 func (lp *lintPart) unproven(kind FindingKind, lr *lintRule, why string) Unproven {
-	return Unproven{Kind: kind, Mesh: lp.ms.name, Type: lp.typ, Policy: lr.r.PolicyName(), Rule: lr.r.ID, Why: why}
+	return Unproven{Kind: kind, Mesh: lp.p.Mesh(), Type: lp.p.Type(), Policy: lr.r.PolicyName(), Rule: lr.r.ID, Why: why}
 }
 
 // approx reports whether a rule or one it meets tests a key whose classes
@@ -499,7 +495,7 @@ func (lp *lintPart) reportShadowed(lr *lintRule, used map[int32]bool, ans *LintA
 		if !ok {
 			return // never a false finding
 		}
-		if w.Decided.Reason == ReasonMatched && w.Decided.Policy == lr.r.PolicyName() && w.Decided.Rule == lr.r.ID {
+		if w.Decided.Reason == engine.ReasonMatched && w.Decided.Policy == lr.r.PolicyName() && w.Decided.Rule == lr.r.ID {
 			ans.Unproven = append(ans.Unproven, lp.unproven(FindingShadowed, lr, "Decide did not confirm the witness"))
 			return
 		}
@@ -530,7 +526,7 @@ func joinRefs(refs []RuleRef) string {
 // answer; false when Decide fails.
 func (lp *lintPart) witness(b box, side int) (*Witness, bool) {
 	src, dst, proto, port := lp.sp.point(b)
-	d, err := lp.s.Decide(&Request{Mesh: lp.ms.name, Type: lp.typ, Source: src, Destination: dst, Protocol: proto, Port: port, NoCache: true})
+	d, err := lp.p.Snapshot().Decide(&engine.Request{Mesh: lp.p.Mesh(), Type: lp.p.Type(), Source: src, Destination: dst, Protocol: proto, Port: port, NoCache: true})
 	if err != nil {
 		return nil, false
 	}
@@ -541,6 +537,9 @@ func (lp *lintPart) witness(b box, side int) (*Witness, bool) {
 	sd.Conf = nil
 	return &Witness{Source: src, Destination: dst, Protocol: proto, Port: port, Side: sideNames[side], Decided: sd}, true
 }
+
+// sideNames are the sides as a Witness names them.
+var sideNames = [2]string{"outbound", "inbound"}
 
 // successor is what decides a side in lr's place once lr is removed.
 type successor struct {
@@ -562,7 +561,7 @@ func (lp *lintPart) successors(lr *lintRule, side int) ([]successor, bool) {
 			after = append(after, i)
 		}
 	}
-	if lp.set.combine == resource.DenyOverrides && lr.r.Action == resource.Deny {
+	if lp.set.Combine == resource.DenyOverrides && lr.r.Action == resource.Deny {
 		// the DENY rules after it, then every ALLOW rule in order
 		slices.SortStableFunc(after, func(a, b int32) int {
 			da, db := lp.rules[a].r.Action == resource.Deny, lp.rules[b].r.Action == resource.Deny
@@ -579,14 +578,14 @@ func (lp *lintPart) successors(lr *lintRule, side int) ([]successor, bool) {
 		o := lp.rules[i]
 		out = append(out, successor{ref: lp.ref(o), conf: o.r.Conf, p: lp.decidesOn(o, side)})
 	}
-	for _, c := range lp.ms.scopes.catchAlls[lp.typ] {
+	for _, c := range lp.p.CatchAlls() {
 		if c.Audit {
 			continue
 		}
-		out = append(out, successor{ref: RuleRef{Rule: "catchAll", Scope: lp.ms.scopeName(c.Scope), Action: c.Action}, p: lp.member[side][c.Scope]})
+		out = append(out, successor{ref: RuleRef{Rule: "catchAll", Scope: lp.p.ScopeName(c.Scope), Action: c.Action}, p: lp.member[side][c.Scope]})
 	}
-	def := RuleRef{Rule: "defaultAction", Action: lp.set.defaultAction}
-	unf := RuleRef{Rule: "unenforcedAction", Action: lp.set.unenforcedAction}
+	def := RuleRef{Rule: "defaultAction", Action: lp.set.DefaultAction}
+	unf := RuleRef{Rule: "unenforcedAction", Action: lp.set.UnenforcedAction}
 	if def.Action == unf.Action {
 		return append(out, successor{ref: def}), true
 	}
@@ -602,7 +601,7 @@ func (lp *lintPart) successors(lr *lintRule, side int) ([]successor, bool) {
 // without it: removing lr turns its fallback from defaultAction into
 // unenforcedAction.
 func (lp *lintPart) fallbackMoves(lr *lintRule, side int) (box, result) {
-	if lp.set.defaultAction == lp.set.unenforcedAction {
+	if lp.set.DefaultAction == lp.set.UnenforcedAction {
 		return nil, resNone
 	}
 	with, _ := lp.hasCandidate(nil, side)
@@ -611,7 +610,7 @@ func (lp *lintPart) fallbackMoves(lr *lintRule, side int) (box, result) {
 		return nil, resExhausted
 	}
 	pos := []*pred{lp.exam[side], with, notPred(without)}
-	for _, c := range lp.ms.scopes.catchAlls[lp.typ] {
+	for _, c := range lp.p.CatchAlls() {
 		if !c.Audit {
 			pos = append(pos, notPred(lp.member[side][c.Scope]))
 		}
@@ -635,14 +634,13 @@ func (lp *lintPart) fallbackMoves(lr *lintRule, side int) (box, result) {
 // when removing lr would leave a side without any rule (not applicable) or
 // the type without a policy.
 func (lp *lintPart) hasCandidate(lr *lintRule, side int) (*pred, bool) {
-	ts := lp.ts
-	c := ts.enforcedCounts()
-	if lr != nil && c.policies <= 1 && len(lp.policyRules(lr)) <= 1 {
+	c := lp.p.Counts()
+	if lr != nil && c.Policies <= 1 && len(lp.policyRules(lr)) <= 1 {
 		return nil, false
 	}
-	if c.sd > 0 {
+	if c.SD > 0 {
 		var terms []*pred
-		for ord, n := range ts.scopeRules {
+		for ord, n := range lp.p.ScopeRules() {
 			if lr != nil && int32(ord) == lr.r.Scope {
 				n--
 			}
@@ -657,25 +655,24 @@ func (lp *lintPart) hasCandidate(lr *lintRule, side int) (*pred, bool) {
 	var terms []*pred
 	bit := index.SideBits[side]
 	found := false
-	ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-		if cp.err != "" || cp.audit() || cp.p.TargetRef == nil {
-			return true
+	for pv := range lp.p.Policies() {
+		if pv.Err != "" || pv.Audit || pv.Doc.TargetRef == nil {
+			continue
 		}
 		n := 0
-		for _, r := range cp.rules {
+		for _, r := range pv.Rules {
 			if r.Sides&bit != 0 && !r.Audit && (lr == nil || r != lr.r) {
 				n++
 			}
 		}
 		if n == 0 {
-			return true
+			continue
 		}
 		found = true
-		if t, ok := lp.sp.selectorConj(resource.TargetSelector(*cp.p.TargetRef), side); ok {
+		if t, ok := lp.sp.selectorConj(resource.TargetSelector(*pv.Doc.TargetRef), side); ok {
 			terms = append(terms, conjPred(t))
 		}
-		return true
-	})
+	}
 	if !found {
 		return nil, false // the side would become not applicable
 	}
@@ -685,8 +682,8 @@ func (lp *lintPart) hasCandidate(lr *lintRule, side int) (*pred, bool) {
 // policyRules lists the enforced rules of lr's policy.
 func (lp *lintPart) policyRules(lr *lintRule) []*index.Rule {
 	var out []*index.Rule
-	if cp, ok := lp.ts.policies.Get(lr.r.PolicyName()); ok {
-		for _, r := range cp.rules {
+	if pv, ok := lp.p.Policy(lr.r.PolicyName()); ok {
+		for _, r := range pv.Rules {
 			if !r.Audit {
 				out = append(out, r)
 			}

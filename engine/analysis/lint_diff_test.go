@@ -1,4 +1,4 @@
-package engine_test
+package analysis_test
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
+	"github.com/verdictpdp/verdict/engine/internal/worldgen"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -23,7 +25,7 @@ import (
 
 // singleRule cuts every policy to one rule: one source and one destination,
 // or one from or to item.
-func singleRule(c *choices, res []resource.Resource) []resource.Resource {
+func singleRule(c *worldgen.Choices, res []resource.Resource) []resource.Resource {
 	for _, r := range res {
 		p, ok := r.(*resource.Policy)
 		if !ok {
@@ -34,7 +36,7 @@ func singleRule(c *choices, res []resource.Resource) []resource.Resource {
 			continue
 		}
 		switch {
-		case len(p.From) > 0 && (len(p.To) == 0 || c.chance(50)):
+		case len(p.From) > 0 && (len(p.To) == 0 || c.Chance(50)):
 			p.From, p.To = p.From[:1], nil
 		case len(p.To) > 0:
 			p.From, p.To = nil, p.To[:1]
@@ -73,8 +75,8 @@ func TestLintAgainstBruteForce(t *testing.T) {
 	}
 	st := lintStats{why: map[string]int{}}
 	for seed := 0; seed < worlds; seed++ {
-		c := newChoices([]byte(fmt.Sprintf("lint-%d", seed)))
-		res := singleRule(c, genWorld(c))
+		c := worldgen.NewChoices([]byte(fmt.Sprintf("lint-%d", seed)))
+		res := singleRule(c, worldgen.World(c))
 		s := engine.Build(1, res)
 		for _, typ := range []string{"TrafficPermission", "MeshTrafficPermission"} {
 			checkLint(t, c, s, res, typ, &st)
@@ -88,9 +90,9 @@ func TestLintAgainstBruteForce(t *testing.T) {
 	}
 }
 
-func checkLint(t *testing.T, c *choices, s *engine.Snapshot, res []resource.Resource, typ string, st *lintStats) {
+func checkLint(t *testing.T, c *worldgen.Choices, s *engine.Snapshot, res []resource.Resource, typ string, st *lintStats) {
 	t.Helper()
-	ans, proofs, err := engine.LintWithProofs(s, engine.LintRequest{Mesh: "m", Type: typ})
+	ans, proofs, err := analysis.LintWithProofs(s, analysis.LintRequest{Mesh: "m", Type: typ})
 	if err != nil {
 		return // the type is not known in this world
 	}
@@ -124,13 +126,13 @@ func checkLint(t *testing.T, c *choices, s *engine.Snapshot, res []resource.Reso
 	for _, f := range ans.Findings {
 		k := ruleKey{f.Policy, f.Rule}
 		switch f.Kind {
-		case engine.FindingShadowed:
+		case analysis.FindingShadowed:
 			shadowed[k] = true
 			st.shadowed++
-		case engine.FindingRedundant:
+		case analysis.FindingRedundant:
 			redundant[k] = true
 			st.redundant++
-		case engine.FindingConflictingTie:
+		case analysis.FindingConflictingTie:
 			st.ties++
 		}
 	}
@@ -138,7 +140,7 @@ func checkLint(t *testing.T, c *choices, s *engine.Snapshot, res []resource.Reso
 	for _, u := range ans.Unproven {
 		k := ruleKey{u.Policy, u.Rule}
 		st.why[u.Kind.String()+": "+u.Why]++
-		if u.Kind == engine.FindingShadowed {
+		if u.Kind == analysis.FindingShadowed {
 			unShadow[k] = true
 			st.unprovenShadow++
 		} else {
@@ -146,7 +148,7 @@ func checkLint(t *testing.T, c *choices, s *engine.Snapshot, res []resource.Reso
 			st.unprovenRedundant++
 		}
 	}
-	decides, changes := map[ruleKey]engine.LintProof{}, map[ruleKey]engine.LintProof{}
+	decides, changes := map[ruleKey]analysis.LintProof{}, map[ruleKey]analysis.LintProof{}
 	for _, p := range proofs {
 		if p.What == "decides" {
 			decides[ruleKey{p.Policy, p.Rule}] = p
@@ -179,49 +181,49 @@ func checkLint(t *testing.T, c *choices, s *engine.Snapshot, res []resource.Reso
 		st.rules++
 		_, d := decides[k]
 		if n := btoi(shadowed[k]) + btoi(d) + btoi(unShadow[k]); n != 1 {
-			t.Fatalf("%s %v: shadowed %v, decides-proof %v, unproven %v\n%s", typ, k, shadowed[k], d, unShadow[k], describe(res))
+			t.Fatalf("%s %v: shadowed %v, decides-proof %v, unproven %v\n%s", typ, k, shadowed[k], d, unShadow[k], worldgen.Describe(res))
 		}
 		if !d {
 			continue
 		}
 		_, ch := changes[k]
 		if n := btoi(redundant[k]) + btoi(ch) + btoi(unRedundant[k]); n != 1 {
-			t.Fatalf("%s %v: redundant %v, changes-proof %v, unproven %v\n%s", typ, k, redundant[k], ch, unRedundant[k], describe(res))
+			t.Fatalf("%s %v: redundant %v, changes-proof %v, unproven %v\n%s", typ, k, redundant[k], ch, unRedundant[k], worldgen.Describe(res))
 		}
 	}
 	// The proofs hold.
 	for k, p := range decides {
 		if d := decide(s, p.Source, p.Destination, p.Protocol, p.Port); !byRule(d, k) {
-			t.Fatalf("%s %v: lint says it decides %v -> %v %v %d; Decide: %+v\n%s", typ, k, p.Source, p.Destination, p.Protocol, p.Port, d, describe(res))
+			t.Fatalf("%s %v: lint says it decides %v -> %v %v %d; Decide: %+v\n%s", typ, k, p.Source, p.Destination, p.Protocol, p.Port, d, worldgen.Describe(res))
 		}
 	}
 	for k, p := range changes {
 		a, b := decide(s, p.Source, p.Destination, p.Protocol, p.Port), decide(after[k.policy], p.Source, p.Destination, p.Protocol, p.Port)
 		if reflect.DeepEqual(answerAt(a), answerAt(b)) {
-			t.Fatalf("%s %v: lint says removing it changes %v -> %v %v %d; it does not: %+v\n%s", typ, k, p.Source, p.Destination, p.Protocol, p.Port, a, describe(res))
+			t.Fatalf("%s %v: lint says removing it changes %v -> %v %v %d; it does not: %+v\n%s", typ, k, p.Source, p.Destination, p.Protocol, p.Port, a, worldgen.Describe(res))
 		}
 	}
 	// The findings hold over flows drawn from the value classes.
-	keys, ports := engine.LintClasses(s, "m", typ)
+	keys, ports := analysis.LintClasses(s, "m", typ)
 	draw := func() resource.Tags {
 		tags := resource.Tags{}
 		for k, reps := range keys {
-			if v := reps[c.n(len(reps))]; v != "" {
+			if v := reps[c.N(len(reps))]; v != "" {
 				tags[k] = v
 			}
 		}
 		return tags
 	}
 	for i := 0; i < 400; i++ {
-		src, dst, pc := draw(), draw(), ports[c.n(len(ports))]
+		src, dst, pc := draw(), draw(), ports[c.N(len(ports))]
 		d := decide(s, src, dst, pc.Protocol, pc.Port)
 		for k := range want {
 			if shadowed[k] && byRule(d, k) {
-				t.Fatalf("%s %v: lint says shadowed; Decide %v -> %v %v %d: %+v\n%s", typ, k, src, dst, pc.Protocol, pc.Port, d, describe(res))
+				t.Fatalf("%s %v: lint says shadowed; Decide %v -> %v %v %d: %+v\n%s", typ, k, src, dst, pc.Protocol, pc.Port, d, worldgen.Describe(res))
 			}
 			if redundant[k] {
 				if b := decide(after[k.policy], src, dst, pc.Protocol, pc.Port); !reflect.DeepEqual(answerAt(d), answerAt(b)) {
-					t.Fatalf("%s %v: lint says redundant; removing it changes %v -> %v %v %d: %+v vs %+v\n%s", typ, k, src, dst, pc.Protocol, pc.Port, d, b, describe(res))
+					t.Fatalf("%s %v: lint says redundant; removing it changes %v -> %v %v %d: %+v vs %+v\n%s", typ, k, src, dst, pc.Protocol, pc.Port, d, b, worldgen.Describe(res))
 				}
 			}
 		}

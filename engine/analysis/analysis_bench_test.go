@@ -1,4 +1,4 @@
-package engine_test
+package analysis_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/policygen"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -135,14 +136,14 @@ func BenchmarkBulkDecide(b *testing.B) {
 			cpu := cpuTime()
 			decisions := 0
 			for n := 0; n < b.N; n++ {
-				bk, err := snap.Bulk(mesh, typ)
+				bk, err := analysis.NewBulk(snap, mesh, typ)
 				if err != nil {
 					b.Fatal(err)
 				}
 				// Each distinct end is interned once (an inventory's workloads,
 				// an observed-flows table's endpoints).
-				class := map[*byte]engine.ClassID{}
-				classOf := func(t resource.Tags) engine.ClassID {
+				class := map[*byte]analysis.ClassID{}
+				classOf := func(t resource.Tags) analysis.ClassID {
 					k := mapID(t)
 					c, ok := class[k]
 					if !ok {
@@ -173,7 +174,7 @@ func mapID(t resource.Tags) *byte { return *(**byte)(unsafe.Pointer(&t)) }
 // workloads' classes once: bulkbase.go), and again on the same snapshot.
 func BenchmarkReach(b *testing.B) {
 	ab := newAnalysisBench(10_000, 100_000)
-	req := engine.ReachRequest{Mesh: ab.set.Config.Mesh, Endpoint: inventory.Endpoint{Workload: "w-7"}, Destination: true,
+	req := analysis.ReachRequest{Mesh: ab.set.Config.Mesh, Endpoint: inventory.Endpoint{Workload: "w-7"}, Destination: true,
 		Protocol: resource.TCP, Port: 8080}
 	for _, first := range []bool{true, false} {
 		name := "again"
@@ -190,7 +191,7 @@ func BenchmarkReach(b *testing.B) {
 				if first {
 					snap = snap.Apply(snap.Revision()+1, nil) // a new snapshot, nothing changed
 				}
-				ans, err := snap.Reach(&req)
+				ans, err := analysis.Reach(snap, &req)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -212,7 +213,7 @@ func BenchmarkMatrix(b *testing.B) {
 	var entries, decisions int
 	for n := 0; n < b.N; n++ {
 		entries = 0
-		_, d, err := ab.snap.Matrix(&engine.MatrixRequest{Mesh: ab.set.Config.Mesh}, func(engine.MatrixEntry) bool {
+		_, d, err := analysis.Matrix(ab.snap, &analysis.MatrixRequest{Mesh: ab.set.Config.Mesh}, func(analysis.MatrixEntry) bool {
 			entries++
 			return true
 		})
@@ -233,10 +234,10 @@ func BenchmarkMatrix(b *testing.B) {
 func BenchmarkImpact(b *testing.B) {
 	ab := newAnalysisBench(10_000, 10_000)
 	flows := ab.bulkFlows(1_000_000)
-	observed := make([]engine.ObservedFlow, len(flows))
+	observed := make([]analysis.ObservedFlow, len(flows))
 	for i, f := range flows {
 		p := &ab.flows[f[2]]
-		observed[i] = engine.ObservedFlow{Mesh: ab.set.Config.Mesh, Type: ab.set.Config.Type,
+		observed[i] = analysis.ObservedFlow{Mesh: ab.set.Config.Mesh, Type: ab.set.Config.Type,
 			Source: inventory.Endpoint{Workload: ab.workloads[f[0]].Name}, Destination: inventory.Endpoint{Workload: ab.workloads[f[1]].Name},
 			Protocol: p.Protocol, Port: p.Port, Count: 1}
 	}
@@ -247,10 +248,10 @@ func BenchmarkImpact(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuTime()
-	var ans *engine.ImpactAnswer
+	var ans *analysis.ImpactAnswer
 	for n := 0; n < b.N; n++ {
 		var err error
-		ans, err = ab.snap.Impact(&engine.ImpactRequest{Puts: []resource.Resource{deny}, Flows: observed})
+		ans, err = analysis.Impact(ab.snap, &analysis.ImpactRequest{Puts: []resource.Resource{deny}, Flows: observed})
 		if err != nil {
 			b.Fatal(err)
 		}

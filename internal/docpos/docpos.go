@@ -1,6 +1,6 @@
-package main
+package docpos
 
-// Problems in documents, named by position: "file:line:column: path: why",
+// Package docpos names problems in YAML documents by position: "file:line:column: path: why",
 // the way compilers and linters name them, sorted by position. The field
 // paths come from the engine's decoder, from a test suite's loader, or from
 // the server (a BadRequest's "resources[2].policy.sources[0]"); the
@@ -20,64 +20,64 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// problem is one error found in a document.
-type problem struct {
-	file      string // as given on the command line; "stdin" for -
-	order     int    // the file's place among the files read (sorting)
-	line, col int    // 0 when not known
-	path      string // "documents[2].sources[0].match"; empty: the document or the file
-	msg       string
+// Problem is one error found in a document.
+type Problem struct {
+	File      string // as given on the command line; "stdin" for -
+	Order     int    // the file's place among the files read (sorting)
+	Line, Col int    // 0 when not known
+	Path      string // "documents[2].sources[0].match"; empty: the document or the file
+	Msg       string
 }
 
-func (p problem) String() string {
+func (p Problem) String() string {
 	var b strings.Builder
-	if p.file != "" {
-		b.WriteString(p.file)
-		if p.line > 0 {
-			fmt.Fprintf(&b, ":%d", p.line)
-			if p.col > 0 {
-				fmt.Fprintf(&b, ":%d", p.col)
+	if p.File != "" {
+		b.WriteString(p.File)
+		if p.Line > 0 {
+			fmt.Fprintf(&b, ":%d", p.Line)
+			if p.Col > 0 {
+				fmt.Fprintf(&b, ":%d", p.Col)
 			}
 		}
 		b.WriteString(": ")
 	}
-	if p.path != "" {
-		b.WriteString(p.path)
+	if p.Path != "" {
+		b.WriteString(p.Path)
 		b.WriteString(": ")
 	}
-	b.WriteString(p.msg)
+	b.WriteString(p.Msg)
 	return b.String()
 }
 
-// problems sort by file, then position.
-type problems []problem
+// Problems sort by file, then position.
+type Problems []Problem
 
-func (ps problems) sort() {
+func (ps Problems) Sort() {
 	sort.SliceStable(ps, func(i, j int) bool {
 		a, b := ps[i], ps[j]
-		if a.order != b.order {
-			return a.order < b.order
+		if a.Order != b.Order {
+			return a.Order < b.Order
 		}
-		if a.file != b.file {
-			return a.file < b.file
+		if a.File != b.File {
+			return a.File < b.File
 		}
-		if a.line != b.line {
-			return a.line < b.line
+		if a.Line != b.Line {
+			return a.Line < b.Line
 		}
-		return a.col < b.col
+		return a.Col < b.Col
 	})
 }
 
-// print writes the problems, sorted, one a line after indent.
-func (ps problems) print(w io.Writer, indent string) {
-	ps.sort()
+// Print writes the Problems, sorted, one a line after indent.
+func (ps Problems) Print(w io.Writer, indent string) {
+	ps.Sort()
 	for _, p := range ps {
 		fmt.Fprintf(w, "%s%s\n", indent, p)
 	}
 }
 
-func (ps problems) strings() []string {
-	ps.sort()
+func (ps Problems) Strings() []string {
+	ps.Sort()
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.String()
@@ -85,18 +85,18 @@ func (ps problems) strings() []string {
 	return out
 }
 
-// source is a file's text and its documents' YAML nodes.
-type source struct {
+// Source is a file's text and its documents' YAML nodes.
+type Source struct {
 	name  string
 	order int
 	data  []byte
 	docs  []*yaml.Node // each document's top node, counted as resource.ParseYAML counts them
 }
 
-// newSource parses data's nodes (a stream that does not parse keeps the
+// NewSource parses data's nodes (a stream that does not parse keeps the
 // documents read before the error).
-func newSource(name string, order int, data []byte) *source {
-	s := &source{name: name, order: order, data: data}
+func NewSource(name string, order int, data []byte) *Source {
+	s := &Source{name: name, order: order, data: data}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var doc yaml.Node
@@ -110,13 +110,13 @@ func newSource(name string, order int, data []byte) *source {
 	}
 }
 
-// at is the problem at path ("sources[0].match") of document doc: the
+// At is the problem at path ("sources[0].match") of document doc: the
 // position of the deepest node the path reaches.
-func (s *source) at(doc int, path, msg string) problem {
-	p := problem{file: s.name, order: s.order, path: documentPath(doc, path), msg: msg}
+func (s *Source) At(doc int, path, msg string) Problem {
+	p := Problem{File: s.name, Order: s.order, Path: documentPath(doc, path), Msg: msg}
 	if doc >= 0 && doc < len(s.docs) {
 		n := locate(s.docs[doc], path)
-		p.line, p.col = n.Line, n.Column
+		p.Line, p.Col = n.Line, n.Column
 	}
 	return p
 }
@@ -201,43 +201,43 @@ var (
 	yamlNoise = regexp.MustCompile(`^(?:YAML: )?(?:yaml: )?(?:document \d+ \(line \d+\): )?`)
 )
 
-// decodeProblems are the problems of resource.DecodeYAML's error for s, each
+// DecodeProblems are the Problems of resource.DecodeYAML's error for s, each
 // with its position; an error that is not a validation error is one
-// problem of the file.
-func (s *source) decodeProblems(err error) problems {
+// Problem of the file.
+func (s *Source) DecodeProblems(err error) Problems {
 	var ve *resource.ValidationError
 	if !errors.As(err, &ve) {
-		return problems{s.syntax(err.Error())}
+		return Problems{s.Syntax(err.Error())}
 	}
-	var out problems
+	var out Problems
 	for _, fe := range ve.Errors {
 		if m := docField.FindStringSubmatch(fe.Field); m != nil {
 			i, _ := strconv.Atoi(m[1])
-			out = append(out, s.at(i, m[2], fe.Reason))
+			out = append(out, s.At(i, m[2], fe.Reason))
 			continue
 		}
 		if fe.Field == "" {
-			out = append(out, s.syntax(fe.Reason))
+			out = append(out, s.Syntax(fe.Reason))
 			continue
 		}
-		out = append(out, problem{file: s.name, order: s.order, path: fe.Field, msg: fe.Reason})
+		out = append(out, Problem{File: s.name, Order: s.order, Path: fe.Field, Msg: fe.Reason})
 	}
 	return out
 }
 
-// syntax is a problem of the file's text ("YAML: yaml: line 4: did not find
+// Syntax is a problem of the file's text ("YAML: yaml: line 4: did not find
 // expected key"): at its line, and the column where the broken construct
 // begins.
-func (s *source) syntax(msg string) problem {
+func (s *Source) Syntax(msg string) Problem {
 	msg = yamlNoise.ReplaceAllString(msg, "")
-	p := problem{file: s.name, order: s.order, msg: msg}
+	p := Problem{File: s.name, Order: s.order, Msg: msg}
 	m := lineIn.FindStringSubmatch(msg)
 	if m == nil {
 		return p
 	}
-	p.line, _ = strconv.Atoi(m[1])
-	p.msg = m[2]
-	p.col = syntaxColumn(lineText(s.data, p.line), p.msg)
+	p.Line, _ = strconv.Atoi(m[1])
+	p.Msg = m[2]
+	p.Col = syntaxColumn(lineText(s.data, p.Line), p.Msg)
 	return p
 }
 

@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // Impact (docs/analysis.md): the flows whose answer a proposed change would
 // alter, found before anything is written. The change is validated as
@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -57,10 +58,10 @@ type ImpactChange struct {
 	// Before and After are the answers (a side's conf left out); Missing
 	// says the flow has no answer on that snapshot (a workload or a type that
 	// is not there), with the error.
-	Before, After       Decision
+	Before, After       engine.Decision
 	BeforeErr, AfterErr string
 	// Explain is the after answer's explanation, when asked for.
-	Explain *Explanation
+	Explain *engine.Explanation
 }
 
 // ImpactAnswer is Impact's answer.
@@ -71,18 +72,17 @@ type ImpactAnswer struct {
 	Considered, Redecided int
 }
 
-// Impact judges a proposed change (see the file comment). It fails with the
-// validation error CheckApply gives for a write Apply would refuse.
-func (s *Snapshot) Impact(req *ImpactRequest) (*ImpactAnswer, error) {
-	changes, err := s.checkApply(req.Puts, req.Deletes)
+// Impact judges a proposed change to s (see the file comment). It fails
+// with the validation error CheckApply gives for a write Apply would refuse.
+func Impact(s *engine.Snapshot, req *ImpactRequest) (*ImpactAnswer, error) {
+	after, changes, err := s.Preview(req.Puts, req.Deletes)
 	if err != nil {
 		return nil, err
 	}
-	after := s.Apply(s.revision+1, slices.Clone(changes))
-	parts := s.impactPartitions(after, changes, req.Flows)
-	ans := &ImpactAnswer{Revision: s.revision}
+	parts := impactPartitions(s, after, changes, req.Flows)
+	ans := &ImpactAnswer{Revision: s.Revision()}
 	for _, p := range parts {
-		s.impactPartition(after, p, req, ans)
+		impactPartition(s, after, p, req, ans)
 	}
 	return ans, nil
 }
@@ -98,7 +98,7 @@ type impactPart struct {
 // impactPartitions lists the partitions to judge: those whose policies
 // change, every type of a mesh whose settings, scopes or workloads change,
 // and those of the observed flows.
-func (s *Snapshot) impactPartitions(after *Snapshot, changes []Change, flows []ObservedFlow) []*impactPart {
+func impactPartitions(s, after *engine.Snapshot, changes []engine.Change, flows []ObservedFlow) []*impactPart {
 	byKey := map[[2]string]*impactPart{}
 	var order []*impactPart
 	get := func(mesh, typ string) *impactPart {
@@ -121,12 +121,8 @@ func (s *Snapshot) impactPartitions(after *Snapshot, changes []Change, flows []O
 		}
 	}
 	for mesh := range wholeMesh {
-		for _, snap := range []*Snapshot{s, after} {
-			ms, ok := snap.meshes.Get(mesh)
-			if !ok {
-				continue
-			}
-			for _, t := range ms.knownTypes() {
+		for _, snap := range []*engine.Snapshot{s, after} {
+			for _, t := range snap.KnownTypes(mesh) {
 				get(mesh, t).full = true
 			}
 		}
@@ -150,26 +146,6 @@ func (s *Snapshot) impactPartitions(after *Snapshot, changes []Change, flows []O
 		return strings.Compare(a.typ, b.typ)
 	})
 	return order
-}
-
-// knownTypes lists the types of the mesh that have policies or are named by
-// its Mesh or scopes.
-func (ms *meshState) knownTypes() []string {
-	var out []string
-	ms.types.Range(func(t string, _ *typeState) bool {
-		out = append(out, t)
-		return true
-	})
-	for t := range ms.declared {
-		out = append(out, t)
-	}
-	if ms.scopes != nil {
-		for t := range ms.scopes.catchAlls {
-			out = append(out, t)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // touch says which flows of a partition a change can alter.
@@ -241,35 +217,25 @@ func (t *touch) touches(f *index.Flow) bool {
 }
 
 // touchOf computes the touch of a change to policies of one partition.
-func (s *Snapshot) touchOf(after *Snapshot, p *impactPart) *touch {
+func touchOf(s, after *engine.Snapshot, p *impactPart) *touch {
 	t := &touch{full: p.full}
 	if t.full {
 		return t
 	}
-	msB, okB := s.meshes.Get(p.mesh)
-	msA, okA := after.meshes.Get(p.mesh)
-	if !okB || !okA {
-		t.full = true
-		return t
-	}
-	if (s.closedByType(p.mesh, msB, p.typ) == nil) != (after.closedByType(p.mesh, msA, p.typ) == nil) {
-		t.full = true
-		return t
-	}
-	tsB, _ := msB.types.Get(p.typ)
-	tsA, _ := msA.types.Get(p.typ)
-	if tsB == nil || tsA == nil || !sameShape(tsB, tsA) || msB.settings.forType(p.typ).perDestination {
+	pB, errB := s.Partition(p.mesh, p.typ)
+	pA, errA := after.Partition(p.mesh, p.typ)
+	if errB != nil || errA != nil || pB.Closed() != pA.Closed() || !pB.SameShape(pA) {
 		t.full = true
 		return t
 	}
 	for _, name := range p.policies {
-		for _, ts := range []*typeState{tsB, tsA} {
-			cp, ok := ts.policies.Get(name)
-			if !ok || cp.err != "" {
+		for _, part := range []*engine.Partition{pB, pA} {
+			pv, ok := part.Policy(name)
+			if !ok || pv.Err != "" {
 				continue
 			}
-			t.rules = append(t.rules, cp.rules...)
-			for _, a := range cp.attach {
+			t.rules = append(t.rules, pv.Rules...)
+			for _, a := range pv.Attach {
 				if a.Sides == index.SideIn {
 					t.in = append(t.in, a)
 				} else {
@@ -279,34 +245,6 @@ func (s *Snapshot) touchOf(after *Snapshot, p *impactPart) *touch {
 		}
 	}
 	return t
-}
-
-// sameShape reports whether two versions of a partition agree on what every
-// flow's answer depends on besides its matching rules: which sides can have
-// candidates at all (not-applicable sides), in the enforced and the shadow
-// view, the invalid policies, audit, and which scopes (the mesh root
-// included) hold rules (sides with or without candidates).
-func sameShape(a, b *typeState) bool {
-	shape := func(ts *typeState, shadow bool) [4]bool {
-		c := ts.viewCounts(shadow)
-		return [4]bool{c.policies > 0, c.sd > 0, c.from > 0, c.to > 0}
-	}
-	if shape(a, false) != shape(b, false) || shape(a, true) != shape(b, true) || a.invalid != b.invalid ||
-		a.conflicted || b.conflicted || a.audited() != b.audited() ||
-		len(a.scopeRules) != len(b.scopeRules) || len(a.audit.scopeRules) != len(b.audit.scopeRules) {
-		return false
-	}
-	for i := range a.scopeRules {
-		if (a.scopeRules[i] > 0) != (b.scopeRules[i] > 0) {
-			return false
-		}
-	}
-	for i := range a.audit.scopeRules {
-		if (a.audit.scopeRules[i] > 0) != (b.audit.scopeRules[i] > 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // impactEnd is one end of the partition's flows on both snapshots.
@@ -327,15 +265,14 @@ type impactEnd struct {
 }
 
 // impactPartition judges one partition into ans.
-func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRequest, ans *ImpactAnswer) {
-	bb, errB := s.Bulk(p.mesh, p.typ)
-	ba, errA := after.Bulk(p.mesh, p.typ)
+func impactPartition(s, after *engine.Snapshot, p *impactPart, req *ImpactRequest, ans *ImpactAnswer) {
+	bb, errB := NewBulk(s, p.mesh, p.typ)
+	ba, errA := NewBulk(after, p.mesh, p.typ)
 	if errB != nil && errA != nil {
 		return // neither snapshot answers the partition
 	}
-	t := s.touchOf(after, p)
-	msB, _ := s.meshes.Get(p.mesh)
-	msA, _ := after.meshes.Get(p.mesh)
+	t := touchOf(s, after, p)
+	invB, invA := s.Inventory(p.mesh), after.Inventory(p.mesh)
 	// judge decides a flow on both snapshots when the change can touch it;
 	// it returns the change, or nil when the answer stays. n is how many
 	// flows the call stands for.
@@ -353,7 +290,7 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 		}
 		ans.Redecided += n
 		ch := &ImpactChange{Mesh: p.mesh, Type: p.typ, Source: src.ep, Destination: dst.ep, Class: c}
-		var before, afterD *Decision
+		var before, afterD *engine.Decision
 		switch {
 		case errB != nil:
 			ch.BeforeErr = errB.Error()
@@ -376,7 +313,7 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 			return nil
 		}
 		if req.Explain && afterD != nil {
-			r := Request{Mesh: p.mesh, Type: p.typ, Source: src.tags, Destination: dst.tags,
+			r := engine.Request{Mesh: p.mesh, Type: p.typ, Source: src.tags, Destination: dst.tags,
 				Protocol: c.Protocol, Port: c.Port, Explain: true}
 			if d, err := after.Decide(&r); err == nil {
 				ch.Explain = d.Explain
@@ -388,10 +325,10 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 	// one class on both snapshots), listed per pair. Only the pairs the
 	// change can touch are judged: those a changed rule's selectors hold
 	// for (found per group, not per pair), unless the whole partition is.
-	names := unionNames(msB, msA)
+	names := unionNames(invB, invA)
 	classes := FlowClasses(p.mesh, p.typ, s, after)
-	srcs := groupEnds(endsOf(names, msB, msA, bb, ba, false, 0))
-	tagged := portTagged(msB, msA)
+	srcs := groupEnds(endsOf(names, invB, invA, bb, ba, false, 0))
+	tagged := portTagged(invB, invA)
 	dstsAt := map[uint32][][]impactEnd{}
 	emit := func(sg, dg []impactEnd, ch *ImpactChange) {
 		for i := range sg {
@@ -415,7 +352,7 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 		}
 		dsts, ok := dstsAt[port]
 		if !ok {
-			dsts = groupEnds(endsOf(names, msB, msA, bb, ba, true, port))
+			dsts = groupEnds(endsOf(names, invB, invA, bb, ba, true, port))
 			dstsAt[port] = dsts
 		}
 		nSrc, nDst := 0, 0
@@ -443,7 +380,7 @@ func (s *Snapshot) impactPartition(after *Snapshot, p *impactPart, req *ImpactRe
 				return e
 			}
 		}
-		e := observedEnd(*ep, msB, msA, bb, ba, p.mesh, destination, port, req.Registry)
+		e := observedEnd(*ep, s, after, bb, ba, p.mesh, destination, port, req.Registry)
 		t.endHits(&e)
 		if ok {
 			ends[k] = &e
@@ -522,11 +459,12 @@ func (t *touch) pairs(srcs, dsts [][]impactEnd, c FlowClass) [][2]int32 {
 	return out
 }
 
-// portTagged lists the ports some workload of either mesh gives tags to.
-func portTagged(a, b *meshState) map[uint32]bool {
+// portTagged lists the ports some workload of either inventory gives tags
+// to.
+func portTagged(a, b *inventory.Inventory) map[uint32]bool {
 	out := map[uint32]bool{}
-	for _, ms := range []*meshState{a, b} {
-		for _, w := range workloadsOf(ms) {
+	for _, inv := range []*inventory.Inventory{a, b} {
+		for _, w := range workloadsOf(inv) {
 			for _, p := range w.Workload.Ports {
 				out[p.Port] = true
 			}
@@ -594,15 +532,15 @@ func firstNonEmpty(a, b string) string {
 }
 
 // answerOnly is an answer as Impact reports it: confs and resolutions left out.
-func answerOnly(d *Decision) Decision {
-	out := Decision{Action: d.Action, Policy: d.Policy, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound),
+func answerOnly(d *engine.Decision) engine.Decision {
+	out := engine.Decision{Action: d.Action, Policy: d.Policy, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound),
 		Revision: d.Revision, Audit: d.Audit}
 	return out
 }
 
 // sameAnswer reports whether a flow's answer is unchanged: the final action,
 // each side (action, policy, scope, rule, reason) and the audit result.
-func sameAnswer(a, b *Decision) bool {
+func sameAnswer(a, b *engine.Decision) bool {
 	if !sameSides(a, b) || a.Policy != b.Policy {
 		return false
 	}
@@ -612,11 +550,12 @@ func sameAnswer(a, b *Decision) bool {
 	return a.Audit == nil || *a.Audit == *b.Audit
 }
 
-// unionNames lists the names of the valid workloads of either mesh, sorted.
-func unionNames(a, b *meshState) []string {
+// unionNames lists the names of the valid workloads of either inventory,
+// sorted.
+func unionNames(a, b *inventory.Inventory) []string {
 	var out []string
-	for _, ms := range []*meshState{a, b} {
-		for _, w := range workloadsOf(ms) {
+	for _, inv := range []*inventory.Inventory{a, b} {
+		for _, w := range workloadsOf(inv) {
 			out = append(out, w.Workload.Name)
 		}
 	}
@@ -626,17 +565,17 @@ func unionNames(a, b *meshState) []string {
 
 // endsOf resolves each workload as an end of the partition's flows on both
 // snapshots.
-func endsOf(names []string, msB, msA *meshState, bb, ba *Bulk, destination bool, port uint32) []impactEnd {
+func endsOf(names []string, invB, invA *inventory.Inventory, bb, ba *Bulk, destination bool, port uint32) []impactEnd {
 	out := make([]impactEnd, len(names))
 	for i, n := range names {
 		e := impactEnd{ep: inventory.Endpoint{Workload: n}}
-		if w, ok := invOf(msB).Workload(n); ok && bb != nil {
+		if w, ok := invB.Workload(n); ok && bb != nil {
 			e.tags = peerTags(w, destination, port)
 			e.b, e.bOK = bb.Intern(e.tags), true
 		} else {
 			e.errB = "no workload " + n
 		}
-		if w, ok := invOf(msA).Workload(n); ok && ba != nil {
+		if w, ok := invA.Workload(n); ok && ba != nil {
 			e.tags = peerTags(w, destination, port)
 			e.a, e.aOK = ba.Intern(e.tags), true
 		} else {
@@ -648,26 +587,19 @@ func endsOf(names []string, msB, msA *meshState, bb, ba *Bulk, destination bool,
 }
 
 // observedEnd resolves an observed endpoint on both snapshots.
-func observedEnd(ep inventory.Endpoint, msB, msA *meshState, bb, ba *Bulk, mesh string, destination bool, port uint32, reg *inventory.Registry) impactEnd {
+func observedEnd(ep inventory.Endpoint, s, after *engine.Snapshot, bb, ba *Bulk, mesh string, destination bool, port uint32, reg *inventory.Registry) impactEnd {
 	e := impactEnd{ep: ep}
-	if r, err := resolveEndpoint(msB, mesh, &ep, destination, port, reg, false); err == nil && bb != nil {
-		e.tags = r.Tags
-		e.b, e.bOK = bb.Intern(r.Tags), true
+	if tags, err := s.EndpointTags(mesh, &ep, destination, port, reg); err == nil && bb != nil {
+		e.tags = tags
+		e.b, e.bOK = bb.Intern(tags), true
 	} else if err != nil {
 		e.errB = err.Error()
 	}
-	if r, err := resolveEndpoint(msA, mesh, &ep, destination, port, reg, false); err == nil && ba != nil {
-		e.tags = r.Tags
-		e.a, e.aOK = ba.Intern(r.Tags), true
+	if tags, err := after.EndpointTags(mesh, &ep, destination, port, reg); err == nil && ba != nil {
+		e.tags = tags
+		e.a, e.aOK = ba.Intern(tags), true
 	} else if err != nil {
 		e.errA = err.Error()
 	}
 	return e
-}
-
-func invOf(ms *meshState) *inventory.Inventory {
-	if ms == nil {
-		return nil
-	}
-	return ms.inv
 }

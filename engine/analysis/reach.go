@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // Reach and Matrix (docs/analysis.md): who can reach an endpoint, what it can
 // reach, and the allowed pairs among workloads — answered by the bulk
@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -30,7 +31,7 @@ type ReachRequest struct {
 
 // Validate checks the request's fields; the error is a *ValidationError.
 func (r *ReachRequest) Validate() error {
-	q := Request{Mesh: r.Mesh, Type: r.Type, Protocol: r.Protocol, Port: r.Port, SourceEndpoint: &r.Endpoint}
+	q := engine.Request{Mesh: r.Mesh, Type: r.Type, Protocol: r.Protocol, Port: r.Port, SourceEndpoint: &r.Endpoint}
 	return q.Validate()
 }
 
@@ -43,8 +44,8 @@ type ReachEntry struct {
 	Identity uint64
 	Tags     resource.Tags
 	Outside  Outside
-	Outbound SideDecision
-	Inbound  SideDecision
+	Outbound engine.SideDecision
+	Inbound  engine.SideDecision
 }
 
 // ReachAnswer is Reach's answer at one revision.
@@ -59,36 +60,38 @@ type ReachAnswer struct {
 	Decisions int
 }
 
-// Reach answers req: every valid workload of the mesh whose flow with the
-// endpoint Decide allows, then the allowed classes of addresses and
+// Reach answers req on s: every valid workload of the mesh whose flow with
+// the endpoint Decide allows, then the allowed classes of addresses and
 // principals outside the inventory. It fails as Decide does for the
-// endpoint (ErrMeshNotFound, ErrTypeNotFound, ErrEndpointNotFound, ...).
-func (s *Snapshot) Reach(req *ReachRequest) (*ReachAnswer, error) {
+// endpoint (engine.ErrMeshNotFound, engine.ErrTypeNotFound,
+// inventory.ErrEndpointNotFound, ...).
+func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := s.Bulk(req.Mesh, req.Type)
+	b, err := NewBulk(s, req.Mesh, req.Type)
 	if err != nil {
 		return nil, err
 	}
-	ms := b.ms
-	res, err := resolveEndpoint(ms, b.mesh, &req.Endpoint, req.Destination, req.Port, req.Registry, true)
+	res, err := s.ResolveEndpoint(b.mesh, &req.Endpoint, req.Destination, req.Port, req.Registry)
 	if err != nil {
 		return nil, err
 	}
-	ans := &ReachAnswer{Revision: s.revision, Endpoint: res}
+	ans := &ReachAnswer{Revision: s.Revision(), Endpoint: res}
 	fixed := b.Intern(res.Tags)
-	decide := func(peer ClassID) *Decision {
+	decide := func(peer ClassID) *engine.Decision {
 		if req.Destination {
 			return b.Decide(peer, fixed, req.Protocol, req.Port)
 		}
 		return b.Decide(fixed, peer, req.Protocol, req.Port)
 	}
-	workloads := workloadsOf
+	var workloads []*inventory.WorkloadEntry
 	if b.base != nil {
-		workloads = func(*meshState) []*inventory.WorkloadEntry { return b.base.workloads }
+		workloads = b.base.workloads
+	} else {
+		workloads = workloadsOf(b.p.Inventory())
 	}
-	for i, w := range workloads(ms) {
+	for i, w := range workloads {
 		var c ClassID
 		var tags resource.Tags
 		if b.base != nil {
@@ -104,7 +107,7 @@ func (s *Snapshot) Reach(req *ReachRequest) (*ReachAnswer, error) {
 		ans.Entries = append(ans.Entries, ReachEntry{Workload: w.Workload.Name, Identity: tagsIdentity(b.mesh, w, tags),
 			Tags: tags, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)})
 	}
-	out, notes := b.reachOutside(ms, !req.Destination, req.Port, decide)
+	out, notes := b.reachOutside(s, !req.Destination, req.Port, decide)
 	ans.Entries = append(ans.Entries, out...)
 	ans.Notes = notes
 	ans.Decisions = b.Decisions()
@@ -112,18 +115,18 @@ func (s *Snapshot) Reach(req *ReachRequest) (*ReachAnswer, error) {
 }
 
 // sideOnly is a side without its conf (an analysis answer names policies).
-func sideOnly(sd SideDecision) SideDecision {
+func sideOnly(sd engine.SideDecision) engine.SideDecision {
 	sd.Conf = nil
 	return sd
 }
 
-// workloadsOf lists the valid workloads of a mesh by name.
-func workloadsOf(ms *meshState) []*inventory.WorkloadEntry {
-	if ms == nil || ms.inv == nil {
+// workloadsOf lists the valid workloads of an inventory (nil: none) by name.
+func workloadsOf(inv *inventory.Inventory) []*inventory.WorkloadEntry {
+	if inv == nil {
 		return nil
 	}
 	var out []*inventory.WorkloadEntry
-	ms.inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
+	inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
 		if e.Err == "" {
 			out = append(out, e)
 		}
@@ -151,11 +154,11 @@ func tagsIdentity(mesh string, e *inventory.WorkloadEntry, tags resource.Tags) u
 }
 
 // sameSides reports whether two answers agree on both sides (confs aside).
-func sameSides(a, b *Decision) bool {
+func sameSides(a, b *engine.Decision) bool {
 	return a.Action == b.Action && sameSide(a.Outbound, b.Outbound) && sameSide(a.Inbound, b.Inbound)
 }
 
-func sameSide(a, b SideDecision) bool {
+func sameSide(a, b engine.SideDecision) bool {
 	return a.Action == b.Action && a.Policy == b.Policy && a.Scope == b.Scope && a.Rule == b.Rule && a.Reason == b.Reason
 }
 
@@ -164,15 +167,15 @@ func sameSide(a, b SideDecision) bool {
 // blocks (one Any entry when every outside address is allowed alike), and
 // allowed principal patterns with the more specific ones answered
 // otherwise.
-func (b *Bulk) reachOutside(ms *meshState, peerDst bool, port uint32, decide func(ClassID) *Decision) ([]ReachEntry, []string) {
+func (b *Bulk) reachOutside(s *engine.Snapshot, peerDst bool, port uint32, decide func(ClassID) *engine.Decision) ([]ReachEntry, []string) {
 	classes, notes := b.outsideClasses()
-	answers := make([]*Decision, len(classes))
+	answers := make([]*engine.Decision, len(classes))
 	for i := range classes {
-		r, err := resolveEndpoint(ms, b.mesh, &classes[i].rep, peerDst, port, nil, false)
+		tags, err := s.EndpointTags(b.mesh, &classes[i].rep, peerDst, port, nil)
 		if err != nil {
 			continue
 		}
-		answers[i] = decide(b.Intern(r.Tags))
+		answers[i] = decide(b.Intern(tags))
 	}
 	var out []ReachEntry
 	// Addresses: runs of adjacent ranges answered alike.
@@ -243,11 +246,11 @@ func (b *Bulk) underPattern(id string, c outsideClass) bool {
 		return false
 	}
 	if strings.HasSuffix(c.pattern, "*/*") {
-		_, kuma := kumaSpiffeService(b.mesh, id)
+		_, kuma := inventory.KumaSpiffeService(b.mesh, id)
 		return !kuma
 	}
 	if _, _, kumaPrefix := b.principalSets(); strings.HasPrefix(c.prefix, kumaPrefix) {
-		_, kuma := kumaSpiffeService(b.mesh, id)
+		_, kuma := inventory.KumaSpiffeService(b.mesh, id)
 		return kuma
 	}
 	return true
@@ -269,10 +272,10 @@ type MatrixEntry struct {
 	Source, Destination                 string
 	SourceIdentity, DestinationIdentity uint64
 	Class                               FlowClass
-	Outbound, Inbound                   SideDecision
+	Outbound, Inbound                   engine.SideDecision
 }
 
-// Matrix calls emit for every allowed pair, by source name, destination
+// Matrix calls emit for every allowed pair of s, by source name, destination
 // name and class, until emit returns false. It returns the revision
 // answered at and the decisions made.
 //
@@ -280,12 +283,12 @@ type MatrixEntry struct {
 // destinations by their classes on every class of flows (port tags aside,
 // one); each pair of groups is decided on every class of flows at once
 // (DecidePorts), for the groups of one source at a time.
-func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int64, int, error) {
-	q := Request{Mesh: req.Mesh, Type: req.Type}
+func Matrix(s *engine.Snapshot, req *MatrixRequest, emit func(MatrixEntry) bool) (int64, int, error) {
+	q := engine.Request{Mesh: req.Mesh, Type: req.Type}
 	if err := q.Validate(); err != nil {
 		return 0, 0, err
 	}
-	b, err := s.Bulk(req.Mesh, req.Type)
+	b, err := NewBulk(s, req.Mesh, req.Type)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -297,7 +300,7 @@ func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int6
 	if b.base != nil {
 		all = b.base.workloads
 	} else {
-		all = workloadsOf(b.ms)
+		all = workloadsOf(b.p.Inventory())
 	}
 	pick := func(sel *resource.Selector) []*inventory.WorkloadEntry {
 		if sel == nil {
@@ -358,7 +361,7 @@ func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int6
 	}
 	// The decisions of the current source's class against every group, by
 	// class of flows.
-	decided := make([]Decision, len(groups)*len(classes))
+	decided := make([]engine.Decision, len(groups)*len(classes))
 	cur := ClassID(-1)
 	var runs []int    // start of each run of classes with one destination class
 	var dcs []ClassID // the destination class of each run
@@ -398,12 +401,12 @@ func (s *Snapshot) Matrix(req *MatrixRequest, emit func(MatrixEntry) bool) (int6
 				e := MatrixEntry{Source: sw.Workload.Name, Destination: dw.Workload.Name, SourceIdentity: sw.ID,
 					DestinationIdentity: id, Class: c, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)}
 				if !emit(e) {
-					return s.revision, b.Decisions(), nil
+					return s.Revision(), b.Decisions(), nil
 				}
 			}
 		}
 	}
-	return s.revision, b.Decisions(), nil
+	return s.Revision(), b.Decisions(), nil
 }
 
 // String is the entry as one line.

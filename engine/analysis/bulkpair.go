@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // One pair of classes on many classes of flows (Matrix, Impact's pairs): a
 // decision reads the protocol and port only through the rules whose ports
@@ -10,7 +10,7 @@ package engine
 import (
 	"slices"
 
-	"github.com/verdictpdp/verdict/engine/internal/index"
+	"github.com/verdictpdp/verdict/engine"
 )
 
 // pairScan is the state DecidePorts keeps between calls.
@@ -30,33 +30,23 @@ type pairScan struct {
 // classes into out (len(classes)): out[i] is Decide's answer for every flow
 // between tag sets of those classes on a protocol and port of classes[i].
 // It is Decide for each class, sharing what the pair's flows share.
-func (b *Bulk) DecidePorts(src, dst ClassID, classes []FlowClass, out []Decision) {
+func (b *Bulk) DecidePorts(src, dst ClassID, classes []FlowClass, out []engine.Decision) {
 	b.decisions += len(classes)
-	if b.closed {
-		for i := range out {
-			out[i] = closedDecision(b.s.revision, false)
-		}
-		return
+	pair := b.p.Pair(b.tags[src], b.tags[dst])
+	defer pair.Release()
+	var scan *bulkScan
+	if !b.closed {
+		scan = b.preparePair(src, dst, classes)
 	}
-	ms := b.ms
-	f := index.Flow{Src: b.tags[src], Dst: b.tags[dst]}
-	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
-	nScopes := ms.scopes.size()
-	sc.reset(nScopes)
-	if nScopes > 0 {
-		sc.computeMembers(ms.scopes, 0, f.Src)
-		sc.computeMembers(ms.scopes, 1, f.Dst)
+	var pre engine.Prefilter
+	if scan != nil {
+		pre = scan
 	}
-	ts, _ := ms.types.Get(b.typ)
-	set := ms.settings.forType(b.typ)
-	scan := b.preparePair(src, dst, classes)
 	// Without PerDestination, the port is read through the masks alone.
-	share := !set.perDestination
+	share := !b.p.Settings().PerDestination && !b.closed
 	ps := &b.pair
 	ps.seen, ps.buf = ps.seen[:0], ps.buf[:0]
 	for i, c := range classes {
-		f.Proto, f.Port = c.Protocol, c.Port
 		if scan != nil {
 			for l := range scan.lists {
 				scan.lists[l].port = ps.ports[i][l]
@@ -68,28 +58,15 @@ func (b *Bulk) DecidePorts(src, dst ClassID, classes []FlowClass, out []Decision
 				continue
 			}
 		}
-		d := &out[i]
-		*d = Decision{}
-		sc.bulk = scan
-		var found picks
-		ms.decideView(ts, b.typ, set, &f, sc, false, &found, d)
-		if ms.scopes.audit || ts.audited() {
-			ms.decideShadow(ts, b.typ, set, &f, sc, &found, d)
-		}
-		sc.bulk = nil
-		d.Revision = b.s.revision
+		pair.Decide(c.Protocol, c.Port, pre, &out[i])
 	}
 }
 
 // preparePair sets b.scan to the pair's masks (both ends the AND of the
 // two), and the port masks of classes; nil when the partition has no rule.
 func (b *Bulk) preparePair(src, dst ClassID, classes []FlowClass) *bulkScan {
-	if b.ts == nil || b.ts.rules.Size+b.ts.audit.rules.Size == 0 {
+	if !b.buildBits() {
 		return nil
-	}
-	if !b.bitsOK {
-		b.bits = [2]*ruleBits{newRuleBits(b.ts.rules), newRuleBits(b.ts.audit.rules)}
-		b.bitsOK = true
 	}
 	ps := &b.pair
 	if len(ps.classes) != len(classes) || len(classes) > 0 && &ps.classes[0] != &classes[0] {

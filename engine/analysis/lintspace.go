@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // The space lint reasons over (docs/lint.md, "Exact over every tag set"):
 // every flow of a partition, not only the inventory's. A decision reads a
@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -213,11 +214,11 @@ type portSpace struct {
 	full classSet
 }
 
-func newPortSpace(ts *typeState) *portSpace {
+func newPortSpace(p *engine.Partition, policies bool) *portSpace {
 	cuts := map[uint32]bool{1: true}
-	if ts != nil {
-		ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-			for _, e := range cp.p.Ports {
+	if policies {
+		for pv := range p.Policies() {
+			for _, e := range pv.Doc.Ports {
 				ranges := e.Ranges
 				if ranges == nil && e.Ports != "" {
 					ranges, _ = resource.ParsePortRanges(e.Ports)
@@ -229,8 +230,7 @@ func newPortSpace(ts *typeState) *portSpace {
 					}
 				}
 			}
-			return true
-		})
+		}
 	}
 	points := make([]uint32, 0, len(cuts))
 	for p := range cuts {
@@ -276,14 +276,16 @@ func (sp *space) dims() int { return 2*len(sp.keys) + 1 }
 
 func (sp *space) portDim() int { return 2 * len(sp.keys) }
 
-func newSpace(ms *meshState, ts *typeState) *space {
-	conds := conditionsOf(ms, ts)
+// newSpace is the space of a partition's flows: those its scopes' and, with
+// policies, its policies' selectors and ports tell apart.
+func newSpace(p *engine.Partition, policies bool) *space {
+	conds := conditionsOf(p, policies)
 	keys := make([]string, 0, len(conds))
 	for k := range conds {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	sp := &space{byKey: map[string]int{}, ports: newPortSpace(ts)}
+	sp := &space{byKey: map[string]int{}, ports: newPortSpace(p, policies)}
 	for _, k := range keys {
 		sp.byKey[k] = len(sp.keys)
 		sp.keys = append(sp.keys, newKeySpace(k, conds[k]))

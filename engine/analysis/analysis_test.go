@@ -1,4 +1,4 @@
-package engine_test
+package analysis_test
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
+	"github.com/verdictpdp/verdict/engine/internal/worldgen"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -27,14 +29,14 @@ type analysisWorld struct {
 	snap      *engine.Snapshot
 }
 
-func newAnalysisWorld(c *choices) *analysisWorld {
-	w := &analysisWorld{policies: genWorld(c)}
-	inv := genInventory(c)
+func newAnalysisWorld(c *worldgen.Choices) *analysisWorld {
+	w := &analysisWorld{policies: worldgen.World(c)}
+	inv := worldgen.Inventory(c)
 	w.resources = append([]resource.Resource{}, w.policies...)
 	for _, m := range inv {
-		w.resources = append(w.resources, m.w)
-		if m.valid {
-			w.workloads = append(w.workloads, m.w.Name)
+		w.resources = append(w.resources, m.W)
+		if m.Valid {
+			w.workloads = append(w.workloads, m.W.Name)
 		}
 	}
 	w.snap = engine.Build(int64(len(inv)+1), w.resources)
@@ -58,10 +60,10 @@ func decideEP(t *testing.T, s *engine.Snapshot, typ string, src, dst inventory.E
 
 // portsOf returns the ports to probe a class with: its own and another of
 // its range.
-func portsOf(c *choices, cl engine.FlowClass) []uint32 {
+func portsOf(c *worldgen.Choices, cl analysis.FlowClass) []uint32 {
 	out := []uint32{cl.Port}
 	if cl.Hi > cl.Lo {
-		out = append(out, cl.Lo+uint32(c.n(int(min(cl.Hi-cl.Lo, 5000))))+1)
+		out = append(out, cl.Lo+uint32(c.N(int(min(cl.Hi-cl.Lo, 5000))))+1)
 	}
 	return out
 }
@@ -99,7 +101,7 @@ func principalMatches(pattern, id, mesh string) bool {
 
 // covering returns the entry of a reach answer that covers an outside
 // endpoint, if any.
-func covering(entries []engine.ReachEntry, ep inventory.Endpoint) (engine.ReachEntry, bool) {
+func covering(entries []analysis.ReachEntry, ep inventory.Endpoint) (analysis.ReachEntry, bool) {
 	for _, e := range entries {
 		switch {
 		case e.Workload != "":
@@ -123,12 +125,12 @@ func covering(entries []engine.ReachEntry, ep inventory.Endpoint) (engine.ReachE
 			}
 		}
 	}
-	return engine.ReachEntry{}, false
+	return analysis.ReachEntry{}, false
 }
 
-func checkReach(t *testing.T, c *choices, w *analysisWorld, typ string, ep inventory.Endpoint, destination bool, proto resource.Protocol, port uint32) {
+func checkReach(t *testing.T, c *worldgen.Choices, w *analysisWorld, typ string, ep inventory.Endpoint, destination bool, proto resource.Protocol, port uint32) {
 	t.Helper()
-	got, err := w.snap.Reach(&engine.ReachRequest{Mesh: "m", Type: typ, Endpoint: ep, Destination: destination, Protocol: proto, Port: port})
+	got, err := analysis.Reach(w.snap, &analysis.ReachRequest{Mesh: "m", Type: typ, Endpoint: ep, Destination: destination, Protocol: proto, Port: port})
 	pair := func(peer inventory.Endpoint) (engine.Decision, error) {
 		if destination {
 			return decideEP(t, w.snap, typ, peer, ep, proto, port)
@@ -143,7 +145,7 @@ func checkReach(t *testing.T, c *choices, w *analysisWorld, typ string, ep inven
 		}
 		return
 	}
-	byName := map[string]engine.ReachEntry{}
+	byName := map[string]analysis.ReachEntry{}
 	for _, e := range got.Entries {
 		if e.Workload != "" {
 			byName[e.Workload] = e
@@ -170,7 +172,7 @@ func checkReach(t *testing.T, c *choices, w *analysisWorld, typ string, ep inven
 		probes = append(probes, inventory.Endpoint{Principal: p})
 	}
 	for i := 0; i < 8; i++ {
-		probes = append(probes, inventory.Endpoint{Address: fmt.Sprintf("10.0.%d.%d", c.n(3), c.n(256))})
+		probes = append(probes, inventory.Endpoint{Address: fmt.Sprintf("10.0.%d.%d", c.N(3), c.N(256))})
 	}
 	for _, e := range got.Entries {
 		if e.Outside.CIDR != "" {
@@ -192,7 +194,7 @@ func checkReach(t *testing.T, c *choices, w *analysisWorld, typ string, ep inven
 		e, covered := covering(got.Entries, p)
 		if covered != (d.Action == resource.Allow) {
 			t.Fatalf("%s %v (dst %v) %v %d: outside %v covered=%v (%v), Decide %+v\nentries %+v\nnotes %v\n%s", typ, ep, destination, proto, port,
-				p, covered, e.Outside, d, got.Entries, got.Notes, describe(w.resources))
+				p, covered, e.Outside, d, got.Entries, got.Notes, worldgen.Describe(w.resources))
 		}
 		if covered && !sidesEqual(engine.Decision{Action: resource.Allow, Outbound: e.Outbound, Inbound: e.Inbound}, d) {
 			t.Fatalf("outside %v: entry %v sides %+v / %+v, Decide %+v", p, e.Outside, e.Outbound, e.Inbound, d)
@@ -200,21 +202,21 @@ func checkReach(t *testing.T, c *choices, w *analysisWorld, typ string, ep inven
 	}
 }
 
-func checkMatrix(t *testing.T, c *choices, w *analysisWorld, typ string) {
+func checkMatrix(t *testing.T, c *worldgen.Choices, w *analysisWorld, typ string) {
 	t.Helper()
 	type key struct {
 		src, dst string
-		class    engine.FlowClass
+		class    analysis.FlowClass
 	}
-	got := map[key]engine.MatrixEntry{}
-	_, _, err := w.snap.Matrix(&engine.MatrixRequest{Mesh: "m", Type: typ}, func(e engine.MatrixEntry) bool {
+	got := map[key]analysis.MatrixEntry{}
+	_, _, err := analysis.Matrix(w.snap, &analysis.MatrixRequest{Mesh: "m", Type: typ}, func(e analysis.MatrixEntry) bool {
 		got[key{e.Source, e.Destination, e.Class}] = e
 		return true
 	})
 	if err != nil {
 		return
 	}
-	for _, cl := range engine.FlowClasses("m", typ, w.snap) {
+	for _, cl := range analysis.FlowClasses("m", typ, w.snap) {
 		for _, s := range w.workloads {
 			for _, d := range w.workloads {
 				e, listed := got[key{s, d, cl}]
@@ -236,23 +238,23 @@ func checkMatrix(t *testing.T, c *choices, w *analysisWorld, typ string) {
 }
 
 func checkAnalysis(t *testing.T, data []byte) {
-	c := newChoices(data)
+	c := worldgen.NewChoices(data)
 	w := newAnalysisWorld(c)
 	for _, typ := range analysisTypes {
-		classes := engine.FlowClasses("m", typ, w.snap)
+		classes := analysis.FlowClasses("m", typ, w.snap)
 		for i := 0; i < 4; i++ {
-			cl := classes[c.n(len(classes))]
-			port := portsOf(c, cl)[c.n(2)%len(portsOf(c, cl))]
+			cl := classes[c.N(len(classes))]
+			port := portsOf(c, cl)[c.N(2)%len(portsOf(c, cl))]
 			var ep inventory.Endpoint
 			switch {
-			case len(w.workloads) > 0 && c.chance(60):
-				ep = inventory.Endpoint{Workload: w.workloads[c.n(len(w.workloads))]}
-			case c.chance(50):
-				ep = inventory.Endpoint{Address: probeAddresses[c.n(len(probeAddresses))]}
+			case len(w.workloads) > 0 && c.Chance(60):
+				ep = inventory.Endpoint{Workload: w.workloads[c.N(len(w.workloads))]}
+			case c.Chance(50):
+				ep = inventory.Endpoint{Address: probeAddresses[c.N(len(probeAddresses))]}
 			default:
-				ep = inventory.Endpoint{Principal: probePrincipals[c.n(len(probePrincipals))]}
+				ep = inventory.Endpoint{Principal: probePrincipals[c.N(len(probePrincipals))]}
 			}
-			checkReach(t, c, w, typ, ep, c.chance(50), cl.Protocol, port)
+			checkReach(t, c, w, typ, ep, c.Chance(50), cl.Protocol, port)
 		}
 		checkMatrix(t, c, w, typ)
 	}
@@ -267,17 +269,17 @@ func TestAnalysisMatchesDecide(t *testing.T) {
 		n = 40
 	}
 	for _, forced := range []bool{false, true} {
-		engine.KeepMasks(forced)
+		analysis.KeepMasks(forced)
 		for i := 0; i < n; i++ {
-			checkAnalysis(t, seedBytes(5_000_000+i))
+			checkAnalysis(t, worldgen.SeedBytes(5_000_000+i))
 		}
 	}
-	engine.KeepMasks(false)
+	analysis.KeepMasks(false)
 }
 
 func FuzzAnalysisMatchesDecide(f *testing.F) {
 	for i := 0; i < 10; i++ {
-		f.Add(seedBytes(5_100_000 + i))
+		f.Add(worldgen.SeedBytes(5_100_000 + i))
 	}
 	f.Fuzz(checkAnalysis)
 }
@@ -285,8 +287,8 @@ func FuzzAnalysisMatchesDecide(f *testing.F) {
 // genChange proposes a change to a world: a policy rewritten, added or
 // deleted, now and then a scope or the mesh, and returns the puts and
 // deletes with the resources as they would be after it.
-func genChange(c *choices, w *analysisWorld, rev int64) ([]resource.Resource, []resource.Key, []resource.Resource) {
-	fresh := genWorld(c) // a pool of policies and scopes to draw from
+func genChange(c *worldgen.Choices, w *analysisWorld, rev int64) ([]resource.Resource, []resource.Key, []resource.Resource) {
+	fresh := worldgen.World(c) // a pool of policies and scopes to draw from
 	var puts []resource.Resource
 	var deletes []resource.Key
 	after := append([]resource.Resource{}, w.resources...)
@@ -306,18 +308,18 @@ func genChange(c *choices, w *analysisWorld, rev int64) ([]resource.Resource, []
 		}
 		return -1
 	}
-	for n := 1 + c.n(2); n > 0; n-- {
+	for n := 1 + c.N(2); n > 0; n-- {
 		var candidates []resource.Resource
 		for _, r := range fresh {
-			if _, isMesh := r.(*resource.Mesh); !isMesh || c.chance(20) {
-				if _, isScope := r.(*resource.Scope); !isScope || c.chance(30) {
+			if _, isMesh := r.(*resource.Mesh); !isMesh || c.Chance(20) {
+				if _, isScope := r.(*resource.Scope); !isScope || c.Chance(30) {
 					candidates = append(candidates, r)
 				}
 			}
 		}
 		switch {
-		case len(w.policies) > 0 && c.chance(25):
-			r := w.policies[c.n(len(w.policies))]
+		case len(w.policies) > 0 && c.Chance(25):
+			r := w.policies[c.N(len(w.policies))]
 			if _, ok := r.(*resource.Policy); !ok {
 				continue
 			}
@@ -326,7 +328,7 @@ func genChange(c *choices, w *analysisWorld, rev int64) ([]resource.Resource, []
 				after = append(after[:i], after[i+1:]...)
 			}
 		case len(candidates) > 0:
-			r := candidates[c.n(len(candidates))]
+			r := candidates[c.N(len(candidates))]
 			if containsKey(puts, r.Key()) || containsK(deletes, r.Key()) {
 				continue
 			}
@@ -366,30 +368,30 @@ func containsK(ks []resource.Key, k resource.Key) bool {
 }
 
 func checkImpact(t *testing.T, data []byte) {
-	c := newChoices(data)
+	c := worldgen.NewChoices(data)
 	w := newAnalysisWorld(c)
 	rev := w.snap.Revision() + 1
 	puts, deletes, afterRes := genChange(c, w, rev)
 	if err := w.snap.CheckApply(puts, deletes); err != nil {
-		if _, err := w.snap.Impact(&engine.ImpactRequest{Puts: puts, Deletes: deletes}); err == nil {
+		if _, err := analysis.Impact(w.snap, &analysis.ImpactRequest{Puts: puts, Deletes: deletes}); err == nil {
 			t.Fatal("Impact accepted a change CheckApply refuses")
 		}
 		return
 	}
 	after := engine.Build(rev, afterRes)
-	var observed []engine.ObservedFlow
-	var inv []modelWorkload
+	var observed []analysis.ObservedFlow
+	var inv []worldgen.Workload
 	for _, r := range w.resources {
 		if wl, ok := r.(*resource.Workload); ok {
-			inv = append(inv, modelWorkload{w: wl})
+			inv = append(inv, worldgen.Workload{W: wl})
 		}
 	}
 	for i := 0; i < 20; i++ {
-		req := genRequest(c)
-		observed = append(observed, engine.ObservedFlow{Mesh: "m", Type: req.Type, Source: genEndpoint(c, inv), Destination: genEndpoint(c, inv),
+		req := worldgen.Request(c)
+		observed = append(observed, analysis.ObservedFlow{Mesh: "m", Type: req.Type, Source: worldgen.Endpoint(c, inv), Destination: worldgen.Endpoint(c, inv),
 			Protocol: req.Protocol, Port: req.Port, Count: uint64(1 + i)})
 	}
-	got, err := w.snap.Impact(&engine.ImpactRequest{Puts: puts, Deletes: deletes, Flows: observed})
+	got, err := analysis.Impact(w.snap, &analysis.ImpactRequest{Puts: puts, Deletes: deletes, Flows: observed})
 	if err != nil {
 		t.Fatalf("Impact: %v", err)
 	}
@@ -399,7 +401,7 @@ func checkImpact(t *testing.T, data []byte) {
 		port          uint32
 		observed      bool
 	}
-	listed := map[key]engine.ImpactChange{}
+	listed := map[key]analysis.ImpactChange{}
 	for _, ch := range got.Changes {
 		k := key{ch.Type, fmt.Sprint(ch.Source), fmt.Sprint(ch.Destination), ch.Class.Protocol, ch.Class.Port, ch.Observed}
 		listed[k] = ch
@@ -430,8 +432,8 @@ func checkImpact(t *testing.T, data []byte) {
 		})
 	}
 	for _, typ := range analysisTypes {
-		_, errB := w.snap.Bulk("m", typ)
-		_, errA := after.Bulk("m", typ)
+		_, errB := analysis.NewBulk(w.snap, "m", typ)
+		_, errA := analysis.NewBulk(after, "m", typ)
 		if errB != nil && errA != nil {
 			continue
 		}
@@ -439,7 +441,7 @@ func checkImpact(t *testing.T, data []byte) {
 		for _, ch := range got.Changes {
 			touched = touched || ch.Type == typ
 		}
-		for _, cl := range engine.FlowClasses("m", typ, w.snap, after) {
+		for _, cl := range analysis.FlowClasses("m", typ, w.snap, after) {
 			for s := range names {
 				for d := range names {
 					src, dst := inventory.Endpoint{Workload: s}, inventory.Endpoint{Workload: d}
@@ -449,7 +451,7 @@ func checkImpact(t *testing.T, data []byte) {
 						ch, ok := listed[key{typ, fmt.Sprint(src), fmt.Sprint(dst), cl.Protocol, cl.Port, false}]
 						if ok != changed(b, a, bok, aok) {
 							t.Fatalf("impact %s %s->%s %v port %d: listed=%v; before %+v (%v), after %+v (%v)\nputs %s\ndeletes %v\nworld %s",
-								typ, s, d, cl, port, ok, b, bok, a, aok, describe(puts), deletes, describe(w.resources))
+								typ, s, d, cl, port, ok, b, bok, a, aok, worldgen.Describe(puts), deletes, worldgen.Describe(w.resources))
 						}
 						if ok && (bok && !sidesEqual(ch.Before, b) || aok && !sidesEqual(ch.After, a)) {
 							t.Fatalf("impact %s %s->%s %v: listed %+v -> %+v; Decide %+v -> %+v", typ, s, d, cl, ch.Before, ch.After, b, a)
@@ -465,7 +467,7 @@ func checkImpact(t *testing.T, data []byte) {
 		a, aok := answer(after, o.Type, o.Source, o.Destination, o.Protocol, o.Port)
 		_, ok := listed[key{o.Type, fmt.Sprint(o.Source), fmt.Sprint(o.Destination), o.Protocol, o.Port, true}]
 		if ok != changed(b, a, bok, aok) {
-			t.Fatalf("observed %+v: listed=%v; before %+v (%v), after %+v (%v)\nputs %s\ndeletes %v", o, ok, b, bok, a, aok, describe(puts), deletes)
+			t.Fatalf("observed %+v: listed=%v; before %+v (%v), after %+v (%v)\nputs %s\ndeletes %v", o, ok, b, bok, a, aok, worldgen.Describe(puts), deletes)
 		}
 	}
 }
@@ -480,13 +482,13 @@ func TestImpactMatchesDecide(t *testing.T) {
 		n = 40
 	}
 	for i := 0; i < n; i++ {
-		checkImpact(t, seedBytes(6_000_000+i))
+		checkImpact(t, worldgen.SeedBytes(6_000_000+i))
 	}
 }
 
 func FuzzImpactMatchesDecide(f *testing.F) {
 	for i := 0; i < 10; i++ {
-		f.Add(seedBytes(6_100_000 + i))
+		f.Add(worldgen.SeedBytes(6_100_000 + i))
 	}
 	f.Fuzz(checkImpact)
 }

@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // Endpoints outside the inventory (docs/analysis.md, "Outside"): an address
 // no workload holds resolves to {ip: ADDR}, a principal no workload holds to
@@ -118,10 +118,7 @@ func (b *Bulk) outsideClasses() ([]outsideClass, []string) {
 	if b.outside != nil || b.outsideNotes != nil {
 		return b.outside, b.outsideNotes
 	}
-	var inv *inventory.Inventory
-	if b.ms != nil {
-		inv = b.ms.inv
-	}
+	inv := b.p.Inventory()
 	atoms, notes := addressAtoms(b.conds[resource.IPTag], func(a netip.Addr) bool {
 		_, held := inv.Owner(a.String())
 		return held
@@ -343,7 +340,7 @@ func (b *Bulk) principalPattern(id string) string {
 		}
 	}
 	if strings.HasPrefix(longest, kuma) {
-		if _, ok := kumaSpiffeService(b.mesh, id); !ok {
+		if _, ok := inventory.KumaSpiffeService(b.mesh, id); !ok {
 			return longest + "*/*"
 		}
 	}

@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // Lint (docs/lint.md): the rules that can never decide a flow, the rules
 // whose removal changes no answer, the ties only the tie-break orders, the
@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -96,7 +97,7 @@ type Witness struct {
 	// Side is the side the finding concerns: "outbound" or "inbound".
 	Side string
 	// Decided is Decide's answer on that side.
-	Decided SideDecision
+	Decided engine.SideDecision
 	// Workloads are inventory workloads the witness stands for (overlapping
 	// scopes: the workloads in both), when there are some.
 	Workloads []string
@@ -171,24 +172,23 @@ func (a *LintAnswer) Errors() bool {
 // defaultLintBudget is how many boxes the search of one rule may visit.
 const defaultLintBudget = 4096
 
-// Lint answers req (see the file comment). It fails with ErrMeshNotFound
-// for a named mesh that holds no resource, ErrTypeNotFound for a named type
-// the mesh does not know, and with CheckApply's validation error for a
-// change Apply would refuse.
-func (s *Snapshot) Lint(req *LintRequest) (*LintAnswer, error) {
+// Lint answers req on s (see the file comment). It fails with
+// engine.ErrMeshNotFound for a named mesh that holds no resource,
+// engine.ErrTypeNotFound for a named type the mesh does not know, and with
+// CheckApply's validation error for a change Apply would refuse.
+func Lint(s *engine.Snapshot, req *LintRequest) (*LintAnswer, error) {
 	if len(req.Puts) == 0 && len(req.Deletes) == 0 {
-		return s.lint(req)
+		return lint(s, req)
 	}
-	changes, err := s.checkApply(req.Puts, req.Deletes)
+	after, _, err := s.Preview(req.Puts, req.Deletes)
 	if err != nil {
 		return nil, err
 	}
-	after := s.Apply(s.revision+1, slices.Clone(changes))
-	ans, err := after.lint(req)
+	ans, err := lint(after, req)
 	if err != nil {
 		return nil, err
 	}
-	before, err := s.lint(req)
+	before, err := lint(s, req)
 	if err != nil {
 		before = &LintAnswer{} // the change creates the mesh or the type
 	}
@@ -199,7 +199,7 @@ func (s *Snapshot) Lint(req *LintRequest) (*LintAnswer, error) {
 	for i := range ans.Findings {
 		ans.Findings[i].Introduced = !had[ans.Findings[i].identity()]
 	}
-	ans.Revision = s.revision
+	ans.Revision = s.Revision()
 	return ans, nil
 }
 
@@ -216,42 +216,39 @@ func (f *Finding) identity() string {
 	return b.String()
 }
 
-func (s *Snapshot) lint(req *LintRequest) (*LintAnswer, error) {
-	ans := &LintAnswer{Revision: s.revision}
-	var meshes []string
+func lint(s *engine.Snapshot, req *LintRequest) (*LintAnswer, error) {
+	ans := &LintAnswer{Revision: s.Revision()}
+	meshes := s.Meshes()
 	if req.Mesh != "" {
-		if _, ok := s.meshes.Get(req.Mesh); !ok {
-			return nil, errNoMesh(req.Mesh)
+		if !slices.Contains(meshes, req.Mesh) {
+			return nil, fmt.Errorf("%w: %q holds no resource", engine.ErrMeshNotFound, req.Mesh)
 		}
 		meshes = []string{req.Mesh}
-	} else {
-		s.meshes.Range(func(name string, _ *meshState) bool {
-			meshes = append(meshes, name)
-			return true
-		})
-		slices.Sort(meshes)
 	}
 	budget := req.Budget
 	if budget <= 0 {
 		budget = defaultLintBudget
 	}
 	for _, mesh := range meshes {
-		ms, _ := s.meshes.Get(mesh)
-		types := ms.knownTypes()
+		types := s.KnownTypes(mesh)
 		if req.Type != "" {
-			if err := ms.checkType(req.Type); err != nil {
+			types = []string{req.Type}
+		}
+		if req.Type == "" {
+			// The scopes are the mesh's: any partition of it shows them.
+			if p, err := s.Partition(mesh, resource.DefaultType); err == nil {
+				lintScopes(p, ans)
+			}
+		}
+		for _, typ := range types {
+			p, err := s.Partition(mesh, typ)
+			if err != nil {
 				if req.Mesh != "" {
 					return nil, err
 				}
 				continue
 			}
-			types = []string{req.Type}
-		}
-		if req.Type == "" {
-			s.lintScopes(ms, ans)
-		}
-		for _, typ := range types {
-			s.lintPartition(ms, typ, budget, req.proofs, ans)
+			lintPartition(p, budget, req.proofs, ans)
 		}
 	}
 	slices.SortStableFunc(ans.Findings, func(a, b Finding) int {
@@ -270,27 +267,26 @@ func (s *Snapshot) lint(req *LintRequest) (*LintAnswer, error) {
 }
 
 // lintPartition adds the findings of one (mesh, type).
-func (s *Snapshot) lintPartition(ms *meshState, typ string, budget int, proofs *[]LintProof, ans *LintAnswer) {
-	where := ms.name + "/" + typ
-	if s.closedByType(ms.name, ms, typ) != nil {
+func lintPartition(p *engine.Partition, budget int, proofs *[]LintProof, ans *LintAnswer) {
+	where := p.Mesh() + "/" + p.Type()
+	if p.Closed() {
 		ans.Notes = append(ans.Notes, where+": not analyzed: an invalid stored resource closes it")
 		return
 	}
-	ts, _ := ms.types.Get(typ)
-	if ts == nil {
+	rules := p.Rules(false)
+	if rules == nil {
+		return // no policy of the type
+	}
+	lintDead(p, ans)
+	lintAudit(p, ans)
+	if rules.Size == 0 {
 		return
 	}
-	s.lintDead(ms, ts, ans)
-	s.lintAudit(ms, ts, typ, ans)
-	if ts.rules == nil || ts.rules.Size == 0 {
-		return
-	}
-	set := ms.settings.forType(typ)
-	if set.perDestination {
+	if p.Settings().PerDestination {
 		ans.Notes = append(ans.Notes, where+": rules not analyzed: select PerDestination chooses one policy per inbound (docs/lint.md)")
 		return
 	}
-	lp := newLintPart(s, ms, ts, typ, set, budget)
+	lp := newLintPart(p, budget)
 	lp.proofs = proofs
 	lp.run(ans)
 }

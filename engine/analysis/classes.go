@@ -1,9 +1,10 @@
-package engine
+package analysis
 
 import (
 	"net/netip"
 	"strings"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -54,9 +55,9 @@ func boolByte(b bool) byte {
 }
 
 // conditionsOf collects, per tag key, the conditions of every selector the
-// decisions of a partition read: the mesh's scopes and the type's policies
-// (sources, destinations, targetRefs, items).
-func conditionsOf(ms *meshState, ts *typeState) map[string]*keyConds {
+// decisions of a partition read: the mesh's scopes and, with policies, the
+// type's policies (sources, destinations, targetRefs, items).
+func conditionsOf(p *engine.Partition, policies bool) map[string]*keyConds {
 	out := map[string]*keyConds{}
 	add := func(s *resource.Selector) {
 		if s == nil {
@@ -86,19 +87,17 @@ func conditionsOf(ms *meshState, ts *typeState) map[string]*keyConds {
 			}
 		}
 	}
-	ms.scopeDocs.Range(func(_ string, s *resource.Scope) bool {
-		for i := range s.Selectors {
-			add(&s.Selectors[i])
+	for _, sv := range p.Scopes() {
+		for i := range sv.Doc.Selectors {
+			add(&sv.Doc.Selectors[i])
 		}
-		return true
-	})
-	if ts != nil {
-		ts.policies.Range(func(_ string, cp *compiledPolicy) bool {
-			for _, s := range policySelectors(cp.p) {
+	}
+	if policies {
+		for pv := range p.Policies() {
+			for _, s := range policySelectors(pv.Doc) {
 				add(s)
 			}
-			return true
-		})
+		}
 	}
 	return out
 }

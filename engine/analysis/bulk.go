@@ -1,4 +1,4 @@
-package engine
+package analysis
 
 // Bulk evaluation (docs/analysis.md): many flows of one mesh and type decided
 // against one snapshot, the work they share done once. Reach, Matrix and
@@ -32,6 +32,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -39,16 +40,14 @@ import (
 // Bulk decides flows of one mesh and type against one snapshot. It is not
 // safe for concurrent use; its answers are shared (do not modify them).
 type Bulk struct {
-	s         *Snapshot
-	ms        *meshState
-	ts        *typeState
+	p         *engine.Partition
 	mesh, typ string
 	closed    bool      // an invalid stored resource closes the partition
 	base      *bulkBase // the partition's shared start (nil: closed)
 	conds     map[string]*keyConds
 	classes   map[string]int32
 	tags      []resource.Tags // per class, the tags it is decided on
-	answers   map[bulkKey]*Decision
+	answers   map[bulkKey]*engine.Decision
 	bits      [2]*ruleBits // the enforced and the audit rules in order; built on first need
 	bitsOK    bool
 	uses      [2]map[ClassID]int32 // per end, the decisions of each class
@@ -78,31 +77,22 @@ const keepAfter = 2
 // tests hold both ways to Decide).
 var keepAlways atomic.Bool
 
-// Bulk returns a bulk evaluator of mesh ("" = default) and typ (""
-// = TrafficPermission). It fails as Decide does: ErrMeshNotFound for a mesh
-// that holds no resource, ErrTypeNotFound for a type the mesh does not know.
-func (s *Snapshot) Bulk(mesh, typ string) (*Bulk, error) {
-	if mesh == "" {
-		mesh = resource.DefaultMesh
+// NewBulk returns a bulk evaluator of s's mesh ("" = default) and typ (""
+// = TrafficPermission). It fails as Decide does: engine.ErrMeshNotFound for
+// a mesh that holds no resource, engine.ErrTypeNotFound for a type the mesh
+// does not know.
+func NewBulk(s *engine.Snapshot, mesh, typ string) (*Bulk, error) {
+	p, err := s.Partition(mesh, typ)
+	if err != nil {
+		return nil, err
 	}
-	if typ == "" {
-		typ = resource.DefaultType
-	}
-	ms, ok := s.meshes.Get(mesh)
-	b := &Bulk{s: s, ms: ms, mesh: mesh, typ: typ, classes: map[string]int32{},
-		answers: map[bulkKey]*Decision{}, uses: [2]map[ClassID]int32{{}, {}}}
-	if s.closedByType(mesh, ms, typ) != nil {
+	b := &Bulk{p: p, mesh: p.Mesh(), typ: p.Type(), classes: map[string]int32{},
+		answers: map[bulkKey]*engine.Decision{}, uses: [2]map[ClassID]int32{{}, {}}}
+	if p.Closed() {
 		b.closed = true
 		return b, nil
 	}
-	if !ok {
-		return nil, errNoMesh(mesh)
-	}
-	if err := ms.checkType(typ); err != nil {
-		return nil, err
-	}
-	b.ts, _ = ms.types.Get(typ)
-	b.startFrom(s.base(mesh, typ, ms, b.ts))
+	b.startFrom(baseOf(p))
 	return b, nil
 }
 
@@ -156,25 +146,21 @@ func (b *Bulk) Tags(c ClassID) resource.Tags { return b.tags[c] }
 // Decide answers the flow from class src to class dst, deciding it once per
 // distinct (src, dst, proto, port). The answer is Decide's for any flow
 // between tag sets of those classes (its resolutions aside); it is shared.
-func (b *Bulk) Decide(src, dst ClassID, proto resource.Protocol, port uint32) *Decision {
+func (b *Bulk) Decide(src, dst ClassID, proto resource.Protocol, port uint32) *engine.Decision {
 	k := bulkKey{src, dst, proto, port}
 	if d, ok := b.answers[k]; ok {
 		return d
 	}
-	d := &Decision{}
+	d := &engine.Decision{}
 	b.decisions++
-	if b.closed {
-		*d = closedDecision(b.s.revision, false)
-		b.answers[k] = d
-		return d
+	var pre engine.Prefilter
+	if !b.closed {
+		if scan := b.prepare(src, dst, proto, port); scan != nil {
+			pre = scan
+		}
 	}
 	f := index.Flow{Src: b.tags[src], Dst: b.tags[dst], Proto: proto, Port: port}
-	sc := scratchPool.Get().(*scratch)
-	sc.bulk = b.prepare(src, dst, proto, port)
-	b.ms.decide(b.typ, &f, sc, d)
-	sc.bulk = nil
-	scratchPool.Put(sc)
-	d.Revision = b.s.revision
+	b.p.Decide(&f, pre, d)
 	b.answers[k] = d
 	return d
 }
@@ -182,12 +168,8 @@ func (b *Bulk) Decide(src, dst ClassID, proto resource.Protocol, port uint32) *D
 // prepare sets the masks of a flow into b.scan; nil when the partition has
 // no rule.
 func (b *Bulk) prepare(src, dst ClassID, proto resource.Protocol, port uint32) *bulkScan {
-	if b.ts == nil || b.ts.rules.Size+b.ts.audit.rules.Size == 0 {
+	if !b.buildBits() {
 		return nil
-	}
-	if !b.bitsOK {
-		b.bits = [2]*ruleBits{newRuleBits(b.ts.rules), newRuleBits(b.ts.audit.rules)}
-		b.bitsOK = true
 	}
 	var keep [2]bool
 	for end, c := range [2]ClassID{src, dst} {
@@ -225,6 +207,16 @@ func (b *Bulk) prepare(src, dst ClassID, proto resource.Protocol, port uint32) *
 		}
 	}
 	return &b.scan
+}
+
+// buildBits puts the partition's rules in order on first need (ruleBits);
+// false when it has none.
+func (b *Bulk) buildBits() bool {
+	if !b.bitsOK {
+		b.bits = [2]*ruleBits{newRuleBits(b.p.Rules(false)), newRuleBits(b.p.Rules(true))}
+		b.bitsOK = true
+	}
+	return b.bits[0] != nil || b.bits[1] != nil
 }
 
 func matcherHolds(m *index.Matcher, tags resource.Tags) bool { return m == nil || m.Matches(tags) }

@@ -1,9 +1,10 @@
-package engine
+package analysis
 
 import (
 	"math/bits"
 	"slices"
 
+	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
@@ -256,45 +257,24 @@ type scanList struct {
 	port []uint64
 }
 
-// scanInto is scanRules for ix by the flow's masks: index.ScanFirstMatch or
-// index.ScanDenyOverrides, by their definition. It returns false when ix is
-// not one of the partition's indexes (the caller scans it).
-func (bs *bulkScan) scanInto(ix *index.Index, combine resource.Combine, sc *scratch, need [2]bool, p *picks) bool {
-	if bs == nil {
-		return false
-	}
+// Matching hands pick the rules of ix that match the flow by its masks
+// (engine.Prefilter): in order, the set bits of the AND of the source's,
+// the destination's and the port's masks, of the action class asked. It
+// returns false when ix is not one of the partition's indexes (the decision
+// scans it).
+func (bs *bulkScan) Matching(ix *index.Index, actions int, pick *engine.Pick) bool {
 	for i := range bs.lists {
-		l := &bs.lists[i]
-		if l.rb == nil || l.rb.ix != ix {
-			continue
+		if l := &bs.lists[i]; l.rb != nil && l.rb.ix == ix {
+			l.hand(actions, pick)
+			return true
 		}
-		if combine == resource.DenyOverrides {
-			l.first(1, sc, need, &p.deny)
-			for side := 0; side < 2; side++ {
-				need[side] = need[side] && p.deny[side] == nil
-			}
-			if need[0] || need[1] {
-				l.first(-1, sc, need, &p.allow)
-			}
-			for side := 0; side < 2; side++ {
-				p.first[side] = p.deny[side]
-				if p.first[side] == nil {
-					p.first[side] = p.allow[side]
-				}
-			}
-		} else {
-			l.first(0, sc, need, &p.first)
-		}
-		return true
 	}
 	return false
 }
 
-// first sets best[side], for each side in need, to the first matching rule
-// in order (class 1: DENY rules only, -1: ALLOW only, 0: both) that comes
-// before it and is a candidate on the side.
-func (l *scanList) first(class int, sc *scratch, need [2]bool, best *[2]*index.Rule) {
-	open := need
+// hand hands pick the matching rules of the list's action class (1: DENY
+// rules only, -1: ALLOW only, 0: both) in order, until it wants no more.
+func (l *scanList) hand(actions int, pick *engine.Pick) {
 	rb := l.rb
 	src, dst, port := l.ends[0], l.ends[1], l.port
 	words := src.words // the sparser end's words, in order
@@ -303,7 +283,7 @@ func (l *scanList) first(class int, sc *scratch, need [2]bool, best *[2]*index.R
 	}
 	for _, w := range words {
 		x := src.bits[w] & dst.bits[w] & port[w]
-		switch class {
+		switch actions {
 		case 1:
 			x &= rb.deny[w]
 		case -1:
@@ -312,19 +292,7 @@ func (l *scanList) first(class int, sc *scratch, need [2]bool, best *[2]*index.R
 		for x != 0 {
 			r := rb.rules[int(w)*64+bits.TrailingZeros64(x)]
 			x &= x - 1
-			for side := 0; side < 2; side++ {
-				if !open[side] {
-					continue
-				}
-				if best[side] != nil && !r.Key.Less(&best[side].Key) {
-					open[side] = false
-					continue
-				}
-				if r.Sides&index.SideBits[side] != 0 && sc.IsMember(side, r.Scope) {
-					best[side], open[side] = r, false
-				}
-			}
-			if !open[0] && !open[1] {
+			if !pick.Take(r) {
 				return
 			}
 		}
