@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -228,7 +229,7 @@ func (s policyService) diffFlows(ctx context.Context, from, to int64, diffs []hi
 	if err != nil {
 		return nil, "", err
 	}
-	ans, err := snap.Impact(&engine.ImpactRequest{Puts: puts, Deletes: deletes})
+	ans, err := analysis.Impact(snap, &analysis.ImpactRequest{Puts: puts, Deletes: deletes})
 	if ve := (*resource.ValidationError)(nil); errors.As(err, &ve) {
 		return nil, fmt.Sprintf("the documents at revision %d do not apply to revision %d as one change: %s", newer, older, keyedErrors(ve, puts)), nil
 	}
