@@ -448,8 +448,17 @@ func printImpact(w io.Writer, r *verdictv1.ImpactResponse, wide bool) {
 		printReplicas(w, r)
 		return
 	}
-	// Flows whose action changes first; those that only change their
-	// deciding policy are counted (-o wide lists them).
+	fmt.Fprintf(w, "%s change (revision %d): %d between workloads, %d observed\n", count(len(r.GetChanges()), "flow", "flows"),
+		r.GetRevision(), len(r.GetChanges())-observed, observed)
+	printFlowChanges(w, r, wide, "-o wide")
+	printReplicas(w, r)
+}
+
+// printFlowChanges prints the changed flows of r and its groups: the flows
+// whose action changes (with wide, all of them, with their type and how
+// often each was seen); the others, which only change their deciding
+// policy, are counted, and the line says which output (more) lists them.
+func printFlowChanges(w io.Writer, r *verdictv1.ImpactResponse, wide bool, more string) {
 	var shown []*verdictv1.ImpactChange
 	quiet := 0
 	for _, c := range r.GetChanges() {
@@ -459,8 +468,6 @@ func printImpact(w io.Writer, r *verdictv1.ImpactResponse, wide bool) {
 			quiet++
 		}
 	}
-	fmt.Fprintf(w, "%s change (revision %d): %d between workloads, %d observed\n", count(len(r.GetChanges()), "flow", "flows"),
-		r.GetRevision(), len(r.GetChanges())-observed, observed)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := "  FLOW\tPORTS\tBEFORE\t\tAFTER"
 	if wide {
@@ -484,9 +491,9 @@ func printImpact(w io.Writer, r *verdictv1.ImpactResponse, wide bool) {
 	tw.Flush()
 	switch {
 	case quiet == 1:
-		fmt.Fprintln(w, "1 more flow keeps its action, decided by another policy (-o wide lists it).")
+		fmt.Fprintf(w, "1 more flow keeps its action, decided by another policy (%s lists it).\n", more)
 	case quiet > 1:
-		fmt.Fprintf(w, "%d more flows keep their action, decided by another policy (-o wide lists them).\n", quiet)
+		fmt.Fprintf(w, "%d more flows keep their action, decided by another policy (%s lists them).\n", quiet, more)
 	}
 	groups := append([]*verdictv1.ImpactGroup(nil), r.GetGroups()...)
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].GetFlows() > groups[j].GetFlows() })
@@ -497,7 +504,6 @@ func printImpact(w io.Writer, r *verdictv1.ImpactResponse, wide bool) {
 			count(int(g.GetFlows()), "flow", "flows"))
 	}
 	tw.Flush()
-	printReplicas(w, r)
 }
 
 func printReplicas(w io.Writer, r *verdictv1.ImpactResponse) {
