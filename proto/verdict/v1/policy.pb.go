@@ -1247,8 +1247,9 @@ type DiffResponse struct {
 	// when there is no difference, or when flows_error says why the pairs
 	// were not judged.
 	Flows *ImpactResponse `protobuf:"bytes,4,opt,name=flows,proto3" json:"flows,omitempty"`
-	// Why the pairs were not judged: a document at to_revision that Apply
-	// would refuse (one written around verdict that does not decode, say).
+	// Why the pairs were not judged: a document at the newer of the two
+	// revisions that Apply would refuse (one written around verdict that does
+	// not decode, say).
 	FlowsError    string `protobuf:"bytes,5,opt,name=flows_error,json=flowsError,proto3" json:"flows_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
