@@ -28,6 +28,17 @@ func (s *Snapshot) cache() *decisionCache { return s.memo.Get() }
 // the one it was built with (WithMemo). The zero value is ready.
 type Memo struct{ h memoHolder }
 
+// PastMemo returns a memo for snapshots read at past revisions, which a
+// caller asks in any order of revisions: its entries are keyed by their
+// partition's epoch as well as by flow, so one flow's answers at several
+// revisions stay side by side instead of each evicting the other
+// (engine/internal/memo, "keyed by epoch").
+func PastMemo() *Memo {
+	m := &Memo{}
+	m.h.KeyByEpoch()
+	return m
+}
+
 // WithMemo returns s answering from m's memo: the snapshots Apply derives
 // from it share m too. Snapshots read at past revisions take one memo of
 // their own, so that their answers never evict the current lineage's;

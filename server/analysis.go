@@ -43,10 +43,10 @@ var _ verdictv1.AnalysisServiceServer = analysisService{}
 // pageSize bounds the entries of one Reach or Matrix message.
 const pageSize = 1000
 
-// Reach answers at one revision, in pages.
+// Reach answers at one revision (now, or a past one), in pages.
 func (s analysisService) Reach(req *verdictv1.ReachRequest, stream verdictv1.AnalysisService_ReachServer) error {
 	ctx := stream.Context()
-	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
@@ -72,10 +72,10 @@ func (s analysisService) Reach(req *verdictv1.ReachRequest, stream verdictv1.Ana
 	return nil
 }
 
-// Matrix answers at one revision, in pages.
+// Matrix answers at one revision (now, or a past one), in pages.
 func (s analysisService) Matrix(req *verdictv1.MatrixRequest, stream verdictv1.AnalysisService_MatrixServer) error {
 	ctx := stream.Context()
-	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return toStatus(ctx, s.log, err)
 	}
@@ -157,6 +157,7 @@ func checkReach(r *verdictv1.ReachRequest) error {
 		errs.add("direction", "give TO (who can reach the endpoint) or FROM (what it can reach)")
 	}
 	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
 
@@ -180,6 +181,7 @@ func checkMatrix(r *verdictv1.MatrixRequest) error {
 		errs.add("port", "a port needs a protocol")
 	}
 	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
 
@@ -197,10 +199,10 @@ func checkImpact(r *verdictv1.ImpactRequest) error {
 	return errs.err()
 }
 
-// Lint answers the findings of the current snapshot, or of the snapshot a
-// proposed change would make (nothing is written).
+// Lint answers the findings of the current snapshot (or a past one), or of
+// the snapshot a proposed change would make of it (nothing is written).
 func (s analysisService) Lint(ctx context.Context, req *verdictv1.LintRequest) (*verdictv1.LintResponse, error) {
-	snap, err := s.snaps.snapshotAt(ctx, req.GetMinRevision())
+	snap, err := s.snaps.read(ctx, req.GetMinRevision(), req.GetAtRevision(), req.GetAtTime())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -224,5 +226,6 @@ func checkLint(r *verdictv1.LintRequest) error {
 		errs.key(fmt.Sprintf("deletes[%d]", i), k)
 	}
 	errs.minRevision("minRevision", r.GetMinRevision())
+	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/verdictpdp/verdict/engine"
+	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
@@ -141,7 +143,8 @@ func storedProto(c *engine.Change) (*verdictv1.StoredResource, error) {
 	return sr, err
 }
 
-// Diff lists the resources that differ between two revisions.
+// Diff lists the resources that differ between two revisions, and the
+// workload pairs whose answer differs (diffFlows).
 func (s policyService) Diff(ctx context.Context, req *verdictv1.DiffRequest) (*verdictv1.DiffResponse, error) {
 	if s.history == nil {
 		return nil, toStatus(ctx, s.log, errNoHistory)
@@ -154,10 +157,6 @@ func (s policyService) Diff(ctx context.Context, req *verdictv1.DiffRequest) (*v
 		}
 		to = cur
 	}
-	// The workload pairs whose answer differs are the analysis core's to
-	// compute (AnalysisService Impact over two snapshots): when it lands, it
-	// plugs in here with s.snaps.past.At(ctx, from) and At(ctx, to), and the
-	// response gains its flows. Until then Diff lists the resources alone.
 	diffs, err := history.Diff(ctx, s.history, req.GetPrefix(), req.GetFromRevision(), to, 0)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
@@ -180,7 +179,85 @@ func (s policyService) Diff(ctx context.Context, req *verdictv1.DiffRequest) (*v
 		}
 		out.Differences[i] = rd
 	}
+	if out.Flows, out.FlowsError, err = s.diffFlows(ctx, req.GetFromRevision(), to, diffs); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
 	return out, nil
+}
+
+// diffFlows judges the workload pairs whose answer differs between revisions
+// from and to (docs/history.md, "Diff"): the analysis core's Impact of the
+// differences — each document at the newer revision as a put, each key gone
+// as a delete — applied to the snapshot at the older one; from after to, the
+// answers are swapped back. Impact's after snapshot holds what the store held
+// at the newer revision but for mod revisions: every put carries the revision
+// after the older one, which keeps the puts newer than every document left
+// alone, as they are (a NewestModified tie-break among the puts falls to their
+// modificationTime). Its flows are the workload pairs of both revisions (a
+// workload created or deleted in between answers "no workload" on one side)
+// on every class of flows the policies of either tell apart. A difference
+// Apply could not write (a value that does not decode, a conflict written
+// around verdict) leaves the pairs unjudged, and why says so. This is the one
+// call into the analysis core that Diff makes.
+func (s policyService) diffFlows(ctx context.Context, from, to int64, diffs []history.Difference) (flows *verdictv1.ImpactResponse, why string, err error) {
+	if len(diffs) == 0 {
+		return nil, "", nil
+	}
+	older, newer, back := from, to, from > to
+	if back {
+		older, newer = to, from
+	}
+	var puts []resource.Resource
+	var deletes []resource.Key
+	for _, d := range diffs {
+		was, is := d.Before, d.After
+		if back {
+			was, is = is, was
+		}
+		switch {
+		case is == nil && was.Key.Kind == 0:
+			return nil, fmt.Sprintf("%s, gone at revision %d, is not a resource's key", store.RenderPath(d.Path), newer), nil
+		case is == nil:
+			deletes = append(deletes, was.Key)
+		case is.Resource == nil:
+			return nil, fmt.Sprintf("%s at revision %d does not decode: %v", store.RenderPath(d.Path), newer, is.Err), nil
+		default:
+			puts = append(puts, is.Resource)
+		}
+	}
+	snap, err := s.snaps.read(ctx, 0, older, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	ans, err := analysis.Impact(snap, &analysis.ImpactRequest{Puts: puts, Deletes: deletes})
+	if ve := (*resource.ValidationError)(nil); errors.As(err, &ve) {
+		return nil, fmt.Sprintf("the documents at revision %d do not apply to revision %d as one change: %s", newer, older, keyedErrors(ve, puts)), nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if back {
+		for i := range ans.Changes {
+			c := &ans.Changes[i]
+			c.Before, c.After, c.BeforeErr, c.AfterErr = c.After, c.Before, c.AfterErr, c.BeforeErr
+		}
+	}
+	ans.Revision = from
+	return apiconv.ImpactResponse(ans), "", nil
+}
+
+// keyedErrors is a validation error of a write of puts with each
+// "resources[i]" named by its key.
+func keyedErrors(ve *resource.ValidationError, puts []resource.Resource) string {
+	parts := make([]string, len(ve.Errors))
+	for i, fe := range ve.Errors {
+		var n int
+		if _, err := fmt.Sscanf(fe.Field, "resources[%d]", &n); err == nil && n >= 0 && n < len(puts) {
+			fe.Field = puts[n].Key().String() + strings.TrimPrefix(fe.Field, fmt.Sprintf("resources[%d]", n))
+		}
+		parts[i] = fe.Error()
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Revert writes the documents of a past revision back, validated as Apply

@@ -109,11 +109,16 @@ var methodTable = map[string]*method{
 	verdictv1.WatchService_WatchRules_FullMethodName: {access: anyone, needs: []need{needsIf("address_sets", (*verdictv1.WatchRulesRequest).GetAddressSets)},
 		redact: redactRules, validate: validates(checkWatchRules)},
 
-	// AnalysisService: its answers name workloads and tags.
-	verdictv1.AnalysisService_Reach_FullMethodName:  {access: authorizedOnly, validate: validates(checkReach)},
-	verdictv1.AnalysisService_Matrix_FullMethodName: {access: authorizedOnly, validate: validates(checkMatrix)},
+	// AnalysisService: its answers name workloads and tags. A read of the
+	// past needs an authorized caller too, said here as well should the
+	// service ever open.
+	verdictv1.AnalysisService_Reach_FullMethodName: {access: authorizedOnly, needs: []need{needsIf("at_revision", hasPast[*verdictv1.ReachRequest])},
+		validate: validates(checkReach)},
+	verdictv1.AnalysisService_Matrix_FullMethodName: {access: authorizedOnly, needs: []need{needsIf("at_revision", hasPast[*verdictv1.MatrixRequest])},
+		validate: validates(checkMatrix)},
 	verdictv1.AnalysisService_Impact_FullMethodName: {access: authorizedOnly, validate: validates(checkImpact)},
-	verdictv1.AnalysisService_Lint_FullMethodName:   {access: authorizedOnly, validate: validates(checkLint)},
+	verdictv1.AnalysisService_Lint_FullMethodName: {access: authorizedOnly, needs: []need{needsIf("at_revision", hasPast[*verdictv1.LintRequest])},
+		validate: validates(checkLint)},
 	// A replica's observed flows, which replicas ask each other for with
 	// their own credentials.
 	verdictv1.AnalysisService_ObservedFlows_FullMethodName: {access: authorizedOnly, validate: validates(checkObservedFlows)},

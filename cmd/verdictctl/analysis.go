@@ -44,7 +44,8 @@ func runReach(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fs.usage("%v", err)
 	}
-	req := &verdictv1.ReachRequest{Mesh: ff.mesh, Type: ff.typ, Protocol: ff.proto, Port: ff.port, MinRevision: ff.minRev}
+	req := &verdictv1.ReachRequest{Mesh: ff.mesh, Type: ff.typ, Protocol: ff.proto, Port: ff.port, MinRevision: ff.minRev,
+		AtRevision: ff.past.rev, AtTime: ff.past.atTime()}
 	switch {
 	case srcGiven && dstGiven:
 		return fs.usage("give one end: --dst-… (who can reach it) or --src-… (what it can reach), not both")
@@ -212,6 +213,8 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 		return nil
 	})
 	fs.Int64Var(&minRev, "min-revision", 0, "answer from a snapshot at or after this revision")
+	var past pastFlags
+	past.register(fs, true)
 	var output outputFlag
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
@@ -221,6 +224,9 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 	}
 	if port != 0 && proto == "" {
 		return fs.usage("--port needs --proto (TCP, UDP or ICMP)")
+	}
+	if err := past.check(minRev); err != nil {
+		return fs.usage("%v", err)
 	}
 	srcSel, err := parseTags(srcTags)
 	if err != nil {
@@ -238,7 +244,7 @@ func runMatrix(ctx context.Context, args []string, e *env) int {
 	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
 	stream, err := verdictv1.NewAnalysisServiceClient(conn).Matrix(cctx, &verdictv1.MatrixRequest{Mesh: mesh, Type: typ,
-		Sources: srcSel, Destinations: dstSel, Protocol: proto, Port: port, MinRevision: minRev})
+		Sources: srcSel, Destinations: dstSel, Protocol: proto, Port: port, MinRevision: minRev, AtRevision: past.rev, AtTime: past.atTime()})
 	if err != nil {
 		return fail(e, "matrix", err, nil)
 	}
@@ -444,8 +450,17 @@ func printImpact(w io.Writer, r *verdictv1.ImpactResponse, wide bool) {
 		printReplicas(w, r)
 		return
 	}
-	// Flows whose action changes first; those that only change their
-	// deciding policy are counted (-o wide lists them).
+	fmt.Fprintf(w, "%s change (revision %d): %d between workloads, %d observed\n", count(len(r.GetChanges()), "flow", "flows"),
+		r.GetRevision(), len(r.GetChanges())-observed, observed)
+	printFlowChanges(w, r, wide, "-o wide")
+	printReplicas(w, r)
+}
+
+// printFlowChanges prints the changed flows of r and its groups: the flows
+// whose action changes (with wide, all of them, with their type and how
+// often each was seen); the others, which only change their deciding
+// policy, are counted, and the line says which output (more) lists them.
+func printFlowChanges(w io.Writer, r *verdictv1.ImpactResponse, wide bool, more string) {
 	var shown []*verdictv1.ImpactChange
 	quiet := 0
 	for _, c := range r.GetChanges() {
@@ -455,8 +470,6 @@ func printImpact(w io.Writer, r *verdictv1.ImpactResponse, wide bool) {
 			quiet++
 		}
 	}
-	fmt.Fprintf(w, "%s change (revision %d): %d between workloads, %d observed\n", count(len(r.GetChanges()), "flow", "flows"),
-		r.GetRevision(), len(r.GetChanges())-observed, observed)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := "  FLOW\tPORTS\tBEFORE\t\tAFTER"
 	if wide {
@@ -480,9 +493,9 @@ func printImpact(w io.Writer, r *verdictv1.ImpactResponse, wide bool) {
 	tw.Flush()
 	switch {
 	case quiet == 1:
-		fmt.Fprintln(w, "1 more flow keeps its action, decided by another policy (-o wide lists it).")
+		fmt.Fprintf(w, "1 more flow keeps its action, decided by another policy (%s lists it).\n", more)
 	case quiet > 1:
-		fmt.Fprintf(w, "%d more flows keep their action, decided by another policy (-o wide lists them).\n", quiet)
+		fmt.Fprintf(w, "%d more flows keep their action, decided by another policy (%s lists them).\n", quiet, more)
 	}
 	groups := append([]*verdictv1.ImpactGroup(nil), r.GetGroups()...)
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].GetFlows() > groups[j].GetFlows() })
@@ -493,7 +506,6 @@ func printImpact(w io.Writer, r *verdictv1.ImpactResponse, wide bool) {
 			count(int(g.GetFlows()), "flow", "flows"))
 	}
 	tw.Flush()
-	printReplicas(w, r)
 }
 
 func printReplicas(w io.Writer, r *verdictv1.ImpactResponse) {

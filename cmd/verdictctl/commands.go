@@ -47,7 +47,8 @@ func commands() []*command {
 				"document that would change (a created one against nothing). Exit code 0 when applying them\n" +
 				"would change nothing, 1 when it would change something. With --from-revision A (and\n" +
 				"--to-revision B, default now) it compares the store at two revisions instead: a diff per\n" +
-				"resource added, changed or deleted (docs/history.md); exit 0 when none, 1 when some.",
+				"resource added, changed or deleted, then the workload pairs whose answer differs, before\n" +
+				"and after (docs/history.md); exit 0 when none, 1 when some.",
 			examples: []string{"verdictctl diff -f examples/policies.yaml", "verdictctl diff -f policies/ && echo in sync",
 				"verdictctl diff --from-revision 120 --to-revision 135 --prefix default/"},
 			run: runDiff},

@@ -253,15 +253,36 @@ func runDiffRevisions(ctx context.Context, e *env, output outputFlag, cf *connFl
 			fmt.Fprintf(w, "diff -u %s %s\n", d.GetKey(), changeText(d.GetChange()))
 			unifiedDiff(w, fromName, toName, before, after)
 		}
+		printDiffFlows(w, resp)
 		return nil
 	})
 	if err != nil {
 		return fail(e, "diff", err, nil)
 	}
-	if len(resp.GetDifferences()) > 0 {
+	if len(resp.GetDifferences()) > 0 || len(resp.GetFlows().GetChanges()) > 0 {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// printDiffFlows prints the workload pairs whose answer differs between
+// the two revisions of a Diff, after its resources.
+func printDiffFlows(w io.Writer, resp *verdictv1.DiffResponse) {
+	f := resp.GetFlows()
+	switch {
+	case resp.GetFlowsError() != "":
+		fmt.Fprintf(w, "\nFlows not judged: %s\n", resp.GetFlowsError())
+		return
+	case f == nil:
+		return
+	case len(f.GetChanges()) == 0:
+		fmt.Fprintf(w, "\nNo workload pair's answer differs between revision %d and %d (%s considered).\n",
+			resp.GetFromRevision(), resp.GetToRevision(), count(int(f.GetConsidered()), "flow", "flows"))
+		return
+	}
+	fmt.Fprintf(w, "\nWorkload pairs whose answer differs from revision %d (before) to %d (after): %s\n",
+		resp.GetFromRevision(), resp.GetToRevision(), count(len(f.GetChanges()), "flow", "flows"))
+	printFlowChanges(w, f, false, "-o json")
 }
 
 func runRevert(ctx context.Context, args []string, e *env) int {

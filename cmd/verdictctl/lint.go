@@ -29,12 +29,20 @@ func runLint(ctx context.Context, args []string, e *env) int {
 	fs.Var(&files, "f", "lint these documents offline (`FILE`, directory or -), not the server's store; repeatable")
 	mesh := fs.String("mesh", "", "only this `MESH` (default: every mesh)")
 	typ := fs.String("type", "", "only this policy `TYPE` (default: every type)")
+	var past pastFlags
+	past.register(fs, true)
 	var output outputFlag
 	output.register(fs, "text", "wide", "json", "yaml")
 	var cf connFlags
 	cf.register(fs, e.getenv)
 	if stop, code := fs.parseFlags(args); stop {
 		return code
+	}
+	if err := past.check(0); err != nil {
+		return fs.usage("%v", err)
+	}
+	if len(files) > 0 && (past.rev != 0 || !past.at.IsZero()) {
+		return fs.usage("-f lints documents offline: --at-revision and --at read the server's store")
 	}
 	var resp *verdictv1.LintResponse
 	if len(files) > 0 {
@@ -64,7 +72,8 @@ func runLint(ctx context.Context, args []string, e *env) int {
 		cctx, cancel := cf.ctx(ctx)
 		defer cancel()
 		_, waited := working(e, output.printer(e.stdout), "lint")
-		resp, err = verdictv1.NewAnalysisServiceClient(conn).Lint(cctx, &verdictv1.LintRequest{Mesh: *mesh, Type: *typ})
+		resp, err = verdictv1.NewAnalysisServiceClient(conn).Lint(cctx, &verdictv1.LintRequest{Mesh: *mesh, Type: *typ,
+			AtRevision: past.rev, AtTime: past.atTime()})
 		waited()
 		if err != nil {
 			return fail(e, "lint", err, nil)

@@ -70,27 +70,9 @@ func state(t testing.TB, st store.Store, rev int64) *engine.Snapshot {
 }
 
 var (
-	apps    = []string{"web", "api", "db", "cache"}
-	envs    = []string{"prod", "dev"}
-	actions = []string{"ALLOW", "DENY"}
+	apps = []string{"web", "api", "db", "cache"}
+	envs = []string{"prod", "dev"}
 )
-
-// randomDoc is a random resource of a small world: one mesh's settings, two
-// scopes, and policies between a few apps.
-func randomDoc(r *rand.Rand) string {
-	switch n := r.IntN(10); {
-	case n == 0:
-		return fmt.Sprintf("kind: Mesh\nname: default\ndefaultAction: %s\n", actions[r.IntN(2)])
-	case n == 1:
-		return fmt.Sprintf("kind: Scope\nname: s%d\nselectors: [{match: {env: %s}}]\ncatchAll: %s\n", r.IntN(2), envs[r.IntN(2)], actions[r.IntN(2)])
-	}
-	scope := ""
-	if r.IntN(3) == 0 {
-		scope = fmt.Sprintf("scope: s%d\n", r.IntN(2))
-	}
-	return fmt.Sprintf("kind: Policy\nname: p%d\n%ssources: [{match: {app: %s}}]\ndestinations: [{match: {app: %s}}]\naction: %s\n",
-		r.IntN(8), scope, apps[r.IntN(4)], apps[r.IntN(4)], actions[r.IntN(2)])
-}
 
 // flows are every pair of apps in every pair of environments.
 func flows() []engine.Request {
@@ -137,21 +119,7 @@ func TestPastSnapshotsEqualFreshOnes(t *testing.T) {
 		var revs []int64
 		want := map[int64]*engine.Snapshot{}
 		for range 40 {
-			var ops []store.Op
-			for range 1 + r.IntN(3) {
-				doc, err := resource.DecodeYAML([]byte(randomDoc(r)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				op := store.Op{Key: doc[0].Key(), Resource: doc[0]}
-				if r.IntN(4) == 0 {
-					op.Resource = nil
-				}
-				if !slices.ContainsFunc(ops, func(o store.Op) bool { return o.Key == op.Key }) {
-					ops = append(ops, op)
-				}
-			}
-			rev, err := st.Apply(ctx, ops)
+			rev, err := st.Apply(ctx, storetest.RandomWrite(t, r, storetest.World{}))
 			if err != nil {
 				continue // refused (a scope in use, a missing scope): nothing written
 			}

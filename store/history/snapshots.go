@@ -60,10 +60,11 @@ type Config struct {
 
 // Snapshots serves engine snapshots at past revisions. Safe for concurrent
 // use. Snapshots it builds share one decision memo of their own
-// (engine.Snapshot.WithMemo), never the current lineage's.
+// (engine.PastMemo, keyed by epoch: a caller may ask the revisions in any
+// order), never the current lineage's.
 type Snapshots struct {
 	cfg  Config
-	memo engine.Memo
+	memo *engine.Memo
 
 	mu      sync.Mutex
 	lru     *list.List // of *entry, most recent first
@@ -106,7 +107,7 @@ func New(cfg Config) (*Snapshots, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Snapshots{cfg: cfg, lru: list.New(), byRev: map[int64]*list.Element{}, flights: map[int64]*flight{}}, nil
+	return &Snapshots{cfg: cfg, memo: engine.PastMemo(), lru: list.New(), byRev: map[int64]*list.Element{}, flights: map[int64]*flight{}}, nil
 }
 
 // Stats counts what the cache did (metrics, tests).
@@ -268,7 +269,7 @@ func (p *Snapshots) build(ctx context.Context, rev int64) (*engine.Snapshot, int
 		return nil, 0, err
 	}
 	p.fulls.Add(1)
-	snap := engine.Empty().WithMemo(&p.memo).Apply(rev, changes)
+	snap := engine.Empty().WithMemo(p.memo).Apply(rev, changes)
 	return snap, estimate(snap.Len()), nil
 }
 
@@ -312,7 +313,7 @@ func (p *Snapshots) delta(ctx context.Context, base *engine.Snapshot, rev int64,
 			whole = true
 		}
 	}
-	snap := base.WithMemo(&p.memo).Apply(rev, changes)
+	snap := base.WithMemo(p.memo).Apply(rev, changes)
 	bytes := estimate(len(changes))
 	if whole {
 		bytes = estimate(snap.Len())

@@ -2,6 +2,7 @@ package memo
 
 import (
 	"hash/maphash"
+	"math/rand/v2"
 	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
@@ -44,6 +45,15 @@ import (
 // than the cache holds, the resident ones keep hitting and the others take turns
 // in a few slots, instead of every flow evicting another (which gives an LRU
 // cache no hits at all on a cycle larger than itself).
+//
+// A lineage's epochs follow each other: an entry of an older epoch will never
+// answer again, so the new answer takes its slot. Snapshots read at past
+// revisions share a memo whose epochs do not follow each other — one flow is
+// asked at revision 120, then 135, then 120 again — and there the in-place
+// replacement would have each revision evict the other's answer on every
+// call. Such a memo is keyed by epoch (Holder.KeyByEpoch): the epoch's salt is
+// mixed into the flow's hash, so each epoch's answer of a flow has its own
+// slot, and those no revision asks again age out as any other entry does.
 
 const (
 	cacheWays     = 8
@@ -56,9 +66,10 @@ const (
 
 // Cache is the decision memo of a lineage of snapshots, for answers of type D.
 type Cache[D any] struct {
-	seen   [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
-	seenN  atomic.Uint32
-	misses atomic.Uint64 // lookups that found no entry (tests read it: a counter, not a timing)
+	byEpoch bool                              // entries are keyed by epoch as well as flow (Holder.KeyByEpoch); set at creation
+	seen    [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
+	seenN   atomic.Uint32
+	misses  atomic.Uint64 // lookups that found no entry (tests read it: a counter, not a timing)
 	// pairMisses counts identity-pair memo lookups that missed (pairmemo.go).
 	pairMisses atomic.Uint64
 	buckets    [cacheBuckets]bucket[D]
@@ -68,11 +79,32 @@ type Cache[D any] struct {
 // under another epoch are stale. Compared by pointer; never zero-sized, so two
 // epochs never share an address. It holds the partition's identity-pair memo
 // (pairmemo.go), created on first use, so a new epoch starts without one.
-type Epoch[D any] struct{ pairs atomic.Pointer[Pairs[D]] }
+type Epoch[D any] struct {
+	pairs atomic.Pointer[Pairs[D]]
+	salt  atomic.Uint64 // mixed into flows' hashes by a memo keyed by epoch; 0 until first asked
+}
+
+// saltOf returns the epoch's salt, drawn on first use: random, so that the
+// epochs of one flow spread over the buckets; never 0.
+func (e *Epoch[D]) saltOf() uint64 {
+	if s := e.salt.Load(); s != 0 {
+		return s
+	}
+	e.salt.CompareAndSwap(0, rand.Uint64()|1)
+	return e.salt.Load()
+}
 
 // Holder is the memo shared by a lineage of snapshots (Build, then Apply
 // after Apply); created on first use.
-type Holder[D any] struct{ c atomic.Pointer[Cache[D]] }
+type Holder[D any] struct {
+	c       atomic.Pointer[Cache[D]]
+	byEpoch bool
+}
+
+// KeyByEpoch makes the memo h creates keyed by epoch as well as flow, for
+// snapshots whose epochs do not follow each other (the past's). Call it
+// before the first Get.
+func (h *Holder[D]) KeyByEpoch() { h.byEpoch = true }
 
 // Key is what a lookup or a store is keyed and verified by.
 type Key[D any] struct {
@@ -136,6 +168,15 @@ func sameTags(want []index.TagKV, tags resource.Tags) bool {
 	return true
 }
 
+// hashOf is the hash k's flow sits under: its flow hash, with the epoch's
+// salt mixed in when the memo is keyed by epoch.
+func (c *Cache[D]) hashOf(k *Key[D]) uint64 {
+	if !c.byEpoch {
+		return k.H
+	}
+	return (k.H ^ inventory.Mix64(k.Epoch.saltOf())) | 1<<63
+}
+
 // buckets returns the two buckets a flow may sit in.
 func (c *Cache[D]) bucketsOf(h uint64) [2]*bucket[D] {
 	return [2]*bucket[D]{&c.buckets[h&(cacheBuckets-1)], &c.buckets[(h>>22)&(cacheBuckets-1)]}
@@ -143,32 +184,34 @@ func (c *Cache[D]) bucketsOf(h uint64) [2]*bucket[D] {
 
 // Lookup returns the entry of k's flow in k's epoch, if the memo holds it.
 func (c *Cache[D]) Lookup(k *Key[D]) (*Entry[D], bool) {
-	bs := c.bucketsOf(k.H)
-	if e := bs[0].lookup(k); e != nil {
+	h := c.hashOf(k)
+	bs := c.bucketsOf(h)
+	if e := bs[0].lookup(k, h); e != nil {
 		return e, true
 	}
-	if e := bs[1].lookup(k); e != nil {
+	if e := bs[1].lookup(k, h); e != nil {
 		return e, true
 	}
 	c.misses.Add(1)
 	return nil, false
 }
 
-// sameFlow reports whether e holds the answer of exactly k's flow, in k's epoch.
-func (e *Entry[D]) sameFlow(k *Key[D]) bool {
+// sameFlow reports whether e holds the answer of exactly k's flow, stored
+// under hash h (Cache.hashOf).
+func (e *Entry[D]) sameFlow(k *Key[D], h uint64) bool {
 	f := &k.Flow
-	return e.hash == k.H && e.mesh == k.Mesh && e.typ == k.Type && e.proto == f.Proto && e.port == f.Port &&
+	return e.hash == h && e.mesh == k.Mesh && e.typ == k.Type && e.proto == f.Proto && e.port == f.Port &&
 		(e.srcSet != nil && e.srcSet == k.Src || sameTags(e.src, f.Src)) &&
 		(e.dstSet != nil && e.dstSet == k.Dst || sameTags(e.dst, f.Dst))
 }
 
-func (b *bucket[D]) lookup(k *Key[D]) *Entry[D] {
+func (b *bucket[D]) lookup(k *Key[D], h uint64) *Entry[D] {
 	for i := range b.hashes {
-		if b.hashes[i].Load() != k.H {
+		if b.hashes[i].Load() != h {
 			continue
 		}
 		e := b.slots[i].Load()
-		if e == nil || e.epoch != k.Epoch || !e.sameFlow(k) {
+		if e == nil || e.epoch != k.Epoch || !e.sameFlow(k, h) {
 			continue
 		}
 		if n := e.hits.Load(); n < cacheMaxHits {
@@ -181,10 +224,11 @@ func (b *bucket[D]) lookup(k *Key[D]) *Entry[D] {
 
 // Store remembers d for the flow if the flow was seen before, and returns the
 // entry stored (nil: seen once so far). An entry of the same flow from an
-// older epoch is replaced in place. Entries are never modified once stored
+// older epoch is replaced in place (in a memo keyed by epoch, the epochs'
+// hashes differ, so it is not found). Entries are never modified once stored
 // (but for their hit counts).
 func (c *Cache[D]) Store(k *Key[D], d *D) *Entry[D] {
-	h, f := k.H, &k.Flow
+	h, f := c.hashOf(k), &k.Flow
 	e := &Entry[D]{hash: h, epoch: k.Epoch, srcSet: k.Src, dstSet: k.Dst, mesh: k.Mesh, typ: k.Type,
 		proto: f.Proto, port: f.Port, d: *d}
 	for _, cb := range c.bucketsOf(h) {
@@ -192,7 +236,7 @@ func (c *Cache[D]) Store(k *Key[D], d *D) *Entry[D] {
 			if cb.hashes[i].Load() != h {
 				continue
 			}
-			if old := cb.slots[i].Load(); old != nil && old.epoch != k.Epoch && old.sameFlow(k) {
+			if old := cb.slots[i].Load(); old != nil && old.epoch != k.Epoch && old.sameFlow(k, h) {
 				e.src, e.dst, e.ids = old.src, old.dst, old.ids
 				e.hits.Store(old.hits.Load())
 				cb.slots[i].Store(e) // the same flow, hash unchanged: readers verify the epoch
@@ -275,7 +319,7 @@ func (h *Holder[D]) Get() *Cache[D] {
 	if c := h.c.Load(); c != nil {
 		return c
 	}
-	c := &Cache[D]{}
+	c := &Cache[D]{byEpoch: h.byEpoch}
 	if h.c.CompareAndSwap(nil, c) {
 		return c
 	}

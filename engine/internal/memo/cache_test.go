@@ -126,3 +126,58 @@ func TestCacheHitRateOnCycles(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheKeyedByEpoch: flows asked at revisions in turn — each flow at
+// many epochs, interleaved, as callers of the past ask — keep hitting in a
+// memo keyed by epoch; a lineage's memo, where each epoch's answer replaces
+// the last one in place, misses almost every time, and is right to (its
+// epochs follow each other). Both answer each epoch with its own answer.
+func TestCacheKeyedByEpoch(t *testing.T) {
+	t.Parallel()
+	const nFlows, nEpochs = 64, 1000 // 8,000 distinct (epoch, flow) pairs asked in a cycle
+	flows := make([]index.Flow, nFlows)
+	for i := range flows {
+		flows[i] = index.Flow{Src: resource.Tags{"app": "web", "i": itoa(i)}, Dst: resource.Tags{"app": "db"}, Proto: resource.TCP, Port: 5432}
+	}
+	epochs := make([]*Epoch[decision], nEpochs)
+	for i := range epochs {
+		epochs[i] = &Epoch[decision]{}
+	}
+	for _, tc := range []struct {
+		name     string
+		byEpoch  bool
+		min, max float64 // the hit rate over the last cycle
+	}{
+		{"keyed by epoch", true, 0.99, 1},
+		{"a lineage's memo", false, 0, 0.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h Holder[decision]
+			if tc.byEpoch {
+				h.KeyByEpoch()
+			}
+			c := h.Get()
+			const cycle = nFlows * nEpochs / 8 // lcm(64, 1000)
+			hits := 0
+			for i := range 4 * cycle {
+				f, e := i%nFlows, i%nEpochs
+				k := &Key[decision]{H: FlowHash("m", "T", &flows[f]), Epoch: epochs[e], Mesh: "m", Type: "T", Flow: flows[f]}
+				want := decision{Action: resource.Allow, Policy: itoa(e)}
+				got, ok := c.Lookup(k)
+				if !ok {
+					c.Store(k, &want)
+				} else if *got.Answer() != want {
+					t.Fatalf("flow %d at epoch %d: answered %+v, the answer of another epoch", f, e, *got.Answer())
+				}
+				if i >= 3*cycle && ok {
+					hits++
+				}
+			}
+			rate := float64(hits) / cycle
+			t.Logf("%s: %.2f%% hits", tc.name, 100*rate)
+			if rate < tc.min || rate > tc.max {
+				t.Errorf("hit rate %.4f, want %.2f–%.2f", rate, tc.min, tc.max)
+			}
+		})
+	}
+}

@@ -214,7 +214,12 @@ type ReachRequest struct {
 	// 0 = not given.
 	Port uint32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
 	// Answer from a snapshot at or after this revision.
-	MinRevision   int64 `protobuf:"varint,7,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	MinRevision int64 `protobuf:"varint,7,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// Answer as the store was at this past revision, or at the last revision
+	// committed at or before at_time (DecideRequest.at_revision); every page's
+	// revision says which. Needs an authorized caller.
+	AtRevision    int64                  `protobuf:"varint,8,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime        *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +301,20 @@ func (x *ReachRequest) GetMinRevision() int64 {
 		return x.MinRevision
 	}
 	return 0
+}
+
+func (x *ReachRequest) GetAtRevision() int64 {
+	if x != nil {
+		return x.AtRevision
+	}
+	return 0
+}
+
+func (x *ReachRequest) GetAtTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AtTime
+	}
+	return nil
 }
 
 // ReachEntry is one peer the endpoint is allowed with: a workload of the
@@ -562,9 +581,12 @@ type MatrixRequest struct {
 	Destinations map[string]string `protobuf:"bytes,4,rep,name=destinations,proto3" json:"destinations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// With a protocol (and a port), only the class of flows holding it;
 	// without, every class the policies tell apart.
-	Protocol      string `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	Port          uint32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
-	MinRevision   int64  `protobuf:"varint,7,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	Protocol    string `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Port        uint32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
+	MinRevision int64  `protobuf:"varint,7,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// As of a past revision or time (ReachRequest.at_revision).
+	AtRevision    int64                  `protobuf:"varint,8,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime        *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -646,6 +668,20 @@ func (x *MatrixRequest) GetMinRevision() int64 {
 		return x.MinRevision
 	}
 	return 0
+}
+
+func (x *MatrixRequest) GetAtRevision() int64 {
+	if x != nil {
+		return x.AtRevision
+	}
+	return 0
+}
+
+func (x *MatrixRequest) GetAtTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AtTime
+	}
+	return nil
 }
 
 // MatrixEntry is one allowed pair on one class of flows.
@@ -1407,9 +1443,14 @@ type LintRequest struct {
 	// Empty = every type.
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// Documents to apply and keys to delete, as Apply takes them.
-	Resources     []*Resource `protobuf:"bytes,3,rep,name=resources,proto3" json:"resources,omitempty"`
-	Deletes       []string    `protobuf:"bytes,4,rep,name=deletes,proto3" json:"deletes,omitempty"`
-	MinRevision   int64       `protobuf:"varint,5,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	Resources   []*Resource `protobuf:"bytes,3,rep,name=resources,proto3" json:"resources,omitempty"`
+	Deletes     []string    `protobuf:"bytes,4,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	MinRevision int64       `protobuf:"varint,5,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	// Lint the store as it was at a past revision or time
+	// (ReachRequest.at_revision), with the change applied to it when one is
+	// given.
+	AtRevision    int64                  `protobuf:"varint,6,opt,name=at_revision,json=atRevision,proto3" json:"at_revision,omitempty"`
+	AtTime        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1477,6 +1518,20 @@ func (x *LintRequest) GetMinRevision() int64 {
 		return x.MinRevision
 	}
 	return 0
+}
+
+func (x *LintRequest) GetAtRevision() int64 {
+	if x != nil {
+		return x.AtRevision
+	}
+	return 0
+}
+
+func (x *LintRequest) GetAtTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AtTime
+	}
+	return nil
 }
 
 // LintRuleRef names a rule: a policy's, a scope's catch-all, or a side's
@@ -2270,7 +2325,7 @@ var File_verdict_v1_analysis_proto protoreflect.FileDescriptor
 const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"\n" +
 	"\x19verdict/v1/analysis.proto\x12\n" +
-	"verdict.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19verdict/v1/decision.proto\x1a\x1cverdict/v1/decisionlog.proto\x1a\x19verdict/v1/resource.proto\"\xf5\x01\n" +
+	"verdict.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19verdict/v1/decision.proto\x1a\x1cverdict/v1/decisionlog.proto\x1a\x19verdict/v1/resource.proto\"\xcb\x02\n" +
 	"\fReachRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x120\n" +
@@ -2278,7 +2333,10 @@ const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"\tdirection\x18\x04 \x01(\x0e2\x1a.verdict.v1.ReachDirectionR\tdirection\x12\x1a\n" +
 	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x12\n" +
 	"\x04port\x18\x06 \x01(\rR\x04port\x12!\n" +
-	"\fmin_revision\x18\a \x01(\x03R\vminRevision\"\xda\x03\n" +
+	"\fmin_revision\x18\a \x01(\x03R\vminRevision\x12\x1f\n" +
+	"\vat_revision\x18\b \x01(\x03R\n" +
+	"atRevision\x123\n" +
+	"\aat_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"\xda\x03\n" +
 	"\n" +
 	"ReachEntry\x12\x1a\n" +
 	"\bworkload\x18\x01 \x01(\tR\bworkload\x12\x1a\n" +
@@ -2301,7 +2359,7 @@ const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12:\n" +
 	"\bendpoint\x18\x02 \x01(\v2\x1e.verdict.v1.EndpointResolutionR\bendpoint\x120\n" +
 	"\aentries\x18\x03 \x03(\v2\x16.verdict.v1.ReachEntryR\aentries\x12\x14\n" +
-	"\x05notes\x18\x04 \x03(\tR\x05notes\"\x9a\x03\n" +
+	"\x05notes\x18\x04 \x03(\tR\x05notes\"\xf0\x03\n" +
 	"\rMatrixRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12@\n" +
@@ -2309,7 +2367,10 @@ const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"\fdestinations\x18\x04 \x03(\v2+.verdict.v1.MatrixRequest.DestinationsEntryR\fdestinations\x12\x1a\n" +
 	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x12\n" +
 	"\x04port\x18\x06 \x01(\rR\x04port\x12!\n" +
-	"\fmin_revision\x18\a \x01(\x03R\vminRevision\x1a:\n" +
+	"\fmin_revision\x18\a \x01(\x03R\vminRevision\x12\x1f\n" +
+	"\vat_revision\x18\b \x01(\x03R\n" +
+	"atRevision\x123\n" +
+	"\aat_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\x1a:\n" +
 	"\fSourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
@@ -2381,13 +2442,16 @@ const file_verdict_v1_analysis_proto_rawDesc = "" +
 	"considered\x18\x04 \x01(\x04R\n" +
 	"considered\x12\x1c\n" +
 	"\tredecided\x18\x05 \x01(\x04R\tredecided\x125\n" +
-	"\breplicas\x18\x06 \x03(\v2\x19.verdict.v1.ImpactReplicaR\breplicas\"\xa6\x01\n" +
+	"\breplicas\x18\x06 \x03(\v2\x19.verdict.v1.ImpactReplicaR\breplicas\"\xfc\x01\n" +
 	"\vLintRequest\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x122\n" +
 	"\tresources\x18\x03 \x03(\v2\x14.verdict.v1.ResourceR\tresources\x12\x18\n" +
 	"\adeletes\x18\x04 \x03(\tR\adeletes\x12!\n" +
-	"\fmin_revision\x18\x05 \x01(\x03R\vminRevision\"{\n" +
+	"\fmin_revision\x18\x05 \x01(\x03R\vminRevision\x12\x1f\n" +
+	"\vat_revision\x18\x06 \x01(\x03R\n" +
+	"atRevision\x123\n" +
+	"\aat_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x06atTime\"{\n" +
 	"\vLintRuleRef\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
@@ -2535,73 +2599,76 @@ var file_verdict_v1_analysis_proto_goTypes = []any{
 	nil,                           // 29: verdict.v1.LintWitness.DestinationEntry
 	nil,                           // 30: verdict.v1.ObservedEnd.TagsEntry
 	(*Endpoint)(nil),              // 31: verdict.v1.Endpoint
-	(*SideDecision)(nil),          // 32: verdict.v1.SideDecision
-	(*EndpointResolution)(nil),    // 33: verdict.v1.EndpointResolution
-	(*Resource)(nil),              // 34: verdict.v1.Resource
-	(*DecisionRecord)(nil),        // 35: verdict.v1.DecisionRecord
-	(Action)(0),                   // 36: verdict.v1.Action
-	(*Explanation)(nil),           // 37: verdict.v1.Explanation
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*SideDecision)(nil),          // 33: verdict.v1.SideDecision
+	(*EndpointResolution)(nil),    // 34: verdict.v1.EndpointResolution
+	(*Resource)(nil),              // 35: verdict.v1.Resource
+	(*DecisionRecord)(nil),        // 36: verdict.v1.DecisionRecord
+	(Action)(0),                   // 37: verdict.v1.Action
+	(*Explanation)(nil),           // 38: verdict.v1.Explanation
 }
 var file_verdict_v1_analysis_proto_depIdxs = []int32{
 	31, // 0: verdict.v1.ReachRequest.endpoint:type_name -> verdict.v1.Endpoint
 	0,  // 1: verdict.v1.ReachRequest.direction:type_name -> verdict.v1.ReachDirection
-	25, // 2: verdict.v1.ReachEntry.tags:type_name -> verdict.v1.ReachEntry.TagsEntry
-	32, // 3: verdict.v1.ReachEntry.outbound:type_name -> verdict.v1.SideDecision
-	32, // 4: verdict.v1.ReachEntry.inbound:type_name -> verdict.v1.SideDecision
-	33, // 5: verdict.v1.ReachResponse.endpoint:type_name -> verdict.v1.EndpointResolution
-	4,  // 6: verdict.v1.ReachResponse.entries:type_name -> verdict.v1.ReachEntry
-	26, // 7: verdict.v1.MatrixRequest.sources:type_name -> verdict.v1.MatrixRequest.SourcesEntry
-	27, // 8: verdict.v1.MatrixRequest.destinations:type_name -> verdict.v1.MatrixRequest.DestinationsEntry
-	7,  // 9: verdict.v1.MatrixResponse.entries:type_name -> verdict.v1.MatrixEntry
-	34, // 10: verdict.v1.ImpactRequest.resources:type_name -> verdict.v1.Resource
-	35, // 11: verdict.v1.ImpactRequest.flows:type_name -> verdict.v1.DecisionRecord
-	36, // 12: verdict.v1.ImpactAnswer.action:type_name -> verdict.v1.Action
-	32, // 13: verdict.v1.ImpactAnswer.outbound:type_name -> verdict.v1.SideDecision
-	32, // 14: verdict.v1.ImpactAnswer.inbound:type_name -> verdict.v1.SideDecision
-	31, // 15: verdict.v1.ImpactChange.source:type_name -> verdict.v1.Endpoint
-	31, // 16: verdict.v1.ImpactChange.destination:type_name -> verdict.v1.Endpoint
-	10, // 17: verdict.v1.ImpactChange.before:type_name -> verdict.v1.ImpactAnswer
-	10, // 18: verdict.v1.ImpactChange.after:type_name -> verdict.v1.ImpactAnswer
-	37, // 19: verdict.v1.ImpactChange.explanation:type_name -> verdict.v1.Explanation
-	11, // 20: verdict.v1.ImpactResponse.changes:type_name -> verdict.v1.ImpactChange
-	12, // 21: verdict.v1.ImpactResponse.groups:type_name -> verdict.v1.ImpactGroup
-	13, // 22: verdict.v1.ImpactResponse.replicas:type_name -> verdict.v1.ImpactReplica
-	34, // 23: verdict.v1.LintRequest.resources:type_name -> verdict.v1.Resource
-	36, // 24: verdict.v1.LintRuleRef.action:type_name -> verdict.v1.Action
-	28, // 25: verdict.v1.LintWitness.source:type_name -> verdict.v1.LintWitness.SourceEntry
-	29, // 26: verdict.v1.LintWitness.destination:type_name -> verdict.v1.LintWitness.DestinationEntry
-	32, // 27: verdict.v1.LintWitness.decided:type_name -> verdict.v1.SideDecision
-	2,  // 28: verdict.v1.LintFinding.kind:type_name -> verdict.v1.FindingKind
-	1,  // 29: verdict.v1.LintFinding.severity:type_name -> verdict.v1.Severity
-	16, // 30: verdict.v1.LintFinding.related:type_name -> verdict.v1.LintRuleRef
-	17, // 31: verdict.v1.LintFinding.witness:type_name -> verdict.v1.LintWitness
-	2,  // 32: verdict.v1.LintUnproven.kind:type_name -> verdict.v1.FindingKind
-	18, // 33: verdict.v1.LintResponse.findings:type_name -> verdict.v1.LintFinding
-	19, // 34: verdict.v1.LintResponse.unproven:type_name -> verdict.v1.LintUnproven
-	31, // 35: verdict.v1.ObservedEnd.given:type_name -> verdict.v1.Endpoint
-	30, // 36: verdict.v1.ObservedEnd.tags:type_name -> verdict.v1.ObservedEnd.TagsEntry
-	22, // 37: verdict.v1.ObservedFlow.source:type_name -> verdict.v1.ObservedEnd
-	22, // 38: verdict.v1.ObservedFlow.destination:type_name -> verdict.v1.ObservedEnd
-	38, // 39: verdict.v1.ObservedFlow.first_seen:type_name -> google.protobuf.Timestamp
-	38, // 40: verdict.v1.ObservedFlow.last_seen:type_name -> google.protobuf.Timestamp
-	36, // 41: verdict.v1.ObservedFlow.action:type_name -> verdict.v1.Action
-	23, // 42: verdict.v1.ObservedFlowsResponse.flows:type_name -> verdict.v1.ObservedFlow
-	3,  // 43: verdict.v1.AnalysisService.Reach:input_type -> verdict.v1.ReachRequest
-	6,  // 44: verdict.v1.AnalysisService.Matrix:input_type -> verdict.v1.MatrixRequest
-	9,  // 45: verdict.v1.AnalysisService.Impact:input_type -> verdict.v1.ImpactRequest
-	15, // 46: verdict.v1.AnalysisService.Lint:input_type -> verdict.v1.LintRequest
-	21, // 47: verdict.v1.AnalysisService.ObservedFlows:input_type -> verdict.v1.ObservedFlowsRequest
-	5,  // 48: verdict.v1.AnalysisService.Reach:output_type -> verdict.v1.ReachResponse
-	8,  // 49: verdict.v1.AnalysisService.Matrix:output_type -> verdict.v1.MatrixResponse
-	14, // 50: verdict.v1.AnalysisService.Impact:output_type -> verdict.v1.ImpactResponse
-	20, // 51: verdict.v1.AnalysisService.Lint:output_type -> verdict.v1.LintResponse
-	24, // 52: verdict.v1.AnalysisService.ObservedFlows:output_type -> verdict.v1.ObservedFlowsResponse
-	48, // [48:53] is the sub-list for method output_type
-	43, // [43:48] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	32, // 2: verdict.v1.ReachRequest.at_time:type_name -> google.protobuf.Timestamp
+	25, // 3: verdict.v1.ReachEntry.tags:type_name -> verdict.v1.ReachEntry.TagsEntry
+	33, // 4: verdict.v1.ReachEntry.outbound:type_name -> verdict.v1.SideDecision
+	33, // 5: verdict.v1.ReachEntry.inbound:type_name -> verdict.v1.SideDecision
+	34, // 6: verdict.v1.ReachResponse.endpoint:type_name -> verdict.v1.EndpointResolution
+	4,  // 7: verdict.v1.ReachResponse.entries:type_name -> verdict.v1.ReachEntry
+	26, // 8: verdict.v1.MatrixRequest.sources:type_name -> verdict.v1.MatrixRequest.SourcesEntry
+	27, // 9: verdict.v1.MatrixRequest.destinations:type_name -> verdict.v1.MatrixRequest.DestinationsEntry
+	32, // 10: verdict.v1.MatrixRequest.at_time:type_name -> google.protobuf.Timestamp
+	7,  // 11: verdict.v1.MatrixResponse.entries:type_name -> verdict.v1.MatrixEntry
+	35, // 12: verdict.v1.ImpactRequest.resources:type_name -> verdict.v1.Resource
+	36, // 13: verdict.v1.ImpactRequest.flows:type_name -> verdict.v1.DecisionRecord
+	37, // 14: verdict.v1.ImpactAnswer.action:type_name -> verdict.v1.Action
+	33, // 15: verdict.v1.ImpactAnswer.outbound:type_name -> verdict.v1.SideDecision
+	33, // 16: verdict.v1.ImpactAnswer.inbound:type_name -> verdict.v1.SideDecision
+	31, // 17: verdict.v1.ImpactChange.source:type_name -> verdict.v1.Endpoint
+	31, // 18: verdict.v1.ImpactChange.destination:type_name -> verdict.v1.Endpoint
+	10, // 19: verdict.v1.ImpactChange.before:type_name -> verdict.v1.ImpactAnswer
+	10, // 20: verdict.v1.ImpactChange.after:type_name -> verdict.v1.ImpactAnswer
+	38, // 21: verdict.v1.ImpactChange.explanation:type_name -> verdict.v1.Explanation
+	11, // 22: verdict.v1.ImpactResponse.changes:type_name -> verdict.v1.ImpactChange
+	12, // 23: verdict.v1.ImpactResponse.groups:type_name -> verdict.v1.ImpactGroup
+	13, // 24: verdict.v1.ImpactResponse.replicas:type_name -> verdict.v1.ImpactReplica
+	35, // 25: verdict.v1.LintRequest.resources:type_name -> verdict.v1.Resource
+	32, // 26: verdict.v1.LintRequest.at_time:type_name -> google.protobuf.Timestamp
+	37, // 27: verdict.v1.LintRuleRef.action:type_name -> verdict.v1.Action
+	28, // 28: verdict.v1.LintWitness.source:type_name -> verdict.v1.LintWitness.SourceEntry
+	29, // 29: verdict.v1.LintWitness.destination:type_name -> verdict.v1.LintWitness.DestinationEntry
+	33, // 30: verdict.v1.LintWitness.decided:type_name -> verdict.v1.SideDecision
+	2,  // 31: verdict.v1.LintFinding.kind:type_name -> verdict.v1.FindingKind
+	1,  // 32: verdict.v1.LintFinding.severity:type_name -> verdict.v1.Severity
+	16, // 33: verdict.v1.LintFinding.related:type_name -> verdict.v1.LintRuleRef
+	17, // 34: verdict.v1.LintFinding.witness:type_name -> verdict.v1.LintWitness
+	2,  // 35: verdict.v1.LintUnproven.kind:type_name -> verdict.v1.FindingKind
+	18, // 36: verdict.v1.LintResponse.findings:type_name -> verdict.v1.LintFinding
+	19, // 37: verdict.v1.LintResponse.unproven:type_name -> verdict.v1.LintUnproven
+	31, // 38: verdict.v1.ObservedEnd.given:type_name -> verdict.v1.Endpoint
+	30, // 39: verdict.v1.ObservedEnd.tags:type_name -> verdict.v1.ObservedEnd.TagsEntry
+	22, // 40: verdict.v1.ObservedFlow.source:type_name -> verdict.v1.ObservedEnd
+	22, // 41: verdict.v1.ObservedFlow.destination:type_name -> verdict.v1.ObservedEnd
+	32, // 42: verdict.v1.ObservedFlow.first_seen:type_name -> google.protobuf.Timestamp
+	32, // 43: verdict.v1.ObservedFlow.last_seen:type_name -> google.protobuf.Timestamp
+	37, // 44: verdict.v1.ObservedFlow.action:type_name -> verdict.v1.Action
+	23, // 45: verdict.v1.ObservedFlowsResponse.flows:type_name -> verdict.v1.ObservedFlow
+	3,  // 46: verdict.v1.AnalysisService.Reach:input_type -> verdict.v1.ReachRequest
+	6,  // 47: verdict.v1.AnalysisService.Matrix:input_type -> verdict.v1.MatrixRequest
+	9,  // 48: verdict.v1.AnalysisService.Impact:input_type -> verdict.v1.ImpactRequest
+	15, // 49: verdict.v1.AnalysisService.Lint:input_type -> verdict.v1.LintRequest
+	21, // 50: verdict.v1.AnalysisService.ObservedFlows:input_type -> verdict.v1.ObservedFlowsRequest
+	5,  // 51: verdict.v1.AnalysisService.Reach:output_type -> verdict.v1.ReachResponse
+	8,  // 52: verdict.v1.AnalysisService.Matrix:output_type -> verdict.v1.MatrixResponse
+	14, // 53: verdict.v1.AnalysisService.Impact:output_type -> verdict.v1.ImpactResponse
+	20, // 54: verdict.v1.AnalysisService.Lint:output_type -> verdict.v1.LintResponse
+	24, // 55: verdict.v1.AnalysisService.ObservedFlows:output_type -> verdict.v1.ObservedFlowsResponse
+	51, // [51:56] is the sub-list for method output_type
+	46, // [46:51] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_analysis_proto_init() }

@@ -1278,12 +1278,26 @@ func (x *DiffRequest) GetToRevision() int64 {
 	return 0
 }
 
-// DiffResponse lists the keys that differ, in key order.
+// DiffResponse lists the keys that differ, in key order, and the workload
+// pairs whose answer differs.
 type DiffResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Differences   []*ResourceDifference  `protobuf:"bytes,1,rep,name=differences,proto3" json:"differences,omitempty"`
-	FromRevision  int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
-	ToRevision    int64                  `protobuf:"varint,3,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Differences  []*ResourceDifference  `protobuf:"bytes,1,rep,name=differences,proto3" json:"differences,omitempty"`
+	FromRevision int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	ToRevision   int64                  `protobuf:"varint,3,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	// The workload pairs whose answer differs between the two revisions, per
+	// class of flows, with the answer at each (before: from_revision, after:
+	// to_revision) and grouped as Impact groups them: Impact of the
+	// differences, applied to the store at from_revision, over the workloads
+	// of both revisions on every class of flows the policies of either tell
+	// apart (docs/history.md, "Diff"). Its revision is from_revision. Absent
+	// when there is no difference, or when flows_error says why the pairs
+	// were not judged.
+	Flows *ImpactResponse `protobuf:"bytes,4,opt,name=flows,proto3" json:"flows,omitempty"`
+	// Why the pairs were not judged: a document at the newer of the two
+	// revisions that Apply would refuse (one written around verdict that does
+	// not decode, say).
+	FlowsError    string `protobuf:"bytes,5,opt,name=flows_error,json=flowsError,proto3" json:"flows_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1337,6 +1351,20 @@ func (x *DiffResponse) GetToRevision() int64 {
 		return x.ToRevision
 	}
 	return 0
+}
+
+func (x *DiffResponse) GetFlows() *ImpactResponse {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
+func (x *DiffResponse) GetFlowsError() string {
+	if x != nil {
+		return x.FlowsError
+	}
+	return ""
 }
 
 // ResourceDifference is one key that differs between two revisions: created
@@ -1555,7 +1583,7 @@ var File_verdict_v1_policy_proto protoreflect.FileDescriptor
 const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\n" +
 	"\x17verdict/v1/policy.proto\x12\n" +
-	"verdict.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19verdict/v1/resource.proto\"\x9b\x02\n" +
+	"verdict.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19verdict/v1/analysis.proto\x1a\x19verdict/v1/resource.proto\"\x9b\x02\n" +
 	"\fApplyRequest\x122\n" +
 	"\tresources\x18\x01 \x03(\v2\x14.verdict.v1.ResourceR\tresources\x12\x18\n" +
 	"\adeletes\x18\x02 \x03(\tR\adeletes\x12\x17\n" +
@@ -1656,12 +1684,15 @@ const file_verdict_v1_policy_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1f\n" +
 	"\vto_revision\x18\x03 \x01(\x03R\n" +
-	"toRevision\"\x96\x01\n" +
+	"toRevision\"\xe9\x01\n" +
 	"\fDiffResponse\x12@\n" +
 	"\vdifferences\x18\x01 \x03(\v2\x1e.verdict.v1.ResourceDifferenceR\vdifferences\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1f\n" +
 	"\vto_revision\x18\x03 \x01(\x03R\n" +
-	"toRevision\"\xbf\x01\n" +
+	"toRevision\x120\n" +
+	"\x05flows\x18\x04 \x01(\v2\x1a.verdict.v1.ImpactResponseR\x05flows\x12\x1f\n" +
+	"\vflows_error\x18\x05 \x01(\tR\n" +
+	"flowsError\"\xbf\x01\n" +
 	"\x12ResourceDifference\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
 	"\x06change\x18\x02 \x01(\x0e2\x19.verdict.v1.VersionChangeR\x06change\x122\n" +
@@ -1740,6 +1771,7 @@ var file_verdict_v1_policy_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 	(*StoredResource)(nil),        // 25: verdict.v1.StoredResource
 	(*ConditionCount)(nil),        // 26: verdict.v1.ConditionCount
+	(*ImpactResponse)(nil),        // 27: verdict.v1.ImpactResponse
 }
 var file_verdict_v1_policy_proto_depIdxs = []int32{
 	23, // 0: verdict.v1.ApplyRequest.resources:type_name -> verdict.v1.Resource
@@ -1759,31 +1791,32 @@ var file_verdict_v1_policy_proto_depIdxs = []int32{
 	25, // 14: verdict.v1.Version.resource:type_name -> verdict.v1.StoredResource
 	25, // 15: verdict.v1.Version.previous:type_name -> verdict.v1.StoredResource
 	18, // 16: verdict.v1.DiffResponse.differences:type_name -> verdict.v1.ResourceDifference
-	1,  // 17: verdict.v1.ResourceDifference.change:type_name -> verdict.v1.VersionChange
-	25, // 18: verdict.v1.ResourceDifference.before:type_name -> verdict.v1.StoredResource
-	25, // 19: verdict.v1.ResourceDifference.after:type_name -> verdict.v1.StoredResource
-	4,  // 20: verdict.v1.RevertResponse.results:type_name -> verdict.v1.ApplyResult
-	2,  // 21: verdict.v1.PolicyService.Apply:input_type -> verdict.v1.ApplyRequest
-	5,  // 22: verdict.v1.PolicyService.Get:input_type -> verdict.v1.GetRequest
-	7,  // 23: verdict.v1.PolicyService.List:input_type -> verdict.v1.ListRequest
-	9,  // 24: verdict.v1.PolicyService.Delete:input_type -> verdict.v1.DeleteRequest
-	11, // 25: verdict.v1.PolicyService.Status:input_type -> verdict.v1.StatusRequest
-	13, // 26: verdict.v1.PolicyService.History:input_type -> verdict.v1.HistoryRequest
-	16, // 27: verdict.v1.PolicyService.Diff:input_type -> verdict.v1.DiffRequest
-	19, // 28: verdict.v1.PolicyService.Revert:input_type -> verdict.v1.RevertRequest
-	3,  // 29: verdict.v1.PolicyService.Apply:output_type -> verdict.v1.ApplyResponse
-	6,  // 30: verdict.v1.PolicyService.Get:output_type -> verdict.v1.GetResponse
-	8,  // 31: verdict.v1.PolicyService.List:output_type -> verdict.v1.ListResponse
-	10, // 32: verdict.v1.PolicyService.Delete:output_type -> verdict.v1.DeleteResponse
-	12, // 33: verdict.v1.PolicyService.Status:output_type -> verdict.v1.StatusResponse
-	14, // 34: verdict.v1.PolicyService.History:output_type -> verdict.v1.HistoryResponse
-	17, // 35: verdict.v1.PolicyService.Diff:output_type -> verdict.v1.DiffResponse
-	20, // 36: verdict.v1.PolicyService.Revert:output_type -> verdict.v1.RevertResponse
-	29, // [29:37] is the sub-list for method output_type
-	21, // [21:29] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	27, // 17: verdict.v1.DiffResponse.flows:type_name -> verdict.v1.ImpactResponse
+	1,  // 18: verdict.v1.ResourceDifference.change:type_name -> verdict.v1.VersionChange
+	25, // 19: verdict.v1.ResourceDifference.before:type_name -> verdict.v1.StoredResource
+	25, // 20: verdict.v1.ResourceDifference.after:type_name -> verdict.v1.StoredResource
+	4,  // 21: verdict.v1.RevertResponse.results:type_name -> verdict.v1.ApplyResult
+	2,  // 22: verdict.v1.PolicyService.Apply:input_type -> verdict.v1.ApplyRequest
+	5,  // 23: verdict.v1.PolicyService.Get:input_type -> verdict.v1.GetRequest
+	7,  // 24: verdict.v1.PolicyService.List:input_type -> verdict.v1.ListRequest
+	9,  // 25: verdict.v1.PolicyService.Delete:input_type -> verdict.v1.DeleteRequest
+	11, // 26: verdict.v1.PolicyService.Status:input_type -> verdict.v1.StatusRequest
+	13, // 27: verdict.v1.PolicyService.History:input_type -> verdict.v1.HistoryRequest
+	16, // 28: verdict.v1.PolicyService.Diff:input_type -> verdict.v1.DiffRequest
+	19, // 29: verdict.v1.PolicyService.Revert:input_type -> verdict.v1.RevertRequest
+	3,  // 30: verdict.v1.PolicyService.Apply:output_type -> verdict.v1.ApplyResponse
+	6,  // 31: verdict.v1.PolicyService.Get:output_type -> verdict.v1.GetResponse
+	8,  // 32: verdict.v1.PolicyService.List:output_type -> verdict.v1.ListResponse
+	10, // 33: verdict.v1.PolicyService.Delete:output_type -> verdict.v1.DeleteResponse
+	12, // 34: verdict.v1.PolicyService.Status:output_type -> verdict.v1.StatusResponse
+	14, // 35: verdict.v1.PolicyService.History:output_type -> verdict.v1.HistoryResponse
+	17, // 36: verdict.v1.PolicyService.Diff:output_type -> verdict.v1.DiffResponse
+	20, // 37: verdict.v1.PolicyService.Revert:output_type -> verdict.v1.RevertResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_verdict_v1_policy_proto_init() }
@@ -1791,6 +1824,7 @@ func file_verdict_v1_policy_proto_init() {
 	if File_verdict_v1_policy_proto != nil {
 		return
 	}
+	file_verdict_v1_analysis_proto_init()
 	file_verdict_v1_resource_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
