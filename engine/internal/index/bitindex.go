@@ -555,19 +555,20 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 		if b.ords[0] > limit {
 			return
 		}
-		cur := sc.cursors[:0]
+		if cap(sc.cursors) < len(b.dims) {
+			sc.cursors = make([]dimCursor, 2*len(b.dims))
+		}
+		cur := sc.cursors[:len(b.dims)]
 		for di := range b.dims {
-			d := &b.dims[di]
-			c := dimCursor{base: d.absent}
+			d, c := &b.dims[di], &cur[di]
+			c.base, c.ebits, c.list, c.pos = d.absent, nil, nil, 0
 			if x := vals.vals[d.kid]; x>>32 == vals.gen {
 				c.base = d.any
 				if vid := uint32(x); vid != valueUnknown {
 					c.ebits, c.list = d.exact(vid)
 				}
 			}
-			cur = append(cur, c)
 		}
-		sc.cursors = cur
 		all, resid := b.all, b.resid[:len(b.all)]
 		ords := b.ords[:len(all)]
 		// A chunk of words at a time, each dimension over the whole chunk:
