@@ -71,14 +71,27 @@ func BenchmarkDecide(b *testing.B) {
 }
 
 func benchDecide(b *testing.B, name string, cfg policygen.Config) {
-	set := policygen.Generate(cfg)
-	snap := engine.Build(1, set.Resources)
-	flows := set.Flows(2, 4096)
-	cached := append([]engine.Request(nil), flows...)
-	for i := range flows {
-		flows[i].NoCache = true
+	// The set, its snapshot and flows are made when a sub-benchmark first
+	// runs: a pattern that selects a few builds only their sets.
+	var (
+		set           *policygen.Set
+		snap          *engine.Snapshot
+		flows, cached []engine.Request
+	)
+	setup := func() {
+		if set != nil {
+			return
+		}
+		set = policygen.Generate(cfg)
+		snap = engine.Build(1, set.Resources)
+		flows = set.Flows(2, 4096)
+		cached = append([]engine.Request(nil), flows...)
+		for i := range flows {
+			flows[i].NoCache = true
+		}
 	}
 	b.Run(name+"/nocache", func(b *testing.B) {
+		setup()
 		b.ReportAllocs()
 		matched := 0
 		cpu := processCPU(b)
@@ -95,6 +108,7 @@ func benchDecide(b *testing.B, name string, cfg policygen.Config) {
 		b.ReportMetric(float64(matched)/float64(b.N), "matched/op")
 	})
 	b.Run(name+"/cached", func(b *testing.B) {
+		setup()
 		for i := 0; i < 3*len(cached); i++ { // seen, stored, hit: warm
 			_, _ = snap.Decide(&cached[i&4095])
 		}
@@ -108,28 +122,37 @@ func benchDecide(b *testing.B, name string, cfg policygen.Config) {
 	if cfg.Scopes > 0 || cfg.Select != resource.SelectUnset || cfg.AuditPercent > 0 {
 		return // the quick index covers unscoped sets, default select, no audit
 	}
-	q, err := policygen.NewQuickIndex(set)
-	if err != nil {
-		b.Fatal(err)
+	var q *policygen.QuickIndex
+	matching := 0
+	setupQuick := func() {
+		if q != nil {
+			return
+		}
+		setup()
+		var err error
+		if q, err = policygen.NewQuickIndex(set); err != nil {
+			b.Fatal(err)
+		}
+		// How dense the set is: the policies a flow matches, on average over
+		// the first 128 flows (a linear scan of the quick index's rules).
+		for i := range 128 {
+			matching += q.Matching(&flows[i])
+		}
 	}
 	b.Run(name+"/quick-index", func(b *testing.B) {
+		setupQuick()
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			q.Decide(&flows[i&4095])
 		}
 	})
-	// How dense the set is: the policies a flow matches, on average over the
-	// first 128 flows (a linear scan of the quick index's rules).
-	matching := 0
-	for i := range 128 {
-		matching += q.Matching(&flows[i])
-	}
 	// The ratio, robust on a busy machine: verdict (NoCache) and the quick index
 	// decide the same batch of 256 flows in turn, each timed, so both see the
 	// same load; "quick/verdict" is the quick index's time over verdict's, by
 	// the wall clock and by the CPU time the process used ("-cpu": what a
 	// decision costs, whatever else the machine runs).
 	b.Run(name+"/vs-quick", func(b *testing.B) {
+		setupQuick()
 		var tv, tq, cv, cq time.Duration
 		for i := 0; b.Loop(); i++ {
 			batch := flows[(i*256)&4095 : (i*256)&4095+256]

@@ -23,9 +23,9 @@ import (
 // A flow's candidates in a block are the AND, over the block's dimensions, of
 // (any | exact[the flow's value]) where the flow has the key, else absent.
 // They match the flow on every exact and '*' term; what is left (ports,
-// expressions) is verified on the rule. The words are computed in order, one
-// at a time, the most selective dimension first, so a zero word skips the
-// other dimensions and the scan stops at the first verified rule: the cost
+// expressions) is verified on the rule. The words are computed in order, a
+// chunk at a time, the most selective dimension first, so a zero chunk skips
+// the other dimensions and the scan stops at the first verified rule: the cost
 // follows the position of the answer in the order, not the number of rules
 // that match. An update rebuilds only the blocks its rules fall in (a block
 // past blockMax splits), so it costs at most a few blocks, and readers see
@@ -533,10 +533,11 @@ const chunkWords = 8
 
 // scanBits improves best[side], for each side in need, with the first rule in
 // order of the class that matches the flow; sc.vals holds the flow's ids
-// (Index.lists). It computes the candidates a word at a time, the block's
-// dimensions most selective first, leaving a word at the first dimension that
-// empties it, and stops at the first rule verified on every side it is open
-// for: the slots are in order, so nothing after it in the class comes first.
+// (Index.lists). It computes the candidates a chunk of chunkWords words at a
+// time, the block's dimensions most selective first, leaving a chunk at the
+// first dimension that empties it, and stops at the first rule verified on
+// every side it is open for: the slots are in order, so nothing after it in
+// the class comes first.
 // A side with a best from before (the other class) bounds the scan by it.
 func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	var ord [2]uint64
@@ -554,89 +555,115 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 		if b.ords[0] > limit {
 			return
 		}
-		cur := sc.cursors[:0]
+		if cap(sc.cursors) < len(b.dims) {
+			sc.cursors = make([]dimCursor, 2*len(b.dims))
+		}
+		cur := sc.cursors[:len(b.dims)]
 		for di := range b.dims {
-			d := &b.dims[di]
-			c := dimCursor{base: d.absent}
+			d, c := &b.dims[di], &cur[di]
+			c.base, c.ebits, c.list, c.pos = d.absent, nil, nil, 0
 			if x := vals.vals[d.kid]; x>>32 == vals.gen {
 				c.base = d.any
 				if vid := uint32(x); vid != valueUnknown {
 					c.ebits, c.list = d.exact(vid)
 				}
 			}
-			cur = append(cur, c)
 		}
-		sc.cursors = cur
 		all, resid := b.all, b.resid[:len(b.all)]
 		ords := b.ords[:len(all)]
-		for w, acc := range all {
-			if ords[w] > limit {
+		// A chunk of words at a time, each dimension over the whole chunk:
+		// a flow's dimensions are weak alone and strong together (a word is
+		// seldom emptied before most of them), so branch-free runs over
+		// chunkWords words beat leaving each word at its first zero.
+		for w0 := 0; w0+chunkWords <= len(all); w0 += chunkWords {
+			if ords[w0] > limit {
 				return
 			}
-			lo, hi := w*64, w*64+64
+			acc := *(*[chunkWords]uint64)(all[w0:])
+			lo, hi := w0*64, (w0+chunkWords)*64
 			for ci := range cur {
-				if acc == 0 {
-					break
-				}
 				c := &cur[ci]
-				m := c.base[w]
-				if c.ebits != nil {
-					m |= c.ebits[w]
-				}
-				if c.list != nil {
+				base := (*[chunkWords]uint64)(c.base[w0:])
+				var z uint64
+				switch {
+				case c.ebits != nil:
+					e := (*[chunkWords]uint64)(c.ebits[w0:])
+					for k := range acc {
+						acc[k] &= base[k] | e[k]
+						z |= acc[k]
+					}
+				case c.list != nil:
+					m := *base
 					for c.pos < len(c.list) {
 						p := int(c.list[c.pos])
 						if p >= hi {
 							break
 						}
 						if p >= lo {
-							m |= 1 << (p & 63)
+							m[(p-lo)/64%chunkWords] |= 1 << (p & 63)
 						}
 						c.pos++
 					}
-				}
-				acc &= m
-			}
-			if acc == 0 {
-				continue
-			}
-			rs := b.rules[w] // a word with a bit set holds slots
-			for x := acc; x != 0; x &= x - 1 {
-				i := bits.TrailingZeros64(x)
-				r := rs[i] // a slot: bits past the slots are never set
-				// The rule's order prefix, needed only beside a best.
-				var e uint64
-				known := best[0] != nil || best[1] != nil
-				if known {
-					if e = orderPrefix(&r.Key); e > limit {
-						return
+					for k := range acc {
+						acc[k] &= m[k]
+						z |= acc[k]
+					}
+				default:
+					for k := range acc {
+						acc[k] &= base[k]
+						z |= acc[k]
 					}
 				}
-				if resid[w]&(1<<i) != 0 {
-					if !r.MatchesFlow(f) {
-						continue
-					}
-				} else if !r.matchesRest(f) {
+				if z == 0 {
+					break
+				}
+			}
+			for k, x := range acc {
+				if x == 0 {
 					continue
 				}
-				for side := 0; side < 2; side++ {
-					if !open[side] || r.Sides&SideBits[side] == 0 || !sc.IsMember(side, r.Scope) {
-						continue
-					}
-					// The first candidate of the side in the class: later
-					// slots come after it, so the side closes either way.
-					if best[side] == nil || bitBefore(r, e, best[side], ord[side]) {
-						if !known {
-							e, known = orderPrefix(&r.Key), true
-						}
-						best[side], ord[side] = r, e
-					}
-					open[side] = false
-				}
-				if !open[0] && !open[1] {
+				w := w0 + k
+				if ords[w] > limit {
 					return
 				}
-				limit = scanLimit(open, best, ord)
+				rs := b.rules[w] // a word with a bit set holds slots
+				for ; x != 0; x &= x - 1 {
+					i := bits.TrailingZeros64(x)
+					r := rs[i] // a slot: bits past the slots are never set
+					// The rule's order prefix, needed only beside a best.
+					var e uint64
+					known := best[0] != nil || best[1] != nil
+					if known {
+						if e = orderPrefix(&r.Key); e > limit {
+							return
+						}
+					}
+					if resid[w]&(1<<i) != 0 {
+						if !r.MatchesFlow(f) {
+							continue
+						}
+					} else if !r.matchesRest(f) {
+						continue
+					}
+					for side := 0; side < 2; side++ {
+						if !open[side] || r.Sides&SideBits[side] == 0 || !sc.IsMember(side, r.Scope) {
+							continue
+						}
+						// The first candidate of the side in the class: later
+						// slots come after it, so the side closes either way.
+						if best[side] == nil || bitBefore(r, e, best[side], ord[side]) {
+							if !known {
+								e, known = orderPrefix(&r.Key), true
+							}
+							best[side], ord[side] = r, e
+						}
+						open[side] = false
+					}
+					if !open[0] && !open[1] {
+						return
+					}
+					limit = scanLimit(open, best, ord)
+				}
 			}
 		}
 	}

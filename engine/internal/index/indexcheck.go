@@ -19,6 +19,11 @@ func CheckBits(ix *Index) error {
 			if b.n > len(b.all)*64 || b.n > blockMax || len(b.rules) != (b.n+slotChunk-1)/slotChunk {
 				return fmt.Errorf("class %d block %d: %d slots in %d words, %d chunks", cl, bi, b.n, len(b.all), len(b.rules))
 			}
+			// The scan reads every bitmap a chunk of chunkWords words at a time.
+			if len(b.all)%chunkWords != 0 || len(b.resid) != len(b.all) ||
+				slices.ContainsFunc(b.dims, func(d bitDim) bool { return len(d.any) != len(b.all) || len(d.absent) != len(b.all) }) {
+				return fmt.Errorf("class %d block %d: bitmaps of %d words, not whole chunks of one length", cl, bi, len(b.all))
+			}
 			if len(b.ords) != len(b.all) {
 				return fmt.Errorf("class %d block %d: %d word order prefixes, %d words", cl, bi, len(b.ords), len(b.all))
 			}
