@@ -3,8 +3,10 @@ package loadtest
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -42,19 +44,34 @@ func CompactBatches(reqs []engine.Request, size int) (batches []*verdictv1.Decid
 }
 
 // RegisterIdentities registers endpoints (of mesh) with Identify, 1,000 per
-// call.
+// call. An endpoint refused by the server's per-caller registration limit
+// (RESOURCE_EXHAUSTED: 10,000 at once, then 1,000 a second) is asked again
+// a second later, with the ones after it.
 func RegisterIdentities(ctx context.Context, conns Conns, mesh string, endpoints []*verdictv1.Endpoint) error {
 	client := verdictv1.NewDecisionServiceClient(conns.pick(0))
-	for i := 0; i < len(endpoints); i += 1000 {
+	for i := 0; i < len(endpoints); {
 		resp, err := client.Identify(ctx, &verdictv1.IdentifyRequest{Mesh: mesh, Endpoints: endpoints[i:min(i+1000, len(endpoints))]})
 		if err != nil {
 			return err
 		}
+		next := i + len(resp.GetResults())
 		for j, r := range resp.GetResults() {
-			if e := r.GetError(); e != nil {
+			e := r.GetError()
+			if e == nil {
+				continue
+			}
+			if e.GetCode() != codes.ResourceExhausted.String() {
 				return fmt.Errorf("endpoints[%d]: %s: %s", i+j, e.GetCode(), e.GetMessage())
 			}
+			next = i + j
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("endpoints[%d]: %s: %s", i+j, e.GetCode(), e.GetMessage())
+			case <-time.After(time.Second):
+			}
+			break
 		}
+		i = next
 	}
 	return nil
 }

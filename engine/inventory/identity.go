@@ -78,11 +78,11 @@ func OwnTags(tags resource.Tags) resource.Tags {
 // Registry defaults.
 const (
 	DefaultRegistryMaxSets  = 1 << 16
-	DefaultRegistryMaxBytes = 32 << 20
+	DefaultRegistryMaxBytes = 64 << 20
 	// One mesh's quota: its sets never take more, and a mesh's new set
 	// evicts only its own mesh's sets.
 	DefaultRegistryMeshMaxSets  = 1 << 14
-	DefaultRegistryMeshMaxBytes = 8 << 20
+	DefaultRegistryMeshMaxBytes = 16 << 20
 	// registryEntryBytes is what an entry costs beyond its tags (the entry,
 	// its TagSet, its map slot, its ring slot: 112 bytes measured); a tag
 	// map costs at least tagMapBytes (Go's smallest map group holds 8

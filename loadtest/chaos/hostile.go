@@ -151,7 +151,7 @@ type HostileScenario struct {
 	After    Sample           `json:"after"`  // once settled (or at the end of Settle)
 	Settled  time.Duration    `json:"settled"`
 	// Keeps: live heap the scenario may leave by design, over the ±10%
-	// (the Identify flood: the registry's share of one mesh, 8 MiB).
+	// (the Identify flood: the registry's share of one mesh, 16 MiB).
 	Keeps int64 `json:"keepsBytes,omitempty"`
 	// the honest watcher (silent-streams scenario only)
 	Updates    int           `json:"updates,omitempty"`
@@ -962,7 +962,7 @@ func (rep *HostileReport) judge() {
 // bytes (docs/api.md, Identify).
 const (
 	identityMeshMaxSets  = 16384
-	identityMeshMaxBytes = 8 << 20
+	identityMeshMaxBytes = 16 << 20
 )
 
 // judgeIdentify: an identity answered for another set, or a victim's set of
