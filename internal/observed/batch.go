@@ -17,7 +17,7 @@ import (
 // rarely meet on one.
 
 const (
-	stripeSetBits = 10
+	stripeSetBits = 12
 	stripeSets    = 1 << stripeSetBits
 	stripeWays    = 4
 )

@@ -1,6 +1,7 @@
 package observed
 
 import (
+	"reflect"
 	"sync"
 
 	"github.com/verdictpdp/verdict/engine/inventory"
@@ -98,8 +99,8 @@ func (t *Table) pin(mt uint32, e *End) (uint32, bool) {
 		if k.form == inventory.FormTags && !resource.SameTagSet(x.given, e.Given.Tags) {
 			return 0, false
 		}
-		if e.Tags != nil {
-			x.tags, x.identity = e.Tags, e.Identity // the last resolution
+		if e.Tags != nil && !sameMap(x.tags, e.Tags) { // the last resolution, when it is another map
+			x.tags, x.identity = e.Tags, e.Identity
 			b := endBytes(x.key, x.given, x.tags)
 			t.bytes.Add(b - x.bytes)
 			x.bytes = b
@@ -162,6 +163,12 @@ func (t *Table) end(id uint32) End {
 		e.Given.Tags = x.given
 	}
 	return e
+}
+
+// sameMap reports whether a and b are one map (an end given by identity
+// resolves to its tag set's map each time: nothing to count again).
+func sameMap(a, b resource.Tags) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // strHash is FNV-1a: a shard's choice, not a key.
