@@ -6,7 +6,7 @@
 // The table is bounded: at most Max flows (default 1,000,000), the least
 // recently seen evicted first, about 100 bytes per flow (the ends are
 // interned and shared by the flows that name them), and at most
-// MaxEndBytes of the ends' tags and names (default 128 MiB). Nothing here blocks a
+// MaxEndBytes of the ends' tags and names (default 64 MiB). Nothing here blocks a
 // decision for long: a flow is counted under the lock of one of many shards,
 // and the compact path's flows, which arrive by the million per second,
 // are first counted in a small per-stripe cache (Batch) that a stripe's

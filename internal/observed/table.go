@@ -19,7 +19,7 @@ const DefaultMax = 1_000_000
 // DefaultMaxEndBytes bounds the bytes the ends' tags hold by default. Ends
 // are what a caller chooses: a flood of distinct ends with kilobytes of tags
 // each would otherwise hold gigabytes within the bound on flows.
-const DefaultMaxEndBytes = 128 << 20
+const DefaultMaxEndBytes = 64 << 20
 
 // FlushInterval is how often Run empties the stripes' caches into the table:
 // a flow of the compact path is counted in Flows at most this late, unless a
