@@ -76,15 +76,6 @@ func (s ruleSet) next(i int32) int32 {
 	}
 }
 
-func (s ruleSet) empty() bool {
-	for _, w := range s {
-		if w != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 func (s classSet) has(i int) bool { return i/64 < len(s) && s[i/64]&(1<<(i%64)) != 0 }
 
 // ruleIndex indexes the rules of a partition by the classes they allow, per
@@ -323,11 +314,6 @@ func (lp *lintPart) winner(cands []int32, skip int) int32 {
 		}
 	}
 	return first
-}
-
-// decidesAt reports whether lr decides side at the flow of a point box.
-func (lp *lintPart) decidesAt(lr *lintRule, pt box, side int) bool {
-	return lp.decidesAtWithout(lr, pt, side, -1)
 }
 
 // decidesAtWithout reports whether lr decides side at the flow of a point

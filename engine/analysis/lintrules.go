@@ -251,15 +251,6 @@ func (lp *lintPart) beaters(dst ruleSet, lr *lintRule) (hi int) {
 	return hi
 }
 
-// beats reports whether o, matching and a candidate, keeps lr from
-// deciding the side (docs/order.md, "Combining").
-func (lp *lintPart) beats(o, lr *lintRule) bool {
-	if lp.set.Combine == resource.DenyOverrides && o.r.Action != lr.r.Action {
-		return o.r.Action == resource.Deny
-	}
-	return o.pos < lr.pos
-}
-
 // cover is a rule's "matches and is a candidate" on one side, named.
 type cover struct {
 	rule int32
@@ -301,17 +292,6 @@ func (lp *lintPart) coverList(set ruleSet, side int) []cover {
 		out = append(out, cover{rule: i, p: lp.decidesOn(lp.rules[i], side)})
 	}
 	return out
-}
-
-// coversOf lists, for a side, the rules that beat lr and may match with it.
-func (lp *lintPart) coversOf(lr *lintRule, side int) []cover {
-	m, b := lp.scratch(), lp.scratch()
-	defer lp.release(m, b)
-	lp.meetsOf(m, lr)
-	lp.beaters(b, lr)
-	m.and(b)
-	m.and(lp.sides[side])
-	return lp.coverList(m, side)
 }
 
 // run lints every rule of the partition.

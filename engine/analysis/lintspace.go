@@ -374,26 +374,6 @@ func (c conj) and(d conj) (conj, bool) {
 	return out, true
 }
 
-// meets reports whether two conjunctions hold together somewhere.
-func (c conj) meets(d conj) bool {
-	i, j := 0, 0
-	for i < len(c) && j < len(d) {
-		switch {
-		case c[i].dim < d[j].dim:
-			i++
-		case d[j].dim < c[i].dim:
-			j++
-		default:
-			if c[i].set.disjoint(d[j].set) {
-				return false
-			}
-			i++
-			j++
-		}
-	}
-	return true
-}
-
 // box is a product of class sets, one per dimension (nil: every class).
 type box []classSet
 

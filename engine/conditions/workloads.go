@@ -231,7 +231,7 @@ func (j *judgement) judgeResolved() {
 				if n >= maxResolutions {
 					break outer
 				}
-				resolve(src, dst)
+				_ = resolve(src, dst) // a pair Resolve refuses configures nothing: no tally
 			}
 		}
 	}
