@@ -159,7 +159,7 @@ func runSoak(ctx context.Context, bin, tmp string, writes int64, workloads, writ
 	}
 	var next, done, failed atomic.Int64
 	var firstErr atomic.Value // string
-	var mu sync.Mutex // one sample at a time, in order
+	var mu sync.Mutex         // one sample at a time, in order
 	var sampleErr error
 	t0 := time.Now()
 	var wg sync.WaitGroup
