@@ -74,7 +74,7 @@ func lintScopes(p *engine.Partition, ans *LintAnswer) {
 func endTags(inv *inventory.Inventory) (src, dst []resource.Tags) {
 	seen := [2]map[string]bool{{}, {}}
 	add := func(end int, t resource.Tags) {
-		k := tagsText(t)
+		k := resource.TagsKey(t)
 		if seen[end][k] {
 			return
 		}
@@ -93,22 +93,6 @@ func endTags(inv *inventory.Inventory) (src, dst []resource.Tags) {
 		}
 	}
 	return src, dst
-}
-
-func tagsText(t resource.Tags) string {
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(t[k])
-		b.WriteByte(0)
-	}
-	return b.String()
 }
 
 // lintDead adds the policies of a partition that select no workload of the

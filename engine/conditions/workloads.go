@@ -41,7 +41,7 @@ func newEndTags(inv *inventory.Inventory) *endTags {
 	et.workloads = len(et.list)
 	seen := [2]map[string]bool{{}, {}}
 	add := func(end int, t resource.Tags) {
-		k := tagsText(t)
+		k := resource.TagsKey(t)
 		if seen[end][k] {
 			return
 		}
@@ -60,22 +60,6 @@ func newEndTags(inv *inventory.Inventory) *endTags {
 		}
 	}
 	return et
-}
-
-func tagsText(t resource.Tags) string {
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(t[k])
-		b.WriteByte(0)
-	}
-	return b.String()
 }
 
 // judgeDead settles NoWorkloads for the changed policies, or for every one

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // The reserved tag keys: an endpoint resolved from an address carries `ip`, one
@@ -99,6 +100,25 @@ func CanonicalAddress(s string) (string, error) {
 		return "", fmt.Errorf("%q has a zone: give the address without it", s)
 	}
 	return a.Unmap().String(), nil
+}
+
+// TagsKey is a tag set as one string, equal for equal sets: the keys in
+// order, each key and value followed by NUL (no tag holds a control
+// character).
+func TagsKey(t Tags) string {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(t[k])
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // SameTagSet reports whether a and b hold the same pairs.
