@@ -135,7 +135,14 @@ func impactPartitions(s, after *engine.Snapshot, changes []engine.Change, flows 
 		if typ == "" {
 			typ = resource.DefaultType
 		}
-		if p, ok := byKey[[2]string{mesh, typ}]; ok {
+		p, ok := byKey[[2]string{mesh, typ}]
+		if !ok && wholeMesh[mesh] {
+			// A type no snapshot knows in the mesh is decided by the mesh's
+			// settings alone, which the change may move.
+			p, ok = get(mesh, typ), true
+			p.full = true
+		}
+		if ok {
 			p.flows = append(p.flows, i)
 		}
 	}
