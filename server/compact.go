@@ -88,8 +88,9 @@ type compactScratch struct {
 	// number in the scope's engine.PolicyNumbers: valid when its gen is the
 	// batch's.
 	byNumber []policySlot
-	numbers  []uint32            // out.Policies[i]'s number
-	ents     []*engine.PairEntry // the pair memo's entry answering each flow, or nil (DecideIDsN)
+	numbers  []uint32                // out.Policies[i]'s number
+	ents     []*engine.PairEntry     // the pair memo's entry answering each flow, or nil (DecideIDsN)
+	observed []observed.IdentityFlow // the batch's flows for the observed-flows table
 	// cells are the per-policy metric cells by number, for the numbering
 	// and the counters they were found in (kept from batch to batch).
 	cellsOf struct {
@@ -189,14 +190,11 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	}
 	var t tally // the batch's counts, added once, below
 	logging := s.record.log != nil
-	// The batch's flows are counted into the observed-flows table through
-	// a stripe of its own (observe.go).
-	var ob observed.Batch
+	// The batch's flows are counted into the observed-flows table at its
+	// end, all at once, through a stripe held for that long (observe.go).
 	observing := s.record.observed != nil && len(srcs) > 0
-	if observing {
-		ob = s.record.observed.Batch(mesh, typ, srcs[0])
-		defer ob.Done()
-	}
+	sc.observed = sc.observed[:0]
+	defer clear(sc.observed) // no tag set kept alive by the pool
 	// A flow the pair memo holds, its identities resolving as when it was
 	// stored, is answered without resolving them: its packed answer alone,
 	// no Decision read. The whole batch is looked up first.
@@ -265,11 +263,7 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 			if src == nil {
 				src, dst = pe.Sets()
 			}
-			act := resource.Allow
-			if deny {
-				act = resource.Deny
-			}
-			ob.Identities(src, dst, proto, port, act, out.Policies[p.i-1], out.Revision)
+			sc.observed = append(sc.observed, observed.IdentityFlow{Src: src, Dst: dst, PP: pps[i], Policy: p.i - 1, Deny: deny})
 		}
 		if logging && s.record.log.Wants(deny, a.AuditDiffers()) {
 			if d == nil {
@@ -280,6 +274,11 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 		}
 	}
 	out.Answers = answers
+	if observing && len(sc.observed) > 0 {
+		ob := s.record.observed.Batch(mesh, typ, srcs[0])
+		ob.IdentitiesN(sc.observed, out.Policies, out.Revision)
+		ob.Done()
+	}
 	// The counts by policy, from the batch's table; the others from t.
 	for i, n := range sc.numbers {
 		p := &sc.byNumber[n]

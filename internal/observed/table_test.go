@@ -2,6 +2,7 @@ package observed
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
@@ -323,4 +325,110 @@ func TestHeapPerFlow(t *testing.T) {
 		t.Errorf("%.1f bytes per flow, over 150", per)
 	}
 	runtime.KeepAlive(tab)
+}
+
+// TestSlotLayout holds the stripe's cache to whole cache lines: a slot is
+// one line and every stripe starts on one, so a count touches one slot line.
+func TestSlotLayout(t *testing.T) {
+	if n := unsafe.Sizeof(slot{}); n != 64 {
+		t.Fatalf("slot is %d bytes, want 64", n)
+	}
+	if n := unsafe.Sizeof(stripe{}); n%64 != 0 {
+		t.Fatalf("stripe is %d bytes, not whole lines", n)
+	}
+	if off := unsafe.Offsetof(stripe{}.slots); off != 0 {
+		t.Fatalf("slots at offset %d, want 0", off)
+	}
+}
+
+// TestBatchKeepsTheLastAnswer counts one flow whose answer changes, past
+// a slot's 32-bit count: the table has every decision and the last answer.
+func TestBatchKeepsTheLastAnswer(t *testing.T) {
+	t.Parallel()
+	reg := inventory.NewRegistry(0, 0)
+	web, _ := reg.Register("m", resource.Tags{"app": "web"})
+	db, _ := reg.Register("m", resource.Tags{"app": "db"})
+	tab := New(Config{})
+	b := tab.Batch("m", "", 0)
+	b.Identities(web, db, resource.TCP, 5432, resource.Allow, "allow-web", 1)
+	for si := range b.s.slots {
+		for w := range b.s.slots[si] {
+			if sl := &b.s.slots[si][w]; sl.src == web {
+				sl.count = math.MaxUint32 - 1
+			}
+		}
+	}
+	b.Identities(web, db, resource.TCP, 5432, resource.Allow, "allow-web", 2)
+	b.Identities(web, db, resource.TCP, 5432, resource.Deny, "deny-"+strings.Repeat("x", 300), 3)
+	b.Identities(web, db, resource.TCP, 5432, resource.Deny, "deny-db", 4)
+	b.Done()
+	fl := tab.Flows(nil)
+	if len(fl) != 1 {
+		t.Fatalf("%d flows, want 1: %+v", len(fl), fl)
+	}
+	f := fl[0]
+	if want := uint64(math.MaxUint32) + 2; f.Count != want || f.Action != resource.Deny || f.Policy != "deny-db" || f.Revision != 4 {
+		t.Fatalf("flow %+v: want %d decisions, last DENY by deny-db at 4", f, want)
+	}
+}
+
+// TestIdentitiesNCountsAsIdentities counts one random stream of flows, with
+// repeats and set collisions, through IdentitiesN into a table and one by
+// one into another: the two tables hold the same flows.
+func TestIdentitiesNCountsAsIdentities(t *testing.T) {
+	t.Parallel()
+	reg := inventory.NewRegistry(0, 0)
+	var sets []*inventory.TagSet
+	for i := range 300 {
+		s, err := reg.Register("m", resource.Tags{"app": fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, s)
+	}
+	policies := []string{"allow-a", "deny-b", "allow-c"}
+	var c1, c2 clock
+	one, many := New(Config{Now: c1.now}), New(Config{Now: c2.now})
+	x := uint64(1)
+	next := func(n int) int { x = x*6364136223846793005 + 1442695040888963407; return int(x>>33) % n }
+	for range 40 {
+		fs := make([]IdentityFlow, 1+next(1000))
+		for i := range fs {
+			fs[i] = IdentityFlow{Src: sets[next(len(sets))], Dst: sets[next(40)], PP: uint32(resource.TCP)<<16 | uint32(80+next(3)),
+				Policy: uint32(next(len(policies)))}
+			fs[i].Deny = fs[i].Policy == 1
+		}
+		b := one.Batch("m", "", 0)
+		for _, f := range fs {
+			proto, port := unpackPort(f.PP)
+			action := resource.Allow
+			if f.Deny {
+				action = resource.Deny
+			}
+			b.Identities(f.Src, f.Dst, proto, port, action, policies[f.Policy], 7)
+		}
+		b.Done()
+		b = many.Batch("m", "", 0)
+		b.IdentitiesN(fs, policies, 7)
+		b.Done()
+	}
+	key := func(f Flow) string {
+		return fmt.Sprintf("%d>%d %d/%d", f.Source.Identity, f.Destination.Identity, f.Protocol, f.Port)
+	}
+	got, want := map[string]Flow{}, map[string]Flow{}
+	for _, f := range many.Flows(nil) {
+		got[key(f)] = f
+	}
+	for _, f := range one.Flows(nil) {
+		want[key(f)] = f
+	}
+	if len(got) != len(want) || len(want) < 1000 {
+		t.Fatalf("%d flows counted by IdentitiesN, %d by Identities", len(got), len(want))
+	}
+	for k, w := range want {
+		g := got[k]
+		if g.Count != w.Count || g.Policy != w.Policy || g.Action != w.Action || g.Revision != w.Revision {
+			t.Fatalf("flow %s: IdentitiesN %+v, Identities %+v", k, g, w)
+		}
+	}
 }
