@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkBatch counts batches of 1,000 distinct flows between identities
-// into a table, as the compact path does: ns per flow.
+// into a table, as the compact path does (IdentitiesN): ns per flow.
 func BenchmarkBatch(b *testing.B) {
 	reg := inventory.NewRegistry(0, 0)
 	sets := make([]*inventory.TagSet, 2000)
@@ -20,14 +20,17 @@ func BenchmarkBatch(b *testing.B) {
 		}
 		sets[i] = s
 	}
+	fs := make([]IdentityFlow, 1000)
+	for i := range fs {
+		fs[i] = IdentityFlow{Src: sets[i], Dst: sets[1000+i], PP: packPort(resource.TCP, 8080)}
+	}
+	policies := []string{"p"}
 	tab := New(Config{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			bt := tab.Batch("m", "", sets[0].Identity())
-			for i := 0; i < 1000; i++ {
-				bt.Identities(sets[i], sets[1000+i], resource.TCP, 8080, resource.Allow, "p", 1)
-			}
+			bt.IdentitiesN(fs, policies, 1)
 			bt.Done()
 		}
 	})
