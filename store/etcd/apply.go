@@ -18,6 +18,12 @@ import (
 // its read and its transaction (only for ops without an expected revision).
 const maxAttempts = 16
 
+// maxRecordRaces bounds the retries of an Apply whose transaction failed
+// because other writers recorded later times first (record.go): each such
+// failure means another write went through, so they end, but many writers
+// of one replica can make one of them lose several times running.
+const maxRecordRaces = 64
+
 // raftOverhead is what etcd adds around a transaction before comparing it with
 // --max-request-bytes (the request header and framing), with room to spare.
 const raftOverhead = 512
@@ -97,7 +103,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		paths[i] = s.key(k)
 	}
 	if cur, ok := knownCurrent(ops, integ); ok {
-		rev, done, err := s.commit(ctx, ops, paths, cur, integ, 0, fastForms(integ), s.lastRecord())
+		rev, done, _, err := s.commit(ctx, ops, paths, cur, integ, 0, fastForms(integ), s.lastRecord())
 		if err != nil || done {
 			return rev, err
 		}
@@ -105,6 +111,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 		// is missing or says another form: read and retry.
 	}
 	switching := make([]bool, len(integ.Forms)) // forms whose type's policies are read
+	races := 0                                  // transactions that failed on the write record alone, it seems
 	for attempt := 0; ; attempt++ {
 		cur, rd, err := s.readCurrent(ctx, ops, paths, integ, switching)
 		if err != nil {
@@ -130,9 +137,18 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (int64, error) {
 			// policies (at a new revision, with everything else).
 			continue
 		}
-		rev, done, err := s.commit(ctx, ops, paths, cur, integ, rd.rev, guards, rd.record)
+		rev, done, raced, err := s.commit(ctx, ops, paths, cur, integ, rd.rev, guards, rd.record)
 		if err != nil || done {
 			return rev, err
+		}
+		if raced && races < maxRecordRaces {
+			// Another writer recorded a later time between our read and our
+			// transaction: nothing of ours is in question, and waiting would
+			// only let more writers pass. Read and send again at once,
+			// without counting an attempt (bounded apart).
+			races++
+			attempt--
+			continue
 		}
 		if attempt+1 == maxAttempts {
 			return 0, fmt.Errorf("%w: the keys kept changing during %d attempts", store.ErrConflict, maxAttempts)
@@ -211,7 +227,11 @@ func formGuards(integ store.Integrity, rd integrityRead, switching []bool) (_ []
 	out := make([]formGuard, len(integ.Forms))
 	for i, f := range integ.Forms {
 		m := rd.markers[i]
-		if m.says(f) && !switching[i] {
+		if m.says(f) {
+			// The markers say the write's form (again: another writer
+			// of it may have set them since an earlier attempt): they
+			// guard it alone, and no longer every policy of the type.
+			switching[i] = false
 			out[i] = formGuard{form: f}
 			continue
 		}
@@ -249,7 +269,7 @@ func (s *Store) formKeys(f store.Form) [2]string {
 // recorded time when the clock reads earlier, so that recorded times never go
 // backwards — and its writer. The puts are stamped with the same time.
 func (s *Store) commit(ctx context.Context, ops []store.Op, paths []string, cur []current, integ store.Integrity,
-	rev int64, forms []formGuard, last recordState) (_ int64, done bool, _ error) {
+	rev int64, forms []formGuard, last recordState) (_ int64, done, raced bool, _ error) {
 	now := s.cfg.Now().UTC()
 	if now.Before(last.at) {
 		now = last.at
@@ -319,28 +339,35 @@ func (s *Store) commit(ctx context.Context, ops []store.Op, paths []string, cur 
 		}
 		value, err := resource.EncodeJSON(stamped)
 		if err != nil {
-			return 0, false, fmt.Errorf("%w: ops[%d]: %w", store.ErrInvalidArgument, i, err)
+			return 0, false, false, fmt.Errorf("%w: ops[%d]: %w", store.ErrInvalidArgument, i, err)
 		}
 		then = append(then, clientv3.OpPut(paths[i], string(value)))
 		size.Success = append(size.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{
 			RequestPut: &pb.PutRequest{Key: []byte(paths[i]), Value: value}}})
 	}
 	if n := proto.Size(size) + raftOverhead; n > store.MaxTxnBytes {
-		return 0, false, fmt.Errorf("%w: %d bytes, over the limit of %d per transaction", store.ErrTooLarge, n, store.MaxTxnBytes)
+		return 0, false, false, fmt.Errorf("%w: %d bytes, over the limit of %d per transaction", store.ErrTooLarge, n, store.MaxTxnBytes)
 	}
 	cctx, cancel := s.callCtx(ctx)
-	resp, err := s.cli.Txn(cctx).If(cmps...).Then(then...).Commit()
+	// On failure the record key is read, to tell a race on it from a
+	// failed guard of the write's own keys.
+	resp, err := s.cli.Txn(cctx).If(cmps...).Then(then...).Else(clientv3.OpGet(s.recordKey())).Commit()
 	cancel()
 	if err != nil {
 		err = mapErr("apply", err)
 		s.observe(ctx, err, 0)
-		return 0, false, err
+		return 0, false, false, err
 	}
 	s.observe(ctx, nil, resp.Header.Revision)
 	if resp.Succeeded {
 		s.recorded(now)
+		return resp.Header.Revision, true, false, nil
 	}
-	return resp.Header.Revision, resp.Succeeded, nil
+	if len(resp.Responses) > 0 {
+		st := readRecordState(resp.Responses[0].GetResponseRange().GetKvs())
+		raced = st.exists && !st.broken && st.at.After(now)
+	}
+	return resp.Header.Revision, false, raced, nil
 }
 
 // current is what a key holds: its mod revision (0: nothing) and the stored
