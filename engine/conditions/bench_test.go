@@ -56,3 +56,54 @@ func BenchmarkConditionsAfterChange(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConditionsAfterWorkloadChange measures how long the conditions
+// of 10,000 generated policies take to be current after one change of an
+// inventory of 100,000 workloads: a workload deleted, or put back with the
+// tags of another instance (NoWorkloads and the witnesses it moves, dead.go).
+// The first judgement is reported apart as first-ms.
+func BenchmarkConditionsAfterWorkloadChange(b *testing.B) {
+	for _, prof := range []struct {
+		name string
+		p    policygen.Profile
+	}{{"sparse", policygen.Sparse}, {"dense", policygen.Dense}} {
+		b.Run(fmt.Sprintf("%s/policies=10000/workloads=100000", prof.name), func(b *testing.B) {
+			set := policygen.Generate(policygen.Config{Seed: 11, Policies: 10_000, Profile: prof.p})
+			workloads := set.Workloads(100_000)
+			res := set.Resources
+			for _, w := range workloads {
+				res = append(res, w)
+			}
+			s := engine.Build(1, res)
+			tr := conditions.NewTracker()
+			start := time.Now()
+			if _, err := tr.Partition(s, "", ""); err != nil {
+				b.Fatal(err)
+			}
+			first := time.Since(start)
+			r := rand.New(rand.NewPCG(7, 7))
+			var gone *resource.Workload
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				var ch engine.Change
+				if gone == nil {
+					gone = workloads[r.IntN(len(workloads))]
+					ch = engine.Delete(gone.Key())
+				} else {
+					w := *gone
+					w.Tags = workloads[r.IntN(len(workloads))].Tags
+					w.Meta.ModRevision = s.Revision() + 1
+					ch, gone = engine.Put(&w), nil
+				}
+				s = s.Apply(s.Revision()+1, []engine.Change{ch})
+				b.StartTimer()
+				if _, err := tr.Partition(s, "", ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(first.Milliseconds()), "first-ms")
+		})
+	}
+}
