@@ -227,6 +227,11 @@ type pstate struct {
 	shadowed map[string]string
 	// unproven: lint could not settle one of its rules (docs/lint.md).
 	unproven bool
+	// covers names, per shadowed rule, the policies whose rules lint's
+	// proof stands on; decided holds, per other judged rule, a flow it
+	// decides when lint gave one (shadow.go, keeps).
+	covers  map[string][]string
+	decided map[string]*flow
 	// enforced counts its enforced rules.
 	enforced int
 	// dead: NoWorkloads; witness names a valid workload it selects, ""
