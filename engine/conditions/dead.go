@@ -33,11 +33,15 @@ type meshWorkloads struct {
 	mu    sync.Mutex
 	built bool
 	of    *inventory.Inventory
-	valid map[string]*inventory.WorkloadEntry
+	// valid gives each valid workload's slot in slots (free: a free list
+	// of the nil ones): the postings hold slots, a third of names' size.
+	valid map[string]int32
+	slots []*inventory.WorkloadEntry
+	free  []int32
 	// byPair and byKey: the valid workloads presenting a tag pair, a tag
 	// key, in their own tags or a port's.
-	byPair map[index.TagKV]map[string]struct{}
-	byKey  map[string]map[string]struct{}
+	byPair map[index.TagKV]map[int32]struct{}
+	byKey  map[string]map[int32]struct{}
 	// names are the valid workloads' names, sorted; kept only once asked
 	// (sorted), dropped by a large change.
 	names  []string
@@ -90,7 +94,8 @@ func (mw *meshWorkloads) at(inv *inventory.Inventory) {
 		moved = movedWorkloads(mw.of, inv)
 	}
 	if !mw.built || len(moved) > 1024 && len(moved) > len(mw.valid)/4 {
-		mw.valid, mw.byPair, mw.byKey = map[string]*inventory.WorkloadEntry{}, map[index.TagKV]map[string]struct{}{}, map[string]map[string]struct{}{}
+		mw.valid, mw.slots, mw.free = map[string]int32{}, nil, nil
+		mw.byPair, mw.byKey = map[index.TagKV]map[int32]struct{}{}, map[string]map[int32]struct{}{}
 		mw.names, mw.sorted = nil, false
 		byName(inv).Range(func(_ string, e *inventory.WorkloadEntry) bool {
 			mw.add(e)
@@ -129,10 +134,18 @@ func (mw *meshWorkloads) add(e *inventory.WorkloadEntry) {
 		return
 	}
 	name := e.Workload.Name
-	mw.valid[name] = e
+	var slot int32
+	if n := len(mw.free); n > 0 {
+		slot, mw.free = mw.free[n-1], mw.free[:n-1]
+		mw.slots[slot] = e
+	} else {
+		slot = int32(len(mw.slots))
+		mw.slots = append(mw.slots, e)
+	}
+	mw.valid[name] = slot
 	presented(e.Workload, func(k, v string) {
-		addTo(mw.byPair, index.TagKV{K: k, V: v}, name)
-		addTo(mw.byKey, k, name)
+		addTo(mw.byPair, index.TagKV{K: k, V: v}, slot)
+		addTo(mw.byKey, k, slot)
 	})
 	if mw.sorted {
 		if i, found := slices.BinarySearch(mw.names, name); !found {
@@ -142,14 +155,17 @@ func (mw *meshWorkloads) add(e *inventory.WorkloadEntry) {
 }
 
 func (mw *meshWorkloads) remove(name string) {
-	e, ok := mw.valid[name]
+	slot, ok := mw.valid[name]
 	if !ok {
 		return
 	}
+	e := mw.slots[slot]
 	delete(mw.valid, name)
+	mw.slots[slot] = nil
+	mw.free = append(mw.free, slot)
 	presented(e.Workload, func(k, v string) {
-		removeFrom(mw.byPair, index.TagKV{K: k, V: v}, name)
-		removeFrom(mw.byKey, k, name)
+		removeFrom(mw.byPair, index.TagKV{K: k, V: v}, slot)
+		removeFrom(mw.byKey, k, slot)
 	})
 	if mw.sorted {
 		if i, found := slices.BinarySearch(mw.names, name); found {
@@ -158,22 +174,31 @@ func (mw *meshWorkloads) remove(name string) {
 	}
 }
 
-func addTo[K comparable](m map[K]map[string]struct{}, k K, name string) {
+func addTo[K, V comparable](m map[K]map[V]struct{}, k K, v V) {
 	set := m[k]
 	if set == nil {
-		set = map[string]struct{}{}
+		set = map[V]struct{}{}
 		m[k] = set
 	}
-	set[name] = struct{}{}
+	set[v] = struct{}{}
 }
 
-func removeFrom[K comparable](m map[K]map[string]struct{}, k K, name string) {
+func removeFrom[K, V comparable](m map[K]map[V]struct{}, k K, v V) {
 	if set := m[k]; set != nil {
-		delete(set, name)
+		delete(set, v)
 		if len(set) == 0 {
 			delete(m, k)
 		}
 	}
+}
+
+// entry returns the valid workload named name.
+func (mw *meshWorkloads) entry(name string) (*inventory.WorkloadEntry, bool) {
+	slot, ok := mw.valid[name]
+	if !ok {
+		return nil, false
+	}
+	return mw.slots[slot], true
 }
 
 // first returns the first n valid workloads by name.
@@ -188,7 +213,8 @@ func (mw *meshWorkloads) first(n int) []*inventory.WorkloadEntry {
 	}
 	out := make([]*inventory.WorkloadEntry, 0, min(n, len(mw.names)))
 	for _, name := range mw.names[:min(n, len(mw.names))] {
-		out = append(out, mw.valid[name])
+		e, _ := mw.entry(name)
+		out = append(out, e)
 	}
 	return out
 }
@@ -249,8 +275,8 @@ func (end *selEnd) selects(p *engine.Partition, w *resource.Workload) bool {
 // candidates calls f with the valid workloads that may present a tag set
 // m matches, until f returns false: the shortest posting of an exact pair
 // or a present key m requires, else every valid workload.
-func (mw *meshWorkloads) candidates(m *index.Matcher, f func(name string) bool) {
-	var set map[string]struct{}
+func (mw *meshWorkloads) candidates(m *index.Matcher, f func(e *inventory.WorkloadEntry) bool) {
+	var set map[int32]struct{}
 	narrowed := false
 	if m != nil {
 		for _, kv := range m.Exact {
@@ -265,15 +291,15 @@ func (mw *meshWorkloads) candidates(m *index.Matcher, f func(name string) bool) 
 		}
 	}
 	if !narrowed {
-		for name := range mw.valid {
-			if !f(name) {
+		for _, e := range mw.slots {
+			if e != nil && !f(e) {
 				return
 			}
 		}
 		return
 	}
-	for name := range set {
-		if !f(name) {
+	for slot := range set {
+		if !f(mw.slots[slot]) {
 			return
 		}
 	}
@@ -286,9 +312,9 @@ func (mw *meshWorkloads) witness(p *engine.Partition, ps *pstate) string {
 	}
 	found := ""
 	for _, end := range ps.ends() {
-		mw.candidates(end.m, func(name string) bool {
-			if end.selects(p, mw.valid[name].Workload) {
-				found = name
+		mw.candidates(end.m, func(e *inventory.WorkloadEntry) bool {
+			if end.selects(p, e.Workload) {
+				found = e.Workload.Name
 			}
 			return found == ""
 		})
@@ -456,7 +482,7 @@ func (j *judgement) judgeDead(mw *meshWorkloads, frame bool, changed []string, s
 			for name := range tp.dead.witnessed[w] {
 				recheck[name] = true
 			}
-			e, ok := mw.valid[w]
+			e, ok := mw.entry(w)
 			if !ok {
 				continue
 			}
@@ -474,7 +500,7 @@ func (j *judgement) judgeDead(mw *meshWorkloads, frame bool, changed []string, s
 			if !ok {
 				continue
 			}
-			if e, ok := mw.valid[ps.witness]; ok && selectsWorkload(j.p, ps, e.Workload) {
+			if e, ok := mw.entry(ps.witness); ok && selectsWorkload(j.p, ps, e.Workload) {
 				continue
 			}
 			set(name, ps, mw.witness(j.p, ps))
