@@ -81,7 +81,8 @@ type harness struct {
 // at the end of the test.
 func start(t testing.TB, b *backend, mod func(*Config), dialOpts ...grpc.DialOption) *harness {
 	t.Helper()
-	cfg := Config{ShutdownTimeout: 2 * time.Second, WaitTimeout: 300 * time.Millisecond}
+	// WatchConditions as verdictd sets it by default.
+	cfg := Config{ShutdownTimeout: 2 * time.Second, WaitTimeout: 300 * time.Millisecond, WatchConditions: true}
 	if b != nil {
 		cfg.Syncer, cfg.Store = b, b
 	}

@@ -84,8 +84,16 @@ func TestOverMemoryStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, err = w.Recv()
+	// The broken value closes its type: the other policies' conditions
+	// move with it, as conditions_only changes beside the one written.
+	var written []*verdictv1.ResourceChange
+	for _, ch := range m.GetChanges() {
+		if !ch.GetConditionsOnly() {
+			written = append(written, ch)
+		}
+	}
 	if err != nil || m.GetType() != verdictv1.WatchEventType_WATCH_EVENT_TYPE_CHANGES || m.GetRevision() != broken ||
-		len(m.GetChanges()) != 1 || m.GetChanges()[0].GetResource().GetError() == "" {
+		len(written) != 1 || written[0].GetResource().GetError() == "" {
 		t.Fatalf("after compaction, from the history: %v %v", m, err)
 	}
 }

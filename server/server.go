@@ -111,9 +111,11 @@ type Config struct {
 	WatchHistoryChanges int
 	// WatchConditions: WatchResources messages carry each policy's standing
 	// conditions, with conditions_only changes, and the metric
-	// verdict_policy_conditions counts them (docs/lint.md). Off by default: the feed then judges every change of every partition, which
-	// costs a lint of the rules the change can move (far more on dense sets,
-	// and on every workload change, a pass over every policy).
+	// verdict_policy_conditions counts them (docs/lint.md). The feed then
+	// judges each change it sends, off the decision path: what a policy
+	// change can move, the policies a workload change can move; change sets
+	// that wait behind a judgement are judged together (verdictd turns it
+	// on by default).
 	WatchConditions bool
 	// RulesMaxLag: a WatchRules stream whose client does not read ends with
 	// RESOURCE_EXHAUSTED once a newer state has waited this long behind its

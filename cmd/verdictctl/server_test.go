@@ -120,7 +120,7 @@ func (ts *testServer) serve(lis net.Listener) error {
 		cancel()
 		return err
 	}
-	srv, err := server.New(server.Config{Syncer: sy, Store: ts.st, DecisionLog: dl})
+	srv, err := server.New(server.Config{Syncer: sy, Store: ts.st, DecisionLog: dl, WatchConditions: true}) // as verdictd runs by default
 	if err != nil {
 		cancel()
 		return err

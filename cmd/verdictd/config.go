@@ -78,8 +78,9 @@ type Config struct {
 	// decided, which Impact replays (default 1,000,000; 0 turns it off).
 	ObservedFlows int
 	// WatchConditions makes WatchResources carry the policies' standing
-	// conditions and the metrics count them (docs/lint.md; off by default:
-	// it costs a judgement per change).
+	// conditions and the metrics count them (docs/lint.md; on by default:
+	// each change costs a judgement of what it can move, off the decision
+	// path; --watch-conditions=false turns it off).
 	WatchConditions bool
 	// DisableExtAuthz stops serving Envoy's envoy.service.auth.v3.Authorization
 	// on the gRPC listener (served by default; docs/envoy.md).

@@ -179,3 +179,40 @@ func validConfig(dir string) Config {
 		DecisionLogMaxSize: defaultDecisionLogMaxSize, DecisionLogMaxFiles: 1, DecisionLogMaxRecord: 4 << 10,
 		Retention: time.Hour, RetentionRevisions: 10}
 }
+
+// --watch-conditions is on by default; the flag or the environment turns
+// it off.
+func TestParseWatchConditions(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+		bad  bool
+	}{
+		{name: "on by default", want: true},
+		{name: "the flag turns it off", args: []string{"--watch-conditions=false"}, want: false},
+		{name: "the environment turns it off", env: map[string]string{"VERDICT_WATCH_CONDITIONS": "false"}, want: false},
+		{name: "the flag over the environment", args: []string{"--watch-conditions"}, env: map[string]string{"VERDICT_WATCH_CONDITIONS": "false"}, want: true},
+		{name: "not a boolean", env: map[string]string{"VERDICT_WATCH_CONDITIONS": "maybe"}, bad: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := parseFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.bad {
+				if err == nil {
+					t.Fatalf("accepted: WatchConditions %v", c.WatchConditions)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.WatchConditions != tc.want {
+				t.Fatalf("WatchConditions %v, want %v", c.WatchConditions, tc.want)
+			}
+		})
+	}
+}

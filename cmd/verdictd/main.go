@@ -124,9 +124,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 			return nil
 		})
 	}
-	boolean := func(p *bool, name, usage string) {
+	booleanDef := func(p *bool, name string, def bool, usage string) {
 		env := envName(name)
-		def := false
 		if v := getenv(env); v != "" {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -136,6 +135,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		fs.BoolVar(p, name, def, usage+" ("+env+")")
 	}
+	boolean := func(p *bool, name, usage string) { booleanDef(p, name, false, usage) }
 	duration := func(p *time.Duration, name string, def time.Duration, usage string) {
 		env := envName(name)
 		if v := getenv(env); v != "" {
@@ -224,7 +224,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	list(&c.UIHosts, "ui-host", "DNS name the explorer may be reached by, besides IP addresses and localhost")
 	str(&c.Advertise, "advertise", "", "address the other replicas reach this one at, registered in etcd for Impact's fleet (default: --listen unless a wildcard)")
 	integer(&c.ObservedFlows, "observed-flows", observed.DefaultMax, "distinct decided flows kept for Impact, the least recently seen evicted; 0: off")
-	boolean(&c.WatchConditions, "watch-conditions", "WatchResources messages carry each policy's standing conditions, verdict_policy_conditions counts them (docs/lint.md); costs a judgement per change")
+	booleanDef(&c.WatchConditions, "watch-conditions", true, "WatchResources messages carry each policy's standing conditions, verdict_policy_conditions counts them (docs/lint.md); each change costs a judgement of what it can move; =false turns it off")
 	boolean(&c.DisableExtAuthz, "disable-ext-authz", "do not serve Envoy's ext_authz API (envoy.service.auth.v3.Authorization) on the gRPC listener")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")

@@ -162,6 +162,20 @@ type LintAnswer struct {
 	Notes []string
 	// Rules analyzed.
 	Rules int
+	// Decided lists, when ShadowedOf asks, a flow that each rule it asks
+	// about and found not shadowed decides (none where a key's classes are
+	// not exact): a judgement that keeps it can check whether a change
+	// takes that flow from the rule instead of linting it again.
+	Decided []DecidedFlow
+}
+
+// DecidedFlow is a flow a rule decides on one side.
+type DecidedFlow struct {
+	Policy, Rule        string
+	Source, Destination resource.Tags
+	Protocol            resource.Protocol
+	Port                uint32
+	Side                int // 0 outbound, 1 inbound
 }
 
 // Errors reports whether an error-level finding exists.

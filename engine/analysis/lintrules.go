@@ -375,7 +375,13 @@ func (lp *lintPart) lintRule(lr *lintRule, ans *LintAnswer) {
 		}
 	}
 	if lr.wit != nil && lp.only != nil {
-		return // it decides a flow: not shadowed, and nothing else is asked
+		// It decides a flow: not shadowed, and nothing else is asked.
+		if !lp.approx {
+			src, dst, proto, port := lp.sp.point(lr.wit.b)
+			ans.Decided = append(ans.Decided, DecidedFlow{Policy: lr.r.PolicyName(), Rule: lr.r.ID, Source: src, Destination: dst,
+				Protocol: proto, Port: port, Side: lr.wit.side})
+		}
+		return
 	}
 	if lr.wit != nil {
 		if lp.approxRule(lr) {

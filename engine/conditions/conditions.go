@@ -97,8 +97,9 @@ func (p *Partition) Counts() map[Kind]int { return maps.Clone(p.st.counts) }
 // to the next. It is safe for concurrent use. The zero value is not usable:
 // NewTracker makes one.
 type Tracker struct {
-	mu    sync.Mutex
-	parts map[[2]string]*tracked
+	mu     sync.Mutex
+	parts  map[[2]string]*tracked
+	meshes map[string]*meshWorkloads
 	// Budget bounds lint's search per rule (0: lint's default).
 	Budget int
 }
@@ -114,10 +115,15 @@ type tracked struct {
 	// ix indexes the rules of ixOf's policies (under judging).
 	ix   *ruleIndex
 	ixOf *state
+	// dead indexes deadOf's NoWorkloads (under judging; dead.go).
+	dead   *deadIndex
+	deadOf *state
 }
 
 // NewTracker returns an empty tracker.
-func NewTracker() *Tracker { return &Tracker{parts: map[[2]string]*tracked{}} }
+func NewTracker() *Tracker {
+	return &Tracker{parts: map[[2]string]*tracked{}, meshes: map[string]*meshWorkloads{}}
+}
 
 // attachKey keys a tracker's partitions in a snapshot.
 type attachKey struct {
@@ -201,7 +207,7 @@ type state struct {
 	closed    bool
 	notApp    [2]bool
 	inv       *inventory.Inventory
-	ends      *endTags // the inventory's tag sets, built on need
+	workloads int // the inventory's valid workloads
 	pset      engine.PolicySet
 	policies  pmap.Map[string, *pstate]
 	counts    map[Kind]int
@@ -221,9 +227,17 @@ type pstate struct {
 	shadowed map[string]string
 	// unproven: lint could not settle one of its rules (docs/lint.md).
 	unproven bool
+	// covers names, per shadowed rule, the policies whose rules lint's
+	// proof stands on; decided holds, per other judged rule, a flow it
+	// decides when lint gave one (shadow.go, keeps).
+	covers  map[string][]string
+	decided map[string]*flow
 	// enforced counts its enforced rules.
 	enforced int
+	// dead: NoWorkloads; witness names a valid workload it selects, ""
+	// when none (dead.go).
 	dead     bool
+	witness  string
 	resolved resolveState
 	conds    []Condition
 }
@@ -333,7 +347,7 @@ func (t *Tracker) judge(s *engine.Snapshot, mesh, typ string) (*Partition, error
 	base := tp.last
 	t.mu.Unlock()
 	st := newFrame(s, p)
-	j := &judgement{st: st, base: base, s: s, p: p, tp: tp, budget: t.Budget}
+	j := &judgement{st: st, base: base, s: s, p: p, tp: tp, mw: t.meshWorkloads(st.mesh), budget: t.Budget}
 	if err := j.run(); err != nil {
 		return nil, err
 	}
@@ -351,6 +365,7 @@ type judgement struct {
 	s        *engine.Snapshot
 	p        *engine.Partition
 	tp       *tracked
+	mw       *meshWorkloads
 	budget   int
 	b        *pmap.Builder[string, *pstate]
 	// fresh are the pstates made by this judgement (settled at the end).
@@ -433,20 +448,23 @@ func (j *judgement) run() error {
 		}
 	}
 	sameInv := frame && base.inv == st.inv
-	if sameInv {
-		st.ends = base.ends
-	} else {
-		st.ends = newEndTags(st.inv)
-	}
 	if !st.closed && !st.set.PerDestination {
 		if err := j.judgeShadowed(frame, changed); err != nil {
 			return err
 		}
 	}
-	j.judgeDead(changed, sameInv)
-	resolves := func(x *state) bool { return x != nil && x.config > 0 && len(x.ends.list) > 0 && !x.closed }
-	if (len(changed) > 0 || !sameInv) && (resolves(st) || resolves(base)) {
-		j.judgeResolved()
+	var list []*inventory.WorkloadEntry
+	j.mw.mu.Lock()
+	j.mw.at(st.inv)
+	j.judgeDead(j.mw, frame, changed, sameInv)
+	resolves := func(x *state) bool { return x != nil && x.config > 0 && x.workloads > 0 && !x.closed }
+	resolve := (len(changed) > 0 || !sameInv) && (resolves(st) || resolves(base))
+	if resolve && resolves(st) {
+		list = j.mw.first(maxResolutions)
+	}
+	j.mw.mu.Unlock()
+	if resolve {
+		j.judgeResolved(list)
 	}
 	for _, ps := range j.fresh {
 		ps.conds = st.settle(ps)
@@ -495,7 +513,7 @@ func (st *state) settle(ps *pstate) []Condition {
 		out = append(out, Condition{Enforced, "enforced"})
 	}
 	if ps.dead {
-		out = append(out, Condition{NoWorkloads, fmt.Sprintf("selects none of the mesh's %d workloads", st.ends.workloads)})
+		out = append(out, Condition{NoWorkloads, "selects none of the mesh's workloads"})
 	}
 	return out
 }

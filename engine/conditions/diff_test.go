@@ -7,7 +7,9 @@ import (
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/analysis"
 	"github.com/verdictpdp/verdict/engine/conditions"
+	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/internal/worldgen"
+	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
@@ -225,4 +227,161 @@ func bruteForce(t *testing.T, c *worldgen.Choices, s *engine.Snapshot, typ strin
 		}
 	}
 	return flows
+}
+
+// NoWorkloads carried through random inventory changes — workloads put,
+// retagged, deleted, made invalid by an address an earlier one claims —
+// and now and then a policy change, is held to a judgement from scratch of
+// each snapshot: every valid workload against every rule's end (noWorkloads
+// below, which shares no index with the tracker). The tracker judges some
+// snapshots and skips others, so a judgement also carries several changes.
+func TestCarriedNoWorkloadsAgainstFromScratch(t *testing.T) {
+	t.Parallel()
+	worlds := 200
+	if testing.Short() {
+		worlds = 50
+	}
+	types := []string{"TrafficPermission", "MeshTrafficPermission"}
+	var stats struct{ judged, dead, alive int }
+	for seed := 0; seed < worlds; seed++ {
+		c := worldgen.NewChoices([]byte(fmt.Sprintf("noworkloads-%d", seed)))
+		res := worldgen.World(c)
+		for _, w := range worldgen.Inventory(c) {
+			res = append(res, w.W)
+		}
+		s := engine.Build(1, res)
+		tr := conditions.NewTracker()
+		for step := 0; step < 12; step++ {
+			var cs []engine.Change
+			for i, n := 0, 1+c.N(3); i < n; i++ {
+				cs = append(cs, workloadChange(c, s, step*4+i))
+			}
+			if c.Chance(15) {
+				if ch, ok := change(c, s, step); ok {
+					cs = append(cs, ch)
+				}
+			}
+			s = s.Apply(s.Revision()+1, cs)
+			if c.Chance(30) {
+				continue // judged with the next change
+			}
+			for _, typ := range types {
+				carried, err := tr.Partition(s, "m", typ)
+				if err != nil {
+					continue
+				}
+				want := noWorkloads(t, s, typ)
+				stats.judged++
+				for _, name := range carried.Names() {
+					cs, _ := carried.Policy(name)
+					if has(cs, conditions.NoWorkloads) != want[name] {
+						t.Fatalf("seed %d step %d %s %s: carried %s, from scratch NoWorkloads %v\n%s", seed, step, typ, name,
+							names(cs), want[name], describe(s))
+					}
+					if want[name] {
+						stats.dead++
+					} else {
+						stats.alive++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d judgements: %d policies with NoWorkloads, %d without", stats.judged, stats.dead, stats.alive)
+	if stats.dead == 0 || stats.alive == 0 {
+		t.Fatal("the worlds found no policy of one kind")
+	}
+}
+
+// workloadChange puts a new workload, puts an existing one again with
+// other tags, ports or addresses, or deletes one.
+func workloadChange(c *worldgen.Choices, s *engine.Snapshot, n int) engine.Change {
+	var have []*resource.Workload
+	s.Resources(func(e engine.Entry) bool {
+		if w, ok := e.Resource.(*resource.Workload); ok {
+			have = append(have, w)
+		}
+		return true
+	})
+	if len(have) > 0 && c.Chance(35) {
+		return engine.Delete(have[c.N(len(have))].Key())
+	}
+	tags := func() resource.Tags {
+		t := c.Tags()
+		delete(t, resource.IPTag)
+		delete(t, resource.PrincipalTag)
+		return t
+	}
+	w := &resource.Workload{Mesh: "m", Name: fmt.Sprintf("x%d", n), Tags: tags()}
+	if len(have) > 0 && c.Chance(50) {
+		w.Name = have[c.N(len(have))].Name
+	}
+	w.Meta.ModRevision = s.Revision() + 1
+	for _, a := range worldgen.InvAddresses[:3] {
+		if c.Chance(15) {
+			w.Addresses = append(w.Addresses, a)
+		}
+	}
+	for k := c.N(3); k > 0; k-- {
+		p := resource.WorkloadPort{Port: []uint32{22, 80, 8080}[c.N(3)]}
+		if c.Chance(80) {
+			p.Tags = tags()
+		}
+		w.Ports = append(w.Ports, p)
+	}
+	return engine.Put(w)
+}
+
+// noWorkloads judges NoWorkloads from scratch: in a mesh with a valid
+// workload, a valid policy none of whose ends selects a tag set a valid
+// workload presents there (its own as a source; its own and each port's as
+// a destination) that the end's scope holds; a targetRef policy without
+// rules by its targetRef on the destination side.
+func noWorkloads(t *testing.T, s *engine.Snapshot, typ string) map[string]bool {
+	t.Helper()
+	p, err := s.Partition("m", typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src, dst []resource.Tags
+	if inv := p.Inventory(); inv != nil {
+		inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
+			if e.Err == "" {
+				src = append(src, e.Workload.Tags)
+				dst = append(dst, e.Workload.Tags)
+				for _, pt := range e.Workload.Ports {
+					dst = append(dst, e.Workload.ResolvedTags(pt.Port, ""))
+				}
+			}
+			return true
+		})
+	}
+	out := map[string]bool{}
+	for pv := range p.Policies() {
+		if pv.Err != "" || len(src) == 0 {
+			continue
+		}
+		selects := false
+		if len(pv.Rules) == 0 && pv.Doc.TargetRef != nil {
+			m := index.CompileSelector(resource.TargetSelector(*pv.Doc.TargetRef))
+			for _, tags := range dst {
+				selects = selects || m.Matches(tags)
+			}
+		}
+		for _, r := range pv.Rules {
+			for side, sets := range [2][]resource.Tags{src, dst} {
+				m := r.Src
+				if side == 1 {
+					m = r.Dst
+				}
+				for _, tags := range sets {
+					if r.Sides&index.SideBits[side] != 0 && (m == nil || m.Matches(tags)) && p.MemberOf(r.Scope, tags) {
+						selects = true
+					}
+				}
+			}
+		}
+		out[pv.Doc.Name] = !selects
+	}
+	return out
 }

@@ -7,8 +7,13 @@
 // to the next: a partition whose policies, scopes, settings and inventory
 // are unchanged keeps its conditions; one that changed by a few policies
 // re-judges only the rules those policies' rules can overlap (an earlier
-// rule shadows only later rules it overlaps), by linting the smallest set
-// of policies that holds every rule that could cover them.
+// rule shadows only later rules it overlaps), keeps what the last
+// judgement found of them where the change cannot move it (shadow.go),
+// tries the rest on their simplest flow (witness.go), and lints only what
+// is left, in the smallest set of policies that holds every rule that
+// could cover them. A change of the inventory re-judges NoWorkloads only
+// for the policies whose witness workload moved and the dead ones a put
+// workload may select (dead.go).
 //
 // It stands on engine/analysis's exported Lint for the shadowed rules and
 // on the engine's Partition and Resolve for the rest; nothing here runs on

@@ -14,7 +14,7 @@ package conditions
 // no only when a tag both ends require differs.
 
 import (
-	"maps"
+	"slices"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/analysis"
@@ -45,28 +45,46 @@ func (j *judgement) judgeShadowed(frame bool, changed []string) error {
 	}
 	ix := j.index(changed)
 	// The seeds: every enforced rule a changed policy had or has.
-	var seeds []*index.Rule
+	var seeds, added []*index.Rule
+	isChanged := map[string]bool{}
 	for _, name := range changed {
+		isChanged[name] = true
 		if old, ok := base.policies.Get(name); ok {
 			seeds = append(seeds, old.enforcedRules()...)
 		}
 		if ps, ok := j.fresh[name]; ok {
-			seeds = append(seeds, ps.enforcedRules()...)
+			added = append(added, ps.enforcedRules()...)
 		}
 	}
+	seeds = append(seeds, added...)
 	// The affected policies: the changed ones, and the owners of the rules
-	// that overlap a seed.
+	// that overlap a seed that beats them, unless what lint found of the
+	// rule still holds (keeps).
 	affected := map[string]bool{}
 	for _, name := range changed {
 		if ps, ok := j.fresh[name]; ok && ps.judging() {
 			affected[name] = true
 		}
 	}
+	kept := map[*index.Rule]bool{}
 	for _, r := range seeds {
 		for _, o := range ix.meeting(r) {
-			if j.beats(r, o) || j.unproven(o.Policy.Name) {
-				affected[o.Policy.Name] = true
+			name := o.Policy.Name
+			if affected[name] || kept[o] || !j.beats(r, o) && !j.unproven(name) {
+				continue
 			}
+			if j.keeps(o, isChanged, added) {
+				kept[o] = true
+			} else {
+				affected[name] = true
+			}
+		}
+	}
+	// A policy whose every rule decides its simplest flow needs no lint
+	// (witness.go).
+	for name := range affected {
+		if j.settleQuickly(name) {
+			delete(affected, name)
 		}
 	}
 	if len(affected) == 0 {
@@ -125,6 +143,81 @@ func (j *judgement) judgeShadowed(frame bool, changed []string) error {
 	return nil
 }
 
+// keeps reports whether what the last judgement found of rule o (of a
+// policy not changed) holds after the change: a rule shadowed stays so
+// when no policy its proof stood on changed (the rules that beat it can
+// only have grown); a rule that decided a flow still decides it when no
+// added rule that beats it may match that flow on its side (the rules
+// that beat it otherwise only shrank). Frame and partition are the
+// last judgement's (judgeShadowed's caller checks).
+func (j *judgement) keeps(o *index.Rule, changed map[string]bool, added []*index.Rule) bool {
+	ps, ok := j.b.Get(o.Policy.Name)
+	if !ok || ps.unproven {
+		return false
+	}
+	if _, shadowed := ps.shadowed[o.ID]; shadowed {
+		covers, ok := ps.covers[o.ID]
+		if !ok {
+			return false
+		}
+		for _, c := range covers {
+			if changed[c] {
+				return false
+			}
+		}
+		return true
+	}
+	f := ps.decided[o.ID]
+	if f == nil {
+		return false
+	}
+	var src, dst resource.Tags
+	for _, n := range added {
+		if !j.beats(n, o) {
+			continue
+		}
+		if src == nil {
+			src, dst = tagsOf(f.src), tagsOf(f.dst)
+		}
+		if f.mayMatch(n, src, dst) {
+			return false
+		}
+	}
+	return true
+}
+
+// flow is a flow a rule decides on one side (analysis.DecidedFlow), its
+// tags as pairs: kept for every rule not shadowed.
+type flow struct {
+	src, dst []index.TagKV
+	proto    resource.Protocol
+	port     uint32
+	side     int
+}
+
+func newFlow(d *analysis.DecidedFlow) *flow {
+	return &flow{src: pairsOf(d.Source), dst: pairsOf(d.Destination), proto: d.Protocol, port: d.Port, side: d.Side}
+}
+
+// mayMatch reports whether rule n may match the flow (its tags src and
+// dst) on its side: it is a candidate on that side (its scope and, for a
+// targetRef policy, its attachment aside: they only narrow it), its ports
+// admit the flow's and both its ends match.
+func (f *flow) mayMatch(n *index.Rule, src, dst resource.Tags) bool {
+	if n.Sides&index.SideBits[f.side] == 0 || !index.MatchesPorts(n.Ports, f.proto, f.port) {
+		return false
+	}
+	return (n.Src == nil || n.Src.Matches(src)) && (n.Dst == nil || n.Dst.Matches(dst))
+}
+
+func tagsOf(pairs []index.TagKV) resource.Tags {
+	t := make(resource.Tags, len(pairs))
+	for _, kv := range pairs {
+		t[kv.K] = kv.V
+	}
+	return t
+}
+
 // beats reports whether o, matching a flow with r and a candidate, keeps r
 // from deciding it (docs/order.md, "Combining"): only such a rule can
 // cover r.
@@ -179,7 +272,19 @@ func (j *judgement) lintAll() error {
 // findings.
 func (j *judgement) record(ans *analysis.LintAnswer, only map[string]bool) {
 	found := map[string]map[string]string{}
+	covers := map[string]map[string][]string{}
+	decided := map[string]map[string]*flow{}
 	unproven := map[string]bool{}
+	for i := range ans.Decided {
+		d := &ans.Decided[i]
+		if !only[d.Policy] {
+			continue
+		}
+		if decided[d.Policy] == nil {
+			decided[d.Policy] = map[string]*flow{}
+		}
+		decided[d.Policy][d.Rule] = newFlow(d)
+	}
 	for _, u := range ans.Unproven {
 		if u.Kind == analysis.FindingShadowed && u.Mesh == j.st.mesh && u.Type == j.st.typ && only[u.Policy] {
 			unproven[u.Policy] = true
@@ -192,19 +297,24 @@ func (j *judgement) record(ans *analysis.LintAnswer, only map[string]bool) {
 		}
 		if found[f.Policy] == nil {
 			found[f.Policy] = map[string]string{}
+			covers[f.Policy] = map[string][]string{}
 		}
 		found[f.Policy][f.Rule] = f.Message
+		var names []string
+		for _, r := range f.Related {
+			if !slices.Contains(names, r.Policy) {
+				names = append(names, r.Policy)
+			}
+		}
+		covers[f.Policy][f.Rule] = names
 	}
 	for name := range only {
 		old, ok := j.b.Get(name)
 		if !ok || !old.judging() {
 			continue
 		}
-		if _, fresh := j.fresh[name]; !fresh && maps.Equal(old.shadowed, found[name]) && old.unproven == unproven[name] {
-			continue
-		}
-		ps := j.edit(name)
-		ps.shadowed, ps.unproven = found[name], unproven[name]
+		ps := j.edit(name) // its flows and covers at least are new
+		ps.shadowed, ps.unproven, ps.covers, ps.decided = found[name], unproven[name], covers[name], decided[name]
 	}
 }
 

@@ -221,6 +221,19 @@ func (s *Set) workload(r *rand.Rand, service int) resource.Tags {
 	return t
 }
 
+// Workloads returns n workloads of the set's mesh: instances of its
+// services, round robin, each tagged as workload's instances are (the
+// service, env, region, version, zone, a name). They are drawn from a
+// generator of their own: the set is the same with or without them.
+func (s *Set) Workloads(n int) []*resource.Workload {
+	r := rand.New(rand.NewPCG(s.Config.Seed, 0x3041))
+	out := make([]*resource.Workload, n)
+	for i := range out {
+		out[i] = &resource.Workload{Mesh: s.Config.Mesh, Name: fmt.Sprintf("w-%06d", i), Tags: s.workload(r, i%s.Config.Services)}
+	}
+	return out
+}
+
 // Flows returns n requests against the set: 80% follow a generated permission,
 // 20% are random service pairs; protocols and ports vary.
 func (s *Set) Flows(seed uint64, n int) []engine.Request {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/conditions"
+	"github.com/verdictpdp/verdict/engine/resource"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -152,7 +153,11 @@ func (f *Feed) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-	follow(ctx, f.src, 1024, f.log, "watch feed", f.reset, func(u syncer.Update) { f.apply(u.Snapshot, u.Changes) })
+	// With conditions, each change set costs a judgement: the sets waiting
+	// behind one are taken with it, as one set at the newest revision, so
+	// that a burst is judged once (a resume from a revision inside it gets
+	// a fresh snapshot, as one inside a set the syncer coalesced does).
+	follow(ctx, f.src, 1024, f.log, "watch feed", f.conds != nil, f.reset, func(u syncer.Update) { f.apply(u.Snapshot, u.Changes) })
 }
 
 // Revision is the revision of the feed's state: what a stream starting now
@@ -233,22 +238,30 @@ func (f *Feed) reset(snap *engine.Snapshot) {
 		close(f.ready)
 		return
 	}
-	mods := map[string]int64{} // what old holds: path → mod revision (0: unknown, never equal)
-	syncer.EachStored(old, func(c engine.Change) { mods[c.Path] = c.ModRevision })
+	type held struct {
+		mod int64 // 0: unknown, never equal
+		key resource.Key
+	}
+	mods := map[string]held{} // what old holds, by path
+	syncer.EachStored(old, func(c engine.Change) { mods[c.Path] = held{c.ModRevision, c.Key} })
 	var changes []*verdictv1.ResourceChange
+	var cs []engine.Change // the difference, for the conditions it moved
 	syncer.EachStored(snap, func(c engine.Change) {
-		mod, ok := mods[c.Path]
+		h, ok := mods[c.Path]
 		delete(mods, c.Path)
-		if ok && mod == c.ModRevision && mod != 0 {
+		if ok && h.mod == c.ModRevision && h.mod != 0 {
 			return
 		}
 		rc := encodeChange(f.log, c)
 		f.fillConditions(snap, c, rc)
 		changes = append(changes, rc)
+		cs = append(cs, c)
 	})
-	for path := range mods {
+	for path, h := range mods {
 		changes = append(changes, &verdictv1.ResourceChange{Key: engine.RenderPath(path), Deleted: true})
+		cs = append(cs, engine.Change{Path: path, Key: h.key})
 	}
+	changes = append(changes, f.movedConditions(old, snap, cs)...)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if snap.Revision() <= f.rev && len(changes) == 0 {

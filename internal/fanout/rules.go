@@ -162,7 +162,7 @@ func NewHub(cfg HubConfig) *Hub {
 // Run follows the source's snapshots until ctx ends. A renewed subscription
 // (the hub fell behind) recomputes every group.
 func (h *Hub) Run(ctx context.Context) {
-	follow(ctx, h.src, 64, h.log, "rules hub", func(snap *engine.Snapshot) { h.refresh(snap, nil, nil) },
+	follow(ctx, h.src, 64, h.log, "rules hub", false, func(snap *engine.Snapshot) { h.refresh(snap, nil, nil) },
 		func(u syncer.Update) { h.refresh(u.Snapshot, u.Previous, u.Changes) })
 }
 
