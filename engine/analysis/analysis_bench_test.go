@@ -196,6 +196,7 @@ func BenchmarkReach(b *testing.B) {
 			break
 		}
 	}
+	fresh := 0 // -count runs each mode again on the same lineage
 	change := func(snap *engine.Snapshot, newCondition bool) *engine.Snapshot {
 		p := *flip
 		p.Action = resource.Deny
@@ -203,7 +204,8 @@ func BenchmarkReach(b *testing.B) {
 			p.Action = resource.Allow
 		}
 		if newCondition {
-			p.Sources = []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("new-%d", snap.Revision())}}}
+			fresh++
+			p.Sources = []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("new-%d", fresh)}}}
 		}
 		m := p.Metadata()
 		m.ModRevision = snap.Revision() + 1

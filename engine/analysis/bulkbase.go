@@ -86,9 +86,9 @@ func buildBase(p *engine.Partition) *bulkBase {
 		bb.keyConds[i], bb.keyIdx[k] = bb.conds[k], int32(i)
 	}
 	// Interned by a Bulk that writes into the base itself.
-	b := &Bulk{classes: map[string]int32{}, building: true}
-	b.useKeys(bb)
 	bb.workloads = workloadsOf(bb.inv)
+	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
+	b.useKeys(bb)
 	bb.own = make([]ClassID, len(bb.workloads))
 	// Replicas with one tag set share an identity: the set is interned
 	// once (the sets compared, as whatever an identity keys verifies it).
@@ -211,13 +211,22 @@ func workloadsOf(inv *inventory.Inventory) []*inventory.WorkloadEntry {
 	if inv == nil {
 		return nil
 	}
-	out := make([]*inventory.WorkloadEntry, 0, inv.ByName.Len())
-	inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
+	// Sorted by the names beside the entries: a comparison reads no entry.
+	type named struct {
+		name string
+		e    *inventory.WorkloadEntry
+	}
+	byName := make([]named, 0, inv.ByName.Len())
+	inv.ByName.Range(func(name string, e *inventory.WorkloadEntry) bool {
 		if e.Err == "" {
-			out = append(out, e)
+			byName = append(byName, named{name, e})
 		}
 		return true
 	})
-	slices.SortFunc(out, func(a, b *inventory.WorkloadEntry) int { return strings.Compare(a.Workload.Name, b.Workload.Name) })
+	slices.SortFunc(byName, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	out := make([]*inventory.WorkloadEntry, len(byName))
+	for i := range byName {
+		out[i] = byName[i].e
+	}
 	return out
 }
