@@ -13,9 +13,10 @@ package analysis
 //     that agree on every such condition are decided alike. Intern projects a
 //     tag set onto the keys some selector mentions and replaces each value no
 //     selector names by the first value seen with the same prefixes and
-//     CIDRs: a class. Replicas of one deployment, instances that differ only
-//     by a name no policy names, fall into one class and are decided once per
-//     pair and port.
+//     CIDRs: a class, decided on the first tag set interned into it.
+//     Replicas of one deployment, instances that differ only by a name no
+//     policy names, fall into one class and are decided once per pair and
+//     port.
 //   - Pair dimensions (bulkbits.go). The partition's rules are put in order,
 //     once; per class and end, the rules whose selector on that end the class
 //     satisfies are one bitmap over that order, found through postings of the
@@ -55,7 +56,7 @@ type Bulk struct {
 	keyBuf    []byte
 	outConds  map[string]*keyConds // the outside keys' exact conditions
 	classes   map[string]int32
-	tags      []resource.Tags // per class, the tags it is decided on
+	tags      []resource.Tags // per class, the tags it is decided on: the first interned into it
 	answers   map[bulkKey]*engine.Decision
 	bits      [2]*ruleBits // the enforced and the audit rules in order; built on first need
 	bitsOK    bool
@@ -116,8 +117,9 @@ func (b *Bulk) Type() string { return b.typ }
 func (b *Bulk) Decisions() int { return b.decisions }
 
 // Intern returns the class of a tag set: equal for every tag set decided
-// alike by the reductions above. It allocates only for a class it has not
-// seen.
+// alike by the reductions above. A new class is decided on the tag set it
+// was made from (every tag set of it is decided alike), so tags must not
+// be modified after; it allocates only for a new class.
 func (b *Bulk) Intern(tags resource.Tags) ClassID {
 	var ib [16]int32
 	idx := ib[:0] // the keys of tags some selector tests, in keys' order
@@ -135,8 +137,6 @@ func (b *Bulk) Intern(tags resource.Tags) ClassID {
 		}
 		slices.Sort(idx)
 	}
-	var vb [16]string
-	vals := vb[:0]
 	buf := b.keyBuf[:0]
 	for _, i := range idx {
 		k, c := b.keys[i], b.keyConds[i]
@@ -150,7 +150,6 @@ func (b *Bulk) Intern(tags resource.Tags) ClassID {
 			w = &b.local[i]
 		}
 		v := c.canonical(tags[k], w)
-		vals = append(vals, v)
 		buf = append(buf, k...)
 		buf = append(buf, 0)
 		buf = append(buf, v...)
@@ -165,12 +164,8 @@ func (b *Bulk) Intern(tags resource.Tags) ClassID {
 	if id, ok := b.classes[string(buf)]; ok {
 		return ClassID(id)
 	}
-	t := make(resource.Tags, len(idx))
-	for j, i := range idx {
-		t[b.keys[i]] = vals[j]
-	}
 	id := int32(len(b.tags))
-	b.tags = append(b.tags, t)
+	b.tags = append(b.tags, tags)
 	b.classes[string(buf)] = id
 	return ClassID(id)
 }
