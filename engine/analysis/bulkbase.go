@@ -54,17 +54,19 @@ type baseKey struct{ mesh, typ string }
 // carried from the lineage's last one when it may be, else built.
 func baseOf(p *engine.Partition) *bulkBase {
 	return p.Snapshot().Carried(baseKey{p.Mesh(), p.Type()}, func(prev any) any {
-		if pb, ok := prev.(*bulkBase); ok {
+		pb, _ := prev.(*bulkBase)
+		if pb != nil {
 			if bb := pb.carry(p); bb != nil {
 				return bb
 			}
 		}
-		return buildBase(p)
+		return buildBase(p, pb)
 	}).(*bulkBase)
 }
 
-// buildBase computes a partition's base whole.
-func buildBase(p *engine.Partition) *bulkBase {
+// buildBase computes a partition's base, whole but for the workloads by
+// name, taken from prev (nil: none) when it is of the same inventory.
+func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 	bb := &bulkBase{conds: map[string]*keyConds{}, outCounts: map[outsideCond]int32{}, inv: p.Inventory(),
 		pset: p.PolicySet()}
 	for _, sv := range p.Scopes() {
@@ -86,7 +88,11 @@ func buildBase(p *engine.Partition) *bulkBase {
 		bb.keyConds[i], bb.keyIdx[k] = bb.conds[k], int32(i)
 	}
 	// Interned by a Bulk that writes into the base itself.
-	bb.workloads = workloadsOf(bb.inv)
+	if prev != nil && prev.inv == bb.inv {
+		bb.workloads = prev.workloads
+	} else {
+		bb.workloads = workloadsOf(bb.inv)
+	}
 	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
 	b.useKeys(bb)
 	bb.own = make([]ClassID, len(bb.workloads))
