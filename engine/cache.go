@@ -45,5 +45,6 @@ func PastMemo() *Memo {
 // entries stay verified by their partitions' epochs, so a shared memo never
 // answers for another snapshot's policies.
 func (s *Snapshot) WithMemo(m *Memo) *Snapshot {
-	return &Snapshot{revision: s.revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count, memo: &m.h}
+	return &Snapshot{revision: s.revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count, memo: &m.h,
+		lineage: &lineage{}}
 }

@@ -26,8 +26,10 @@
 //     engine/analysis stands on (partition.go): its rules in order, its
 //     scopes and their membership, its settings and compiled policies, and a
 //     decision entry a caller who knows which rules match a flow narrows
-//     (Prefilter); Preview is CheckApply then Apply on a copy, and Attached
-//     keeps what a caller computed from one snapshot in it.
+//     (Prefilter); Preview is CheckApply then Apply on a copy, Attached
+//     keeps what a caller computed from one snapshot in it, and Carried
+//     hands it to the next snapshots of the lineage to start from
+//     (carry.go).
 //
 // The rooms beside and below it, each with a doc.go of its own:
 //   - engine/analysis: Reach, Matrix, Impact and Lint, answered by bulk
@@ -59,10 +61,11 @@
 //   - Memo and Snapshot.WithMemo: store/history, whose snapshots at past
 //     revisions share a memo apart from the current lineage's;
 //   - Partition and its views (Settings, PolicyCounts, PolicyView,
-//     ScopeView), Prefilter, Pick, Pair, Preview, Attached, Meshes,
+//     ScopeView), Prefilter, Pick, Pair, Preview, Attached, Carried, Meshes,
 //     KnownTypes, Inventory, EndpointTags: engine/analysis alone;
-//   - PolicySet (Partition.PolicySet, Changed): engine/conditions, which
-//     finds the policies a snapshot changed without holding the previous one;
+//   - PolicySet (Partition.PolicySet, Changed, Policy): engine/conditions
+//     and engine/analysis, which find the policies a snapshot changed
+//     without holding the previous one;
 //   - CodeName, the Err* values and UnknownTypeError: server/errors.go's one
 //     mapping and the suites' expected codes; BuiltinTypes, IsBuiltinType,
 //     NearestNames: types and suggestions (server, verdictctl).

@@ -516,13 +516,16 @@ func (s *Snapshot) EndpointTags(mesh string, ep *inventory.Endpoint, destination
 // applies, writing nothing: the write is validated as CheckApply validates
 // it (its error is CheckApply's), stamped at the next revision as the store
 // would stamp it, and applied to a copy (Apply). The preview answers like
-// any snapshot; it is never served.
+// any snapshot; it is never served (its lineage reads s's without writing
+// to it: Carried).
 func (s *Snapshot) Preview(puts []resource.Resource, deletes []resource.Key) (*Snapshot, []Change, error) {
 	changes, err := s.checkApply(puts, deletes)
 	if err != nil {
 		return nil, nil, err
 	}
-	return s.Apply(s.revision+1, slices.Clone(changes)), changes, nil
+	out := s.Apply(s.revision+1, slices.Clone(changes))
+	out.lineage = &lineage{parent: s.lineage}
+	return out, changes, nil
 }
 
 // attachment is a value attached to a snapshot, built once.

@@ -34,3 +34,16 @@ func (ps PolicySet) Changed(prev PolicySet) (names []string, ok bool) {
 		func(name string) { names = append(names, name) })
 	return names, true
 }
+
+// Policy returns the policy of the set named name, valid or not, as
+// Partition.Policy does on the partition the set was taken from.
+func (ps PolicySet) Policy(name string) (PolicyView, bool) {
+	if !ps.ok {
+		return PolicyView{}, false
+	}
+	cp, ok := ps.m.Get(name)
+	if !ok {
+		return PolicyView{}, false
+	}
+	return viewOf(cp), true
+}

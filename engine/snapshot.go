@@ -38,6 +38,9 @@ type Snapshot struct {
 	// attached holds what callers compute from this snapshot alone
 	// (Attached): never copied to another snapshot.
 	attached sync.Map
+	// lineage carries values from snapshot to snapshot (carry.go); shared
+	// with the snapshots Apply makes.
+	lineage *lineage
 }
 
 // InvalidResource is a stored resource verdict does not use: a value that failed
@@ -75,9 +78,10 @@ func Delete(k resource.Key) Change { return Change{Path: k.String(), Key: k} }
 
 func newSnapshot() *Snapshot {
 	return &Snapshot{
-		meshes: pmap.New[string, *meshState](pmap.StringHash),
-		broken: pmap.New[string, *InvalidResource](pmap.StringHash),
-		memo:   &memoHolder{},
+		meshes:  pmap.New[string, *meshState](pmap.StringHash),
+		broken:  pmap.New[string, *InvalidResource](pmap.StringHash),
+		memo:    &memoHolder{},
+		lineage: &lineage{},
 	}
 }
 
@@ -110,7 +114,8 @@ func (s *Snapshot) Apply(revision int64, changes []Change) *Snapshot {
 // incrementally keeps its predecessor's rule indexes, which then do not
 // match its policies — such a snapshot must never decide nor be served.
 func (s *Snapshot) apply(revision int64, changes []Change, check bool) *Snapshot {
-	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count, memo: s.memo}
+	out := &Snapshot{revision: revision, meshes: s.meshes, broken: s.broken, taints: s.taints, count: s.count, memo: s.memo,
+		lineage: s.lineage}
 	if len(changes) == 0 {
 		return out
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 type analysisBench struct {
 	set       *policygen.Set
 	snap      *engine.Snapshot
+	resources []resource.Resource
 	workloads []*resource.Workload
 	flows     []engine.Request // policygen's flows, for their protocols and ports
 }
@@ -35,6 +37,7 @@ func newAnalysisBench(policies, workloads int) *analysisBench {
 		ab.workloads = append(ab.workloads, w)
 		resources = append(resources, w)
 	}
+	ab.resources = resources
 	ab.snap = engine.Build(1, resources)
 	return ab
 }
@@ -170,35 +173,81 @@ func BenchmarkBulkDecide(b *testing.B) {
 func mapID(t resource.Tags) *byte { return *(**byte)(unsafe.Pointer(&t)) }
 
 // BenchmarkReach answers who can reach one workload on one port at 100k
-// workloads and 10k policies: first on a snapshot (which then interns its
-// workloads' classes once: bulkbase.go), and again on the same snapshot.
+// workloads and 10k policies, on a snapshot that has not answered one
+// before:
+//   - cold: the first Reach of a lineage (it interns every workload:
+//     bulkbase.go);
+//   - first: a snapshot derived from one that answered a Reach, nothing
+//     changed;
+//   - after-policy-change: a snapshot one policy apart from one that
+//     answered a Reach (the policy flips its action: it tests no new
+//     condition, so the classes are carried);
+//   - after-new-condition: likewise, by a policy that names a value no
+//     selector named (the classes are interned anew);
+//
+// and again on the same snapshot.
 func BenchmarkReach(b *testing.B) {
 	ab := newAnalysisBench(10_000, 100_000)
 	req := analysis.ReachRequest{Mesh: ab.set.Config.Mesh, Endpoint: inventory.Endpoint{Workload: "w-7"}, Destination: true,
 		Protocol: resource.TCP, Port: 8080}
-	for _, first := range []bool{true, false} {
-		name := "again"
-		if first {
-			name = "first"
+	var flip *resource.Policy
+	for _, r := range ab.set.Resources {
+		if p, ok := r.(*resource.Policy); ok && len(p.Sources) > 0 {
+			flip = p
+			break
 		}
-		b.Run(name, func(b *testing.B) {
+	}
+	fresh := 0 // -count runs each mode again on the same lineage
+	change := func(snap *engine.Snapshot, newCondition bool) *engine.Snapshot {
+		p := *flip
+		p.Action = resource.Deny
+		if snap.Revision()%2 == 0 {
+			p.Action = resource.Allow
+		}
+		if newCondition {
+			fresh++
+			p.Sources = []resource.Selector{{Match: map[string]string{resource.ServiceTag: fmt.Sprintf("new-%d", fresh)}}}
+		}
+		m := p.Metadata()
+		m.ModRevision = snap.Revision() + 1
+		return snap.Apply(snap.Revision()+1, []engine.Change{engine.Put(p.WithMeta(m))})
+	}
+	for _, mode := range []string{"cold", "first", "after-policy-change", "after-new-condition", "again"} {
+		b.Run(mode, func(b *testing.B) {
 			snap := ab.snap
+			next := func() *engine.Snapshot { return snap }
+			switch mode {
+			case "cold":
+				next = func() *engine.Snapshot { return engine.Build(snap.Revision()+1, ab.resources) }
+			case "first":
+				next = func() *engine.Snapshot { return snap.Apply(snap.Revision()+1, nil) }
+			case "after-policy-change":
+				next = func() *engine.Snapshot { return change(snap, false) }
+			case "after-new-condition":
+				next = func() *engine.Snapshot { return change(snap, true) }
+			}
+			if _, err := analysis.Reach(snap, &req); err != nil { // the lineage's last Reach
+				b.Fatal(err)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := cpuTime()
 			var entries int
+			var cpu time.Duration
 			for n := 0; n < b.N; n++ {
-				if first {
-					snap = snap.Apply(snap.Revision()+1, nil) // a new snapshot, nothing changed
-				}
+				b.StopTimer()
+				snap = next()
+				runtime.GC() // the garbage of next's build is not the Reach's
+				b.StartTimer()
+				start := cpuTime()
 				ans, err := analysis.Reach(snap, &req)
+				cpu += cpuTime() - start
 				if err != nil {
 					b.Fatal(err)
 				}
 				entries = len(ans.Entries)
 			}
 			b.ReportMetric(float64(entries), "entries")
-			b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -258,6 +258,57 @@ func checkAnalysis(t *testing.T, data []byte) {
 		}
 		checkMatrix(t, c, w, typ)
 	}
+	// The same on snapshots derived from this one, which start from what it
+	// computed (the classes and the rule orders its lineage carries): a
+	// policy re-put with its action flipped (its conditions stay) and a
+	// random change.
+	for _, next := range derivedSnapshots(c, w) {
+		dw := *w
+		dw.snap = next
+		for _, typ := range analysisTypes {
+			classes := analysis.FlowClasses("m", typ, next)
+			cl := classes[c.N(len(classes))]
+			ep := inventory.Endpoint{Address: probeAddresses[c.N(len(probeAddresses))]}
+			if len(w.workloads) > 0 {
+				ep = inventory.Endpoint{Workload: w.workloads[c.N(len(w.workloads))]}
+			}
+			checkReach(t, c, &dw, typ, ep, c.Chance(50), cl.Protocol, cl.Port)
+			checkMatrix(t, c, &dw, typ)
+		}
+	}
+}
+
+// derivedSnapshots returns snapshots Apply derives from the world's: one
+// with a policy's action flipped, one with a random change.
+func derivedSnapshots(c *worldgen.Choices, w *analysisWorld) []*engine.Snapshot {
+	rev := w.snap.Revision() + 1
+	var out []*engine.Snapshot
+	var policies []*resource.Policy
+	for _, r := range w.policies {
+		if p, ok := r.(*resource.Policy); ok {
+			policies = append(policies, p)
+		}
+	}
+	if len(policies) > 0 {
+		q := policies[c.N(len(policies))]
+		p := *q
+		p.Action = resource.Deny
+		if q.Action == resource.Deny {
+			p.Action = resource.Allow
+		}
+		m := p.Metadata()
+		m.ModRevision = rev
+		out = append(out, w.snap.Apply(rev, []engine.Change{engine.Put(p.WithMeta(m))}))
+	}
+	puts, deletes, _ := genChange(c, w, rev)
+	var changes []engine.Change
+	for _, r := range puts {
+		changes = append(changes, engine.Put(r))
+	}
+	for _, k := range deletes {
+		changes = append(changes, engine.Delete(k))
+	}
+	return append(out, w.snap.Apply(rev, changes))
 }
 
 // TestAnalysisMatchesDecide holds Reach and Matrix to brute-force Decide,

@@ -13,9 +13,10 @@ package analysis
 //     that agree on every such condition are decided alike. Intern projects a
 //     tag set onto the keys some selector mentions and replaces each value no
 //     selector names by the first value seen with the same prefixes and
-//     CIDRs: a class. Replicas of one deployment, instances that differ only
-//     by a name no policy names, fall into one class and are decided once per
-//     pair and port.
+//     CIDRs: a class, decided on the first tag set interned into it.
+//     Replicas of one deployment, instances that differ only by a name no
+//     policy names, fall into one class and are decided once per pair and
+//     port.
 //   - Pair dimensions (bulkbits.go). The partition's rules are put in order,
 //     once; per class and end, the rules whose selector on that end the class
 //     satisfies are one bitmap over that order, found through postings of the
@@ -29,7 +30,6 @@ package analysis
 
 import (
 	"slices"
-	"strings"
 	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine"
@@ -44,9 +44,19 @@ type Bulk struct {
 	mesh, typ string
 	closed    bool      // an invalid stored resource closes the partition
 	base      *bulkBase // the partition's shared start (nil: closed)
-	conds     map[string]*keyConds
+	// interning (classes.go, bulkbase.go): the keys some selector tests,
+	// sorted, and their conditions; per key, the values this Bulk saw
+	// first (local); the classes beside the base's; building: the Bulk
+	// builds the base and writes into it
+	keys      []string
+	keyConds  []*keyConds
+	keyIdx    map[string]int32
+	local     []keySeen
+	building  bool
+	keyBuf    []byte
+	outConds  map[string]*keyConds // the outside keys' exact conditions
 	classes   map[string]int32
-	tags      []resource.Tags // per class, the tags it is decided on
+	tags      []resource.Tags // per class, the tags it is decided on: the first interned into it
 	answers   map[bulkKey]*engine.Decision
 	bits      [2]*ruleBits // the enforced and the audit rules in order; built on first need
 	bitsOK    bool
@@ -107,36 +117,56 @@ func (b *Bulk) Type() string { return b.typ }
 func (b *Bulk) Decisions() int { return b.decisions }
 
 // Intern returns the class of a tag set: equal for every tag set decided
-// alike by the reductions above.
+// alike by the reductions above. A new class is decided on the tag set it
+// was made from (every tag set of it is decided alike), so tags must not
+// be modified after; it allocates only for a new class.
 func (b *Bulk) Intern(tags resource.Tags) ClassID {
-	var kb [16]string
-	keys := kb[:0]
-	for k := range tags {
-		if _, ok := b.conds[k]; ok {
-			keys = append(keys, k)
+	var ib [16]int32
+	idx := ib[:0] // the keys of tags some selector tests, in keys' order
+	if len(b.keys) <= 2*len(tags)+8 {
+		for i, k := range b.keys {
+			if _, ok := tags[k]; ok {
+				idx = append(idx, int32(i))
+			}
+		}
+	} else {
+		for k := range tags {
+			if i, ok := b.keyIdx[k]; ok {
+				idx = append(idx, i)
+			}
+		}
+		slices.Sort(idx)
+	}
+	buf := b.keyBuf[:0]
+	for _, i := range idx {
+		k, c := b.keys[i], b.keyConds[i]
+		var w *keySeen
+		if b.building {
+			w = &c.seen
+		} else {
+			if b.local == nil {
+				b.local = make([]keySeen, len(b.keys))
+			}
+			w = &b.local[i]
+		}
+		v := c.canonical(tags[k], w)
+		buf = append(buf, k...)
+		buf = append(buf, 0)
+		buf = append(buf, v...)
+		buf = append(buf, 0)
+	}
+	b.keyBuf = buf
+	if b.base != nil {
+		if id, ok := b.base.classes[string(buf)]; ok {
+			return ClassID(id)
 		}
 	}
-	slices.Sort(keys)
-	var sb strings.Builder
-	vals := make([]string, len(keys))
-	for i, k := range keys {
-		vals[i] = b.conds[k].canonical(tags[k])
-		sb.WriteString(k)
-		sb.WriteByte(0)
-		sb.WriteString(vals[i])
-		sb.WriteByte(0)
-	}
-	key := sb.String()
-	if id, ok := b.classes[key]; ok {
+	if id, ok := b.classes[string(buf)]; ok {
 		return ClassID(id)
 	}
-	t := make(resource.Tags, len(keys))
-	for i, k := range keys {
-		t[k] = vals[i]
-	}
 	id := int32(len(b.tags))
-	b.tags = append(b.tags, t)
-	b.classes[key] = id
+	b.tags = append(b.tags, tags)
+	b.classes[string(buf)] = id
 	return ClassID(id)
 }
 
@@ -213,7 +243,7 @@ func (b *Bulk) prepare(src, dst ClassID, proto resource.Protocol, port uint32) *
 // false when it has none.
 func (b *Bulk) buildBits() bool {
 	if !b.bitsOK {
-		b.bits = [2]*ruleBits{newRuleBits(b.p.Rules(false)), newRuleBits(b.p.Rules(true))}
+		b.bits = [2]*ruleBits{ruleBitsOf(b.p, false), ruleBitsOf(b.p, true)}
 		b.bitsOK = true
 	}
 	return b.bits[0] != nil || b.bits[1] != nil

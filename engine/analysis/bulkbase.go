@@ -4,12 +4,22 @@ package analysis
 // from, computed once per snapshot on first need and shared (read only) by
 // its Bulks: the conditions the partition's selectors test, the valid
 // workloads by name, and each workload's class as a source (its own tags).
-// A Bulk copies the few maps interning writes to; Reach on a snapshot it has
-// answered before interns no workload. The cache lives in the snapshot, so
-// it dies with it and never serves another revision.
+// A Bulk writes what it interns to maps of its own beside the base's; Reach
+// on a snapshot it has answered before interns no workload. The base lives
+// in the snapshot, so it dies with it and never serves another revision.
+//
+// The next snapshots of a lineage start from it (engine.Snapshot.Carried):
+// a snapshot whose inventory and scopes are the base's, and whose changed
+// policies test no condition the base lacks, keeps its classes. A policy
+// removed may leave conditions no selector tests any longer; the classes
+// stay exact (finer than needed: two tag sets of one class agree on every
+// condition of the base, so on every condition tested), and the outside
+// classes, which list conditions, read counted conditions that are exact.
 
 import (
 	"maps"
+	"slices"
+	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
@@ -18,53 +28,211 @@ import (
 
 // bulkBase is one partition's shared start.
 type bulkBase struct {
-	conds     map[string]*keyConds // frozen: each Bulk copies what it writes
+	conds     map[string]*keyConds // frozen
+	keys      []string             // the keys of conds, sorted
+	keyConds  []*keyConds          // per key of keys
+	keyIdx    map[string]int32     // index of each key in keys
 	classes   map[string]int32     // frozen: the classes below
 	tags      []resource.Tags      // per class
 	workloads []*inventory.WorkloadEntry
 	own       []ClassID // per workload, the class of its own tags
+	// the exact conditions on the outside keys (outside.go), and how many
+	// selectors test each
+	outConds  map[string]*keyConds
+	outCounts map[outsideCond]int32
+	// what it was computed from, for a later snapshot to compare
+	inv    *inventory.Inventory
+	scopes []*resource.Scope
+	pset   engine.PolicySet
 }
 
 // baseKey is a partition's base's key among what its snapshot holds
-// (engine.Snapshot.Attached).
+// (engine.Snapshot.Carried).
 type baseKey struct{ mesh, typ string }
 
-// baseOf returns the partition's base, built on first call for its
-// snapshot.
+// baseOf returns the partition's base, on first call for its snapshot
+// carried from the lineage's last one when it may be, else built.
 func baseOf(p *engine.Partition) *bulkBase {
-	return p.Snapshot().Attached(baseKey{p.Mesh(), p.Type()}, func() any {
-		bb := &bulkBase{}
-		b := &Bulk{conds: conditionsOf(p, true), classes: map[string]int32{}}
-		bb.workloads = workloadsOf(p.Inventory())
-		bb.own = make([]ClassID, len(bb.workloads))
-		for i, w := range bb.workloads {
-			bb.own[i] = b.Intern(w.Workload.Tags)
+	return p.Snapshot().Carried(baseKey{p.Mesh(), p.Type()}, func(prev any) any {
+		pb, _ := prev.(*bulkBase)
+		if pb != nil {
+			if bb := pb.carry(p); bb != nil {
+				return bb
+			}
 		}
-		bb.conds, bb.classes, bb.tags = b.conds, b.classes, b.tags
-		return bb
+		return buildBase(p, pb)
 	}).(*bulkBase)
 }
 
-// startFrom sets b's interning state to a copy of the base's.
+// buildBase computes a partition's base, whole but for the workloads by
+// name, taken from prev (nil: none) when it is of the same inventory.
+func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
+	bb := &bulkBase{conds: map[string]*keyConds{}, outCounts: map[outsideCond]int32{}, inv: p.Inventory(),
+		pset: p.PolicySet()}
+	for _, sv := range p.Scopes() {
+		bb.scopes = append(bb.scopes, sv.Doc)
+	}
+	eachSelector(p, true, func(s *resource.Selector) {
+		eachCondition(s, func(k string, kind uint8, v string) {
+			addCondition(bb.conds, k, kind, v)
+			if outsideKey(k) {
+				bb.outCounts[outsideCond{k, kind, v}]++
+			}
+		})
+	})
+	bb.outConds = outsideConds(bb.outCounts)
+	bb.keys = slices.Sorted(maps.Keys(bb.conds))
+	bb.keyConds = make([]*keyConds, len(bb.keys))
+	bb.keyIdx = make(map[string]int32, len(bb.keys))
+	for i, k := range bb.keys {
+		bb.keyConds[i], bb.keyIdx[k] = bb.conds[k], int32(i)
+	}
+	// Interned by a Bulk that writes into the base itself.
+	if prev != nil && prev.inv == bb.inv {
+		bb.workloads = prev.workloads
+	} else {
+		bb.workloads = workloadsOf(bb.inv)
+	}
+	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
+	b.useKeys(bb)
+	bb.own = make([]ClassID, len(bb.workloads))
+	// Replicas with one tag set share an identity: the set is interned
+	// once (the sets compared, as whatever an identity keys verifies it).
+	type interned struct {
+		c    ClassID
+		tags resource.Tags
+	}
+	byID := make(map[uint64]interned, len(bb.workloads))
+	for i, w := range bb.workloads {
+		if in, ok := byID[w.ID]; ok && resource.SameTagSet(in.tags, w.Workload.Tags) {
+			bb.own[i] = in.c
+			continue
+		}
+		bb.own[i] = b.Intern(w.Workload.Tags)
+		byID[w.ID] = interned{bb.own[i], w.Workload.Tags}
+	}
+	bb.classes, bb.tags = b.classes, b.tags
+	return bb
+}
+
+// carry returns the base of p's snapshot from pb, another snapshot's base
+// of the same partition; nil when the inventory or the scopes differ, or a
+// changed policy tests a condition pb lacks (then p's base is built whole).
+// It costs O(change): the policies that changed are found by the shared
+// structure of the two policy sets.
+func (pb *bulkBase) carry(p *engine.Partition) *bulkBase {
+	if pb.inv != p.Inventory() {
+		return nil
+	}
+	sv := p.Scopes()
+	if len(sv) != len(pb.scopes) {
+		return nil
+	}
+	for i := range sv {
+		if sv[i].Doc != pb.scopes[i] {
+			return nil
+		}
+	}
+	pset := p.PolicySet()
+	names, ok := pset.Changed(pb.pset)
+	if !ok {
+		return nil
+	}
+	var counts map[outsideCond]int32 // cloned on the first change to it
+	count := func(doc *resource.Policy, d int32) {
+		for _, s := range policySelectors(doc) {
+			eachCondition(s, func(k string, kind uint8, v string) {
+				if !outsideKey(k) {
+					return
+				}
+				if counts == nil {
+					counts = maps.Clone(pb.outCounts)
+				}
+				c := outsideCond{k, kind, v}
+				if counts[c] += d; counts[c] == 0 {
+					delete(counts, c)
+				}
+			})
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	for _, name := range names {
+		old, had := pb.pset.Policy(name)
+		cur, has := p.Policy(name)
+		if had && has && old.Doc == cur.Doc {
+			continue // compiled anew, or a neighbour in the map: same selectors
+		}
+		if has {
+			for _, s := range policySelectors(cur.Doc) {
+				if !covered(pb.conds, s) {
+					return nil
+				}
+			}
+			count(cur.Doc, 1)
+		}
+		if had {
+			count(old.Doc, -1)
+		}
+	}
+	nb := *pb
+	nb.pset = pset
+	if counts != nil {
+		nb.outCounts, nb.outConds = counts, outsideConds(counts)
+	}
+	return &nb
+}
+
+// startFrom makes b intern on top of the base: it reads the base's classes
+// and writes new ones to its own.
 func (b *Bulk) startFrom(bb *bulkBase) {
 	b.base = bb
-	b.conds = make(map[string]*keyConds, len(bb.conds))
-	for k, c := range bb.conds {
-		cc := *c
-		cc.reps, cc.memo = maps.Clone(c.reps), maps.Clone(c.memo)
-		b.conds[k] = &cc
-	}
-	b.classes = maps.Clone(bb.classes)
+	b.useKeys(bb)
+	b.outConds = bb.outConds
 	b.tags = bb.tags[:len(bb.tags):len(bb.tags)] // appends copy
 }
 
+// useKeys sets the keys b interns by.
+func (b *Bulk) useKeys(bb *bulkBase) {
+	b.keys, b.keyConds, b.keyIdx = bb.keys, bb.keyConds, bb.keyIdx
+}
+
 // peerClass is the class of the i-th workload of the base as an end of a
-// flow named by the workload (peerTags), and those tags.
-func (b *Bulk) peerClass(i int, destination bool, port uint32) (ClassID, resource.Tags) {
+// flow named by the workload (peerTags), and those tags; own says they are
+// the workload's own tags.
+func (b *Bulk) peerClass(i int, destination bool, port uint32) (c ClassID, tags resource.Tags, own bool) {
 	w := b.base.workloads[i]
-	if !destination || port == 0 || len(w.Workload.Ports) == 0 {
-		return b.base.own[i], w.Workload.Tags
+	if !destination {
+		port = 0
 	}
-	tags := peerTags(w, true, port)
-	return b.Intern(tags), tags
+	if pt, _ := w.Workload.PortTags(port); len(pt) == 0 {
+		return b.base.own[i], peerTags(w, false, 0), true
+	}
+	tags = peerTags(w, true, port)
+	return b.Intern(tags), tags, false
+}
+
+// workloadsOf lists the valid workloads of an inventory (nil: none) by name.
+func workloadsOf(inv *inventory.Inventory) []*inventory.WorkloadEntry {
+	if inv == nil {
+		return nil
+	}
+	// Sorted by the names beside the entries: a comparison reads no entry.
+	type named struct {
+		name string
+		e    *inventory.WorkloadEntry
+	}
+	byName := make([]named, 0, inv.ByName.Len())
+	inv.ByName.Range(func(name string, e *inventory.WorkloadEntry) bool {
+		if e.Err == "" {
+			byName = append(byName, named{name, e})
+		}
+		return true
+	})
+	slices.SortFunc(byName, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	out := make([]*inventory.WorkloadEntry, len(byName))
+	for i := range byName {
+		out[i] = byName[i].e
+	}
+	return out
 }

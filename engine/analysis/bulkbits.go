@@ -9,16 +9,22 @@ import (
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
-// ruleBits is one rule index of a partition in order, for the bulk
+// ruleOrder is one rule index of a partition in order, for the bulk
 // evaluation's pair dimensions (bulk.go): per end, the postings that find
-// the rules a tag set satisfies; per class and end, and per protocol and
-// port, a bitmap over the order.
+// the rules a tag set satisfies. It is read only, shared by the Bulks of a
+// snapshot and carried to the next snapshots while the index stays.
+type ruleOrder struct {
+	ix    *index.Index
+	rules []*index.Rule // in order
+	words int
+	deny  []uint64 // the DENY rules
+	ends  [2]endPostings
+}
+
+// ruleBits is a Bulk's state over one rule order: per class and end, and
+// per protocol and port, a bitmap over the order.
 type ruleBits struct {
-	ix      *index.Index
-	rules   []*index.Rule // in order
-	words   int
-	deny    []uint64 // the DENY rules
-	ends    [2]endPostings
+	*ruleOrder
 	masks   [2]map[ClassID]*mask
 	scratch [2]*mask // a mask not kept
 	ports   map[portKey][]uint64
@@ -51,12 +57,41 @@ type endPostings struct {
 	free     []int32
 }
 
-// newRuleBits puts the rules of ix in order; nil for an empty index.
-func newRuleBits(ix *index.Index) *ruleBits {
+// orderKey is a rule order's key among what a snapshot carries.
+type orderKey struct {
+	mesh, typ string
+	audit     bool
+}
+
+// ruleBitsOf returns a fresh state over the partition's enforced (audit
+// false) or audit rules in order; nil when it has none. The order is
+// computed once per snapshot, and kept by the next snapshots of the lineage
+// whose partition has the same index.
+func ruleBitsOf(p *engine.Partition, audit bool) *ruleBits {
+	ix := p.Rules(audit)
 	if ix == nil || ix.Size == 0 {
 		return nil
 	}
-	rb := &ruleBits{ix: ix, ports: map[portKey][]uint64{}}
+	o := p.Snapshot().Carried(orderKey{p.Mesh(), p.Type(), audit}, func(prev any) any {
+		if po, ok := prev.(*ruleOrder); ok && po.ix == ix {
+			return po
+		}
+		return newRuleOrder(ix)
+	}).(*ruleOrder)
+	rb := &ruleBits{ruleOrder: o, ports: map[portKey][]uint64{}}
+	n := len(o.rules)
+	rb.cnt = make([]int32, n)
+	rb.stamp = make([]uint32, n)
+	for end := range rb.masks {
+		rb.masks[end] = map[ClassID]*mask{}
+		rb.scratch[end] = &mask{bits: make([]uint64, o.words)}
+	}
+	return rb
+}
+
+// newRuleOrder puts the rules of ix in order.
+func newRuleOrder(ix *index.Index) *ruleOrder {
+	rb := &ruleOrder{ix: ix}
 	ix.Each(func(r *index.Rule) { rb.rules = append(rb.rules, r) })
 	slices.SortFunc(rb.rules, func(x, y *index.Rule) int {
 		if x.Key.Less(&y.Key) {
@@ -70,15 +105,11 @@ func newRuleBits(ix *index.Index) *ruleBits {
 	n := len(rb.rules)
 	rb.words = (n + 63) / 64
 	rb.deny = make([]uint64, rb.words)
-	rb.cnt = make([]int32, n)
-	rb.stamp = make([]uint32, n)
 	for end := range rb.ends {
 		ep := &rb.ends[end]
 		ep.exact = map[index.TagKV][]int32{}
 		ep.presence = map[string][]int32{}
 		ep.need = make([]int32, n)
-		rb.masks[end] = map[ClassID]*mask{}
-		rb.scratch[end] = &mask{bits: make([]uint64, rb.words)}
 	}
 	for i, r := range rb.rules {
 		if r.Action == resource.Deny {

@@ -2,35 +2,68 @@ package analysis
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/resource"
 )
 
+// keyConds are the conditions the selectors of a partition test on one tag
+// key: the values they name, the prefixes and the CIDRs.
 type keyConds struct {
 	named    map[string]bool
 	prefixes []string
 	cidrs    []netip.Prefix
-	reps     map[string]string // signature → the first value seen with it
-	memo     map[string]string // value → its canonical value
+	// seen is the values interned while the partition's base was built:
+	// frozen once built (a Bulk writes what it sees first to its own).
+	seen keySeen
 }
 
-// canonical returns the value a class holds for v.
-func (c *keyConds) canonical(v string) string {
+// keySeen is, for one key, the first value seen per signature (reps) and
+// each value's canonical value (memo; kept only when the key has prefixes
+// or CIDRs, as computing a signature is otherwise free).
+type keySeen struct {
+	reps map[string]string
+	memo map[string]string
+}
+
+// canonical returns the value a class holds for v: v when a selector names
+// it, else the first value seen with v's signature — in c.seen, or else in
+// w, where a value seen first is written (w may be &c.seen while the base
+// is built).
+func (c *keyConds) canonical(v string, w *keySeen) string {
 	if c.named[v] {
 		return v
 	}
-	if out, ok := c.memo[v]; ok {
-		return out
+	sig := ""
+	split := len(c.prefixes)+len(c.cidrs) > 0
+	if split {
+		if out, ok := c.seen.memo[v]; ok {
+			return out
+		}
+		if out, ok := w.memo[v]; ok {
+			return out
+		}
+		sig = c.signature(v)
 	}
-	sig := c.signature(v)
-	rep, ok := c.reps[sig]
+	rep, ok := c.seen.reps[sig]
+	if !ok {
+		rep, ok = w.reps[sig]
+	}
 	if !ok {
 		rep = v
-		c.reps[sig] = v
+		if w.reps == nil {
+			w.reps = map[string]string{}
+		}
+		w.reps[sig] = v
 	}
-	c.memo[v] = rep
+	if split {
+		if w.memo == nil {
+			w.memo = map[string]string{}
+		}
+		w.memo[v] = rep
+	}
 	return rep
 }
 
@@ -54,51 +87,108 @@ func boolByte(b bool) byte {
 	return '0'
 }
 
-// conditionsOf collects, per tag key, the conditions of every selector the
-// decisions of a partition read: the mesh's scopes and, with policies, the
-// type's policies (sources, destinations, targetRefs, items).
-func conditionsOf(p *engine.Partition, policies bool) map[string]*keyConds {
-	out := map[string]*keyConds{}
-	add := func(s *resource.Selector) {
-		if s == nil {
-			return
+// The kinds of condition a selector tests on a key.
+const (
+	condKey    uint8 = iota // the key's presence alone (Exists, '*', ...)
+	condNamed               // a value named (match, In, NotIn)
+	condPrefix              // a Prefix
+	condCIDR                // a CIDR (as written)
+)
+
+// eachCondition calls f with every condition s tests: its key, the kind
+// and the value.
+func eachCondition(s *resource.Selector, f func(key string, kind uint8, v string)) {
+	if s == nil {
+		return
+	}
+	for k, v := range s.Match {
+		if v == "*" {
+			f(k, condKey, "")
+		} else {
+			f(k, condNamed, v)
 		}
-		for k, v := range s.Match {
-			c := condsFor(out, k)
-			if v != "*" {
-				c.named[v] = true
-			}
+	}
+	for _, e := range s.Expressions {
+		kind := condKey
+		switch e.Operator {
+		case resource.OpIn, resource.OpNotIn:
+			kind = condNamed
+		case resource.OpPrefix:
+			kind = condPrefix
+		case resource.OpCIDR:
+			kind = condCIDR
 		}
-		for _, e := range s.Expressions {
-			c := condsFor(out, e.Key)
-			switch e.Operator {
-			case resource.OpIn, resource.OpNotIn:
-				for _, v := range e.Values {
-					c.named[v] = true
-				}
-			case resource.OpPrefix:
-				c.prefixes = append(c.prefixes, e.Values...)
-			case resource.OpCIDR:
-				for _, v := range e.Values {
-					if p, err := resource.ParseCIDR(v); err == nil {
-						c.cidrs = append(c.cidrs, p)
-					}
-				}
+		f(e.Key, condKey, "")
+		if kind != condKey {
+			for _, v := range e.Values {
+				f(e.Key, kind, v)
 			}
 		}
 	}
+}
+
+// addCondition adds one condition to conds.
+func addCondition(conds map[string]*keyConds, k string, kind uint8, v string) {
+	c := condsFor(conds, k)
+	switch kind {
+	case condNamed:
+		c.named[v] = true
+	case condPrefix:
+		c.prefixes = append(c.prefixes, v)
+	case condCIDR:
+		if p, err := resource.ParseCIDR(v); err == nil {
+			c.cidrs = append(c.cidrs, p)
+		}
+	}
+}
+
+// covered reports whether conds already hold every condition s tests.
+func covered(conds map[string]*keyConds, s *resource.Selector) bool {
+	ok := true
+	eachCondition(s, func(k string, kind uint8, v string) {
+		c := conds[k]
+		switch {
+		case !ok:
+		case c == nil:
+			ok = false
+		case kind == condNamed:
+			ok = c.named[v]
+		case kind == condPrefix:
+			ok = slices.Contains(c.prefixes, v)
+		case kind == condCIDR:
+			if p, err := resource.ParseCIDR(v); err == nil {
+				ok = slices.Contains(c.cidrs, p)
+			}
+		}
+	})
+	return ok
+}
+
+// eachSelector calls f with every selector the decisions of a partition
+// read: the mesh's scopes' and, with policies, the type's policies'.
+func eachSelector(p *engine.Partition, policies bool, f func(*resource.Selector)) {
 	for _, sv := range p.Scopes() {
 		for i := range sv.Doc.Selectors {
-			add(&sv.Doc.Selectors[i])
+			f(&sv.Doc.Selectors[i])
 		}
 	}
 	if policies {
 		for pv := range p.Policies() {
 			for _, s := range policySelectors(pv.Doc) {
-				add(s)
+				f(s)
 			}
 		}
 	}
+}
+
+// conditionsOf collects, per tag key, the conditions of every selector the
+// decisions of a partition read: the mesh's scopes and, with policies, the
+// type's policies (sources, destinations, targetRefs, items).
+func conditionsOf(p *engine.Partition, policies bool) map[string]*keyConds {
+	out := map[string]*keyConds{}
+	eachSelector(p, policies, func(s *resource.Selector) {
+		eachCondition(s, func(k string, kind uint8, v string) { addCondition(out, k, kind, v) })
+	})
 	return out
 }
 
@@ -126,8 +216,47 @@ func policySelectors(p *resource.Policy) []*resource.Selector {
 func condsFor(m map[string]*keyConds, k string) *keyConds {
 	c, ok := m[k]
 	if !ok {
-		c = &keyConds{named: map[string]bool{}, reps: map[string]string{}, memo: map[string]string{}}
+		c = &keyConds{named: map[string]bool{}}
 		m[k] = c
 	}
 	return c
+}
+
+// outsideKey reports whether the outside classes (outside.go) read the
+// conditions on key k: those on the tags an endpoint outside the inventory
+// resolves to.
+func outsideKey(k string) bool {
+	return k == resource.IPTag || k == resource.PrincipalTag || k == resource.ServiceTag
+}
+
+// outsideCond is one condition on an outside key, counted over the
+// partition's selectors so that a carried base knows when the last
+// selector testing it went.
+type outsideCond struct {
+	key  string
+	kind uint8
+	v    string
+}
+
+// outsideConds are the conditions on the outside keys held by counts, in
+// a stable order.
+func outsideConds(counts map[outsideCond]int32) map[string]*keyConds {
+	out := map[string]*keyConds{}
+	conds := make([]outsideCond, 0, len(counts))
+	for c := range counts {
+		conds = append(conds, c)
+	}
+	slices.SortFunc(conds, func(a, b outsideCond) int {
+		if a.key != b.key {
+			return strings.Compare(a.key, b.key)
+		}
+		if a.kind != b.kind {
+			return int(a.kind) - int(b.kind)
+		}
+		return strings.Compare(a.v, b.v)
+	})
+	for _, c := range conds {
+		addCondition(out, c.key, c.kind, c.v)
+	}
+	return out
 }

@@ -44,3 +44,18 @@ type PortClass struct {
 	Protocol resource.Protocol
 	Port     uint32
 }
+
+// SharesClasses reports whether two snapshots' bases of a partition share
+// their classes: the later one carried them from the earlier.
+func SharesClasses(a, b *engine.Snapshot, mesh, typ string) bool {
+	pa, err := a.Partition(mesh, typ)
+	if err != nil {
+		return false
+	}
+	pb, err := b.Partition(mesh, typ)
+	if err != nil {
+		return false
+	}
+	ba, bb := baseOf(pa), baseOf(pb)
+	return len(ba.tags) > 0 && len(bb.tags) > 0 && &ba.tags[0] == &bb.tags[0]
+}

@@ -127,23 +127,32 @@ func impactPartitions(s, after *engine.Snapshot, changes []engine.Change, flows 
 			}
 		}
 	}
-	for i, f := range flows {
-		mesh, typ := f.Mesh, f.Type
-		if mesh == "" {
-			mesh = resource.DefaultMesh
+	// Flows come in runs of one mesh and type: the last one's partition is
+	// kept.
+	var lastMesh, lastType string
+	var last *impactPart
+	lastOK := false
+	for i := range flows {
+		f := &flows[i]
+		if i == 0 || f.Mesh != lastMesh || f.Type != lastType {
+			lastMesh, lastType = f.Mesh, f.Type
+			mesh, typ := f.Mesh, f.Type
+			if mesh == "" {
+				mesh = resource.DefaultMesh
+			}
+			if typ == "" {
+				typ = resource.DefaultType
+			}
+			last, lastOK = byKey[[2]string{mesh, typ}]
+			if !lastOK && wholeMesh[mesh] {
+				// A type no snapshot knows in the mesh is decided by the
+				// mesh's settings alone, which the change may move.
+				last, lastOK = get(mesh, typ), true
+				last.full = true
+			}
 		}
-		if typ == "" {
-			typ = resource.DefaultType
-		}
-		p, ok := byKey[[2]string{mesh, typ}]
-		if !ok && wholeMesh[mesh] {
-			// A type no snapshot knows in the mesh is decided by the mesh's
-			// settings alone, which the change may move.
-			p, ok = get(mesh, typ), true
-			p.full = true
-		}
-		if ok {
-			p.flows = append(p.flows, i)
+		if lastOK {
+			last.flows = append(last.flows, i)
 		}
 	}
 	slices.SortFunc(order, func(a, b *impactPart) int {
@@ -161,6 +170,15 @@ type touch struct {
 	rules []*index.Rule // the changed policies' rules, before and after
 	out   []*index.Rule // their outbound attachments (matched on the source)
 	in    []*index.Rule // their inbound attachments (matched on the destination)
+	// held caches, per list of groups and selector, the groups it holds
+	// for (pairs: the same for every class of flows)
+	held map[holdKey][]int32
+}
+
+// holdKey names a list of groups (by its first group) and a selector.
+type holdKey struct {
+	groups *[]impactEnd
+	m      *index.Matcher
 }
 
 // endHits fills e's hits: which of at most 64 changed rules hold for its
@@ -334,9 +352,22 @@ func impactPartition(s, after *engine.Snapshot, p *impactPart, req *ImpactReques
 	// for (found per group, not per pair), unless the whole partition is.
 	names := unionNames(invB, invA)
 	classes := FlowClasses(p.mesh, p.typ, s, after)
-	srcs := groupEnds(endsOf(names, invB, invA, bb, ba, false, 0))
+	srcEnds := endsOf(names, invB, invA, bb, ba, false, 0)
+	srcs := groupEnds(srcEnds)
 	tagged := portTagged(invB, invA)
 	dstsAt := map[uint32][][]impactEnd{}
+	dstEndsAt := map[uint32][]impactEnd{}
+	dstEnds := func(port uint32) []impactEnd {
+		if !tagged[port] {
+			port = 0 // no workload has tags for it: its own tags
+		}
+		e, ok := dstEndsAt[port]
+		if !ok {
+			e = endsOf(names, invB, invA, bb, ba, true, port)
+			dstEndsAt[port] = e
+		}
+		return e
+	}
 	emit := func(sg, dg []impactEnd, ch *ImpactChange) {
 		for i := range sg {
 			for j := range dg {
@@ -359,7 +390,7 @@ func impactPartition(s, after *engine.Snapshot, p *impactPart, req *ImpactReques
 		}
 		dsts, ok := dstsAt[port]
 		if !ok {
-			dsts = groupEnds(endsOf(names, invB, invA, bb, ba, true, port))
+			dsts = groupEnds(dstEnds(port))
 			dstsAt[port] = dsts
 		}
 		nSrc, nDst := 0, 0
@@ -378,9 +409,32 @@ func impactPartition(s, after *engine.Snapshot, p *impactPart, req *ImpactReques
 		}
 		ans.Considered += nSrc * nDst
 	}
-	// The observed flows; their endpoints resolved once per form and port.
+	// The observed flows; their endpoints resolved once per form and port:
+	// a workload both snapshots hold valid is the inventory's end above.
+	nameIdx := make(map[string]int32, len(names))
+	if errB == nil && errA == nil {
+		for i, n := range names {
+			nameIdx[n] = int32(i)
+		}
+	}
 	ends := map[endKey]*impactEnd{}
 	end := func(ep *inventory.Endpoint, destination bool, port uint32) *impactEnd {
+		if ep.Workload != "" {
+			if i, ok := nameIdx[ep.Workload]; ok && onlyWorkload(ep) {
+				var e *impactEnd
+				if destination {
+					e = &dstEnds(port)[i]
+				} else {
+					e = &srcEnds[i]
+				}
+				if e.bOK && e.aOK {
+					if !e.hitsOK {
+						t.endHits(e)
+					}
+					return e
+				}
+			}
+		}
 		k, ok := endKeyOf(ep, destination, port)
 		if ok {
 			if e, hit := ends[k]; hit {
@@ -399,6 +453,7 @@ func impactPartition(s, after *engine.Snapshot, p *impactPart, req *ImpactReques
 		c := FlowClass{Protocol: o.Protocol, Port: o.Port, Lo: o.Port, Hi: o.Port}
 		src, dst := end(&o.Source, false, 0), end(&o.Destination, true, o.Port)
 		if ch := judge(src, dst, c, 1); ch != nil {
+			ch.Source, ch.Destination = o.Source, o.Destination
 			ch.Observed, ch.Count = true, o.Count
 			ans.Changes = append(ans.Changes, *ch)
 		}
@@ -424,12 +479,23 @@ func (t *touch) pairs(srcs, dsts [][]impactEnd, c FlowClass) [][2]int32 {
 		return all()
 	}
 	holding := func(groups [][]impactEnd, m *index.Matcher) []int32 {
+		if len(groups) == 0 {
+			return nil
+		}
+		k := holdKey{&groups[0], m}
+		if out, ok := t.held[k]; ok {
+			return out
+		}
 		var out []int32
 		for i, g := range groups {
 			if matcherHolds(m, g[0].tags) {
 				out = append(out, int32(i))
 			}
 		}
+		if t.held == nil {
+			t.held = map[holdKey][]int32{}
+		}
+		t.held[k] = out
 		return out
 	}
 	every := func(groups [][]impactEnd) []int32 {
@@ -574,23 +640,50 @@ func unionNames(a, b *inventory.Inventory) []string {
 // snapshots.
 func endsOf(names []string, invB, invA *inventory.Inventory, bb, ba *Bulk, destination bool, port uint32) []impactEnd {
 	out := make([]impactEnd, len(names))
+	var walks [2]ownWalk
 	for i, n := range names {
 		e := impactEnd{ep: inventory.Endpoint{Workload: n}}
 		if w, ok := invB.Workload(n); ok && bb != nil {
 			e.tags = peerTags(w, destination, port)
-			e.b, e.bOK = bb.Intern(e.tags), true
+			e.b, e.bOK = walks[0].class(bb, w, destination, port, e.tags), true
 		} else {
 			e.errB = "no workload " + n
 		}
 		if w, ok := invA.Workload(n); ok && ba != nil {
 			e.tags = peerTags(w, destination, port)
-			e.a, e.aOK = ba.Intern(e.tags), true
+			e.a, e.aOK = walks[1].class(ba, w, destination, port, e.tags), true
 		} else {
 			e.errA = "no workload " + n
 		}
 		out[i] = e
 	}
 	return out
+}
+
+// ownWalk walks a Bulk's base's workloads by name, beside a list of names
+// in order, to take each workload's class from the base.
+type ownWalk struct{ next int }
+
+// class returns the class of w's tags as an end of a flow (tags): the
+// base's when they are w's own tags and the base holds w, else interned.
+func (o *ownWalk) class(b *Bulk, w *inventory.WorkloadEntry, destination bool, port uint32, tags resource.Tags) ClassID {
+	if b.base == nil {
+		return b.Intern(tags)
+	}
+	if !destination {
+		port = 0
+	}
+	if pt, _ := w.Workload.PortTags(port); len(pt) > 0 {
+		return b.Intern(tags)
+	}
+	ws := b.base.workloads
+	for o.next < len(ws) && ws[o.next].Workload.Name < w.Workload.Name {
+		o.next++
+	}
+	if o.next < len(ws) && ws[o.next] == w {
+		return b.base.own[o.next]
+	}
+	return b.Intern(tags)
 }
 
 // observedEnd resolves an observed endpoint on both snapshots.
@@ -609,4 +702,10 @@ func observedEnd(ep inventory.Endpoint, s, after *engine.Snapshot, bb, ba *Bulk,
 		e.errA = err.Error()
 	}
 	return e
+}
+
+// onlyWorkload reports whether an endpoint gives a workload and nothing
+// else (one that gives more is refused when resolved).
+func onlyWorkload(ep *inventory.Endpoint) bool {
+	return ep.Workload != "" && len(ep.Tags) == 0 && ep.Address == "" && ep.Principal == "" && ep.Identity == 0
 }

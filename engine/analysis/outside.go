@@ -119,7 +119,7 @@ func (b *Bulk) outsideClasses() ([]outsideClass, []string) {
 		return b.outside, b.outsideNotes
 	}
 	inv := b.p.Inventory()
-	atoms, notes := addressAtoms(b.conds[resource.IPTag], func(a netip.Addr) bool {
+	atoms, notes := addressAtoms(b.outConds[resource.IPTag], func(a netip.Addr) bool {
 		_, held := inv.Owner(a.String())
 		return held
 	})
@@ -303,13 +303,13 @@ func (b *Bulk) principalSets() (exact map[string]bool, prefixes []string, kuma s
 	kuma = "spiffe://" + b.mesh + "/"
 	exact = map[string]bool{}
 	prefixes = []string{"", kuma}
-	if c := b.conds[resource.PrincipalTag]; c != nil {
+	if c := b.outConds[resource.PrincipalTag]; c != nil {
 		for v := range c.named {
 			exact[v] = true
 		}
 		prefixes = append(prefixes, c.prefixes...)
 	}
-	if c := b.conds[resource.ServiceTag]; c != nil {
+	if c := b.outConds[resource.ServiceTag]; c != nil {
 		for v := range c.named {
 			exact[kuma+v] = true
 		}
@@ -352,7 +352,7 @@ func (b *Bulk) principalPattern(id string) string {
 func (b *Bulk) principalClasses(held func(string) bool) ([]outsideClass, []string) {
 	var notes []string
 	for _, k := range []string{resource.PrincipalTag, resource.ServiceTag} {
-		if c := b.conds[k]; c != nil && len(c.cidrs) > 0 {
+		if c := b.outConds[k]; c != nil && len(c.cidrs) > 0 {
 			notes = append(notes, fmt.Sprintf("a CIDR test on %s is not split by principal patterns: a pattern may hold principals answered otherwise", k))
 		}
 	}

@@ -91,20 +91,34 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 	} else {
 		workloads = workloadsOf(b.p.Inventory())
 	}
+	// Each class of peers is decided once; its answer is kept by class.
+	var byClass []*engine.Decision
 	for i, w := range workloads {
 		var c ClassID
 		var tags resource.Tags
+		own := false
 		if b.base != nil {
-			c, tags = b.peerClass(i, !req.Destination, req.Port)
+			c, tags, own = b.peerClass(i, !req.Destination, req.Port)
 		} else {
 			tags = peerTags(w, !req.Destination, req.Port)
 			c = b.Intern(tags)
 		}
-		d := decide(c)
+		for int(c) >= len(byClass) {
+			byClass = append(byClass, nil)
+		}
+		d := byClass[c]
+		if d == nil {
+			d = decide(c)
+			byClass[c] = d
+		}
 		if d.Action != resource.Allow {
 			continue
 		}
-		ans.Entries = append(ans.Entries, ReachEntry{Workload: w.Workload.Name, Identity: tagsIdentity(b.mesh, w, tags),
+		id := w.ID
+		if !own {
+			id = tagsIdentity(b.mesh, w, tags)
+		}
+		ans.Entries = append(ans.Entries, ReachEntry{Workload: w.Workload.Name, Identity: id,
 			Tags: tags, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)})
 	}
 	out, notes := b.reachOutside(s, !req.Destination, req.Port, decide)
@@ -118,22 +132,6 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 func sideOnly(sd engine.SideDecision) engine.SideDecision {
 	sd.Conf = nil
 	return sd
-}
-
-// workloadsOf lists the valid workloads of an inventory (nil: none) by name.
-func workloadsOf(inv *inventory.Inventory) []*inventory.WorkloadEntry {
-	if inv == nil {
-		return nil
-	}
-	var out []*inventory.WorkloadEntry
-	inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
-		if e.Err == "" {
-			out = append(out, e)
-		}
-		return true
-	})
-	slices.SortFunc(out, func(a, b *inventory.WorkloadEntry) int { return strings.Compare(a.Workload.Name, b.Workload.Name) })
-	return out
 }
 
 // peerTags are a workload's tags as an end of a flow named by the workload:
