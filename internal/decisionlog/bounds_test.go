@@ -324,3 +324,27 @@ func TestJSONLinesRecoversFromAFailedWrite(t *testing.T) {
 		t.Errorf("written: %q", w.buf.String())
 	}
 }
+
+// TestJSONLenMatchesByteByByte: the eight-bytes-at-a-time length equals the
+// byte-by-byte one for every byte value at every position of strings of 0
+// to 20 bytes, and for the escaped bytes among others.
+func TestJSONLenMatchesByteByByte(t *testing.T) {
+	t.Parallel()
+	for n := range 21 {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				if got, want := jsonLen(string(b)), jsonLenSlow(string(b)); got != want {
+					t.Fatalf("jsonLen(%q) = %d, want %d", b, got, want)
+				}
+			}
+		}
+	}
+	for _, s := range []string{"", "plain", strings.Repeat("é", 9), "tab\there", `quote"d`, `back\slash`, strings.Repeat("z", 1024) + "\x1f",
+		strings.Repeat("\x7f\x80\xff ", 5), "!#$%&'()*+,-./[]^_`{|}~"} {
+		if got, want := jsonLen(s), jsonLenSlow(s); got != want {
+			t.Errorf("jsonLen(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
