@@ -200,8 +200,8 @@ func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 3, "verdictd's --decision-log-max-files for the run")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
 	probes := fs.String("probes", "process", "where the probe Decides run: process (a process of their own) or inline (beside the attackers)")
-	fs.StringVar(&cfg.ProfileDir, "cpu-profiles", "", "directory for a CPU profile of verdictd during each scenario (default: none)")
-	fs.DurationVar(&cfg.ProfileFor, "cpu-profile-for", 10*time.Second, "how long each scenario's CPU profile lasts, from its start")
+	fs.StringVar(&cfg.ProfileDir, "cpu-profiles", "", "directory for CPU profiles of verdictd while each scenario runs (default: none)")
+	fs.DurationVar(&cfg.ProfileFor, "cpu-profile-for", 2*time.Second, "length of each CPU profile slice (a scenario gets as many as it lasts)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "log each scenario as it starts (stderr)")
 	if err := fs.Parse(args); err != nil {

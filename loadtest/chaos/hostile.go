@@ -67,8 +67,8 @@ type HostileConfig struct {
 	// re-executes itself: `verdict-chaos probe`). Empty: the probes run in
 	// this process, beside the attackers, whose work then delays them too.
 	ProbeCommand []string
-	// ProfileDir, when set, receives a CPU profile of verdictd for the
-	// first ProfileFor (default 10 s) of each scenario, one file per scenario.
+	// ProfileDir, when set, receives CPU profiles of verdictd while each
+	// scenario runs, in slices of ProfileFor (default 2 s), one file a slice.
 	ProfileDir string
 	ProfileFor time.Duration
 	// IdentifyFor: how long the identity flood's attacker, on IdentifyConns
@@ -121,7 +121,7 @@ func (c HostileConfig) withDefaults() HostileConfig {
 		c.Settle = 30 * time.Second
 	}
 	if c.ProfileFor <= 0 {
-		c.ProfileFor = 10 * time.Second
+		c.ProfileFor = 2 * time.Second
 	}
 	if c.IdentifyFor == 0 {
 		c.IdentifyFor = 10 * time.Second
@@ -279,13 +279,15 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 		s := HostileScenario{Name: sc.name, Codes: map[string]int64{}}
 		s.Before, _ = scrapeLive(ctx, r.metrics)
 		start := time.Now()
+		profiled := make(chan struct{})
 		if cfg.ProfileDir != "" {
 			i := len(rep.Scenarios)
-			wg.Go(func() { h.profile(ctx, i, sc.name) })
+			wg.Go(func() { h.profile(ctx, i, sc.name, profiled) })
 		}
 		if err := sc.run(ctx, &s); err != nil {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %v", sc.name, err))
 		}
+		close(profiled)
 		s.Duration = time.Since(start).Round(time.Millisecond)
 		if s.Peak == (Sample{}) { // unless the scenario read it when its attack ended
 			s.Peak, _ = scrapeLive(ctx, r.metrics)
@@ -399,36 +401,61 @@ func (h *hostile) settle(ctx context.Context, base Sample, s *HostileScenario) {
 
 func (h *hostile) dial() (*clients, error) { return dialClients(h.r.addr) }
 
-// profile writes a CPU profile of verdictd over the first ProfileFor of
-// scenario i to ProfileDir (net/http/pprof on its metrics listener).
-func (h *hostile) profile(ctx context.Context, i int, name string) {
+// profile writes CPU profiles of verdictd while scenario i runs (until
+// done is closed) to ProfileDir, in slices of ProfileFor (net/http/pprof on
+// its metrics listener; one profile at a time: a slice waits for the one of
+// the scenario before, which ends at most ProfileFor into this one).
+// `go tool pprof` reads the slices of a scenario together.
+func (h *hostile) profile(ctx context.Context, i int, name string, done <-chan struct{}) {
 	secs := max(1, int(h.cfg.ProfileFor.Seconds()))
-	cctx, cancel := context.WithTimeout(ctx, time.Duration(secs+20)*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", h.r.metrics, secs), nil)
-	if err != nil {
-		return
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		h.cfg.Logger.Warn("CPU profile", "scenario", name, "error", err)
-		return
-	}
-	defer resp.Body.Close()
 	slug := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
 			return r
 		}
 		return '-'
 	}, name)
-	path := filepath.Join(h.cfg.ProfileDir, fmt.Sprintf("%02d-%s.pprof", i, slug))
+	for k := 0; ctx.Err() == nil; {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		b, code, err := h.cpuProfile(ctx, secs)
+		switch {
+		case err != nil:
+			h.cfg.Logger.Warn("CPU profile", "scenario", name, "error", err)
+			return
+		case code == http.StatusInternalServerError: // the one before still runs
+			sleepCtx(ctx, 200*time.Millisecond)
+			continue
+		case code != http.StatusOK:
+			h.cfg.Logger.Warn("CPU profile", "scenario", name, "status", code)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(h.cfg.ProfileDir, fmt.Sprintf("%02d-%s-%d.pprof", i, slug, k)), b, 0o644); err != nil {
+			h.cfg.Logger.Warn("CPU profile", "scenario", name, "error", err)
+			return
+		}
+		k++
+	}
+}
+
+// cpuProfile is a CPU profile of verdictd over secs seconds, and the HTTP
+// status it came with.
+func (h *hostile) cpuProfile(ctx context.Context, secs int) ([]byte, int, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(secs+20)*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", h.r.metrics, secs), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode == http.StatusOK {
-		err = os.WriteFile(path, b, 0o644)
-	}
-	if err != nil || resp.StatusCode != http.StatusOK {
-		h.cfg.Logger.Warn("CPU profile", "scenario", name, "status", resp.Status, "error", err)
-	}
+	return b, resp.StatusCode, err
 }
 
 func count(mu *sync.Mutex, m map[string]int64, err error) {
