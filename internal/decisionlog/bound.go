@@ -47,20 +47,38 @@ func bound(r *Record, max int) bool {
 			fixed += jsonLen(*s)
 		}
 	}
-	ts, td := tagsLen(src.GetTags()), tagsLen(dst.GetTags())
+	// A side's tags are measured exactly (escapes: a scan of every byte)
+	// only where the decision needs it: their lengths alone are a lower
+	// bound, which tells at once that tags far over the cap are cut.
 	budget := max - fixed
-	if ts+td <= budget {
-		r.Truncated = r.Truncated || cut
-		return cut
+	ls, ld := tagsMinLen(src.GetTags()), tagsMinLen(dst.GetTags())
+	ts, td := ls, ld
+	exact := false
+	if ls+ld <= budget {
+		ts, td, exact = tagsLen(src.GetTags()), tagsLen(dst.GetTags()), true
+		if ts+td <= budget {
+			r.Truncated = r.Truncated || cut
+			return cut
+		}
 	}
 	// Each side gets half the budget, and what the other leaves of its half.
 	bs, bd := budget/2, budget-budget/2
-	switch {
-	case ts < bs:
-		bd = budget - ts
-	case td < bd:
-		bs = budget - td
+	if !exact && ls <= bs {
+		ts = tagsLen(src.GetTags())
 	}
+	if ts < bs {
+		bd = budget - ts
+	} else {
+		if !exact && ld <= bd {
+			td = tagsLen(dst.GetTags())
+		}
+		if td < bd {
+			bs = budget - td
+		}
+	}
+	// A side left at its lower bound is over its budget (ls+ld > budget:
+	// the other side's budget is at most budget minus its own lower bound),
+	// so it is cut, as its exact length would say.
 	if ts > bs {
 		src.Tags = cutTags(src.Tags, bs)
 	}
@@ -158,6 +176,15 @@ func jsonLenSlow(s string) int {
 		case c < 0x20:
 			n += 5
 		}
+	}
+	return n
+}
+
+// tagsMinLen is at most tagsLen(tags): each pair's JSON without escapes.
+func tagsMinLen(tags map[string]string) int {
+	n := 0
+	for k, v := range tags {
+		n += len(k) + len(v) + 6
 	}
 	return n
 }
