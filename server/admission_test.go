@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -175,5 +177,28 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("never: %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestPastReadsNotAdmitted: a read at a past revision or time waits for the
+// store, not for a core, and is left out of admission; any other request is
+// admitted.
+func TestPastReadsNotAdmitted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		req  any
+		past bool
+	}{
+		{"Decide", &verdictv1.DecideRequest{}, false},
+		{"Decide at a revision", &verdictv1.DecideRequest{AtRevision: 3}, true},
+		{"DecideBatch at a time", &verdictv1.DecideBatchRequest{AtTime: timestamppb.Now()}, true},
+		{"Resolve with min_revision", &verdictv1.ResolveRequest{MinRevision: 3}, false},
+		{"DecideCompact", &verdictv1.DecideCompactRequest{}, false},
+		{"Check", &authv3.CheckRequest{}, false},
+	} {
+		if got := readsPast(tc.req); got != tc.past {
+			t.Errorf("%s: reads the past %v, want %v", tc.name, got, tc.past)
+		}
 	}
 }

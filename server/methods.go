@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/verdictpdp/verdict/internal/admission"
 	"github.com/verdictpdp/verdict/internal/fanout"
@@ -354,15 +355,8 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		}
 		return nil, toStatus(ctx, s.log, err)
 	}
-	if c.slots != nil {
-		// A call waits for its min_revision before it takes a slot: the
-		// wait costs no CPU, and must not hold the caller's other calls.
-		if r, ok := req.(interface{ GetMinRevision() int64 }); ok && r.GetMinRevision() > 0 {
-			if _, err := s.decision.snapshotAt(ctx, r.GetMinRevision()); err != nil {
-				return nil, toStatus(ctx, s.log, err)
-			}
-		}
-		if err := c.slots.Acquire(ctx, c.caller); err != nil {
+	if c.slots != nil && !readsPast(req) {
+		if err := s.admitUnary(ctx, &c, req); err != nil {
 			return nil, toStatus(ctx, s.log, err)
 		}
 		defer c.slots.Release(c.caller)
@@ -372,6 +366,31 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		return nil, err
 	}
 	return c.redact(resp), nil
+}
+
+// admitUnary takes one of the caller's slots for a unary call of an admitted
+// row. A call waits for its min_revision first: the wait costs no CPU, and
+// must not hold the caller's other calls.
+func (s *Server) admitUnary(ctx context.Context, c *call, req any) error {
+	if r, ok := req.(interface{ GetMinRevision() int64 }); ok && r.GetMinRevision() > 0 {
+		if _, err := s.decision.snapshotAt(ctx, r.GetMinRevision()); err != nil {
+			return err
+		}
+	}
+	return c.slots.Acquire(ctx, c.caller)
+}
+
+// readsPast reports whether req reads at a past revision or time: it waits
+// for the store (not for CPU) and needs an authorized caller, so it is not
+// admitted per caller, where it would hold the caller's other calls.
+func readsPast(req any) bool {
+	r, ok := req.(pastRead)
+	return ok && hasPast(r)
+}
+
+type pastRead interface {
+	GetAtRevision() int64
+	GetAtTime() *timestamppb.Timestamp
 }
 
 // streamInterceptor admits a stream (admit); its messages are checked as

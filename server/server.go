@@ -160,7 +160,7 @@ type Config struct {
 	// once (the method table's admitted rows; a stream's messages one by
 	// one): the others wait, without CPU and in order, until one of the
 	// caller's slots frees or their deadline ends (default
-	// admission.DefaultPerCaller: GOMAXPROCS, at least 2; negative: no
+	// admission.DefaultPerCaller: half of GOMAXPROCS, at least 1; negative: no
 	// bound). The caller is named as for IdentifyCallerRate.
 	AdmitPerCaller int
 	// DisableExtAuthz: do not serve Envoy's envoy.service.auth.v3.Authorization

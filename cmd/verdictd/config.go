@@ -76,7 +76,7 @@ type Config struct {
 	Advertise string
 	// AdmitPerCaller bounds the decision calls of one caller executing at
 	// once (docs/api.md, "Admission per caller"): 0 takes the default
-	// (GOMAXPROCS, at least 2), -1 sets no bound.
+	// (half of GOMAXPROCS, at least 1), -1 sets no bound.
 	AdmitPerCaller int
 	// ObservedFlows bounds the table of the distinct flows this replica
 	// decided, which Impact replays (default 1,000,000; 0 turns it off).

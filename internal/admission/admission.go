@@ -16,9 +16,11 @@ import (
 	"sync"
 )
 
-// DefaultPerCaller is the slots of one caller by default: the cores Go may
-// run at once (GOMAXPROCS), at least 2.
-func DefaultPerCaller() int { return max(2, runtime.GOMAXPROCS(0)) }
+// DefaultPerCaller is the slots of one caller by default: half the cores Go
+// may run at once (GOMAXPROCS), at least 1. One caller's flood then leaves
+// the other half to everyone else: a call of another caller finds a core
+// free rather than waiting for a flood's goroutine to be preempted.
+func DefaultPerCaller() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Limiter holds each caller's slots. The zero value is not usable: New.
 type Limiter struct {

@@ -115,7 +115,7 @@ func TestWaitEndsWithItsContext(t *testing.T) {
 
 func TestDefaultPerCaller(t *testing.T) {
 	t.Parallel()
-	if n := New(0).PerCaller(); n < 2 || n != DefaultPerCaller() {
-		t.Fatalf("PerCaller = %d, want DefaultPerCaller (at least 2)", n)
+	if n := New(0).PerCaller(); n < 1 || n != DefaultPerCaller() {
+		t.Fatalf("PerCaller = %d, want DefaultPerCaller (at least 1)", n)
 	}
 }
