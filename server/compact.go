@@ -409,5 +409,10 @@ func (s decisionService) compactBatch(ctx context.Context, m *verdictv1.DecideCo
 	if err != nil {
 		return err
 	}
+	release, err := admitMessage(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return s.decideCompact(ctx, snap, r, out)
 }

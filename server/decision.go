@@ -270,6 +270,11 @@ func (s decisionService) streamAnswer(ctx context.Context, m *verdictv1.DecideSt
 			return streamError(ctx, s.log, m, err)
 		}
 	}
+	release, err := admitMessage(ctx)
+	if err != nil {
+		return streamError(ctx, s.log, m, err)
+	}
+	defer release()
 	a := new(streamAnswer)
 	a.resp.Id = m.GetId()
 	var t tally

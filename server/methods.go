@@ -23,7 +23,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/verdictpdp/verdict/internal/admission"
 	"github.com/verdictpdp/verdict/internal/fanout"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
@@ -56,6 +58,11 @@ type method struct {
 	// maxBytes bounds a request message (0: Config.MaxRecvMsgBytes). Rows
 	// of one request type share the smallest (requestCodec measures it).
 	maxBytes int
+	// admitted: the caller's calls are admitted per caller (Config.AdmitPerCaller;
+	// internal/admission): a unary call holds one of its caller's slots while
+	// its handler runs, a stream each message while it is answered (the
+	// handler asks: admitMessage).
+	admitted bool
 	// selfChecked: the interceptors leave the messages to the handler, which
 	// runs checkRequest on each one and answers a refusal its own way — a
 	// DecideStream or DecideCompactStream message gets an error answer and the
@@ -76,20 +83,21 @@ type need struct {
 // (redacts).
 var methodTable = map[string]*method{
 	// DecisionService: open to sidecars; explain and inventory data (workload
-	// names, tags) only for authorized callers.
-	verdictv1.DecisionService_Decide_FullMethodName: {access: anyone, needs: []need{needsIf("explain", (*verdictv1.DecideRequest).GetExplain),
+	// names, tags) only for authorized callers. Its calls are admitted per
+	// caller, so that one caller's flood takes at most its share of the cores.
+	verdictv1.DecisionService_Decide_FullMethodName: {access: anyone, admitted: true, needs: []need{needsIf("explain", (*verdictv1.DecideRequest).GetExplain),
 		needsIf("at_revision", hasPast[*verdictv1.DecideRequest])},
 		redact: redacts(redactDecide), validate: validatedByHandler},
-	verdictv1.DecisionService_DecideBatch_FullMethodName: {access: anyone, needs: []need{needsIf("explain", batchExplains),
+	verdictv1.DecisionService_DecideBatch_FullMethodName: {access: anyone, admitted: true, needs: []need{needsIf("explain", batchExplains),
 		needsIf("at_revision", hasPast[*verdictv1.DecideBatchRequest])},
 		redact: redacts(redactBatch), validate: validates(checkDecideBatch)},
-	verdictv1.DecisionService_DecideStream_FullMethodName: {access: anyone, needs: []need{needsIf("explain", streamExplains)},
+	verdictv1.DecisionService_DecideStream_FullMethodName: {access: anyone, admitted: true, needs: []need{needsIf("explain", streamExplains)},
 		redact: redacts(redactStream), validate: validates(checkStreamMessage), selfChecked: true},
-	verdictv1.DecisionService_Resolve_FullMethodName: {access: anyone, needs: []need{needsIf("at_revision", hasPast[*verdictv1.ResolveRequest])},
+	verdictv1.DecisionService_Resolve_FullMethodName: {access: anyone, admitted: true, needs: []need{needsIf("at_revision", hasPast[*verdictv1.ResolveRequest])},
 		validate: validates(checkResolve)},
-	verdictv1.DecisionService_Identify_FullMethodName:      {access: anyone, redact: redacts(redactIdentify), validate: validates(checkIdentify)},
-	verdictv1.DecisionService_DecideCompact_FullMethodName: {access: anyone, validate: validatedByHandler},
-	verdictv1.DecisionService_DecideCompactStream_FullMethodName: {access: anyone, validate: validates(checkCompactStreamMessage),
+	verdictv1.DecisionService_Identify_FullMethodName:      {access: anyone, admitted: true, redact: redacts(redactIdentify), validate: validates(checkIdentify)},
+	verdictv1.DecisionService_DecideCompact_FullMethodName: {access: anyone, admitted: true, validate: validatedByHandler},
+	verdictv1.DecisionService_DecideCompactStream_FullMethodName: {access: anyone, admitted: true, validate: validates(checkCompactStreamMessage),
 		selfChecked: true},
 
 	// PolicyService: the store itself.
@@ -128,7 +136,7 @@ var methodTable = map[string]*method{
 
 	// Envoy's external authorization: decided as Decide; a request it cannot
 	// take (too large, undecodable) is a DENY (extauthz.go).
-	authv3.Authorization_Check_FullMethodName: {access: anyone, redact: redacts(redactCheck), validate: validatedByHandler, selfChecked: true},
+	authv3.Authorization_Check_FullMethodName: {access: anyone, admitted: true, redact: redacts(redactCheck), validate: validatedByHandler, selfChecked: true},
 
 	// gRPC's own services.
 	healthpb.Health_Check_FullMethodName:                                   {access: anyone, validate: nothingToValidate},
@@ -231,6 +239,10 @@ type call struct {
 	row        *method
 	authorized bool
 	why        error // why the caller is not authorized; nil when it is
+	// slots admits the call's work per caller (nil: its row is not admitted,
+	// or admission is off); caller names its caller there.
+	slots  *admission.Limiter
+	caller string
 }
 
 type callKey struct{}
@@ -249,6 +261,21 @@ func checkRequest(ctx context.Context, req any) error {
 		return fmt.Errorf("%w: %s: no call of the method table", errNoRow, m)
 	}
 	return c.check(req)
+}
+
+// admitMessage waits for one of the caller's slots for one message of an
+// admitted stream (the row's admitted), and returns its release; the
+// context's error when it ends first. Without an admitted call in ctx it
+// admits at once.
+func admitMessage(ctx context.Context) (release func(), err error) {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if c == nil || c.slots == nil {
+		return func() {}, nil
+	}
+	if err := c.slots.Acquire(ctx, c.caller); err != nil {
+		return nil, err
+	}
+	return func() { c.slots.Release(c.caller) }, nil
 }
 
 // check checks a request against the call's row.
@@ -305,6 +332,9 @@ func (s *Server) admit(ctx context.Context, fullMethod string) (call, error) {
 		s.auth.refused(ctx, refusal)
 		return call{}, toStatus(ctx, s.log, refusal)
 	}
+	if row.admitted && s.slots != nil {
+		c.slots, c.caller = s.slots, callerKey(ctx)
+	}
 	return c, nil
 }
 
@@ -325,11 +355,42 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		}
 		return nil, toStatus(ctx, s.log, err)
 	}
+	if c.slots != nil && !readsPast(req) {
+		if err := s.admitUnary(ctx, &c, req); err != nil {
+			return nil, toStatus(ctx, s.log, err)
+		}
+		defer c.slots.Release(c.caller)
+	}
 	resp, err := handler(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return c.redact(resp), nil
+}
+
+// admitUnary takes one of the caller's slots for a unary call of an admitted
+// row. A call waits for its min_revision first: the wait costs no CPU, and
+// must not hold the caller's other calls.
+func (s *Server) admitUnary(ctx context.Context, c *call, req any) error {
+	if r, ok := req.(interface{ GetMinRevision() int64 }); ok && r.GetMinRevision() > 0 {
+		if _, err := s.decision.snapshotAt(ctx, r.GetMinRevision()); err != nil {
+			return err
+		}
+	}
+	return c.slots.Acquire(ctx, c.caller)
+}
+
+// readsPast reports whether req reads at a past revision or time: it waits
+// for the store (not for CPU) and needs an authorized caller, so it is not
+// admitted per caller, where it would hold the caller's other calls.
+func readsPast(req any) bool {
+	r, ok := req.(pastRead)
+	return ok && hasPast(r)
+}
+
+type pastRead interface {
+	GetAtRevision() int64
+	GetAtTime() *timestamppb.Timestamp
 }
 
 // streamInterceptor admits a stream (admit); its messages are checked as

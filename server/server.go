@@ -45,6 +45,7 @@ import (
 	"github.com/verdictpdp/verdict/engine/conditions"
 	"github.com/verdictpdp/verdict/engine/inventory"
 	"github.com/verdictpdp/verdict/engine/resource"
+	"github.com/verdictpdp/verdict/internal/admission"
 	"github.com/verdictpdp/verdict/internal/apiconv"
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	"github.com/verdictpdp/verdict/internal/fanout"
@@ -157,6 +158,13 @@ type Config struct {
 	// endpoint answers RESOURCE_EXHAUSTED.
 	IdentifyCallerRate  float64
 	IdentifyCallerBurst int
+	// AdmitPerCaller bounds the decision calls of one caller executing at
+	// once (the method table's admitted rows; a stream's messages one by
+	// one): the others wait, without CPU and in order, until one of the
+	// caller's slots frees or their deadline ends (default
+	// admission.DefaultPerCaller: half of GOMAXPROCS, at least 1; negative: no
+	// bound). The caller is named as for IdentifyCallerRate.
+	AdmitPerCaller int
 	// DisableExtAuthz: do not serve Envoy's envoy.service.auth.v3.Authorization
 	// (docs/envoy.md), which is served by default beside verdict.v1.
 	DisableExtAuthz bool
@@ -277,6 +285,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("server: WatchRules stream caps must not grow inward: per connection %d, per caller %d, in total %d",
 			c.RulesMaxStreamsPerConn, c.RulesMaxStreamsPerCaller, c.RulesMaxStreams))
 	}
+	if c.AdmitPerCaller == 0 {
+		c.AdmitPerCaller = admission.DefaultPerCaller()
+	}
 	if c.ObservedFlows == 0 {
 		c.ObservedFlows = observed.DefaultMax
 	}
@@ -319,6 +330,8 @@ type Server struct {
 	feed      *fanout.Feed
 	// identities holds the tag sets registered through Identify (compact.go).
 	identities *inventory.Registry
+	// slots admits the decision calls per caller (nil: no bound).
+	slots *admission.Limiter
 	// observed is the observed-flows table (nil: none).
 	observed *observed.Table
 	health   *health.Server
@@ -349,6 +362,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.methods == nil {
 		s.methods = methodTable
+	}
+	if cfg.AdmitPerCaller > 0 {
+		s.slots = admission.New(cfg.AdmitPerCaller)
 	}
 	if cfg.ObservedFlows > 0 {
 		s.observed = observed.New(observed.Config{Max: cfg.ObservedFlows})

@@ -7,6 +7,9 @@
 //	verdict-chaos hostile [flags]  # make chaos (hostile clients)
 //	verdict-chaos soak [flags]     # make soak
 //
+// With hostile, the probe Decides run in a process of their own: the
+// binary runs itself as `verdict-chaos probe` (not for direct use).
+//
 // Exit codes: 0 the run passed, 1 it ran but a target was missed (failed
 // decisions, a digest mismatch, a lost write, a leak), 2 usage, 3 the run
 // could not be carried out.
@@ -42,6 +45,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "hostile" {
 		return runHostile(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "probe" { // hidden: the hostile run's probe process
+		return runProbe(ctx, args[1:], os.Stdin, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("verdict-chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -193,6 +199,9 @@ func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	logMaxSize := fs.String("log-max-size", "8MiB", "verdictd's --decision-log-max-size for the run (B, KiB, MiB, GiB)")
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 3, "verdictd's --decision-log-max-files for the run")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	probes := fs.String("probes", "process", "where the probe Decides run: process (a process of their own) or inline (beside the attackers)")
+	fs.StringVar(&cfg.ProfileDir, "cpu-profiles", "", "directory for CPU profiles of verdictd while each scenario runs (default: none)")
+	fs.DurationVar(&cfg.ProfileFor, "cpu-profile-for", 2*time.Second, "length of each CPU profile slice (a scenario gets as many as it lasts)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "log each scenario as it starts (stderr)")
 	if err := fs.Parse(args); err != nil {
@@ -224,6 +233,19 @@ func runHostile(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			*d = -1
 		}
 	}
+	switch *probes {
+	case "process":
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "verdict-chaos hostile: --probes process: %v\n", err)
+			return 3
+		}
+		cfg.ProbeCommand = []string{exe, "probe"}
+	case "inline":
+	default:
+		fmt.Fprintf(stderr, "verdict-chaos hostile: --probes %q: process or inline\n", *probes)
+		return 2
+	}
 	cfg.Logger = logger(stderr, *verbose)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -248,4 +270,33 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q: a positive size such as 8MiB", s)
 	}
 	return n * mult, nil
+}
+
+// runProbe is the hostile run's probe process: Decides at --rate with
+// --timeout each to --addr, one JSON line per call on stdout, until stdin
+// ends (the run closes it) or a signal.
+func runProbe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("verdict-chaos probe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg chaos.ProbeConfig
+	fs.StringVar(&cfg.Addr, "addr", "", "verdictd's gRPC address")
+	fs.Float64Var(&cfg.Rate, "rate", 100, "Decide calls per second")
+	fs.DurationVar(&cfg.Timeout, "timeout", 100*time.Millisecond, "deadline of each Decide")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, stdin)
+		cancel()
+	}()
+	if err := chaos.RunProbe(ctx, cfg, stdout); err != nil {
+		fmt.Fprintln(stderr, "verdict-chaos probe:", err)
+		return 3
+	}
+	return 0
 }

@@ -74,6 +74,10 @@ type Config struct {
 	// under a lease while the daemon runs. Empty: the --listen address,
 	// unless it is a wildcard (0.0.0.0, ::), which registers nothing.
 	Advertise string
+	// AdmitPerCaller bounds the decision calls of one caller executing at
+	// once (docs/api.md, "Admission per caller"): 0 takes the default
+	// (half of GOMAXPROCS, at least 1), -1 sets no bound.
+	AdmitPerCaller int
 	// ObservedFlows bounds the table of the distinct flows this replica
 	// decided, which Impact replays (default 1,000,000; 0 turns it off).
 	ObservedFlows int
@@ -221,6 +225,9 @@ func (c *Config) Validate() error {
 		if host, port, err := net.SplitHostPort(c.Advertise); err != nil || host == "" || port == "" {
 			add("--advertise %q: host:port (or unix:PATH) the other replicas can reach", c.Advertise)
 		}
+	}
+	if c.AdmitPerCaller < -1 {
+		add("--admit-per-caller %d: 0 (the default), -1 (no bound) or a number of calls", c.AdmitPerCaller)
 	}
 	if c.ObservedFlows < 0 {
 		add("--observed-flows %d: 0 (off) or more", c.ObservedFlows)

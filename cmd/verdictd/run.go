@@ -123,6 +123,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		TLS: serverTLS, Token: token, AllowedIdentities: cfg.AllowIdentities,
 		MeterProvider: tel.meters, TracerProvider: tel.tracer, ShutdownTimeout: cfg.ShutdownTimeout,
 		DisableExtAuthz: cfg.DisableExtAuthz,
+		AdmitPerCaller:  cfg.AdmitPerCaller,
 		WatchConditions: cfg.WatchConditions,
 		ObservedFlows:   observedFlows,
 		Fleet:           etcdFleet{st}, Replica: self,

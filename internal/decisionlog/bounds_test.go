@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -322,5 +323,109 @@ func TestJSONLinesRecoversFromAFailedWrite(t *testing.T) {
 	}
 	if n := strings.Count(w.buf.String(), "\n"); n != 1 || !strings.Contains(w.buf.String(), `"revision":"2"`) {
 		t.Errorf("written: %q", w.buf.String())
+	}
+}
+
+// TestJSONLenMatchesByteByByte: the eight-bytes-at-a-time length equals the
+// byte-by-byte one for every byte value at every position of strings of 0
+// to 20 bytes, and for the escaped bytes among others.
+func TestJSONLenMatchesByteByByte(t *testing.T) {
+	t.Parallel()
+	for n := range 21 {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				if got, want := jsonLen(string(b)), jsonLenSlow(string(b)); got != want {
+					t.Fatalf("jsonLen(%q) = %d, want %d", b, got, want)
+				}
+			}
+		}
+	}
+	for _, s := range []string{"", "plain", strings.Repeat("é", 9), "tab\there", `quote"d`, `back\slash`, strings.Repeat("z", 1024) + "\x1f",
+		strings.Repeat("\x7f\x80\xff ", 5), "!#$%&'()*+,-./[]^_`{|}~"} {
+		if got, want := jsonLen(s), jsonLenSlow(s); got != want {
+			t.Errorf("jsonLen(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
+
+// boundByteByByte is bound as it was before it measured tags by their
+// lengths first: every side's tags measured exactly, always.
+func boundByteByByte(r *Record, max int) bool {
+	if r.Dropped != nil || recordOverhead+6*rawLen(r) <= max {
+		return false
+	}
+	fixed := recordOverhead + otherLen(r)
+	src, dst := r.Source, r.Destination
+	cut := false
+	for _, ep := range []*verdictv1.RecordEndpoint{src, dst} {
+		if ep == nil {
+			continue
+		}
+		for _, s := range []*string{&ep.Workload, &ep.Address, &ep.Principal} {
+			if len(*s) > MaxValueBytes {
+				*s, cut = shorten(*s), true
+			}
+			fixed += jsonLen(*s)
+		}
+	}
+	ts, td := tagsLen(src.GetTags()), tagsLen(dst.GetTags())
+	budget := max - fixed
+	if ts+td <= budget {
+		r.Truncated = r.Truncated || cut
+		return cut
+	}
+	bs, bd := budget/2, budget-budget/2
+	switch {
+	case ts < bs:
+		bd = budget - ts
+	case td < bd:
+		bs = budget - td
+	}
+	if ts > bs {
+		src.Tags = cutTags(src.Tags, bs)
+	}
+	if td > bd {
+		dst.Tags = cutTags(dst.Tags, bd)
+	}
+	r.Truncated = true
+	return true
+}
+
+// TestBoundMeasuresOnlyWhatItNeeds: bound, which measures a side's tags
+// exactly only where their lengths do not decide, cuts every record as
+// measuring every tag exactly does — sides of every size around the cap and
+// its halves, with and without escapes.
+func TestBoundMeasuresOnlyWhatItNeeds(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	fills := []string{"x", `"`, `\`, "é", "a\"b"}
+	// A side of n tags whose lengths alone come to about want bytes of
+	// JSON: near a half of the cap, where escapes decide.
+	side := func(want int) map[string]string {
+		n := 1 + rnd.IntN(64)
+		switch rnd.IntN(4) {
+		case 0:
+			return nil
+		case 1:
+			return bigTags(n, 1+rnd.IntN(1100), fills[rnd.IntN(len(fills))])
+		}
+		size := want/n - 9 + rnd.IntN(21) - 10
+		return bigTags(n, min(1100, 1+max(0, size)), fills[rnd.IntN(len(fills))])
+	}
+	for i := range 5000 {
+		max := []int{MinMaxRecordBytes, DefaultMaxRecordBytes, 8 << 10, 64 << 10}[rnd.IntN(4)]
+		src, dst := side(max/2-rnd.IntN(max/4)), side(max/2-rnd.IntN(max/4))
+		a, b := record(1, "DENY"), record(1, "DENY")
+		a.Source.Tags, a.Destination.Tags = src, dst
+		b.Source.Tags, b.Destination.Tags = src, dst
+		gotCut, wantCut := bound(a, max), boundByteByByte(b, max)
+		if gotCut != wantCut || a.Truncated != b.Truncated || !maps.Equal(a.Source.Tags, b.Source.Tags) ||
+			!maps.Equal(a.Destination.Tags, b.Destination.Tags) {
+			t.Fatalf("record %d (cap %d, %d and %d tags): cut %v %v, tags %d/%d, want cut %v %v, tags %d/%d", i, max,
+				len(src), len(dst), gotCut, a.Truncated, len(a.Source.Tags), len(a.Destination.Tags),
+				wantCut, b.Truncated, len(b.Source.Tags), len(b.Destination.Tags))
+		}
 	}
 }

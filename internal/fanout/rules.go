@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -85,6 +86,9 @@ type Hub struct {
 	sets   *setRegistry
 	bodies *bodyTable
 	counts *streamCounts
+	// woken: the mailboxes of the streams a refresh wakes, once it lets go
+	// of mu (wakeAll).
+	woken []chan struct{}
 	// reresolved counts the groups resolved again after a workload change
 	// that could not alter their rules; computed the groups' rules computed
 	// again after a change (Stats).
@@ -176,7 +180,42 @@ func (h *Hub) Run(ctx context.Context) {
 // (prev nil, or a gap) everything is.
 func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.refreshLocked(snap, prev, changes)
+	woken := h.woken
+	h.woken = nil
+	h.mu.Unlock()
+	wakeAll(woken)
+	clear(woken)
+	h.mu.Lock()
+	if h.woken == nil {
+		h.woken = woken[:0] // kept for the next refresh
+	}
+	h.mu.Unlock()
+}
+
+// wakeBatch is how many streams a refresh wakes before it lets every
+// goroutine runnable meanwhile run (decision calls among them).
+const wakeBatch = 64
+
+// wakeAll wakes the streams of notify, wakeBatch at a time, yielding the
+// processor between batches: a change that concerns 2,000 streams never
+// makes 2,000 goroutines runnable at once ahead of the calls already
+// waiting to run, which would wait behind them all. The streams learn of
+// the change a batch later at most (each batch costs what its streams take
+// to pick their message up).
+func wakeAll(notify []chan struct{}) {
+	for i, c := range notify {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+		if (i+1)%wakeBatch == 0 && i+1 < len(notify) {
+			runtime.Gosched()
+		}
+	}
+}
+
+func (h *Hub) refreshLocked(snap, prev *engine.Snapshot, changes []engine.Change) {
 	if h.snap != nil && snap.Revision() <= h.snap.Revision() {
 		return
 	}
@@ -249,7 +288,7 @@ func (h *Hub) refresh(snap, prev *engine.Snapshot, changes []engine.Change) {
 		h.bodies.release(old.rules)
 		st.version = old.version + 1
 		g.state = st
-		g.wake()
+		h.wake(g)
 	}
 	h.setSnap(snap)
 }
@@ -359,7 +398,7 @@ func (h *Hub) advance(g *ruleGroup, st rulesState, rev int64) {
 	changed := st.version != g.state.version
 	g.state = st
 	if changed {
-		g.wake()
+		h.wake(g)
 	}
 }
 
@@ -373,12 +412,11 @@ func (h *Hub) swapSets(old, st *rulesState) {
 	}
 }
 
-func (g *ruleGroup) wake() {
+// wake marks the watchers of g to be woken once the refresh lets go of mu
+// (wakeAll). h.mu is held.
+func (h *Hub) wake(g *ruleGroup) {
 	for w := range g.watchers {
-		select {
-		case w.notify <- struct{}{}:
-		default:
-		}
+		h.woken = append(h.woken, w.notify)
 	}
 }
 

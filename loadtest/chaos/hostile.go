@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -60,6 +61,16 @@ type HostileConfig struct {
 	// ProbeRate Decides per second, each with ProbeTimeout (default 100/s, 100 ms).
 	ProbeRate    float64
 	ProbeTimeout time.Duration
+	// ProbeCommand runs the probes in a process of their own: the command
+	// and its arguments, to which the probe's flags are added (--addr,
+	// --rate, --timeout); it runs RunProbe until its input ends (verdict-chaos
+	// re-executes itself: `verdict-chaos probe`). Empty: the probes run in
+	// this process, beside the attackers, whose work then delays them too.
+	ProbeCommand []string
+	// ProfileDir, when set, receives CPU profiles of verdictd while each
+	// scenario runs, in slices of ProfileFor (default 2 s), one file a slice.
+	ProfileDir string
+	ProfileFor time.Duration
 	// IdentifyFor: how long the identity flood's attacker, on IdentifyConns
 	// connections of one caller, registers fresh tag sets (default 10 s, 2
 	// connections; negative: the scenario is skipped).
@@ -108,6 +119,9 @@ func (c HostileConfig) withDefaults() HostileConfig {
 	}
 	if c.Settle <= 0 {
 		c.Settle = 30 * time.Second
+	}
+	if c.ProfileFor <= 0 {
+		c.ProfileFor = 2 * time.Second
 	}
 	if c.IdentifyFor == 0 {
 		c.IdentifyFor = 10 * time.Second
@@ -216,14 +230,23 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 		return nil, err
 	}
 
-	phase := atomic.Pointer[string]{}
-	setPhase := func(s string) { phase.Store(&s) }
-	setPhase("probes")
+	var ph phases
+	ph.set("probes")
 	probeCtx, stopProbes := context.WithCancel(ctx)
-	obs := newObserver(e.replicas, func() string { return *phase.Load() })
-	dec := newDeciders(e.replicas, flows(), cfg.ProbeRate, cfg.ProbeTimeout, obs, func() string { return *phase.Load() })
+	obs := newObserver(e.replicas, ph.current)
+	dec := newDeciders(e.replicas, flows(), cfg.ProbeRate, cfg.ProbeTimeout, obs, ph.current)
 	var wg sync.WaitGroup
-	wg.Go(func() { dec.run(probeCtx, time.Now()) })
+	var probes *probeProcess
+	if len(cfg.ProbeCommand) > 0 {
+		probes, err = startProbeProcess(cfg.ProbeCommand, ProbeConfig{Addr: r.addr, Rate: cfg.ProbeRate, Timeout: cfg.ProbeTimeout},
+			dec.stats[0], &ph, time.Now())
+		if err != nil {
+			stopProbes()
+			return nil, err
+		}
+	} else {
+		wg.Go(func() { dec.run(probeCtx, time.Now()) })
+	}
 
 	h := &hostile{cfg: cfg, env: e, r: r, logPath: logPath}
 	type scenario struct {
@@ -251,14 +274,20 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		setPhase(sc.name)
+		ph.set(sc.name)
 		cfg.Logger.Info("scenario", "name", sc.name)
 		s := HostileScenario{Name: sc.name, Codes: map[string]int64{}}
 		s.Before, _ = scrapeLive(ctx, r.metrics)
 		start := time.Now()
+		profiled := make(chan struct{})
+		if cfg.ProfileDir != "" {
+			i := len(rep.Scenarios)
+			wg.Go(func() { h.profile(ctx, i, sc.name, profiled) })
+		}
 		if err := sc.run(ctx, &s); err != nil {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %v", sc.name, err))
 		}
+		close(profiled)
 		s.Duration = time.Since(start).Round(time.Millisecond)
 		if s.Peak == (Sample{}) { // unless the scenario read it when its attack ended
 			s.Peak, _ = scrapeLive(ctx, r.metrics)
@@ -268,7 +297,15 @@ func Hostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) {
 	}
 	stopProbes()
 	wg.Wait()
+	if probes != nil {
+		if err := probes.stop(); err != nil {
+			rep.Problems = append(rep.Problems, err.Error())
+		}
+	}
 	st := dec.stats[0]
+	for i := range st.failures {
+		st.failures[i].Replica = r.name
+	}
 	st.mu.Lock()
 	rep.Probes = ReplicaReport{Name: r.name, Sent: st.sent, OK: st.ok, FailedLiveBy: st.liveFailed, Latency: summarize(&st.latency),
 		Failures: st.failures, Skipped: st.skipped}
@@ -363,6 +400,63 @@ func (h *hostile) settle(ctx context.Context, base Sample, s *HostileScenario) {
 }
 
 func (h *hostile) dial() (*clients, error) { return dialClients(h.r.addr) }
+
+// profile writes CPU profiles of verdictd while scenario i runs (until
+// done is closed) to ProfileDir, in slices of ProfileFor (net/http/pprof on
+// its metrics listener; one profile at a time: a slice waits for the one of
+// the scenario before, which ends at most ProfileFor into this one).
+// `go tool pprof` reads the slices of a scenario together.
+func (h *hostile) profile(ctx context.Context, i int, name string, done <-chan struct{}) {
+	secs := max(1, int(h.cfg.ProfileFor.Seconds()))
+	slug := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, name)
+	for k := 0; ctx.Err() == nil; {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		b, code, err := h.cpuProfile(ctx, secs)
+		switch {
+		case err != nil:
+			h.cfg.Logger.Warn("CPU profile", "scenario", name, "error", err)
+			return
+		case code == http.StatusInternalServerError: // the one before still runs
+			sleepCtx(ctx, 200*time.Millisecond)
+			continue
+		case code != http.StatusOK:
+			h.cfg.Logger.Warn("CPU profile", "scenario", name, "status", code)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(h.cfg.ProfileDir, fmt.Sprintf("%02d-%s-%d.pprof", i, slug, k)), b, 0o644); err != nil {
+			h.cfg.Logger.Warn("CPU profile", "scenario", name, "error", err)
+			return
+		}
+		k++
+	}
+}
+
+// cpuProfile is a CPU profile of verdictd over secs seconds, and the HTTP
+// status it came with.
+func (h *hostile) cpuProfile(ctx context.Context, secs int) ([]byte, int, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(secs+20)*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", h.r.metrics, secs), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return b, resp.StatusCode, err
+}
 
 func count(mu *sync.Mutex, m map[string]int64, err error) {
 	k := codeOf(err)

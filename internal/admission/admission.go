@@ -1,0 +1,160 @@
+// Package admission admits calls per caller: at most a fixed number of one
+// caller's calls execute at once, the others wait — without CPU, in the
+// order they came — until a slot of that caller frees or their context
+// ends. One caller's flood then gets at most its share of the cores, and a
+// caller with one call in flight never queues behind another caller's
+// flood (docs/api.md, "Admission per caller").
+//
+// It imports neither gRPC nor the server: the server names the caller (its
+// verified certificate's identity, else its IP address) and says which
+// methods are admitted (a column of its method table).
+package admission
+
+import (
+	"context"
+	"runtime"
+	"sync"
+)
+
+// DefaultPerCaller is the slots of one caller by default: half the cores Go
+// may run at once (GOMAXPROCS), at least 1. One caller's flood then leaves
+// the other half to everyone else: a call of another caller finds a core
+// free rather than waiting for a flood's goroutine to be preempted.
+func DefaultPerCaller() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
+// Limiter holds each caller's slots. The zero value is not usable: New.
+type Limiter struct {
+	per int
+
+	mu      sync.Mutex
+	callers map[string]*caller
+	stats   Stats
+}
+
+// caller is one caller's slots in use and its waiting calls, oldest first.
+// A caller with no call executing or waiting is forgotten.
+type caller struct {
+	running int
+	waiting []*waiter
+}
+
+type waiter struct {
+	ready   chan struct{} // closed when the slot is handed over
+	granted bool          // guarded by the limiter's mu
+}
+
+// Stats are a limiter's counts since it was made.
+type Stats struct {
+	Admitted int64 // calls given a slot (at once or after a wait)
+	Waited   int64 // of those, the calls that waited for theirs
+	Gave     int64 // calls whose context ended while they waited
+	Waiting  int   // calls waiting now
+	Callers  int   // callers with a call executing or waiting now
+}
+
+// New makes a limiter of perCaller slots a caller (DefaultPerCaller when
+// perCaller ≤ 0).
+func New(perCaller int) *Limiter {
+	if perCaller <= 0 {
+		perCaller = DefaultPerCaller()
+	}
+	return &Limiter{per: perCaller, callers: map[string]*caller{}}
+}
+
+// PerCaller is the slots of one caller.
+func (l *Limiter) PerCaller() int { return l.per }
+
+// Acquire takes one of key's slots, waiting for one to free while all are
+// taken; it returns ctx's error when ctx ends first (the call then holds no
+// slot). Each successful Acquire is followed by exactly one Release of the
+// same key.
+func (l *Limiter) Acquire(ctx context.Context, key string) error {
+	l.mu.Lock()
+	c := l.callers[key]
+	if c == nil {
+		c = &caller{}
+		l.callers[key] = c
+	}
+	if c.running < l.per && len(c.waiting) == 0 {
+		c.running++
+		l.stats.Admitted++
+		l.mu.Unlock()
+		return nil
+	}
+	w := &waiter{ready: make(chan struct{})}
+	c.waiting = append(c.waiting, w)
+	l.mu.Unlock()
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.granted { // handed a slot as ctx ended: give it on
+		l.releaseLocked(key, c)
+		return ctx.Err()
+	}
+	for i, o := range c.waiting {
+		if o == w {
+			c.waiting = append(c.waiting[:i], c.waiting[i+1:]...)
+			break
+		}
+	}
+	l.stats.Gave++
+	l.forget(key, c)
+	return ctx.Err()
+}
+
+// Release frees one of key's slots: the oldest waiting call of key takes it.
+func (l *Limiter) Release(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.callers[key]; c != nil {
+		l.releaseLocked(key, c)
+	}
+}
+
+func (l *Limiter) releaseLocked(key string, c *caller) {
+	if len(c.waiting) > 0 {
+		w := c.waiting[0]
+		c.waiting[0] = nil
+		c.waiting = c.waiting[1:]
+		w.granted = true
+		l.stats.Admitted++
+		l.stats.Waited++
+		close(w.ready) // the slot passes on: running stays
+		return
+	}
+	c.running--
+	l.forget(key, c)
+}
+
+// forget drops a caller with nothing executing or waiting. l.mu is held.
+func (l *Limiter) forget(key string, c *caller) {
+	if c.running <= 0 && len(c.waiting) == 0 {
+		delete(l.callers, key)
+	}
+}
+
+// Stats returns the limiter's counts now.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.stats
+	st.Callers = len(l.callers)
+	for _, c := range l.callers {
+		st.Waiting += len(c.waiting)
+	}
+	return st
+}
+
+// Waiting is the calls of key waiting now.
+func (l *Limiter) Waiting(key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.callers[key]; c != nil {
+		return len(c.waiting)
+	}
+	return 0
+}
