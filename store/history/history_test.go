@@ -228,13 +228,16 @@ func TestCacheBounds(t *testing.T) {
 		asks      []int64 // in order
 		cached    []int64 // then found in the cache
 		notCached []int64
+		entries   int // cached (0: as many as cached lists)
 	}{
 		{"count, least recently used first", history.Config{MaxSnapshots: 2},
-			[]int64{revs[0], revs[1], revs[0], revs[2]}, []int64{revs[0], revs[2]}, []int64{revs[1]}},
+			[]int64{revs[0], revs[1], revs[0], revs[2]}, []int64{revs[0], revs[2]}, []int64{revs[1]}, 0},
 		{"count, in the order asked", history.Config{MaxSnapshots: 2},
-			[]int64{revs[0], revs[1], revs[2]}, []int64{revs[1], revs[2]}, []int64{revs[0]}},
+			[]int64{revs[0], revs[1], revs[2]}, []int64{revs[1], revs[2]}, []int64{revs[0]}, 0},
 		{"bytes: the newest one alone", history.Config{MaxBytes: 1},
-			[]int64{revs[0], revs[1], revs[2]}, []int64{revs[2]}, []int64{revs[0], revs[1]}},
+			[]int64{revs[0], revs[1], revs[2]}, []int64{revs[2]}, []int64{revs[0], revs[1]}, 0},
+		{"count: the newest stays when others were asked as lately", history.Config{MaxSnapshots: 2},
+			[]int64{revs[0], revs[1], revs[0], revs[1], revs[2]}, []int64{revs[2]}, nil, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,8 +252,12 @@ func TestCacheBounds(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if s := snaps.Stats(); s.Entries != len(tc.cached) {
-				t.Errorf("%d entries cached, want %d", s.Entries, len(tc.cached))
+			want := tc.entries
+			if want == 0 {
+				want = len(tc.cached)
+			}
+			if s := snaps.Stats(); s.Entries != want {
+				t.Errorf("%d entries cached, want %d", s.Entries, want)
 			}
 			for _, rev := range tc.cached {
 				before := snaps.Stats().Misses

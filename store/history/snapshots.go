@@ -260,6 +260,9 @@ func (p *Snapshots) add(snap *engine.Snapshot, bytes int64) {
 			if len(m) <= p.cfg.MaxSnapshots && (p.bytes <= p.cfg.MaxBytes || len(m) == 1) {
 				break
 			}
+			if u.e == e {
+				continue // the newest, whatever hits share its stamp
+			}
 			delete(m, u.e.snap.Revision())
 			p.bytes -= u.e.bytes
 		}
