@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
@@ -77,6 +78,44 @@ func TestPastMemoSharesWhatDidNotChange(t *testing.T) {
 				}
 				if equal := sameDecisionIgnoringRevision(wantBefore, wantAfter); equal != (a == b) {
 					t.Errorf("flow %d: answers equal %v, one answer shared %v", i, equal, a == b)
+				}
+			}
+		})
+	}
+}
+
+// TestKeptPartitionAnswersOnlyItsOwn: a snapshot keeps the first partition it
+// decides to find it again without walking its maps; whichever partition
+// comes first, every other (mesh, type) is still answered as a fresh snapshot
+// answers it, errors included.
+func TestKeptPartitionAnswersOnlyItsOwn(t *testing.T) {
+	t.Parallel()
+	web, db := resource.Tags{"app": "web"}, resource.Tags{"app": "db"}
+	asks := []Request{
+		{Mesh: "m", Source: web, Destination: db},
+		{Mesh: "m", Type: "TrafficLog", Source: web, Destination: db},
+		{Mesh: "m", Type: "NoSuchType", Source: web, Destination: db},
+		{Mesh: "other", Source: web, Destination: db},
+		{Mesh: "none", Source: web, Destination: db},
+		{Source: web, Destination: db},
+	}
+	answer := func(s *Snapshot, r Request) string {
+		d, err := s.Decide(&r)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("%v %s %v %v", d.Action, d.Policy, d.Outbound, d.Inbound)
+	}
+	for first := range asks {
+		t.Run(fmt.Sprint(asks[first].Mesh, "/", asks[first].Type), func(t *testing.T) {
+			t.Parallel()
+			s := memoWorld(t)
+			answer(s, asks[first])
+			for round := range 3 { // the memo stores from the second sight on
+				for i, r := range asks {
+					if got, want := answer(s, r), answer(memoWorld(t), r); got != want {
+						t.Errorf("round %d, after %d first: flow %d answers %s, a fresh snapshot %s", round, first, i, got, want)
+					}
 				}
 			}
 		})

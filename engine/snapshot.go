@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
@@ -38,6 +39,9 @@ type Snapshot struct {
 	// attached holds what callers compute from this snapshot alone
 	// (Attached): never copied to another snapshot.
 	attached sync.Map
+	// part is the first partition decided here (partRef): set once, never
+	// copied to another snapshot.
+	part atomic.Pointer[partRef]
 }
 
 // InvalidResource is a stored resource verdict does not use: a value that failed
