@@ -207,11 +207,11 @@ func (s *Snapshot) decideInto(req *Request, d *Decision) error {
 	if meshName == "" {
 		meshName = resource.DefaultMesh
 	}
-	ms, ok := s.meshes.Get(meshName)
 	typ := req.Type
 	if typ == "" {
 		typ = resource.DefaultType
 	}
+	ms, ok := s.lookupMesh(meshName, typ)
 	if s.closedByType(meshName, ms, typ) != nil {
 		s.decideClosed(ms, meshName, req, d)
 		return nil
@@ -303,7 +303,7 @@ func (s *Snapshot) decideDirect(ms *meshState, typ string, req *Request, f *inde
 // has a memo entry (0s otherwise); d's resolutions are left as they are.
 func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64, d *Decision) ([2]uint64, error) {
 	k.Epoch = ms.epoch
-	if ts, ok := ms.types.Get(k.Type); ok {
+	if ts := s.lookupType(ms, k.Mesh, k.Type); ts != nil {
 		k.Epoch = ts.epoch
 	} else if err := ms.checkType(k.Type); err != nil {
 		return [2]uint64{}, err // only known types are remembered
@@ -615,4 +615,44 @@ func deciderSide(out, in *SideDecision) int {
 		return 0
 	}
 	return 1
+}
+
+// partRef is one (mesh, type) partition of a snapshot as the decision path
+// finds it, kept on the snapshot for the first partition decided there
+// (Snapshot.part). A snapshot read at a past revision is mostly asked about
+// one partition, and a caller going over many revisions finds their
+// persistent maps' nodes out of the CPU caches: walking the meshes' map and
+// the mesh's types' map costs a cache miss per level, one after the other,
+// where the kept partition costs one. Never modified once kept.
+type partRef struct {
+	mesh, typ string
+	ms        *meshState // nil: the mesh holds no resource
+	ts        *typeState // nil: the type has no policy
+}
+
+// lookupMesh is s.meshes.Get(mesh), from the kept partition when it is
+// (mesh, typ)'s; it keeps (mesh, typ) as the partition when none is kept yet.
+func (s *Snapshot) lookupMesh(mesh, typ string) (*meshState, bool) {
+	if r := s.part.Load(); r != nil && r.mesh == mesh && r.typ == typ {
+		return r.ms, r.ms != nil
+	}
+	ms, ok := s.meshes.Get(mesh)
+	if s.part.Load() == nil {
+		r := &partRef{mesh: mesh, typ: typ, ms: ms}
+		if ok {
+			r.ts, _ = ms.types.Get(typ)
+		}
+		s.part.CompareAndSwap(nil, r)
+	}
+	return ms, ok
+}
+
+// lookupType is ms.types.Get(typ) (ms being s's mesh named mesh), from the
+// kept partition when it is (mesh, typ)'s; nil when the type has no policy.
+func (s *Snapshot) lookupType(ms *meshState, mesh, typ string) *typeState {
+	if r := s.part.Load(); r != nil && r.ms == ms && r.mesh == mesh && r.typ == typ {
+		return r.ts
+	}
+	ts, _ := ms.types.Get(typ)
+	return ts
 }

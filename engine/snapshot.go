@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/verdictpdp/verdict/engine/internal/index"
 	"github.com/verdictpdp/verdict/engine/internal/pmap"
@@ -41,6 +42,9 @@ type Snapshot struct {
 	// lineage carries values from snapshot to snapshot (carry.go); shared
 	// with the snapshots Apply makes.
 	lineage *lineage
+	// part is the first partition decided here (partRef): set once, never
+	// copied to another snapshot.
+	part atomic.Pointer[partRef]
 }
 
 // InvalidResource is a stored resource verdict does not use: a value that failed

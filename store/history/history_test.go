@@ -211,6 +211,76 @@ func TestRetentionEdge(t *testing.T) {
 	}
 }
 
+// TestCacheBounds: the cache keeps at most MaxSnapshots snapshots and stays
+// within MaxBytes (but for the newest one), dropping the least recently used
+// first: a snapshot asked again outlives one asked only before it.
+func TestCacheBounds(t *testing.T) {
+	st := newStore(t)
+	ctx := storetest.Context(t)
+	var revs []int64
+	for i := range 5 {
+		revs = append(revs, storetest.Apply(t, st, storetest.Put(storetest.Policy(t, "default", fmt.Sprint("p", i), i))))
+	}
+	current := state(t, st, revs[4])
+	cases := []struct {
+		name      string
+		cfg       history.Config
+		asks      []int64 // in order
+		cached    []int64 // then found in the cache
+		notCached []int64
+		entries   int // cached (0: as many as cached lists)
+	}{
+		{"count, least recently used first", history.Config{MaxSnapshots: 2},
+			[]int64{revs[0], revs[1], revs[0], revs[2]}, []int64{revs[0], revs[2]}, []int64{revs[1]}, 0},
+		{"count, in the order asked", history.Config{MaxSnapshots: 2},
+			[]int64{revs[0], revs[1], revs[2]}, []int64{revs[1], revs[2]}, []int64{revs[0]}, 0},
+		{"bytes: the newest one alone", history.Config{MaxBytes: 1},
+			[]int64{revs[0], revs[1], revs[2]}, []int64{revs[2]}, []int64{revs[0], revs[1]}, 0},
+		{"count: the newest stays when others were asked as lately", history.Config{MaxSnapshots: 2},
+			[]int64{revs[0], revs[1], revs[0], revs[1], revs[2]}, []int64{revs[2]}, nil, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Store, cfg.Current = st, func() *engine.Snapshot { return current }
+			snaps, err := history.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, rev := range tc.asks {
+				if _, err := snaps.At(ctx, rev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := tc.entries
+			if want == 0 {
+				want = len(tc.cached)
+			}
+			if s := snaps.Stats(); s.Entries != want {
+				t.Errorf("%d entries cached, want %d", s.Entries, want)
+			}
+			for _, rev := range tc.cached {
+				before := snaps.Stats().Misses
+				if _, err := snaps.At(ctx, rev); err != nil {
+					t.Fatal(err)
+				}
+				if snaps.Stats().Misses != before {
+					t.Errorf("revision %d is not cached", rev)
+				}
+			}
+			for _, rev := range tc.notCached {
+				before := snaps.Stats().Misses
+				if _, err := snaps.At(ctx, rev); err != nil {
+					t.Fatal(err)
+				}
+				if snaps.Stats().Misses == before {
+					t.Errorf("revision %d is cached", rev)
+				}
+			}
+		})
+	}
+}
+
 // TestRevertRestoresDocumentsExactly: a revert to an earlier revision writes
 // back every document as it was — creationTime included, for a key deleted
 // and created again since — and deletes what was created since; its plan is

@@ -9,10 +9,11 @@
 package history
 
 import (
-	"container/list"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,13 +63,23 @@ type Config struct {
 // use. Snapshots it builds share one decision memo of their own
 // (engine.PastMemo, keyed by epoch: a caller may ask the revisions in any
 // order), never the current lineage's.
+//
+// A lookup takes no lock and writes nothing shared in the common case: the
+// cache is an immutable map from revision to entry, replaced whole (under mu)
+// when a snapshot is added or dropped, and read with one atomic load.
+// Recency is a stamp per entry: the cache's clock ticks at every addition,
+// and a hit stamps its entry with the clock unless it already holds it, so an
+// entry asked again and again writes once per addition, not once per call.
+// The entry with the oldest stamp goes first: least recently used, to within
+// the additions in between.
 type Snapshots struct {
 	cfg  Config
 	memo *engine.Memo
 
-	mu      sync.Mutex
-	lru     *list.List // of *entry, most recent first
-	byRev   map[int64]*list.Element
+	index atomic.Pointer[map[int64]*entry] // immutable once published; replaced under mu
+	clock atomic.Int64                     // ticks at every addition
+
+	mu      sync.Mutex // serializes the index's replacements, bytes and flights
 	bytes   int64
 	flights map[int64]*flight
 
@@ -79,6 +90,7 @@ type Snapshots struct {
 type entry struct {
 	snap  *engine.Snapshot
 	bytes int64
+	used  atomic.Int64 // the clock when last asked
 }
 
 type flight struct {
@@ -107,7 +119,9 @@ func New(cfg Config) (*Snapshots, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Snapshots{cfg: cfg, memo: engine.PastMemo(), lru: list.New(), byRev: map[int64]*list.Element{}, flights: map[int64]*flight{}}, nil
+	p := &Snapshots{cfg: cfg, memo: engine.PastMemo(), flights: map[int64]*flight{}}
+	p.index.Store(&map[int64]*entry{})
+	return p, nil
 }
 
 // Stats counts what the cache did (metrics, tests).
@@ -123,7 +137,7 @@ func (p *Snapshots) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return Stats{Hits: p.hits.Load(), Misses: p.misses.Load(), Deltas: p.deltas.Load(), Fulls: p.fulls.Load(),
-		Entries: p.lru.Len(), EstimatedBytes: p.bytes}
+		Entries: len(*p.index.Load()), EstimatedBytes: p.bytes}
 }
 
 // At returns the snapshot at revision rev: the current one when it is at
@@ -139,19 +153,25 @@ func (p *Snapshots) At(ctx context.Context, rev int64) (*engine.Snapshot, error)
 		return cur, nil
 	}
 	if floor := p.floor(); rev < floor {
-		p.mu.Lock()
-		if el, ok := p.byRev[rev]; ok {
-			p.remove(el)
+		if _, ok := (*p.index.Load())[rev]; ok {
+			p.mu.Lock()
+			p.drop(rev)
+			p.mu.Unlock()
 		}
-		p.mu.Unlock()
 		return nil, &store.CompactedError{Revision: rev, Oldest: floor}
 	}
+	if e, ok := (*p.index.Load())[rev]; ok {
+		if now := p.clock.Load(); e.used.Load() != now {
+			e.used.Store(now) // racing stamps store clocks of about the same time
+		}
+		p.hits.Add(1)
+		return e.snap, nil
+	}
 	p.mu.Lock()
-	if el, ok := p.byRev[rev]; ok {
-		p.lru.MoveToFront(el)
+	if e, ok := (*p.index.Load())[rev]; ok { // added since the look above
 		p.mu.Unlock()
 		p.hits.Add(1)
-		return el.Value.(*entry).snap, nil
+		return e.snap, nil
 	}
 	p.misses.Add(1)
 	f, ok := p.flights[rev]
@@ -211,24 +231,60 @@ func (p *Snapshots) fly(ctx context.Context, rev int64, f *flight) {
 	close(f.done)
 }
 
-// add caches snap and evicts down to the bounds (p.mu held).
+// add caches snap and evicts down to the bounds, least recently used first
+// (p.mu held). It publishes a new index: lookups in flight keep the old one.
 func (p *Snapshots) add(snap *engine.Snapshot, bytes int64) {
-	if _, ok := p.byRev[snap.Revision()]; ok {
+	old := *p.index.Load()
+	if _, ok := old[snap.Revision()]; ok {
 		return
 	}
-	p.byRev[snap.Revision()] = p.lru.PushFront(&entry{snap: snap, bytes: bytes})
-	p.bytes += bytes
-	for p.lru.Len() > p.cfg.MaxSnapshots || p.bytes > p.cfg.MaxBytes && p.lru.Len() > 1 {
-		p.remove(p.lru.Back())
+	e := &entry{snap: snap, bytes: bytes}
+	e.used.Store(p.clock.Add(1) - 1) // hits from now on stamp a later clock
+	m := make(map[int64]*entry, len(old)+1)
+	for rev, o := range old {
+		m[rev] = o
 	}
+	m[snap.Revision()] = e
+	p.bytes += bytes
+	if len(m) > p.cfg.MaxSnapshots || p.bytes > p.cfg.MaxBytes && len(m) > 1 {
+		type use struct {
+			used int64 // read once: hits go on stamping while this sorts
+			e    *entry
+		}
+		byUse := make([]use, 0, len(m))
+		for _, o := range m {
+			byUse = append(byUse, use{o.used.Load(), o})
+		}
+		slices.SortFunc(byUse, func(a, b use) int { return cmp.Compare(a.used, b.used) })
+		for _, u := range byUse {
+			if len(m) <= p.cfg.MaxSnapshots && (p.bytes <= p.cfg.MaxBytes || len(m) == 1) {
+				break
+			}
+			if u.e == e {
+				continue // the newest, whatever hits share its stamp
+			}
+			delete(m, u.e.snap.Revision())
+			p.bytes -= u.e.bytes
+		}
+	}
+	p.index.Store(&m)
 }
 
-// remove drops a cached snapshot (p.mu held).
-func (p *Snapshots) remove(el *list.Element) {
-	e := el.Value.(*entry)
-	p.lru.Remove(el)
-	delete(p.byRev, e.snap.Revision())
+// drop removes the cached snapshot at rev, if any (p.mu held).
+func (p *Snapshots) drop(rev int64) {
+	old := *p.index.Load()
+	e, ok := old[rev]
+	if !ok {
+		return
+	}
+	m := make(map[int64]*entry, len(old))
+	for r, o := range old {
+		if r != rev {
+			m[r] = o
+		}
+	}
 	p.bytes -= e.bytes
+	p.index.Store(&m)
 }
 
 // nearest is the snapshot nearest rev among the cached ones and the current one.
@@ -238,11 +294,9 @@ func (p *Snapshots) nearest(rev int64) *engine.Snapshot {
 		d := s.Revision() - rev
 		return max(d, -d)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for el := p.lru.Front(); el != nil; el = el.Next() {
-		if s := el.Value.(*entry).snap; dist(s) < dist(best) {
-			best = s
+	for _, e := range *p.index.Load() {
+		if dist(e.snap) < dist(best) {
+			best = e.snap
 		}
 	}
 	return best

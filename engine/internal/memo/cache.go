@@ -54,6 +54,18 @@ import (
 // call. Such a memo is keyed by epoch (Holder.KeyByEpoch): the epoch's salt is
 // mixed into the flow's hash, so each epoch's answer of a flow has its own
 // slot, and those no revision asks again age out as any other entry does.
+//
+// A flow asked at many past revisions mostly gets one answer at all of them:
+// a change of its partition seldom touches the rules that decide it. So in a
+// memo keyed by epoch, a flow's entries share their answer and their tag
+// lists when the answers are equal (the caller's equality, given to
+// KeyByEpoch): a new entry looks at the last one stored for its flow in any
+// epoch (homes, indexed by the unsalted flow hash) and points at its answer
+// when it is the same. An entry then costs a hit its own cache lines and those
+// of an answer many revisions read, which stays in the CPU's caches; a caller
+// cycling over a thousand revisions reads a thousand small entries, not a
+// thousand copies of the answer. Sharing never changes what an entry answers:
+// only equal answers are shared, and a hit still verifies its entry's epoch.
 
 const (
 	cacheWays     = 8
@@ -66,10 +78,14 @@ const (
 
 // Cache is the decision memo of a lineage of snapshots, for answers of type D.
 type Cache[D any] struct {
-	byEpoch bool                              // entries are keyed by epoch as well as flow (Holder.KeyByEpoch); set at creation
-	seen    [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
-	seenN   atomic.Uint32
-	misses  atomic.Uint64 // lookups that found no entry (tests read it: a counter, not a timing)
+	byEpoch bool // entries are keyed by epoch as well as flow (Holder.KeyByEpoch); set at creation
+	// same reports equal answers, and homes holds the last entry stored per
+	// unsalted flow hash: set with byEpoch, for entries to share answers.
+	same   func(a, b *D) bool
+	homes  *[cacheBuckets]atomic.Pointer[Entry[D]]
+	seen   [cacheSeenBits / 64]atomic.Uint64 // a Bloom filter of flows seen once: two bits per flow
+	seenN  atomic.Uint32
+	misses atomic.Uint64 // lookups that found no entry (tests read it: a counter, not a timing)
 	// pairMisses counts identity-pair memo lookups that missed (pairmemo.go).
 	pairMisses atomic.Uint64
 	buckets    [cacheBuckets]bucket[D]
@@ -99,12 +115,14 @@ func (e *Epoch[D]) saltOf() uint64 {
 type Holder[D any] struct {
 	c       atomic.Pointer[Cache[D]]
 	byEpoch bool
+	same    func(a, b *D) bool
 }
 
 // KeyByEpoch makes the memo h creates keyed by epoch as well as flow, for
-// snapshots whose epochs do not follow each other (the past's). Call it
-// before the first Get.
-func (h *Holder[D]) KeyByEpoch() { h.byEpoch = true }
+// snapshots whose epochs do not follow each other (the past's); a flow's
+// entries of several epochs share an answer that same says is equal (nil:
+// none share). Call it before the first Get.
+func (h *Holder[D]) KeyByEpoch(same func(a, b *D) bool) { h.byEpoch, h.same = true, same }
 
 // Key is what a lookup or a store is keyed and verified by.
 type Key[D any] struct {
@@ -122,23 +140,29 @@ type bucket[D any] struct {
 }
 
 // Entry is one remembered answer. Never modified once stored, but for its
-// hit count.
+// hit count. What a hit reads comes first.
 type Entry[D any] struct {
 	hash     uint64
-	hits     atomic.Uint32
 	epoch    *Epoch[D]
 	srcSet   *inventory.TagSet // the interned sets the entry was stored with, if any: a pointer compare verifies them
 	dstSet   *inventory.TagSet
-	mesh     string
-	typ      string
 	proto    resource.Protocol
 	port     uint32
-	src, dst []index.TagKV
-	d        D
+	hits     atomic.Uint32
+	mesh     string
+	typ      string
+	src, dst []index.TagKV // shared with the flow's other entries (read only)
+	d        *D            // the answer: the entry's own (withAnswer), or shared with another of its flow
 	// ids are the identities of the source's and the destination's tags in
 	// mesh (Identity), computed once when the entry is made: a hit reports
 	// them without hashing the tags again (Decide).
 	ids [2]uint64
+}
+
+// withAnswer is an entry and its own answer in one allocation.
+type withAnswer[D any] struct {
+	e Entry[D]
+	d D
 }
 
 // FlowHash is the hash a flow is remembered by.
@@ -199,8 +223,13 @@ func (c *Cache[D]) Lookup(k *Key[D]) (*Entry[D], bool) {
 // sameFlow reports whether e holds the answer of exactly k's flow, stored
 // under hash h (Cache.hashOf).
 func (e *Entry[D]) sameFlow(k *Key[D], h uint64) bool {
+	return e.hash == h && e.isFlow(k)
+}
+
+// isFlow reports whether e is of exactly k's flow, in any epoch.
+func (e *Entry[D]) isFlow(k *Key[D]) bool {
 	f := &k.Flow
-	return e.hash == h && e.mesh == k.Mesh && e.typ == k.Type && e.proto == f.Proto && e.port == f.Port &&
+	return e.mesh == k.Mesh && e.typ == k.Type && e.proto == f.Proto && e.port == f.Port &&
 		(e.srcSet != nil && e.srcSet == k.Src || sameTags(e.src, f.Src)) &&
 		(e.dstSet != nil && e.dstSet == k.Dst || sameTags(e.dst, f.Dst))
 }
@@ -229,14 +258,13 @@ func (b *bucket[D]) lookup(k *Key[D], h uint64) *Entry[D] {
 // (but for their hit counts).
 func (c *Cache[D]) Store(k *Key[D], d *D) *Entry[D] {
 	h, f := c.hashOf(k), &k.Flow
-	e := &Entry[D]{hash: h, epoch: k.Epoch, srcSet: k.Src, dstSet: k.Dst, mesh: k.Mesh, typ: k.Type,
-		proto: f.Proto, port: f.Port, d: *d}
 	for _, cb := range c.bucketsOf(h) {
 		for i := range cb.hashes {
 			if cb.hashes[i].Load() != h {
 				continue
 			}
 			if old := cb.slots[i].Load(); old != nil && old.epoch != k.Epoch && old.sameFlow(k, h) {
+				e := newEntry(k, h, d, nil)
 				e.src, e.dst, e.ids = old.src, old.dst, old.ids
 				e.hits.Store(old.hits.Load())
 				cb.slots[i].Store(e) // the same flow, hash unchanged: readers verify the epoch
@@ -257,14 +285,28 @@ func (c *Cache[D]) Store(k *Key[D], d *D) *Entry[D] {
 		w2.Or(m2)
 		return nil
 	}
-	e.src, e.dst = make([]index.TagKV, 0, len(f.Src)), make([]index.TagKV, 0, len(f.Dst))
-	for k, v := range f.Src {
-		e.src = append(e.src, index.TagKV{K: k, V: v})
+	sib, home := c.sibling(k)
+	var e *Entry[D]
+	if sib != nil && c.same(sib.d, d) {
+		e = newEntry(k, h, nil, sib.d)
+	} else {
+		e = newEntry(k, h, d, nil)
 	}
-	for k, v := range f.Dst {
-		e.dst = append(e.dst, index.TagKV{K: k, V: v})
+	if sib != nil {
+		e.src, e.dst, e.ids = sib.src, sib.dst, sib.ids
+	} else {
+		e.src, e.dst = make([]index.TagKV, 0, len(f.Src)), make([]index.TagKV, 0, len(f.Dst))
+		for k, v := range f.Src {
+			e.src = append(e.src, index.TagKV{K: k, V: v})
+		}
+		for k, v := range f.Dst {
+			e.dst = append(e.dst, index.TagKV{K: k, V: v})
+		}
+		e.ids = [2]uint64{setIdentity(k.Mesh, k.Src, f.Src), setIdentity(k.Mesh, k.Dst, f.Dst)}
 	}
-	e.ids = [2]uint64{setIdentity(k.Mesh, k.Src, f.Src), setIdentity(k.Mesh, k.Dst, f.Dst)}
+	if home != nil {
+		home.Store(e)
+	}
 	var b *bucket[D]
 	victim, fewest := -1, uint32(cacheMaxHits+1)
 pick:
@@ -295,6 +337,46 @@ pick:
 	return e
 }
 
+// newEntry is an entry of k's flow stored under hash h, with its own copy of
+// the answer d, or sharing the answer shared (d nil); its tag lists and
+// identities are the caller's to set.
+func newEntry[D any](k *Key[D], h uint64, d, shared *D) *Entry[D] {
+	var e *Entry[D]
+	if shared != nil {
+		e = &Entry[D]{d: shared}
+	} else {
+		own := &withAnswer[D]{d: *d}
+		e = &own.e
+		e.d = &own.d
+	}
+	e.hash, e.epoch, e.srcSet, e.dstSet, e.mesh, e.typ = h, k.Epoch, k.Src, k.Dst, k.Mesh, k.Type
+	e.proto, e.port = k.Flow.Proto, k.Flow.Port
+	return e
+}
+
+// sibling is the entry last stored for k's flow in any epoch, whose answer
+// and tag lists a new entry may share, and the slot of homes the new entry
+// takes; nil, nil when the memo is not keyed by epoch. A flow has two slots
+// (its unsalted hash picks them as it picks buckets): it takes one that holds
+// it or nothing, else the first.
+func (c *Cache[D]) sibling(k *Key[D]) (*Entry[D], *atomic.Pointer[Entry[D]]) {
+	if c.homes == nil {
+		return nil, nil
+	}
+	slots := [2]*atomic.Pointer[Entry[D]]{&c.homes[k.H&(cacheBuckets-1)], &c.homes[(k.H>>22)&(cacheBuckets-1)]}
+	for _, slot := range slots {
+		if sib := slot.Load(); sib != nil && sib.isFlow(k) {
+			return sib, slot
+		}
+	}
+	for _, slot := range slots {
+		if slot.Load() == nil {
+			return nil, slot
+		}
+	}
+	return nil, slots[0]
+}
+
 // setIdentity is the identity of tags in mesh: the interned set's when the
 // caller has it (set, of tags), else computed.
 func setIdentity(mesh string, set *inventory.TagSet, tags resource.Tags) uint64 {
@@ -305,7 +387,7 @@ func setIdentity(mesh string, set *inventory.TagSet, tags resource.Tags) uint64 
 }
 
 // Answer is the entry's answer, shared by every reader: read only.
-func (e *Entry[D]) Answer() *D { return &e.d }
+func (e *Entry[D]) Answer() *D { return e.d }
 
 // IDs are the identities of the flow's source and destination tag sets.
 func (e *Entry[D]) IDs() [2]uint64 { return e.ids }
@@ -320,6 +402,9 @@ func (h *Holder[D]) Get() *Cache[D] {
 		return c
 	}
 	c := &Cache[D]{byEpoch: h.byEpoch}
+	if h.byEpoch && h.same != nil {
+		c.same, c.homes = h.same, new([cacheBuckets]atomic.Pointer[Entry[D]])
+	}
 	if h.c.CompareAndSwap(nil, c) {
 		return c
 	}

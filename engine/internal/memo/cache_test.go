@@ -154,7 +154,7 @@ func TestCacheKeyedByEpoch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Holder[decision]
 			if tc.byEpoch {
-				h.KeyByEpoch()
+				h.KeyByEpoch(func(a, b *decision) bool { return *a == *b })
 			}
 			c := h.Get()
 			const cycle = nFlows * nEpochs / 8 // lcm(64, 1000)
@@ -179,5 +179,58 @@ func TestCacheKeyedByEpoch(t *testing.T) {
 				t.Errorf("hit rate %.4f, want %.2f–%.2f", rate, tc.min, tc.max)
 			}
 		})
+	}
+}
+
+// TestEntriesOfEpochsShareEqualAnswers: in a memo keyed by epoch, a flow's
+// entries of several epochs share one answer where the answers are equal and
+// keep their own where they differ; each entry answers only its own epoch, and
+// another flow never lends its answer.
+func TestEntriesOfEpochsShareEqualAnswers(t *testing.T) {
+	t.Parallel()
+	var h Holder[decision]
+	h.KeyByEpoch(func(a, b *decision) bool { return *a == *b })
+	c := h.Get()
+	flow := index.Flow{Src: resource.Tags{"app": "web"}, Dst: resource.Tags{"app": "db"}, Proto: resource.TCP, Port: 5432}
+	other := index.Flow{Src: resource.Tags{"app": "api"}, Dst: resource.Tags{"app": "db"}, Proto: resource.TCP, Port: 5432}
+	allow, deny := decision{Action: resource.Allow, Policy: "p"}, decision{Action: resource.Deny, Policy: "q"}
+	epochs := []*Epoch[decision]{{}, {}, {}, {}}
+	cases := []struct {
+		epoch  *Epoch[decision]
+		f      index.Flow
+		d      decision
+		shares int // the case whose answer this one's is (-1: its own)
+	}{
+		{epochs[0], flow, allow, -1},
+		{epochs[1], flow, allow, 0},
+		{epochs[2], flow, deny, -1},
+		{epochs[3], flow, deny, 2},
+		{epochs[3], other, deny, -1}, // same hash home as flow (H below): another flow's answer is not lent
+	}
+	key := func(i int) *Key[decision] {
+		return &Key[decision]{H: 0x1234_5678_9abc_def0, Epoch: cases[i].epoch, Mesh: "m", Type: "T", Flow: cases[i].f}
+	}
+	answers := make([]*decision, len(cases))
+	for i, tc := range cases {
+		c.Store(key(i), &tc.d) // first sight: the doorkeeper only
+		e := c.Store(key(i), &tc.d)
+		if e == nil {
+			t.Fatalf("case %d: a flow seen twice is not stored", i)
+		}
+		answers[i] = e.Answer()
+		if tc.shares >= 0 && answers[i] != answers[tc.shares] {
+			t.Errorf("case %d: an answer equal to case %d's is not shared", i, tc.shares)
+		}
+		for j := range i {
+			if tc.shares != j && answers[i] == answers[j] {
+				t.Errorf("case %d: shares case %d's answer", i, j)
+			}
+		}
+	}
+	for i, tc := range cases {
+		e, ok := c.Lookup(key(i))
+		if !ok || *e.Answer() != tc.d {
+			t.Errorf("case %d: the memo answers %v, %v: want %v", i, e, ok, tc.d)
+		}
 	}
 }

@@ -77,7 +77,7 @@ type PairEntry[D any] struct {
 func (pe *PairEntry[D]) Answer() PairAnswer { return pe.ans }
 
 // Decision is the entry's decision, shared with the memo: read only.
-func (pe *PairEntry[D]) Decision() *D { return &pe.e.d }
+func (pe *PairEntry[D]) Decision() *D { return pe.e.d }
 
 // Sets are the tag sets the flow's identities resolve to.
 func (pe *PairEntry[D]) Sets() (src, dst *inventory.TagSet) { return pe.srcSet, pe.dstSet }
