@@ -16,9 +16,9 @@ import (
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 )
 
-// TestAdmissionPerCaller: a caller whose slots are all taken by its heavy
-// calls (held here, as a flood's calls hold them while they run) queues its
-// next calls, unary ones and stream messages alike, in admission; another
+// TestAdmissionPerCaller: while another caller is present, a caller whose
+// slots are all taken by its heavy calls (held here, as a flood's calls hold
+// them while they run) queues its next calls, unary ones and stream messages alike, in admission; another
 // caller's call is admitted and answered while the flood's queue waits; once
 // the flood's slots free, its calls are answered in turn. Callers are told
 // apart by their IP addresses (no certificates): each dials from its own
@@ -65,6 +65,12 @@ func TestAdmissionPerCaller(t *testing.T) {
 	ctx := ctxT(t)
 	flow := &verdictv1.DecideRequest{Source: tags("app", "web"), Destination: tags("app", "backend"), Protocol: "TCP", Port: 8080}
 
+	// The honest caller is present (one of its calls executes throughout):
+	// a caller alone is not held to its share.
+	if err := srv.slots.Acquire(ctx, honestIP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.slots.Release(honestIP)
 	// The flood's two slots are taken: its heavy calls run.
 	for range 2 {
 		if err := srv.slots.Acquire(ctx, flooder); err != nil {

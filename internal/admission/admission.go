@@ -1,9 +1,10 @@
-// Package admission admits calls per caller: at most a fixed number of one
-// caller's calls execute at once, the others wait — without CPU, in the
-// order they came — until a slot of that caller frees or their context
-// ends. One caller's flood then gets at most its share of the cores, and a
-// caller with one call in flight never queues behind another caller's
-// flood (docs/api.md, "Admission per caller").
+// Package admission admits calls per caller: while other callers are
+// present, at most a fixed number of one caller's calls execute at once,
+// the others wait — without CPU, in the order they came — until a slot of
+// that caller frees or their context ends. One caller's flood then gets at
+// most its share of the cores, and a caller with one call in flight never
+// queues behind another caller's flood; a caller alone is not held back
+// (docs/api.md, "Admission per caller").
 //
 // It imports neither gRPC nor the server: the server names the caller (its
 // verified certificate's identity, else its IP address) and says which
@@ -14,6 +15,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // DefaultPerCaller is the slots of one caller by default: half the cores Go
@@ -22,13 +24,25 @@ import (
 // free rather than waiting for a flood's goroutine to be preempted.
 func DefaultPerCaller() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
+// Recent is how long a caller counts as present after its last call. While
+// another caller is present, a caller runs at most its slots at once; alone,
+// it runs every call it has: admission never holds back a caller whose
+// share nobody else claims (a lone load generator, a single gateway).
+const Recent = time.Second
+
 // Limiter holds each caller's slots. The zero value is not usable: New.
 type Limiter struct {
 	per int
+	now func() time.Time // the clock (tests set their own)
 
 	mu      sync.Mutex
 	callers map[string]*caller
 	stats   Stats
+	// The caller that called last and, of the others, the one that called
+	// last before it, with the times of their last calls: enough to know
+	// whether a caller other than a given one called within Recent.
+	lastKey, prevKey string
+	lastAt, prevAt   time.Time
 }
 
 // caller is one caller's slots in use and its waiting calls, oldest first.
@@ -58,7 +72,30 @@ func New(perCaller int) *Limiter {
 	if perCaller <= 0 {
 		perCaller = DefaultPerCaller()
 	}
-	return &Limiter{per: perCaller, callers: map[string]*caller{}}
+	return &Limiter{per: perCaller, now: time.Now, callers: map[string]*caller{}}
+}
+
+// noted records a call of key at now. l.mu is held.
+func (l *Limiter) noted(key string, now time.Time) {
+	if key != l.lastKey {
+		l.prevKey, l.prevAt = l.lastKey, l.lastAt
+		l.lastKey = key
+	}
+	l.lastAt = now
+}
+
+// alone reports whether key is the only caller present at now: no other has
+// a call executing or waiting, nor called within Recent. l.mu is held, and
+// key is in l.callers.
+func (l *Limiter) alone(key string, now time.Time) bool {
+	if len(l.callers) > 1 {
+		return false
+	}
+	other, at := l.lastKey, l.lastAt
+	if other == key {
+		other, at = l.prevKey, l.prevAt
+	}
+	return other == "" || now.Sub(at) >= Recent
 }
 
 // PerCaller is the slots of one caller.
@@ -75,7 +112,10 @@ func (l *Limiter) Acquire(ctx context.Context, key string) error {
 		c = &caller{}
 		l.callers[key] = c
 	}
-	if c.running < l.per && len(c.waiting) == 0 {
+	now := l.now()
+	admit := len(c.waiting) == 0 && (c.running < l.per || l.alone(key, now))
+	l.noted(key, now)
+	if admit {
 		c.running++
 		l.stats.Admitted++
 		l.mu.Unlock()
@@ -116,17 +156,20 @@ func (l *Limiter) Release(key string) {
 }
 
 func (l *Limiter) releaseLocked(key string, c *caller) {
-	if len(c.waiting) > 0 {
+	c.running--
+	// The oldest waiting calls take the freed slot, and every slot beyond
+	// the share once the caller is alone.
+	alone := len(c.waiting) > 0 && l.alone(key, l.now())
+	for len(c.waiting) > 0 && (c.running < l.per || alone) {
 		w := c.waiting[0]
 		c.waiting[0] = nil
 		c.waiting = c.waiting[1:]
 		w.granted = true
+		c.running++
 		l.stats.Admitted++
 		l.stats.Waited++
-		close(w.ready) // the slot passes on: running stays
-		return
+		close(w.ready)
 	}
-	c.running--
 	l.forget(key, c)
 }
 

@@ -24,9 +24,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// stoppedClock holds a limiter's time still: a caller that called once
+// stays present.
+func stoppedClock(l *Limiter) *time.Time {
+	at := time.Unix(1_700_000_000, 0)
+	l.now = func() time.Time { return at }
+	return &at
+}
+
+// present makes key a caller that called just now.
+func present(t *testing.T, l *Limiter, key string) {
+	t.Helper()
+	if err := l.Acquire(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	l.Release(key)
+}
+
 func TestOneCallerWaitsOthersDoNot(t *testing.T) {
 	t.Parallel()
 	l := New(2)
+	stoppedClock(l)
+	present(t, l, "honest")
 	ctx := context.Background()
 	for range 2 {
 		if err := l.Acquire(ctx, "flood"); err != nil {
@@ -57,8 +76,8 @@ func TestOneCallerWaitsOthersDoNot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := l.Stats(); st.Waiting != 5 || st.Waited != 0 || st.Admitted != 4 || st.Callers != 2 {
-		t.Fatalf("stats %+v: want 5 waiting, 4 admitted at once, 2 callers", st)
+	if st := l.Stats(); st.Waiting != 5 || st.Waited != 0 || st.Admitted != 5 || st.Callers != 2 {
+		t.Fatalf("stats %+v: want 5 waiting, 5 admitted at once, 2 callers", st)
 	}
 	l.Release("honest")
 	l.Release("honest")
@@ -85,9 +104,45 @@ func TestOneCallerWaitsOthersDoNot(t *testing.T) {
 	}
 }
 
+// TestAloneCallerIsNotHeld: a caller alone runs every call it has; once
+// another calls, its calls beyond its share wait, until the other has been
+// gone for Recent.
+func TestAloneCallerIsNotHeld(t *testing.T) {
+	t.Parallel()
+	l := New(1)
+	clock := stoppedClock(l)
+	ctx := context.Background()
+	for range 3 {
+		if err := l.Acquire(ctx, "gateway"); err != nil { // alone: at once
+			t.Fatal(err)
+		}
+	}
+	present(t, l, "sidecar")
+	done := make(chan error, 1)
+	go func() { done <- l.Acquire(ctx, "gateway") }()
+	waitFor(t, "the gateway's fourth call queued", func() bool { return l.Waiting("gateway") == 1 })
+	l.Release("gateway") // 2 still executing, over its share of 1: the fourth waits
+	if l.Waiting("gateway") != 1 {
+		t.Fatal("a waiting call was admitted over the caller's share while another caller is present")
+	}
+	*clock = clock.Add(Recent)
+	l.Release("gateway") // the sidecar is gone: alone again
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		l.Release("gateway")
+	}
+	if st := l.Stats(); st.Callers != 0 || st.Waiting != 0 || st.Waited != 1 {
+		t.Fatalf("stats %+v: want one call waited, nothing left", st)
+	}
+}
+
 func TestWaitEndsWithItsContext(t *testing.T) {
 	t.Parallel()
 	l := New(1)
+	stoppedClock(l)
+	present(t, l, "other")
 	if err := l.Acquire(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
