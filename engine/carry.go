@@ -66,3 +66,7 @@ func (s *Snapshot) Carried(key any, build func(prev any) any) any {
 		return v
 	})
 }
+
+// Carries reports whether the snapshot's lineage holds a value under key
+// (one Carried built, here or in a snapshot of the lineage).
+func (s *Snapshot) Carries(key any) bool { return s.lineage.get(key) != nil }

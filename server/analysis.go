@@ -229,3 +229,26 @@ func checkLint(r *verdictv1.LintRequest) error {
 	errs.past("", r.GetMinRevision(), r.GetAtRevision(), r.GetAtTime())
 	return errs.err()
 }
+
+// warmAnalysis prepares what the analyses start from for each new lineage
+// of snapshots (a start, a rebuild from the store), off every request's
+// path: the first Reach after a start costs what a later one does
+// (docs/analysis.md, "Sizes"). Snapshots Apply derives carry it.
+func (s *Server) warmAnalysis(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last *engine.Snapshot
+	for {
+		if s.syncer.Synced() {
+			if snap := s.syncer.Snapshot(); snap != last {
+				analysis.Warm(ctx, snap)
+				last = snap
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

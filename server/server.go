@@ -528,6 +528,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	g.Go(func() error { s.hub.Run(gctx); return nil })
 	g.Go(func() error { s.feed.Run(gctx); return nil })
 	g.Go(func() error { s.watchSynced(gctx); return nil })
+	g.Go(func() error { s.warmAnalysis(gctx); return nil })
 	if s.observed != nil {
 		g.Go(func() error { s.observed.Run(gctx); return nil })
 	}

@@ -1,6 +1,7 @@
 package analysis_test
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -75,5 +76,36 @@ func TestReachCarriesClasses(t *testing.T) {
 				t.Errorf("derived snapshot answers\n%+v\nbuilt from scratch\n%+v", got.Entries, want.Entries)
 			}
 		})
+	}
+}
+
+// TestWarmPreparesWhatReachStartsFrom: Warm builds a fresh snapshot's base
+// once per partition, the snapshots derived from it carry that base (a Reach
+// there shares its classes), and a second Warm of the lineage prepares
+// nothing.
+func TestWarmPreparesWhatReachStartsFrom(t *testing.T) {
+	t.Parallel()
+	res := []resource.Resource{
+		&resource.Policy{Mesh: "m", Type: "TrafficPermission", Name: "web-db", Action: resource.Allow,
+			Sources:      []resource.Selector{{Match: map[string]string{resource.ServiceTag: "web"}}},
+			Destinations: []resource.Selector{{Match: map[string]string{resource.ServiceTag: "db"}}}},
+		&resource.Workload{Mesh: "m", Name: "db-1", Tags: resource.Tags{resource.ServiceTag: "db"}},
+		&resource.Workload{Mesh: "m", Name: "web-1", Tags: resource.Tags{resource.ServiceTag: "web"}},
+	}
+	s := engine.Build(1, res)
+	if n := analysis.Warm(context.Background(), s); n == 0 {
+		t.Fatal("Warm prepared no partition of a fresh snapshot")
+	}
+	next := s.Apply(2, []engine.Change{engine.Put(&resource.Policy{Mesh: "m", Type: "TrafficPermission", Name: "web-db",
+		Action: resource.Deny, Sources: []resource.Selector{{Match: map[string]string{resource.ServiceTag: "web"}}},
+		Destinations: []resource.Selector{{Match: map[string]string{resource.ServiceTag: "db"}}}})})
+	if n := analysis.Warm(context.Background(), next); n != 0 {
+		t.Fatalf("Warm prepared %d partitions of a lineage it had warmed", n)
+	}
+	if !analysis.SharesClasses(s, next, "m", "TrafficPermission") {
+		t.Error("a snapshot derived from a warmed one does not carry its classes")
+	}
+	if n := analysis.Warm(context.Background(), engine.Build(2, res)); n == 0 {
+		t.Error("Warm prepared nothing for a snapshot built anew (a lineage of its own)")
 	}
 }
