@@ -120,6 +120,13 @@ func impactPartitions(s, after *engine.Snapshot, changes []engine.Change, flows 
 			wholeMesh[c.Key.Mesh] = true
 		}
 	}
+	for _, c := range changes {
+		if m := c.Key.Mesh; !wholeMesh[m] && !slices.Equal(s.KnownTypes(m), after.KnownTypes(m)) {
+			// The change brings or takes a type (or the mesh's last
+			// resource): a flow of any type there may answer otherwise.
+			wholeMesh[m] = true
+		}
+	}
 	for mesh := range wholeMesh {
 		for _, snap := range []*engine.Snapshot{s, after} {
 			for _, t := range snap.KnownTypes(mesh) {
