@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,27 +87,16 @@ func (ti *TagInterner) intern(tags map[string]string) map[string]string {
 	if len(tags) == 0 {
 		return tags
 	}
-	keys := make([]string, 0, len(tags))
-	for k := range tags {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(tags[k])
-		b.WriteByte(0)
-	}
+	key := resource.TagsKey(tags)
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
-	if m, ok := ti.maps[b.String()]; ok {
+	if m, ok := ti.maps[key]; ok {
 		return m
 	}
 	if ti.maps == nil {
 		ti.maps = map[string]map[string]string{}
 	}
-	ti.maps[b.String()] = tags
+	ti.maps[key] = tags
 	return tags
 }
 
