@@ -86,15 +86,6 @@ func (t *Table) Batch(mesh, typ string, hint uint64) Batch {
 // Done releases the batch's stripe.
 func (b *Batch) Done() { b.s.mu.Unlock() }
 
-// Identities counts one decision of a flow between the tag sets src and
-// dst (as given: their identities), whose answer is (action, policy) at
-// revision rev.
-func (b *Batch) Identities(src, dst *inventory.TagSet, proto resource.Protocol, port uint32, action resource.Action, policy string, rev int64) {
-	pp := packPort(proto, port)
-	si, fp := setOf(src, dst, pp)
-	b.count(src, dst, pp, si, fp, action, policy, rev)
-}
-
 // IdentityFlow is one flow of a batch for IdentitiesN: its tag sets, its
 // protocol and port (protocol<<16 | port, the compact path's packing), and
 // its answer: the index of its deciding policy in the batch's and whether

@@ -432,3 +432,11 @@ func TestIdentitiesNCountsAsIdentities(t *testing.T) {
 		}
 	}
 }
+
+// Identities counts one decision of a flow between the tag sets src and dst
+// as IdentitiesN counts each of its flows: the tests' way to count one.
+func (b *Batch) Identities(src, dst *inventory.TagSet, proto resource.Protocol, port uint32, action resource.Action, policy string, rev int64) {
+	pp := packPort(proto, port)
+	si, fp := setOf(src, dst, pp)
+	b.count(src, dst, pp, si, fp, action, policy, rev)
+}
