@@ -91,6 +91,7 @@ type compactScratch struct {
 	numbers  []uint32                // out.Policies[i]'s number
 	ents     []*engine.PairEntry     // the pair memo's entry answering each flow, or nil (DecideIDsN)
 	observed []observed.IdentityFlow // the batch's flows for the observed-flows table
+	tallies  []observed.TallyFlow    // its memo entries to register with the table
 	// cells are the per-policy metric cells by number, for the numbering
 	// and the counters they were found in (kept from batch to batch).
 	cellsOf struct {
@@ -190,11 +191,14 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 	}
 	var t tally // the batch's counts, added once, below
 	logging := s.record.log != nil
-	// The batch's flows are counted into the observed-flows table at its
+	// A flow the pair memo answered is counted in its entry (Seen), which is
+	// registered with the observed-flows table on its first count since the
+	// table last took it; the batch's other flows are counted there at its
 	// end, all at once, through a stripe held for that long (observe.go).
 	observing := s.record.observed != nil && len(srcs) > 0
-	sc.observed = sc.observed[:0]
+	sc.observed, sc.tallies = sc.observed[:0], sc.tallies[:0]
 	defer clear(sc.observed) // no tag set kept alive by the pool
+	defer clear(sc.tallies)
 	// A flow the pair memo holds, its identities resolving as when it was
 	// stored, is answered without resolving them: its packed answer alone,
 	// no Decision read. The whole batch is looked up first.
@@ -259,10 +263,14 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 			t.audits[b2i(a.AuditDeny())]++
 		}
 		answers = append(answers, w)
-		if observing {
-			if src == nil {
-				src, dst = pe.Sets()
+		switch {
+		case !observing:
+		case pe != nil:
+			if pe.Seen() {
+				src, dst := pe.Sets()
+				sc.tallies = append(sc.tallies, observed.TallyFlow{C: pe, Src: src, Dst: dst, PP: pps[i], Policy: p.i - 1, Deny: deny})
 			}
+		default:
 			sc.observed = append(sc.observed, observed.IdentityFlow{Src: src, Dst: dst, PP: pps[i], Policy: p.i - 1, Deny: deny})
 		}
 		if logging && s.record.log.Wants(deny, a.AuditDiffers()) {
@@ -274,9 +282,10 @@ func (s decisionService) decideCompact(ctx context.Context, snap *engine.Snapsho
 		}
 	}
 	out.Answers = answers
-	if observing && len(sc.observed) > 0 {
+	if observing && len(sc.observed)+len(sc.tallies) > 0 {
 		ob := s.record.observed.Batch(mesh, typ, srcs[0])
 		ob.IdentitiesN(sc.observed, out.Policies, out.Revision)
+		ob.TallyN(sc.tallies, out.Policies, out.Revision)
 		ob.Done()
 	}
 	// The counts by policy, from the batch's table; the others from t.

@@ -155,6 +155,65 @@ func TestEveryDecisionPathIsObserved(t *testing.T) {
 	}
 }
 
+// TestCompactCountsAreExact streams the same compact batches from two
+// clients while the table is read: most of their flows are counted in the
+// pair memo's entries and taken by the reads, and every decision is in the
+// table once the streams end.
+func TestCompactCountsAreExact(t *testing.T) {
+	t.Parallel()
+	h := start(t, newBackend(decodeYAML(t, analysisWorld)...), nil)
+	r, err := h.dec.Identify(ctxT(t), &verdictv1.IdentifyRequest{Endpoints: []*verdictv1.Endpoint{tags("app", "backend"), tags("app", "db")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, db := r.GetResults()[0].GetIdentity(), r.GetResults()[1].GetIdentity()
+	req := &verdictv1.DecideCompactRequest{SourceIds: []uint64{backend, db, backend}, DestinationIds: []uint64{db, backend, db},
+		PortProtocols: []uint32{5432 | 1<<16, 80 | 1<<16, 5432 | 1<<16}}
+	const streams, batches = 2, 150
+	done := make(chan struct{})
+	errs := make(chan error, streams)
+	for range streams {
+		go func() {
+			errs <- func() error {
+				st, err := h.dec.DecideCompactStream(ctxT(t))
+				if err != nil {
+					return err
+				}
+				for id := range uint64(batches) {
+					if err := st.Send(&verdictv1.DecideCompactStreamRequest{Id: id, Batch: req}); err != nil {
+						return err
+					}
+					if _, err := st.Recv(); err != nil {
+						return err
+					}
+				}
+				return st.CloseSend()
+			}()
+		}()
+	}
+	go func() {
+		for range streams {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		close(done)
+	}()
+	for reading := true; reading; {
+		select {
+		case <-done:
+			reading = false
+		default:
+			observedFlows(t, h.conn)
+		}
+	}
+	want := []string{fmt.Sprintf("identity:backend -> identity:db TCP/5432 x%d ACTION_ALLOW", 2*streams*batches),
+		fmt.Sprintf("identity:db -> identity:backend TCP/80 x%d ACTION_DENY", streams*batches)}
+	if got := observedFlows(t, h.conn); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("observed\n%s\nwant\n%s", got, want)
+	}
+}
+
 // denyBackend denies backend to db before every other policy.
 var denyBackend = policyRes(&verdictv1.Policy{Name: "deny-backend", Action: "DENY", Priority: -1,
 	Sources: []*verdictv1.Selector{{Match: map[string]string{"app": "backend"}}}, Destinations: []*verdictv1.Selector{{Match: map[string]string{"app": "db"}}}})

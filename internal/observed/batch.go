@@ -33,7 +33,10 @@ type stripe struct {
 	tags  [stripeSets][stripeWays]uint16
 	next  [stripeSets]uint8 // the way a set replaces next
 	mu    sync.Mutex
-	_     [56]byte // a stripe's size is whole lines (TestLayout)
+	// tallied are the memo entries registered since the last take (tally.go);
+	// spare is the list the last take emptied, for the next.
+	tallied, spare []tallied
+	_              [8]byte // a stripe's size is whole lines (TestLayout)
 }
 
 // slot counts one flow between identities since the slot took it, in one
@@ -204,8 +207,9 @@ func (t *Table) flushSlotPolicy(sl *slot, action resource.Action, policy string)
 	t.add(sl.mt, &src, &dst, sl.pp, uint64(sl.count), sl.first, sl.last, action, policy, sl.rev)
 }
 
-// flush empties every stripe's cache into the table.
+// flush empties every stripe's cache and registered entries into the table.
 func (t *Table) flush() {
+	t.takeTallied()
 	for i := range t.stripes {
 		s := &t.stripes[i]
 		s.mu.Lock()

@@ -9,8 +9,9 @@
 // MaxEndBytes of the ends' tags and names (default 64 MiB). Nothing here blocks a
 // decision for long: a flow is counted under the lock of one of many shards,
 // and the compact path's flows, which arrive by the million per second,
-// are first counted in a small per-stripe cache (Batch) that a stripe's
-// collisions, Run's tick and every read (Flows) empty into the table.
+// are counted in the pair memo's entries (tally.go) or, the rest, in a small
+// per-stripe cache (Batch); Run's tick and every read (Flows) take both
+// into the table.
 //
 // It imports the engine's resource and inventory types, never the server,
 // gRPC or etcd.

@@ -64,14 +64,36 @@ func (m *Pairs[D]) Policies() *PolicyNumbers { return &m.policies }
 // 64 bytes: a hit reads one cache line.
 type PairEntry[D any] struct {
 	src, dst uint64
-	pp       uint64 // protocol<<32 | port
-	ans      PairAnswer
+	pp       uint32 // protocol<<16 | port: packPP
+	// seen counts the entry's uses since the last Take, for a caller that
+	// counts them (the server's observed flows) in the line a hit reads.
+	seen atomic.Uint32
+	ans  PairAnswer
 	// valid is the Gen at which srcSet and dstSet were last what src and dst
-	// resolve to (the only field written after the entry is stored).
+	// resolve to (written after the entry is stored, as seen is).
 	valid          atomic.Pointer[Gen]
 	srcSet, dstSet *inventory.TagSet
 	e              *Entry[D]
 }
+
+// packPP packs a protocol<<32 | port into an entry's 32 bits; false when
+// either is over 16 bits (such a flow is never stored: it has no entry).
+func packPP(pp uint64) (uint32, bool) {
+	proto, port := pp>>32, pp&0xffffffff
+	return uint32(proto<<16 | port), proto <= 0xffff && port <= 0xffff
+}
+
+// Seen counts one use of the entry and reports whether it is the first
+// since the last Take: the caller that counts uses then keeps the entry
+// until it takes them. Counts are exact while every counted entry is taken
+// within 2³² uses, and while one caller counts (two would take each other's).
+func (pe *PairEntry[D]) Seen() (first bool) { return pe.seen.Add(1) == 1 }
+
+// Take returns the uses counted since the last Take and zeroes them.
+func (pe *PairEntry[D]) Take() uint32 { return pe.seen.Swap(0) }
+
+// PortProtocol is the entry's protocol<<16 | port (the compact path's packing).
+func (pe *PairEntry[D]) PortProtocol() uint32 { return pe.pp }
 
 // Answer is the entry's packed answer.
 func (pe *PairEntry[D]) Answer() PairAnswer { return pe.ans }
@@ -88,7 +110,7 @@ func pairHash(src, dst, pp uint64) uint64 {
 
 // answers reports whether pe (nil: no) is the flow's entry and its identities
 // still resolve as when it was last verified (gen).
-func (pe *PairEntry[D]) answers(src, dst, pp uint64, gen *Gen) bool {
+func (pe *PairEntry[D]) answers(src, dst uint64, pp uint32, gen *Gen) bool {
 	if pe == nil || pe.src != src || pe.dst != dst || pe.pp != pp {
 		return false
 	}
@@ -99,9 +121,13 @@ func (pe *PairEntry[D]) answers(src, dst, pp uint64, gen *Gen) bool {
 // Probe returns the entry of a flow between identities whose identities still
 // resolve as at gen, or nil.
 func (m *Pairs[D]) Probe(src, dst, pp uint64, gen *Gen) *PairEntry[D] {
+	p32, ok := packPP(pp)
+	if !ok {
+		return nil
+	}
 	h := pairHash(src, dst, pp)
 	for _, sl := range [2]*atomic.Pointer[PairEntry[D]]{&m.slots[h&(PairSlots-1)], &m.slots[(h>>32)&(PairSlots-1)]} {
-		if pe := sl.Load(); pe.answers(src, dst, pp, gen) {
+		if pe := sl.Load(); pe.answers(src, dst, p32, gen) {
 			return pe
 		}
 	}
@@ -123,10 +149,9 @@ func (m *Pairs[D]) ProbeN(srcs, dsts []uint64, pps []uint32, ents []*PairEntry[D
 		ents[2*i+1] = m.slots[(h>>32)&(PairSlots-1)].Load()
 	}
 	for i := range n {
-		pp := uint64(pps[i]>>16)<<32 | uint64(pps[i]&0xffff)
 		var hit *PairEntry[D]
 		for _, pe := range ents[2*i : 2*i+2] {
-			if pe.answers(srcs[i], dsts[i], pp, gen) {
+			if pe.answers(srcs[i], dsts[i], pps[i], gen) {
 				hit = pe
 				break
 			}
@@ -138,9 +163,13 @@ func (m *Pairs[D]) ProbeN(srcs, dsts []uint64, pps []uint32, ents []*PairEntry[D
 // Find returns the entry of a flow between the interned sets src and dst,
 // marking it verified at gen, or nil.
 func (m *Pairs[D]) Find(src, dst *inventory.TagSet, pp uint64, gen *Gen) *PairEntry[D] {
+	p32, ok := packPP(pp)
+	if !ok {
+		return nil
+	}
 	h := pairHash(src.Identity(), dst.Identity(), pp)
 	for _, sl := range [2]*atomic.Pointer[PairEntry[D]]{&m.slots[h&(PairSlots-1)], &m.slots[(h>>32)&(PairSlots-1)]} {
-		if pe := sl.Load(); pe != nil && pe.src == src.Identity() && pe.dst == dst.Identity() && pe.pp == pp &&
+		if pe := sl.Load(); pe != nil && pe.src == src.Identity() && pe.dst == dst.Identity() && pe.pp == p32 &&
 			pe.srcSet == src && pe.dstSet == dst {
 			if pe.valid.Load() != gen { // resolved again, at gen: Probe may trust it
 				pe.valid.Store(gen)
@@ -156,8 +185,12 @@ func (m *Pairs[D]) Find(src, dst *inventory.TagSet, pp uint64, gen *Gen) *PairEn
 // misses: with no free choice, its parity picks the slot, so a flow that
 // keeps coming back is stored again when pushed out.
 func (m *Pairs[D]) Insert(src, dst *inventory.TagSet, pp uint64, ans PairAnswer, e *Entry[D], gen *Gen, miss uint64) *PairEntry[D] {
-	pe := &PairEntry[D]{src: src.Identity(), dst: dst.Identity(), pp: pp, ans: ans, srcSet: src, dstSet: dst, e: e}
+	p32, ok := packPP(pp)
+	pe := &PairEntry[D]{src: src.Identity(), dst: dst.Identity(), pp: p32, ans: ans, srcSet: src, dstSet: dst, e: e}
 	pe.valid.Store(gen)
+	if !ok {
+		return pe // answered, never stored: Probe and Find refuse its pp
+	}
 	h := pairHash(pe.src, pe.dst, pp)
 	s1, s2 := &m.slots[h&(PairSlots-1)], &m.slots[(h>>32)&(PairSlots-1)]
 	switch {
