@@ -35,8 +35,11 @@ type Limiter struct {
 	per int
 	now func() time.Time // the clock (tests set their own)
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// callers are the callers seen, kept while idle (a caller's calls come
+	// and go by the thousand a second) until idle ones outnumber maxIdle.
 	callers map[string]*caller
+	active  int // callers with a call executing or waiting
 	stats   Stats
 	// The caller that called last and, of the others, the one that called
 	// last before it, with the times of their last calls: enough to know
@@ -46,7 +49,7 @@ type Limiter struct {
 }
 
 // caller is one caller's slots in use and its waiting calls, oldest first.
-// A caller with no call executing or waiting is forgotten.
+// A caller with no call executing or waiting is idle.
 type caller struct {
 	running int
 	waiting []*waiter
@@ -84,11 +87,14 @@ func (l *Limiter) noted(key string, now time.Time) {
 	l.lastAt = now
 }
 
+// maxIdle bounds the idle callers a limiter keeps.
+const maxIdle = 1024
+
 // alone reports whether key is the only caller present at now: no other has
 // a call executing or waiting, nor called within Recent. l.mu is held, and
-// key is in l.callers.
+// key is active.
 func (l *Limiter) alone(key string, now time.Time) bool {
-	if len(l.callers) > 1 {
+	if l.active > 1 {
 		return false
 	}
 	other, at := l.lastKey, l.lastAt
@@ -111,6 +117,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string) error {
 	if c == nil {
 		c = &caller{}
 		l.callers[key] = c
+	}
+	if c.running <= 0 && len(c.waiting) == 0 {
+		l.active++
 	}
 	now := l.now()
 	admit := len(c.waiting) == 0 && (c.running < l.per || l.alone(key, now))
@@ -142,7 +151,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) error {
 		}
 	}
 	l.stats.Gave++
-	l.forget(key, c)
+	l.forget(c)
 	return ctx.Err()
 }
 
@@ -170,13 +179,24 @@ func (l *Limiter) releaseLocked(key string, c *caller) {
 		l.stats.Waited++
 		close(w.ready)
 	}
-	l.forget(key, c)
+	l.forget(c)
 }
 
-// forget drops a caller with nothing executing or waiting. l.mu is held.
-func (l *Limiter) forget(key string, c *caller) {
-	if c.running <= 0 && len(c.waiting) == 0 {
-		delete(l.callers, key)
+// forget counts a caller that has nothing executing or waiting any more as
+// idle, and drops the idle callers once they are over maxIdle. l.mu is held,
+// and c was active.
+func (l *Limiter) forget(c *caller) {
+	if c.running > 0 || len(c.waiting) > 0 {
+		return
+	}
+	l.active--
+	if len(l.callers)-l.active <= maxIdle {
+		return
+	}
+	for k, o := range l.callers {
+		if o.running <= 0 && len(o.waiting) == 0 {
+			delete(l.callers, k)
+		}
 	}
 }
 
@@ -185,7 +205,7 @@ func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.stats
-	st.Callers = len(l.callers)
+	st.Callers = l.active
 	for _, c := range l.callers {
 		st.Waiting += len(c.waiting)
 	}

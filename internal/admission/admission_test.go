@@ -174,3 +174,39 @@ func TestDefaultPerCaller(t *testing.T) {
 		t.Fatalf("PerCaller = %d, want DefaultPerCaller (at least 1)", n)
 	}
 }
+
+// TestIdleCallersAreBounded: callers whose calls have ended are kept for
+// their next call, but never more than maxIdle of them, and none counts as
+// present once Recent has passed.
+func TestIdleCallersAreBounded(t *testing.T) {
+	t.Parallel()
+	l := New(1)
+	at := stoppedClock(l)
+	for i := range 3 * maxIdle {
+		key := string(rune('a'+i%26)) + time.Duration(i).String()
+		if err := l.Acquire(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		l.Release(key)
+		if n := len(l.callers); n > maxIdle+1 {
+			t.Fatalf("after %d callers: %d kept, over %d", i+1, n, maxIdle+1)
+		}
+	}
+	if st := l.Stats(); st.Callers != 0 || st.Waiting != 0 {
+		t.Fatalf("stats %+v: want no caller executing or waiting", st)
+	}
+	// Every caller above is idle and, a Recent later, absent: a caller
+	// alone runs beyond its one slot.
+	*at = at.Add(Recent)
+	for range 3 {
+		if err := l.Acquire(context.Background(), "z"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := l.Stats(); st.Callers != 1 || st.Waiting != 0 {
+		t.Fatalf("stats %+v: want one caller, three calls executing", st)
+	}
+	for range 3 {
+		l.Release("z")
+	}
+}
