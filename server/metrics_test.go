@@ -154,6 +154,9 @@ func TestCompactMemoCounter(t *testing.T) {
 		t.Fatalf("the workload put is not in the snapshot (revision %d)", rev)
 	}
 	batch("after a workload put", n, 0)
+	if got := collectInt64Sums(t, reader, "verdict.decisions", "action"); got["ALLOW"]+got["DENY"] != 4*n {
+		t.Fatalf("verdict.decisions %v, want %d in all", got, 4*n)
+	}
 }
 
 // The counts by deciding policy add up to the flows decided, name the first

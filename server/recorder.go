@@ -96,8 +96,8 @@ func (r *recorder) logged(ctx context.Context, t *tally, er *engine.Request, d *
 
 // done adds t's counts to the metrics.
 func (r *recorder) done(ctx context.Context, t *tally) {
-	r.metrics.decidedN(ctx, t.n[0], t.n[1])
-	r.metrics.memoN(ctx, t.memo[0], t.memo[1])
+	r.metrics.decidedN(t.n[0], t.n[1])
+	r.metrics.memoN(t.memo[0], t.memo[1])
 	for shadowDeny, n := range t.audits {
 		if n > 0 {
 			r.byPolicy.auditN(ctx, shadowDeny == 1, n)
