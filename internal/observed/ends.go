@@ -44,7 +44,10 @@ type endEntry struct {
 	tags     resource.Tags // as last resolved
 	identity uint64
 	refs     int32
-	bytes    int64 // as Table.bytes counts it
+	// gen counts the entry's frees: an id found without a pin names the
+	// same end as a flow's only while the gens agree (Table.add).
+	gen   uint32
+	bytes int64 // as Table.bytes counts it
 }
 
 // endBytes is what an end holds beyond its slot: its names and its tags
@@ -85,13 +88,28 @@ func keyOf(t *Table, mt uint32, e *End) endKey {
 	return k
 }
 
-// pin returns the id of e's end, counted once more; false when e's tags
-// collide with another end's by their count (never stored: such a flow is
-// not observed).
-func (t *Table) pin(mt uint32, e *End) (uint32, bool) {
-	k := keyOf(t, mt, e)
+// shard is the end shard that holds k.
+func (k *endKey) shard() int {
 	h := uint64(k.mt)*0x9E3779B97F4A7C15 ^ k.id ^ strHash(k.a) ^ strHash(k.b)<<1 ^ uint64(k.form)
-	sh := int(h>>40) & (endShards - 1)
+	return int(h>>40) & (endShards - 1)
+}
+
+// pin returns the id of e's end, counted once more, and its gen; false when
+// e's tags collide with another end's by their count (never stored: such a
+// flow is not observed).
+func (t *Table) pin(mt uint32, e *End) (uint32, uint32, bool) {
+	return t.lookup(mt, e, true)
+}
+
+// find is pin without the count: the id may be freed and taken by another
+// end as soon as it returns, unless a flow holds it (its gen then agrees).
+func (t *Table) find(mt uint32, e *End) (uint32, uint32, bool) {
+	return t.lookup(mt, e, false)
+}
+
+func (t *Table) lookup(mt uint32, e *End, pin bool) (uint32, uint32, bool) {
+	k := keyOf(t, mt, e)
+	sh := k.shard()
 	s := &t.ends[sh]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,7 +121,7 @@ func (t *Table) pin(mt uint32, e *End) (uint32, bool) {
 		// crafted to collide is counted as the first one's flow, which no
 		// decision reads (the registry and the memo compare tags).
 		if k.form == inventory.FormTags && len(x.given) != len(e.Given.Tags) {
-			return 0, false
+			return 0, 0, false
 		}
 		// The last resolution, when it can have moved: an end given as tags
 		// resolves to those tags (verified just above), and one given by
@@ -114,8 +132,13 @@ func (t *Table) pin(mt uint32, e *End) (uint32, bool) {
 			t.bytes.Add(b - x.bytes)
 			x.bytes = b
 		}
-		x.refs++
-		return uint32(i)<<endShardBits | uint32(sh), true
+		if pin {
+			x.refs++
+		}
+		return uint32(i)<<endShardBits | uint32(sh), x.gen, true
+	}
+	if !pin {
+		return 0, 0, false
 	}
 	var i int32
 	if s.free >= 0 {
@@ -126,14 +149,14 @@ func (t *Table) pin(mt uint32, e *End) (uint32, bool) {
 		i = int32(len(s.slab) - 1)
 	}
 	x := &s.slab[i]
-	*x = endEntry{key: k, tags: e.Tags, identity: e.Identity, refs: 1}
+	*x = endEntry{key: k, tags: e.Tags, identity: e.Identity, refs: 1, gen: x.gen}
 	if k.form == inventory.FormTags {
 		x.given = e.Given.Tags
 	}
 	x.bytes = endBytes(k, x.given, x.tags)
 	t.bytes.Add(x.bytes)
 	s.index[k] = i
-	return uint32(i)<<endShardBits | uint32(sh), true
+	return uint32(i)<<endShardBits | uint32(sh), x.gen, true
 }
 
 // unpin counts an end once less, freeing it with its last flow.
@@ -148,7 +171,7 @@ func (t *Table) unpin(id uint32) {
 	}
 	delete(s.index, x.key)
 	t.bytes.Add(-x.bytes)
-	*x = endEntry{refs: s.free}
+	*x = endEntry{refs: s.free, gen: x.gen + 1}
 	s.free = i
 }
 

@@ -242,18 +242,28 @@ func unpackPort(pp uint32) (resource.Protocol, uint32) {
 // add counts n decisions of a flow seen from first to last, whose last
 // answer is (action, policy, rev).
 func (t *Table) add(mt uint32, src, dst *End, pp uint32, n uint64, first, last int64, action resource.Action, policy string, rev int64) {
-	s, ok := t.pin(mt, src)
+	// A flow seen before is counted without pinning its ends: found by ids
+	// whose gens its entry holds (the ends cannot go while it stays).
+	if s, sg, ok := t.find(mt, src); ok {
+		if d, dg, ok := t.find(mt, dst); ok {
+			k := flowKey{mt: mt, pp: pp, src: s, dst: d}
+			if t.flows[k.shard(len(t.flows))].touch(k, [2]uint16{uint16(sg), uint16(dg)}, n, first, last, action, policy, rev) {
+				return
+			}
+		}
+	}
+	s, sg, ok := t.pin(mt, src)
 	if !ok {
 		return
 	}
-	d, ok := t.pin(mt, dst)
+	d, dg, ok := t.pin(mt, dst)
 	if !ok {
 		t.unpin(s)
 		return
 	}
 	k := flowKey{mt: mt, pp: pp, src: s, dst: d}
 	sh := k.shard(len(t.flows))
-	if !t.flows[sh].add(k, n, first, last, action, policy, rev) {
+	if !t.flows[sh].add(k, [2]uint16{uint16(sg), uint16(dg)}, n, first, last, action, policy, rev) {
 		t.unpin(s)
 		t.unpin(d)
 		return
@@ -313,23 +323,33 @@ type flowEntry struct {
 	rev         int64
 	policy      string
 	prev, next  int32
-	action      resource.Action
+	// gens are its ends' gens as it pinned them (the low 16 bits: an id
+	// would be freed 65,536 times between a find and a touch to alias).
+	gens   [2]uint16
+	action resource.Action
 }
 
 func (f *flowShard) at(i int32) *flowEntry { return &f.chunks[i/chunk][i%chunk] }
 
-// add counts into the flow k, created when new (true).
-func (f *flowShard) add(k flowKey, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
+// touch counts into the flow k when the shard holds it with its ends at
+// gens (false: it does not; nothing is counted).
+func (f *flowShard) touch(k flowKey, gens [2]uint16, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i, ok := f.index[k]
+	if !ok || f.at(i).gens != gens {
+		return false
+	}
+	f.count(i, n, first, last, action, policy, rev)
+	return true
+}
+
+// add counts into the flow k, created when new (true) with its ends at gens.
+func (f *flowShard) add(k flowKey, gens [2]uint16, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if i, ok := f.index[k]; ok {
-		e := f.at(i)
-		e.count += n
-		e.first = min(e.first, first)
-		if last >= e.last {
-			e.last, e.action, e.policy, e.rev = last, action, policy, rev
-		}
-		f.toHead(i)
+		f.count(i, n, first, last, action, policy, rev)
 		return false
 	}
 	var i int32
@@ -343,10 +363,21 @@ func (f *flowShard) add(k flowKey, n uint64, first, last int64, action resource.
 		i = f.used
 		f.used++
 	}
-	*f.at(i) = flowEntry{key: k, first: first, last: last, count: n, rev: rev, policy: policy, action: action, prev: -1, next: -1}
+	*f.at(i) = flowEntry{key: k, gens: gens, first: first, last: last, count: n, rev: rev, policy: policy, action: action, prev: -1, next: -1}
 	f.index[k] = i
 	f.pushHead(i)
 	return true
+}
+
+// count counts n decisions into entry i. f.mu is held.
+func (f *flowShard) count(i int32, n uint64, first, last int64, action resource.Action, policy string, rev int64) {
+	e := f.at(i)
+	e.count += n
+	e.first = min(e.first, first)
+	if last >= e.last {
+		e.last, e.action, e.policy, e.rev = last, action, policy, rev
+	}
+	f.toHead(i)
 }
 
 // evict removes the least recently seen flow; false when the shard holds
