@@ -579,45 +579,7 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			if ords[w0] > limit {
 				return
 			}
-			acc := *(*[chunkWords]uint64)(all[w0:])
-			lo, hi := w0*64, (w0+chunkWords)*64
-			for ci := range cur {
-				c := &cur[ci]
-				base := (*[chunkWords]uint64)(c.base[w0:])
-				var z uint64
-				switch {
-				case c.ebits != nil:
-					e := (*[chunkWords]uint64)(c.ebits[w0:])
-					for k := range acc {
-						acc[k] &= base[k] | e[k]
-						z |= acc[k]
-					}
-				case c.list != nil:
-					m := *base
-					for c.pos < len(c.list) {
-						p := int(c.list[c.pos])
-						if p >= hi {
-							break
-						}
-						if p >= lo {
-							m[(p-lo)/64%chunkWords] |= 1 << (p & 63)
-						}
-						c.pos++
-					}
-					for k := range acc {
-						acc[k] &= m[k]
-						z |= acc[k]
-					}
-				default:
-					for k := range acc {
-						acc[k] &= base[k]
-						z |= acc[k]
-					}
-				}
-				if z == 0 {
-					break
-				}
-			}
+			acc := andChunk(cur, all, w0)
 			for k, x := range acc {
 				if x == 0 {
 					continue
@@ -667,6 +629,65 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			}
 		}
 	}
+}
+
+// andChunk returns the candidates of the chunk of chunkWords words from word
+// w0: all, ANDed with each cursor's rules, leaving at the first cursor that
+// empties it. The chunk's words are held in eight variables, not an array,
+// so that they stay in registers: an AND reads the cursor's words alone.
+func andChunk(cur []dimCursor, all []uint64, w0 int) [chunkWords]uint64 {
+	s := (*[chunkWords]uint64)(all[w0:])
+	a0, a1, a2, a3, a4, a5, a6, a7 := s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
+	lo, hi := w0*64, (w0+chunkWords)*64
+	for ci := range cur {
+		c := &cur[ci]
+		b := (*[chunkWords]uint64)(c.base[w0:])
+		switch {
+		case c.ebits != nil:
+			e := (*[chunkWords]uint64)(c.ebits[w0:])
+			a0 &= b[0] | e[0]
+			a1 &= b[1] | e[1]
+			a2 &= b[2] | e[2]
+			a3 &= b[3] | e[3]
+			a4 &= b[4] | e[4]
+			a5 &= b[5] | e[5]
+			a6 &= b[6] | e[6]
+			a7 &= b[7] | e[7]
+		case c.list != nil:
+			m := *b
+			for c.pos < len(c.list) {
+				p := int(c.list[c.pos])
+				if p >= hi {
+					break
+				}
+				if p >= lo {
+					m[(p-lo)/64%chunkWords] |= 1 << (p & 63)
+				}
+				c.pos++
+			}
+			a0 &= m[0]
+			a1 &= m[1]
+			a2 &= m[2]
+			a3 &= m[3]
+			a4 &= m[4]
+			a5 &= m[5]
+			a6 &= m[6]
+			a7 &= m[7]
+		default:
+			a0 &= b[0]
+			a1 &= b[1]
+			a2 &= b[2]
+			a3 &= b[3]
+			a4 &= b[4]
+			a5 &= b[5]
+			a6 &= b[6]
+			a7 &= b[7]
+		}
+		if a0|a1|a2|a3|a4|a5|a6|a7 == 0 {
+			break
+		}
+	}
+	return [chunkWords]uint64{a0, a1, a2, a3, a4, a5, a6, a7}
 }
 
 // scanLimit is the order prefix past which no slot improves on the best of
