@@ -154,18 +154,17 @@ func (d *bitDim) find(vid uint32) (int, bool) {
 	return 0, false
 }
 
-// dirMin and dirSpan say when a dimension's values get a direct directory:
-// at least dirMin values, their ids spanning at most dirSpan times as many.
-const (
-	dirMin  = 8
-	dirSpan = 4
-)
+// dirSpan says when a dimension's values get a direct directory: their ids
+// span at most dirSpan times as many. A key of a few values gets one too: a
+// binary search of even three values costs a block's setup more than the
+// read of a directory.
+const dirSpan = 4
 
 // index sets d.dir from d.vids (a new slice: blocks share it until then).
 func (d *bitDim) index() {
 	d.dir, d.dirLo = nil, 0
 	n := len(d.vids)
-	if n < dirMin {
+	if n == 0 {
 		return
 	}
 	lo, span := d.vids[0], d.vids[n-1]-d.vids[0]+1
