@@ -77,7 +77,10 @@ type bitDim struct {
 	// The rules that require each value: vids sorted, refs beside them,
 	// into pos (sorted positions, for a value few rules of the block name)
 	// or words (a bitmap, for a value with at least one rule per word on
-	// average). Flat slices: a block holds no map and no slice per value.
+	// average). A value's bitmap holds any's rules too (any | the value's),
+	// so that a flow with the value ANDs one bitmap, not two ORed, and its
+	// value's rules are its bits that any lacks. Flat slices: a block holds
+	// no map and no slice per value.
 	vids  []uint32
 	refs  []exactRef
 	pos   []uint16
@@ -85,7 +88,7 @@ type bitDim struct {
 }
 
 // exactRef locates one value's rules: pos[off:off+n], or with n == 0 the
-// bitmap words[off:off+len(any)].
+// bitmap words[off:off+len(any)], any's rules included.
 type exactRef struct{ off, n uint32 }
 
 // slotChunk is the slots of a chunk of b.rules: a word's (b.rules[w] holds
@@ -178,7 +181,8 @@ func (d *bitDim) index() {
 	d.dir, d.dirLo = dir, lo
 }
 
-// exact returns the rules of the block that require value vid of the key.
+// exact returns the rules of the block that require value vid of the key:
+// as a bitmap that holds any's rules too, or as sorted positions.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
 	i, ok := d.find(vid)
 	if !ok {
@@ -297,7 +301,7 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 				continue
 			}
 			d.refs[i] = exactRef{off: uint32(len(d.words))}
-			ws := make([]uint64, nw)
+			ws := slices.Clone(d.any)
 			for _, p := range l {
 				ws[p/64] |= 1 << (p % 64)
 			}
@@ -518,13 +522,13 @@ func findRule(blocks []*bitBlock, r *Rule) (int, int, bool) {
 	return 0, 0, false
 }
 
-// dimCursor is one dimension of a block as a flow sees it: the base bitmap and
-// the exact value's rules, as a bitmap or as sorted positions read in order.
+// dimCursor is one dimension of a block as a flow sees it: the base bitmap
+// (absent, any, or the bitmap of the flow's value, which holds any's rules)
+// and, for a value of few rules, their sorted positions, read in order.
 type dimCursor struct {
-	base  []uint64
-	ebits []uint64
-	list  []uint16
-	pos   int
+	base []uint64
+	list []uint16
+	pos  int
 }
 
 // chunkWords is the granularity of a block's bitmaps in words (words).
@@ -560,11 +564,15 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 		cur := sc.cursors[:len(b.dims)]
 		for di := range b.dims {
 			d, c := &b.dims[di], &cur[di]
-			c.base, c.ebits, c.list, c.pos = d.absent, nil, nil, 0
+			c.base, c.list, c.pos = d.absent, nil, 0
 			if x := vals.vals[d.kid]; x>>32 == vals.gen {
 				c.base = d.any
 				if vid := uint32(x); vid != valueUnknown {
-					c.ebits, c.list = d.exact(vid)
+					if ws, list := d.exact(vid); ws != nil {
+						c.base = ws
+					} else {
+						c.list = list
+					}
 				}
 			}
 		}
@@ -642,16 +650,6 @@ func andChunk(cur []dimCursor, all []uint64, w0 int) [chunkWords]uint64 {
 		c := &cur[ci]
 		b := (*[chunkWords]uint64)(c.base[w0:])
 		switch {
-		case c.ebits != nil:
-			e := (*[chunkWords]uint64)(c.ebits[w0:])
-			a0 &= b[0] | e[0]
-			a1 &= b[1] | e[1]
-			a2 &= b[2] | e[2]
-			a3 &= b[3] | e[3]
-			a4 &= b[4] | e[4]
-			a5 &= b[5] | e[5]
-			a6 &= b[6] | e[6]
-			a7 &= b[7] | e[7]
 		case c.list != nil:
 			m := *b
 			for c.pos < len(c.list) {
@@ -1308,7 +1306,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		p.setTo(&d.any, &o.any, s, any)
 		p.setTo(&d.absent, &o.absent, s, absent)
 		for off := 0; off < len(d.words); off += nw {
-			if has := d.words[off+s/64]&(1<<(s%64)) != 0; has != (off == dense) {
+			if has := d.words[off+s/64]&(1<<(s%64)) != 0; has != (any || off == dense) {
 				own(&d.words, &o.words)
 				d.words[off+s/64] ^= 1 << (s % 64)
 			}

@@ -40,7 +40,7 @@ func CheckBits(ix *Index) error {
 				for _, v := range d.vids {
 					eb, list := d.exact(v)
 					for s := 0; s < b.n; s++ {
-						if eb != nil && eb[s/64]&(1<<(s%64)) != 0 {
+						if eb != nil && eb[s/64]&^d.any[s/64]&(1<<(s%64)) != 0 {
 							in[di][s] = append(in[di][s], v)
 						}
 					}
@@ -93,9 +93,14 @@ func CheckBits(ix *Index) error {
 				if past(d.any) || past(d.absent) {
 					return fmt.Errorf("class %d block %d: bits past the slots", cl, bi)
 				}
-				for _, r := range d.refs {
+				for i, r := range d.refs {
 					if r.n != 0 && !slices.IsSorted(d.pos[r.off:r.off+r.n]) {
 						return fmt.Errorf("class %d block %d: positions out of order", cl, bi)
+					}
+					// A value's bitmap holds any's rules.
+					if ws, _ := d.exact(d.vids[i]); ws != nil && (past(ws) ||
+						!slices.EqualFunc(ws, d.any, func(v, a uint64) bool { return v&a == a })) {
+						return fmt.Errorf("class %d block %d dimension %d value %d: its bitmap lacks rules of any, or has bits past the slots", cl, bi, d.kid, d.vids[i])
 					}
 				}
 				want := d
