@@ -66,19 +66,43 @@ const (
 // a.less(b), and a.less(b) implies a.ord <= b.ord: phase, scope, priority,
 // specificity (greater first) and exact entries (greater first), each clamped
 // to its bits; from the first field at its bound, the rest is left zero (equal
-// prefixes fall back to the whole key).
+// prefixes fall back to the whole key). A scan computes it per candidate past
+// a best: a key whose fields are all inside their bounds (every key but the
+// catch-alls' and extreme ones) takes one expression, not the loop.
 func orderPrefix(k *OrderKey) uint64 {
+	if k.Phase < prefixPhaseHi && k.Scope > prefixScopeLo && k.Scope < prefixScopeHi &&
+		k.Priority > prefixPriorityLo && k.Priority < prefixPriorityHi &&
+		k.Total > -prefixRankHi && k.Total < -prefixRankLo && k.Exact > -prefixRankHi && k.Exact < -prefixRankLo {
+		return uint64(int64(k.Phase)-prefixPhaseLo)<<62 | uint64(int64(k.Scope)-prefixScopeLo)<<48 |
+			uint64(int64(k.Priority)-prefixPriorityLo)<<24 | uint64(-int64(k.Total)-prefixRankLo)<<12 |
+			uint64(-int64(k.Exact)-prefixRankLo)
+	}
+	return orderPrefixClamped(k)
+}
+
+// The fields of an order prefix, most significant first: phase 2 bits, scope
+// 14, priority 24, total and exact (negated: greater first) 12 each, and
+// their bounds. A value at a bound is clamped there and ends the prefix.
+const (
+	prefixPhaseLo, prefixPhaseHi       = -1, 2
+	prefixScopeLo, prefixScopeHi       = -(1 << 13) + 1, 1<<13 - 1
+	prefixPriorityLo, prefixPriorityHi = -(1 << 23) + 1, 1<<23 - 1
+	prefixRankLo, prefixRankHi         = -(1 << 11) + 1, 1<<11 - 1
+)
+
+// orderPrefixClamped is orderPrefix field by field, clamping each.
+func orderPrefixClamped(k *OrderKey) uint64 {
 	var x uint64
 	fields := [...]struct {
 		v      int64
 		bits   uint
 		lo, hi int64
 	}{
-		{int64(k.Phase), 2, 0, 3},
-		{int64(k.Scope), 14, -(1 << 13) + 1, 1<<13 - 1},
-		{int64(k.Priority), 24, -(1 << 23) + 1, 1<<23 - 1},
-		{-int64(k.Total), 12, -(1 << 11) + 1, 1<<11 - 1},
-		{-int64(k.Exact), 12, -(1 << 11) + 1, 1<<11 - 1},
+		{int64(k.Phase), 2, prefixPhaseLo, prefixPhaseHi},
+		{int64(k.Scope), 14, prefixScopeLo, prefixScopeHi},
+		{int64(k.Priority), 24, prefixPriorityLo, prefixPriorityHi},
+		{-int64(k.Total), 12, prefixRankLo, prefixRankHi},
+		{-int64(k.Exact), 12, prefixRankLo, prefixRankHi},
 	}
 	var used uint
 	for _, f := range fields {
