@@ -192,6 +192,32 @@ type keyPostings struct {
 	// one that comes back costs nothing either. Past pendMax values, every
 	// pending change is written (and dead terms deleted) at once.
 	pend []dfDelta
+	// few holds exact's entries while they are at most fewMax (nil
+	// otherwise): a flow's value of such a key (env, region, zone) is found
+	// by comparing a few strings, where exact hashes it and walks nodes.
+	few []fewValue
+}
+
+// fewValue is one entry of a key of few values (keyPostings.few).
+type fewValue struct {
+	v string
+	p postings
+}
+
+// fewMax bounds the values of a key listed in keyPostings.few.
+const fewMax = 8
+
+// setExact sets kp's exact terms to m, and few from them.
+func (kp *keyPostings) setExact(m pmap.Map[string, postings]) {
+	kp.exact, kp.few = m, nil
+	if n := m.Len(); n == 0 || n > fewMax {
+		return
+	}
+	kp.few = make([]fewValue, 0, m.Len())
+	m.Range(func(v string, p postings) bool {
+		kp.few = append(kp.few, fewValue{v, p})
+		return true
+	})
 }
 
 // dfDelta is a pending change of the df of the exact term of value v.
@@ -743,7 +769,7 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 				eb.Set(c.t.value, p)
 			}
 		}
-		kp.exact = eb.Map()
+		kp.setExact(eb.Map())
 		if kp.presence.df <= 0 && kp.presence.empty() && kp.exact.Len() == 0 {
 			kb.Delete(tk)
 		} else {
@@ -964,7 +990,15 @@ func (ix *Index) collect(end uint8, tags resource.Tags, lists *[2][]List, vals *
 func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
 	vid := valueUnknown
 	kp.presence.reach(lists)
-	if kp.exact.Len() > 0 {
+	if kp.few != nil {
+		for i := range kp.few {
+			if f := &kp.few[i]; f.v == v {
+				vid = f.p.vid
+				f.p.reach(lists)
+				break
+			}
+		}
+	} else if kp.exact.Len() > 0 {
 		if p, ok := kp.exact.Get(v); ok {
 			vid = p.vid
 			p.reach(lists)

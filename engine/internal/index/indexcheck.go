@@ -322,6 +322,9 @@ func CheckLists(ix *Index) error {
 			}
 			return true
 		})
+		if err == nil {
+			err = checkFew(tk, kp)
+		}
 		return err == nil
 	})
 	if err != nil {
@@ -334,6 +337,34 @@ func CheckLists(ix *Index) error {
 		return err
 	}
 	return checkDF(ix, seen)
+}
+
+// checkFew holds a key's few values to its exact terms: each of them, with
+// its postings, while they are at most fewMax, else none.
+func checkFew(tk termKey, kp *keyPostings) error {
+	n := kp.exact.Len()
+	if n == 0 || n > fewMax {
+		if kp.few != nil {
+			return fmt.Errorf("%d/%s: %d few values listed for %d exact terms", tk.end, tk.key, len(kp.few), n)
+		}
+		return nil
+	}
+	if len(kp.few) != n {
+		return fmt.Errorf("%d/%s: %d few values listed, %d exact terms", tk.end, tk.key, len(kp.few), n)
+	}
+	for _, f := range kp.few {
+		p, ok := kp.exact.Get(f.v)
+		if !ok || p.vid != f.p.vid || p.df != f.p.df || !sameList(p.l, f.p.l) {
+			return fmt.Errorf("%d/%s=%s: listed among the few values with other postings than exact's", tk.end, tk.key, f.v)
+		}
+	}
+	return nil
+}
+
+// sameList reports whether a and b are one slice: the same array, length and
+// capacity.
+func sameList(a, b List) bool {
+	return len(a) == len(b) && cap(a) == cap(b) && (cap(a) == 0 || &a[:cap(a)][0] == &b[:cap(b)][0])
 }
 
 // checkByEnd holds the keys listed by end to keys: every key, its own
