@@ -77,7 +77,10 @@ type bitDim struct {
 	// The rules that require each value: vids sorted, refs beside them,
 	// into pos (sorted positions, for a value few rules of the block name)
 	// or words (a bitmap, for a value with at least one rule per word on
-	// average). Flat slices: a block holds no map and no slice per value.
+	// average). A value's bitmap holds any's rules too (any | the value's),
+	// so that a flow with the value ANDs one bitmap, not two ORed, and its
+	// value's rules are its bits that any lacks. Flat slices: a block holds
+	// no map and no slice per value.
 	vids  []uint32
 	refs  []exactRef
 	pos   []uint16
@@ -85,7 +88,7 @@ type bitDim struct {
 }
 
 // exactRef locates one value's rules: pos[off:off+n], or with n == 0 the
-// bitmap words[off:off+len(any)].
+// bitmap words[off:off+len(any)], any's rules included.
 type exactRef struct{ off, n uint32 }
 
 // slotChunk is the slots of a chunk of b.rules: a word's (b.rules[w] holds
@@ -154,18 +157,17 @@ func (d *bitDim) find(vid uint32) (int, bool) {
 	return 0, false
 }
 
-// dirMin and dirSpan say when a dimension's values get a direct directory:
-// at least dirMin values, their ids spanning at most dirSpan times as many.
-const (
-	dirMin  = 8
-	dirSpan = 4
-)
+// dirSpan says when a dimension's values get a direct directory: their ids
+// span at most dirSpan times as many. A key of a few values gets one too: a
+// binary search of even three values costs a block's setup more than the
+// read of a directory.
+const dirSpan = 4
 
 // index sets d.dir from d.vids (a new slice: blocks share it until then).
 func (d *bitDim) index() {
 	d.dir, d.dirLo = nil, 0
 	n := len(d.vids)
-	if n < dirMin {
+	if n == 0 {
 		return
 	}
 	lo, span := d.vids[0], d.vids[n-1]-d.vids[0]+1
@@ -179,7 +181,8 @@ func (d *bitDim) index() {
 	d.dir, d.dirLo = dir, lo
 }
 
-// exact returns the rules of the block that require value vid of the key.
+// exact returns the rules of the block that require value vid of the key:
+// as a bitmap that holds any's rules too, or as sorted positions.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
 	i, ok := d.find(vid)
 	if !ok {
@@ -298,7 +301,7 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 				continue
 			}
 			d.refs[i] = exactRef{off: uint32(len(d.words))}
-			ws := make([]uint64, nw)
+			ws := slices.Clone(d.any)
 			for _, p := range l {
 				ws[p/64] |= 1 << (p % 64)
 			}
@@ -519,13 +522,13 @@ func findRule(blocks []*bitBlock, r *Rule) (int, int, bool) {
 	return 0, 0, false
 }
 
-// dimCursor is one dimension of a block as a flow sees it: the base bitmap and
-// the exact value's rules, as a bitmap or as sorted positions read in order.
+// dimCursor is one dimension of a block as a flow sees it: the base bitmap
+// (absent, any, or the bitmap of the flow's value, which holds any's rules)
+// and, for a value of few rules, their sorted positions, read in order.
 type dimCursor struct {
-	base  []uint64
-	ebits []uint64
-	list  []uint16
-	pos   int
+	base []uint64
+	list []uint16
+	pos  int
 }
 
 // chunkWords is the granularity of a block's bitmaps in words (words).
@@ -561,11 +564,15 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 		cur := sc.cursors[:len(b.dims)]
 		for di := range b.dims {
 			d, c := &b.dims[di], &cur[di]
-			c.base, c.ebits, c.list, c.pos = d.absent, nil, nil, 0
+			c.base, c.list, c.pos = d.absent, nil, 0
 			if x := vals.vals[d.kid]; x>>32 == vals.gen {
 				c.base = d.any
 				if vid := uint32(x); vid != valueUnknown {
-					c.ebits, c.list = d.exact(vid)
+					if ws, list := d.exact(vid); ws != nil {
+						c.base = ws
+					} else {
+						c.list = list
+					}
 				}
 			}
 		}
@@ -579,45 +586,7 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			if ords[w0] > limit {
 				return
 			}
-			acc := *(*[chunkWords]uint64)(all[w0:])
-			lo, hi := w0*64, (w0+chunkWords)*64
-			for ci := range cur {
-				c := &cur[ci]
-				base := (*[chunkWords]uint64)(c.base[w0:])
-				var z uint64
-				switch {
-				case c.ebits != nil:
-					e := (*[chunkWords]uint64)(c.ebits[w0:])
-					for k := range acc {
-						acc[k] &= base[k] | e[k]
-						z |= acc[k]
-					}
-				case c.list != nil:
-					m := *base
-					for c.pos < len(c.list) {
-						p := int(c.list[c.pos])
-						if p >= hi {
-							break
-						}
-						if p >= lo {
-							m[(p-lo)/64%chunkWords] |= 1 << (p & 63)
-						}
-						c.pos++
-					}
-					for k := range acc {
-						acc[k] &= m[k]
-						z |= acc[k]
-					}
-				default:
-					for k := range acc {
-						acc[k] &= base[k]
-						z |= acc[k]
-					}
-				}
-				if z == 0 {
-					break
-				}
-			}
+			acc := andChunk(cur, all, w0)
 			for k, x := range acc {
 				if x == 0 {
 					continue
@@ -667,6 +636,55 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			}
 		}
 	}
+}
+
+// andChunk returns the candidates of the chunk of chunkWords words from word
+// w0: all, ANDed with each cursor's rules, leaving at the first cursor that
+// empties it. The chunk's words are held in eight variables, not an array,
+// so that they stay in registers: an AND reads the cursor's words alone.
+func andChunk(cur []dimCursor, all []uint64, w0 int) [chunkWords]uint64 {
+	s := (*[chunkWords]uint64)(all[w0:])
+	a0, a1, a2, a3, a4, a5, a6, a7 := s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
+	lo, hi := w0*64, (w0+chunkWords)*64
+	for ci := range cur {
+		c := &cur[ci]
+		b := (*[chunkWords]uint64)(c.base[w0:])
+		switch {
+		case c.list != nil:
+			m := *b
+			for c.pos < len(c.list) {
+				p := int(c.list[c.pos])
+				if p >= hi {
+					break
+				}
+				if p >= lo {
+					m[(p-lo)/64%chunkWords] |= 1 << (p & 63)
+				}
+				c.pos++
+			}
+			a0 &= m[0]
+			a1 &= m[1]
+			a2 &= m[2]
+			a3 &= m[3]
+			a4 &= m[4]
+			a5 &= m[5]
+			a6 &= m[6]
+			a7 &= m[7]
+		default:
+			a0 &= b[0]
+			a1 &= b[1]
+			a2 &= b[2]
+			a3 &= b[3]
+			a4 &= b[4]
+			a5 &= b[5]
+			a6 &= b[6]
+			a7 &= b[7]
+		}
+		if a0|a1|a2|a3|a4|a5|a6|a7 == 0 {
+			break
+		}
+	}
+	return [chunkWords]uint64{a0, a1, a2, a3, a4, a5, a6, a7}
 }
 
 // scanLimit is the order prefix past which no slot improves on the best of
@@ -1288,7 +1306,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		p.setTo(&d.any, &o.any, s, any)
 		p.setTo(&d.absent, &o.absent, s, absent)
 		for off := 0; off < len(d.words); off += nw {
-			if has := d.words[off+s/64]&(1<<(s%64)) != 0; has != (off == dense) {
+			if has := d.words[off+s/64]&(1<<(s%64)) != 0; has != (any || off == dense) {
 				own(&d.words, &o.words)
 				d.words[off+s/64] ^= 1 << (s % 64)
 			}

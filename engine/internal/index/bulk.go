@@ -246,7 +246,7 @@ func Build(rules []*Rule, ends uint8) *Index {
 				}
 				eb.Set(bt.t.value, p)
 			}
-			kp.exact = eb.Map()
+			kp.setExact(eb.Map())
 			first := tv[keys[i].terms[0]].t
 			kb.Set(termKey{first.end, first.key}, kp)
 		}

@@ -66,19 +66,43 @@ const (
 // a.less(b), and a.less(b) implies a.ord <= b.ord: phase, scope, priority,
 // specificity (greater first) and exact entries (greater first), each clamped
 // to its bits; from the first field at its bound, the rest is left zero (equal
-// prefixes fall back to the whole key).
+// prefixes fall back to the whole key). A scan computes it per candidate past
+// a best: a key whose fields are all inside their bounds (every key but the
+// catch-alls' and extreme ones) takes one expression, not the loop.
 func orderPrefix(k *OrderKey) uint64 {
+	if k.Phase < prefixPhaseHi && k.Scope > prefixScopeLo && k.Scope < prefixScopeHi &&
+		k.Priority > prefixPriorityLo && k.Priority < prefixPriorityHi &&
+		k.Total > -prefixRankHi && k.Total < -prefixRankLo && k.Exact > -prefixRankHi && k.Exact < -prefixRankLo {
+		return uint64(int64(k.Phase)-prefixPhaseLo)<<62 | uint64(int64(k.Scope)-prefixScopeLo)<<48 |
+			uint64(int64(k.Priority)-prefixPriorityLo)<<24 | uint64(-int64(k.Total)-prefixRankLo)<<12 |
+			uint64(-int64(k.Exact)-prefixRankLo)
+	}
+	return orderPrefixClamped(k)
+}
+
+// The fields of an order prefix, most significant first: phase 2 bits, scope
+// 14, priority 24, total and exact (negated: greater first) 12 each, and
+// their bounds. A value at a bound is clamped there and ends the prefix.
+const (
+	prefixPhaseLo, prefixPhaseHi       = -1, 2
+	prefixScopeLo, prefixScopeHi       = -(1 << 13) + 1, 1<<13 - 1
+	prefixPriorityLo, prefixPriorityHi = -(1 << 23) + 1, 1<<23 - 1
+	prefixRankLo, prefixRankHi         = -(1 << 11) + 1, 1<<11 - 1
+)
+
+// orderPrefixClamped is orderPrefix field by field, clamping each.
+func orderPrefixClamped(k *OrderKey) uint64 {
 	var x uint64
 	fields := [...]struct {
 		v      int64
 		bits   uint
 		lo, hi int64
 	}{
-		{int64(k.Phase), 2, 0, 3},
-		{int64(k.Scope), 14, -(1 << 13) + 1, 1<<13 - 1},
-		{int64(k.Priority), 24, -(1 << 23) + 1, 1<<23 - 1},
-		{-int64(k.Total), 12, -(1 << 11) + 1, 1<<11 - 1},
-		{-int64(k.Exact), 12, -(1 << 11) + 1, 1<<11 - 1},
+		{int64(k.Phase), 2, prefixPhaseLo, prefixPhaseHi},
+		{int64(k.Scope), 14, prefixScopeLo, prefixScopeHi},
+		{int64(k.Priority), 24, prefixPriorityLo, prefixPriorityHi},
+		{-int64(k.Total), 12, prefixRankLo, prefixRankHi},
+		{-int64(k.Exact), 12, prefixRankLo, prefixRankHi},
 	}
 	var used uint
 	for _, f := range fields {
@@ -168,6 +192,32 @@ type keyPostings struct {
 	// one that comes back costs nothing either. Past pendMax values, every
 	// pending change is written (and dead terms deleted) at once.
 	pend []dfDelta
+	// few holds exact's entries while they are at most fewMax (nil
+	// otherwise): a flow's value of such a key (env, region, zone) is found
+	// by comparing a few strings, where exact hashes it and walks nodes.
+	few []fewValue
+}
+
+// fewValue is one entry of a key of few values (keyPostings.few).
+type fewValue struct {
+	v string
+	p postings
+}
+
+// fewMax bounds the values of a key listed in keyPostings.few.
+const fewMax = 8
+
+// setExact sets kp's exact terms to m, and few from them.
+func (kp *keyPostings) setExact(m pmap.Map[string, postings]) {
+	kp.exact, kp.few = m, nil
+	if n := m.Len(); n == 0 || n > fewMax {
+		return
+	}
+	kp.few = make([]fewValue, 0, m.Len())
+	m.Range(func(v string, p postings) bool {
+		kp.few = append(kp.few, fewValue{v, p})
+		return true
+	})
 }
 
 // dfDelta is a pending change of the df of the exact term of value v.
@@ -719,7 +769,7 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 				eb.Set(c.t.value, p)
 			}
 		}
-		kp.exact = eb.Map()
+		kp.setExact(eb.Map())
 		if kp.presence.df <= 0 && kp.presence.empty() && kp.exact.Len() == 0 {
 			kb.Delete(tk)
 		} else {
@@ -940,7 +990,15 @@ func (ix *Index) collect(end uint8, tags resource.Tags, lists *[2][]List, vals *
 func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
 	vid := valueUnknown
 	kp.presence.reach(lists)
-	if kp.exact.Len() > 0 {
+	if kp.few != nil {
+		for i := range kp.few {
+			if f := &kp.few[i]; f.v == v {
+				vid = f.p.vid
+				f.p.reach(lists)
+				break
+			}
+		}
+	} else if kp.exact.Len() > 0 {
 		if p, ok := kp.exact.Get(v); ok {
 			vid = p.vid
 			p.reach(lists)

@@ -40,7 +40,7 @@ func CheckBits(ix *Index) error {
 				for _, v := range d.vids {
 					eb, list := d.exact(v)
 					for s := 0; s < b.n; s++ {
-						if eb != nil && eb[s/64]&(1<<(s%64)) != 0 {
+						if eb != nil && eb[s/64]&^d.any[s/64]&(1<<(s%64)) != 0 {
 							in[di][s] = append(in[di][s], v)
 						}
 					}
@@ -93,9 +93,14 @@ func CheckBits(ix *Index) error {
 				if past(d.any) || past(d.absent) {
 					return fmt.Errorf("class %d block %d: bits past the slots", cl, bi)
 				}
-				for _, r := range d.refs {
+				for i, r := range d.refs {
 					if r.n != 0 && !slices.IsSorted(d.pos[r.off:r.off+r.n]) {
 						return fmt.Errorf("class %d block %d: positions out of order", cl, bi)
+					}
+					// A value's bitmap holds any's rules.
+					if ws, _ := d.exact(d.vids[i]); ws != nil && (past(ws) ||
+						!slices.EqualFunc(ws, d.any, func(v, a uint64) bool { return v&a == a })) {
+						return fmt.Errorf("class %d block %d dimension %d value %d: its bitmap lacks rules of any, or has bits past the slots", cl, bi, d.kid, d.vids[i])
 					}
 				}
 				want := d
@@ -317,6 +322,9 @@ func CheckLists(ix *Index) error {
 			}
 			return true
 		})
+		if err == nil {
+			err = checkFew(tk, kp)
+		}
 		return err == nil
 	})
 	if err != nil {
@@ -329,6 +337,34 @@ func CheckLists(ix *Index) error {
 		return err
 	}
 	return checkDF(ix, seen)
+}
+
+// checkFew holds a key's few values to its exact terms: each of them, with
+// its postings, while they are at most fewMax, else none.
+func checkFew(tk termKey, kp *keyPostings) error {
+	n := kp.exact.Len()
+	if n == 0 || n > fewMax {
+		if kp.few != nil {
+			return fmt.Errorf("%d/%s: %d few values listed for %d exact terms", tk.end, tk.key, len(kp.few), n)
+		}
+		return nil
+	}
+	if len(kp.few) != n {
+		return fmt.Errorf("%d/%s: %d few values listed, %d exact terms", tk.end, tk.key, len(kp.few), n)
+	}
+	for _, f := range kp.few {
+		p, ok := kp.exact.Get(f.v)
+		if !ok || p.vid != f.p.vid || p.df != f.p.df || !sameList(p.l, f.p.l) {
+			return fmt.Errorf("%d/%s=%s: listed among the few values with other postings than exact's", tk.end, tk.key, f.v)
+		}
+	}
+	return nil
+}
+
+// sameList reports whether a and b are one slice: the same array, length and
+// capacity.
+func sameList(a, b List) bool {
+	return len(a) == len(b) && cap(a) == cap(b) && (cap(a) == 0 || &a[:cap(a)][0] == &b[:cap(b)][0])
 }
 
 // checkByEnd holds the keys listed by end to keys: every key, its own
