@@ -20,6 +20,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
@@ -28,14 +29,19 @@ import (
 
 // bulkBase is one partition's shared start.
 type bulkBase struct {
-	conds     map[string]*keyConds // frozen
-	keys      []string             // the keys of conds, sorted
-	keyConds  []*keyConds          // per key of keys
-	keyIdx    map[string]int32     // index of each key in keys
-	classes   map[string]int32     // frozen: the classes below
-	tags      []resource.Tags      // per class
+	conds    map[string]*keyConds // frozen
+	keys     []string             // the keys of conds, sorted
+	keyConds []*keyConds          // per key of keys
+	keyIdx   map[string]int32     // index of each key in keys
+	classes  map[string]int32     // frozen: the classes below
+	tags     []resource.Tags      // per class
+	// the valid workloads in the inventory's order (Reach sorts what it
+	// answers), each one's class as a source, and their order by name,
+	// computed on first need (Matrix, Impact) and shared by the bases
+	// that keep the workloads
 	workloads []*inventory.WorkloadEntry
-	own       []ClassID // per workload, the class of its own tags
+	own       []ClassID
+	names     *nameOrder
 	// the exact conditions on the outside keys (outside.go), and how many
 	// selectors test each
 	outConds  map[string]*keyConds
@@ -89,9 +95,9 @@ func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 	}
 	// Interned by a Bulk that writes into the base itself.
 	if prev != nil && prev.inv == bb.inv {
-		bb.workloads = prev.workloads
+		bb.workloads, bb.names = prev.workloads, prev.names
 	} else {
-		bb.workloads = workloadsOf(bb.inv)
+		bb.workloads, bb.names = validWorkloads(bb.inv), &nameOrder{}
 	}
 	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
 	b.useKeys(bb)
@@ -212,27 +218,62 @@ func (b *Bulk) peerClass(i int, destination bool, port uint32) (c ClassID, tags 
 	return b.Intern(tags), tags, false
 }
 
-// workloadsOf lists the valid workloads of an inventory (nil: none) by name.
-func workloadsOf(inv *inventory.Inventory) []*inventory.WorkloadEntry {
+// nameOrder is the order by name of a base's workloads: byName[i] is the
+// index of the i-th.
+type nameOrder struct {
+	once   sync.Once
+	byName []int32
+}
+
+// byName returns the base's workloads' indexes in the order of their names.
+func (bb *bulkBase) byName() []int32 {
+	o := bb.names
+	o.once.Do(func() { o.byName = orderByName(bb.workloads) })
+	return o.byName
+}
+
+// validWorkloads lists the valid workloads of an inventory (nil: none) in
+// no particular order.
+func validWorkloads(inv *inventory.Inventory) []*inventory.WorkloadEntry {
 	if inv == nil {
 		return nil
 	}
-	// Sorted by the names beside the entries: a comparison reads no entry.
-	type named struct {
-		name string
-		e    *inventory.WorkloadEntry
-	}
-	byName := make([]named, 0, inv.ByName.Len())
-	inv.ByName.Range(func(name string, e *inventory.WorkloadEntry) bool {
+	out := make([]*inventory.WorkloadEntry, 0, inv.ByName.Len())
+	inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
 		if e.Err == "" {
-			byName = append(byName, named{name, e})
+			out = append(out, e)
 		}
 		return true
 	})
+	return out
+}
+
+// orderByName returns the indexes of ws in the order of the workloads'
+// names.
+func orderByName(ws []*inventory.WorkloadEntry) []int32 {
+	// Sorted by the names beside the indexes: a comparison reads no entry.
+	type named struct {
+		name string
+		i    int32
+	}
+	byName := make([]named, len(ws))
+	for i, w := range ws {
+		byName[i] = named{w.Workload.Name, int32(i)}
+	}
 	slices.SortFunc(byName, func(a, b named) int { return strings.Compare(a.name, b.name) })
-	out := make([]*inventory.WorkloadEntry, len(byName))
+	out := make([]int32, len(ws))
 	for i := range byName {
-		out[i] = byName[i].e
+		out[i] = byName[i].i
+	}
+	return out
+}
+
+// workloadsOf lists the valid workloads of an inventory (nil: none) by name.
+func workloadsOf(inv *inventory.Inventory) []*inventory.WorkloadEntry {
+	ws := validWorkloads(inv)
+	out := make([]*inventory.WorkloadEntry, len(ws))
+	for i, j := range orderByName(ws) {
+		out[i] = ws[j]
 	}
 	return out
 }

@@ -89,9 +89,11 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 	if b.base != nil {
 		workloads = b.base.workloads
 	} else {
-		workloads = workloadsOf(b.p.Inventory())
+		workloads = validWorkloads(b.p.Inventory())
 	}
 	// Each class of peers is decided once; its answer is kept by class.
+	// The workloads come in no particular order; the allowed are sorted
+	// by name.
 	var byClass []*engine.Decision
 	for i, w := range workloads {
 		var c ClassID
@@ -121,6 +123,7 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 		ans.Entries = append(ans.Entries, ReachEntry{Workload: w.Workload.Name, Identity: id,
 			Tags: tags, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)})
 	}
+	slices.SortFunc(ans.Entries, func(x, y ReachEntry) int { return strings.Compare(x.Workload, y.Workload) })
 	out, notes := b.reachOutside(s, !req.Destination, req.Port, decide)
 	ans.Entries = append(ans.Entries, out...)
 	ans.Notes = notes
@@ -296,7 +299,10 @@ func Matrix(s *engine.Snapshot, req *MatrixRequest, emit func(MatrixEntry) bool)
 	}
 	var all []*inventory.WorkloadEntry
 	if b.base != nil {
-		all = b.base.workloads
+		all = make([]*inventory.WorkloadEntry, len(b.base.workloads))
+		for i, j := range b.base.byName() {
+			all[i] = b.base.workloads[j]
+		}
 	} else {
 		all = workloadsOf(b.p.Inventory())
 	}
