@@ -11,9 +11,10 @@ package analysis
 //     type's policies: which keys are present, which values are named (match,
 //     In, NotIn), which prefixes and CIDRs a value falls under. Two tag sets
 //     that agree on every such condition are decided alike. Intern projects a
-//     tag set onto the keys some selector mentions and replaces each value no
-//     selector names by the first value seen with the same prefixes and
-//     CIDRs: a class, decided on the first tag set interned into it.
+//     tag set onto the keys some selector mentions and codes each value: a
+//     named value by itself, any other by the prefixes and CIDRs it falls
+//     under (one code for all when the key has none): a class, decided on
+//     the first tag set interned into it.
 //     Replicas of one deployment, instances that differ only by a name no
 //     policy names, fall into one class and are decided once per pair and
 //     port.
@@ -29,6 +30,7 @@ package analysis
 //     procedure itself, run on the class's tags.
 
 import (
+	"encoding/binary"
 	"slices"
 	"sync/atomic"
 
@@ -121,39 +123,27 @@ func (b *Bulk) Decisions() int { return b.decisions }
 // was made from (every tag set of it is decided alike), so tags must not
 // be modified after; it allocates only for a new class.
 func (b *Bulk) Intern(tags resource.Tags) ClassID {
-	var ib [16]int32
-	idx := ib[:0] // the keys of tags some selector tests, in keys' order
+	// The key of a class: per key of tags some selector tests, in keys'
+	// order, the key's index and the value's code, as uvarints.
+	buf := b.keyBuf[:0]
 	if len(b.keys) <= 2*len(tags)+8 {
 		for i, k := range b.keys {
-			if _, ok := tags[k]; ok {
-				idx = append(idx, int32(i))
+			if v, ok := tags[k]; ok {
+				buf = b.appendCode(buf, i, v)
 			}
 		}
 	} else {
-		for k := range tags {
+		var ib [16]keyValue
+		kvs := ib[:0]
+		for k, v := range tags {
 			if i, ok := b.keyIdx[k]; ok {
-				idx = append(idx, i)
+				kvs = append(kvs, keyValue{i, v})
 			}
 		}
-		slices.Sort(idx)
-	}
-	buf := b.keyBuf[:0]
-	for _, i := range idx {
-		k, c := b.keys[i], b.keyConds[i]
-		var w *keySeen
-		if b.building {
-			w = &c.seen
-		} else {
-			if b.local == nil {
-				b.local = make([]keySeen, len(b.keys))
-			}
-			w = &b.local[i]
+		slices.SortFunc(kvs, func(x, y keyValue) int { return int(x.i - y.i) })
+		for _, kv := range kvs {
+			buf = b.appendCode(buf, int(kv.i), kv.v)
 		}
-		v := c.canonical(tags[k], w)
-		buf = append(buf, k...)
-		buf = append(buf, 0)
-		buf = append(buf, v...)
-		buf = append(buf, 0)
 	}
 	b.keyBuf = buf
 	if b.base != nil {
@@ -168,6 +158,28 @@ func (b *Bulk) Intern(tags resource.Tags) ClassID {
 	b.tags = append(b.tags, tags)
 	b.classes[string(buf)] = id
 	return ClassID(id)
+}
+
+// keyValue is a tag of a tag set by its key's index in the Bulk's keys.
+type keyValue struct {
+	i int32
+	v string
+}
+
+// appendCode appends the i-th key's index and the code of its value v.
+func (b *Bulk) appendCode(buf []byte, i int, v string) []byte {
+	c := b.keyConds[i]
+	var w *keySeen
+	if b.building {
+		w = &c.seen
+	} else {
+		if b.local == nil {
+			b.local = make([]keySeen, len(b.keys))
+		}
+		w = &b.local[i]
+	}
+	buf = binary.AppendUvarint(buf, uint64(i))
+	return binary.AppendUvarint(buf, uint64(c.code(v, w)))
 }
 
 // Tags returns the tags a class is decided on (shared: do not modify).

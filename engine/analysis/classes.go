@@ -12,59 +12,63 @@ import (
 // keyConds are the conditions the selectors of a partition test on one tag
 // key: the values they name, the prefixes and the CIDRs.
 type keyConds struct {
-	named    map[string]bool
+	named    map[string]int32 // each value named, by its code: 1, 2, ...
 	prefixes []string
 	cidrs    []netip.Prefix
-	// seen is the values interned while the partition's base was built:
-	// frozen once built (a Bulk writes what it sees first to its own).
+	// seen is the signatures met while the partition's base was built:
+	// frozen once built (a Bulk writes what it meets first to its own).
 	seen keySeen
 }
 
-// keySeen is, for one key, the first value seen per signature (reps) and
-// each value's canonical value (memo; kept only when the key has prefixes
-// or CIDRs, as computing a signature is otherwise free).
+// keySeen is, for one key with prefixes or CIDRs, the code of each
+// signature met (sigs) and of each value no selector names (memo).
 type keySeen struct {
-	reps map[string]string
-	memo map[string]string
+	sigs map[string]int32
+	memo map[string]int32
 }
 
-// canonical returns the value a class holds for v: v when a selector names
-// it, else the first value seen with v's signature — in c.seen, or else in
-// w, where a value seen first is written (w may be &c.seen while the base
-// is built).
-func (c *keyConds) canonical(v string, w *keySeen) string {
-	if c.named[v] {
-		return v
+// code returns the code of v as a class holds it: the value's own when a
+// selector names it; else 0 when the key has neither prefixes nor CIDRs,
+// or the code of v's signature — in c.seen, or else in w, where a
+// signature met first is written (w may be &c.seen while the base is
+// built). Two values have one code iff every condition on the key treats
+// them alike.
+func (c *keyConds) code(v string, w *keySeen) int32 {
+	if n, ok := c.named[v]; ok {
+		return n
 	}
-	sig := ""
-	split := len(c.prefixes)+len(c.cidrs) > 0
-	if split {
-		if out, ok := c.seen.memo[v]; ok {
-			return out
-		}
-		if out, ok := w.memo[v]; ok {
-			return out
-		}
-		sig = c.signature(v)
+	if len(c.prefixes)+len(c.cidrs) == 0 {
+		return 0
 	}
-	rep, ok := c.seen.reps[sig]
+	if n, ok := c.seen.memo[v]; ok {
+		return n
+	}
+	own := w != &c.seen
+	if n, ok := w.memo[v]; ok && own {
+		return n
+	}
+	sig := c.signature(v)
+	n, ok := c.seen.sigs[sig]
+	if !ok && own {
+		n, ok = w.sigs[sig]
+	}
 	if !ok {
-		rep, ok = w.reps[sig]
-	}
-	if !ok {
-		rep = v
-		if w.reps == nil {
-			w.reps = map[string]string{}
+		// After the codes of the named values and of the signatures
+		// met before: a Bulk's own never meet the base's.
+		n = int32(len(c.named) + len(c.seen.sigs) + 1)
+		if own {
+			n += int32(len(w.sigs))
 		}
-		w.reps[sig] = v
-	}
-	if split {
-		if w.memo == nil {
-			w.memo = map[string]string{}
+		if w.sigs == nil {
+			w.sigs = map[string]int32{}
 		}
-		w.memo[v] = rep
+		w.sigs[sig] = n
 	}
-	return rep
+	if w.memo == nil {
+		w.memo = map[string]int32{}
+	}
+	w.memo[v] = n
+	return n
 }
 
 // signature is which prefixes and CIDRs v falls under, as text.
@@ -132,7 +136,9 @@ func addCondition(conds map[string]*keyConds, k string, kind uint8, v string) {
 	c := condsFor(conds, k)
 	switch kind {
 	case condNamed:
-		c.named[v] = true
+		if _, ok := c.named[v]; !ok {
+			c.named[v] = int32(len(c.named) + 1)
+		}
 	case condPrefix:
 		c.prefixes = append(c.prefixes, v)
 	case condCIDR:
@@ -152,7 +158,7 @@ func covered(conds map[string]*keyConds, s *resource.Selector) bool {
 		case c == nil:
 			ok = false
 		case kind == condNamed:
-			ok = c.named[v]
+			_, ok = c.named[v]
 		case kind == condPrefix:
 			ok = slices.Contains(c.prefixes, v)
 		case kind == condCIDR:
@@ -216,7 +222,7 @@ func policySelectors(p *resource.Policy) []*resource.Selector {
 func condsFor(m map[string]*keyConds, k string) *keyConds {
 	c, ok := m[k]
 	if !ok {
-		c = &keyConds{named: map[string]bool{}}
+		c = &keyConds{named: map[string]int32{}}
 		m[k] = c
 	}
 	return c
