@@ -18,9 +18,11 @@ package analysis
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
@@ -97,7 +99,7 @@ func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 	if prev != nil && prev.inv == bb.inv {
 		bb.workloads, bb.names = prev.workloads, prev.names
 	} else {
-		bb.workloads, bb.names = validWorkloads(bb.inv), &nameOrder{}
+		bb.workloads, bb.names = inMemoryOrder(validWorkloads(bb.inv)), &nameOrder{}
 	}
 	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
 	b.useKeys(bb)
@@ -246,6 +248,47 @@ func validWorkloads(inv *inventory.Inventory) []*inventory.WorkloadEntry {
 		return true
 	})
 	return out
+}
+
+// inMemoryOrder orders ws by where their workloads lie in memory: a walk
+// over them then reads memory forward, which the inventory's order (by
+// hash) does not. A radix sort of the addresses, 16 bits a pass.
+func inMemoryOrder(ws []*inventory.WorkloadEntry) []*inventory.WorkloadEntry {
+	if len(ws) < 2 {
+		return ws
+	}
+	type at struct {
+		a uint64
+		e *inventory.WorkloadEntry
+	}
+	l := make([]at, len(ws))
+	var lo, hi uint64 = math.MaxUint64, 0
+	for i, w := range ws {
+		a := uint64(uintptr(unsafe.Pointer(w.Workload)))
+		l[i] = at{a, w}
+		lo, hi = min(lo, a), max(hi, a)
+	}
+	tmp := make([]at, len(ws))
+	var count [1<<16 + 1]int32
+	for shift := 0; shift < 64 && (hi-lo)>>shift > 0; shift += 16 {
+		clear(count[:])
+		for _, x := range l {
+			count[((x.a-lo)>>shift)&0xffff+1]++
+		}
+		for i := 1; i < len(count); i++ {
+			count[i] += count[i-1]
+		}
+		for _, x := range l {
+			b := ((x.a - lo) >> shift) & 0xffff
+			tmp[count[b]] = x
+			count[b]++
+		}
+		l, tmp = tmp, l
+	}
+	for i := range l {
+		ws[i] = l[i].e
+	}
+	return ws
 }
 
 // orderByName returns the indexes of ws in the order of the workloads'
