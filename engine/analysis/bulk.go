@@ -62,10 +62,10 @@ type Bulk struct {
 	answers   map[bulkKey]*engine.Decision
 	bits      [2]*ruleBits // the enforced and the audit rules in order; built on first need
 	bitsOK    bool
-	uses      [2]map[ClassID]int32 // per end, the decisions of each class
-	scan      bulkScan             // the current flow's masks (Decide)
-	pair      pairScan             // DecidePorts's state
-	decisions int                  // decisions made: distinct (class, class, protocol, port)
+	uses      [2][]int32 // per end and class, the decisions the class took
+	scan      bulkScan   // the current flow's masks (Decide)
+	pair      pairScan   // DecidePorts's state
+	decisions int        // decisions made: distinct (class, class, protocol, port)
 	// the outside classes (outside.go), computed on first need
 	outside      []outsideClass
 	outsideNotes []string
@@ -99,7 +99,7 @@ func NewBulk(s *engine.Snapshot, mesh, typ string) (*Bulk, error) {
 		return nil, err
 	}
 	b := &Bulk{p: p, mesh: p.Mesh(), typ: p.Type(), classes: map[string]int32{},
-		answers: map[bulkKey]*engine.Decision{}, uses: [2]map[ClassID]int32{{}, {}}}
+		answers: map[bulkKey]*engine.Decision{}}
 	if p.Closed() {
 		b.closed = true
 		return b, nil
@@ -194,6 +194,14 @@ func (b *Bulk) Decide(src, dst ClassID, proto resource.Protocol, port uint32) *e
 		return d
 	}
 	d := &engine.Decision{}
+	b.decideInto(src, dst, proto, port, d)
+	b.answers[k] = d
+	return d
+}
+
+// decideInto decides the flow from class src to class dst into d, as
+// Decide does, for a caller that keeps the answers itself.
+func (b *Bulk) decideInto(src, dst ClassID, proto resource.Protocol, port uint32, d *engine.Decision) {
 	b.decisions++
 	var pre engine.Prefilter
 	if !b.closed {
@@ -203,8 +211,6 @@ func (b *Bulk) Decide(src, dst ClassID, proto resource.Protocol, port uint32) *e
 	}
 	f := index.Flow{Src: b.tags[src], Dst: b.tags[dst], Proto: proto, Port: port}
 	b.p.Decide(&f, pre, d)
-	b.answers[k] = d
-	return d
 }
 
 // prepare sets the masks of a flow into b.scan; nil when the partition has
@@ -215,9 +221,13 @@ func (b *Bulk) prepare(src, dst ClassID, proto resource.Protocol, port uint32) *
 	}
 	var keep [2]bool
 	for end, c := range [2]ClassID{src, dst} {
-		n := b.uses[end][c] + 1
-		b.uses[end][c] = n
-		keep[end] = n >= keepAfter || keepAlways.Load()
+		u := b.uses[end]
+		if int(c) >= len(u) {
+			u = append(u, make([]int32, int(c)+1-len(u)+len(u)/2)...)
+			b.uses[end] = u
+		}
+		u[c]++
+		keep[end] = u[c] >= keepAfter || keepAlways.Load()
 	}
 	for i, rb := range b.bits {
 		sl := &b.scan.lists[i]

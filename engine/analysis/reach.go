@@ -79,11 +79,24 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 	}
 	ans := &ReachAnswer{Revision: s.Revision(), Endpoint: res}
 	fixed := b.Intern(res.Tags)
+	// Each class of peers is decided once; its answer is kept by class.
+	answers := make([]engine.Decision, len(b.tags))
+	decided := make([]bool, len(b.tags))
 	decide := func(peer ClassID) *engine.Decision {
-		if req.Destination {
-			return b.Decide(peer, fixed, req.Protocol, req.Port)
+		if int(peer) >= len(decided) {
+			n := int(peer) + 1 - len(decided) + len(decided)/4
+			answers, decided = append(answers, make([]engine.Decision, n)...), append(decided, make([]bool, n)...)
 		}
-		return b.Decide(fixed, peer, req.Protocol, req.Port)
+		d := &answers[peer]
+		if !decided[peer] {
+			src, dst := fixed, peer
+			if req.Destination {
+				src, dst = peer, fixed
+			}
+			b.decideInto(src, dst, req.Protocol, req.Port, d)
+			decided[peer] = true
+		}
+		return d
 	}
 	var workloads []*inventory.WorkloadEntry
 	if b.base != nil {
@@ -91,10 +104,8 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 	} else {
 		workloads = validWorkloads(b.p.Inventory())
 	}
-	// Each class of peers is decided once; its answer is kept by class.
 	// The workloads come in no particular order; the allowed are sorted
 	// by name.
-	var byClass []*engine.Decision
 	for i, w := range workloads {
 		var c ClassID
 		var tags resource.Tags
@@ -105,14 +116,7 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 			tags = peerTags(w, !req.Destination, req.Port)
 			c = b.Intern(tags)
 		}
-		for int(c) >= len(byClass) {
-			byClass = append(byClass, nil)
-		}
-		d := byClass[c]
-		if d == nil {
-			d = decide(c)
-			byClass[c] = d
-		}
+		d := decide(c)
 		if d.Action != resource.Allow {
 			continue
 		}
