@@ -19,6 +19,7 @@ package analysis
 import (
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -104,20 +105,24 @@ func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
 	b.useKeys(bb)
 	bb.own = make([]ClassID, len(bb.workloads))
-	// Replicas with one tag set share an identity: the set is interned
-	// once (the sets compared, as whatever an identity keys verifies it).
-	type interned struct {
-		c    ClassID
-		tags resource.Tags
+	// Replicas with one tag set share one map of tags (the inventory
+	// interns them), never modified: a map met lately is interned once,
+	// found by its address in a small direct-mapped table.
+	type met struct {
+		m unsafe.Pointer
+		c ClassID
 	}
-	byID := make(map[uint64]interned, len(bb.workloads))
+	const metBits = 13
+	lately := make([]met, 1<<metBits)
 	for i, w := range bb.workloads {
-		if in, ok := byID[w.ID]; ok && resource.SameTagSet(in.tags, w.Workload.Tags) {
-			bb.own[i] = in.c
+		m := reflect.ValueOf(w.Workload.Tags).UnsafePointer()
+		slot := &lately[uint64(uintptr(m)>>4)*0x9e3779b97f4a7c15>>(64-metBits)]
+		if slot.m == m && m != nil {
+			bb.own[i] = slot.c
 			continue
 		}
 		bb.own[i] = b.Intern(w.Workload.Tags)
-		byID[w.ID] = interned{bb.own[i], w.Workload.Tags}
+		*slot = met{m, bb.own[i]}
 	}
 	bb.classes, bb.tags = b.classes, b.tags
 	return bb
