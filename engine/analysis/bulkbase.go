@@ -78,6 +78,20 @@ func baseOf(p *engine.Partition) *bulkBase {
 func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 	bb := &bulkBase{conds: map[string]*keyConds{}, outCounts: map[outsideCond]int32{}, inv: p.Inventory(),
 		pset: p.PolicySet()}
+	// Beside the conditions, a goroutine lists the workloads in memory
+	// order, then puts the rules in order for the first decision: on two
+	// cores, the first question waits for neither alone.
+	listed := make(chan []*inventory.WorkloadEntry, 1)
+	keep := prev != nil && prev.inv == bb.inv
+	go func() {
+		if keep {
+			listed <- prev.workloads
+		} else {
+			listed <- inMemoryOrder(validWorkloads(bb.inv))
+		}
+		ruleOrderOf(p, false)
+		ruleOrderOf(p, true)
+	}()
 	for _, sv := range p.Scopes() {
 		bb.scopes = append(bb.scopes, sv.Doc)
 	}
@@ -97,10 +111,9 @@ func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 		bb.keyConds[i], bb.keyIdx[k] = bb.conds[k], int32(i)
 	}
 	// Interned by a Bulk that writes into the base itself.
-	if prev != nil && prev.inv == bb.inv {
-		bb.workloads, bb.names = prev.workloads, prev.names
-	} else {
-		bb.workloads, bb.names = inMemoryOrder(validWorkloads(bb.inv)), &nameOrder{}
+	bb.workloads, bb.names = <-listed, &nameOrder{}
+	if keep {
+		bb.names = prev.names
 	}
 	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
 	b.useKeys(bb)
