@@ -47,14 +47,12 @@ type Bulk struct {
 	closed    bool      // an invalid stored resource closes the partition
 	base      *bulkBase // the partition's shared start (nil: closed)
 	// interning (classes.go, bulkbase.go): the keys some selector tests,
-	// sorted, and their conditions; per key, the values this Bulk saw
-	// first (local); the classes beside the base's; building: the Bulk
-	// builds the base and writes into it
+	// sorted, and their conditions; per key, the signatures of the values
+	// met (memo); the classes beside the base's
 	keys      []string
 	keyConds  []*keyConds
 	keyIdx    map[string]int32
-	local     []keySeen
-	building  bool
+	memo      []map[string]string
 	keyBuf    []byte
 	outConds  map[string]*keyConds // the outside keys' exact conditions
 	classes   map[string]int32
@@ -124,7 +122,7 @@ func (b *Bulk) Decisions() int { return b.decisions }
 // be modified after; it allocates only for a new class.
 func (b *Bulk) Intern(tags resource.Tags) ClassID {
 	// The key of a class: per key of tags some selector tests, in keys'
-	// order, the key's index and the value's code, as uvarints.
+	// order, the key's index (a uvarint) and the value's code.
 	buf := b.keyBuf[:0]
 	if len(b.keys) <= 2*len(tags)+8 {
 		for i, k := range b.keys {
@@ -168,18 +166,11 @@ type keyValue struct {
 
 // appendCode appends the i-th key's index and the code of its value v.
 func (b *Bulk) appendCode(buf []byte, i int, v string) []byte {
-	c := b.keyConds[i]
-	var w *keySeen
-	if b.building {
-		w = &c.seen
-	} else {
-		if b.local == nil {
-			b.local = make([]keySeen, len(b.keys))
-		}
-		w = &b.local[i]
+	if b.memo == nil {
+		b.memo = make([]map[string]string, len(b.keys))
 	}
 	buf = binary.AppendUvarint(buf, uint64(i))
-	return binary.AppendUvarint(buf, uint64(c.code(v, w)))
+	return b.keyConds[i].appendCode(buf, v, &b.memo[i])
 }
 
 // Tags returns the tags a class is decided on (shared: do not modify).

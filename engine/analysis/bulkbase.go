@@ -110,12 +110,11 @@ func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 	for i, k := range bb.keys {
 		bb.keyConds[i], bb.keyIdx[k] = bb.conds[k], int32(i)
 	}
-	// Interned by a Bulk that writes into the base itself.
 	bb.workloads, bb.names = <-listed, &nameOrder{}
 	if keep {
 		bb.names = prev.names
 	}
-	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
+	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4)}
 	b.useKeys(bb)
 	bb.own = make([]ClassID, len(bb.workloads))
 	// Replicas with one tag set share one map of tags (the inventory

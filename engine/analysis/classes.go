@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,80 +16,47 @@ type keyConds struct {
 	named    map[string]int32 // each value named, by its code: 1, 2, ...
 	prefixes []string
 	cidrs    []netip.Prefix
-	// seen is the signatures met while the partition's base was built:
-	// frozen once built (a Bulk writes what it meets first to its own).
-	seen keySeen
 }
 
-// keySeen is, for one key with prefixes or CIDRs, the code of each
-// signature met (sigs) and of each value no selector names (memo).
-type keySeen struct {
-	sigs map[string]int32
-	memo map[string]int32
-}
-
-// code returns the code of v as a class holds it: the value's own when a
-// selector names it; else 0 when the key has neither prefixes nor CIDRs,
-// or the code of v's signature — in c.seen, or else in w, where a
-// signature met first is written (w may be &c.seen while the base is
-// built). Two values have one code iff every condition on the key treats
-// them alike.
-func (c *keyConds) code(v string, w *keySeen) int32 {
+// appendCode appends to buf the code of v as a class holds it: a value
+// named by its own code; any other by 0 and, when the key has prefixes or
+// CIDRs, the signature of v (of a length fixed per key), found in memo or
+// computed and written there. Two values have one code iff every
+// condition on the key treats them alike.
+func (c *keyConds) appendCode(buf []byte, v string, memo *map[string]string) []byte {
 	if n, ok := c.named[v]; ok {
-		return n
+		return binary.AppendUvarint(buf, uint64(n))
 	}
+	buf = append(buf, 0)
 	if len(c.prefixes)+len(c.cidrs) == 0 {
-		return 0
+		return buf
 	}
-	if n, ok := c.seen.memo[v]; ok {
-		return n
-	}
-	own := w != &c.seen
-	if n, ok := w.memo[v]; ok && own {
-		return n
-	}
-	sig := c.signature(v)
-	n, ok := c.seen.sigs[sig]
-	if !ok && own {
-		n, ok = w.sigs[sig]
-	}
+	sig, ok := (*memo)[v]
 	if !ok {
-		// After the codes of the named values and of the signatures
-		// met before: a Bulk's own never meet the base's.
-		n = int32(len(c.named) + len(c.seen.sigs) + 1)
-		if own {
-			n += int32(len(w.sigs))
+		sig = c.signature(v)
+		if *memo == nil {
+			*memo = map[string]string{}
 		}
-		if w.sigs == nil {
-			w.sigs = map[string]int32{}
-		}
-		w.sigs[sig] = n
+		(*memo)[v] = sig
 	}
-	if w.memo == nil {
-		w.memo = map[string]int32{}
-	}
-	w.memo[v] = n
-	return n
+	return append(buf, sig...)
 }
 
-// signature is which prefixes and CIDRs v falls under, as text.
+// signature is which prefixes and CIDRs v falls under, a bit each.
 func (c *keyConds) signature(v string) string {
-	buf := make([]byte, 0, len(c.prefixes)+len(c.cidrs))
-	for _, p := range c.prefixes {
-		buf = append(buf, boolByte(strings.HasPrefix(v, p)))
+	buf := make([]byte, (len(c.prefixes)+len(c.cidrs)+7)/8)
+	for i, p := range c.prefixes {
+		if strings.HasPrefix(v, p) {
+			buf[i/8] |= 1 << (i % 8)
+		}
 	}
 	a, err := netip.ParseAddr(v)
-	for _, p := range c.cidrs {
-		buf = append(buf, boolByte(err == nil && p.Contains(a.Unmap())))
+	for j, p := range c.cidrs {
+		if i := len(c.prefixes) + j; err == nil && p.Contains(a.Unmap()) {
+			buf[i/8] |= 1 << (i % 8)
+		}
 	}
 	return string(buf)
-}
-
-func boolByte(b bool) byte {
-	if b {
-		return '1'
-	}
-	return '0'
 }
 
 // The kinds of condition a selector tests on a key.
