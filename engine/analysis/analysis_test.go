@@ -312,8 +312,9 @@ func derivedSnapshots(c *worldgen.Choices, w *analysisWorld) []*engine.Snapshot 
 }
 
 // TestAnalysisMatchesDecide holds Reach and Matrix to brute-force Decide,
-// with each class's masks (bulk.go) kept from its second decision, then from
-// its first.
+// with each class's masks (bulk.go) kept from its second decision and the
+// workloads interned by one Bulk, then with the masks kept from the first
+// decision and the workloads interned by two, a half each (bulkbase.go).
 func TestAnalysisMatchesDecide(t *testing.T) {
 	n := 300
 	if testing.Short() {
@@ -321,11 +322,13 @@ func TestAnalysisMatchesDecide(t *testing.T) {
 	}
 	for _, forced := range []bool{false, true} {
 		analysis.KeepMasks(forced)
+		analysis.SplitInterning(forced)
 		for i := 0; i < n; i++ {
 			checkAnalysis(t, worldgen.SeedBytes(5_000_000+i))
 		}
 	}
 	analysis.KeepMasks(false)
+	analysis.SplitInterning(false)
 }
 
 func FuzzAnalysisMatchesDecide(f *testing.F) {
