@@ -335,7 +335,16 @@ func FuzzAnalysisMatchesDecide(f *testing.F) {
 	for i := 0; i < 10; i++ {
 		f.Add(worldgen.SeedBytes(5_100_000 + i))
 	}
-	f.Fuzz(checkAnalysis)
+	f.Fuzz(func(t *testing.T, seed []byte) { withSplit(seed, func() { checkAnalysis(t, seed) }) })
+}
+
+// withSplit runs check with the workloads of every base interned in two
+// halves for half the seeds (by their last byte), by one Bulk for the
+// others.
+func withSplit(seed []byte, check func()) {
+	analysis.SplitInterning(len(seed) > 0 && seed[len(seed)-1]&1 == 1)
+	defer analysis.SplitInterning(false)
+	check()
 }
 
 // genChange proposes a change to a world: a policy rewritten, added or
@@ -544,5 +553,5 @@ func FuzzImpactMatchesDecide(f *testing.F) {
 	for i := 0; i < 10; i++ {
 		f.Add(worldgen.SeedBytes(6_100_000 + i))
 	}
-	f.Fuzz(checkImpact)
+	f.Fuzz(func(t *testing.T, seed []byte) { withSplit(seed, func() { checkImpact(t, seed) }) })
 }
