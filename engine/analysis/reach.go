@@ -79,9 +79,11 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 	}
 	ans := &ReachAnswer{Revision: s.Revision(), Endpoint: res}
 	fixed := b.Intern(res.Tags)
-	// Each class of peers is decided once; its answer is kept by class.
-	answers := make([]engine.Decision, len(b.tags))
-	decided := make([]bool, len(b.tags))
+	// Each class of peers is decided once; its answer is kept by class,
+	// room made for the classes of the outside too.
+	outside, _ := b.outsideClasses()
+	answers := make([]engine.Decision, len(b.tags)+len(outside))
+	decided := make([]bool, len(answers))
 	decide := func(peer ClassID) *engine.Decision {
 		if int(peer) >= len(decided) {
 			n := int(peer) + 1 - len(decided) + len(decided)/4
