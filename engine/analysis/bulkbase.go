@@ -17,6 +17,7 @@ package analysis
 // classes, which list conditions, read counted conditions that are exact.
 
 import (
+	"cmp"
 	"maps"
 	"math"
 	"reflect"
@@ -40,10 +41,10 @@ type bulkBase struct {
 	keyIdx   map[string]int32     // index of each key in keys
 	classes  map[string]int32     // frozen: the classes below
 	tags     []resource.Tags      // per class
-	// the valid workloads in the inventory's order (Reach sorts what it
-	// answers), each one's class as a source, and their order by name,
-	// computed on first need (Matrix, Impact) and shared by the bases
-	// that keep the workloads
+	// the valid workloads in the order they lie in memory (Reach sorts
+	// what it answers), each one's class as a source, and their order by
+	// name, computed on first need (Matrix, Impact) and shared by the
+	// bases that keep the workloads
 	workloads []*inventory.WorkloadEntry
 	own       []ClassID
 	names     *nameOrder
@@ -332,11 +333,9 @@ func validWorkloads(inv *inventory.Inventory) []*inventory.WorkloadEntry {
 
 // inMemoryOrder orders ws by where their workloads lie in memory: a walk
 // over them then reads memory forward, which the inventory's order (by
-// hash) does not. A radix sort of the addresses, 16 bits a pass.
+// hash) does not. Many are ordered by a radix sort of the addresses, 16
+// bits a pass.
 func inMemoryOrder(ws []*inventory.WorkloadEntry) []*inventory.WorkloadEntry {
-	if len(ws) < 2 {
-		return ws
-	}
 	type at struct {
 		a uint64
 		e *inventory.WorkloadEntry
@@ -348,22 +347,25 @@ func inMemoryOrder(ws []*inventory.WorkloadEntry) []*inventory.WorkloadEntry {
 		l[i] = at{a, w}
 		lo, hi = min(lo, a), max(hi, a)
 	}
-	tmp := make([]at, len(ws))
-	var count [1<<16 + 1]int32
-	for shift := 0; shift < 64 && (hi-lo)>>shift > 0; shift += 16 {
-		clear(count[:])
-		for _, x := range l {
-			count[((x.a-lo)>>shift)&0xffff+1]++
+	if len(ws) < 1<<12 {
+		slices.SortFunc(l, func(x, y at) int { return cmp.Compare(x.a, y.a) })
+	} else {
+		tmp, count := make([]at, len(ws)), make([]int32, 1<<16+1)
+		for shift := 0; shift < 64 && (hi-lo)>>shift > 0; shift += 16 {
+			clear(count)
+			for _, x := range l {
+				count[((x.a-lo)>>shift)&0xffff+1]++
+			}
+			for i := 1; i < len(count); i++ {
+				count[i] += count[i-1]
+			}
+			for _, x := range l {
+				b := ((x.a - lo) >> shift) & 0xffff
+				tmp[count[b]] = x
+				count[b]++
+			}
+			l, tmp = tmp, l
 		}
-		for i := 1; i < len(count); i++ {
-			count[i] += count[i-1]
-		}
-		for _, x := range l {
-			b := ((x.a - lo) >> shift) & 0xffff
-			tmp[count[b]] = x
-			count[b]++
-		}
-		l, tmp = tmp, l
 	}
 	for i := range l {
 		ws[i] = l[i].e
