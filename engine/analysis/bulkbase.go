@@ -3,7 +3,7 @@ package analysis
 // What every bulk evaluation of one (mesh, type) on one snapshot starts
 // from, computed once per snapshot on first need and shared (read only) by
 // its Bulks: the conditions the partition's selectors test, the valid
-// workloads by name, and each workload's class as a source (its own tags).
+// workloads, and each workload's class as a source (its own tags).
 // A Bulk writes what it interns to maps of its own beside the base's; Reach
 // on a snapshot it has answered before interns no workload. The base lives
 // in the snapshot, so it dies with it and never serves another revision.
