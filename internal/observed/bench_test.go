@@ -37,22 +37,38 @@ func BenchmarkBatch(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/flow")
 }
 
-// BenchmarkObserve counts single decisions of 1,000 distinct flows between
-// workloads, as Decide, DecideBatch, DecideStream and Check do.
+// BenchmarkObserve counts single decisions, as Decide, DecideBatch,
+// DecideStream and Check do: 1,000 flows between 1,000 workloads (the
+// table in the caches), and 100,000 flows between 16,384 ends given as
+// tags, as the load test's batch and stream scenarios send them (the
+// table's lines mostly missing the caches).
 func BenchmarkObserve(b *testing.B) {
-	ends := make([]End, 1000)
-	for i := range ends {
-		ends[i] = End{Given: inventory.Endpoint{Workload: fmt.Sprint("w-", i)}, Tags: resource.Tags{"app": fmt.Sprint(i)}, Identity: uint64(i + 1)}
+	for _, c := range []struct {
+		name         string
+		ends, flows  int
+		workloadEnds bool
+	}{{"workloads=1000/flows=1000", 1000, 1000, true}, {"tags=16384/flows=100000", 16384, 100000, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			ends := make([]End, c.ends)
+			for i := range ends {
+				tags := resource.Tags{"app": fmt.Sprint(i), "version": "v1"}
+				ends[i] = End{Given: inventory.Endpoint{Tags: tags}, Tags: tags, Identity: resource.Identity("m", tags)}
+				if c.workloadEnds {
+					ends[i].Given = inventory.Endpoint{Workload: fmt.Sprint("w-", i)}
+				}
+			}
+			tab := New(Config{})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				d := Decision{Mesh: "m", Protocol: resource.TCP, Port: 8080, Action: resource.Allow, Policy: "p", Revision: 1}
+				x := uint64(1)
+				for pb.Next() {
+					x = x*0x9E3779B97F4A7C15 + 1 // a flow of c.flows, in no order
+					f := int(x>>33) % c.flows
+					d.Source, d.Destination = ends[f%c.ends], ends[(f/c.ends*7919+f*31)%c.ends]
+					tab.Observe(&d)
+				}
+			})
+		})
 	}
-	tab := New(Config{})
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		d := Decision{Mesh: "m", Protocol: resource.TCP, Port: 8080, Action: resource.Allow, Policy: "p", Revision: 1}
-		i := 0
-		for pb.Next() {
-			d.Source, d.Destination = ends[i%1000], ends[(i*7)%1000]
-			tab.Observe(&d)
-			i++
-		}
-	})
 }

@@ -44,10 +44,7 @@ type endEntry struct {
 	tags     resource.Tags // as last resolved
 	identity uint64
 	refs     int32
-	// gen counts the entry's frees: an id found without a pin names the
-	// same end as a flow's only while the gens agree (Table.add).
-	gen   uint32
-	bytes int64 // as Table.bytes counts it
+	bytes    int64 // as Table.bytes counts it
 }
 
 // endBytes is what an end holds beyond its slot: its names and its tags
@@ -94,21 +91,11 @@ func (k *endKey) shard() int {
 	return int(h>>40) & (endShards - 1)
 }
 
-// pin returns the id of e's end, counted once more, and its gen; false when
-// e's tags collide with another end's by their count (never stored: such a
-// flow is not observed).
-func (t *Table) pin(mt uint32, e *End) (uint32, uint32, bool) {
-	return t.lookup(mt, e, true)
-}
-
-// find is pin without the count: the id may be freed and taken by another
-// end as soon as it returns, unless a flow holds it (its gen then agrees).
-func (t *Table) find(mt uint32, e *End) (uint32, uint32, bool) {
-	return t.lookup(mt, e, false)
-}
-
-func (t *Table) lookup(mt uint32, e *End, pin bool) (uint32, uint32, bool) {
-	k := keyOf(t, mt, e)
+// lookup returns the id of k's end (e's), recording e's resolution; with
+// pin, counted once more (created when new). False when not held (without
+// pin), or when e's tags collide with another end's by their count (never
+// stored: such a flow is not observed).
+func (t *Table) lookup(k endKey, e *End, pin bool) (uint32, bool) {
 	sh := k.shard()
 	s := &t.ends[sh]
 	s.mu.Lock()
@@ -121,7 +108,7 @@ func (t *Table) lookup(mt uint32, e *End, pin bool) (uint32, uint32, bool) {
 		// crafted to collide is counted as the first one's flow, which no
 		// decision reads (the registry and the memo compare tags).
 		if k.form == inventory.FormTags && len(x.given) != len(e.Given.Tags) {
-			return 0, 0, false
+			return 0, false
 		}
 		// The last resolution, when it can have moved: an end given as tags
 		// resolves to those tags (verified just above), and one given by
@@ -135,10 +122,10 @@ func (t *Table) lookup(mt uint32, e *End, pin bool) (uint32, uint32, bool) {
 		if pin {
 			x.refs++
 		}
-		return uint32(i)<<endShardBits | uint32(sh), x.gen, true
+		return uint32(i)<<endShardBits | uint32(sh), true
 	}
 	if !pin {
-		return 0, 0, false
+		return 0, false
 	}
 	var i int32
 	if s.free >= 0 {
@@ -149,14 +136,22 @@ func (t *Table) lookup(mt uint32, e *End, pin bool) (uint32, uint32, bool) {
 		i = int32(len(s.slab) - 1)
 	}
 	x := &s.slab[i]
-	*x = endEntry{key: k, tags: e.Tags, identity: e.Identity, refs: 1, gen: x.gen}
+	*x = endEntry{key: k, tags: e.Tags, identity: e.Identity, refs: 1}
 	if k.form == inventory.FormTags {
 		x.given = e.Given.Tags
 	}
 	x.bytes = endBytes(k, x.given, x.tags)
 	t.bytes.Add(x.bytes)
 	s.index[k] = i
-	return uint32(i)<<endShardBits | uint32(sh), x.gen, true
+	return uint32(i)<<endShardBits | uint32(sh), true
+}
+
+// keyOfID is the key of an end a flow holds.
+func (t *Table) keyOfID(id uint32) endKey {
+	s := &t.ends[id&(endShards-1)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slab[id>>endShardBits].key
 }
 
 // unpin counts an end once less, freeing it with its last flow.
@@ -171,7 +166,7 @@ func (t *Table) unpin(id uint32) {
 	}
 	delete(s.index, x.key)
 	t.bytes.Add(-x.bytes)
-	*x = endEntry{refs: s.free, gen: x.gen + 1}
+	*x = endEntry{refs: s.free}
 	s.free = i
 }
 

@@ -2,7 +2,7 @@ package observed
 
 import (
 	"context"
-	"math/bits"
+	"hash/maphash"
 	"runtime"
 	"slices"
 	"sync"
@@ -66,12 +66,12 @@ type Flow struct {
 
 // Config configures a Table. Zero values take the defaults.
 type Config struct {
-	// Max bounds the flows kept (default DefaultMax); beyond it the least
-	// recently seen are evicted.
+	// Max bounds the flows kept (default DefaultMax); beyond it flows not
+	// seen since the eviction hand last passed are evicted (flowShard).
 	Max int
 	// MaxEndBytes bounds the bytes of the distinct ends' tags and names
-	// (default DefaultMaxEndBytes); beyond it the least recently seen flows
-	// are evicted until their ends are freed.
+	// (default DefaultMaxEndBytes); beyond it flows are evicted the same way
+	// until their ends are freed.
 	MaxEndBytes int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -121,8 +121,8 @@ func New(cfg Config) *Table {
 	t.flows = make([]flowShard, n)
 	for i := range t.flows {
 		f := &t.flows[i]
-		f.index = map[flowKey]int32{}
-		f.head, f.tail, f.free = -1, -1, -1
+		f.index = map[flowFP]int32{}
+		f.free = -1
 	}
 	for i := range t.ends {
 		t.ends[i].index = map[endKey]int32{}
@@ -178,7 +178,7 @@ func (t *Table) Observe(d *Decision) {
 }
 
 // Flows returns the flows of the meshes and types keep accepts (nil: all),
-// most recently seen first within each shard.
+// in no particular order.
 func (t *Table) Flows(keep func(mesh, typ string) bool) []Flow {
 	t.flush()
 	mts := *t.mts.Load()
@@ -186,9 +186,11 @@ func (t *Table) Flows(keep func(mesh, typ string) bool) []Flow {
 	for i := range t.flows {
 		f := &t.flows[i]
 		f.mu.Lock()
-		for j := f.head; j >= 0; {
+		for j := int32(0); j < f.used; j++ {
 			e := f.at(j)
-			j = e.next
+			if e.count == 0 {
+				continue // free
+			}
 			mt := mts[e.key.mt]
 			if keep != nil && !keep(mt.mesh, mt.typ) {
 				continue
@@ -242,39 +244,44 @@ func unpackPort(pp uint32) (resource.Protocol, uint32) {
 // add counts n decisions of a flow seen from first to last, whose last
 // answer is (action, policy, rev).
 func (t *Table) add(mt uint32, src, dst *End, pp uint32, n uint64, first, last int64, action resource.Action, policy string, rev int64) {
-	// A flow seen before is counted without pinning its ends: found by ids
-	// whose gens its entry holds (the ends cannot go while it stays).
-	if s, sg, ok := t.find(mt, src); ok {
-		if d, dg, ok := t.find(mt, dst); ok {
-			k := flowKey{mt: mt, pp: pp, src: s, dst: d}
-			if t.flows[k.shard(len(t.flows))].touch(k, [2]uint16{uint16(sg), uint16(dg)}, n, first, last, action, policy, rev) {
-				return
-			}
-		}
+	sk, dk := keyOf(t, mt, src), keyOf(t, mt, dst)
+	fp := fingerprint(mt, pp, &sk, &dk)
+	// An end named otherwise than by its tags records its last resolution
+	// (an address can change hands); one named by its tags resolves to them.
+	if sk.form != inventory.FormTags {
+		t.lookup(sk, src, false)
 	}
-	s, sg, ok := t.pin(mt, src)
+	if dk.form != inventory.FormTags {
+		t.lookup(dk, dst, false)
+	}
+	sh := fp.shard(len(t.flows))
+	// A flow seen before is counted by its fingerprint alone: one probe, no
+	// end looked up (its entry pins its ends).
+	if t.flows[sh].touch(fp, n, first, last, action, policy, rev) {
+		return
+	}
+	s, ok := t.lookup(sk, src, true)
 	if !ok {
 		return
 	}
-	d, dg, ok := t.pin(mt, dst)
+	d, ok := t.lookup(dk, dst, true)
 	if !ok {
 		t.unpin(s)
 		return
 	}
 	k := flowKey{mt: mt, pp: pp, src: s, dst: d}
-	sh := k.shard(len(t.flows))
-	if !t.flows[sh].add(k, [2]uint16{uint16(sg), uint16(dg)}, n, first, last, action, policy, rev) {
+	if !t.flows[sh].add(fp, k, n, first, last, action, policy, rev) {
 		t.unpin(s)
 		t.unpin(d)
 		return
 	}
-	// A new flow: over a bound, the least recently seen flow of its
-	// shard goes (of the next shard that holds one, when it was the
-	// shard's first), and again while the ends' bytes stay over theirs.
-	// Shards fill alike, so their oldest are alike.
+	// A new flow: over a bound, a flow of its shard not seen since the
+	// eviction hand last passed goes (of the next shard that holds one,
+	// when it was the shard's first), and again while the ends' bytes stay
+	// over theirs. Shards fill alike, so their oldest are alike.
 	over := t.count.Add(1) > int64(t.max)
 	for i := 0; (over || t.bytes.Load() > t.maxBytes) && i < len(t.flows); {
-		gone, ok := t.flows[(sh+i)%len(t.flows)].evict()
+		gone, ok := t.flows[(sh+i)%len(t.flows)].evict(t)
 		if !ok {
 			i++ // this shard is empty: the next
 			continue
@@ -287,28 +294,46 @@ func (t *Table) add(mt uint32, src, dst *End, pp uint32, n uint64, first, last i
 	}
 }
 
-// flowKey names a flow: its mesh and type, protocol and port, and its ends.
+// flowKey is what a flow's entry holds of it: its mesh and type, protocol
+// and port, and its ends.
 type flowKey struct {
 	mt, pp   uint32
 	src, dst uint32 // end ids
 }
 
-func (k flowKey) shard(n int) int {
-	h := (uint64(k.mt)<<32 | uint64(k.pp)) * 0x9E3779B97F4A7C15
-	h ^= (uint64(k.src)<<32 | uint64(k.dst)) * 0xC2B2AE3D27D4EB4F
-	return int(bits.RotateLeft64(h, 32) % uint64(n))
+// flowFP names a flow in its shard's index: 128 bits of a hash, under
+// seeds secret to the process, of its mesh and type, protocol and port, and
+// its ends' keys. Two flows share one with a chance of 2^-128 a pair, and a
+// caller cannot aim at one without the seeds; such a pair would be counted
+// as one flow, which no decision reads.
+type flowFP [2]uint64
+
+var fpSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+type fpInput struct {
+	mt, pp   uint32
+	src, dst endKey
 }
 
-// flowShard holds some of the flows, in order of last sight (a list through
-// the entries, most recent at head).
+func fingerprint(mt, pp uint32, src, dst *endKey) flowFP {
+	in := fpInput{mt: mt, pp: pp, src: *src, dst: *dst}
+	return flowFP{maphash.Comparable(fpSeeds[0], in), maphash.Comparable(fpSeeds[1], in)}
+}
+
+func (fp flowFP) shard(n int) int { return int((fp[0] >> 32) % uint64(n)) }
+
+// flowShard holds some of the flows. Eviction is the clock's (second
+// chance): a count marks its flow, and the hand, passing the entries in
+// turn, unmarks a marked one and evicts the first it finds unmarked — a
+// flow not seen since the hand last passed it, and a new flow seen once
+// before one seen again. A count touches the index and its entry alone.
 type flowShard struct {
 	mu     sync.Mutex
-	index  map[flowKey]int32
+	index  map[flowFP]int32
 	chunks []*[chunk]flowEntry
-	used   int32 // entries handed out of the chunks
-	free   int32 // entries evicted, through next (-1: none)
-	head   int32
-	tail   int32
+	used   int32    // entries handed out of the chunks
+	free   int32    // entries evicted, through next (-1: none)
+	hand   int32    // the entry the clock looks at next
 	_      [64]byte // no false sharing between shards' locks
 }
 
@@ -319,37 +344,35 @@ const chunk = 1024
 type flowEntry struct {
 	key         flowKey
 	first, last int64
-	count       uint64
+	count       uint64 // 0: free
 	rev         int64
 	policy      string
-	prev, next  int32
-	// gens are its ends' gens as it pinned them (the low 16 bits: an id
-	// would be freed 65,536 times between a find and a touch to alias).
-	gens   [2]uint16
-	action resource.Action
+	next        int32 // the next free entry
+	action      resource.Action
+	seen        bool // counted since the hand last passed
 }
 
 func (f *flowShard) at(i int32) *flowEntry { return &f.chunks[i/chunk][i%chunk] }
 
-// touch counts into the flow k when the shard holds it with its ends at
-// gens (false: it does not; nothing is counted).
-func (f *flowShard) touch(k flowKey, gens [2]uint16, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
+// touch counts into the flow fp when the shard holds it (false: it does
+// not; nothing is counted).
+func (f *flowShard) touch(fp flowFP, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i, ok := f.index[k]
-	if !ok || f.at(i).gens != gens {
+	i, ok := f.index[fp]
+	if !ok {
 		return false
 	}
-	f.count(i, n, first, last, action, policy, rev)
+	f.at(i).add(n, first, last, action, policy, rev)
 	return true
 }
 
-// add counts into the flow k, created when new (true) with its ends at gens.
-func (f *flowShard) add(k flowKey, gens [2]uint16, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
+// add counts into the flow fp, created with key k when new (true).
+func (f *flowShard) add(fp flowFP, k flowKey, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if i, ok := f.index[k]; ok {
-		f.count(i, n, first, last, action, policy, rev)
+	if i, ok := f.index[fp]; ok {
+		f.at(i).add(n, first, last, action, policy, rev)
 		return false
 	}
 	var i int32
@@ -363,72 +386,49 @@ func (f *flowShard) add(k flowKey, gens [2]uint16, n uint64, first, last int64, 
 		i = f.used
 		f.used++
 	}
-	*f.at(i) = flowEntry{key: k, gens: gens, first: first, last: last, count: n, rev: rev, policy: policy, action: action, prev: -1, next: -1}
-	f.index[k] = i
-	f.pushHead(i)
+	*f.at(i) = flowEntry{key: k, first: first, last: last, count: n, rev: rev, policy: policy, action: action, next: -1}
+	f.index[fp] = i
 	return true
 }
 
-// count counts n decisions into entry i. f.mu is held.
-func (f *flowShard) count(i int32, n uint64, first, last int64, action resource.Action, policy string, rev int64) {
-	e := f.at(i)
+// add counts n decisions into the entry. Its shard's lock is held.
+func (e *flowEntry) add(n uint64, first, last int64, action resource.Action, policy string, rev int64) {
 	e.count += n
 	e.first = min(e.first, first)
 	if last >= e.last {
 		e.last, e.action, e.policy, e.rev = last, action, policy, rev
 	}
-	f.toHead(i)
+	e.seen = true
 }
 
-// evict removes the least recently seen flow; false when the shard holds
-// none.
-func (f *flowShard) evict() (flowKey, bool) {
+// evict removes the flow the clock's hand finds unmarked; false when the
+// shard holds none. Its fingerprint is its ends' keys' (read under their
+// shards' locks, taken inside this one's: no path takes them the other way).
+func (f *flowShard) evict(t *Table) (flowKey, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := f.tail
-	if i < 0 {
+	if len(f.index) == 0 {
 		return flowKey{}, false
 	}
-	e := f.at(i)
-	k := e.key
-	delete(f.index, k)
-	f.unlink(i)
-	*e = flowEntry{next: f.free}
-	f.free = i
-	return k, true
-}
-
-func (f *flowShard) unlink(i int32) {
-	e := f.at(i)
-	if e.prev >= 0 {
-		f.at(e.prev).next = e.next
-	} else {
-		f.head = e.next
+	for {
+		if f.hand >= f.used {
+			f.hand = 0
+		}
+		i := f.hand
+		f.hand++
+		e := f.at(i)
+		if e.count == 0 {
+			continue
+		}
+		if e.seen {
+			e.seen = false
+			continue
+		}
+		k := e.key
+		sk, dk := t.keyOfID(k.src), t.keyOfID(k.dst)
+		delete(f.index, fingerprint(k.mt, k.pp, &sk, &dk))
+		*e = flowEntry{next: f.free}
+		f.free = i
+		return k, true
 	}
-	if e.next >= 0 {
-		f.at(e.next).prev = e.prev
-	} else {
-		f.tail = e.prev
-	}
-	e.prev, e.next = -1, -1
-}
-
-func (f *flowShard) pushHead(i int32) {
-	e := f.at(i)
-	e.prev, e.next = -1, f.head
-	if f.head >= 0 {
-		f.at(f.head).prev = i
-	}
-	f.head = i
-	if f.tail < 0 {
-		f.tail = i
-	}
-}
-
-func (f *flowShard) toHead(i int32) {
-	if f.head == i {
-		return
-	}
-	f.unlink(i)
-	f.pushHead(i)
 }

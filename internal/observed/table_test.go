@@ -95,7 +95,9 @@ func TestObserveCountsFlowsByTheirEnds(t *testing.T) {
 	}
 }
 
-func TestLeastRecentlySeenIsEvicted(t *testing.T) {
+// TestUnseenFlowIsEvictedFirst: over the bound, the clock's hand passes a
+// flow seen again since it was counted, and evicts one seen once.
+func TestUnseenFlowIsEvictedFirst(t *testing.T) {
 	t.Parallel()
 	var c clock
 	tab := New(Config{Max: 3, Now: c.now})
@@ -106,7 +108,7 @@ func TestLeastRecentlySeenIsEvicted(t *testing.T) {
 	see(1)
 	see(2)
 	see(3)
-	see(1) // 2 is now the least recently seen
+	see(1) // 1 is seen again: 2 goes first
 	see(4)
 	got := map[uint32]bool{}
 	for _, f := range tab.Flows(nil) {
@@ -142,7 +144,7 @@ func TestEndsGoWithTheirLastFlow(t *testing.T) {
 }
 
 // TestEndBytesAreBounded: distinct ends of kilobytes of tags each are held
-// within MaxEndBytes, the least recently seen flows evicted, and the count
+// within MaxEndBytes, flows evicted to keep them, and the count
 // comes back to zero with the last flow's ends.
 func TestEndBytesAreBounded(t *testing.T) {
 	t.Parallel()
@@ -441,10 +443,10 @@ func (b *Batch) Identities(src, dst *inventory.TagSet, proto resource.Protocol, 
 	b.count(src, dst, pp, si, fp, action, policy, rev)
 }
 
-// TestStaleEndIDsCountNothing: an end's id found without a pin can be freed
-// and taken by another end before the flow is looked up; counting by it
-// must then miss, never count into the flow that now holds the ids.
-func TestStaleEndIDsCountNothing(t *testing.T) {
+// TestFreedEndsCountAnew: a flow evicted with its ends, whose end ids other
+// ends then take, is counted as a new flow when seen again — never into
+// the flow that now holds the ids.
+func TestFreedEndsCountAnew(t *testing.T) {
 	t.Parallel()
 	var c clock
 	tab := New(Config{Max: 1, Now: c.now}) // one shard: each new flow evicts the last
@@ -453,37 +455,14 @@ func TestStaleEndIDsCountNothing(t *testing.T) {
 	}
 	a, b := workloadEnd("a", "app", "a"), workloadEnd("b", "app", "b")
 	observe(a, b)
-	mt := tab.meshType("m", "")
-	sa, ga, ok1 := tab.find(mt, &a)
-	sb, gb, ok2 := tab.find(mt, &b)
-	if !ok1 || !ok2 {
-		t.Fatal("the flow's ends are not found")
-	}
-	// c -> d evicts a -> b, freeing a and b; e -> f takes their ids (b's
-	// for e, a's for f) and evicts c -> d. A count of b -> a by the ids
-	// found above would land in e -> f.
-	observe(workloadEnd("c", "app", "c"), workloadEnd("d", "app", "d"))
-	// e in b's end shard, f in a's: each takes the id its shard freed.
-	in := func(like End) End {
-		want := keyOf(tab, mt, &like)
-		for i := 0; ; i++ {
-			e := workloadEnd(fmt.Sprint("e", i), "app", "e")
-			if k := keyOf(tab, mt, &e); k.shard() == want.shard() {
-				return e
-			}
-		}
-	}
-	e, f := in(b), in(a)
-	observe(e, f)
-	if se, _, _ := tab.find(mt, &e); se != sb {
-		t.Fatalf("e took id %d, not b's %d: the test no longer reuses ids", se, sb)
-	}
-	k := flowKey{mt: mt, pp: packPort(resource.TCP, 80), src: sb, dst: sa}
-	if tab.flows[k.shard(len(tab.flows))].touch(k, [2]uint16{uint16(gb), uint16(ga)}, 5, 0, 0, resource.Allow, "", 0) {
-		t.Fatal("counted by ids whose ends were freed since")
-	}
+	observe(workloadEnd("c", "app", "c"), workloadEnd("d", "app", "d")) // a, b freed
+	observe(workloadEnd("e", "app", "e"), workloadEnd("f", "app", "f")) // takes freed ids
+	observe(b, a)
 	fl := tab.Flows(nil)
-	if len(fl) != 1 || fl[0].Count != 1 || fl[0].Source.Given.Workload != e.Given.Workload {
-		t.Fatalf("flows %+v: want e -> f once", fl)
+	if len(fl) != 1 || fl[0].Count != 1 || fl[0].Source.Given.Workload != "b" || fl[0].Destination.Given.Workload != "a" {
+		t.Fatalf("flows %+v: want b -> a once", fl)
+	}
+	if tab.Evicted() != 3 {
+		t.Fatalf("%d evicted, want 3", tab.Evicted())
 	}
 }
