@@ -138,8 +138,7 @@ func (s analysisService) Impact(ctx context.Context, req *verdictv1.ImpactReques
 	return resp, nil
 }
 
-// checkReach checks a Reach request: the endpoint as Decide checks an end,
-// a direction, a protocol and a port.
+// checkReach checks a Reach request: an end as Decide's, direction, port.
 func checkReach(r *verdictv1.ReachRequest) error {
 	var errs fieldErrors
 	p, _ := resource.ParseProtocol(r.GetProtocol())
@@ -161,8 +160,7 @@ func checkReach(r *verdictv1.ReachRequest) error {
 	return errs.err()
 }
 
-// checkMatrix checks a Matrix request: names, the selections' tags, a
-// protocol and a port.
+// checkMatrix checks a Matrix request: names, selections' tags, port.
 func checkMatrix(r *verdictv1.MatrixRequest) error {
 	var errs fieldErrors
 	errs.names(r.GetMesh(), r.GetType())

@@ -110,9 +110,8 @@ type rateLimit struct {
 	suppressed int
 }
 
-// note records an event at now: through (true) when interval has passed
-// since the last event let through, with the count of the events held back
-// since; else held back (false).
+// note records an event at now: through (true), with the count held back
+// since, when interval has passed since the last let through; else false.
 func (r *rateLimit) note(now time.Time) (through bool, suppressed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -418,10 +418,10 @@ func (s decisionService) compactBatch(ctx context.Context, m *verdictv1.DecideCo
 	if err != nil {
 		return err
 	}
-	release, err := admitMessage(ctx)
+	adm, err := admitMessage(ctx)
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer adm.releaseMessage()
 	return s.decideCompact(ctx, snap, r, out)
 }

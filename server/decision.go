@@ -270,11 +270,11 @@ func (s decisionService) streamAnswer(ctx context.Context, m *verdictv1.DecideSt
 			return streamError(ctx, s.log, m, err)
 		}
 	}
-	release, err := admitMessage(ctx)
+	adm, err := admitMessage(ctx)
 	if err != nil {
 		return streamError(ctx, s.log, m, err)
 	}
-	defer release()
+	defer adm.releaseMessage()
 	a := new(streamAnswer)
 	a.resp.Id = m.GetId()
 	var t tally
@@ -283,8 +283,7 @@ func (s decisionService) streamAnswer(ctx context.Context, m *verdictv1.DecideSt
 	return &a.resp
 }
 
-// streamAnswer holds the messages of one DecideStream answer, allocated
-// together.
+// streamAnswer: the messages of one DecideStream answer, allocated together.
 type streamAnswer struct {
 	resp verdictv1.DecideStreamResponse
 	flowAnswer

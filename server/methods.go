@@ -264,18 +264,24 @@ func checkRequest(ctx context.Context, req any) error {
 }
 
 // admitMessage waits for one of the caller's slots for one message of an
-// admitted stream (the row's admitted), and returns its release; the
-// context's error when it ends first. Without an admitted call in ctx it
-// admits at once.
-func admitMessage(ctx context.Context) (release func(), err error) {
+// admitted stream (the row's admitted), released by releaseMessage (not a
+// closure, allocated per message); the context's error when it ends first.
+// Without an admitted call in ctx it admits at once (nil).
+func admitMessage(ctx context.Context) (*call, error) {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil || c.slots == nil {
-		return func() {}, nil
+		return nil, nil
 	}
 	if err := c.slots.Acquire(ctx, c.caller); err != nil {
 		return nil, err
 	}
-	return func() { c.slots.Release(c.caller) }, nil
+	return c, nil
+}
+
+func (c *call) releaseMessage() {
+	if c != nil {
+		c.slots.Release(c.caller)
+	}
 }
 
 // check checks a request against the call's row.
