@@ -215,8 +215,7 @@ func (s analysisService) Lint(ctx context.Context, req *verdictv1.LintRequest) (
 	return apiconv.LintResponse(ans), nil
 }
 
-// checkLint checks a Lint request: names (empty: every one), keys that are keys;
-// the documents are decoded and validated by the handler, as Apply's.
+// checkLint checks a Lint request's names and keys (documents: as Impact's).
 func checkLint(r *verdictv1.LintRequest) error {
 	var errs fieldErrors
 	errs.names(r.GetMesh(), r.GetType())

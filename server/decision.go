@@ -71,7 +71,8 @@ func (s *decider) decide(ctx context.Context, t *tally, snap *engine.Snapshot, e
 	if err != nil {
 		return nil, err
 	}
-	s.record.decided(ctx, t, er, &d, time.Since(start))
+	end := time.Now()
+	s.record.decided(ctx, t, er, &d, end.Sub(start), end)
 	mesh := er.Mesh
 	if mesh == "" {
 		mesh = resource.DefaultMesh

@@ -46,10 +46,10 @@ type Replica struct {
 // DefaultFleetTimeout bounds the wait for one replica's observed flows.
 const DefaultFleetTimeout = 10 * time.Second
 
-// observe counts a decision into the observed-flows table.
-func (r *recorder) observe(er *engine.Request, d *engine.Decision) {
+// observe counts a decision made at at into the observed-flows table.
+func (r *recorder) observe(er *engine.Request, d *engine.Decision, at time.Time) {
 	o := observed.Decision{Mesh: er.Mesh, Type: er.Type, Protocol: er.Protocol, Port: er.Port, Action: d.Action,
-		Policy: d.Policy, Revision: d.Revision,
+		Policy: d.Policy, Revision: d.Revision, At: at.UnixNano(),
 		Source:      observedEnd(er.SourceEndpoint, er.Source, &d.SourceResolution),
 		Destination: observedEnd(er.DestinationEndpoint, er.Destination, &d.DestinationResolution)}
 	r.observed.Observe(&o)

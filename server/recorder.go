@@ -64,7 +64,7 @@ type tally struct {
 // decided hands the recorder one decision of a flow timed alone (every
 // path but the compact one): counted into t, its time recorded, its record
 // offered to the log.
-func (r *recorder) decided(ctx context.Context, t *tally, er *engine.Request, d *engine.Decision, took time.Duration) {
+func (r *recorder) decided(ctx context.Context, t *tally, er *engine.Request, d *engine.Decision, took time.Duration, at time.Time) {
 	deny := d.Action == resource.Deny
 	t.n[b2i(deny)]++
 	if d.Audit != nil {
@@ -73,7 +73,7 @@ func (r *recorder) decided(ctx context.Context, t *tally, er *engine.Request, d 
 	r.byPolicy.addN(ctx, d.Policy, deny, 1)
 	r.metrics.duration.Record(ctx, took.Seconds())
 	if r.observed != nil {
-		r.observe(er, d)
+		r.observe(er, d, at)
 	}
 	if r.log.Wants(deny, d.Audit != nil) {
 		r.logged(ctx, t, er, d, took)

@@ -48,6 +48,7 @@ type Decision struct {
 	Action              resource.Action
 	Policy              string // the policy that decided the final action ("": none)
 	Revision            int64
+	At                  int64 // when it was made (Unix ns); 0: now, by the table's clock
 }
 
 // Flow is one flow of the table.
@@ -171,9 +172,12 @@ func (t *Table) Run(ctx context.Context) {
 	}
 }
 
-// Observe counts one decision, seen now.
+// Observe counts one decision, seen at d.At.
 func (t *Table) Observe(d *Decision) {
-	now := t.now().UnixNano()
+	now := d.At
+	if now == 0 {
+		now = t.now().UnixNano()
+	}
 	t.add(t.meshType(d.Mesh, d.Type), &d.Source, &d.Destination, packPort(d.Protocol, d.Port), 1, now, now, d.Action, d.Policy, d.Revision)
 }
 
