@@ -32,7 +32,7 @@ type testServer struct {
 	pol  verdictv1.PolicyServiceClient
 	st   *etcd.Store
 	lag  time.Duration // each watch event reaches the syncer this late
-	halt func() // stops the server (not the store)
+	halt func()        // stops the server (not the store)
 	stop func()
 }
 

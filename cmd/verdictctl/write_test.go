@@ -187,7 +187,9 @@ func TestWritesReturnOnceServed(t *testing.T) {
 		{"get after apply", func() []string { return []string{"get", "policy", "p", "--mesh", "ryw"} }, 0, "name: p"},
 		{"delete", func() []string { return []string{"delete", "policy", "p", "--mesh", "ryw"} }, 0, "deleted"},
 		{"get after delete", func() []string { return []string{"get", "policy", "p", "--mesh", "ryw"} }, 3, ""},
-		{"revert", func() []string { return []string{"revert", "ryw/policies/TrafficPermission/p", "--to-revision", created} }, 0, "reverted"},
+		{"revert", func() []string {
+			return []string{"revert", "ryw/policies/TrafficPermission/p", "--to-revision", created}
+		}, 0, "reverted"},
 		{"get after revert", func() []string { return []string{"get", "policy", "p", "--mesh", "ryw"} }, 0, "name: p"},
 	}
 	for _, s := range steps {
