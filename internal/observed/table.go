@@ -122,7 +122,6 @@ func New(cfg Config) *Table {
 	t.flows = make([]flowShard, n)
 	for i := range t.flows {
 		f := &t.flows[i]
-		f.index = map[flowFP]int32{}
 		f.free = -1
 	}
 	for i := range t.ends {
@@ -152,7 +151,7 @@ func (t *Table) Len() int {
 	for i := range t.flows {
 		f := &t.flows[i]
 		f.mu.Lock()
-		n += len(f.index)
+		n += f.index.n
 		f.mu.Unlock()
 	}
 	return n
@@ -305,14 +304,15 @@ type flowKey struct {
 	src, dst uint32 // end ids
 }
 
-// flowFP names a flow in its shard's index: 128 bits of a hash, under
-// seeds secret to the process, of its mesh and type, protocol and port, and
-// its ends' keys. Two flows share one with a chance of 2^-128 a pair, and a
-// caller cannot aim at one without the seeds; such a pair would be counted
-// as one flow, which no decision reads.
-type flowFP [2]uint64
+// flowFP names a flow in its shard's index: 64 bits of a hash, under a
+// seed secret to the process, of its mesh and type, protocol and port, and
+// its ends' keys. Two flows share one with a chance of 2^-64 a pair (about
+// 10^-11 for a shard of 16k flows), and a caller cannot aim at one without
+// the seed; such a pair would be counted as one flow, which no decision
+// reads (as the ends' identities are taken for their tags, ends.go).
+type flowFP uint64
 
-var fpSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+var fpSeed = maphash.MakeSeed()
 
 type fpInput struct {
 	mt, pp   uint32
@@ -320,11 +320,10 @@ type fpInput struct {
 }
 
 func fingerprint(mt, pp uint32, src, dst *endKey) flowFP {
-	in := fpInput{mt: mt, pp: pp, src: *src, dst: *dst}
-	return flowFP{maphash.Comparable(fpSeeds[0], in), maphash.Comparable(fpSeeds[1], in)}
+	return flowFP(maphash.Comparable(fpSeed, fpInput{mt: mt, pp: pp, src: *src, dst: *dst}))
 }
 
-func (fp flowFP) shard(n int) int { return int((fp[0] >> 32) % uint64(n)) }
+func (fp flowFP) shard(n int) int { return int((uint64(fp) >> 40) % uint64(n)) }
 
 // flowShard holds some of the flows. Eviction is the clock's (second
 // chance): a count marks its flow, and the hand, passing the entries in
@@ -333,7 +332,7 @@ func (fp flowFP) shard(n int) int { return int((fp[0] >> 32) % uint64(n)) }
 // before one seen again. A count touches the index and its entry alone.
 type flowShard struct {
 	mu     sync.Mutex
-	index  map[flowFP]int32
+	index  flowIndex
 	chunks []*[chunk]flowEntry
 	used   int32    // entries handed out of the chunks
 	free   int32    // entries evicted, through next (-1: none)
@@ -363,7 +362,7 @@ func (f *flowShard) at(i int32) *flowEntry { return &f.chunks[i/chunk][i%chunk] 
 func (f *flowShard) touch(fp flowFP, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i, ok := f.index[fp]
+	i, ok := f.index.get(fp)
 	if !ok {
 		return false
 	}
@@ -375,7 +374,7 @@ func (f *flowShard) touch(fp flowFP, n uint64, first, last int64, action resourc
 func (f *flowShard) add(fp flowFP, k flowKey, n uint64, first, last int64, action resource.Action, policy string, rev int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if i, ok := f.index[fp]; ok {
+	if i, ok := f.index.get(fp); ok {
 		f.at(i).add(n, first, last, action, policy, rev)
 		return false
 	}
@@ -391,7 +390,7 @@ func (f *flowShard) add(fp flowFP, k flowKey, n uint64, first, last int64, actio
 		f.used++
 	}
 	*f.at(i) = flowEntry{key: k, first: first, last: last, count: n, rev: rev, policy: policy, action: action, next: -1}
-	f.index[fp] = i
+	f.index.put(fp, i)
 	return true
 }
 
@@ -411,7 +410,7 @@ func (e *flowEntry) add(n uint64, first, last int64, action resource.Action, pol
 func (f *flowShard) evict(t *Table) (flowKey, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.index) == 0 {
+	if f.index.n == 0 {
 		return flowKey{}, false
 	}
 	for {
@@ -430,7 +429,7 @@ func (f *flowShard) evict(t *Table) (flowKey, bool) {
 		}
 		k := e.key
 		sk, dk := t.keyOfID(k.src), t.keyOfID(k.dst)
-		delete(f.index, fingerprint(k.mt, k.pp, &sk, &dk))
+		f.index.remove(fingerprint(k.mt, k.pp, &sk, &dk))
 		*e = flowEntry{next: f.free}
 		f.free = i
 		return k, true
