@@ -82,10 +82,10 @@ func TestAnalysisEndToEnd(t *testing.T) {
 		}
 	}
 	// Analysis decisions are not logged: a decision of a flow of its own,
-	// made after the analyses, is the log's next record. The log writes its
-	// records in the order it was given them (docs/logs.md), so once that one
-	// is in the file, any the analyses had logged would be too — a flush
-	// later than a fixed wait cannot hide them.
+	// made after the analyses, is the log's next record. The logger's one
+	// goroutine writes its queue in order, so once that record is in the
+	// file, any the analyses had logged would be too — a flush later than a
+	// fixed wait cannot hide them.
 	if r := runTool(t, env, nil, "verdictctl", "decide", "--src-workload", "web-1", "--dst-address", "10.0.3.10",
 		"--proto", "TCP", "--port", "5999"); r.code != 0 && r.code != 1 {
 		t.Fatalf("decide: %d\n%s", r.code, r.out)
