@@ -604,13 +604,9 @@ func (h *hostile) silentStreams(ctx context.Context, s *HostileScenario) error {
 		return err
 	}
 	// The honest watcher: the revision of every message it gets, and when.
-	type seen struct {
-		rev int64
-		at  time.Time
-	}
 	var (
 		mu    sync.Mutex
-		got   []seen
+		got   []revAt
 		wdone = make(chan error, 1)
 	)
 	go func() {
@@ -621,7 +617,7 @@ func (h *hostile) silentStreams(ctx context.Context, s *HostileScenario) error {
 				return
 			}
 			mu.Lock()
-			got = append(got, seen{m.GetRevision(), time.Now()})
+			got = append(got, revAt{m.GetRevision(), time.Now()})
 			if n := proto.Size(m); n > s.AnswerSize {
 				s.AnswerSize = n
 			}
@@ -630,11 +626,7 @@ func (h *hostile) silentStreams(ctx context.Context, s *HostileScenario) error {
 	}()
 	// The writes: each flips one of 20 policies whose destination is the
 	// watched workload, so every write changes its inbound rules.
-	type write struct {
-		rev int64
-		at  time.Time
-	}
-	var writes []write
+	var writes []revAt
 	tick := time.NewTicker(time.Duration(float64(time.Second) / h.cfg.WriteRate))
 	end := time.After(h.cfg.SilentFor)
 	c := h.r.current()
@@ -662,11 +654,12 @@ writing:
 			s.Codes["write "+status.Code(err).String()]++
 			continue
 		}
-		writes = append(writes, write{resp.GetRevision(), time.Now()})
+		writes = append(writes, revAt{resp.GetRevision(), time.Now()})
 	}
 	tick.Stop()
-	// Give the honest watcher a last second, then read what it saw.
-	sleepCtx(ctx, time.Second)
+	// Wait for the honest watcher to see the last write (a busy machine
+	// delays it; one that never comes counts as missed after 30 s).
+	awaitSeen(ctx, &mu, &got, writes, 30*time.Second)
 	mu.Lock()
 	var lags []time.Duration
 	for _, w := range writes {
@@ -775,13 +768,9 @@ func (h *hostile) readingStreams(ctx context.Context, s *HostileScenario, n int)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	const watched = 7 // the workload the writes select
-	type seen struct {
-		rev int64
-		at  time.Time
-	}
 	var (
 		mu          sync.Mutex
-		got         []seen
+		got         []revAt
 		opened      sync.WaitGroup
 		wg          sync.WaitGroup
 		sem         = make(chan struct{}, 64)
@@ -816,7 +805,7 @@ func (h *hostile) readingStreams(ctx context.Context, s *HostileScenario, n int)
 				}
 				if i == watched {
 					mu.Lock()
-					got = append(got, seen{m.GetRevision(), time.Now()})
+					got = append(got, revAt{m.GetRevision(), time.Now()})
 					mu.Unlock()
 				}
 			}
@@ -839,11 +828,7 @@ func (h *hostile) readingStreams(ctx context.Context, s *HostileScenario, n int)
 	if err != nil {
 		return err
 	}
-	type write struct {
-		rev int64
-		at  time.Time
-	}
-	var writes []write
+	var writes []revAt
 	tick := time.NewTicker(time.Duration(float64(time.Second) / h.cfg.WriteRate))
 	defer tick.Stop()
 	end := time.After(h.cfg.ReadingFor)
@@ -872,9 +857,9 @@ writing:
 			s.Codes["write "+status.Code(err).String()]++
 			continue
 		}
-		writes = append(writes, write{resp.GetRevision(), time.Now()})
+		writes = append(writes, revAt{resp.GetRevision(), time.Now()})
 	}
-	sleepCtx(ctx, time.Second) // the last write's update
+	awaitSeen(ctx, &mu, &got, writes, 30*time.Second) // the last write's update
 	cpu1, err := cpuSeconds(ctx, h.r.metrics)
 	if err != nil {
 		return err
@@ -1175,4 +1160,30 @@ func (rep *HostileReport) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "\nprobe Decides: %d sent, %d answered, %d failed (target 0), %d skipped at the in-flight cap; p50 %s p99 %s max %s\n",
 		p.Sent, p.OK, p.FailedLive, p.Skipped, ms(p.Latency.P50), ms(p.Latency.P99), ms(p.Latency.Max))
 	writeVerdict(w, rep.Pass, rep.Problems, rep.Misses)
+}
+
+// revAt is a revision and when it was written or seen.
+type revAt struct {
+	rev int64
+	at  time.Time
+}
+
+// awaitSeen waits until got (appended under mu) holds the last of writes'
+// revisions, or until limit passes.
+func awaitSeen(ctx context.Context, mu *sync.Mutex, got *[]revAt, writes []revAt, limit time.Duration) {
+	if len(writes) == 0 {
+		return
+	}
+	last := writes[len(writes)-1].rev
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		mu.Lock()
+		n := len(*got)
+		done := n > 0 && (*got)[n-1].rev >= last
+		mu.Unlock()
+		if done {
+			return
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
 }
