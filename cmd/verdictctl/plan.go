@@ -464,6 +464,10 @@ func (w *writer) abandon(ctx context.Context, applied []done, unknown []*op) int
 			left = append(left, w.leftover(ctx, o, d.rev, err))
 		}
 	}
+	if undone := applied[len(applied)-1].rev; last != undone {
+		fmt.Fprintf(w.e.stderr, "the rollback's last write is revision %d\n", last)
+		awaitServed(ctx, w.e, w.client, w.cf, last)
+	}
 	w.report(left)
 	return exitError
 }
@@ -506,8 +510,12 @@ func (w *writer) leftover(ctx context.Context, o *op, rev int64, err error) stri
 		cctx, cancel := w.cf.ctx(ctx)
 		defer cancel()
 		now := "deleted since"
-		if resp, gerr := w.client.Get(cctx, &verdictv1.GetRequest{Key: o.key.String()}); gerr == nil {
+		// At the store's revision: the other writer's change is seen.
+		seen, _ := storeRevision(ctx, w.client, w.cf)
+		if resp, gerr := w.client.Get(cctx, &verdictv1.GetRequest{Key: o.key.String(), MinRevision: seen}); gerr == nil {
 			now = fmt.Sprintf("at revision %d now", resp.GetResource().GetModRevision())
+		} else if status.Code(gerr) != codes.NotFound {
+			now = "its state now unknown: " + status.Code(gerr).String()
 		}
 		return fmt.Sprintf("%s: changed by another writer after this %s (%s): left alone", o.key, w.cmd, now)
 	}
