@@ -191,7 +191,7 @@ func (t *Table) Flows(keep func(mesh, typ string) bool) []Flow {
 		f.mu.Lock()
 		for j := int32(0); j < f.used; j++ {
 			e := f.at(j)
-			if e.count == 0 {
+			if e.meta == 0 {
 				continue // free
 			}
 			mt := mts[e.key.mt]
@@ -200,8 +200,8 @@ func (t *Table) Flows(keep func(mesh, typ string) bool) []Flow {
 			}
 			proto, port := unpackPort(e.key.pp)
 			out = append(out, Flow{Mesh: mt.mesh, Type: mt.typ, Source: t.end(e.key.src), Destination: t.end(e.key.dst),
-				Protocol: proto, Port: port, First: time.Unix(0, e.first), Last: time.Unix(0, e.last), Count: e.count,
-				Action: e.action, Policy: e.policy, Revision: e.rev})
+				Protocol: proto, Port: port, First: time.Unix(0, e.first), Last: time.Unix(0, e.last), Count: e.count(),
+				Action: e.action(), Policy: e.policy, Revision: e.rev})
 		}
 		f.mu.Unlock()
 	}
@@ -335,7 +335,7 @@ type flowShard struct {
 	index  flowIndex
 	chunks []*[chunk]flowEntry
 	used   int32    // entries handed out of the chunks
-	free   int32    // entries evicted, through next (-1: none)
+	free   int32    // entries evicted, through key.src (-1: none)
 	hand   int32    // the entry the clock looks at next
 	_      [64]byte // no false sharing between shards' locks
 }
@@ -344,16 +344,26 @@ type flowShard struct {
 // chunks, never to twice what it holds.
 const chunk = 1024
 
+// flowEntry is one flow's counts in one cache line (64 bytes; a chunk is
+// line-aligned, TestEntryLayout), so a count writes one line.
 type flowEntry struct {
-	key         flowKey
+	key         flowKey // a free entry's key.src is the next free entry
 	first, last int64
-	count       uint64 // 0: free
-	rev         int64
-	policy      string
-	next        int32 // the next free entry
-	action      resource.Action
-	seen        bool // counted since the hand last passed
+	// meta is the count (high 48 bits: 2^48 decisions, 8 years at a million
+	// a second), whether counted since the hand last passed (bit 8) and the
+	// last answer's action (low 8 bits); 0: free.
+	meta   uint64
+	rev    int64
+	policy string
 }
+
+const (
+	metaCount = 1 << 16
+	metaSeen  = 1 << 8
+)
+
+func (e *flowEntry) count() uint64           { return e.meta >> 16 }
+func (e *flowEntry) action() resource.Action { return resource.Action(e.meta & 0xff) }
 
 func (f *flowShard) at(i int32) *flowEntry { return &f.chunks[i/chunk][i%chunk] }
 
@@ -381,7 +391,7 @@ func (f *flowShard) add(fp flowFP, k flowKey, n uint64, first, last int64, actio
 	var i int32
 	if f.free >= 0 {
 		i = f.free
-		f.free = f.at(i).next
+		f.free = int32(f.at(i).key.src)
 	} else {
 		if int(f.used) == len(f.chunks)*chunk {
 			f.chunks = append(f.chunks, new([chunk]flowEntry))
@@ -389,19 +399,20 @@ func (f *flowShard) add(fp flowFP, k flowKey, n uint64, first, last int64, actio
 		i = f.used
 		f.used++
 	}
-	*f.at(i) = flowEntry{key: k, first: first, last: last, count: n, rev: rev, policy: policy, action: action, next: -1}
+	*f.at(i) = flowEntry{key: k, first: first, last: last, meta: n*metaCount | uint64(action), rev: rev, policy: policy}
 	f.index.put(fp, i)
 	return true
 }
 
 // add counts n decisions into the entry. Its shard's lock is held.
 func (e *flowEntry) add(n uint64, first, last int64, action resource.Action, policy string, rev int64) {
-	e.count += n
+	meta := e.meta + n*metaCount | metaSeen
 	e.first = min(e.first, first)
 	if last >= e.last {
-		e.last, e.action, e.policy, e.rev = last, action, policy, rev
+		e.last, e.policy, e.rev = last, policy, rev
+		meta = meta&^0xff | uint64(action)
 	}
-	e.seen = true
+	e.meta = meta
 }
 
 // evict removes the flow the clock's hand finds unmarked; false when the
@@ -420,17 +431,17 @@ func (f *flowShard) evict(t *Table) (flowKey, bool) {
 		i := f.hand
 		f.hand++
 		e := f.at(i)
-		if e.count == 0 {
+		if e.meta == 0 {
 			continue
 		}
-		if e.seen {
-			e.seen = false
+		if e.meta&metaSeen != 0 {
+			e.meta &^= metaSeen
 			continue
 		}
 		k := e.key
 		sk, dk := t.keyOfID(k.src), t.keyOfID(k.dst)
 		f.index.remove(fingerprint(k.mt, k.pp, &sk, &dk))
-		*e = flowEntry{next: f.free}
+		*e = flowEntry{key: flowKey{src: uint32(f.free)}}
 		f.free = i
 		return k, true
 	}

@@ -343,6 +343,37 @@ func TestSlotLayout(t *testing.T) {
 	}
 }
 
+// TestEntryLayout: a flow's entry is one cache line, and a chunk of them
+// starts on one, so a count writes one line.
+func TestEntryLayout(t *testing.T) {
+	if n := unsafe.Sizeof(flowEntry{}); n != 64 {
+		t.Fatalf("flowEntry is %d bytes, want 64", n)
+	}
+	tab := New(Config{})
+	for i := range 10 {
+		tab.Observe(&Decision{Mesh: "m", Source: workloadEnd(fmt.Sprint(i)), Destination: workloadEnd("d"), Protocol: resource.TCP, Port: 80})
+	}
+	for i := range tab.flows {
+		for _, c := range tab.flows[i].chunks {
+			if p := uintptr(unsafe.Pointer(c)); p%64 != 0 {
+				t.Fatalf("a chunk at %#x, not on a line", p)
+			}
+		}
+	}
+}
+
+// TestEntryKeepsCountAndAnswer: the count, the mark and the last answer's
+// action share a word; each reads back as written.
+func TestEntryKeepsCountAndAnswer(t *testing.T) {
+	e := flowEntry{first: 10, last: 10, meta: 3*metaCount | uint64(resource.Deny), policy: "p", rev: 1}
+	e.add(1<<40, 5, 20, resource.Allow, "q", 2)
+	e.add(2, 7, 15, resource.Deny, "r", 3) // older: the answer stays
+	if e.count() != 1<<40+5 || e.action() != resource.Allow || e.policy != "q" || e.rev != 2 || e.first != 5 || e.last != 20 ||
+		e.meta&metaSeen == 0 {
+		t.Fatalf("entry %+v: count %d, action %v", e, e.count(), e.action())
+	}
+}
+
 // TestBatchKeepsTheLastAnswer counts one flow whose answer changes, past
 // a slot's 32-bit count: the table has every decision and the last answer.
 func TestBatchKeepsTheLastAnswer(t *testing.T) {
