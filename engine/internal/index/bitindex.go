@@ -36,12 +36,22 @@ const (
 	blockFill = 3072 // rules of a block a bulk load or a split leaves, room for inserts
 )
 
-// bitIndex is one sequence of blocks per action class: DenyOverrides scans
-// the DENY rules alone first, and FirstMatch scans both classes in turn, the
-// second bounded by the first's answer, which costs about what one sequence
-// of both would.
+// bitIndex is one sequence of blocks per action class (DenyOverrides scans
+// the DENY rules alone first), or for a FirstMatch order one sequence of
+// both (merged, in classes[0]): the first match of either class decides, so
+// one scan finds it, where a scan of the ALLOW blocks and a walk of the DENY
+// lists bounded by its answer touch the memory of both.
 type bitIndex struct {
 	classes [2][]*bitBlock
+	merged  bool
+}
+
+// seq is the sequence of blocks that holds class cl's rules.
+func (bi *bitIndex) seq(cl int) []*bitBlock {
+	if bi.merged {
+		return bi.classes[0]
+	}
+	return bi.classes[cl]
 }
 
 type bitBlock struct {
@@ -70,10 +80,11 @@ type bitDim struct {
 	dirLo  uint32 // the value id dir starts at
 	any    []uint64
 	absent []uint64
-	// dir maps value id dirLo+i to its place in vids plus one (0: none),
-	// when the ids are compact (index): a flow's value is found with one
-	// read, where a binary search of vids reads a few lines.
-	dir []uint16
+	// dir maps value id dirLo+i to the value's ref with n+1 (n 0: none),
+	// when the ids are compact (index): a flow's value is located with one
+	// read, where a binary search of vids, then refs, reads a few lines. It
+	// is made from vids and refs whenever they change.
+	dir []exactRef
 	// The rules that require each value: vids sorted, refs beside them,
 	// into pos (sorted positions, for a value few rules of the block name)
 	// or words (a bitmap, for a value with at least one rule per word on
@@ -148,13 +159,7 @@ func gapSlots(n int) (slotOf func(i int) int, slots int) {
 
 // find returns the place of value vid in d.vids.
 func (d *bitDim) find(vid uint32) (int, bool) {
-	if d.dir == nil {
-		return slices.BinarySearch(d.vids, vid)
-	}
-	if x := vid - d.dirLo; x < uint32(len(d.dir)) && d.dir[x] != 0 {
-		return int(d.dir[x]) - 1, true
-	}
-	return 0, false
+	return slices.BinarySearch(d.vids, vid)
 }
 
 // dirSpan says when a dimension's values get a direct directory: their ids
@@ -174,9 +179,9 @@ func (d *bitDim) index() {
 	if span > uint32(dirSpan*n) {
 		return
 	}
-	dir := make([]uint16, span)
+	dir := make([]exactRef, span)
 	for i, v := range d.vids {
-		dir[v-lo] = uint16(i + 1)
+		dir[v-lo] = exactRef{off: d.refs[i].off, n: d.refs[i].n + 1}
 	}
 	d.dir, d.dirLo = dir, lo
 }
@@ -184,11 +189,20 @@ func (d *bitDim) index() {
 // exact returns the rules of the block that require value vid of the key:
 // as a bitmap that holds any's rules too, or as sorted positions.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
-	i, ok := d.find(vid)
-	if !ok {
-		return nil, nil
+	var r exactRef
+	if d.dir != nil {
+		x := vid - d.dirLo
+		if x >= uint32(len(d.dir)) || d.dir[x].n == 0 {
+			return nil, nil
+		}
+		r = exactRef{off: d.dir[x].off, n: d.dir[x].n - 1}
+	} else {
+		i, ok := d.find(vid)
+		if !ok {
+			return nil, nil
+		}
+		r = d.refs[i]
 	}
-	r := d.refs[i]
 	if r.n == 0 {
 		return d.words[r.off : int(r.off)+len(d.any)], nil
 	}
@@ -368,9 +382,13 @@ func (ix *Index) updateBits(out, old *bitIndex, removed, added []*Rule, ids *add
 		return nil
 	}
 	rm, add := byClass(removed), byClass(added)
+	if ix.merged {
+		rm, add = [2][]*Rule{removed}, [2][]*Rule{added}
+	}
 	if out == nil {
 		out = &bitIndex{}
 	}
+	out.merged = ix.merged
 	for cl := range out.classes {
 		var blocks []*bitBlock
 		if old != nil {
@@ -535,7 +553,8 @@ type dimCursor struct {
 const chunkWords = 8
 
 // scanBits improves best[side], for each side in need, with the first rule in
-// order of the class that matches the flow; sc.vals holds the flow's ids
+// order of the class that matches the flow (classAny: of either class, in a
+// merged index); sc.vals holds the flow's ids
 // (Index.lists). It computes the candidates a chunk of chunkWords words at a
 // time, the block's dimensions most selective first, leaving a chunk at the
 // first dimension that empties it, and stops at the first rule verified on
@@ -554,7 +573,14 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 	// past it no slot improves on any (limit is MaxUint64 otherwise).
 	limit := scanLimit(open, best, ord)
 	vals := &sc.vals
-	for _, b := range bi.classes[class] {
+	blocks := bi.classes[0]
+	if class != classAny {
+		blocks = bi.seq(class)
+	}
+	// A merged sequence holds the other class's rules too: a scan of one
+	// class passes them over.
+	only := bi.merged && class != classAny
+	for _, b := range blocks {
 		if b.ords[0] > limit {
 			return
 		}
@@ -606,6 +632,9 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 						if e = orderPrefix(&r.Key); e > limit {
 							return
 						}
+					}
+					if only && classOf(r) != class {
+						continue
 					}
 					if resid[w]&(1<<i) != 0 {
 						if !r.MatchesFlow(f) {
@@ -1195,9 +1224,9 @@ func (p *patcher) clearSlot(s int) {
 // unlist takes slot s out of the positions of every value of d but keep (0:
 // none); a value whose last position leaves, leaves the directory.
 func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
-	left := false // a value left the directory
+	moved := false // a ref changed: the directory is made anew
 	defer func() {
-		if left {
+		if moved {
 			d.index()
 		}
 	}()
@@ -1218,18 +1247,18 @@ func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
 		own(&d.refs, &o.refs)
 		d.pos = slices.Delete(d.pos, int(r.off)+j, int(r.off)+j+1)
 		d.shiftRefs(i, -1)
+		moved = true
 		if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
 			own(&d.vids, &o.vids)
 			d.vids = slices.Delete(d.vids, i, i+1)
 			d.refs = slices.Delete(d.refs, i, i+1)
-			left = true
 			i--
 		}
 	}
 }
 
 // shiftRefs adds delta to the length of value i's positions and to the
-// offsets of the positions after them.
+// offsets of the positions after them (the caller makes the directory anew).
 func (d *bitDim) shiftRefs(i, delta int) {
 	d.refs[i].n = uint32(int(d.refs[i].n) + delta)
 	for k := i + 1; k < len(d.refs); k++ {
@@ -1296,6 +1325,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 					own(&d.refs, &o.refs)
 					d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
 					d.shiftRefs(i, 1)
+					d.index()
 				}
 			}
 		case pres:

@@ -171,6 +171,7 @@ func (p *postings) reach(lists *[2][]List) {
 const (
 	classAllow = 0
 	classDeny  = 1
+	classAny   = -1 // either class: a merged sequence of bitmaps (bitIndex)
 )
 
 func classOf(r *Rule) int {
@@ -288,6 +289,9 @@ type Index struct {
 	Ends   uint8
 	nextID uint32
 	Bits   *bitIndex // the decision procedure of an index of both ends (bitindex.go)
+	// merged: the bitmaps hold both action classes in one sequence, for a
+	// FirstMatch order (BuildMerged).
+	merged bool
 }
 
 // keyRef is one key of an end of the index, beside its name.
@@ -357,6 +361,13 @@ func (l *keyList) byEnd(end uint8) []keyRef {
 
 func newIndex(ends uint8) *Index {
 	return &Index{keys: pmap.New[termKey, *keyPostings](termKeyHash), Ends: ends, nextID: firstID}
+}
+
+// emptyLike returns an empty index of ix's ends and sequences.
+func (ix *Index) emptyLike() *Index {
+	out := newIndex(ix.Ends)
+	out.merged = ix.merged
+	return out
 }
 
 // terms lists the terms a rule carries and could be filed under: exact terms,
@@ -621,7 +632,7 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 	} else {
 		out = &Index{}
 	}
-	out.Ends, out.Size, out.always, out.nextID = ix.Ends, ix.Size, ix.always, ix.nextID
+	out.Ends, out.Size, out.always, out.nextID, out.merged = ix.Ends, ix.Size, ix.always, ix.nextID, ix.merged
 	kb := ix.keys.Builder()
 	var buf [8]term
 	n := 0

@@ -13,6 +13,9 @@ import (
 func CheckBits(ix *Index) error {
 	want, live := map[*Rule]bool{}, map[*Rule]bool{}
 	ix.Each(func(r *Rule) { want[r], live[r] = true, true })
+	if ix.Bits.merged != ix.merged || ix.merged && len(ix.Bits.classes[1]) > 0 {
+		return fmt.Errorf("bitmaps merged %v (%d DENY blocks), index merged %v", ix.Bits.merged, len(ix.Bits.classes[1]), ix.merged)
+	}
 	for cl, blocks := range ix.Bits.classes {
 		var prev *Rule
 		for bi, b := range blocks {
@@ -64,7 +67,7 @@ func CheckBits(ix *Index) error {
 					continue
 				}
 				held++
-				if !want[r] || classOf(r) != cl {
+				if !want[r] || classOf(r) != cl && !ix.Bits.merged {
 					return fmt.Errorf("class %d block %d slot %d: a rule the index does not file here (or twice)", cl, bi, s)
 				}
 				delete(want, r)
@@ -157,12 +160,12 @@ func CheckBulk(ix *Index) error {
 	// The rules in another order than the partition's: Build must not
 	// depend on it.
 	slices.Reverse(rules)
-	want := newIndex(ix.Ends).Update(nil, rules)
+	want := ix.emptyLike().Update(nil, rules)
 	wantFiled := make([]uint8, len(rules))
 	for i, r := range rules {
 		wantFiled[i] = r.filed
 	}
-	got := Build(rules, ix.Ends)
+	got := build(rules, ix.Ends, ix.merged)
 	for i, r := range rules {
 		if r.filed != wantFiled[i] {
 			return fmt.Errorf("rule %s of %q: filed at end %d, update files it at %d", r.ID, r.PolicyName(), r.filed, wantFiled[i])
@@ -501,7 +504,7 @@ func (ix *Index) Digest(mix func(uint64)) {
 				}
 				mix(uint64(d.dirLo))
 				for _, x := range d.dir {
-					mix(uint64(x))
+					mix(uint64(x.off)<<32 | uint64(x.n))
 				}
 				for _, r := range d.refs {
 					mix(uint64(r.off)<<32 | uint64(r.n))

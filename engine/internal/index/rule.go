@@ -163,6 +163,13 @@ const bitsAbove = 128
 func ScanFirstMatch(ix *Index, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	sc.vals.reset(ix.nextID)
 	ix.Lists(f.Src, f.Dst, &sc.Lists, &sc.vals)
+	// Both classes in one sequence of bitmaps: one scan, when the flow's
+	// lists are long enough for the bitmaps to be the cheaper procedure.
+	if ix.Bits != nil && ix.Bits.merged && sc.Procedure != ProcLists &&
+		(sc.Procedure == ProcBits || entries(sc.Lists[classAllow])+entries(sc.Lists[classDeny]) > bitsAbove) {
+		scanBits(ix.Bits, classAny, f, sc, need, best)
+		return
+	}
 	scanClass(ix, classAllow, f, sc, need, best)
 	scanClass(ix, classDeny, f, sc, need, best)
 }
@@ -172,16 +179,21 @@ func ScanFirstMatch(ix *Index, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rul
 // and ids.
 func scanClass(ix *Index, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	if ix.Bits != nil && sc.Procedure != ProcLists {
-		n := 0
-		for _, l := range sc.Lists[class] {
-			n += len(l)
-		}
-		if n > bitsAbove || sc.Procedure == ProcBits {
+		if entries(sc.Lists[class]) > bitsAbove || sc.Procedure == ProcBits {
 			scanBits(ix.Bits, class, f, sc, need, best)
 			return
 		}
 	}
 	scanLists(sc.Lists[class], f, sc, need, best)
+}
+
+// entries counts the entries of lists.
+func entries(ls []List) int {
+	n := 0
+	for _, l := range ls {
+		n += len(l)
+	}
+	return n
 }
 
 // scanLists improves best[side], for each side in need, with the first matching
