@@ -425,7 +425,10 @@ func (ix *Index) updateBlocks(blocks []*bitBlock, removed, added []*Rule, ids *a
 	adds := added // read only, unless sorted
 	if len(adds) > 1 {
 		adds = slices.Clone(added)
-		slices.SortFunc(adds, byKeyCmp)
+		// Stable: rules of equal keys (a from and a to item of one policy,
+		// of one class or, in a merged sequence, of two) keep their order,
+		// as a build keeps it.
+		slices.SortStableFunc(adds, byKeyCmp)
 	}
 	if len(blocks) == 0 {
 		return ix.chunk(adds, ids)

@@ -306,11 +306,13 @@ func (bits *bitIndex) jobs(rules []*Rule, sorted [2][]int32) []blockJob {
 }
 
 // mergeSorted merges two sorted lists of rules (their indexes in rules)
-// into one; rules of equal keys are of one policy, hence of one list.
+// into one. Rules of equal keys (a from and a to item of one policy, on
+// different sides) keep the order of rules, as in each list.
 func mergeSorted(rules []*Rule, a, b []int32) []int32 {
 	out := make([]int32, 0, len(a)+len(b))
 	for len(a) > 0 && len(b) > 0 {
-		if rules[b[0]].Key.Less(&rules[a[0]].Key) {
+		ra, rb := &rules[a[0]].Key, &rules[b[0]].Key
+		if rb.Less(ra) || !ra.Less(rb) && b[0] < a[0] {
 			out, b = append(out, b[0]), b[1:]
 		} else {
 			out, a = append(out, a[0]), a[1:]
