@@ -196,7 +196,21 @@ type keyPostings struct {
 	// few holds exact's entries while they are at most fewMax (nil
 	// otherwise): a flow's value of such a key (env, region, zone) is found
 	// by comparing a few strings, where exact hashes it and walks nodes.
-	few []fewValue
+	// fewWords holds each one's valueWord beside the key, compared first:
+	// the values' own bytes are read only for a candidate of 8 bytes or more.
+	few      []fewValue
+	fewWords [fewMax]uint64
+}
+
+// valueWord is a value's first bytes (up to 8) with its length in the top
+// byte: equal values have equal words, and values under 8 bytes of equal
+// words and lengths are equal.
+func valueWord(v string) uint64 {
+	var w uint64
+	for i := range min(len(v), 8) {
+		w |= uint64(v[i]) << (8 * i)
+	}
+	return w ^ uint64(len(v))<<56
 }
 
 // fewValue is one entry of a key of few values (keyPostings.few).
@@ -216,6 +230,7 @@ func (kp *keyPostings) setExact(m pmap.Map[string, postings]) {
 	}
 	kp.few = make([]fewValue, 0, m.Len())
 	m.Range(func(v string, p postings) bool {
+		kp.fewWords[len(kp.few)] = valueWord(v)
 		kp.few = append(kp.few, fewValue{v, p})
 		return true
 	})
@@ -1002,8 +1017,9 @@ func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
 	vid := valueUnknown
 	kp.presence.reach(lists)
 	if kp.few != nil {
-		for i := range kp.few {
-			if f := &kp.few[i]; f.v == v {
+		w := valueWord(v)
+		for i, x := range kp.fewWords[:len(kp.few)] {
+			if f := &kp.few[i]; x == w && len(f.v) == len(v) && (len(v) < 8 || f.v == v) {
 				vid = f.p.vid
 				f.p.reach(lists)
 				break

@@ -355,7 +355,10 @@ func checkFew(tk termKey, kp *keyPostings) error {
 	if len(kp.few) != n {
 		return fmt.Errorf("%d/%s: %d few values listed, %d exact terms", tk.end, tk.key, len(kp.few), n)
 	}
-	for _, f := range kp.few {
+	for i, f := range kp.few {
+		if kp.fewWords[i] != valueWord(f.v) {
+			return fmt.Errorf("%d/%s=%s: its word among the few values is %x, not %x", tk.end, tk.key, f.v, kp.fewWords[i], valueWord(f.v))
+		}
 		p, ok := kp.exact.Get(f.v)
 		if !ok || p.vid != f.p.vid || p.df != f.p.df || !sameList(p.l, f.p.l) {
 			return fmt.Errorf("%d/%s=%s: listed among the few values with other postings than exact's", tk.end, tk.key, f.v)
