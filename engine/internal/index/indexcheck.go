@@ -342,9 +342,49 @@ func CheckLists(ix *Index) error {
 	return checkDF(ix, seen)
 }
 
+// checkTable holds a key's value table to its exact terms: every one of
+// them found with its postings, and no other, for a key of more than fewMax
+// and at most tableMax values; none otherwise.
+func checkTable(tk termKey, kp *keyPostings) error {
+	n := kp.exact.Len()
+	if (kp.table != nil) != (n > fewMax && n <= tableMax) {
+		return fmt.Errorf("%d/%s: value table %v for %d exact terms", tk.end, tk.key, kp.table != nil, n)
+	}
+	t := kp.valueTable()
+	if t == nil {
+		return nil
+	}
+	held := 0
+	for _, s := range t.slots {
+		if s.p.vid != 0 {
+			held++
+		}
+	}
+	if held != n || len(t.slots) < 2*n {
+		return fmt.Errorf("%d/%s: value table holds %d of %d values in %d slots", tk.end, tk.key, held, n, len(t.slots))
+	}
+	var err error
+	kp.exact.Range(func(v string, p postings) bool {
+		q, ok := t.get(v)
+		if !ok || q.vid != p.vid || q.df != p.df || !sameList(q.l, p.l) {
+			err = fmt.Errorf("%d/%s=%s: the value table has other postings than exact's", tk.end, tk.key, v)
+		}
+		return err == nil
+	})
+	if err == nil {
+		if _, ok := t.get(tk.key + "\x00absent"); ok {
+			err = fmt.Errorf("%d/%s: the value table finds a value no term has", tk.end, tk.key)
+		}
+	}
+	return err
+}
+
 // checkFew holds a key's few values to its exact terms: each of them, with
 // its postings, while they are at most fewMax, else none.
 func checkFew(tk termKey, kp *keyPostings) error {
+	if err := checkTable(tk, kp); err != nil {
+		return err
+	}
 	n := kp.exact.Len()
 	if n == 0 || n > fewMax {
 		if kp.few != nil {
