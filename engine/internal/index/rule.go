@@ -151,7 +151,8 @@ var SideBits = [2]uint8{SideOut, SideIn}
 // sets, small sets), they are walked (scanLists); when they hold many (dense
 // sets, where many rules match a flow), the class's bitmaps are (scanBits,
 // bitindex.go), whose cost follows the position of the answer in the order,
-// not the number of rules the lists hold. Both stop at the first match.
+// not the number of rules the lists hold. Both stop at the first match. An
+// index built for FirstMatch (BuildMerged) scans both classes' bitmaps at once.
 
 // bitsAbove is the number of posting-list entries a flow must reach in a
 // class for the bitmaps to scan it: a walk costs at most one entry each; the
