@@ -1225,39 +1225,45 @@ func (p *patcher) clearSlot(s int) {
 }
 
 // unlist takes slot s out of the positions of every value of d but keep (0:
-// none); a value whose last position leaves, leaves the directory.
+// none); a value whose last position leaves, leaves the directory. It finds
+// s in the flat positions, then the value whose positions hold it by the
+// refs alone (reading no value's positions but s's).
 func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
 	moved := false // a ref changed: the directory is made anew
-	defer func() {
-		if moved {
-			d.index()
+	for k := slices.Index(d.pos, uint16(s)); k >= 0; {
+		i := d.refAt(k)
+		next := k + 1
+		if d.vids[i] != keep {
+			own(&d.pos, &o.pos)
+			own(&d.refs, &o.refs)
+			d.pos = slices.Delete(d.pos, k, k+1)
+			d.shiftRefs(i, -1)
+			moved, next = true, k
+			if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
+				own(&d.vids, &o.vids)
+				d.vids = slices.Delete(d.vids, i, i+1)
+				d.refs = slices.Delete(d.refs, i, i+1)
+			}
 		}
-	}()
-	for i := 0; i < len(d.refs); i++ {
-		r := d.refs[i]
-		if r.n == 0 || d.vids[i] == keep {
-			continue
+		n := slices.Index(d.pos[next:], uint16(s))
+		if n < 0 {
+			break
 		}
-		ps := d.pos[r.off : r.off+r.n]
-		if uint16(s) < ps[0] || uint16(s) > ps[len(ps)-1] {
-			continue
-		}
-		j, ok := slices.BinarySearch(ps, uint16(s))
-		if !ok {
-			continue
-		}
-		own(&d.pos, &o.pos)
-		own(&d.refs, &o.refs)
-		d.pos = slices.Delete(d.pos, int(r.off)+j, int(r.off)+j+1)
-		d.shiftRefs(i, -1)
-		moved = true
-		if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
-			own(&d.vids, &o.vids)
-			d.vids = slices.Delete(d.vids, i, i+1)
-			d.refs = slices.Delete(d.refs, i, i+1)
-			i--
+		k = next + n
+	}
+	if moved {
+		d.index()
+	}
+}
+
+// refAt returns the value whose positions hold d.pos[k].
+func (d *bitDim) refAt(k int) int {
+	for i, r := range d.refs {
+		if r.n != 0 && uint32(k)-r.off < r.n {
+			return i
 		}
 	}
+	panic("index: a position no value holds")
 }
 
 // shiftRefs adds delta to the length of value i's positions and to the
