@@ -80,11 +80,10 @@ type bitDim struct {
 	dirLo  uint32 // the value id dir starts at
 	any    []uint64
 	absent []uint64
-	// dir maps value id dirLo+i to the value's ref with n+1 (n 0: none),
-	// when the ids are compact (index): a flow's value is located with one
-	// read, where a binary search of vids, then refs, reads a few lines. It
-	// is made from vids and refs whenever they change.
-	dir []exactRef
+	// dir maps value id dirLo+i to its place in vids plus one (0: none),
+	// when the ids are compact (index): a flow's value is found with one
+	// read, where a binary search of vids reads a few lines.
+	dir []uint16
 	// The rules that require each value: vids sorted, refs beside them,
 	// into pos (sorted positions, for a value few rules of the block name)
 	// or words (a bitmap, for a value with at least one rule per word on
@@ -159,7 +158,13 @@ func gapSlots(n int) (slotOf func(i int) int, slots int) {
 
 // find returns the place of value vid in d.vids.
 func (d *bitDim) find(vid uint32) (int, bool) {
-	return slices.BinarySearch(d.vids, vid)
+	if d.dir == nil {
+		return slices.BinarySearch(d.vids, vid)
+	}
+	if x := vid - d.dirLo; x < uint32(len(d.dir)) && d.dir[x] != 0 {
+		return int(d.dir[x]) - 1, true
+	}
+	return 0, false
 }
 
 // dirSpan says when a dimension's values get a direct directory: their ids
@@ -179,9 +184,9 @@ func (d *bitDim) index() {
 	if span > uint32(dirSpan*n) {
 		return
 	}
-	dir := make([]exactRef, span)
+	dir := make([]uint16, span)
 	for i, v := range d.vids {
-		dir[v-lo] = exactRef{off: d.refs[i].off, n: d.refs[i].n + 1}
+		dir[v-lo] = uint16(i + 1)
 	}
 	d.dir, d.dirLo = dir, lo
 }
@@ -189,20 +194,11 @@ func (d *bitDim) index() {
 // exact returns the rules of the block that require value vid of the key:
 // as a bitmap that holds any's rules too, or as sorted positions.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
-	var r exactRef
-	if d.dir != nil {
-		x := vid - d.dirLo
-		if x >= uint32(len(d.dir)) || d.dir[x].n == 0 {
-			return nil, nil
-		}
-		r = exactRef{off: d.dir[x].off, n: d.dir[x].n - 1}
-	} else {
-		i, ok := d.find(vid)
-		if !ok {
-			return nil, nil
-		}
-		r = d.refs[i]
+	i, ok := d.find(vid)
+	if !ok {
+		return nil, nil
 	}
+	r := d.refs[i]
 	if r.n == 0 {
 		return d.words[r.off : int(r.off)+len(d.any)], nil
 	}
@@ -1210,6 +1206,7 @@ func (p *patcher) clearSlot(s int) {
 	nw := len(b.all)
 	for di := range b.dims {
 		d, o := &b.dims[di], &p.dims[di]
+		listed := d.any[s/64]&(1<<(s%64)) == 0 // a listed slot is never in any
 		p.clear(&d.any, &o.any, s)
 		p.clear(&d.absent, &o.absent, s)
 		for off := 0; off < len(d.words); off += nw {
@@ -1218,7 +1215,7 @@ func (p *patcher) clearSlot(s int) {
 				d.words[off+s/64] &^= 1 << (s % 64)
 			}
 		}
-		if slices.Contains(d.pos, uint16(s)) { // in most dimensions no value's positions hold it
+		if listed {
 			p.unlist(d, o, s, 0)
 		}
 	}
@@ -1229,7 +1226,7 @@ func (p *patcher) clearSlot(s int) {
 // s in the flat positions, then the value whose positions hold it by the
 // refs alone (reading no value's positions but s's).
 func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
-	moved := false // a ref changed: the directory is made anew
+	left := false // a value left the directory
 	for k := slices.Index(d.pos, uint16(s)); k >= 0; {
 		i := d.refAt(k)
 		next := k + 1
@@ -1238,11 +1235,12 @@ func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
 			own(&d.refs, &o.refs)
 			d.pos = slices.Delete(d.pos, k, k+1)
 			d.shiftRefs(i, -1)
-			moved, next = true, k
+			next = k
 			if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
 				own(&d.vids, &o.vids)
 				d.vids = slices.Delete(d.vids, i, i+1)
 				d.refs = slices.Delete(d.refs, i, i+1)
+				left = true
 			}
 		}
 		n := slices.Index(d.pos[next:], uint16(s))
@@ -1251,7 +1249,7 @@ func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
 		}
 		k = next + n
 	}
-	if moved {
+	if left {
 		d.index()
 	}
 }
@@ -1267,7 +1265,7 @@ func (d *bitDim) refAt(k int) int {
 }
 
 // shiftRefs adds delta to the length of value i's positions and to the
-// offsets of the positions after them (the caller makes the directory anew).
+// offsets of the positions after them.
 func (d *bitDim) shiftRefs(i, delta int) {
 	d.refs[i].n = uint32(int(d.refs[i].n) + delta)
 	for k := i + 1; k < len(d.refs); k++ {
@@ -1313,7 +1311,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		}
 		// The positions of other values than vid leave s first: a value
 		// whose last position leaves, leaves the directory.
-		if slices.Contains(d.pos, uint16(s)) {
+		if d.any[s/64]&(1<<(s%64)) == 0 { // a listed slot is never in any
 			p.unlist(d, o, s, vid)
 		}
 		any, absent, dense := false, false, -1
@@ -1334,7 +1332,6 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 					own(&d.refs, &o.refs)
 					d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
 					d.shiftRefs(i, 1)
-					d.index()
 				}
 			}
 		case pres:

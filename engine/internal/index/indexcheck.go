@@ -49,6 +49,10 @@ func CheckBits(ix *Index) error {
 					}
 					for _, s := range list {
 						in[di][int(s)] = append(in[di][int(s)], v)
+						// A patch skips the positions of a slot in any.
+						if d.any[s/64]&(1<<(s%64)) != 0 {
+							return fmt.Errorf("class %d block %d slot %d: listed among value %d's positions and in any", cl, bi, s, v)
+						}
 					}
 				}
 			}
@@ -547,7 +551,7 @@ func (ix *Index) Digest(mix func(uint64)) {
 				}
 				mix(uint64(d.dirLo))
 				for _, x := range d.dir {
-					mix(uint64(x.off)<<32 | uint64(x.n))
+					mix(uint64(x))
 				}
 				for _, r := range d.refs {
 					mix(uint64(r.off)<<32 | uint64(r.n))
