@@ -46,14 +46,6 @@ type bitIndex struct {
 	merged  bool
 }
 
-// seq is the sequence of blocks that holds class cl's rules.
-func (bi *bitIndex) seq(cl int) []*bitBlock {
-	if bi.merged {
-		return bi.classes[0]
-	}
-	return bi.classes[cl]
-}
-
 type bitBlock struct {
 	// rules: the slots in order (patching, below), in chunks of slotChunk
 	// (a word's), so that a patch copies only the few slots it changes, and
@@ -552,8 +544,8 @@ type dimCursor struct {
 const chunkWords = 8
 
 // scanBits improves best[side], for each side in need, with the first rule in
-// order of the class that matches the flow (classAny: of either class, in a
-// merged index); sc.vals holds the flow's ids
+// order of the class that matches the flow (classAny: of either class, in the
+// merged sequence of an index built for FirstMatch); sc.vals holds the flow's ids
 // (Index.lists). It computes the candidates a chunk of chunkWords words at a
 // time, the block's dimensions most selective first, leaving a chunk at the
 // first dimension that empties it, and stops at the first rule verified on
@@ -572,13 +564,10 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 	// past it no slot improves on any (limit is MaxUint64 otherwise).
 	limit := scanLimit(open, best, ord)
 	vals := &sc.vals
-	blocks := bi.classes[0]
+	blocks := bi.classes[0] // classAny: the merged sequence
 	if class != classAny {
-		blocks = bi.seq(class)
+		blocks = bi.classes[class]
 	}
-	// A merged sequence holds the other class's rules too: a scan of one
-	// class passes them over.
-	only := bi.merged && class != classAny
 	for _, b := range blocks {
 		if b.ords[0] > limit {
 			return
@@ -631,9 +620,6 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 						if e = orderPrefix(&r.Key); e > limit {
 							return
 						}
-					}
-					if only && classOf(r) != class {
-						continue
 					}
 					if resid[w]&(1<<i) != 0 {
 						if !r.MatchesFlow(f) {

@@ -25,7 +25,7 @@ func Build(rules []*Rule, ends uint8) *Index { return build(rules, ends, false) 
 
 // BuildMerged is Build for a FirstMatch order: the bitmaps hold both action
 // classes in one sequence (bitIndex), which ScanFirstMatch scans once.
-// ScanDenyOverrides answers on it too, a class at a time.
+// ScanDenyOverrides answers on it too, by the posting lists alone.
 func BuildMerged(rules []*Rule, ends uint8) *Index { return build(rules, ends, true) }
 
 func build(rules []*Rule, ends uint8, merged bool) *Index {

@@ -179,7 +179,9 @@ func ScanFirstMatch(ix *Index, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rul
 // matching candidate of the class; sc.lists and sc.vals hold the flow's lists
 // and ids.
 func scanClass(ix *Index, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
-	if ix.Bits != nil && sc.Procedure != ProcLists {
+	// A merged sequence of bitmaps answers both classes at once alone
+	// (ScanFirstMatch): a class of it is walked by its lists.
+	if ix.Bits != nil && !ix.Bits.merged && sc.Procedure != ProcLists {
 		if entries(sc.Lists[class]) > bitsAbove || sc.Procedure == ProcBits {
 			scanBits(ix.Bits, class, f, sc, need, best)
 			return
