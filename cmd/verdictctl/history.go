@@ -329,6 +329,9 @@ func runRevert(ctx context.Context, args []string, e *env) int {
 	if err != nil {
 		return fail(e, "revert", err, nil)
 	}
+	if !*dryRun && len(resp.GetResults()) > 0 {
+		awaitServed(ctx, e, client, &cf, resp.GetRevision())
+	}
 	err = output.printer(e.stdout).print(resp, func(w io.Writer, _ bool) error {
 		for _, r := range resp.GetResults() {
 			fmt.Fprintf(w, "%s %s\n", r.GetKey(), outcomeText(r.GetOutcome()))

@@ -29,6 +29,7 @@ func runLint(ctx context.Context, args []string, e *env) int {
 	fs.Var(&files, "f", "lint these documents offline (`FILE`, directory or -), not the server's store; repeatable")
 	mesh := fs.String("mesh", "", "only this `MESH` (default: every mesh)")
 	typ := fs.String("type", "", "only this policy `TYPE` (default: every type)")
+	minRev := fs.Int64("min-revision", 0, "answer from a snapshot at or after this revision")
 	var past pastFlags
 	past.register(fs, true)
 	var output outputFlag
@@ -38,11 +39,11 @@ func runLint(ctx context.Context, args []string, e *env) int {
 	if stop, code := fs.parseFlags(args); stop {
 		return code
 	}
-	if err := past.check(0); err != nil {
+	if err := past.check(*minRev); err != nil {
 		return fs.usage("%v", err)
 	}
-	if len(files) > 0 && (past.rev != 0 || !past.at.IsZero()) {
-		return fs.usage("-f lints documents offline: --at-revision and --at read the server's store")
+	if len(files) > 0 && (past.rev != 0 || !past.at.IsZero() || *minRev != 0) {
+		return fs.usage("-f lints documents offline: --at-revision, --at and --min-revision read the server's store")
 	}
 	var resp *verdictv1.LintResponse
 	if len(files) > 0 {
@@ -73,7 +74,7 @@ func runLint(ctx context.Context, args []string, e *env) int {
 		defer cancel()
 		_, waited := working(e, output.printer(e.stdout), "lint")
 		resp, err = verdictv1.NewAnalysisServiceClient(conn).Lint(cctx, &verdictv1.LintRequest{Mesh: *mesh, Type: *typ,
-			AtRevision: past.rev, AtTime: past.atTime()})
+			MinRevision: *minRev, AtRevision: past.rev, AtTime: past.atTime()})
 		waited()
 		if err != nil {
 			return fail(e, "lint", err, nil)

@@ -346,6 +346,9 @@ func (w *writer) execute(ctx context.Context, ops []*op) int {
 		}
 	}
 	prog.done()
+	if !w.dryRun && len(applied) > 0 {
+		awaitServed(ctx, w.e, w.client, w.cf, last)
+	}
 	if !w.out.forPeople() {
 		if err := w.out.print(rep, nil); err != nil {
 			return fail(w.e, w.cmd, err, nil)
@@ -365,10 +368,25 @@ func ambiguous(err error) bool {
 
 // waitFor waits until the server's snapshot holds revision rev.
 func (w *writer) waitFor(ctx context.Context, rev int64) error {
-	cctx, cancel := w.cf.ctx(ctx)
+	return waitServed(ctx, w.client, w.cf, rev)
+}
+
+func waitServed(ctx context.Context, client verdictv1.PolicyServiceClient, cf *connFlags, rev int64) error {
+	cctx, cancel := cf.ctx(ctx)
 	defer cancel()
-	_, err := w.client.Status(cctx, &verdictv1.StatusRequest{MinRevision: rev})
+	_, err := client.Status(cctx, &verdictv1.StatusRequest{MinRevision: rev})
 	return err
+}
+
+// awaitServed gives the next command read-your-writes: a write returns once
+// the server's snapshot holds it, so a read that follows on that server sees
+// it (docs/cli.md#read-your-writes). The write stands whatever the wait's
+// outcome; a wait that fails is a warning.
+func awaitServed(ctx context.Context, e *env, client verdictv1.PolicyServiceClient, cf *connFlags, rev int64) {
+	if err := waitServed(ctx, client, cf, rev); err != nil {
+		fmt.Fprintf(e.stderr, "warning: written at revision %d, which the server does not serve yet (%v): "+
+			"pass --min-revision %d to the next read\n", rev, err, rev)
+	}
 }
 
 // probe reads a part whose call failed ambiguously: it was written when every

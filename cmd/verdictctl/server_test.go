@@ -18,6 +18,7 @@ import (
 	"github.com/verdictpdp/verdict/internal/decisionlog"
 	verdictv1 "github.com/verdictpdp/verdict/proto/verdict/v1"
 	"github.com/verdictpdp/verdict/server"
+	"github.com/verdictpdp/verdict/store"
 	"github.com/verdictpdp/verdict/store/embedetcd"
 	"github.com/verdictpdp/verdict/store/etcd"
 	"github.com/verdictpdp/verdict/store/syncer"
@@ -30,6 +31,7 @@ type testServer struct {
 	conn *grpc.ClientConn
 	pol  verdictv1.PolicyServiceClient
 	st   *etcd.Store
+	lag  time.Duration // each watch event reaches the syncer this late
 	halt func() // stops the server (not the store)
 	stop func()
 }
@@ -110,7 +112,11 @@ func newTestServer() (*testServer, error) {
 // test's store.
 func (ts *testServer) serve(lis net.Listener) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	sy, err := syncer.New(syncer.Config{Store: ts.st})
+	var watched store.Store = ts.st
+	if ts.lag > 0 {
+		watched = laggingStore{Store: ts.st, lag: ts.lag}
+	}
+	sy, err := syncer.New(syncer.Config{Store: watched})
 	if err != nil {
 		cancel()
 		return err
@@ -132,6 +138,59 @@ func (ts *testServer) serve(lis net.Listener) error {
 	go func() { defer wg.Done(); _ = srv.Serve(ctx, lis) }()
 	ts.halt = func() { cancel(); wg.Wait() }
 	return nil
+}
+
+// startLagging starts another replica on the shared server's store whose
+// watch delivers each event lag late, stopped when the test ends.
+func startLagging(t testing.TB, lag time.Duration) *testServer {
+	t.Helper()
+	ts := &testServer{st: startServer(t).st, lag: lag}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.addr = lis.Addr().String()
+	if err := ts.serve(lis); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ts.halt)
+	conn, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ts.conn, ts.pol = conn, verdictv1.NewPolicyServiceClient(conn)
+	if err := ts.waitSynced(); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// laggingStore delays each watch event by lag, in order.
+type laggingStore struct {
+	store.Store
+	lag time.Duration
+}
+
+func (l laggingStore) Watch(ctx context.Context, from int64) <-chan store.Event {
+	in := l.Store.Watch(ctx, from)
+	out := make(chan store.Event)
+	go func() {
+		defer close(out)
+		for ev := range in {
+			select {
+			case <-time.After(l.lag):
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // restart stops the server and starts another on the same address and store.

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 const diffSet = `kind: Mesh
@@ -165,5 +166,37 @@ func TestWideListAndInspectWording(t *testing.T) {
 	r = c.run(t, "", "inspect", "--mesh", "cli", "--workload-name", "cart-1")
 	if r.code != 0 || !strings.HasPrefix(r.out, "workload cart-1\n") || strings.Contains(r.out, "workload workload") || strings.Contains(r.out, "[]") {
 		t.Errorf("inspect: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+}
+
+// TestWritesReturnOnceServed: apply, delete and revert return once the
+// server they wrote through serves their revision, so the next command sees
+// the write — on a replica whose watch delivers every event 300 ms late.
+func TestWritesReturnOnceServed(t *testing.T) {
+	c := ctl{ts: startLagging(t, 300*time.Millisecond)}
+	t.Cleanup(func() { c.run(t, "", "delete", "--prefix", "ryw/") })
+	doc := "kind: Mesh\nname: ryw\n---\nkind: Policy\nmesh: ryw\nname: p\nsources: [{}]\ndestinations: [{}]\n"
+	var created string
+	steps := []struct {
+		name string
+		args func() []string
+		code int
+		want string
+	}{
+		{"apply", func() []string { return []string{"apply", "-f", "-"} }, 0, "created"},
+		{"get after apply", func() []string { return []string{"get", "policy", "p", "--mesh", "ryw"} }, 0, "name: p"},
+		{"delete", func() []string { return []string{"delete", "policy", "p", "--mesh", "ryw"} }, 0, "deleted"},
+		{"get after delete", func() []string { return []string{"get", "policy", "p", "--mesh", "ryw"} }, 3, ""},
+		{"revert", func() []string { return []string{"revert", "ryw/policies/TrafficPermission/p", "--to-revision", created} }, 0, "reverted"},
+		{"get after revert", func() []string { return []string{"get", "policy", "p", "--mesh", "ryw"} }, 0, "name: p"},
+	}
+	for _, s := range steps {
+		r := c.run(t, doc, s.args()...)
+		if r.code != s.code || !strings.Contains(r.out, s.want) || strings.Contains(r.errOut, "warning") {
+			t.Fatalf("%s: exit %d, want %d with %q (and no warning):\n%s%s", s.name, r.code, s.code, s.want, r.out, r.errOut)
+		}
+		if m := regexp.MustCompile(`revision (\d+)`).FindStringSubmatch(r.out); s.name == "apply" && m != nil {
+			created = m[1]
+		}
 	}
 }

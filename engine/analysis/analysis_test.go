@@ -312,8 +312,9 @@ func derivedSnapshots(c *worldgen.Choices, w *analysisWorld) []*engine.Snapshot 
 }
 
 // TestAnalysisMatchesDecide holds Reach and Matrix to brute-force Decide,
-// with each class's masks (bulk.go) kept from its second decision, then from
-// its first.
+// with each class's masks (bulk.go) kept from its second decision and the
+// workloads interned by one Bulk, then with the masks kept from the first
+// decision and the workloads interned by two, a half each (bulkbase.go).
 func TestAnalysisMatchesDecide(t *testing.T) {
 	n := 300
 	if testing.Short() {
@@ -321,18 +322,29 @@ func TestAnalysisMatchesDecide(t *testing.T) {
 	}
 	for _, forced := range []bool{false, true} {
 		analysis.KeepMasks(forced)
+		analysis.SplitInterning(forced)
 		for i := 0; i < n; i++ {
 			checkAnalysis(t, worldgen.SeedBytes(5_000_000+i))
 		}
 	}
 	analysis.KeepMasks(false)
+	analysis.SplitInterning(false)
 }
 
 func FuzzAnalysisMatchesDecide(f *testing.F) {
 	for i := 0; i < 10; i++ {
 		f.Add(worldgen.SeedBytes(5_100_000 + i))
 	}
-	f.Fuzz(checkAnalysis)
+	f.Fuzz(func(t *testing.T, seed []byte) { withSplit(seed, func() { checkAnalysis(t, seed) }) })
+}
+
+// withSplit runs check with the workloads of every base interned in two
+// halves for half the seeds (by their last byte), by one Bulk for the
+// others.
+func withSplit(seed []byte, check func()) {
+	analysis.SplitInterning(len(seed) > 0 && seed[len(seed)-1]&1 == 1)
+	defer analysis.SplitInterning(false)
+	check()
 }
 
 // genChange proposes a change to a world: a policy rewritten, added or
@@ -541,5 +553,5 @@ func FuzzImpactMatchesDecide(f *testing.F) {
 	for i := 0; i < 10; i++ {
 		f.Add(worldgen.SeedBytes(6_100_000 + i))
 	}
-	f.Fuzz(checkImpact)
+	f.Fuzz(func(t *testing.T, seed []byte) { withSplit(seed, func() { checkImpact(t, seed) }) })
 }

@@ -11,9 +11,10 @@ package analysis
 //     type's policies: which keys are present, which values are named (match,
 //     In, NotIn), which prefixes and CIDRs a value falls under. Two tag sets
 //     that agree on every such condition are decided alike. Intern projects a
-//     tag set onto the keys some selector mentions and replaces each value no
-//     selector names by the first value seen with the same prefixes and
-//     CIDRs: a class, decided on the first tag set interned into it.
+//     tag set onto the keys some selector mentions and codes each value: a
+//     named value by itself, any other by the prefixes and CIDRs it falls
+//     under (one code for all when the key has none): a class, decided on
+//     the first tag set interned into it.
 //     Replicas of one deployment, instances that differ only by a name no
 //     policy names, fall into one class and are decided once per pair and
 //     port.
@@ -29,6 +30,7 @@ package analysis
 //     procedure itself, run on the class's tags.
 
 import (
+	"encoding/binary"
 	"slices"
 	"sync/atomic"
 
@@ -45,14 +47,12 @@ type Bulk struct {
 	closed    bool      // an invalid stored resource closes the partition
 	base      *bulkBase // the partition's shared start (nil: closed)
 	// interning (classes.go, bulkbase.go): the keys some selector tests,
-	// sorted, and their conditions; per key, the values this Bulk saw
-	// first (local); the classes beside the base's; building: the Bulk
-	// builds the base and writes into it
+	// sorted, and their conditions; per key, the signatures of the values
+	// met (memo); the classes beside the base's
 	keys      []string
 	keyConds  []*keyConds
 	keyIdx    map[string]int32
-	local     []keySeen
-	building  bool
+	memo      []map[string]string
 	keyBuf    []byte
 	outConds  map[string]*keyConds // the outside keys' exact conditions
 	classes   map[string]int32
@@ -60,10 +60,10 @@ type Bulk struct {
 	answers   map[bulkKey]*engine.Decision
 	bits      [2]*ruleBits // the enforced and the audit rules in order; built on first need
 	bitsOK    bool
-	uses      [2]map[ClassID]int32 // per end, the decisions of each class
-	scan      bulkScan             // the current flow's masks (Decide)
-	pair      pairScan             // DecidePorts's state
-	decisions int                  // decisions made: distinct (class, class, protocol, port)
+	uses      [2][]int32 // per end and class, the decisions the class took
+	scan      bulkScan   // the current flow's masks (Decide)
+	pair      pairScan   // DecidePorts's state
+	decisions int        // decisions made: distinct (class, class, protocol, port)
 	// the outside classes (outside.go), computed on first need
 	outside      []outsideClass
 	outsideNotes []string
@@ -97,7 +97,7 @@ func NewBulk(s *engine.Snapshot, mesh, typ string) (*Bulk, error) {
 		return nil, err
 	}
 	b := &Bulk{p: p, mesh: p.Mesh(), typ: p.Type(), classes: map[string]int32{},
-		answers: map[bulkKey]*engine.Decision{}, uses: [2]map[ClassID]int32{{}, {}}}
+		answers: map[bulkKey]*engine.Decision{}}
 	if p.Closed() {
 		b.closed = true
 		return b, nil
@@ -121,39 +121,27 @@ func (b *Bulk) Decisions() int { return b.decisions }
 // was made from (every tag set of it is decided alike), so tags must not
 // be modified after; it allocates only for a new class.
 func (b *Bulk) Intern(tags resource.Tags) ClassID {
-	var ib [16]int32
-	idx := ib[:0] // the keys of tags some selector tests, in keys' order
+	// The key of a class: per key of tags some selector tests, in keys'
+	// order, the key's index (a uvarint) and the value's code.
+	buf := b.keyBuf[:0]
 	if len(b.keys) <= 2*len(tags)+8 {
 		for i, k := range b.keys {
-			if _, ok := tags[k]; ok {
-				idx = append(idx, int32(i))
+			if v, ok := tags[k]; ok {
+				buf = b.appendCode(buf, i, v)
 			}
 		}
 	} else {
-		for k := range tags {
+		var ib [16]keyValue
+		kvs := ib[:0]
+		for k, v := range tags {
 			if i, ok := b.keyIdx[k]; ok {
-				idx = append(idx, i)
+				kvs = append(kvs, keyValue{i, v})
 			}
 		}
-		slices.Sort(idx)
-	}
-	buf := b.keyBuf[:0]
-	for _, i := range idx {
-		k, c := b.keys[i], b.keyConds[i]
-		var w *keySeen
-		if b.building {
-			w = &c.seen
-		} else {
-			if b.local == nil {
-				b.local = make([]keySeen, len(b.keys))
-			}
-			w = &b.local[i]
+		slices.SortFunc(kvs, func(x, y keyValue) int { return int(x.i - y.i) })
+		for _, kv := range kvs {
+			buf = b.appendCode(buf, int(kv.i), kv.v)
 		}
-		v := c.canonical(tags[k], w)
-		buf = append(buf, k...)
-		buf = append(buf, 0)
-		buf = append(buf, v...)
-		buf = append(buf, 0)
 	}
 	b.keyBuf = buf
 	if b.base != nil {
@@ -170,6 +158,21 @@ func (b *Bulk) Intern(tags resource.Tags) ClassID {
 	return ClassID(id)
 }
 
+// keyValue is a tag of a tag set by its key's index in the Bulk's keys.
+type keyValue struct {
+	i int32
+	v string
+}
+
+// appendCode appends the i-th key's index and the code of its value v.
+func (b *Bulk) appendCode(buf []byte, i int, v string) []byte {
+	if b.memo == nil {
+		b.memo = make([]map[string]string, len(b.keys))
+	}
+	buf = binary.AppendUvarint(buf, uint64(i))
+	return b.keyConds[i].appendCode(buf, v, &b.memo[i])
+}
+
 // Tags returns the tags a class is decided on (shared: do not modify).
 func (b *Bulk) Tags(c ClassID) resource.Tags { return b.tags[c] }
 
@@ -182,6 +185,14 @@ func (b *Bulk) Decide(src, dst ClassID, proto resource.Protocol, port uint32) *e
 		return d
 	}
 	d := &engine.Decision{}
+	b.decideInto(src, dst, proto, port, d)
+	b.answers[k] = d
+	return d
+}
+
+// decideInto decides the flow from class src to class dst into d, as
+// Decide does, for a caller that keeps the answers itself.
+func (b *Bulk) decideInto(src, dst ClassID, proto resource.Protocol, port uint32, d *engine.Decision) {
 	b.decisions++
 	var pre engine.Prefilter
 	if !b.closed {
@@ -191,8 +202,6 @@ func (b *Bulk) Decide(src, dst ClassID, proto resource.Protocol, port uint32) *e
 	}
 	f := index.Flow{Src: b.tags[src], Dst: b.tags[dst], Proto: proto, Port: port}
 	b.p.Decide(&f, pre, d)
-	b.answers[k] = d
-	return d
 }
 
 // prepare sets the masks of a flow into b.scan; nil when the partition has
@@ -203,9 +212,13 @@ func (b *Bulk) prepare(src, dst ClassID, proto resource.Protocol, port uint32) *
 	}
 	var keep [2]bool
 	for end, c := range [2]ClassID{src, dst} {
-		n := b.uses[end][c] + 1
-		b.uses[end][c] = n
-		keep[end] = n >= keepAfter || keepAlways.Load()
+		u := b.uses[end]
+		if int(c) >= len(u) {
+			u = append(u, make([]int32, int(c)+1-len(u)+len(u)/2)...)
+			b.uses[end] = u
+		}
+		u[c]++
+		keep[end] = u[c] >= keepAfter || keepAlways.Load()
 	}
 	for i, rb := range b.bits {
 		sl := &b.scan.lists[i]

@@ -3,7 +3,7 @@ package analysis
 // What every bulk evaluation of one (mesh, type) on one snapshot starts
 // from, computed once per snapshot on first need and shared (read only) by
 // its Bulks: the conditions the partition's selectors test, the valid
-// workloads by name, and each workload's class as a source (its own tags).
+// workloads, and each workload's class as a source (its own tags).
 // A Bulk writes what it interns to maps of its own beside the base's; Reach
 // on a snapshot it has answered before interns no workload. The base lives
 // in the snapshot, so it dies with it and never serves another revision.
@@ -17,9 +17,16 @@ package analysis
 // classes, which list conditions, read counted conditions that are exact.
 
 import (
+	"cmp"
 	"maps"
+	"math"
+	"reflect"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/verdictpdp/verdict/engine"
 	"github.com/verdictpdp/verdict/engine/inventory"
@@ -28,14 +35,19 @@ import (
 
 // bulkBase is one partition's shared start.
 type bulkBase struct {
-	conds     map[string]*keyConds // frozen
-	keys      []string             // the keys of conds, sorted
-	keyConds  []*keyConds          // per key of keys
-	keyIdx    map[string]int32     // index of each key in keys
-	classes   map[string]int32     // frozen: the classes below
-	tags      []resource.Tags      // per class
+	conds    map[string]*keyConds // frozen
+	keys     []string             // the keys of conds, sorted
+	keyConds []*keyConds          // per key of keys
+	keyIdx   map[string]int32     // index of each key in keys
+	classes  map[string]int32     // frozen: the classes below
+	tags     []resource.Tags      // per class
+	// the valid workloads in the order they lie in memory (Reach sorts
+	// what it answers), each one's class as a source, and their order by
+	// name, computed on first need (Matrix, Impact) and shared by the
+	// bases that keep the workloads
 	workloads []*inventory.WorkloadEntry
-	own       []ClassID // per workload, the class of its own tags
+	own       []ClassID
+	names     *nameOrder
 	// the exact conditions on the outside keys (outside.go), and how many
 	// selectors test each
 	outConds  map[string]*keyConds
@@ -69,6 +81,20 @@ func baseOf(p *engine.Partition) *bulkBase {
 func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 	bb := &bulkBase{conds: map[string]*keyConds{}, outCounts: map[outsideCond]int32{}, inv: p.Inventory(),
 		pset: p.PolicySet()}
+	// Beside the conditions, a goroutine lists the workloads in memory
+	// order, then puts the rules in order for the first decision: on two
+	// cores, the first question waits for neither alone.
+	listed := make(chan []*inventory.WorkloadEntry, 1)
+	keep := prev != nil && prev.inv == bb.inv
+	go func() {
+		if keep {
+			listed <- prev.workloads
+		} else {
+			listed <- inMemoryOrder(validWorkloads(bb.inv))
+		}
+		ruleOrderOf(p, false)
+		ruleOrderOf(p, true)
+	}()
 	for _, sv := range p.Scopes() {
 		bb.scopes = append(bb.scopes, sv.Doc)
 	}
@@ -87,32 +113,95 @@ func buildBase(p *engine.Partition, prev *bulkBase) *bulkBase {
 	for i, k := range bb.keys {
 		bb.keyConds[i], bb.keyIdx[k] = bb.conds[k], int32(i)
 	}
-	// Interned by a Bulk that writes into the base itself.
-	if prev != nil && prev.inv == bb.inv {
-		bb.workloads = prev.workloads
-	} else {
-		bb.workloads = workloadsOf(bb.inv)
+	bb.workloads, bb.names = <-listed, &nameOrder{}
+	if keep {
+		bb.names = prev.names
 	}
-	b := &Bulk{classes: make(map[string]int32, len(bb.workloads)/4), building: true}
-	b.useKeys(bb)
 	bb.own = make([]ClassID, len(bb.workloads))
-	// Replicas with one tag set share an identity: the set is interned
-	// once (the sets compared, as whatever an identity keys verifies it).
-	type interned struct {
-		c    ClassID
-		tags resource.Tags
+	bb.classes, bb.tags = internOwn(bb)
+	return bb
+}
+
+// splitAt is how many workloads a base has at least for two Bulks to intern
+// them, a half each (splitAlways: two or more, for the tests).
+const splitAt = 1 << 14
+
+var splitAlways atomic.Bool
+
+// internOwn interns the base's workloads' own tag sets into bb.own and
+// returns the classes and their tags. Interning reads every workload's tags,
+// wherever they lie in memory: on two cores, two Bulks each intern a half
+// in about half the time, and the classes of the second that the first
+// lacks are added to the first's, in the second's order.
+func internOwn(bb *bulkBase) (map[string]int32, []resource.Tags) {
+	ws := bb.workloads
+	parts := 1
+	if runtime.GOMAXPROCS(0) > 1 && (len(ws) >= splitAt || splitAlways.Load() && len(ws) >= 2) {
+		parts = 2
 	}
-	byID := make(map[uint64]interned, len(bb.workloads))
-	for i, w := range bb.workloads {
-		if in, ok := byID[w.ID]; ok && resource.SameTagSet(in.tags, w.Workload.Tags) {
-			bb.own[i] = in.c
+	bs := make([]*Bulk, parts)
+	var wg sync.WaitGroup
+	for k := range bs {
+		lo, hi := k*len(ws)/parts, (k+1)*len(ws)/parts
+		b := &Bulk{classes: make(map[string]int32, (hi-lo)/4)}
+		b.useKeys(bb)
+		bs[k] = b
+		if k == parts-1 {
+			b.internAll(ws[lo:hi], bb.own[lo:hi])
 			continue
 		}
-		bb.own[i] = b.Intern(w.Workload.Tags)
-		byID[w.ID] = interned{bb.own[i], w.Workload.Tags}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.internAll(ws[lo:hi], bb.own[lo:hi])
+		}()
 	}
-	bb.classes, bb.tags = b.classes, b.tags
-	return bb
+	wg.Wait()
+	first := bs[0]
+	for k, b := range bs[1:] {
+		keys := make([]string, len(b.tags))
+		for key, id := range b.classes {
+			keys[id] = key
+		}
+		to := make([]ClassID, len(b.tags))
+		for id, key := range keys {
+			c, ok := first.classes[key]
+			if !ok {
+				c = int32(len(first.tags))
+				first.classes[key] = c
+				first.tags = append(first.tags, b.tags[id])
+			}
+			to[id] = ClassID(c)
+		}
+		own := bb.own[(k+1)*len(ws)/parts : (k+2)*len(ws)/parts]
+		for i, c := range own {
+			own[i] = to[c]
+		}
+	}
+	return first.classes, first.tags
+}
+
+// internAll interns the workloads' own tag sets into own.
+func (b *Bulk) internAll(ws []*inventory.WorkloadEntry, own []ClassID) {
+	// Replicas with one tag set share one map of tags (the inventory
+	// interns them), never modified: a map met lately is interned once,
+	// found by its address in a small direct-mapped table.
+	type met struct {
+		m unsafe.Pointer
+		c ClassID
+	}
+	const metBits = 13
+	lately := make([]met, 1<<metBits)
+	for i, w := range ws {
+		m := reflect.ValueOf(w.Workload.Tags).UnsafePointer()
+		slot := &lately[uint64(uintptr(m)>>4)*0x9e3779b97f4a7c15>>(64-metBits)]
+		if slot.m == m && m != nil {
+			own[i] = slot.c
+			continue
+		}
+		own[i] = b.Intern(w.Workload.Tags)
+		*slot = met{m, own[i]}
+	}
 }
 
 // carry returns the base of p's snapshot from pb, another snapshot's base
@@ -212,27 +301,104 @@ func (b *Bulk) peerClass(i int, destination bool, port uint32) (c ClassID, tags 
 	return b.Intern(tags), tags, false
 }
 
-// workloadsOf lists the valid workloads of an inventory (nil: none) by name.
-func workloadsOf(inv *inventory.Inventory) []*inventory.WorkloadEntry {
+// nameOrder is the order by name of a base's workloads: byName[i] is the
+// index of the i-th.
+type nameOrder struct {
+	once   sync.Once
+	byName []int32
+}
+
+// byName returns the base's workloads' indexes in the order of their names.
+func (bb *bulkBase) byName() []int32 {
+	o := bb.names
+	o.once.Do(func() { o.byName = orderByName(bb.workloads) })
+	return o.byName
+}
+
+// validWorkloads lists the valid workloads of an inventory (nil: none) in
+// no particular order.
+func validWorkloads(inv *inventory.Inventory) []*inventory.WorkloadEntry {
 	if inv == nil {
 		return nil
 	}
-	// Sorted by the names beside the entries: a comparison reads no entry.
-	type named struct {
-		name string
-		e    *inventory.WorkloadEntry
-	}
-	byName := make([]named, 0, inv.ByName.Len())
-	inv.ByName.Range(func(name string, e *inventory.WorkloadEntry) bool {
+	out := make([]*inventory.WorkloadEntry, 0, inv.ByName.Len())
+	inv.ByName.Range(func(_ string, e *inventory.WorkloadEntry) bool {
 		if e.Err == "" {
-			byName = append(byName, named{name, e})
+			out = append(out, e)
 		}
 		return true
 	})
+	return out
+}
+
+// inMemoryOrder orders ws by where their workloads lie in memory: a walk
+// over them then reads memory forward, which the inventory's order (by
+// hash) does not. Many are ordered by a radix sort of the addresses, 16
+// bits a pass.
+func inMemoryOrder(ws []*inventory.WorkloadEntry) []*inventory.WorkloadEntry {
+	type at struct {
+		a uint64
+		e *inventory.WorkloadEntry
+	}
+	l := make([]at, len(ws))
+	var lo, hi uint64 = math.MaxUint64, 0
+	for i, w := range ws {
+		a := uint64(uintptr(unsafe.Pointer(w.Workload)))
+		l[i] = at{a, w}
+		lo, hi = min(lo, a), max(hi, a)
+	}
+	if len(ws) < 1<<12 {
+		slices.SortFunc(l, func(x, y at) int { return cmp.Compare(x.a, y.a) })
+	} else {
+		tmp, count := make([]at, len(ws)), make([]int32, 1<<16+1)
+		for shift := 0; shift < 64 && (hi-lo)>>shift > 0; shift += 16 {
+			clear(count)
+			for _, x := range l {
+				count[((x.a-lo)>>shift)&0xffff+1]++
+			}
+			for i := 1; i < len(count); i++ {
+				count[i] += count[i-1]
+			}
+			for _, x := range l {
+				b := ((x.a - lo) >> shift) & 0xffff
+				tmp[count[b]] = x
+				count[b]++
+			}
+			l, tmp = tmp, l
+		}
+	}
+	for i := range l {
+		ws[i] = l[i].e
+	}
+	return ws
+}
+
+// orderByName returns the indexes of ws in the order of the workloads'
+// names.
+func orderByName(ws []*inventory.WorkloadEntry) []int32 {
+	// Sorted by the names beside the indexes: a comparison reads no entry.
+	type named struct {
+		name string
+		i    int32
+	}
+	byName := make([]named, len(ws))
+	for i, w := range ws {
+		byName[i] = named{w.Workload.Name, int32(i)}
+	}
 	slices.SortFunc(byName, func(a, b named) int { return strings.Compare(a.name, b.name) })
-	out := make([]*inventory.WorkloadEntry, len(byName))
+	out := make([]int32, len(ws))
 	for i := range byName {
-		out[i] = byName[i].e
+		out[i] = byName[i].i
+	}
+	return out
+}
+
+// workloadsOf lists the valid workloads of an inventory (nil: none) by name.
+func workloadsOf(inv *inventory.Inventory) []*inventory.WorkloadEntry {
+	ws := validWorkloads(inv)
+	out := make([]*inventory.WorkloadEntry, len(ws))
+	for i, j := range orderByName(ws) {
+		out[i] = ws[j]
 	}
 	return out
 }

@@ -64,20 +64,12 @@ type orderKey struct {
 }
 
 // ruleBitsOf returns a fresh state over the partition's enforced (audit
-// false) or audit rules in order; nil when it has none. The order is
-// computed once per snapshot, and kept by the next snapshots of the lineage
-// whose partition has the same index.
+// false) or audit rules in order (ruleOrderOf); nil when it has none.
 func ruleBitsOf(p *engine.Partition, audit bool) *ruleBits {
-	ix := p.Rules(audit)
-	if ix == nil || ix.Size == 0 {
+	o := ruleOrderOf(p, audit)
+	if o == nil {
 		return nil
 	}
-	o := p.Snapshot().Carried(orderKey{p.Mesh(), p.Type(), audit}, func(prev any) any {
-		if po, ok := prev.(*ruleOrder); ok && po.ix == ix {
-			return po
-		}
-		return newRuleOrder(ix)
-	}).(*ruleOrder)
 	rb := &ruleBits{ruleOrder: o, ports: map[portKey][]uint64{}}
 	n := len(o.rules)
 	rb.cnt = make([]int32, n)
@@ -87,6 +79,22 @@ func ruleBitsOf(p *engine.Partition, audit bool) *ruleBits {
 		rb.scratch[end] = &mask{bits: make([]uint64, o.words)}
 	}
 	return rb
+}
+
+// ruleOrderOf returns the partition's enforced or audit rules in order,
+// computed once per snapshot (and kept by the next snapshots of the
+// lineage whose partition has the same index); nil when it has none.
+func ruleOrderOf(p *engine.Partition, audit bool) *ruleOrder {
+	ix := p.Rules(audit)
+	if ix == nil || ix.Size == 0 {
+		return nil
+	}
+	return p.Snapshot().Carried(orderKey{p.Mesh(), p.Type(), audit}, func(prev any) any {
+		if po, ok := prev.(*ruleOrder); ok && po.ix == ix {
+			return po
+		}
+		return newRuleOrder(ix)
+	}).(*ruleOrder)
 }
 
 // newRuleOrder puts the rules of ix in order.

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,79 +13,50 @@ import (
 // keyConds are the conditions the selectors of a partition test on one tag
 // key: the values they name, the prefixes and the CIDRs.
 type keyConds struct {
-	named    map[string]bool
+	named    map[string]int32 // each value named, by its code: 1, 2, ...
 	prefixes []string
 	cidrs    []netip.Prefix
-	// seen is the values interned while the partition's base was built:
-	// frozen once built (a Bulk writes what it sees first to its own).
-	seen keySeen
 }
 
-// keySeen is, for one key, the first value seen per signature (reps) and
-// each value's canonical value (memo; kept only when the key has prefixes
-// or CIDRs, as computing a signature is otherwise free).
-type keySeen struct {
-	reps map[string]string
-	memo map[string]string
-}
-
-// canonical returns the value a class holds for v: v when a selector names
-// it, else the first value seen with v's signature — in c.seen, or else in
-// w, where a value seen first is written (w may be &c.seen while the base
-// is built).
-func (c *keyConds) canonical(v string, w *keySeen) string {
-	if c.named[v] {
-		return v
+// appendCode appends to buf the code of v as a class holds it: a value
+// named by its own code; any other by 0 and, when the key has prefixes or
+// CIDRs, the signature of v (of a length fixed per key), found in memo or
+// computed and written there. Two values have one code iff every
+// condition on the key treats them alike.
+func (c *keyConds) appendCode(buf []byte, v string, memo *map[string]string) []byte {
+	if n, ok := c.named[v]; ok {
+		return binary.AppendUvarint(buf, uint64(n))
 	}
-	sig := ""
-	split := len(c.prefixes)+len(c.cidrs) > 0
-	if split {
-		if out, ok := c.seen.memo[v]; ok {
-			return out
-		}
-		if out, ok := w.memo[v]; ok {
-			return out
-		}
+	buf = append(buf, 0)
+	if len(c.prefixes)+len(c.cidrs) == 0 {
+		return buf
+	}
+	sig, ok := (*memo)[v]
+	if !ok {
 		sig = c.signature(v)
-	}
-	rep, ok := c.seen.reps[sig]
-	if !ok {
-		rep, ok = w.reps[sig]
-	}
-	if !ok {
-		rep = v
-		if w.reps == nil {
-			w.reps = map[string]string{}
+		if *memo == nil {
+			*memo = map[string]string{}
 		}
-		w.reps[sig] = v
+		(*memo)[v] = sig
 	}
-	if split {
-		if w.memo == nil {
-			w.memo = map[string]string{}
-		}
-		w.memo[v] = rep
-	}
-	return rep
+	return append(buf, sig...)
 }
 
-// signature is which prefixes and CIDRs v falls under, as text.
+// signature is which prefixes and CIDRs v falls under, a bit each.
 func (c *keyConds) signature(v string) string {
-	buf := make([]byte, 0, len(c.prefixes)+len(c.cidrs))
-	for _, p := range c.prefixes {
-		buf = append(buf, boolByte(strings.HasPrefix(v, p)))
+	buf := make([]byte, (len(c.prefixes)+len(c.cidrs)+7)/8)
+	for i, p := range c.prefixes {
+		if strings.HasPrefix(v, p) {
+			buf[i/8] |= 1 << (i % 8)
+		}
 	}
 	a, err := netip.ParseAddr(v)
-	for _, p := range c.cidrs {
-		buf = append(buf, boolByte(err == nil && p.Contains(a.Unmap())))
+	for j, p := range c.cidrs {
+		if i := len(c.prefixes) + j; err == nil && p.Contains(a.Unmap()) {
+			buf[i/8] |= 1 << (i % 8)
+		}
 	}
 	return string(buf)
-}
-
-func boolByte(b bool) byte {
-	if b {
-		return '1'
-	}
-	return '0'
 }
 
 // The kinds of condition a selector tests on a key.
@@ -132,7 +104,9 @@ func addCondition(conds map[string]*keyConds, k string, kind uint8, v string) {
 	c := condsFor(conds, k)
 	switch kind {
 	case condNamed:
-		c.named[v] = true
+		if _, ok := c.named[v]; !ok {
+			c.named[v] = int32(len(c.named) + 1)
+		}
 	case condPrefix:
 		c.prefixes = append(c.prefixes, v)
 	case condCIDR:
@@ -152,7 +126,7 @@ func covered(conds map[string]*keyConds, s *resource.Selector) bool {
 		case c == nil:
 			ok = false
 		case kind == condNamed:
-			ok = c.named[v]
+			_, ok = c.named[v]
 		case kind == condPrefix:
 			ok = slices.Contains(c.prefixes, v)
 		case kind == condCIDR:
@@ -216,7 +190,7 @@ func policySelectors(p *resource.Policy) []*resource.Selector {
 func condsFor(m map[string]*keyConds, k string) *keyConds {
 	c, ok := m[k]
 	if !ok {
-		c = &keyConds{named: map[string]bool{}}
+		c = &keyConds{named: map[string]int32{}}
 		m[k] = c
 	}
 	return c

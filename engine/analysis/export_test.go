@@ -9,6 +9,10 @@ import (
 // decision (on), or only from its second (off).
 func KeepMasks(on bool) { keepAlways.Store(on) }
 
+// SplitInterning makes every base of two workloads or more be interned by
+// two Bulks, a half each (on), or only a large one (off).
+func SplitInterning(on bool) { splitAlways.Store(on) }
+
 // LintWithProofs is Lint, also returning a flow for each rule it found not
 // shadowed (one it decides) or not redundant (one whose answer its removal
 // changes).

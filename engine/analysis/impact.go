@@ -683,12 +683,12 @@ func (o *ownWalk) class(b *Bulk, w *inventory.WorkloadEntry, destination bool, p
 	if pt, _ := w.Workload.PortTags(port); len(pt) > 0 {
 		return b.Intern(tags)
 	}
-	ws := b.base.workloads
-	for o.next < len(ws) && ws[o.next].Workload.Name < w.Workload.Name {
+	ws, order := b.base.workloads, b.base.byName()
+	for o.next < len(order) && ws[order[o.next]].Workload.Name < w.Workload.Name {
 		o.next++
 	}
-	if o.next < len(ws) && ws[o.next] == w {
-		return b.base.own[o.next]
+	if o.next < len(order) && ws[order[o.next]] == w {
+		return b.base.own[order[o.next]]
 	}
 	return b.Intern(tags)
 }

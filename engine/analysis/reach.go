@@ -79,20 +79,35 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 	}
 	ans := &ReachAnswer{Revision: s.Revision(), Endpoint: res}
 	fixed := b.Intern(res.Tags)
+	// Each class of peers is decided once; its answer is kept by class,
+	// room made for the classes of the outside too.
+	outside, _ := b.outsideClasses()
+	answers := make([]engine.Decision, len(b.tags)+len(outside))
+	decided := make([]bool, len(answers))
 	decide := func(peer ClassID) *engine.Decision {
-		if req.Destination {
-			return b.Decide(peer, fixed, req.Protocol, req.Port)
+		if int(peer) >= len(decided) {
+			n := int(peer) + 1 - len(decided) + len(decided)/4
+			answers, decided = append(answers, make([]engine.Decision, n)...), append(decided, make([]bool, n)...)
 		}
-		return b.Decide(fixed, peer, req.Protocol, req.Port)
+		d := &answers[peer]
+		if !decided[peer] {
+			src, dst := fixed, peer
+			if req.Destination {
+				src, dst = peer, fixed
+			}
+			b.decideInto(src, dst, req.Protocol, req.Port, d)
+			decided[peer] = true
+		}
+		return d
 	}
 	var workloads []*inventory.WorkloadEntry
 	if b.base != nil {
 		workloads = b.base.workloads
 	} else {
-		workloads = workloadsOf(b.p.Inventory())
+		workloads = validWorkloads(b.p.Inventory())
 	}
-	// Each class of peers is decided once; its answer is kept by class.
-	var byClass []*engine.Decision
+	// The workloads come in no particular order; the allowed are sorted
+	// by name.
 	for i, w := range workloads {
 		var c ClassID
 		var tags resource.Tags
@@ -103,14 +118,7 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 			tags = peerTags(w, !req.Destination, req.Port)
 			c = b.Intern(tags)
 		}
-		for int(c) >= len(byClass) {
-			byClass = append(byClass, nil)
-		}
-		d := byClass[c]
-		if d == nil {
-			d = decide(c)
-			byClass[c] = d
-		}
+		d := decide(c)
 		if d.Action != resource.Allow {
 			continue
 		}
@@ -121,6 +129,7 @@ func Reach(s *engine.Snapshot, req *ReachRequest) (*ReachAnswer, error) {
 		ans.Entries = append(ans.Entries, ReachEntry{Workload: w.Workload.Name, Identity: id,
 			Tags: tags, Outbound: sideOnly(d.Outbound), Inbound: sideOnly(d.Inbound)})
 	}
+	slices.SortFunc(ans.Entries, func(x, y ReachEntry) int { return strings.Compare(x.Workload, y.Workload) })
 	out, notes := b.reachOutside(s, !req.Destination, req.Port, decide)
 	ans.Entries = append(ans.Entries, out...)
 	ans.Notes = notes
@@ -296,7 +305,10 @@ func Matrix(s *engine.Snapshot, req *MatrixRequest, emit func(MatrixEntry) bool)
 	}
 	var all []*inventory.WorkloadEntry
 	if b.base != nil {
-		all = b.base.workloads
+		all = make([]*inventory.WorkloadEntry, len(b.base.workloads))
+		for i, j := range b.base.byName() {
+			all[i] = b.base.workloads[j]
+		}
 	} else {
 		all = workloadsOf(b.p.Inventory())
 	}

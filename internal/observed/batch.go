@@ -129,10 +129,7 @@ func (b *Batch) IdentitiesN(fs []IdentityFlow, policies []string, rev int64) {
 		}
 		for j := range g {
 			f := &g[j]
-			action := resource.Allow
-			if f.Deny {
-				action = resource.Deny
-			}
+			action := finalAction(f.Deny)
 			b.count(f.Src, f.Dst, f.PP, sis[j], fps[j], action, policies[f.Policy], rev)
 		}
 	}
@@ -202,9 +199,21 @@ func (t *Table) flushSlot(sl *slot) {
 
 // flushSlotPolicy adds a slot's counts to the table with the given answer.
 func (t *Table) flushSlotPolicy(sl *slot, action resource.Action, policy string) {
-	src := End{Given: inventory.Endpoint{Identity: sl.src.Identity()}, Identity: sl.src.Identity(), Tags: sl.src.Tags()}
-	dst := End{Given: inventory.Endpoint{Identity: sl.dst.Identity()}, Identity: sl.dst.Identity(), Tags: sl.dst.Tags()}
+	src, dst := identityEnd(sl.src), identityEnd(sl.dst)
 	t.add(sl.mt, &src, &dst, sl.pp, uint64(sl.count), sl.first, sl.last, action, policy, sl.rev)
+}
+
+// identityEnd is the end a compact flow names by the identity of its tag set.
+func identityEnd(s *inventory.TagSet) End {
+	return End{Given: inventory.Endpoint{Identity: s.Identity()}, Identity: s.Identity(), Tags: s.Tags()}
+}
+
+// finalAction is the action of an answer that is a DENY or not.
+func finalAction(deny bool) resource.Action {
+	if deny {
+		return resource.Deny
+	}
+	return resource.Allow
 }
 
 // flush empties every stripe's cache and registered entries into the table.

@@ -56,11 +56,7 @@ func (b *Batch) TallyN(fs []TallyFlow, policies []string, rev int64) {
 			b.s.tallied = b.s.tallied[:0]
 		}
 		f := &fs[i]
-		action := resource.Allow
-		if f.Deny {
-			action = resource.Deny
-		}
-		b.s.tallied = append(b.s.tallied, tallied{c: f.C, src: f.Src, dst: f.Dst, mt: b.mt, pp: f.PP, action: action,
+		b.s.tallied = append(b.s.tallied, tallied{c: f.C, src: f.Src, dst: f.Dst, mt: b.mt, pp: f.PP, action: finalAction(f.Deny),
 			policy: policies[f.Policy], first: b.now, rev: rev})
 	}
 }
@@ -91,8 +87,7 @@ func (t *Table) take(list []tallied) {
 		if n == 0 {
 			continue
 		}
-		src := End{Given: inventory.Endpoint{Identity: e.src.Identity()}, Identity: e.src.Identity(), Tags: e.src.Tags()}
-		dst := End{Given: inventory.Endpoint{Identity: e.dst.Identity()}, Identity: e.dst.Identity(), Tags: e.dst.Tags()}
+		src, dst := identityEnd(e.src), identityEnd(e.dst)
 		t.add(e.mt, &src, &dst, e.pp, uint64(n), e.first, e.first, e.action, e.policy, e.rev)
 	}
 }

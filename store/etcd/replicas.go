@@ -49,8 +49,11 @@ func (s *Store) Register(ctx context.Context, id, addr string, ttl time.Duration
 			continue
 		}
 		cctx, cancel := s.callCtx(ctx)
-		_, err = s.cli.Put(cctx, key, string(val), clientv3.WithLease(sess.Lease()))
+		resp, err := s.cli.Put(cctx, key, string(val), clientv3.WithLease(sess.Lease()))
 		cancel()
+		if err == nil {
+			s.seen(resp.Header.Revision) // the store's revision is past this write
+		}
 		if err != nil {
 			_ = sess.Close()
 			if ctx.Err() == nil {
