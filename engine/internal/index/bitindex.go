@@ -861,27 +861,28 @@ func (p *patcher) sweepGhosts() {
 	if j < 0 {
 		return // no rule left: the block is dropped
 	}
+	// Only the free slots are visited (a block has one in gapEvery).
 	prev := b.at(j)
 	for w, held := range b.all {
-		lo, hi := w*64, min(w*64+64, b.n)
-		if lo >= hi {
+		lo := w * 64
+		if lo >= b.n {
 			break
 		}
 		free := ^held
-		if hi-lo < 64 {
-			free &= 1<<(hi-lo) - 1
+		if b.n-lo < 64 {
+			free &= 1<<(b.n-lo) - 1
 		}
-		if free == 0 { // every slot of the word holds a rule
-			prev = b.at(hi - 1)
-			continue
-		}
-		for s := lo; s < hi; s++ {
-			switch {
-			case b.holds(s):
-				prev = b.at(s)
-			case b.at(s) != prev:
-				p.setRule(s, prev)
+		for ; free != 0; free &= free - 1 {
+			i := bits.TrailingZeros64(free)
+			if below := held & (1<<i - 1); below != 0 {
+				prev = b.at(lo + 63 - bits.LeadingZeros64(below))
 			}
+			if b.at(lo+i) != prev {
+				p.setRule(lo+i, prev)
+			}
+		}
+		if held != 0 {
+			prev = b.at(lo + 63 - bits.LeadingZeros64(held))
 		}
 	}
 }
@@ -1212,6 +1213,17 @@ func (p *patcher) clearSlot(s int) {
 // s in the flat positions, then the value whose positions hold it by the
 // refs alone (reading no value's positions but s's).
 func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
+	// A slot is listed under one value at most (a build lists a rule under
+	// its one value of the key, assign unlists the others first): when
+	// keep lists s, no other value does.
+	if keep != 0 {
+		if i, ok := d.find(keep); ok && d.refs[i].n != 0 {
+			r := d.refs[i]
+			if _, in := slices.BinarySearch(d.pos[r.off:r.off+r.n], uint16(s)); in {
+				return
+			}
+		}
+	}
 	left := false // a value left the directory
 	for k := slices.Index(d.pos, uint16(s)); k >= 0; {
 		i := d.refAt(k)

@@ -55,6 +55,13 @@ func CheckBits(ix *Index) error {
 						}
 					}
 				}
+				// A patch relies on it: a slot, free or held, is listed
+				// under one value of a key at most.
+				for s, vs := range in[di] {
+					if len(vs) > 1 && d.any[s/64]&(1<<(s%64)) == 0 {
+						return fmt.Errorf("class %d block %d slot %d: listed under %d values of key %d", cl, bi, s, len(vs), d.kid)
+					}
+				}
 			}
 			held := 0
 			removed := map[*Rule]bool{} // kept alive by free slots
