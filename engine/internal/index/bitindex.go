@@ -798,8 +798,8 @@ func patchBlock(b *bitBlock, gone []int, adds []*Rule, ids *addedIDs) (*bitBlock
 			return nil, false
 		}
 	}
-	nb := copyBlock(b)
-	nb.rules = slices.Clone(b.rules)
+	nb := new(bitBlock)
+	*nb = *b // every slice shared until the patch writes it
 	// The flags on the stack: a block has blockMax slots at most, and most
 	// have few dimensions.
 	var chunks [blockMax / slotChunk]bool
@@ -887,83 +887,28 @@ func (p *patcher) sweepGhosts() {
 	}
 }
 
-// A patched block's copy and its copy of the dimensions, in one allocation
-// for a block of a few dimensions: a patch always copies both, and a later
-// patch copies them again, so they live and die together.
-type (
-	blockD1 struct {
-		b bitBlock
-		d [1]bitDim
-	}
-	blockD2 struct {
-		b bitBlock
-		d [2]bitDim
-	}
-	blockD3 struct {
-		b bitBlock
-		d [3]bitDim
-	}
-	blockD4 struct {
-		b bitBlock
-		d [4]bitDim
-	}
-	blockD6 struct {
-		b bitBlock
-		d [6]bitDim
-	}
-	blockD8 struct {
-		b bitBlock
-		d [8]bitDim
-	}
-)
-
-// copyBlock returns a copy of b with its own copy of b.dims (its other
-// slices shared).
-func copyBlock(b *bitBlock) *bitBlock {
-	var nb *bitBlock
-	var ds []bitDim
-	switch n := len(b.dims); {
-	case n == 0:
-		nb = new(bitBlock)
-	case n <= 1:
-		x := new(blockD1)
-		nb, ds = &x.b, x.d[:]
-	case n <= 2:
-		x := new(blockD2)
-		nb, ds = &x.b, x.d[:]
-	case n <= 3:
-		x := new(blockD3)
-		nb, ds = &x.b, x.d[:]
-	case n <= 4:
-		x := new(blockD4)
-		nb, ds = &x.b, x.d[:]
-	case n <= 6:
-		x := new(blockD6)
-		nb, ds = &x.b, x.d[:]
-	case n <= 8:
-		x := new(blockD8)
-		nb, ds = &x.b, x.d[:]
-	default:
-		ds = make([]bitDim, n)
-		nb = new(bitBlock)
-	}
-	*nb = *b
-	if len(b.dims) > 0 {
-		n := copy(ds, b.dims)
-		nb.dims = ds[:n:n]
-	}
-	return nb
-}
-
 // patcher changes a copy of a block that shares every slice with the
 // original until it writes one: it copies a slice on its first write (the
 // flags say which it owns).
 type patcher struct {
-	b      *bitBlock
-	chunks []bool // of b.rules
-	top    bool   // all
-	resid  bool
-	dims   []dimOwned
+	b         *bitBlock
+	chunks    []bool // of b.rules
+	rules     bool   // the chunks' directory b.rules
+	top       bool   // all
+	resid     bool
+	dimsOwned bool // b.dims, the dimensions' headers
+	dims      []dimOwned
+}
+
+// dim returns dimension di of the block, to write: the dimensions' headers
+// are copied on the first write to any of them (a patch that leaves every
+// dimension as it was, a rule taking a slot whose bits it shares, copies
+// none).
+func (p *patcher) dim(di int) *bitDim {
+	if !p.dimsOwned {
+		p.b.dims, p.dimsOwned = slices.Clone(p.b.dims), true
+	}
+	return &p.b.dims[di]
 }
 
 type dimOwned struct{ any, absent, words, vids, refs, pos bool }
@@ -998,6 +943,7 @@ func (p *patcher) setRule(i int, r *Rule) {
 
 // ownChunk returns chunk c of the slots, copying it first.
 func (p *patcher) ownChunk(c int) *slots {
+	own(&p.b.rules, &p.rules)
 	if !p.chunks[c] {
 		cp := *p.b.rules[c]
 		p.b.rules[c], p.chunks[c] = &cp, true
@@ -1009,6 +955,7 @@ func (p *patcher) ownChunk(c int) *slots {
 func (p *patcher) grow(r *Rule) {
 	b := p.b
 	if b.n%slotChunk == 0 {
+		own(&b.rules, &p.rules)
 		b.rules = append(b.rules, new(slots))
 		p.chunks = p.chunks[:len(p.chunks)+1] // within blockMax slots: room in the flags' array
 		p.chunks[len(p.chunks)-1] = true
@@ -1081,7 +1028,7 @@ func (p *patcher) shift(lo, hi, delta int) {
 	moveOwned(&b.resid, &p.resid)
 	nw := len(b.all)
 	for di := range b.dims {
-		d, o := &b.dims[di], &p.dims[di]
+		d, o := p.dim(di), &p.dims[di] // a shift moves most dimensions' bits
 		moveOwned(&d.any, &o.any)
 		moveOwned(&d.absent, &o.absent)
 		for off := 0; off < len(d.words); off += nw {
@@ -1192,7 +1139,7 @@ func (p *patcher) clearSlot(s int) {
 	p.clear(&b.resid, &p.resid, s)
 	nw := len(b.all)
 	for di := range b.dims {
-		d, o := &b.dims[di], &p.dims[di]
+		d, o := p.dim(di), &p.dims[di]         // before a shift, which writes them anyway
 		listed := d.any[s/64]&(1<<(s%64)) == 0 // a listed slot is never in any
 		p.clear(&d.any, &o.any, s)
 		p.clear(&d.absent, &o.absent, s)
@@ -1203,7 +1150,7 @@ func (p *patcher) clearSlot(s int) {
 			}
 		}
 		if listed {
-			p.unlist(d, o, s, 0)
+			p.unlist(di, s, 0)
 		}
 	}
 }
@@ -1212,7 +1159,8 @@ func (p *patcher) clearSlot(s int) {
 // none); a value whose last position leaves, leaves the directory. It finds
 // s in the flat positions, then the value whose positions hold it by the
 // refs alone (reading no value's positions but s's).
-func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
+func (p *patcher) unlist(di, s int, keep uint32) {
+	d, o := &p.b.dims[di], &p.dims[di]
 	// A slot is listed under one value at most (a build lists a rule under
 	// its one value of the key, assign unlists the others first): when
 	// keep lists s, no other value does.
@@ -1229,6 +1177,7 @@ func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
 		i := d.refAt(k)
 		next := k + 1
 		if d.vids[i] != keep {
+			d = p.dim(di)
 			own(&d.pos, &o.pos)
 			own(&d.refs, &o.refs)
 			d.pos = slices.Delete(d.pos, k, k+1)
@@ -1302,6 +1251,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 	resid := false
 	nw := len(b.all)
 	for di := range b.dims {
+		// d is read in place until a write (p.dim).
 		d, o := &b.dims[di], &p.dims[di]
 		vid, pres, conflict := dimTerm(rids, d.kid)
 		if conflict { // two values of one key: the rule matches no flow
@@ -1310,7 +1260,8 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		// The positions of other values than vid leave s first: a value
 		// whose last position leaves, leaves the directory.
 		if d.any[s/64]&(1<<(s%64)) == 0 { // a listed slot is never in any
-			p.unlist(d, o, s, vid)
+			p.unlist(di, s, vid)
+			d = &b.dims[di]
 		}
 		any, absent, dense := false, false, -1
 		switch {
@@ -1326,6 +1277,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 				ref := d.refs[i]
 				ps := d.pos[ref.off : ref.off+ref.n]
 				if j, in := slices.BinarySearch(ps, uint16(s)); !in {
+					d = p.dim(di)
 					own(&d.pos, &o.pos)
 					own(&d.refs, &o.refs)
 					d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
@@ -1337,10 +1289,14 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		default:
 			any, absent = true, true
 		}
-		p.setTo(&d.any, &o.any, s, any)
-		p.setTo(&d.absent, &o.absent, s, absent)
+		if bitOf(d.any, s) != any || bitOf(d.absent, s) != absent {
+			d = p.dim(di)
+			p.setTo(&d.any, &o.any, s, any)
+			p.setTo(&d.absent, &o.absent, s, absent)
+		}
 		for off := 0; off < len(d.words); off += nw {
 			if has := d.words[off+s/64]&(1<<(s%64)) != 0; has != (any || off == dense) {
+				d = p.dim(di)
 				own(&d.words, &o.words)
 				d.words[off+s/64] ^= 1 << (s % 64)
 			}
@@ -1355,6 +1311,9 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 	}
 	p.setTo(&b.resid, &p.resid, s, resid)
 }
+
+// bitOf reports bit s of ws.
+func bitOf(ws []uint64, s int) bool { return ws[s/64]&(1<<(s%64)) != 0 }
 
 // setTo gives bit s of *ws the value v, copying it first if the bit changes.
 func (p *patcher) setTo(ws *[]uint64, owned *bool, s int, v bool) {
