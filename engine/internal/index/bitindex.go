@@ -89,6 +89,12 @@ type bitDim struct {
 	words []uint64
 }
 
+// listShare: a value gets a bitmap when its rules in a block are at least a
+// listShare-th as many as the block's words; fewer stay sorted positions.
+// A scan ANDs a bitmap's chunk as it is, where positions are merged into a
+// copy of the chunk first.
+const listShare = 8
+
 // exactRef locates one value's rules: pos[off:off+n], or with n == 0 the
 // bitmap words[off:off+len(any)], any's rules included.
 type exactRef struct{ off, n uint32 }
@@ -297,7 +303,7 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 		d.refs = make([]exactRef, len(d.vids))
 		for i, vid := range d.vids {
 			l := db.values[vid]
-			if len(l) < nw {
+			if len(l) < nw/listShare {
 				d.refs[i] = exactRef{off: uint32(len(d.pos)), n: uint32(len(l))}
 				d.pos = append(d.pos, l...)
 				continue
