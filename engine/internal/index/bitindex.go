@@ -95,6 +95,12 @@ type bitDim struct {
 // copy of the chunk first.
 const listShare = 8
 
+// listMin: a value of fewer rules in a block stays positions whatever the
+// block's words. Every bitmap of a dimension lives in one slice, which a
+// patch that shifts slots copies whole: in a sparse block (two to seven
+// rules a value) bitmaps would make each such patch copy kilobytes.
+const listMin = 8
+
 // exactRef locates one value's rules: pos[off:off+n], or with n == 0 the
 // bitmap words[off:off+len(any)], any's rules included.
 type exactRef struct{ off, n uint32 }
@@ -303,7 +309,7 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 		d.refs = make([]exactRef, len(d.vids))
 		for i, vid := range d.vids {
 			l := db.values[vid]
-			if len(l) < nw/listShare {
+			if len(l) < max(nw/listShare, listMin) {
 				d.refs[i] = exactRef{off: uint32(len(d.pos)), n: uint32(len(l))}
 				d.pos = append(d.pos, l...)
 				continue
