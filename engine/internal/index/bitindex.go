@@ -165,10 +165,14 @@ func (d *bitDim) find(vid uint32) (int, bool) {
 	if d.dir == nil {
 		return slices.BinarySearch(d.vids, vid)
 	}
-	if x := vid - d.dirLo; x < uint32(len(d.dir)) && d.dir[x] != 0 {
-		return int(d.dir[x]) - 1, true
+	x := vid - d.dirLo
+	if x >= uint32(len(d.dir)) || d.dir[x] == 0 {
+		return 0, false
 	}
-	return 0, false
+	if e := d.dir[x]; e&dirBitmap == 0 {
+		return int(e) - 1, true
+	}
+	return slices.BinarySearch(d.vids, vid) // a bitmap's entry gives no place
 }
 
 // dirSpan says when a dimension's values get a direct directory: their ids
@@ -177,7 +181,17 @@ func (d *bitDim) find(vid uint32) (int, bool) {
 // read of a directory.
 const dirSpan = 4
 
-// index sets d.dir from d.vids (a new slice: blocks share it until then).
+// dirBitmap marks a directory entry that gives a value's bitmap, the
+// (entry &^ dirBitmap)-th of words, rather than its place in vids plus one:
+// a scan finds a flow's value's bitmap with one read, not a read of dir
+// then of refs (a block has at most blockMax values, below the bit). A
+// patch never moves a bitmap in words (it moves positions only, and a value
+// leaves the directory only when its last position does), so the entry
+// stays right until the places change, when index runs again.
+const dirBitmap = 0x8000
+
+// index sets d.dir from d.vids and d.refs (a new slice: blocks share it
+// until then).
 func (d *bitDim) index() {
 	d.dir, d.dirLo = nil, 0
 	n := len(d.vids)
@@ -190,7 +204,11 @@ func (d *bitDim) index() {
 	}
 	dir := make([]uint16, span)
 	for i, v := range d.vids {
-		dir[v-lo] = uint16(i + 1)
+		if r := d.refs[i]; r.n == 0 {
+			dir[v-lo] = dirBitmap | uint16(int(r.off)/len(d.any))
+		} else {
+			dir[v-lo] = uint16(i + 1)
+		}
 	}
 	d.dir, d.dirLo = dir, lo
 }
@@ -198,9 +216,23 @@ func (d *bitDim) index() {
 // exact returns the rules of the block that require value vid of the key:
 // as a bitmap that holds any's rules too, or as sorted positions.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
-	i, ok := d.find(vid)
-	if !ok {
-		return nil, nil
+	var i int
+	if d.dir == nil {
+		var ok bool
+		if i, ok = slices.BinarySearch(d.vids, vid); !ok {
+			return nil, nil
+		}
+	} else {
+		x := vid - d.dirLo
+		if x >= uint32(len(d.dir)) || d.dir[x] == 0 {
+			return nil, nil
+		}
+		e := d.dir[x]
+		if e&dirBitmap != 0 {
+			off := int(e&^dirBitmap) * len(d.any)
+			return d.words[off : off+len(d.any)], nil
+		}
+		i = int(e) - 1
 	}
 	r := d.refs[i]
 	if r.n == 0 {
