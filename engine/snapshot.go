@@ -600,11 +600,18 @@ func (ts *typeState) index(m *meshState, entries []*compiledPolicy) {
 		}
 		rs.add(cp, [2][]int32{ts.scopeRules, ts.audit.scopeRules}, 1)
 	}
+	// Under FirstMatch the first match of either action class decides: the
+	// rule indexes' bitmaps hold both classes in one sequence (a Mesh that
+	// changes the type's combine recompiles the mesh, hence these).
+	build := index.Build
+	if m.settings.forType(ts.name).combine != resource.DenyOverrides {
+		build = index.BuildMerged
+	}
 	// Seven independent structures, each over rules of its own (an index
 	// owns its rules' terms and sets their filed end): built concurrently.
 	builds := [...]func(){
-		func() { ts.rules = index.Build(rs.rules[0], index.EndSrc|index.EndDst) },
-		func() { ts.audit.rules = index.Build(rs.rules[1], index.EndSrc|index.EndDst) },
+		func() { ts.rules = build(rs.rules[0], index.EndSrc|index.EndDst) },
+		func() { ts.audit.rules = build(rs.rules[1], index.EndSrc|index.EndDst) },
 		func() { ts.attachIn = index.Build(rs.in[0], index.EndDst) },
 		func() { ts.attachOut = index.Build(rs.out[0], index.EndSrc) },
 		func() { ts.audit.attachIn = index.Build(rs.in[1], index.EndDst) },

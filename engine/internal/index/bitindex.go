@@ -36,12 +36,14 @@ const (
 	blockFill = 3072 // rules of a block a bulk load or a split leaves, room for inserts
 )
 
-// bitIndex is one sequence of blocks per action class: DenyOverrides scans
-// the DENY rules alone first, and FirstMatch scans both classes in turn, the
-// second bounded by the first's answer, which costs about what one sequence
-// of both would.
+// bitIndex is one sequence of blocks per action class (DenyOverrides scans
+// the DENY rules alone first), or for a FirstMatch order one sequence of
+// both (merged, in classes[0]): the first match of either class decides, so
+// one scan finds it, where a scan of the ALLOW blocks and a walk of the DENY
+// lists bounded by its answer touch the memory of both.
 type bitIndex struct {
 	classes [2][]*bitBlock
+	merged  bool
 }
 
 type bitBlock struct {
@@ -86,6 +88,18 @@ type bitDim struct {
 	pos   []uint16
 	words []uint64
 }
+
+// listShare: a value gets a bitmap when its rules in a block are at least a
+// listShare-th as many as the block's words; fewer stay sorted positions.
+// A scan ANDs a bitmap's chunk as it is, where positions are merged into a
+// copy of the chunk first.
+const listShare = 8
+
+// listMin: a value of fewer rules in a block stays positions whatever the
+// block's words. Every bitmap of a dimension lives in one slice, which a
+// patch that shifts slots copies whole: in a sparse block (two to seven
+// rules a value) bitmaps would make each such patch copy kilobytes.
+const listMin = 8
 
 // exactRef locates one value's rules: pos[off:off+n], or with n == 0 the
 // bitmap words[off:off+len(any)], any's rules included.
@@ -151,10 +165,14 @@ func (d *bitDim) find(vid uint32) (int, bool) {
 	if d.dir == nil {
 		return slices.BinarySearch(d.vids, vid)
 	}
-	if x := vid - d.dirLo; x < uint32(len(d.dir)) && d.dir[x] != 0 {
-		return int(d.dir[x]) - 1, true
+	x := vid - d.dirLo
+	if x >= uint32(len(d.dir)) || d.dir[x] == 0 {
+		return 0, false
 	}
-	return 0, false
+	if e := d.dir[x]; e&dirBitmap == 0 {
+		return int(e) - 1, true
+	}
+	return slices.BinarySearch(d.vids, vid) // a bitmap's entry gives no place
 }
 
 // dirSpan says when a dimension's values get a direct directory: their ids
@@ -163,7 +181,17 @@ func (d *bitDim) find(vid uint32) (int, bool) {
 // read of a directory.
 const dirSpan = 4
 
-// index sets d.dir from d.vids (a new slice: blocks share it until then).
+// dirBitmap marks a directory entry that gives a value's bitmap, the
+// (entry &^ dirBitmap)-th of words, rather than its place in vids plus one:
+// a scan finds a flow's value's bitmap with one read, not a read of dir
+// then of refs (a block has at most blockMax values, below the bit). A
+// patch never moves a bitmap in words (it moves positions only, and a value
+// leaves the directory only when its last position does), so the entry
+// stays right until the places change, when index runs again.
+const dirBitmap = 0x8000
+
+// index sets d.dir from d.vids and d.refs (a new slice: blocks share it
+// until then).
 func (d *bitDim) index() {
 	d.dir, d.dirLo = nil, 0
 	n := len(d.vids)
@@ -176,7 +204,11 @@ func (d *bitDim) index() {
 	}
 	dir := make([]uint16, span)
 	for i, v := range d.vids {
-		dir[v-lo] = uint16(i + 1)
+		if r := d.refs[i]; r.n == 0 {
+			dir[v-lo] = dirBitmap | uint16(int(r.off)/len(d.any))
+		} else {
+			dir[v-lo] = uint16(i + 1)
+		}
 	}
 	d.dir, d.dirLo = dir, lo
 }
@@ -184,9 +216,23 @@ func (d *bitDim) index() {
 // exact returns the rules of the block that require value vid of the key:
 // as a bitmap that holds any's rules too, or as sorted positions.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
-	i, ok := d.find(vid)
-	if !ok {
-		return nil, nil
+	var i int
+	if d.dir == nil {
+		var ok bool
+		if i, ok = slices.BinarySearch(d.vids, vid); !ok {
+			return nil, nil
+		}
+	} else {
+		x := vid - d.dirLo
+		if x >= uint32(len(d.dir)) || d.dir[x] == 0 {
+			return nil, nil
+		}
+		e := d.dir[x]
+		if e&dirBitmap != 0 {
+			off := int(e&^dirBitmap) * len(d.any)
+			return d.words[off : off+len(d.any)], nil
+		}
+		i = int(e) - 1
 	}
 	r := d.refs[i]
 	if r.n == 0 {
@@ -295,7 +341,7 @@ func (ix *Index) buildBlock(rules []*Rule, ids *addedIDs) *bitBlock {
 		d.refs = make([]exactRef, len(d.vids))
 		for i, vid := range d.vids {
 			l := db.values[vid]
-			if len(l) < nw {
+			if len(l) < max(nw/listShare, listMin) {
 				d.refs[i] = exactRef{off: uint32(len(d.pos)), n: uint32(len(l))}
 				d.pos = append(d.pos, l...)
 				continue
@@ -368,9 +414,13 @@ func (ix *Index) updateBits(out, old *bitIndex, removed, added []*Rule, ids *add
 		return nil
 	}
 	rm, add := byClass(removed), byClass(added)
+	if ix.merged {
+		rm, add = [2][]*Rule{removed}, [2][]*Rule{added}
+	}
 	if out == nil {
 		out = &bitIndex{}
 	}
+	out.merged = ix.merged
 	for cl := range out.classes {
 		var blocks []*bitBlock
 		if old != nil {
@@ -407,7 +457,10 @@ func (ix *Index) updateBlocks(blocks []*bitBlock, removed, added []*Rule, ids *a
 	adds := added // read only, unless sorted
 	if len(adds) > 1 {
 		adds = slices.Clone(added)
-		slices.SortFunc(adds, byKeyCmp)
+		// Stable: rules of equal keys (a from and a to item of one policy,
+		// of one class or, in a merged sequence, of two) keep their order,
+		// as a build keeps it.
+		slices.SortStableFunc(adds, byKeyCmp)
 	}
 	if len(blocks) == 0 {
 		return ix.chunk(adds, ids)
@@ -535,7 +588,8 @@ type dimCursor struct {
 const chunkWords = 8
 
 // scanBits improves best[side], for each side in need, with the first rule in
-// order of the class that matches the flow; sc.vals holds the flow's ids
+// order of the class that matches the flow (classAny: of either class, in the
+// merged sequence of an index built for FirstMatch); sc.vals holds the flow's ids
 // (Index.lists). It computes the candidates a chunk of chunkWords words at a
 // time, the block's dimensions most selective first, leaving a chunk at the
 // first dimension that empties it, and stops at the first rule verified on
@@ -554,7 +608,11 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 	// past it no slot improves on any (limit is MaxUint64 otherwise).
 	limit := scanLimit(open, best, ord)
 	vals := &sc.vals
-	for _, b := range bi.classes[class] {
+	blocks := bi.classes[0] // classAny: the merged sequence
+	if class != classAny {
+		blocks = bi.classes[class]
+	}
+	for _, b := range blocks {
 		if b.ords[0] > limit {
 			return
 		}
@@ -784,8 +842,8 @@ func patchBlock(b *bitBlock, gone []int, adds []*Rule, ids *addedIDs) (*bitBlock
 			return nil, false
 		}
 	}
-	nb := copyBlock(b)
-	nb.rules = slices.Clone(b.rules)
+	nb := new(bitBlock)
+	*nb = *b // every slice shared until the patch writes it
 	// The flags on the stack: a block has blockMax slots at most, and most
 	// have few dimensions.
 	var chunks [blockMax / slotChunk]bool
@@ -847,108 +905,54 @@ func (p *patcher) sweepGhosts() {
 	if j < 0 {
 		return // no rule left: the block is dropped
 	}
+	// Only the free slots are visited (a block has one in gapEvery).
 	prev := b.at(j)
 	for w, held := range b.all {
-		lo, hi := w*64, min(w*64+64, b.n)
-		if lo >= hi {
+		lo := w * 64
+		if lo >= b.n {
 			break
 		}
 		free := ^held
-		if hi-lo < 64 {
-			free &= 1<<(hi-lo) - 1
+		if b.n-lo < 64 {
+			free &= 1<<(b.n-lo) - 1
 		}
-		if free == 0 { // every slot of the word holds a rule
-			prev = b.at(hi - 1)
-			continue
-		}
-		for s := lo; s < hi; s++ {
-			switch {
-			case b.holds(s):
-				prev = b.at(s)
-			case b.at(s) != prev:
-				p.setRule(s, prev)
+		for ; free != 0; free &= free - 1 {
+			i := bits.TrailingZeros64(free)
+			if below := held & (1<<i - 1); below != 0 {
+				prev = b.at(lo + 63 - bits.LeadingZeros64(below))
+			}
+			if b.at(lo+i) != prev {
+				p.setRule(lo+i, prev)
 			}
 		}
+		if held != 0 {
+			prev = b.at(lo + 63 - bits.LeadingZeros64(held))
+		}
 	}
-}
-
-// A patched block's copy and its copy of the dimensions, in one allocation
-// for a block of a few dimensions: a patch always copies both, and a later
-// patch copies them again, so they live and die together.
-type (
-	blockD1 struct {
-		b bitBlock
-		d [1]bitDim
-	}
-	blockD2 struct {
-		b bitBlock
-		d [2]bitDim
-	}
-	blockD3 struct {
-		b bitBlock
-		d [3]bitDim
-	}
-	blockD4 struct {
-		b bitBlock
-		d [4]bitDim
-	}
-	blockD6 struct {
-		b bitBlock
-		d [6]bitDim
-	}
-	blockD8 struct {
-		b bitBlock
-		d [8]bitDim
-	}
-)
-
-// copyBlock returns a copy of b with its own copy of b.dims (its other
-// slices shared).
-func copyBlock(b *bitBlock) *bitBlock {
-	var nb *bitBlock
-	var ds []bitDim
-	switch n := len(b.dims); {
-	case n == 0:
-		nb = new(bitBlock)
-	case n <= 1:
-		x := new(blockD1)
-		nb, ds = &x.b, x.d[:]
-	case n <= 2:
-		x := new(blockD2)
-		nb, ds = &x.b, x.d[:]
-	case n <= 3:
-		x := new(blockD3)
-		nb, ds = &x.b, x.d[:]
-	case n <= 4:
-		x := new(blockD4)
-		nb, ds = &x.b, x.d[:]
-	case n <= 6:
-		x := new(blockD6)
-		nb, ds = &x.b, x.d[:]
-	case n <= 8:
-		x := new(blockD8)
-		nb, ds = &x.b, x.d[:]
-	default:
-		ds = make([]bitDim, n)
-		nb = new(bitBlock)
-	}
-	*nb = *b
-	if len(b.dims) > 0 {
-		n := copy(ds, b.dims)
-		nb.dims = ds[:n:n]
-	}
-	return nb
 }
 
 // patcher changes a copy of a block that shares every slice with the
 // original until it writes one: it copies a slice on its first write (the
 // flags say which it owns).
 type patcher struct {
-	b      *bitBlock
-	chunks []bool // of b.rules
-	top    bool   // all
-	resid  bool
-	dims   []dimOwned
+	b         *bitBlock
+	chunks    []bool // of b.rules
+	rules     bool   // the chunks' directory b.rules
+	top       bool   // all
+	resid     bool
+	dimsOwned bool // b.dims, the dimensions' headers
+	dims      []dimOwned
+}
+
+// dim returns dimension di of the block, to write: the dimensions' headers
+// are copied on the first write to any of them (a patch that leaves every
+// dimension as it was, a rule taking a slot whose bits it shares, copies
+// none).
+func (p *patcher) dim(di int) *bitDim {
+	if !p.dimsOwned {
+		p.b.dims, p.dimsOwned = slices.Clone(p.b.dims), true
+	}
+	return &p.b.dims[di]
 }
 
 type dimOwned struct{ any, absent, words, vids, refs, pos bool }
@@ -983,6 +987,7 @@ func (p *patcher) setRule(i int, r *Rule) {
 
 // ownChunk returns chunk c of the slots, copying it first.
 func (p *patcher) ownChunk(c int) *slots {
+	own(&p.b.rules, &p.rules)
 	if !p.chunks[c] {
 		cp := *p.b.rules[c]
 		p.b.rules[c], p.chunks[c] = &cp, true
@@ -994,6 +999,7 @@ func (p *patcher) ownChunk(c int) *slots {
 func (p *patcher) grow(r *Rule) {
 	b := p.b
 	if b.n%slotChunk == 0 {
+		own(&b.rules, &p.rules)
 		b.rules = append(b.rules, new(slots))
 		p.chunks = p.chunks[:len(p.chunks)+1] // within blockMax slots: room in the flags' array
 		p.chunks[len(p.chunks)-1] = true
@@ -1066,7 +1072,7 @@ func (p *patcher) shift(lo, hi, delta int) {
 	moveOwned(&b.resid, &p.resid)
 	nw := len(b.all)
 	for di := range b.dims {
-		d, o := &b.dims[di], &p.dims[di]
+		d, o := p.dim(di), &p.dims[di] // a shift moves most dimensions' bits
 		moveOwned(&d.any, &o.any)
 		moveOwned(&d.absent, &o.absent)
 		for off := 0; off < len(d.words); off += nw {
@@ -1177,7 +1183,8 @@ func (p *patcher) clearSlot(s int) {
 	p.clear(&b.resid, &p.resid, s)
 	nw := len(b.all)
 	for di := range b.dims {
-		d, o := &b.dims[di], &p.dims[di]
+		d, o := p.dim(di), &p.dims[di]         // before a shift, which writes them anyway
+		listed := d.any[s/64]&(1<<(s%64)) == 0 // a listed slot is never in any
 		p.clear(&d.any, &o.any, s)
 		p.clear(&d.absent, &o.absent, s)
 		for off := 0; off < len(d.words); off += nw {
@@ -1186,46 +1193,66 @@ func (p *patcher) clearSlot(s int) {
 				d.words[off+s/64] &^= 1 << (s % 64)
 			}
 		}
-		if slices.Contains(d.pos, uint16(s)) { // in most dimensions no value's positions hold it
-			p.unlist(d, o, s, 0)
+		if listed {
+			p.unlist(di, s, 0)
 		}
 	}
 }
 
 // unlist takes slot s out of the positions of every value of d but keep (0:
-// none); a value whose last position leaves, leaves the directory.
-func (p *patcher) unlist(d *bitDim, o *dimOwned, s int, keep uint32) {
-	left := false // a value left the directory
-	defer func() {
-		if left {
-			d.index()
-		}
-	}()
-	for i := 0; i < len(d.refs); i++ {
-		r := d.refs[i]
-		if r.n == 0 || d.vids[i] == keep {
-			continue
-		}
-		ps := d.pos[r.off : r.off+r.n]
-		if uint16(s) < ps[0] || uint16(s) > ps[len(ps)-1] {
-			continue
-		}
-		j, ok := slices.BinarySearch(ps, uint16(s))
-		if !ok {
-			continue
-		}
-		own(&d.pos, &o.pos)
-		own(&d.refs, &o.refs)
-		d.pos = slices.Delete(d.pos, int(r.off)+j, int(r.off)+j+1)
-		d.shiftRefs(i, -1)
-		if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
-			own(&d.vids, &o.vids)
-			d.vids = slices.Delete(d.vids, i, i+1)
-			d.refs = slices.Delete(d.refs, i, i+1)
-			left = true
-			i--
+// none); a value whose last position leaves, leaves the directory. It finds
+// s in the flat positions, then the value whose positions hold it by the
+// refs alone (reading no value's positions but s's).
+func (p *patcher) unlist(di, s int, keep uint32) {
+	d, o := &p.b.dims[di], &p.dims[di]
+	// A slot is listed under one value at most (a build lists a rule under
+	// its one value of the key, assign unlists the others first): when
+	// keep lists s, no other value does.
+	if keep != 0 {
+		if i, ok := d.find(keep); ok && d.refs[i].n != 0 {
+			r := d.refs[i]
+			if _, in := slices.BinarySearch(d.pos[r.off:r.off+r.n], uint16(s)); in {
+				return
+			}
 		}
 	}
+	left := false // a value left the directory
+	for k := slices.Index(d.pos, uint16(s)); k >= 0; {
+		i := d.refAt(k)
+		next := k + 1
+		if d.vids[i] != keep {
+			d = p.dim(di)
+			own(&d.pos, &o.pos)
+			own(&d.refs, &o.refs)
+			d.pos = slices.Delete(d.pos, k, k+1)
+			d.shiftRefs(i, -1)
+			next = k
+			if d.refs[i].n == 0 { // n == 0 would read as a bitmap: the value leaves the directory
+				own(&d.vids, &o.vids)
+				d.vids = slices.Delete(d.vids, i, i+1)
+				d.refs = slices.Delete(d.refs, i, i+1)
+				left = true
+			}
+		}
+		n := slices.Index(d.pos[next:], uint16(s))
+		if n < 0 {
+			break
+		}
+		k = next + n
+	}
+	if left {
+		d.index()
+	}
+}
+
+// refAt returns the value whose positions hold d.pos[k].
+func (d *bitDim) refAt(k int) int {
+	for i, r := range d.refs {
+		if r.n != 0 && uint32(k)-r.off < r.n {
+			return i
+		}
+	}
+	panic("index: a position no value holds")
 }
 
 // shiftRefs adds delta to the length of value i's positions and to the
@@ -1268,6 +1295,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 	resid := false
 	nw := len(b.all)
 	for di := range b.dims {
+		// d is read in place until a write (p.dim).
 		d, o := &b.dims[di], &p.dims[di]
 		vid, pres, conflict := dimTerm(rids, d.kid)
 		if conflict { // two values of one key: the rule matches no flow
@@ -1275,8 +1303,9 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		}
 		// The positions of other values than vid leave s first: a value
 		// whose last position leaves, leaves the directory.
-		if slices.Contains(d.pos, uint16(s)) {
-			p.unlist(d, o, s, vid)
+		if d.any[s/64]&(1<<(s%64)) == 0 { // a listed slot is never in any
+			p.unlist(di, s, vid)
+			d = &b.dims[di]
 		}
 		any, absent, dense := false, false, -1
 		switch {
@@ -1292,6 +1321,7 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 				ref := d.refs[i]
 				ps := d.pos[ref.off : ref.off+ref.n]
 				if j, in := slices.BinarySearch(ps, uint16(s)); !in {
+					d = p.dim(di)
 					own(&d.pos, &o.pos)
 					own(&d.refs, &o.refs)
 					d.pos = slices.Insert(d.pos, int(ref.off)+j, uint16(s))
@@ -1303,10 +1333,14 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 		default:
 			any, absent = true, true
 		}
-		p.setTo(&d.any, &o.any, s, any)
-		p.setTo(&d.absent, &o.absent, s, absent)
+		if bitOf(d.any, s) != any || bitOf(d.absent, s) != absent {
+			d = p.dim(di)
+			p.setTo(&d.any, &o.any, s, any)
+			p.setTo(&d.absent, &o.absent, s, absent)
+		}
 		for off := 0; off < len(d.words); off += nw {
 			if has := d.words[off+s/64]&(1<<(s%64)) != 0; has != (any || off == dense) {
+				d = p.dim(di)
 				own(&d.words, &o.words)
 				d.words[off+s/64] ^= 1 << (s % 64)
 			}
@@ -1321,6 +1355,9 @@ func (p *patcher) assign(s int, r *Rule, rids []idTerm) {
 	}
 	p.setTo(&b.resid, &p.resid, s, resid)
 }
+
+// bitOf reports bit s of ws.
+func bitOf(ws []uint64, s int) bool { return ws[s/64]&(1<<(s%64)) != 0 }
 
 // setTo gives bit s of *ws the value v, copying it first if the bit changes.
 func (p *patcher) setTo(ws *[]uint64, owned *bool, s int, v bool) {

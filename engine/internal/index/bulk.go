@@ -21,8 +21,16 @@ import (
 // partition, the bitmap blocks of an index) are built concurrently.
 
 // Build files rules from scratch.
-func Build(rules []*Rule, ends uint8) *Index {
+func Build(rules []*Rule, ends uint8) *Index { return build(rules, ends, false) }
+
+// BuildMerged is Build for a FirstMatch order: the bitmaps hold both action
+// classes in one sequence (bitIndex), which ScanFirstMatch scans once.
+// ScanDenyOverrides answers on it too, by the posting lists alone.
+func BuildMerged(rules []*Rule, ends uint8) *Index { return build(rules, ends, true) }
+
+func build(rules []*Rule, ends uint8, merged bool) *Index {
 	ix := newIndex(ends)
+	ix.merged = merged
 	if len(rules) == 0 {
 		return ix
 	}
@@ -202,7 +210,7 @@ func Build(rules []*Rule, ends uint8) *Index {
 	})
 	var jobs []blockJob
 	if ends == EndSrc|EndDst {
-		ix.Bits = &bitIndex{}
+		ix.Bits = &bitIndex{merged: merged}
 		jobs = ix.Bits.jobs(rules, sorted)
 	}
 	lists := func() {
@@ -276,6 +284,9 @@ type blockJob struct {
 // jobs cuts every class (sorted: the class's rules in order) into blocks as
 // chunk cuts them, and makes room for them in bits.
 func (bits *bitIndex) jobs(rules []*Rule, sorted [2][]int32) []blockJob {
+	if bits.merged {
+		sorted = [2][]int32{mergeSorted(rules, sorted[0], sorted[1])}
+	}
 	var jobs []blockJob
 	for cl := range sorted {
 		if len(sorted[cl]) == 0 {
@@ -292,6 +303,22 @@ func (bits *bitIndex) jobs(rules []*Rule, sorted [2][]int32) []blockJob {
 		}
 	}
 	return jobs
+}
+
+// mergeSorted merges two sorted lists of rules (their indexes in rules)
+// into one. Rules of equal keys (a from and a to item of one policy, on
+// different sides) keep the order of rules, as in each list.
+func mergeSorted(rules []*Rule, a, b []int32) []int32 {
+	out := make([]int32, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		ra, rb := &rules[a[0]].Key, &rules[b[0]].Key
+		if rb.Less(ra) || !ra.Less(rb) && b[0] < a[0] {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // termCounts are the terms of one end a matcher gives Index.terms.

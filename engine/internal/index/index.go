@@ -171,6 +171,7 @@ func (p *postings) reach(lists *[2][]List) {
 const (
 	classAllow = 0
 	classDeny  = 1
+	classAny   = -1 // either class: a merged sequence of bitmaps (bitIndex)
 )
 
 func classOf(r *Rule) int {
@@ -195,7 +196,103 @@ type keyPostings struct {
 	// few holds exact's entries while they are at most fewMax (nil
 	// otherwise): a flow's value of such a key (env, region, zone) is found
 	// by comparing a few strings, where exact hashes it and walks nodes.
-	few []fewValue
+	// fewWords holds each one's valueWord beside the key, compared first:
+	// the values' own bytes are read only for a candidate of 8 bytes or more.
+	few      []fewValue
+	fewWords [fewMax]uint64
+	// table, for a key of more values than few lists and at most tableMax
+	// (the services of a mesh), holds its values in an open-addressed hash
+	// table made by the first lookup (an update makes none; a key's entry is
+	// new whenever its values change): a flow's value is found with a probe
+	// or two of one array, where exact walks a node per level.
+	table *tableRef
+}
+
+// tableRef holds a key's value table once made (keyPostings.table).
+type tableRef struct{ p atomic.Pointer[valueTable] }
+
+// tableMax bounds the values of a key that gets a value table.
+const tableMax = 1024
+
+// valueTable is a key's exact terms by value, open-addressed with linear
+// probing, at most half full; a slot of vid 0 is empty (exact terms have
+// ids from firstID).
+type valueTable struct {
+	slots []valueSlot
+	mask  uint64
+}
+
+type valueSlot struct {
+	w uint64 // valueWord(v)
+	v string
+	p postings
+}
+
+// valueHash spreads a value's word and its last bytes over 64 bits.
+func valueHash(v string, w uint64) uint64 {
+	var t uint64
+	for i := max(len(v)-8, 0); i < len(v); i++ {
+		t = t<<8 | uint64(v[i])
+	}
+	return (w ^ t*0xBF58476D1CE4E5B9) * 0x9E3779B97F4A7C15
+}
+
+// get returns value v's postings.
+func (t *valueTable) get(v string) (*postings, bool) {
+	w := valueWord(v)
+	for i := valueHash(v, w) >> 32 & t.mask; ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		if s.p.vid == 0 {
+			return nil, false
+		}
+		if s.w == w && len(s.v) == len(v) && (len(v) < 8 || s.v == v) {
+			return &s.p, true
+		}
+	}
+}
+
+// makeTable makes the value table of kp's exact terms.
+func (kp *keyPostings) makeTable() *valueTable {
+	n := 16
+	for n < 2*kp.exact.Len() {
+		n *= 2
+	}
+	t := &valueTable{slots: make([]valueSlot, n), mask: uint64(n - 1)}
+	kp.exact.Range(func(v string, p postings) bool {
+		w := valueWord(v)
+		i := valueHash(v, w) >> 32 & t.mask
+		for t.slots[i].p.vid != 0 {
+			i = (i + 1) & t.mask
+		}
+		t.slots[i] = valueSlot{w, v, p}
+		return true
+	})
+	return t
+}
+
+// valueTable returns kp's value table, made on first use (nil: the key has
+// none): kp never changes, so readers that race to make it make the same.
+func (kp *keyPostings) valueTable() *valueTable {
+	if kp.table == nil {
+		return nil
+	}
+	if t := kp.table.p.Load(); t != nil {
+		return t
+	}
+	t := kp.makeTable()
+	kp.table.p.Store(t)
+	return t
+}
+
+// valueWord is a value's first bytes (up to 8) with its length in the top
+// byte: equal values have equal words, and values under 8 bytes of equal
+// words and lengths are equal.
+func valueWord(v string) uint64 {
+	var w uint64
+	for i := range min(len(v), 8) {
+		w |= uint64(v[i]) << (8 * i)
+	}
+	return w ^ uint64(len(v))<<56
 }
 
 // fewValue is one entry of a key of few values (keyPostings.few).
@@ -209,12 +306,16 @@ const fewMax = 8
 
 // setExact sets kp's exact terms to m, and few from them.
 func (kp *keyPostings) setExact(m pmap.Map[string, postings]) {
-	kp.exact, kp.few = m, nil
+	kp.exact, kp.few, kp.table = m, nil, nil
+	if n := m.Len(); n > fewMax && n <= tableMax {
+		kp.table = &tableRef{}
+	}
 	if n := m.Len(); n == 0 || n > fewMax {
 		return
 	}
 	kp.few = make([]fewValue, 0, m.Len())
 	m.Range(func(v string, p postings) bool {
+		kp.fewWords[len(kp.few)] = valueWord(v)
 		kp.few = append(kp.few, fewValue{v, p})
 		return true
 	})
@@ -288,6 +389,9 @@ type Index struct {
 	Ends   uint8
 	nextID uint32
 	Bits   *bitIndex // the decision procedure of an index of both ends (bitindex.go)
+	// merged: the bitmaps hold both action classes in one sequence, for a
+	// FirstMatch order (BuildMerged).
+	merged bool
 }
 
 // keyRef is one key of an end of the index, beside its name.
@@ -357,6 +461,13 @@ func (l *keyList) byEnd(end uint8) []keyRef {
 
 func newIndex(ends uint8) *Index {
 	return &Index{keys: pmap.New[termKey, *keyPostings](termKeyHash), Ends: ends, nextID: firstID}
+}
+
+// emptyLike returns an empty index of ix's ends and sequences.
+func (ix *Index) emptyLike() *Index {
+	out := newIndex(ix.Ends)
+	out.merged = ix.merged
+	return out
 }
 
 // terms lists the terms a rule carries and could be filed under: exact terms,
@@ -621,7 +732,7 @@ func (ix *Index) Update(removed, added []*Rule) *Index {
 	} else {
 		out = &Index{}
 	}
-	out.Ends, out.Size, out.always, out.nextID = ix.Ends, ix.Size, ix.always, ix.nextID
+	out.Ends, out.Size, out.always, out.nextID, out.merged = ix.Ends, ix.Size, ix.always, ix.nextID, ix.merged
 	kb := ix.keys.Builder()
 	var buf [8]term
 	n := 0
@@ -991,12 +1102,18 @@ func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
 	vid := valueUnknown
 	kp.presence.reach(lists)
 	if kp.few != nil {
-		for i := range kp.few {
-			if f := &kp.few[i]; f.v == v {
+		w := valueWord(v)
+		for i, x := range kp.fewWords[:len(kp.few)] {
+			if f := &kp.few[i]; x == w && len(f.v) == len(v) && (len(v) < 8 || f.v == v) {
 				vid = f.p.vid
 				f.p.reach(lists)
 				break
 			}
+		}
+	} else if t := kp.valueTable(); t != nil {
+		if p, ok := t.get(v); ok {
+			vid = p.vid
+			p.reach(lists)
 		}
 	} else if kp.exact.Len() > 0 {
 		if p, ok := kp.exact.Get(v); ok {

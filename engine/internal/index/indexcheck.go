@@ -13,6 +13,9 @@ import (
 func CheckBits(ix *Index) error {
 	want, live := map[*Rule]bool{}, map[*Rule]bool{}
 	ix.Each(func(r *Rule) { want[r], live[r] = true, true })
+	if ix.Bits.merged != ix.merged || ix.merged && len(ix.Bits.classes[1]) > 0 {
+		return fmt.Errorf("bitmaps merged %v (%d DENY blocks), index merged %v", ix.Bits.merged, len(ix.Bits.classes[1]), ix.merged)
+	}
 	for cl, blocks := range ix.Bits.classes {
 		var prev *Rule
 		for bi, b := range blocks {
@@ -46,6 +49,17 @@ func CheckBits(ix *Index) error {
 					}
 					for _, s := range list {
 						in[di][int(s)] = append(in[di][int(s)], v)
+						// A patch skips the positions of a slot in any.
+						if d.any[s/64]&(1<<(s%64)) != 0 {
+							return fmt.Errorf("class %d block %d slot %d: listed among value %d's positions and in any", cl, bi, s, v)
+						}
+					}
+				}
+				// A patch relies on it: a slot, free or held, is listed
+				// under one value of a key at most.
+				for s, vs := range in[di] {
+					if len(vs) > 1 && d.any[s/64]&(1<<(s%64)) == 0 {
+						return fmt.Errorf("class %d block %d slot %d: listed under %d values of key %d", cl, bi, s, len(vs), d.kid)
 					}
 				}
 			}
@@ -64,7 +78,7 @@ func CheckBits(ix *Index) error {
 					continue
 				}
 				held++
-				if !want[r] || classOf(r) != cl {
+				if !want[r] || classOf(r) != cl && !ix.Bits.merged {
 					return fmt.Errorf("class %d block %d slot %d: a rule the index does not file here (or twice)", cl, bi, s)
 				}
 				delete(want, r)
@@ -157,12 +171,12 @@ func CheckBulk(ix *Index) error {
 	// The rules in another order than the partition's: Build must not
 	// depend on it.
 	slices.Reverse(rules)
-	want := newIndex(ix.Ends).Update(nil, rules)
+	want := ix.emptyLike().Update(nil, rules)
 	wantFiled := make([]uint8, len(rules))
 	for i, r := range rules {
 		wantFiled[i] = r.filed
 	}
-	got := Build(rules, ix.Ends)
+	got := build(rules, ix.Ends, ix.merged)
 	for i, r := range rules {
 		if r.filed != wantFiled[i] {
 			return fmt.Errorf("rule %s of %q: filed at end %d, update files it at %d", r.ID, r.PolicyName(), r.filed, wantFiled[i])
@@ -339,9 +353,49 @@ func CheckLists(ix *Index) error {
 	return checkDF(ix, seen)
 }
 
+// checkTable holds a key's value table to its exact terms: every one of
+// them found with its postings, and no other, for a key of more than fewMax
+// and at most tableMax values; none otherwise.
+func checkTable(tk termKey, kp *keyPostings) error {
+	n := kp.exact.Len()
+	if (kp.table != nil) != (n > fewMax && n <= tableMax) {
+		return fmt.Errorf("%d/%s: value table %v for %d exact terms", tk.end, tk.key, kp.table != nil, n)
+	}
+	t := kp.valueTable()
+	if t == nil {
+		return nil
+	}
+	held := 0
+	for _, s := range t.slots {
+		if s.p.vid != 0 {
+			held++
+		}
+	}
+	if held != n || len(t.slots) < 2*n {
+		return fmt.Errorf("%d/%s: value table holds %d of %d values in %d slots", tk.end, tk.key, held, n, len(t.slots))
+	}
+	var err error
+	kp.exact.Range(func(v string, p postings) bool {
+		q, ok := t.get(v)
+		if !ok || q.vid != p.vid || q.df != p.df || !sameList(q.l, p.l) {
+			err = fmt.Errorf("%d/%s=%s: the value table has other postings than exact's", tk.end, tk.key, v)
+		}
+		return err == nil
+	})
+	if err == nil {
+		if _, ok := t.get(tk.key + "\x00absent"); ok {
+			err = fmt.Errorf("%d/%s: the value table finds a value no term has", tk.end, tk.key)
+		}
+	}
+	return err
+}
+
 // checkFew holds a key's few values to its exact terms: each of them, with
 // its postings, while they are at most fewMax, else none.
 func checkFew(tk termKey, kp *keyPostings) error {
+	if err := checkTable(tk, kp); err != nil {
+		return err
+	}
 	n := kp.exact.Len()
 	if n == 0 || n > fewMax {
 		if kp.few != nil {
@@ -352,7 +406,10 @@ func checkFew(tk termKey, kp *keyPostings) error {
 	if len(kp.few) != n {
 		return fmt.Errorf("%d/%s: %d few values listed, %d exact terms", tk.end, tk.key, len(kp.few), n)
 	}
-	for _, f := range kp.few {
+	for i, f := range kp.few {
+		if kp.fewWords[i] != valueWord(f.v) {
+			return fmt.Errorf("%d/%s=%s: its word among the few values is %x, not %x", tk.end, tk.key, f.v, kp.fewWords[i], valueWord(f.v))
+		}
 		p, ok := kp.exact.Get(f.v)
 		if !ok || p.vid != f.p.vid || p.df != f.p.df || !sameList(p.l, f.p.l) {
 			return fmt.Errorf("%d/%s=%s: listed among the few values with other postings than exact's", tk.end, tk.key, f.v)

@@ -151,7 +151,8 @@ var SideBits = [2]uint8{SideOut, SideIn}
 // sets, small sets), they are walked (scanLists); when they hold many (dense
 // sets, where many rules match a flow), the class's bitmaps are (scanBits,
 // bitindex.go), whose cost follows the position of the answer in the order,
-// not the number of rules the lists hold. Both stop at the first match.
+// not the number of rules the lists hold. Both stop at the first match. An
+// index built for FirstMatch (BuildMerged) scans both classes' bitmaps at once.
 
 // bitsAbove is the number of posting-list entries a flow must reach in a
 // class for the bitmaps to scan it: a walk costs at most one entry each; the
@@ -163,6 +164,13 @@ const bitsAbove = 128
 func ScanFirstMatch(ix *Index, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	sc.vals.reset(ix.nextID)
 	ix.Lists(f.Src, f.Dst, &sc.Lists, &sc.vals)
+	// Both classes in one sequence of bitmaps: one scan, when the flow's
+	// lists are long enough for the bitmaps to be the cheaper procedure.
+	if ix.Bits != nil && ix.Bits.merged && sc.Procedure != ProcLists &&
+		(sc.Procedure == ProcBits || entries(sc.Lists[classAllow])+entries(sc.Lists[classDeny]) > bitsAbove) {
+		scanBits(ix.Bits, classAny, f, sc, need, best)
+		return
+	}
 	scanClass(ix, classAllow, f, sc, need, best)
 	scanClass(ix, classDeny, f, sc, need, best)
 }
@@ -171,17 +179,24 @@ func ScanFirstMatch(ix *Index, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rul
 // matching candidate of the class; sc.lists and sc.vals hold the flow's lists
 // and ids.
 func scanClass(ix *Index, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
-	if ix.Bits != nil && sc.Procedure != ProcLists {
-		n := 0
-		for _, l := range sc.Lists[class] {
-			n += len(l)
-		}
-		if n > bitsAbove || sc.Procedure == ProcBits {
+	// A merged sequence of bitmaps answers both classes at once alone
+	// (ScanFirstMatch): a class of it is walked by its lists.
+	if ix.Bits != nil && !ix.Bits.merged && sc.Procedure != ProcLists {
+		if entries(sc.Lists[class]) > bitsAbove || sc.Procedure == ProcBits {
 			scanBits(ix.Bits, class, f, sc, need, best)
 			return
 		}
 	}
 	scanLists(sc.Lists[class], f, sc, need, best)
+}
+
+// entries counts the entries of lists.
+func entries(ls []List) int {
+	n := 0
+	for _, l := range ls {
+		n += len(l)
+	}
+	return n
 }
 
 // scanLists improves best[side], for each side in need, with the first matching
