@@ -224,7 +224,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	list(&c.UIHosts, "ui-host", "DNS name the explorer may be reached by, besides IP addresses and localhost")
 	str(&c.Advertise, "advertise", "", "address the other replicas reach this one at, registered in etcd for Impact's fleet (default: --listen unless a wildcard)")
 	integer(&c.AdmitPerCaller, "admit-per-caller", 0, "decision calls of one caller (its certificate's identity, else its IP address) executing at once while another caller is present (alone: no bound), the others waiting their turn; 0: half of GOMAXPROCS (at least 1); -1: no bound")
-	integer(&c.ObservedFlows, "observed-flows", observed.DefaultMax, "distinct decided flows kept for Impact, the least recently seen evicted (by a clock); 0: off")
+	integer(&c.ObservedFlows, "observed-flows", observed.DefaultMax, "distinct decided flows kept for Impact, the least recently seen evicted; 0: off")
 	booleanDef(&c.WatchConditions, "watch-conditions", true, "WatchResources messages carry each policy's standing conditions, verdict_policy_conditions counts them (docs/lint.md); each change costs a judgement of what it can move; =false turns it off")
 	boolean(&c.DisableExtAuthz, "disable-ext-authz", "do not serve Envoy's ext_authz API (envoy.service.auth.v3.Authorization) on the gRPC listener")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")

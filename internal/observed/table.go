@@ -67,8 +67,8 @@ type Flow struct {
 
 // Config configures a Table. Zero values take the defaults.
 type Config struct {
-	// Max bounds the flows kept (default DefaultMax); beyond it flows not
-	// seen since the eviction hand last passed are evicted (flowShard).
+	// Max bounds the flows kept (default DefaultMax); beyond it the least
+	// recently seen are evicted.
 	Max int
 	// MaxEndBytes bounds the bytes of the distinct ends' tags and names
 	// (default DefaultMaxEndBytes); beyond it flows are evicted the same way
@@ -122,7 +122,7 @@ func New(cfg Config) *Table {
 	t.flows = make([]flowShard, n)
 	for i := range t.flows {
 		f := &t.flows[i]
-		f.free = -1
+		f.free, f.head, f.tail = -1, -1, -1
 	}
 	for i := range t.ends {
 		t.ends[i].index = map[endKey]int32{}
@@ -181,7 +181,7 @@ func (t *Table) Observe(d *Decision) {
 }
 
 // Flows returns the flows of the meshes and types keep accepts (nil: all),
-// in no particular order.
+// most recently seen first within each shard.
 func (t *Table) Flows(keep func(mesh, typ string) bool) []Flow {
 	t.flush()
 	mts := *t.mts.Load()
@@ -189,11 +189,9 @@ func (t *Table) Flows(keep func(mesh, typ string) bool) []Flow {
 	for i := range t.flows {
 		f := &t.flows[i]
 		f.mu.Lock()
-		for j := int32(0); j < f.used; j++ {
+		for j := f.head; j >= 0; {
 			e := f.at(j)
-			if e.meta == 0 {
-				continue // free
-			}
+			j = e.next
 			mt := mts[e.key.mt]
 			if keep != nil && !keep(mt.mesh, mt.typ) {
 				continue
@@ -249,12 +247,13 @@ func unpackPort(pp uint32) (resource.Protocol, uint32) {
 func (t *Table) add(mt uint32, src, dst *End, pp uint32, n uint64, first, last int64, action resource.Action, policy string, rev int64) {
 	sk, dk := keyOf(t, mt, src), keyOf(t, mt, dst)
 	fp := fingerprint(mt, pp, &sk, &dk)
-	// An end named otherwise than by its tags records its last resolution
-	// (an address can change hands); one named by its tags resolves to them.
-	if sk.form != inventory.FormTags {
+	// An end named by workload, address or principal records its last
+	// resolution (an address can change hands); one named by its tags or
+	// by identity resolves to the same tags for the identity's life.
+	if resolves(sk.form) {
 		t.lookup(sk, src, false)
 	}
-	if dk.form != inventory.FormTags {
+	if resolves(dk.form) {
 		t.lookup(dk, dst, false)
 	}
 	sh := fp.shard(len(t.flows))
@@ -278,10 +277,10 @@ func (t *Table) add(mt uint32, src, dst *End, pp uint32, n uint64, first, last i
 		t.unpin(d)
 		return
 	}
-	// A new flow: over a bound, a flow of its shard not seen since the
-	// eviction hand last passed goes (of the next shard that holds one,
-	// when it was the shard's first), and again while the ends' bytes stay
-	// over theirs. Shards fill alike, so their oldest are alike.
+	// A new flow: over a bound, the least recently seen flow of its
+	// shard goes (of the next shard that holds one, when it was the
+	// shard's first), and again while the ends' bytes stay over theirs.
+	// Shards fill alike, so their oldest are alike.
 	over := t.count.Add(1) > int64(t.max)
 	for i := 0; (over || t.bytes.Load() > t.maxBytes) && i < len(t.flows); {
 		gone, ok := t.flows[(sh+i)%len(t.flows)].evict(t)
@@ -295,6 +294,12 @@ func (t *Table) add(mt uint32, src, dst *End, pp uint32, n uint64, first, last i
 		t.unpin(gone.dst)
 		over = false
 	}
+}
+
+// resolves reports whether an end of form names what may resolve to other
+// tags over time.
+func resolves(form inventory.EndpointForm) bool {
+	return form != inventory.FormTags && form != inventory.FormIdentity
 }
 
 // flowKey is what a flow's entry holds of it: its mesh and type, protocol
@@ -325,18 +330,16 @@ func fingerprint(mt, pp uint32, src, dst *endKey) flowFP {
 
 func (fp flowFP) shard(n int) int { return int((uint64(fp) >> 40) % uint64(n)) }
 
-// flowShard holds some of the flows. Eviction is the clock's (second
-// chance): a count marks its flow, and the hand, passing the entries in
-// turn, unmarks a marked one and evicts the first it finds unmarked — a
-// flow not seen since the hand last passed it, and a new flow seen once
-// before one seen again. A count touches the index and its entry alone.
+// flowShard holds some of the flows, in order of last sight: a list through
+// the entries, most recent at head, whose tail is evicted first.
 type flowShard struct {
 	mu     sync.Mutex
 	index  flowIndex
 	chunks []*[chunk]flowEntry
 	used   int32    // entries handed out of the chunks
-	free   int32    // entries evicted, through key.src (-1: none)
-	hand   int32    // the entry the clock looks at next
+	free   int32    // entries evicted, through next (-1: none)
+	head   int32    // most recently seen (-1: none)
+	tail   int32    // least recently seen (-1: none)
 	_      [64]byte // no false sharing between shards' locks
 }
 
@@ -344,25 +347,20 @@ type flowShard struct {
 // chunks, never to twice what it holds.
 const chunk = 1024
 
-// flowEntry is one flow's counts in one cache line (64 bytes; a chunk is
-// line-aligned, TestEntryLayout), so a count writes one line.
 type flowEntry struct {
-	key         flowKey // a free entry's key.src is the next free entry
+	key         flowKey
 	first, last int64
-	// meta is the count (high 48 bits: 2^48 decisions, 8 years at a million
-	// a second), whether counted since the hand last passed (bit 8) and the
-	// last answer's action (low 8 bits); 0: free.
-	meta   uint64
-	rev    int64
-	policy string
+	// meta is the count (high 56 bits) and the last answer's action (low
+	// 8 bits); 0: free.
+	meta       uint64
+	rev        int64
+	policy     string
+	prev, next int32 // the list (next: the free list's, when free)
 }
 
-const (
-	metaCount = 1 << 16
-	metaSeen  = 1 << 8
-)
+const metaCount = 1 << 8
 
-func (e *flowEntry) count() uint64           { return e.meta >> 16 }
+func (e *flowEntry) count() uint64           { return e.meta >> 8 }
 func (e *flowEntry) action() resource.Action { return resource.Action(e.meta & 0xff) }
 
 func (f *flowShard) at(i int32) *flowEntry { return &f.chunks[i/chunk][i%chunk] }
@@ -376,7 +374,7 @@ func (f *flowShard) touch(fp flowFP, n uint64, first, last int64, action resourc
 	if !ok {
 		return false
 	}
-	f.at(i).add(n, first, last, action, policy, rev)
+	f.count(i, n, first, last, action, policy, rev)
 	return true
 }
 
@@ -385,13 +383,13 @@ func (f *flowShard) add(fp flowFP, k flowKey, n uint64, first, last int64, actio
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if i, ok := f.index.get(fp); ok {
-		f.at(i).add(n, first, last, action, policy, rev)
+		f.count(i, n, first, last, action, policy, rev)
 		return false
 	}
 	var i int32
 	if f.free >= 0 {
 		i = f.free
-		f.free = int32(f.at(i).key.src)
+		f.free = f.at(i).next
 	} else {
 		if int(f.used) == len(f.chunks)*chunk {
 			f.chunks = append(f.chunks, new([chunk]flowEntry))
@@ -399,50 +397,77 @@ func (f *flowShard) add(fp flowFP, k flowKey, n uint64, first, last int64, actio
 		i = f.used
 		f.used++
 	}
-	*f.at(i) = flowEntry{key: k, first: first, last: last, meta: n*metaCount | uint64(action), rev: rev, policy: policy}
+	*f.at(i) = flowEntry{key: k, first: first, last: last, meta: n*metaCount | uint64(action), rev: rev, policy: policy, prev: -1, next: -1}
 	f.index.put(fp, i)
+	f.pushHead(i)
 	return true
 }
 
-// add counts n decisions into the entry. Its shard's lock is held.
-func (e *flowEntry) add(n uint64, first, last int64, action resource.Action, policy string, rev int64) {
-	meta := e.meta + n*metaCount | metaSeen
+// count counts n decisions into entry i, now the most recently seen. f.mu
+// is held.
+func (f *flowShard) count(i int32, n uint64, first, last int64, action resource.Action, policy string, rev int64) {
+	e := f.at(i)
+	meta := e.meta + n*metaCount
 	e.first = min(e.first, first)
 	if last >= e.last {
 		e.last, e.policy, e.rev = last, policy, rev
 		meta = meta&^0xff | uint64(action)
 	}
 	e.meta = meta
+	f.toHead(i)
 }
 
-// evict removes the flow the clock's hand finds unmarked; false when the
-// shard holds none. Its fingerprint is its ends' keys' (read under their
-// shards' locks, taken inside this one's: no path takes them the other way).
+// evict removes the least recently seen flow; false when the shard holds
+// none. Its fingerprint is its ends' keys' (read under their shards' locks,
+// taken inside this one's: no path takes them the other way).
 func (f *flowShard) evict(t *Table) (flowKey, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.index.n == 0 {
+	i := f.tail
+	if i < 0 {
 		return flowKey{}, false
 	}
-	for {
-		if f.hand >= f.used {
-			f.hand = 0
-		}
-		i := f.hand
-		f.hand++
-		e := f.at(i)
-		if e.meta == 0 {
-			continue
-		}
-		if e.meta&metaSeen != 0 {
-			e.meta &^= metaSeen
-			continue
-		}
-		k := e.key
-		sk, dk := t.keyOfID(k.src), t.keyOfID(k.dst)
-		f.index.remove(fingerprint(k.mt, k.pp, &sk, &dk))
-		*e = flowEntry{key: flowKey{src: uint32(f.free)}}
-		f.free = i
-		return k, true
+	e := f.at(i)
+	k := e.key
+	sk, dk := t.keyOfID(k.src), t.keyOfID(k.dst)
+	f.index.remove(fingerprint(k.mt, k.pp, &sk, &dk))
+	f.unlink(i)
+	*e = flowEntry{next: f.free}
+	f.free = i
+	return k, true
+}
+
+func (f *flowShard) unlink(i int32) {
+	e := f.at(i)
+	if e.prev >= 0 {
+		f.at(e.prev).next = e.next
+	} else {
+		f.head = e.next
 	}
+	if e.next >= 0 {
+		f.at(e.next).prev = e.prev
+	} else {
+		f.tail = e.prev
+	}
+	e.prev, e.next = -1, -1
+}
+
+func (f *flowShard) pushHead(i int32) {
+	e := f.at(i)
+	e.prev, e.next = -1, f.head
+	if f.head >= 0 {
+		f.at(f.head).prev = i
+	}
+	f.head = i
+	if f.tail < 0 {
+		f.tail = i
+	}
+}
+
+func (f *flowShard) toHead(i int32) {
+	if f.head == i {
+		return
+	}
+	f.unlink(i)
+	f.pushHead(i)
 }

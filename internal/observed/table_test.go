@@ -95,9 +95,10 @@ func TestObserveCountsFlowsByTheirEnds(t *testing.T) {
 	}
 }
 
-// TestUnseenFlowIsEvictedFirst: over the bound, the clock's hand passes a
-// flow seen again since it was counted, and evicts one seen once.
-func TestUnseenFlowIsEvictedFirst(t *testing.T) {
+// TestLeastRecentlySeenIsEvicted: over the bound, the flow seen longest
+// ago goes, whatever was seen how often before (a clock would evict 1
+// below: every flow is seen twice before 1 again).
+func TestLeastRecentlySeenIsEvicted(t *testing.T) {
 	t.Parallel()
 	var c clock
 	tab := New(Config{Max: 3, Now: c.now})
@@ -105,10 +106,9 @@ func TestUnseenFlowIsEvictedFirst(t *testing.T) {
 	see := func(port uint32) {
 		tab.Observe(&Decision{Mesh: "m", Source: a, Destination: b, Protocol: resource.TCP, Port: port})
 	}
-	see(1)
-	see(2)
-	see(3)
-	see(1) // 1 is seen again: 2 goes first
+	for _, p := range []uint32{1, 2, 3, 1, 2, 3, 1} { // 2 is now the least recently seen
+		see(p)
+	}
 	see(4)
 	got := map[uint32]bool{}
 	for _, f := range tab.Flows(nil) {
@@ -343,33 +343,16 @@ func TestSlotLayout(t *testing.T) {
 	}
 }
 
-// TestEntryLayout: a flow's entry is one cache line, and a chunk of them
-// starts on one, so a count writes one line.
-func TestEntryLayout(t *testing.T) {
-	if n := unsafe.Sizeof(flowEntry{}); n != 64 {
-		t.Fatalf("flowEntry is %d bytes, want 64", n)
-	}
-	tab := New(Config{})
-	for i := range 10 {
-		tab.Observe(&Decision{Mesh: "m", Source: workloadEnd(fmt.Sprint(i)), Destination: workloadEnd("d"), Protocol: resource.TCP, Port: 80})
-	}
-	for i := range tab.flows {
-		for _, c := range tab.flows[i].chunks {
-			if p := uintptr(unsafe.Pointer(c)); p%64 != 0 {
-				t.Fatalf("a chunk at %#x, not on a line", p)
-			}
-		}
-	}
-}
-
-// TestEntryKeepsCountAndAnswer: the count, the mark and the last answer's
-// action share a word; each reads back as written.
+// TestEntryKeepsCountAndAnswer: the count and the last answer's action
+// share a word; each reads back as written.
 func TestEntryKeepsCountAndAnswer(t *testing.T) {
-	e := flowEntry{first: 10, last: 10, meta: 3*metaCount | uint64(resource.Deny), policy: "p", rev: 1}
-	e.add(1<<40, 5, 20, resource.Allow, "q", 2)
-	e.add(2, 7, 15, resource.Deny, "r", 3) // older: the answer stays
-	if e.count() != 1<<40+5 || e.action() != resource.Allow || e.policy != "q" || e.rev != 2 || e.first != 5 || e.last != 20 ||
-		e.meta&metaSeen == 0 {
+	var f flowShard
+	f.free, f.head, f.tail = -1, -1, -1
+	f.add(1, flowKey{}, 3, 10, 10, resource.Deny, "p", 1)
+	f.touch(1, 1<<40, 5, 20, resource.Allow, "q", 2)
+	f.touch(1, 2, 7, 15, resource.Deny, "r", 3) // older: the answer stays
+	e := f.at(0)
+	if e.count() != 1<<40+5 || e.action() != resource.Allow || e.policy != "q" || e.rev != 2 || e.first != 5 || e.last != 20 {
 		t.Fatalf("entry %+v: count %d, action %v", e, e.count(), e.action())
 	}
 }
