@@ -15,10 +15,12 @@ type indexSlot struct {
 	entry int32
 }
 
-// maxLoad is the share of slots in use beyond which the index doubles.
+// maxLoadNum/maxLoadDen is the share of slots in use beyond which the
+// index doubles.
 const maxLoadNum, maxLoadDen = 3, 4
 
-func (x *flowIndex) home(fp flowFP) int { return int(uint64(fp) & uint64(len(x.slots)-1)) }
+// home is fp's first slot in an index of mask+1 slots.
+func home(fp flowFP, mask int) int { return int(uint64(fp) & uint64(mask)) }
 
 func matches(s *indexSlot, fp flowFP) bool {
 	return s.entry != 0 && s.fp == fp
@@ -30,7 +32,7 @@ func (x *flowIndex) get(fp flowFP) (int32, bool) {
 		return 0, false
 	}
 	mask := len(x.slots) - 1
-	for i := x.home(fp); ; i = (i + 1) & mask {
+	for i := home(fp, mask); ; i = (i + 1) & mask {
 		s := &x.slots[i]
 		if s.entry == 0 {
 			return 0, false
@@ -52,7 +54,7 @@ func (x *flowIndex) put(fp flowFP, entry int32) {
 
 func (x *flowIndex) place(s indexSlot) {
 	mask := len(x.slots) - 1
-	i := int(uint64(s.fp) & uint64(mask))
+	i := home(s.fp, mask)
 	for x.slots[i].entry != 0 {
 		i = (i + 1) & mask
 	}
@@ -74,15 +76,14 @@ func (x *flowIndex) grow() {
 // at the first empty slot).
 func (x *flowIndex) remove(fp flowFP) {
 	mask := len(x.slots) - 1
-	i := x.home(fp)
+	i := home(fp, mask)
 	for !matches(&x.slots[i], fp) {
 		i = (i + 1) & mask
 	}
 	for j := (i + 1) & mask; x.slots[j].entry != 0; j = (j + 1) & mask {
 		// The slot at j moves into the hole at i unless its home lies
 		// cyclically in (i, j]: it is then found before reaching i.
-		h := int(uint64(x.slots[j].fp) & uint64(mask))
-		if (j-h)&mask >= (j-i)&mask {
+		if (j-home(x.slots[j].fp, mask))&mask >= (j-i)&mask {
 			x.slots[i] = x.slots[j]
 			i = j
 		}

@@ -71,8 +71,8 @@ type Config struct {
 	// recently seen are evicted.
 	Max int
 	// MaxEndBytes bounds the bytes of the distinct ends' tags and names
-	// (default DefaultMaxEndBytes); beyond it flows are evicted the same way
-	// until their ends are freed.
+	// (default DefaultMaxEndBytes); beyond it the least recently seen flows
+	// are evicted until their ends are freed.
 	MaxEndBytes int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time

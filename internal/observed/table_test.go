@@ -144,7 +144,7 @@ func TestEndsGoWithTheirLastFlow(t *testing.T) {
 }
 
 // TestEndBytesAreBounded: distinct ends of kilobytes of tags each are held
-// within MaxEndBytes, flows evicted to keep them, and the count
+// within MaxEndBytes, the least recently seen flows evicted, and the count
 // comes back to zero with the last flow's ends.
 func TestEndBytesAreBounded(t *testing.T) {
 	t.Parallel()
