@@ -72,9 +72,12 @@ const maxLocateDepth = 8
 
 // Marshal implements encoding.CodecV2: a *fanout.Message, shared by many
 // streams, is sent as the parts it holds (never modified: gRPC only reads
-// them, and a SliceBuffer's Free does not recycle them); anything else as
-// gRPC's proto codec does.
+// them, and a SliceBuffer's Free does not recycle them); a compact stream's
+// answer by flowcodec; anything else as gRPC's proto codec does.
 func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := flowcodec.Encode(v); ok {
+		return b, nil
+	}
 	if m, ok := v.(*fanout.Message); ok {
 		parts, err := m.Parts()
 		if err != nil {

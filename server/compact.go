@@ -357,27 +357,20 @@ func (s decisionService) DecideCompact(ctx context.Context, req *verdictv1.Decid
 // min_revision is ahead of the snapshot waits for it (up to WaitTimeout,
 // whatever the stream's deadline: messageAt) and holds the batches behind
 // it. The response message is reused from batch to batch (Send has encoded
-// it when it returns). The stream ends when the client closes or cancels it,
-// or with UNAVAILABLE when the server stops.
+// it when it returns), and so are the requests, with their arrays (nothing
+// keeps a request past its answer). The stream ends when the client closes
+// or cancels it, or with UNAVAILABLE when the server stops.
 func (s decisionService) DecideCompactStream(stream verdictv1.DecisionService_DecideCompactStreamServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	msgs := make(chan *verdictv1.DecideCompactStreamRequest)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	// Two requests: one answered, the next received meanwhile (so never empty).
+	ring := make(chan *verdictv1.DecideCompactStreamRequest, 2)
+	ring <- new(verdictv1.DecideCompactStreamRequest)
+	ring <- new(verdictv1.DecideCompactStreamRequest)
+	msgs, recvErr := receive(ctx, func() (*verdictv1.DecideCompactStreamRequest, error) {
+		m := <-ring
+		return m, stream.RecvMsg(m)
+	})
 	batch := &verdictv1.DecideCompactResponse{}
 	out := &verdictv1.DecideCompactStreamResponse{}
 	for {
@@ -404,6 +397,7 @@ func (s decisionService) DecideCompactStream(stream verdictv1.DecisionService_De
 		if err := stream.Send(out); err != nil {
 			return toStatus(ctx, s.log, err)
 		}
+		ring <- m
 	}
 }
 

@@ -191,22 +191,7 @@ func (s decisionService) DecideStream(stream verdictv1.DecisionService_DecideStr
 		cancel()
 		waiters.Wait()
 	}()
-	msgs := make(chan *verdictv1.DecideStreamRequest)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	msgs, recvErr := receive(ctx, stream.Recv)
 	late := make(chan *verdictv1.DecideStreamResponse) // answers of messages that waited
 	waiting := 0
 	closed := false
@@ -250,6 +235,28 @@ func (s decisionService) DecideStream(stream verdictv1.DecisionService_DecideStr
 		}
 	}
 	return nil
+}
+
+// receive runs recv on a goroutine of its own until it fails, handing each
+// message over msgs (until ctx ends) and the error over errs: a stream's
+// handler selects on them beside the server's stop and ctx.
+func receive[M any](ctx context.Context, recv func() (M, error)) (msgs <-chan M, errs <-chan error) {
+	ms, es := make(chan M), make(chan error, 1)
+	go func() {
+		for {
+			m, err := recv()
+			if err != nil {
+				es <- err
+				return
+			}
+			select {
+			case ms <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ms, es
 }
 
 // streamAnswer answers one message of a DecideStream, checked against the

@@ -1,6 +1,7 @@
 // Package flowcodec decodes the flow requests — DecideRequest,
-// DecideBatchRequest and DecideStreamRequest — without protobuf-go's
-// reflection, tag strings interned. Decoding the tag maps was the largest
+// DecideBatchRequest, DecideStreamRequest and the compact ones — without
+// protobuf-go's reflection, tag strings interned, and encodes the compact
+// stream's answers (compact.go). Decoding the tag maps was the largest
 // cost of a batch (a third of the CPU of client and server together,
 // BENCHMARKS.md): protobuf-go allocates every key and value of every flow,
 // though a sidecar sends the same few hundred strings again and again.
@@ -44,6 +45,12 @@ var flowFields = map[string]map[protowire.Number]protowire.Type{
 	},
 	"verdict.v1.DecideBatchRequest":  {1: protowire.BytesType, 2: protowire.VarintType, 3: protowire.VarintType, 4: protowire.BytesType},
 	"verdict.v1.DecideStreamRequest": {1: protowire.BytesType, 2: protowire.BytesType},
+	// The compact arrays are taken packed (BytesType).
+	"verdict.v1.DecideCompactRequest": {
+		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType, 4: protowire.BytesType,
+		5: protowire.BytesType, 6: protowire.VarintType,
+	},
+	"verdict.v1.DecideCompactStreamRequest": {1: protowire.VarintType, 2: protowire.BytesType},
 }
 
 // presize bounds the flows of a batch allocated together (a first pass
@@ -57,7 +64,8 @@ const presize = 1024
 // string kept is copied or interned.
 func Decode(data mem.BufferSlice, v any) bool {
 	switch v.(type) {
-	case *verdictv1.DecideRequest, *verdictv1.DecideBatchRequest, *verdictv1.DecideStreamRequest:
+	case *verdictv1.DecideRequest, *verdictv1.DecideBatchRequest, *verdictv1.DecideStreamRequest,
+		*verdictv1.DecideCompactRequest, *verdictv1.DecideCompactStreamRequest:
 	default:
 		return false
 	}
@@ -75,6 +83,11 @@ func Decode(data mem.BufferSlice, v any) bool {
 		return decodeBatch(b, m)
 	case *verdictv1.DecideStreamRequest:
 		return decodeStreamRequest(b, m)
+	case *verdictv1.DecideCompactRequest:
+		resetCompact(m)
+		return decodeCompact(b, m)
+	case *verdictv1.DecideCompactStreamRequest:
+		return decodeCompactStream(b, m)
 	}
 	return false
 }

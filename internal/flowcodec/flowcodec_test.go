@@ -37,8 +37,13 @@ func TestFlowDecoderKnowsTheSchema(t *testing.T) {
 			case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.MessageKind:
 				want = protowire.BytesType
 			case protoreflect.BoolKind, protoreflect.Uint32Kind, protoreflect.Int64Kind, protoreflect.Uint64Kind:
+			case protoreflect.Fixed64Kind:
+				want = protowire.Fixed64Type
 			default:
 				t.Errorf("%s.%s: kind %v is not decoded", name, f.Name(), f.Kind())
+			}
+			if f.IsList() && f.Kind() != protoreflect.StringKind && f.Kind() != protoreflect.MessageKind {
+				want = protowire.BytesType // a repeated scalar: taken packed
 			}
 			if got, ok := fields[f.Number()]; !ok || got != want {
 				t.Errorf("%s.%s (%d): decoder has wire type %v (known %v), want %v", name, f.Name(), f.Number(), got, ok, want)
@@ -113,7 +118,45 @@ func flowMessages(t testing.TB) map[string][]byte {
 		split = protowire.AppendBytes(split, p)
 	}
 	out["stream request in two parts"] = split
+	compactMessages(t, out)
 	return out
+}
+
+// compactMessages adds encoded compact requests to out: a batch alone and
+// in a stream message, every field set, and the corners protobuf-go
+// accepts (a batch in two parts, an array in two runs, the unpacked form,
+// a port word over 32 bits).
+func compactMessages(t testing.TB, out map[string][]byte) {
+	t.Helper()
+	c := &verdictv1.DecideCompactRequest{Mesh: "payments", Type: "TrafficPermission", MinRevision: 41}
+	for i := range 100 {
+		c.SourceIds = append(c.SourceIds, uint64(i)*0x9e3779b97f4a7c15)
+		c.DestinationIds = append(c.DestinationIds, uint64(i)<<40|7)
+		c.PortProtocols = append(c.PortProtocols, uint32(i%4)<<16|uint32(i*661%65536))
+	}
+	out["compact"] = wire(t, c)
+	out["compact stream"] = wire(t, &verdictv1.DecideCompactStreamRequest{Id: 1<<60 | 9, Batch: c})
+	out["compact stream, empty batch"] = wire(t, &verdictv1.DecideCompactStreamRequest{Id: 3, Batch: &verdictv1.DecideCompactRequest{}})
+	out["compact, ports only"] = wire(t, &verdictv1.DecideCompactRequest{PortProtocols: []uint32{0, 1 << 31, 443}})
+
+	var twice []byte
+	for _, p := range []*verdictv1.DecideCompactRequest{
+		{Mesh: "m", SourceIds: []uint64{1, 2}, PortProtocols: []uint32{80}},
+		{Type: "t", SourceIds: []uint64{3}, DestinationIds: []uint64{4, 5, 6}, PortProtocols: []uint32{1<<16 | 443}},
+	} {
+		twice = protowire.AppendTag(twice, 2, protowire.BytesType)
+		twice = protowire.AppendBytes(twice, wire(t, p))
+	}
+	out["compact stream, batch in two parts"] = twice
+
+	// An array in two runs, and ids in the unpacked form.
+	runs := wire(t, &verdictv1.DecideCompactRequest{SourceIds: []uint64{1, 2}, DestinationIds: []uint64{9}})
+	runs = append(runs, wire(t, &verdictv1.DecideCompactRequest{SourceIds: []uint64{3}})...)
+	out["compact, an array in two runs"] = runs
+	var wide []byte
+	wide = protowire.AppendTag(wide, 5, protowire.BytesType)
+	wide = protowire.AppendBytes(wide, protowire.AppendVarint(protowire.AppendVarint(nil, 1<<40|443), 1<<63))
+	out["compact, port words over 32 bits"] = wide
 }
 
 func wire(t testing.TB, m proto.Message) []byte {
@@ -131,6 +174,8 @@ func flowTargets() []func() proto.Message {
 		func() proto.Message { return &verdictv1.DecideRequest{} },
 		func() proto.Message { return &verdictv1.DecideBatchRequest{} },
 		func() proto.Message { return &verdictv1.DecideStreamRequest{} },
+		func() proto.Message { return &verdictv1.DecideCompactRequest{} },
+		func() proto.Message { return &verdictv1.DecideCompactStreamRequest{} },
 	}
 }
 
@@ -188,6 +233,19 @@ func TestFlowDecoderDeclines(t *testing.T) {
 			t.Errorf("%s: taken", name)
 		}
 		checkLikeProto(t, name, b)
+	}
+	// The compact arrays: the unpacked form, ids not whole, a varint cut short.
+	for name, b := range map[string][]byte{
+		"unpacked id":   protowire.AppendFixed64(protowire.AppendTag(nil, 3, protowire.Fixed64Type), 77),
+		"ids not whole": protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), make([]byte, 12)),
+		"varint cut":    protowire.AppendBytes(protowire.AppendTag(nil, 5, protowire.BytesType), []byte{0x80}),
+		"invalid UTF-8": protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), []byte{0xc3}),
+		"unknown field": unknown,
+	} {
+		if Decode(mem.BufferSlice{mem.SliceBuffer(b)}, &verdictv1.DecideCompactRequest{}) {
+			t.Errorf("compact, %s: taken", name)
+		}
+		checkLikeProto(t, "compact, "+name, b)
 	}
 }
 
