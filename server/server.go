@@ -455,6 +455,12 @@ func (s *Server) healthServices() []string {
 	return out
 }
 
+// staticWindow is a stream's flow-control window, a connection's four: fixed,
+// so that gRPC's bandwidth estimator stays off (it pings at each burst of
+// data received, on a busy stream as often as messages arrive) and what a
+// connection may send unread stays bounded (the estimator grows to 16 MiB).
+const staticWindow = 256 << 10
+
 // ServerOptions returns the gRPC server options of the server: the
 // interceptors, limits, keepalive, TLS and telemetry. The load tester and the
 // benchmarks serve an empty handler with them: the ceiling a handler is
@@ -499,6 +505,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 			s.streamInterceptor,
 		),
 		grpc.MaxRecvMsgSize(s.grpcLimit),
+		grpc.StaticStreamWindowSize(staticWindow), grpc.StaticConnWindowSize(4 * staticWindow),
 		// Undecodable requests: INVALID_ARGUMENT, not INTERNAL; requests over
 		// their method's limit are marked, not decoded.
 		grpc.ForceServerCodecV2(newRequestCodec().withLimits(s.limits, s.cfg.MaxRecvMsgBytes)),
