@@ -455,7 +455,11 @@ func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *
 		}
 		for side := 0; side < 2; side++ {
 			if need[side] {
-				*res[side] = ms.sideResult(ts, typ, set, f, sc, side, p.first[side], shadow)
+				if r := p.first[side]; r != nil {
+					res[side].setMatched(ms, r)
+				} else {
+					*res[side] = ms.sideResult(ts, typ, set, f, sc, side, nil, shadow)
+				}
 			}
 		}
 	}
@@ -524,6 +528,14 @@ func (ms *meshState) scopeName(ord int32) string {
 		return ""
 	}
 	return ms.scopes.list[ord-1].doc.Name
+}
+
+// setMatched sets sd to the answer of the side rule r decided: field by
+// field, not a SideDecision built and copied, whose copy of the freshly
+// written words stalled on them.
+func (sd *SideDecision) setMatched(ms *meshState, r *index.Rule) {
+	sd.Action, sd.Reason = r.Action, ReasonMatched
+	sd.Policy, sd.Scope, sd.Rule, sd.Conf = r.PolicyName(), ms.scopeName(r.Scope), r.ID, r.Conf
 }
 
 func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *index.Flow, sc *scratch, side int, r *index.Rule, shadow bool) SideDecision {
