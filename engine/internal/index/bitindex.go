@@ -712,7 +712,9 @@ func andChunk(cur []dimCursor, all []uint64, w0 int) ([chunkWords]uint64, bool) 
 		c := &cur[ci]
 		b := (*[chunkWords]uint64)(c.base[w0:])
 		switch {
-		case c.list != nil:
+		// A value's positions are few: most chunks hold none of them, and
+		// are ANDed with the base alone, not with a copy of it.
+		case c.list != nil && c.pos < len(c.list) && int(c.list[c.pos]) < hi:
 			m := *b
 			for c.pos < len(c.list) {
 				p := int(c.list[c.pos])
