@@ -222,10 +222,15 @@ type valueTable struct {
 	mask  uint64
 }
 
+// valueSlot is 64 bytes, a cache line: a table's slots (a power of two, 16
+// or more: 1 KiB or more, an allocation aligned to its size class, itself
+// a multiple of 64 bytes) start on a line, so a probe reads one line where a
+// 56-byte slot mostly straddled two.
 type valueSlot struct {
 	w uint64 // valueWord(v)
 	v string
 	p postings
+	_ uint64
 }
 
 // valueHash spreads a value's word and its last bytes over 64 bits (a value
@@ -265,7 +270,7 @@ func (kp *keyPostings) makeTable() *valueTable {
 		for t.slots[i].p.vid != 0 {
 			i = (i + 1) & t.mask
 		}
-		t.slots[i] = valueSlot{w, v, p}
+		t.slots[i] = valueSlot{w: w, v: v, p: p}
 		return true
 	})
 	return t
