@@ -442,16 +442,17 @@ func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *
 		if ts == nil {
 			// no policy of the type: catch-alls and fallbacks decide
 		} else if !shadow {
-			p = scanRules(ts.rules, set.combine, f, sc, need, picks{})
+			scanRules(ts.rules, set.combine, f, sc, need, &p)
 			*found = p
 		} else {
 			p = *found
 			if need[0] && !p.need[0] || need[1] && !p.need[1] {
 				// A side the enforced decision did not scan (its view left it
 				// unenforced or not applicable): scan the enforced rules anew.
-				p = scanRules(ts.rules, set.combine, f, sc, need, picks{})
+				p = picks{}
+				scanRules(ts.rules, set.combine, f, sc, need, &p)
 			}
-			p = scanRules(ts.audit.rules, set.combine, f, sc, need, p)
+			scanRules(ts.audit.rules, set.combine, f, sc, need, &p)
 		}
 		for side := 0; side < 2; side++ {
 			if need[side] {
@@ -466,23 +467,23 @@ func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *
 	d.finish()
 }
 
-// scanRules finds, per side in need, the rule of ix that decides the side,
-// unless prior (found in other rules of the same order) comes first.
-func scanRules(ix *index.Index, combine resource.Combine, f *index.Flow, sc *scratch, need [2]bool, prior picks) picks {
-	p := prior
+// scanRules finds in p, per side in need, the rule of ix that decides the
+// side, unless the one p holds (found in other rules of the same order, or
+// none) comes first. p is improved in place, not passed and returned by
+// value: its copies read words just written, and stalled on them.
+func scanRules(ix *index.Index, combine resource.Combine, f *index.Flow, sc *scratch, need [2]bool, p *picks) {
 	p.need = need
 	if ix == nil || ix.Size == 0 {
-		return p
+		return
 	}
-	if sc.pre != nil && scanPrefiltered(sc.pre, ix, combine, sc, need, &p) {
-		return p
+	if sc.pre != nil && scanPrefiltered(sc.pre, ix, combine, sc, need, p) {
+		return
 	}
 	if combine == resource.DenyOverrides {
 		index.ScanDenyOverrides(ix, f, &sc.Scratch, need, &p.first, &p.deny, &p.allow)
 	} else {
 		index.ScanFirstMatch(ix, f, &sc.Scratch, need, &p.first)
 	}
-	return p
 }
 
 // viewCounts are the counts of the valid policies a view sees: the shadow
