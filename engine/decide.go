@@ -250,6 +250,11 @@ func (s *Snapshot) decideClosed(ms *meshState, mesh string, req *Request, d *Dec
 // resolveSides resolves the request's source and destination into d's
 // resolutions.
 func (r *Request) resolveSides(ms *meshState, mesh string, d *Decision) error {
+	if r.SourceEndpoint == nil && r.DestinationEndpoint == nil { // both as tags: set in place
+		d.SourceResolution = inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: r.Source}
+		d.DestinationResolution = inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: r.Destination}
+		return nil
+	}
 	var err error
 	if d.SourceResolution, err = r.resolve(ms, mesh, false); err != nil {
 		return err
