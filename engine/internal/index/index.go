@@ -1139,9 +1139,7 @@ func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
 	if kp.few != nil {
 		w := valueWord(v)
 		for i, x := range kp.fewWords[:len(kp.few)] {
-			// Equal words are equal values under 8 bytes (the word holds
-			// the length), equal first bytes from 8 on, compared whole.
-			if f := &kp.few[i]; x == w && (len(v) < 8 || f.v == v) {
+			if f := &kp.few[i]; x == w && len(f.v) == len(v) && (len(v) < 8 || f.v == v) {
 				vid = f.p.vid
 				f.p.reach(lists)
 				break
