@@ -226,7 +226,7 @@ func (s *Snapshot) decideInto(req *Request, d *Decision) error {
 	var ids [2]uint64 // the memo's identities of the sides' tags, if it answered
 	var err error
 	if req.Explain || req.NoCache {
-		err = s.decideDirect(ms, typ, req, &f, d)
+		err = s.decideDirect(ms, meshName, typ, req, &f, d)
 	} else {
 		ids, err = s.decideMemo(ms, &memoKey{Mesh: meshName, Type: typ, Flow: f}, inventory.TagsHash(f.Src), inventory.TagsHash(f.Dst), d)
 	}
@@ -250,6 +250,11 @@ func (s *Snapshot) decideClosed(ms *meshState, mesh string, req *Request, d *Dec
 // resolveSides resolves the request's source and destination into d's
 // resolutions.
 func (r *Request) resolveSides(ms *meshState, mesh string, d *Decision) error {
+	if r.SourceEndpoint == nil && r.DestinationEndpoint == nil { // both as tags: set in place
+		d.SourceResolution = inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: r.Source}
+		d.DestinationResolution = inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: r.Destination}
+		return nil
+	}
 	var err error
 	if d.SourceResolution, err = r.resolve(ms, mesh, false); err != nil {
 		return err
@@ -286,11 +291,12 @@ func (d *Decision) setAnswer(a *Decision) {
 
 // decideDirect decides a resolved flow without the memo (Explain, NoCache)
 // into d (zero but for its resolutions).
-func (s *Snapshot) decideDirect(ms *meshState, typ string, req *Request, f *index.Flow, d *Decision) error {
-	if err := ms.checkType(typ); err != nil {
+func (s *Snapshot) decideDirect(ms *meshState, mesh, typ string, req *Request, f *index.Flow, d *Decision) error {
+	ts, set, err := s.lookupPart(ms, mesh, typ)
+	if err != nil {
 		return err
 	}
-	s.decideUncached(ms, typ, f, req.procedure, d)
+	s.decideUncachedIn(ms, ts, typ, set, f, req.procedure, d)
 	if req.Explain {
 		d.Explain = ms.explain(typ, f, d)
 	}
@@ -303,16 +309,17 @@ func (s *Snapshot) decideDirect(ms *meshState, typ string, req *Request, f *inde
 // has a memo entry (0s otherwise); d's resolutions are left as they are.
 func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64, d *Decision) ([2]uint64, error) {
 	k.Epoch = ms.epoch
-	if ts := s.lookupType(ms, k.Mesh, k.Type); ts != nil {
+	ts, set, err := s.lookupPart(ms, k.Mesh, k.Type)
+	if ts != nil {
 		k.Epoch = ts.epoch
-	} else if err := ms.checkType(k.Type); err != nil {
+	} else if err != nil {
 		return [2]uint64{}, err // only known types are remembered
 	}
 	k.H = flowHashOf(k.Mesh, k.Type, srcHash, dstHash, k.Flow.Proto, k.Flow.Port)
 	c := s.cache()
 	e, ok := c.Lookup(k)
 	if !ok {
-		if e = s.decideMiss(ms, c, k, d); e == nil {
+		if e = s.decideMiss(ms, ts, set, c, k, d); e == nil {
 			return [2]uint64{}, nil
 		}
 	}
@@ -324,9 +331,10 @@ func (s *Snapshot) decideMemo(ms *meshState, k *memoKey, srcHash, dstHash uint64
 // decideMiss decides k's flow, which the memo does not hold, and stores the
 // answer; it returns the entry stored, or nil (the flow was seen once) with
 // the answer in d.
-func (s *Snapshot) decideMiss(ms *meshState, c *decisionCache, k *memoKey, d *Decision) *cacheEntry {
+// ts and set are the type's state and settings in ms.
+func (s *Snapshot) decideMiss(ms *meshState, ts *typeState, set typeSettings, c *decisionCache, k *memoKey, d *Decision) *cacheEntry {
 	var a Decision // without resolutions: the memo keeps answers only
-	s.decideUncached(ms, k.Type, &k.Flow, 0, &a)
+	s.decideUncachedIn(ms, ts, k.Type, set, &k.Flow, 0, &a)
 	e := c.Store(k, &a)
 	if e == nil {
 		d.setAnswer(&a)
@@ -351,16 +359,27 @@ func (r *Request) resolve(ms *meshState, mesh string, destination bool) (invento
 // Like the rest of the procedure, it fills d in place rather than return a
 // Decision by value from call to call (each return copied it).
 func (s *Snapshot) decideUncached(ms *meshState, typ string, f *index.Flow, procedure uint8, d *Decision) {
+	ts, _ := ms.types.Get(typ)
+	s.decideUncachedIn(ms, ts, typ, ms.settings.forType(typ), f, procedure, d)
+}
+
+// decideUncachedIn is decideUncached with the type's state (nil: no policy)
+// and settings in ms found by the caller (lookupPart), which knows the type.
+func (s *Snapshot) decideUncachedIn(ms *meshState, ts *typeState, typ string, set typeSettings, f *index.Flow, procedure uint8, d *Decision) {
 	sc := scratchPool.Get().(*scratch)
 	sc.Procedure = procedure
-	ms.decide(typ, f, sc, d)
+	ms.decideIn(ts, typ, set, f, sc, d)
 	scratchPool.Put(sc)
 	d.Revision = s.revision
 }
 
 func (ms *meshState) decide(typ string, f *index.Flow, sc *scratch, d *Decision) {
 	ts, _ := ms.types.Get(typ)
-	set := ms.settings.forType(typ)
+	ms.decideIn(ts, typ, ms.settings.forType(typ), f, sc, d)
+}
+
+// decideIn is decide with the type's state (nil: no policy) and settings.
+func (ms *meshState) decideIn(ts *typeState, typ string, set typeSettings, f *index.Flow, sc *scratch, d *Decision) {
 	nScopes := ms.scopes.size()
 	sc.reset(nScopes)
 	if nScopes > 0 {
@@ -428,43 +447,48 @@ func (ms *meshState) decideView(ts *typeState, typ string, set typeSettings, f *
 		if ts == nil {
 			// no policy of the type: catch-alls and fallbacks decide
 		} else if !shadow {
-			p = scanRules(ts.rules, set.combine, f, sc, need, picks{})
+			scanRules(ts.rules, set.combine, f, sc, need, &p)
 			*found = p
 		} else {
 			p = *found
 			if need[0] && !p.need[0] || need[1] && !p.need[1] {
 				// A side the enforced decision did not scan (its view left it
 				// unenforced or not applicable): scan the enforced rules anew.
-				p = scanRules(ts.rules, set.combine, f, sc, need, picks{})
+				p = picks{}
+				scanRules(ts.rules, set.combine, f, sc, need, &p)
 			}
-			p = scanRules(ts.audit.rules, set.combine, f, sc, need, p)
+			scanRules(ts.audit.rules, set.combine, f, sc, need, &p)
 		}
 		for side := 0; side < 2; side++ {
 			if need[side] {
-				*res[side] = ms.sideResult(ts, typ, set, f, sc, side, p.first[side], shadow)
+				if r := p.first[side]; r != nil {
+					res[side].setMatched(ms, r)
+				} else {
+					*res[side] = ms.sideResult(ts, typ, set, f, sc, side, nil, shadow)
+				}
 			}
 		}
 	}
 	d.finish()
 }
 
-// scanRules finds, per side in need, the rule of ix that decides the side,
-// unless prior (found in other rules of the same order) comes first.
-func scanRules(ix *index.Index, combine resource.Combine, f *index.Flow, sc *scratch, need [2]bool, prior picks) picks {
-	p := prior
+// scanRules finds in p, per side in need, the rule of ix that decides the
+// side, unless the one p holds (found in other rules of the same order, or
+// none) comes first. p is improved in place, not passed and returned by
+// value: its copies read words just written, and stalled on them.
+func scanRules(ix *index.Index, combine resource.Combine, f *index.Flow, sc *scratch, need [2]bool, p *picks) {
 	p.need = need
 	if ix == nil || ix.Size == 0 {
-		return p
+		return
 	}
-	if sc.pre != nil && scanPrefiltered(sc.pre, ix, combine, sc, need, &p) {
-		return p
+	if sc.pre != nil && scanPrefiltered(sc.pre, ix, combine, sc, need, p) {
+		return
 	}
 	if combine == resource.DenyOverrides {
 		index.ScanDenyOverrides(ix, f, &sc.Scratch, need, &p.first, &p.deny, &p.allow)
 	} else {
 		index.ScanFirstMatch(ix, f, &sc.Scratch, need, &p.first)
 	}
-	return p
 }
 
 // viewCounts are the counts of the valid policies a view sees: the shadow
@@ -510,6 +534,14 @@ func (ms *meshState) scopeName(ord int32) string {
 		return ""
 	}
 	return ms.scopes.list[ord-1].doc.Name
+}
+
+// setMatched sets sd to the answer of the side rule r decided: field by
+// field, not a SideDecision built and copied, whose copy of the freshly
+// written words stalled on them.
+func (sd *SideDecision) setMatched(ms *meshState, r *index.Rule) {
+	sd.Action, sd.Reason = r.Action, ReasonMatched
+	sd.Policy, sd.Scope, sd.Rule, sd.Conf = r.PolicyName(), ms.scopeName(r.Scope), r.ID, r.Conf
 }
 
 func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *index.Flow, sc *scratch, side int, r *index.Rule, shadow bool) SideDecision {
@@ -628,6 +660,10 @@ type partRef struct {
 	mesh, typ string
 	ms        *meshState // nil: the mesh holds no resource
 	ts        *typeState // nil: the type has no policy
+	// With ms: the type's settings there, and ms.checkType(typ), so that a
+	// decision hashes the type's name into no map.
+	set     typeSettings
+	typeErr error
 }
 
 // lookupMesh is s.meshes.Get(mesh), from the kept partition when it is
@@ -641,18 +677,23 @@ func (s *Snapshot) lookupMesh(mesh, typ string) (*meshState, bool) {
 		r := &partRef{mesh: mesh, typ: typ, ms: ms}
 		if ok {
 			r.ts, _ = ms.types.Get(typ)
+			r.set, r.typeErr = ms.settings.forType(typ), ms.checkType(typ)
 		}
 		s.part.CompareAndSwap(nil, r)
 	}
 	return ms, ok
 }
 
-// lookupType is ms.types.Get(typ) (ms being s's mesh named mesh), from the
-// kept partition when it is (mesh, typ)'s; nil when the type has no policy.
-func (s *Snapshot) lookupType(ms *meshState, mesh, typ string) *typeState {
+// lookupPart returns the state of type typ in ms, s's mesh named mesh (nil
+// when the type has no policy), its settings there, and ms.checkType(typ),
+// from the kept partition when it is (mesh, typ)'s.
+func (s *Snapshot) lookupPart(ms *meshState, mesh, typ string) (*typeState, typeSettings, error) {
 	if r := s.part.Load(); r != nil && r.ms == ms && r.mesh == mesh && r.typ == typ {
-		return r.ts
+		return r.ts, r.set, r.typeErr
+	}
+	if err := ms.checkType(typ); err != nil {
+		return nil, typeSettings{}, err
 	}
 	ts, _ := ms.types.Get(typ)
-	return ts
+	return ts, ms.settings.forType(typ), nil
 }

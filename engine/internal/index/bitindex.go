@@ -644,7 +644,10 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			if ords[w0] > limit {
 				return
 			}
-			acc := andChunk(cur, all, w0)
+			acc, hit := andChunk(cur, all, w0)
+			if !hit {
+				continue // most chunks before the answer: no word to look at
+			}
 			for k, x := range acc {
 				if x == 0 {
 					continue
@@ -698,9 +701,10 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 
 // andChunk returns the candidates of the chunk of chunkWords words from word
 // w0: all, ANDed with each cursor's rules, leaving at the first cursor that
-// empties it. The chunk's words are held in eight variables, not an array,
-// so that they stay in registers: an AND reads the cursor's words alone.
-func andChunk(cur []dimCursor, all []uint64, w0 int) [chunkWords]uint64 {
+// empties it, and whether any is left. The chunk's words are held in eight
+// variables, not an array, so that they stay in registers: an AND reads the
+// cursor's words alone.
+func andChunk(cur []dimCursor, all []uint64, w0 int) ([chunkWords]uint64, bool) {
 	s := (*[chunkWords]uint64)(all[w0:])
 	a0, a1, a2, a3, a4, a5, a6, a7 := s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
 	lo, hi := w0*64, (w0+chunkWords)*64
@@ -708,7 +712,9 @@ func andChunk(cur []dimCursor, all []uint64, w0 int) [chunkWords]uint64 {
 		c := &cur[ci]
 		b := (*[chunkWords]uint64)(c.base[w0:])
 		switch {
-		case c.list != nil:
+		// A value's positions are few: most chunks hold none of them, and
+		// are ANDed with the base alone, not with a copy of it.
+		case c.list != nil && c.pos < len(c.list) && int(c.list[c.pos]) < hi:
 			m := *b
 			for c.pos < len(c.list) {
 				p := int(c.list[c.pos])
@@ -739,10 +745,10 @@ func andChunk(cur []dimCursor, all []uint64, w0 int) [chunkWords]uint64 {
 			a7 &= b[7]
 		}
 		if a0|a1|a2|a3|a4|a5|a6|a7 == 0 {
-			break
+			return [chunkWords]uint64{}, false
 		}
 	}
-	return [chunkWords]uint64{a0, a1, a2, a3, a4, a5, a6, a7}
+	return [chunkWords]uint64{a0, a1, a2, a3, a4, a5, a6, a7}, a0|a1|a2|a3|a4|a5|a6|a7 != 0
 }
 
 // scanLimit is the order prefix past which no slot improves on the best of

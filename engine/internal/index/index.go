@@ -222,17 +222,23 @@ type valueTable struct {
 	mask  uint64
 }
 
+// valueSlot is 64 bytes, a cache line: a table's slots (a power of two, 16
+// or more: 1 KiB or more, an allocation aligned to its size class, itself
+// a multiple of 64 bytes) start on a line, so a probe reads one line where a
+// 56-byte slot mostly straddled two.
 type valueSlot struct {
 	w uint64 // valueWord(v)
 	v string
 	p postings
+	_ uint64
 }
 
-// valueHash spreads a value's word and its last bytes over 64 bits.
+// valueHash spreads a value's word and its last bytes over 64 bits (a value
+// of at most 8 bytes is all in its word).
 func valueHash(v string, w uint64) uint64 {
 	var t uint64
-	for i := max(len(v)-8, 0); i < len(v); i++ {
-		t = t<<8 | uint64(v[i])
+	if n := len(v); n > 8 {
+		t = load64(v[n-8:])
 	}
 	return (w ^ t*0xBF58476D1CE4E5B9) * 0x9E3779B97F4A7C15
 }
@@ -264,7 +270,7 @@ func (kp *keyPostings) makeTable() *valueTable {
 		for t.slots[i].p.vid != 0 {
 			i = (i + 1) & t.mask
 		}
-		t.slots[i] = valueSlot{w, v, p}
+		t.slots[i] = valueSlot{w: w, v: v, p: p}
 		return true
 	})
 	return t
@@ -288,11 +294,40 @@ func (kp *keyPostings) valueTable() *valueTable {
 // byte: equal values have equal words, and values under 8 bytes of equal
 // words and lengths are equal.
 func valueWord(v string) uint64 {
+	// Two loads that overlap where the value is shorter than their sum: the
+	// bytes both read land on the same bits, so ORing them is the value's
+	// bytes in order (a loop of a byte at a time cost a flow's resolution
+	// more than the compares it serves).
 	var w uint64
-	for i := range min(len(v), 8) {
-		w |= uint64(v[i]) << (8 * i)
+	switch n := len(v); {
+	case n >= 8:
+		w = load64(v)
+	case n >= 4:
+		w = load32(v) | load32(v[n-4:])<<(8*(n-4))
+	case n >= 2:
+		w = load16(v) | load16(v[n-2:])<<(8*(n-2))
+	case n == 1:
+		w = uint64(v[0])
 	}
 	return w ^ uint64(len(v))<<56
+}
+
+// load64, load32 and load16 read a string's first bytes, little-endian (the
+// compiler makes each one load).
+func load64(v string) uint64 {
+	_ = v[7]
+	return uint64(v[0]) | uint64(v[1])<<8 | uint64(v[2])<<16 | uint64(v[3])<<24 |
+		uint64(v[4])<<32 | uint64(v[5])<<40 | uint64(v[6])<<48 | uint64(v[7])<<56
+}
+
+func load32(v string) uint64 {
+	_ = v[3]
+	return uint64(v[0]) | uint64(v[1])<<8 | uint64(v[2])<<16 | uint64(v[3])<<24
+}
+
+func load16(v string) uint64 {
+	_ = v[1]
+	return uint64(v[0]) | uint64(v[1])<<8
 }
 
 // fewValue is one entry of a key of few values (keyPostings.few).
