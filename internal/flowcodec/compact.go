@@ -30,24 +30,13 @@ func decodeCompactStream(b []byte, m *verdictv1.DecideCompactStreamRequest) bool
 		resetCompact(spare)
 	}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+		num, typ, v, rest, ok := nextField(b)
 		switch {
+		case !ok:
+			return false
 		case num == 1 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			m.Id = v
-			b = b[n:]
+			m.Id, _ = protowire.ConsumeVarint(v)
 		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
 			if m.Batch == nil {
 				if m.Batch, spare = spare, nil; m.Batch == nil {
 					m.Batch = &verdictv1.DecideCompactRequest{}
@@ -56,10 +45,10 @@ func decodeCompactStream(b []byte, m *verdictv1.DecideCompactStreamRequest) bool
 			if !decodeCompact(v, m.Batch) { // a repeated message field merges
 				return false
 			}
-			b = b[n:]
 		default:
 			return false
 		}
+		b = rest
 	}
 	return true
 }
@@ -81,17 +70,9 @@ func decodeCompact(b []byte, m *verdictv1.DecideCompactRequest) bool {
 	}
 	m.PortProtocols = slices.Grow(m.PortProtocols, ports)
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+		num, typ, v, rest, _ := nextField(b) // packedSizes parsed every field
 		switch {
 		case (num == 1 || num == 2) && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
 			s, ok := internString(v)
 			if !ok {
 				return false
@@ -101,10 +82,8 @@ func decodeCompact(b []byte, m *verdictv1.DecideCompactRequest) bool {
 			} else {
 				m.Type = s
 			}
-			b = b[n:]
 		case (num == 3 || num == 4) && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || len(v)%8 != 0 {
+			if len(v)%8 != 0 {
 				return false
 			}
 			out := &m.SourceIds
@@ -113,47 +92,65 @@ func decodeCompact(b []byte, m *verdictv1.DecideCompactRequest) bool {
 			}
 			at := len(*out)
 			*out = slices.Grow(*out, len(v)/8)[:at+len(v)/8]
-			for i, w := range (*out)[at:] {
-				_ = w
+			for i := range len(v) / 8 {
 				(*out)[at+i] = binary.LittleEndian.Uint64(v[8*i:])
 			}
-			b = b[n:]
 		case num == 5 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
+			if !appendPorts(&m.PortProtocols, v) {
 				return false
 			}
-			for len(v) > 0 {
-				var x uint64
-				k := 1
-				switch { // a port word is at most three bytes (protocol<<16 | port)
-				case v[0] < 0x80:
-					x = uint64(v[0])
-				case len(v) > 1 && v[1] < 0x80:
-					x, k = uint64(v[0]&0x7f)|uint64(v[1])<<7, 2
-				case len(v) > 2 && v[2] < 0x80:
-					x, k = uint64(v[0]&0x7f)|uint64(v[1]&0x7f)<<7|uint64(v[2])<<14, 3
-				default:
-					if x, k = protowire.ConsumeVarint(v); k < 0 {
-						return false
-					}
-				}
-				m.PortProtocols = append(m.PortProtocols, uint32(x))
-				v = v[k:]
-			}
-			b = b[n:]
 		case num == 6 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			m.MinRevision = int64(v)
-			b = b[n:]
+			x, _ := protowire.ConsumeVarint(v)
+			m.MinRevision = int64(x)
 		default:
 			return false
 		}
+		b = rest
 	}
 	return true
+}
+
+// appendPorts appends the packed varints of v to *out, as protobuf-go
+// decodes a packed uint32 field (a wider varint keeps its low 32 bits).
+func appendPorts(out *[]uint32, v []byte) bool {
+	for len(v) > 0 {
+		var x uint64
+		k := 1
+		switch { // a port word is at most three bytes (protocol<<16 | port)
+		case v[0] < 0x80:
+			x = uint64(v[0])
+		case len(v) > 1 && v[1] < 0x80:
+			x, k = uint64(v[0]&0x7f)|uint64(v[1])<<7, 2
+		case len(v) > 2 && v[2] < 0x80:
+			x, k = uint64(v[0]&0x7f)|uint64(v[1]&0x7f)<<7|uint64(v[2])<<14, 3
+		default:
+			if x, k = protowire.ConsumeVarint(v); k < 0 {
+				return false
+			}
+		}
+		*out = append(*out, uint32(x))
+		v = v[k:]
+	}
+	return true
+}
+
+// nextField splits the field at the head of b: its number and wire type,
+// its value (a length-delimited field's content, any other's encoding) and
+// what follows it; ok is false when b does not parse there.
+func nextField(b []byte) (num protowire.Number, typ protowire.Type, v, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, nil, false
+	}
+	b = b[n:]
+	if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+		return 0, 0, nil, nil, false
+	}
+	v, rest = b[:n], b[n:]
+	if typ == protowire.BytesType {
+		v, _ = protowire.ConsumeBytes(v)
+	}
+	return num, typ, v, rest, true
 }
 
 // resetCompact resets m as protobuf-go does before decoding into it, but
@@ -169,17 +166,11 @@ func resetCompact(m *verdictv1.DecideCompactRequest) {
 // not parse as fields (the decoder then declines).
 func packedSizes(b []byte) (src, dst, ports int, ok bool) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, 0, 0, false
-		}
-		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
+		num, typ, v, rest, ok := nextField(b)
+		if !ok {
 			return 0, 0, 0, false
 		}
 		if typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b[:n])
 			switch num {
 			case 3:
 				src += len(v) / 8
@@ -193,7 +184,7 @@ func packedSizes(b []byte) (src, dst, ports int, ok bool) {
 				}
 			}
 		}
-		b = b[n:]
+		b = rest
 	}
 	return src, dst, ports, true
 }
