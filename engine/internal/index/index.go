@@ -2,6 +2,7 @@ package index
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -1137,9 +1138,18 @@ func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
 	vid := valueUnknown
 	kp.presence.reach(lists)
 	if kp.few != nil {
+		// The words are compared into a mask of those equal, without a
+		// branch: which of them a flow's value is varies from flow to flow,
+		// so a branch per word would be mispredicted about once a key. Words
+		// are equal for equal values, and mostly only for them (valueWord).
 		w := valueWord(v)
+		var eq uint
 		for i, x := range kp.fewWords[:len(kp.few)] {
-			if f := &kp.few[i]; x == w && len(f.v) == len(v) && (len(v) < 8 || f.v == v) {
+			d := x ^ w
+			eq |= uint((d-1)&^d>>63) << i // 1 when d == 0
+		}
+		for ; eq != 0; eq &= eq - 1 {
+			if f := &kp.few[bits.TrailingZeros(eq)]; len(f.v) == len(v) && (len(v) < 8 || f.v == v) {
 				vid = f.p.vid
 				f.p.reach(lists)
 				break
