@@ -82,11 +82,13 @@ type bitDim struct {
 	// average). A value's bitmap holds any's rules too (any | the value's),
 	// so that a flow with the value ANDs one bitmap, not two ORed, and its
 	// value's rules are its bits that any lacks. Flat slices: a block holds
-	// no map and no slice per value.
-	vids  []uint32
+	// no map and no slice per value. A flow's setup of a block reads the
+	// fields from kid to words (refs and pos only for a value of
+	// positions), so they come first: fewer lines of the dimension read.
+	words []uint64
 	refs  []exactRef
 	pos   []uint16
-	words []uint64
+	vids  []uint32
 }
 
 // listShare: a value gets a bitmap when its rules in a block are at least a
