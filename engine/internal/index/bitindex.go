@@ -215,6 +215,19 @@ func (d *bitDim) index() {
 	d.dir, d.dirLo = dir, lo
 }
 
+// dirBits returns the bitmap of value vid when the directory names it
+// (dirBitmap), else nil: small enough to be inlined in a flow's setup of a
+// block, which asks each dimension.
+func (d *bitDim) dirBits(vid uint32) []uint64 {
+	if x := vid - d.dirLo; x < uint32(len(d.dir)) {
+		if e := d.dir[x]; e&dirBitmap != 0 {
+			off := int(e&^dirBitmap) * len(d.any)
+			return d.words[off : off+len(d.any)]
+		}
+	}
+	return nil
+}
+
 // exact returns the rules of the block that require value vid of the key:
 // as a bitmap that holds any's rules too, or as sorted positions.
 func (d *bitDim) exact(vid uint32) (bits []uint64, list []uint16) {
@@ -635,7 +648,9 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 			if x := vals.vals[d.kid]; x>>32 == vals.gen {
 				c.base = d.any
 				if vid := uint32(x); vid != valueUnknown {
-					if ws, list := d.exact(vid); ws != nil {
+					if ws := d.dirBits(vid); ws != nil {
+						c.base = ws
+					} else if ws, list := d.exact(vid); ws != nil {
 						c.base = ws
 					} else if len(list) > 0 {
 						c.list, c.next = list, int(list[0])
