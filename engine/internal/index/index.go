@@ -207,8 +207,25 @@ func classOf(r *Rule) int {
 }
 
 type keyPostings struct {
+	// A flow's lookup of a key reads kid, presence, few or table and the
+	// few's words, in that order and nothing else: they come first, on the
+	// struct's first two lines (192 bytes, a size class whose objects
+	// start on a line), where they were spread over three.
 	kid      uint32 // the key id of this (end, key): ids are per index, never reused
 	presence postings
+	// few holds exact's entries while they are at most fewMax (nil
+	// otherwise): a flow's value of such a key (env, region, zone) is found
+	// by comparing a few strings, where exact hashes it and walks nodes.
+	// fewWords holds each one's valueWord beside the key, compared first:
+	// the values' own bytes are read only for a candidate of 8 bytes or more.
+	few []fewValue
+	// table, for a key of more values than few lists and at most tableMax
+	// (the services of a mesh), holds its values in an open-addressed hash
+	// table made by the first lookup (an update makes none; a key's entry is
+	// new whenever its values change): a flow's value is found with a probe
+	// or two of one array, where exact walks a node per level.
+	table    *tableRef
+	fewWords [fewMax]uint64
 	exact    pmap.Map[string, postings]
 	// pend holds changes of the df of exact terms not yet written to exact:
 	// a change that moves only a term's df (a rule that carries the term, not
@@ -218,19 +235,6 @@ type keyPostings struct {
 	// one that comes back costs nothing either. Past pendMax values, every
 	// pending change is written (and dead terms deleted) at once.
 	pend []dfDelta
-	// few holds exact's entries while they are at most fewMax (nil
-	// otherwise): a flow's value of such a key (env, region, zone) is found
-	// by comparing a few strings, where exact hashes it and walks nodes.
-	// fewWords holds each one's valueWord beside the key, compared first:
-	// the values' own bytes are read only for a candidate of 8 bytes or more.
-	few      []fewValue
-	fewWords [fewMax]uint64
-	// table, for a key of more values than few lists and at most tableMax
-	// (the services of a mesh), holds its values in an open-addressed hash
-	// table made by the first lookup (an update makes none; a key's entry is
-	// new whenever its values change): a flow's value is found with a probe
-	// or two of one array, where exact walks a node per level.
-	table *tableRef
 }
 
 // tableRef holds a key's value table once made (keyPostings.table).
