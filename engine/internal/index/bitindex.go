@@ -84,11 +84,14 @@ type bitDim struct {
 	// value's rules are its bits that any lacks. Flat slices: a block holds
 	// no map and no slice per value. A flow's setup of a block reads the
 	// fields from kid to words (refs and pos only for a value of
-	// positions), so they come first: fewer lines of the dimension read.
+	// positions), so they come first, and the struct is padded to three
+	// lines (a block's dims start on one: their allocation's size class
+	// is a multiple of 64 bytes): the setup reads two lines a dimension.
 	words []uint64
 	refs  []exactRef
 	pos   []uint16
 	vids  []uint32
+	_     [16]byte
 }
 
 // listShare: a value gets a bitmap when its rules in a block are at least a
