@@ -147,7 +147,7 @@ func (sc *scratch) reset(nScopes int) {
 // computeMembers finds the scopes a workload is a member of: its own selectors
 // match and so do every ancestor's.
 func (sc *scratch) computeMembers(t *scopeTable, side int, tags resource.Tags) {
-	t.index.Lists(tags, nil, &sc.Lists, nil)
+	sc.Scratch.Reach(t.index, tags, nil)
 	own := sc.own[side]
 	for _, ls := range sc.Lists {
 		for _, l := range ls {
@@ -604,7 +604,7 @@ func anyMatch(ix *index.Index, src, dst resource.Tags, sc *scratch) bool {
 	if ix.Size == 0 {
 		return false
 	}
-	ix.Lists(src, dst, &sc.Lists, nil)
+	sc.Scratch.Reach(ix, src, dst)
 	for _, ls := range sc.Lists {
 		for _, l := range ls {
 			for i := range l {

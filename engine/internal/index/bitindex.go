@@ -82,11 +82,16 @@ type bitDim struct {
 	// average). A value's bitmap holds any's rules too (any | the value's),
 	// so that a flow with the value ANDs one bitmap, not two ORed, and its
 	// value's rules are its bits that any lacks. Flat slices: a block holds
-	// no map and no slice per value.
-	vids  []uint32
+	// no map and no slice per value. A flow's setup of a block reads the
+	// fields from kid to words (refs and pos only for a value of
+	// positions), so they come first, and the struct is padded to three
+	// lines (a block's dims start on one: their allocation's size class
+	// is a multiple of 64 bytes): the setup reads two lines a dimension.
+	words []uint64
 	refs  []exactRef
 	pos   []uint16
-	words []uint64
+	vids  []uint32
+	_     [16]byte
 }
 
 // listShare: a value gets a bitmap when its rules in a block are at least a
@@ -211,6 +216,19 @@ func (d *bitDim) index() {
 		}
 	}
 	d.dir, d.dirLo = dir, lo
+}
+
+// dirBits returns the bitmap of value vid when the directory names it
+// (dirBitmap), else nil: small enough to be inlined in a flow's setup of a
+// block, which asks each dimension.
+func (d *bitDim) dirBits(vid uint32) []uint64 {
+	if x := vid - d.dirLo; x < uint32(len(d.dir)) {
+		if e := d.dir[x]; e&dirBitmap != 0 {
+			off := int(e&^dirBitmap) * len(d.any)
+			return d.words[off : off+len(d.any)]
+		}
+	}
+	return nil
 }
 
 // exact returns the rules of the block that require value vid of the key:
@@ -580,9 +598,16 @@ func findRule(blocks []*bitBlock, r *Rule) (int, int, bool) {
 // and, for a value of few rules, their sorted positions, read in order.
 type dimCursor struct {
 	base []uint64
+	// next is list[pos], the first position not yet merged, or noPos when
+	// none is left: a chunk that ends at or below it ANDs base alone, after
+	// one compare.
+	next int
 	list []uint16
 	pos  int
 }
+
+// noPos is a cursor's next when it has no position left.
+const noPos = math.MaxInt
 
 // chunkWords is the granularity of a block's bitmaps in words (words).
 const chunkWords = 8
@@ -622,14 +647,16 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 		cur := sc.cursors[:len(b.dims)]
 		for di := range b.dims {
 			d, c := &b.dims[di], &cur[di]
-			c.base, c.list, c.pos = d.absent, nil, 0
+			c.base, c.next, c.list, c.pos = d.absent, noPos, nil, 0
 			if x := vals.vals[d.kid]; x>>32 == vals.gen {
 				c.base = d.any
 				if vid := uint32(x); vid != valueUnknown {
-					if ws, list := d.exact(vid); ws != nil {
+					if ws := d.dirBits(vid); ws != nil {
 						c.base = ws
-					} else {
-						c.list = list
+					} else if ws, list := d.exact(vid); ws != nil {
+						c.base = ws
+					} else if len(list) > 0 {
+						c.list, c.next = list, int(list[0])
 					}
 				}
 			}
@@ -640,15 +667,16 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 		// a flow's dimensions are weak alone and strong together (a word is
 		// seldom emptied before most of them), so branch-free runs over
 		// chunkWords words beat leaving each word at its first zero.
+		var acc [chunkWords]uint64
 		for w0 := 0; w0+chunkWords <= len(all); w0 += chunkWords {
 			if ords[w0] > limit {
 				return
 			}
-			acc, hit := andChunk(cur, all, w0)
-			if !hit {
+			if !andChunk(cur, all, w0, &acc) {
 				continue // most chunks before the answer: no word to look at
 			}
-			for k, x := range acc {
+			for k := range acc {
+				x := acc[k]
 				if x == 0 {
 					continue
 				}
@@ -699,56 +727,50 @@ func scanBits(bi *bitIndex, class int, f *Flow, sc *Scratch, need [2]bool, best 
 	}
 }
 
-// andChunk returns the candidates of the chunk of chunkWords words from word
-// w0: all, ANDed with each cursor's rules, leaving at the first cursor that
-// empties it, and whether any is left. The chunk's words are held in eight
-// variables, not an array, so that they stay in registers: an AND reads the
-// cursor's words alone.
-func andChunk(cur []dimCursor, all []uint64, w0 int) ([chunkWords]uint64, bool) {
+// andChunk sets acc to the candidates of the chunk of chunkWords words from
+// word w0 (all, ANDed with each cursor's rules) and reports whether any is
+// left, leaving at the first cursor that empties the chunk (acc is then not
+// written). The chunk's words are held in eight variables, not an array, so
+// that they stay in registers: an AND reads the cursor's words alone.
+func andChunk(cur []dimCursor, all []uint64, w0 int, acc *[chunkWords]uint64) bool {
 	s := (*[chunkWords]uint64)(all[w0:])
 	a0, a1, a2, a3, a4, a5, a6, a7 := s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
 	lo, hi := w0*64, (w0+chunkWords)*64
 	for ci := range cur {
 		c := &cur[ci]
 		b := (*[chunkWords]uint64)(c.base[w0:])
-		switch {
 		// A value's positions are few: most chunks hold none of them, and
 		// are ANDed with the base alone, not with a copy of it.
-		case c.list != nil && c.pos < len(c.list) && int(c.list[c.pos]) < hi:
+		if c.next < hi {
 			m := *b
-			for c.pos < len(c.list) {
-				p := int(c.list[c.pos])
-				if p >= hi {
-					break
-				}
-				if p >= lo {
+			for c.next < hi {
+				// A position below lo is of a chunk left before this
+				// cursor: its bit is of no chunk to come.
+				if p := c.next; p >= lo {
 					m[(p-lo)/64%chunkWords] |= 1 << (p & 63)
 				}
 				c.pos++
+				c.next = noPos
+				if c.pos < len(c.list) {
+					c.next = int(c.list[c.pos])
+				}
 			}
-			a0 &= m[0]
-			a1 &= m[1]
-			a2 &= m[2]
-			a3 &= m[3]
-			a4 &= m[4]
-			a5 &= m[5]
-			a6 &= m[6]
-			a7 &= m[7]
-		default:
-			a0 &= b[0]
-			a1 &= b[1]
-			a2 &= b[2]
-			a3 &= b[3]
-			a4 &= b[4]
-			a5 &= b[5]
-			a6 &= b[6]
-			a7 &= b[7]
+			b = &m
 		}
+		a0 &= b[0]
+		a1 &= b[1]
+		a2 &= b[2]
+		a3 &= b[3]
+		a4 &= b[4]
+		a5 &= b[5]
+		a6 &= b[6]
+		a7 &= b[7]
 		if a0|a1|a2|a3|a4|a5|a6|a7 == 0 {
-			return [chunkWords]uint64{}, false
+			return false
 		}
 	}
-	return [chunkWords]uint64{a0, a1, a2, a3, a4, a5, a6, a7}, a0|a1|a2|a3|a4|a5|a6|a7 != 0
+	*acc = [chunkWords]uint64{a0, a1, a2, a3, a4, a5, a6, a7}
+	return a0|a1|a2|a3|a4|a5|a6|a7 != 0
 }
 
 // scanLimit is the order prefix past which no slot improves on the best of

@@ -2,6 +2,7 @@ package index
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -154,16 +155,40 @@ func (p *postings) list(cl int) List {
 	return p.l[len(p.l):cap(p.l)]
 }
 
-// reach appends the term's non-empty lists to lists, per class.
-func (p *postings) reach(lists *[2][]List) {
-	if cap(p.l) == 0 {
-		return
+// reached holds the terms a flow reaches, each as its postings' l (ALLOW
+// entries l[:len], DENY l[len:cap]), and their entries per class: a
+// decision by the bitmaps needs only the counts (bitsAbove), so the lists
+// of each class are laid out (lists) only for a walk. Recording a term is
+// one append and two sums, with no branch on whether it has entries of
+// each class, which varies from term to term.
+type reached struct {
+	terms []List
+	n     [2]int
+}
+
+// add records the term of postings p.
+func (rc *reached) add(p *postings) {
+	rc.terms = append(rc.terms, p.l)
+	rc.n[classAllow] += len(p.l)
+	rc.n[classDeny] += cap(p.l) - len(p.l)
+}
+
+// lists sets lists to the non-empty lists of the reached terms, per class,
+// after the index's always lists.
+func (rc *reached) lists(ix *Index, lists *[2][]List) {
+	lists[0], lists[1] = lists[0][:0], lists[1][:0]
+	for cl := range ix.always {
+		if len(ix.always[cl]) > 0 {
+			lists[cl] = append(lists[cl], ix.always[cl])
+		}
 	}
-	if n := len(p.l); n > 0 {
-		lists[classAllow] = append(lists[classAllow], p.l[:n:n])
-	}
-	if d := p.l[len(p.l):cap(p.l)]; len(d) > 0 {
-		lists[classDeny] = append(lists[classDeny], d)
+	for _, l := range rc.terms {
+		if n := len(l); n > 0 {
+			lists[classAllow] = append(lists[classAllow], l[:n:n])
+		}
+		if d := l[len(l):cap(l)]; len(d) > 0 {
+			lists[classDeny] = append(lists[classDeny], d)
+		}
 	}
 }
 
@@ -182,8 +207,25 @@ func classOf(r *Rule) int {
 }
 
 type keyPostings struct {
+	// A flow's lookup of a key reads kid, presence, few or table and the
+	// few's words, in that order and nothing else: they come first, on the
+	// struct's first two lines (192 bytes, a size class whose objects
+	// start on a line), where they were spread over three.
 	kid      uint32 // the key id of this (end, key): ids are per index, never reused
 	presence postings
+	// few holds exact's entries while they are at most fewMax (nil
+	// otherwise): a flow's value of such a key (env, region, zone) is found
+	// by comparing a few strings, where exact hashes it and walks nodes.
+	// fewWords holds each one's valueWord beside the key, compared first:
+	// the values' own bytes are read only for a candidate of 8 bytes or more.
+	few []fewValue
+	// table, for a key of more values than few lists and at most tableMax
+	// (the services of a mesh), holds its values in an open-addressed hash
+	// table made by the first lookup (an update makes none; a key's entry is
+	// new whenever its values change): a flow's value is found with a probe
+	// or two of one array, where exact walks a node per level.
+	table    *tableRef
+	fewWords [fewMax]uint64
 	exact    pmap.Map[string, postings]
 	// pend holds changes of the df of exact terms not yet written to exact:
 	// a change that moves only a term's df (a rule that carries the term, not
@@ -193,19 +235,6 @@ type keyPostings struct {
 	// one that comes back costs nothing either. Past pendMax values, every
 	// pending change is written (and dead terms deleted) at once.
 	pend []dfDelta
-	// few holds exact's entries while they are at most fewMax (nil
-	// otherwise): a flow's value of such a key (env, region, zone) is found
-	// by comparing a few strings, where exact hashes it and walks nodes.
-	// fewWords holds each one's valueWord beside the key, compared first:
-	// the values' own bytes are read only for a candidate of 8 bytes or more.
-	few      []fewValue
-	fewWords [fewMax]uint64
-	// table, for a key of more values than few lists and at most tableMax
-	// (the services of a mesh), holds its values in an open-addressed hash
-	// table made by the first lookup (an update makes none; a key's entry is
-	// new whenever its values change): a flow's value is found with a probe
-	// or two of one array, where exact walks a node per level.
-	table *tableRef
 }
 
 // tableRef holds a key's value table once made (keyPostings.table).
@@ -1110,50 +1139,59 @@ func entry(r *Rule, skip idTerm, ids []idTerm) posting {
 	return e
 }
 
-// collect appends to lists every posting list the tags of one end can reach;
-// with vals, it also records the ids of the end's tags there.
-func (ix *Index) collect(end uint8, tags resource.Tags, lists *[2][]List, vals *flowVals) {
+// collect records in rc every term the tags of one end can reach; with
+// vals, it also records the ids of the end's tags there.
+func (ix *Index) collect(end uint8, tags resource.Tags, rc *reached, vals *flowVals) {
 	if ix.keys.Len() == 0 {
 		return
 	}
 	if l := ix.keyList(); l.refs != nil && len(l.byEnd(end)) <= len(tags) {
 		for _, kr := range l.byEnd(end) {
 			if v, ok := tags[kr.key]; ok {
-				kr.kp.reachValue(v, lists, vals)
+				kr.kp.reachValue(v, rc, vals)
 			}
 		}
 		return
 	}
 	for k, v := range tags {
 		if kp, ok := ix.keys.GetHashed(termKey{end, k}, termKeyHash(termKey{end, k})); ok {
-			kp.reachValue(v, lists, vals)
+			kp.reachValue(v, rc, vals)
 		}
 	}
 }
 
-// reachValue appends the lists a flow whose end has the key with value v
-// reaches; with vals, it records the key's value id there.
-func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
+// reachValue records in rc the terms a flow whose end has the key with
+// value v reaches; with vals, it records the key's value id there.
+func (kp *keyPostings) reachValue(v string, rc *reached, vals *flowVals) {
 	vid := valueUnknown
-	kp.presence.reach(lists)
+	rc.add(&kp.presence)
 	if kp.few != nil {
+		// The words are compared into a mask of those equal, without a
+		// branch: which of them a flow's value is varies from flow to flow,
+		// so a branch per word would be mispredicted about once a key. Words
+		// are equal for equal values, and mostly only for them (valueWord).
 		w := valueWord(v)
+		var eq uint
 		for i, x := range kp.fewWords[:len(kp.few)] {
-			if f := &kp.few[i]; x == w && len(f.v) == len(v) && (len(v) < 8 || f.v == v) {
+			d := x ^ w
+			eq |= uint((d-1)&^d>>63) << i // 1 when d == 0
+		}
+		for ; eq != 0; eq &= eq - 1 {
+			if f := &kp.few[bits.TrailingZeros(eq)]; len(f.v) == len(v) && (len(v) < 8 || f.v == v) {
 				vid = f.p.vid
-				f.p.reach(lists)
+				rc.add(&f.p)
 				break
 			}
 		}
 	} else if t := kp.valueTable(); t != nil {
 		if p, ok := t.get(v); ok {
 			vid = p.vid
-			p.reach(lists)
+			rc.add(p)
 		}
 	} else if kp.exact.Len() > 0 {
 		if p, ok := kp.exact.Get(v); ok {
 			vid = p.vid
-			p.reach(lists)
+			rc.add(&p)
 		}
 	}
 	if vals != nil {
@@ -1161,20 +1199,25 @@ func (kp *keyPostings) reachValue(v string, lists *[2][]List, vals *flowVals) {
 	}
 }
 
-// Lists returns every posting list a flow can reach, per action class.
-func (ix *Index) Lists(src, dst resource.Tags, lists *[2][]List, vals *flowVals) {
-	lists[0], lists[1] = lists[0][:0], lists[1][:0]
-	for cl := range ix.always {
-		if len(ix.always[cl]) > 0 {
-			lists[cl] = append(lists[cl], ix.always[cl])
-		}
-	}
+// reach records in rc every term a flow can reach (rc.lists lays out their
+// lists), and with vals the ids of its tags there.
+func (ix *Index) reach(src, dst resource.Tags, rc *reached, vals *flowVals) {
+	rc.terms = rc.terms[:0]
+	rc.n = [2]int{len(ix.always[classAllow]), len(ix.always[classDeny])}
 	if ix.Ends&EndSrc != 0 {
-		ix.collect(EndSrc, src, lists, vals)
+		ix.collect(EndSrc, src, rc, vals)
 	}
 	if ix.Ends&EndDst != 0 {
-		ix.collect(EndDst, dst, lists, vals)
+		ix.collect(EndDst, dst, rc, vals)
 	}
+}
+
+// Reach sets sc.Lists to every posting list a flow of ix can reach, per
+// action class.
+func (sc *Scratch) Reach(ix *Index, src, dst resource.Tags) {
+	ix.reach(src, dst, &sc.reached, nil)
+	sc.reached.lists(ix, &sc.Lists)
+	sc.listed = true
 }
 
 // flowVals is a flow's tags as ids, indexed by key id: gen<<32 | value id for

@@ -163,11 +163,12 @@ const bitsAbove = 128
 // matches the flow and is a candidate on that side.
 func ScanFirstMatch(ix *Index, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	sc.vals.reset(ix.nextID)
-	ix.Lists(f.Src, f.Dst, &sc.Lists, &sc.vals)
+	ix.reach(f.Src, f.Dst, &sc.reached, &sc.vals)
+	sc.listed = false
 	// Both classes in one sequence of bitmaps: one scan, when the flow's
 	// lists are long enough for the bitmaps to be the cheaper procedure.
-	if ix.Bits != nil && ix.Bits.merged && sc.Procedure != ProcLists &&
-		(sc.Procedure == ProcBits || entries(sc.Lists[classAllow])+entries(sc.Lists[classDeny]) > bitsAbove) {
+	if n := sc.reached.n; ix.Bits != nil && ix.Bits.merged && sc.Procedure != ProcLists &&
+		(sc.Procedure == ProcBits || n[classAllow]+n[classDeny] > bitsAbove) {
 		scanBits(ix.Bits, classAny, f, sc, need, best)
 		return
 	}
@@ -176,27 +177,22 @@ func ScanFirstMatch(ix *Index, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rul
 }
 
 // scanClass improves best[side], for each side in need, with the first
-// matching candidate of the class; sc.lists and sc.vals hold the flow's lists
-// and ids.
+// matching candidate of the class; sc.reached and sc.vals hold the flow's
+// terms and ids.
 func scanClass(ix *Index, class int, f *Flow, sc *Scratch, need [2]bool, best *[2]*Rule) {
 	// A merged sequence of bitmaps answers both classes at once alone
 	// (ScanFirstMatch): a class of it is walked by its lists.
 	if ix.Bits != nil && !ix.Bits.merged && sc.Procedure != ProcLists {
-		if entries(sc.Lists[class]) > bitsAbove || sc.Procedure == ProcBits {
+		if sc.reached.n[class] > bitsAbove || sc.Procedure == ProcBits {
 			scanBits(ix.Bits, class, f, sc, need, best)
 			return
 		}
 	}
-	scanLists(sc.Lists[class], f, sc, need, best)
-}
-
-// entries counts the entries of lists.
-func entries(ls []List) int {
-	n := 0
-	for _, l := range ls {
-		n += len(l)
+	if !sc.listed {
+		sc.reached.lists(ix, &sc.Lists)
+		sc.listed = true
 	}
-	return n
+	scanLists(sc.Lists[class], f, sc, need, best)
 }
 
 // scanLists improves best[side], for each side in need, with the first matching
@@ -290,7 +286,8 @@ func (m *Matcher) exprsHold(tags resource.Tags) bool {
 // deny and allow are what each class gave.
 func ScanDenyOverrides(ix *Index, f *Flow, sc *Scratch, need [2]bool, first, deny, allow *[2]*Rule) {
 	sc.vals.reset(ix.nextID)
-	ix.Lists(f.Src, f.Dst, &sc.Lists, &sc.vals)
+	ix.reach(f.Src, f.Dst, &sc.reached, &sc.vals)
+	sc.listed = false
 	scanClass(ix, classDeny, f, sc, need, deny)
 	for side := 0; side < 2; side++ {
 		need[side] = need[side] && deny[side] == nil
@@ -309,6 +306,8 @@ func ScanDenyOverrides(ix *Index, f *Flow, sc *Scratch, need [2]bool, first, den
 // Scratch is the per-call working memory of a scan.
 type Scratch struct {
 	Lists   [2][]List   // per action class (index.go)
+	reached reached     // the terms the flow reaches (index.go)
+	listed  bool        // Lists holds reached's lists
 	vals    flowVals    // the flow's tags as ids of the type's rule index
 	pos     []int       // per list: where the scan resumes; -1 when done
 	cursors []dimCursor // per dimension of a block (bitindex.go)

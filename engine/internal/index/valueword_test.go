@@ -57,8 +57,8 @@ func TestFewValuesCompareLengths(t *testing.T) {
 			kp.setExact(m)
 			var vals flowVals
 			vals.reset(2)
-			var lists [2][]List
-			kp.reachValue(tc.flow, &lists, &vals)
+			var rc reached
+			kp.reachValue(tc.flow, &rc, &vals)
 			if got := uint32(vals.vals[1]); got != tc.want {
 				t.Errorf("value id %d, want %d", got, tc.want)
 			}
