@@ -251,8 +251,7 @@ func (s *Snapshot) decideClosed(ms *meshState, mesh string, req *Request, d *Dec
 // resolutions.
 func (r *Request) resolveSides(ms *meshState, mesh string, d *Decision) error {
 	if r.SourceEndpoint == nil && r.DestinationEndpoint == nil { // both as tags: set in place
-		d.SourceResolution = inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: r.Source}
-		d.DestinationResolution = inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: r.Destination}
+		d.SourceResolution, d.DestinationResolution = asTags(r.Source), asTags(r.Destination)
 		return nil
 	}
 	var err error
@@ -349,9 +348,15 @@ func (r *Request) resolve(ms *meshState, mesh string, destination bool) (invento
 		ep, tags = r.DestinationEndpoint, r.Destination
 	}
 	if ep == nil {
-		return inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: tags}, nil // Identity left to the caller
+		return asTags(tags), nil
 	}
 	return resolveEndpoint(ms, mesh, ep, destination, r.Port, r.Registry, false)
+}
+
+// asTags is the resolution of an end given as tags (its Identity left to the
+// caller).
+func asTags(tags resource.Tags) inventory.EndpointResolution {
+	return inventory.EndpointResolution{Form: inventory.FormTags, ResolvedAs: inventory.AsTags, Tags: tags}
 }
 
 // decideUncached decides a flow with the decision procedure into d's answer:
@@ -546,8 +551,9 @@ func (sd *SideDecision) setMatched(ms *meshState, r *index.Rule) {
 
 func (ms *meshState) sideResult(ts *typeState, typ string, set typeSettings, f *index.Flow, sc *scratch, side int, r *index.Rule, shadow bool) SideDecision {
 	if r != nil {
-		return SideDecision{Action: r.Action, Policy: r.PolicyName(), Scope: ms.scopeName(r.Scope), Rule: r.ID,
-			Reason: ReasonMatched, Conf: r.Conf}
+		var sd SideDecision
+		sd.setMatched(ms, r)
+		return sd
 	}
 	if c := ms.catchAll(typ, sc, side, shadow); c != nil {
 		return SideDecision{Action: c.Action, Scope: ms.scopeName(c.Scope), Rule: c.ID, Reason: ReasonCatchAll}
